@@ -1,0 +1,61 @@
+-- acquire.lua: take a free lock for a new holder and issue its fencing token.
+--
+-- KEYS[1]  lock hash        fields: <holder id> -> re-entry count, "~token" -> fencing token
+-- KEYS[2]  fence counter    string: highest token issued in this slot (shared by every lock in it)
+-- KEYS[3]  op record        string: "c" when this acquisition was cancelled (see cancel.lua)
+-- ARGV[1]  holder id        unique per acquisition, never reused
+-- ARGV[2]  lease in ms      positive integer
+--
+-- Returns  {1, token, 1}    acquired: the hash now maps holder -> 1 and expires after the lease
+--          {1, token, n}    replay: this holder already holds the lock (the same request ran
+--                           before and its reply was lost); nothing changes
+--          {0, pttl}        held by another holder; pttl is its remaining lease in ms
+--                           (-1 when the key has no expiry, which only an operator can cause)
+--          {-2}             this acquisition was cancelled by cancel.lua before it ran; nothing done
+-- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
+--          FENCELOCK_OVERFLOW   the next token would not be exact in a Lua double; nothing modified
+--
+-- The token is max(counter + 1, server TIME in microseconds): the counter makes tokens strictly
+-- increasing while Redis keeps its data, the clock floor keeps them increasing when the counter
+-- was lost (restart without persistence, failover to a replica that missed the last write,
+-- someone deleting the counter), as long as the server clock did not step back further than the
+-- time that passed. Every read that can fail comes before the first write, so an error leaves
+-- nothing half-done.
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {-2}
+end
+
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'hash' then
+  local count = redis.call('HGET', KEYS[1], ARGV[1])
+  if count then
+    return {1, tonumber(redis.call('HGET', KEYS[1], '~token')), tonumber(count)}
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+elseif kind ~= 'none' then
+  return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
+end
+
+local last = 0
+local counter_kind = redis.call('TYPE', KEYS[2])['ok']
+if counter_kind == 'string' then
+  last = tonumber(redis.call('GET', KEYS[2]))
+  if last == nil then
+    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
+  end
+elseif counter_kind ~= 'none' then
+  return redis.error_reply('FENCELOCK_WRONGTYPE fence counter holds a ' .. counter_kind)
+end
+
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local token = math.max(last + 1, floor)
+if token >= 9007199254740992 then
+  return redis.error_reply('FENCELOCK_OVERFLOW fence counter reached 2^53')
+end
+
+local token_text = string.format('%.0f', token)
+redis.call('SET', KEYS[2], token_text)
+redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, token, 1}

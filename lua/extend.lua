@@ -1,0 +1,22 @@
+-- extend.lua: the holder sets its lease to ARGV[2] ms from now.
+--
+-- KEYS[1]  lock hash
+-- ARGV[1]  holder id
+-- ARGV[2]  lease in ms      positive integer
+--
+-- Returns  {1}              the lease now ends ARGV[2] ms from now (this can shorten it)
+--          {-1}             the holder does not hold the lock; nothing changed
+-- Errors   FENCELOCK_WRONGTYPE  the lock key holds a value this protocol did not write
+--
+-- No op record: setting an absolute lease is idempotent. A re-sent request that runs later
+-- moves the server-side end later than the client believes, never earlier, and the client
+-- measures its own deadline from the first send.
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'hash' and kind ~= 'none' then
+  return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
+end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  return {-1}
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1}

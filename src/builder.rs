@@ -1,0 +1,109 @@
+//! Options for a [`LockClient`](crate::LockClient).
+
+use std::time::Duration;
+
+use crate::client::{ClientConfig, LockClient};
+use crate::protocol::keys::validate_prefix;
+use crate::{lease, Error};
+
+/// Configures and connects a [`LockClient`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// use std::time::Duration;
+/// use fencelock::LockClient;
+///
+/// let client = LockClient::builder("redis://127.0.0.1:7000/")
+///     .prefix("shop:locks:")
+///     .default_lease(Duration::from_secs(10))
+///     .response_timeout(Duration::from_secs(1))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `connect` is awaited"]
+pub struct LockClientBuilder {
+    url: String,
+    config: ClientConfig,
+}
+
+impl LockClientBuilder {
+    pub(crate) fn new(url: impl Into<String>) -> Self {
+        LockClientBuilder {
+            url: url.into(),
+            config: ClientConfig::default(),
+        }
+    }
+
+    /// Prefix of every key and channel this client touches (default `fencelock:`). It must not
+    /// contain `{` or `}`: fencelock places its own hash tag after it. Clients that share locks
+    /// must use the same prefix.
+    pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.config.prefix = prefix.as_ref().to_vec();
+        self
+    }
+
+    /// Lease of locks that are acquired without one of their own (default 30 s).
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.config.default_lease = lease;
+        self
+    }
+
+    /// How long one request waits for its reply before it counts as failed (default 1 s;
+    /// redis-rs' own default is 500 ms). A timed-out request may still run on the server, which
+    /// is why every mutating request is retried with its operation id, never as a new operation.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.config.response_timeout = timeout;
+        self
+    }
+
+    /// How long one connection attempt may take (default 1 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connection_timeout = timeout;
+        self
+    }
+
+    /// How long an operation whose outcome is unknown (timeout, dropped connection) is retried
+    /// with the same operation id before the error is returned (default 3 s). Must be shorter
+    /// than half the operation-record lifetime.
+    pub fn retry_window(mut self, window: Duration) -> Self {
+        self.config.retry_window = window;
+        self
+    }
+
+    /// How long Redis keeps the record of an applied re-entry or release, so that a re-sent
+    /// request replays instead of applying twice (default 10 s). Memory on the server is about
+    /// 100 bytes times releases per second times this.
+    pub fn op_record_ttl(mut self, ttl: Duration) -> Self {
+        self.config.op_record_ttl = ttl;
+        self
+    }
+
+    /// Checks the options, connects, and starts the client's background work.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] or [`Error::InvalidLease`] for unusable options (nothing is
+    /// sent), [`Error::Redis`] when the server cannot be reached or refuses the connection.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped `connect` leaves nothing behind but a closed connection.
+    pub async fn connect(self) -> Result<LockClient, Error> {
+        validate_prefix(&self.config.prefix)?;
+        lease::validate(self.config.default_lease)?;
+        let c = &self.config;
+        if c.response_timeout.is_zero() || c.connection_timeout.is_zero() {
+            return Err(Error::InvalidConfig {
+                reason: "timeouts must be above zero".into(),
+            });
+        }
+        if c.op_record_ttl < Duration::from_millis(1) || c.retry_window * 2 > c.op_record_ttl {
+            return Err(Error::InvalidConfig {
+                reason: "the retry window must be at most half the operation-record lifetime, \
+                         or a late retry could apply twice"
+                    .into(),
+            });
+        }
+        LockClient::connect_with(&self.url, self.config).await
+    }
+}

@@ -1,0 +1,122 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, holding or releasing a lock.
+///
+/// Match on the variants or use the predicates (`is_timeout()`, `is_not_held()`, ...), which stay
+/// stable when variants are added.
+///
+/// ```
+/// use fencelock::Error;
+///
+/// let err = Error::Timeout { waited: std::time::Duration::from_millis(250) };
+/// assert!(err.is_timeout());
+/// assert!(!err.is_not_held());
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock name is empty or too long.
+    #[error("invalid lock name: {reason}")]
+    InvalidName {
+        /// What is wrong with the name.
+        reason: String,
+    },
+
+    /// A lease is zero, too long, or not a whole number of milliseconds above zero.
+    #[error("invalid lease {lease:?}: {reason}")]
+    InvalidLease {
+        /// The lease that was asked for.
+        lease: Duration,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// A client option (prefix, timeouts, URL) is unusable.
+    #[error("invalid configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The deadline of an acquire passed while the lock was held by someone else.
+    #[error("lock still held by another holder after waiting {waited:?}")]
+    Timeout {
+        /// How long the acquire waited.
+        waited: Duration,
+    },
+
+    /// This guard's holder no longer holds the lock: its lease ran out, the key was deleted, or
+    /// another holder took over. Nothing was changed on the server.
+    #[error("the lock is not held by this holder any more (lease expired, deleted or taken over)")]
+    NotHeld,
+
+    /// A key where the lock (or its fence counter) lives holds a value fencelock did not write,
+    /// for example because someone ran `SET` on it. Nothing was changed.
+    #[error("a key of this lock holds foreign data: {detail}")]
+    WrongType {
+        /// The server's description.
+        detail: String,
+    },
+
+    /// The fence counter cannot issue another exact token (it reached 2^53).
+    #[error("the fence counter is exhausted: {detail}")]
+    TokenOverflow {
+        /// The server's description.
+        detail: String,
+    },
+
+    /// The operation was cancelled (for example by a compensating cancel of a concurrent
+    /// attempt with the same operation id) and had no effect.
+    #[error("the operation was cancelled before it took effect")]
+    Cancelled,
+
+    /// Talking to Redis failed. The operation may or may not have taken effect; fencelock retries
+    /// mutating operations with the same operation id so that a retry never applies twice.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+
+    /// The server answered something the protocol does not define (a different script under our
+    /// SHA, a proxy that rewrites replies).
+    #[error("unexpected reply from redis: {0}")]
+    Protocol(String),
+}
+
+impl Error {
+    /// The deadline passed before the lock could be taken.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// The guard's holder does not hold the lock any more.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld)
+    }
+
+    /// The input (name, lease, configuration) was rejected before anything was sent to Redis.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidName { .. } | Error::InvalidLease { .. } | Error::InvalidConfig { .. }
+        )
+    }
+
+    /// A lock key held data that fencelock did not write.
+    pub fn is_wrong_type(&self) -> bool {
+        matches!(self, Error::WrongType { .. })
+    }
+
+    /// Redis could not be reached or the connection failed mid-request.
+    pub fn is_connection(&self) -> bool {
+        match self {
+            Error::Redis(e) => {
+                e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! Proof of holding a lock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::holder::{Holder, PendingOp};
+use crate::protocol::{self, CancelKind, EnterReply, OwnerReply};
+use crate::{lease, Error, FencingToken};
+
+/// Proof that this holder holds a lock, with the fencing token to present to storage.
+///
+/// A guard is created by [`Lock::acquire`](crate::Lock::acquire) (and its siblings) or by
+/// [`LockGuard::reenter`]. Each guard accounts for one entry of its holder: the lock is free
+/// again when every guard of the holder is released.
+///
+/// Release it explicitly with [`LockGuard::release`] to learn whether you still held the lock
+/// up to that point. A guard that is dropped instead releases in the background on the runtime
+/// it was acquired on; if that runtime is gone, the lease frees the lock. Guards are `Send` and
+/// `Sync`: move one to another task and release it there.
+///
+/// ```no_run
+/// # async fn demo(lock: fencelock::Lock) -> Result<(), fencelock::Error> {
+/// let guard = lock.acquire().await?;
+/// let token = guard.token();          // write it with every change to the resource
+/// let inner = guard.reenter().await?; // a nested critical section of the same holder
+/// assert_eq!(inner.token(), token);
+/// inner.release().await?;
+/// guard.release().await?;             // the lock is free now
+/// # Ok(()) }
+/// ```
+#[must_use = "a guard releases the lock when dropped; bind it for as long as the critical section lasts"]
+pub struct LockGuard {
+    holder: Arc<Holder>,
+    /// The release's operation id, fixed on first use so that a release finished in the
+    /// background after a failed or cancelled `release()` is the same operation, not a second
+    /// decrement.
+    release_op: Option<String>,
+    released: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lock", &String::from_utf8_lossy(&self.holder.name))
+            .field("holder", &self.holder.id)
+            .field("token", &self.holder.token)
+            .field("valid", &self.holder.is_valid())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(holder: Arc<Holder>) -> LockGuard {
+        LockGuard {
+            holder,
+            release_op: None,
+            released: false,
+        }
+    }
+
+    /// The fencing token of this holder. The same for every re-entry; strictly greater than
+    /// every token issued for this lock before this holder's acquisition.
+    pub fn token(&self) -> FencingToken {
+        self.holder.token
+    }
+
+    /// The name of the lock this guard holds.
+    pub fn lock_name(&self) -> &[u8] {
+        &self.holder.name
+    }
+
+    /// The holder id Redis knows this holder by (client id, then a sequence number).
+    pub fn holder_id(&self) -> &str {
+        &self.holder.id
+    }
+
+    /// When the lease ends by this process' monotonic clock. Measured from when the acquiring
+    /// (or extending) request was sent, so it never ends later than the server's lease.
+    pub fn valid_until(&self) -> Instant {
+        self.holder.deadline()
+    }
+
+    /// Whether this holder still holds the lock as far as this process knows: the lease has
+    /// not run out and no operation found the lock gone. A `true` is a belief, not a proof
+    /// (the process may pause right after asking); fence your writes with [`Self::token`].
+    pub fn is_valid(&self) -> bool {
+        self.holder.is_valid()
+    }
+
+    /// Enters the lock once more as the same holder, for a nested critical section; the
+    /// returned guard carries the same token. The lease is unchanged. Release both guards (in
+    /// any order) to free the lock.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when this holder lost the lock (nothing changed on the server);
+    /// [`Error::Redis`] when Redis could not be reached within the retry window (the re-entry
+    /// is then undone in the background if it ran).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped `reenter` whose request may have run is undone with exactly one
+    /// decrement, and a request still in flight is made a no-op.
+    pub async fn reenter(&self) -> Result<LockGuard, Error> {
+        let client = &self.holder.client;
+        let op = client.next_id();
+        let mut pending = PendingOp::new(
+            client,
+            &self.holder.keys,
+            &self.holder.id,
+            &op,
+            CancelKind::Reenter,
+        );
+        let ttl = client.inner.config.op_record_ttl;
+        pending.arm();
+        let reply = client
+            .retrying(|mut conn| {
+                let (keys, holder, op) = (&self.holder.keys, &self.holder.id, &op);
+                async move { protocol::reenter(&mut conn, keys, holder, op, ttl).await }
+            })
+            .await?;
+        pending.disarm();
+        match reply {
+            EnterReply::Entered { token, .. } if token == self.holder.token => {
+                Ok(LockGuard::new(self.holder.clone()))
+            }
+            EnterReply::Entered { token, .. } => Err(Error::Protocol(format!(
+                "re-entry returned token {token}, the holder has {}",
+                self.holder.token
+            ))),
+            EnterReply::NotHeld => {
+                self.holder.mark_lost();
+                Err(Error::NotHeld)
+            }
+            EnterReply::Cancelled => Err(Error::Cancelled),
+        }
+    }
+
+    /// Sets the lease to `lease` from now (this can also shorten it).
+    ///
+    /// # Errors
+    /// [`Error::InvalidLease`] for an unusable lease (nothing sent); [`Error::NotHeld`] when
+    /// this holder lost the lock (nothing changed); [`Error::Redis`] when Redis could not be
+    /// reached within the retry window.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an extension is an absolute re-set of the lease, so one that runs after its
+    /// caller stopped waiting only keeps the lock a little longer than the guard reports.
+    pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
+        let lease = lease::validate(lease)?;
+        let sent_at = Instant::now();
+        let reply = self
+            .holder
+            .client
+            .retrying(|mut conn| {
+                let (keys, holder) = (&self.holder.keys, &self.holder.id);
+                async move { protocol::extend(&mut conn, keys, holder, lease).await }
+            })
+            .await?;
+        match reply {
+            OwnerReply::Done { .. } => {
+                self.holder.lease_renewed(sent_at, lease);
+                Ok(())
+            }
+            OwnerReply::NotHeld => {
+                self.holder.mark_lost();
+                Err(Error::NotHeld)
+            }
+        }
+    }
+
+    /// Leaves the lock once; the last guard of a holder frees it and wakes waiters.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the lock was no longer this holder's (its lease ran out, it was
+    /// deleted or taken over): whatever you did under it may have overlapped another holder.
+    /// Nothing of the other holder's is touched. [`Error::Redis`] when Redis could not be
+    /// reached within the retry window; the release then goes on in the background with the
+    /// same operation id.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped `release` is finished in the background as the same operation,
+    /// so it decrements exactly once.
+    pub async fn release(mut self) -> Result<(), Error> {
+        let client = self.holder.client.clone();
+        let op = self
+            .release_op
+            .get_or_insert_with(|| client.next_id())
+            .clone();
+        let reply = release(&self.holder, &op).await?;
+        self.released = true;
+        match reply {
+            OwnerReply::Done { .. } => Ok(()),
+            OwnerReply::NotHeld => {
+                self.holder.mark_lost();
+                Err(Error::NotHeld)
+            }
+        }
+    }
+}
+
+async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
+    let ttl = holder.client.inner.config.op_record_ttl;
+    holder
+        .client
+        .retrying(|mut conn| {
+            let (keys, id) = (&holder.keys, &holder.id);
+            async move { protocol::release(&mut conn, keys, id, op, ttl).await }
+        })
+        .await
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let holder = self.holder.clone();
+        let op = self
+            .release_op
+            .take()
+            .unwrap_or_else(|| holder.client.next_id());
+        // Spawning on a runtime that has shut down drops the task without panicking; the
+        // lease then frees the lock.
+        self.holder.runtime.spawn(async move {
+            if let Err(err) = release(&holder, &op).await {
+                tracing::warn!(error = %err, "background release failed; the lease will free the lock");
+            }
+        });
+    }
+}

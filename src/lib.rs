@@ -1,0 +1,41 @@
+//! Reentrant, fenced distributed locks on Redis that stay correct when real systems misbehave.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), fencelock::Error> {
+//! use fencelock::LockClient;
+//!
+//! let client = LockClient::connect("redis://127.0.0.1:7000/").await?;
+//! let lock = client.lock("account:42")?;
+//!
+//! let guard = lock.acquire().await?;
+//! // ... read the balance, check it, write it back *with* guard.token() ...
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! See `DESIGN.md` in the repository for the protocol, the Redis data layout and the exact
+//! guarantees and their limits.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod builder;
+mod client;
+mod error;
+mod guard;
+mod holder;
+mod lease;
+mod lock;
+mod protocol;
+mod token;
+mod wait;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use builder::LockClientBuilder;
+pub use client::LockClient;
+pub use error::Error;
+pub use guard::LockGuard;
+pub use lock::Lock;
+pub use protocol::keys::MAX_NAME_LEN;
+pub use token::FencingToken;

@@ -1,0 +1,220 @@
+//! A handle to one named lock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::holder::{Holder, PendingOp};
+use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
+use crate::wait::Wake;
+use crate::{lease, Error, LockClient, LockGuard};
+
+/// A handle to one named lock, made by [`LockClient::lock`].
+///
+/// Cheap to clone and to keep around; it holds nothing by itself. Every acquisition through it
+/// is a new holder: two tasks (or two branches of one `join!`) that acquire the same lock
+/// exclude each other even on the same client. To enter a lock you already hold, use
+/// [`LockGuard::reenter`].
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+/// use std::time::Duration;
+///
+/// let lock = client.lock("sku:1234")?;
+/// match lock.try_acquire().await? {
+///     Some(guard) => guard.release().await?,
+///     None => println!("busy, try later"),
+/// }
+/// let guard = lock.acquire_timeout(Duration::from_secs(2)).await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    client: LockClient,
+    name: Arc<[u8]>,
+    keys: Arc<LockKeys>,
+    lease: Option<Duration>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("lease", &self.lease())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(client: LockClient, name: Arc<[u8]>, keys: LockKeys) -> Lock {
+        Lock {
+            client,
+            name,
+            keys: Arc::new(keys),
+            lease: None,
+        }
+    }
+
+    /// The lock's name, as given to [`LockClient::lock`].
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// The lease acquisitions through this handle get: its own, or the client's default.
+    pub fn lease(&self) -> Duration {
+        self.lease.unwrap_or(self.client.inner.config.default_lease)
+    }
+
+    /// A handle to the same lock whose acquisitions get `lease` instead of the client's
+    /// default. Use it per lock (keep the returned handle) or per acquisition
+    /// (`lock.with_lease(d)?.acquire()`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidLease`] for a lease under 1 ms, over 7 days, or not a whole number of
+    /// milliseconds.
+    ///
+    /// ```
+    /// # async fn demo(lock: fencelock::Lock) -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// let short = lock.with_lease(Duration::from_millis(500))?;
+    /// assert!(lock.with_lease(Duration::ZERO).unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(&self, lease: Duration) -> Result<Lock, Error> {
+        let mut lock = self.clone();
+        lock.lease = Some(lease::validate(lease)?);
+        Ok(lock)
+    }
+
+    /// Takes the lock if it is free, and returns at once either way: `Ok(None)` when another
+    /// holder has it.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the lock's key holds foreign data, [`Error::Redis`] when Redis
+    /// could not be reached within the retry window.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped after the request was sent, the acquisition is
+    /// undone in the background whether it already ran or not, so the lock is never left held.
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, Error> {
+        let holder = self.client.next_id();
+        let mut pending = self.pending(&holder);
+        match self.attempt(&holder, &mut pending).await? {
+            Attempt::Won(guard) => Ok(Some(guard)),
+            Attempt::Busy(_) => Ok(None),
+        }
+    }
+
+    /// Takes the lock, waiting as long as it takes.
+    ///
+    /// Waiting does not poll: the waiter subscribes to the lock's release channel and goes back
+    /// to Redis when the holder releases, or when the holder's lease runs out (a lost message
+    /// costs at most that). Waiters of one client queue in FIFO order and only the first goes
+    /// to Redis on each release.
+    ///
+    /// # Errors
+    /// As [`Lock::try_acquire`]; never [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves the queue and undoes an acquisition that may be
+    /// in flight; the lock is never left held by an acquire nobody waits for.
+    pub async fn acquire(&self) -> Result<LockGuard, Error> {
+        self.acquire_until(None).await
+    }
+
+    /// Takes the lock, waiting at most `timeout`; [`Error::Timeout`] when the lock was still
+    /// held then. The call returns within the timeout plus one round trip.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`], or as [`Lock::try_acquire`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::acquire`].
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard, Error> {
+        self.acquire_until(Some(Instant::now() + timeout)).await
+    }
+
+    async fn acquire_until(&self, deadline: Option<Instant>) -> Result<LockGuard, Error> {
+        let started = Instant::now();
+        let holder = self.client.next_id();
+        let mut pending = self.pending(&holder);
+        let waiters = &self.client.inner.waiters;
+
+        // The fast path: one round trip when the lock is free. Skipped when waiters of this
+        // client are queued, so a newcomer cannot overtake them.
+        if !waiters.has_waiters(&self.keys.lock) {
+            if let Attempt::Won(guard) = self.attempt(&holder, &mut pending).await? {
+                return Ok(guard);
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::Timeout {
+                waited: started.elapsed(),
+            });
+        }
+
+        let entry = waiters.enter(&self.keys.lock).await?;
+        loop {
+            if entry.wait(deadline).await == Wake::Deadline {
+                return Err(Error::Timeout {
+                    waited: started.elapsed(),
+                });
+            }
+            match self.attempt(&holder, &mut pending).await? {
+                Attempt::Won(guard) => {
+                    entry.acquired(self.lease());
+                    return Ok(guard);
+                }
+                Attempt::Busy(remaining) => entry.observed_lease(remaining),
+            }
+        }
+    }
+
+    fn pending(&self, holder: &str) -> PendingOp {
+        // An acquisition's operation id is its holder id: holder ids are never reused, so the
+        // holder's presence in the hash is what makes a re-sent acquire a replay.
+        PendingOp::new(
+            &self.client,
+            &self.keys,
+            holder,
+            holder,
+            CancelKind::Acquire,
+        )
+    }
+
+    /// One acquire round trip (re-sent while its outcome is unknown).
+    async fn attempt(&self, holder: &str, pending: &mut PendingOp) -> Result<Attempt, Error> {
+        let lease = self.lease();
+        let sent_at = Instant::now();
+        pending.arm();
+        let reply = self
+            .client
+            .retrying(|mut conn| {
+                let keys = &self.keys;
+                async move { protocol::acquire(&mut conn, keys, holder, lease).await }
+            })
+            .await?;
+        pending.disarm();
+        match reply {
+            AcquireReply::Acquired { token, .. } => {
+                let holder = Holder::new(
+                    self.client.clone(),
+                    self.keys.clone(),
+                    self.name.clone(),
+                    holder.to_owned(),
+                    token,
+                    sent_at,
+                    lease,
+                );
+                Ok(Attempt::Won(LockGuard::new(holder)))
+            }
+            AcquireReply::Held { pttl } => Ok(Attempt::Busy(pttl)),
+            AcquireReply::Cancelled => Err(Error::Cancelled),
+        }
+    }
+}
+
+enum Attempt {
+    Won(LockGuard),
+    Busy(Option<Duration>),
+}

@@ -1,0 +1,230 @@
+//! Where a lock lives in Redis: key names, hash tags and the fence-counter layout.
+//!
+//! Every key of one lock (its hash, its slot's fence counter, its operation records) carries the
+//! same hash tag, so a script only ever touches one cluster slot. The tag is not derived from the
+//! lock name directly: the name is hashed to one of [`SLOTS`] buckets and each bucket has a short
+//! precomputed tag that Redis Cluster maps to exactly that slot. That bounds the number of fence
+//! counters to one per slot, however many lock names come and go.
+
+use std::sync::OnceLock;
+
+use crate::Error;
+
+/// Number of Redis Cluster hash slots, and so the most fence counters one prefix can create.
+pub(crate) const SLOTS: usize = 16384;
+
+/// Longest accepted lock name in bytes. Redis keys may be longer, but a name this long is
+/// almost certainly a bug (a whole request body used as a key), and every byte is paid for in
+/// every script call and in server memory.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// Longest accepted key prefix in bytes.
+pub(crate) const MAX_PREFIX_LEN: usize = 256;
+
+/// The keys one lock uses. Built once per [`crate::Lock`] and cheap to clone.
+#[derive(Clone, Debug)]
+pub(crate) struct LockKeys {
+    /// The lock hash, which is also the name of the lock's release channel.
+    pub(crate) lock: Vec<u8>,
+    /// The fence counter shared by every lock name in the same slot bucket.
+    pub(crate) fence: Vec<u8>,
+    /// Prefix of this slot's operation records; the operation id follows it.
+    op_prefix: Vec<u8>,
+}
+
+impl LockKeys {
+    /// Lays out the keys for `name` under `prefix`. Both must have been validated.
+    pub(crate) fn new(prefix: &[u8], name: &[u8]) -> Self {
+        let tag = slot_tag(usize::from(crc16(name)) % SLOTS);
+        let mut base = Vec::with_capacity(prefix.len() + tag.len() + 2);
+        base.extend_from_slice(prefix);
+        base.push(b'{');
+        base.extend_from_slice(tag.as_bytes());
+        base.push(b'}');
+
+        // The tag never contains '}', so the first '}' after the prefix ends it and everything
+        // after the marker is the name verbatim: distinct names give distinct keys, whatever
+        // bytes (braces included) the name holds.
+        let with = |marker: &[u8], rest: &[u8]| {
+            let mut key = Vec::with_capacity(base.len() + marker.len() + rest.len());
+            key.extend_from_slice(&base);
+            key.extend_from_slice(marker);
+            key.extend_from_slice(rest);
+            key
+        };
+        LockKeys {
+            lock: with(b"lock:", name),
+            fence: with(b"fence", b""),
+            op_prefix: with(b"op:", b""),
+        }
+    }
+
+    /// The record key of one operation on this lock.
+    pub(crate) fn op(&self, op_id: &str) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.op_prefix.len() + op_id.len());
+        key.extend_from_slice(&self.op_prefix);
+        key.extend_from_slice(op_id.as_bytes());
+        key
+    }
+}
+
+/// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes. Any bytes are allowed.
+pub(crate) fn validate_name(name: &[u8]) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::InvalidName {
+            reason: "a lock name must not be empty".into(),
+        });
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::InvalidName {
+            reason: format!(
+                "a lock name is at most {MAX_NAME_LEN} bytes, this one has {}",
+                name.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Checks a key prefix: at most [`MAX_PREFIX_LEN`] bytes and no braces, because a brace in the
+/// prefix would become the hash tag and put every lock into one cluster slot (or split a lock's
+/// keys over several).
+pub(crate) fn validate_prefix(prefix: &[u8]) -> Result<(), Error> {
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::InvalidConfig {
+            reason: format!("the key prefix is at most {MAX_PREFIX_LEN} bytes"),
+        });
+    }
+    if prefix.iter().any(|b| *b == b'{' || *b == b'}') {
+        return Err(Error::InvalidConfig {
+            reason: "the key prefix must not contain '{' or '}': fencelock places its own hash tag"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// The shortest tag (ASCII alphanumerics) that Redis Cluster hashes to `slot`.
+fn slot_tag(slot: usize) -> &'static str {
+    static TAGS: OnceLock<Vec<String>> = OnceLock::new();
+    &TAGS.get_or_init(build_slot_tags)[slot]
+}
+
+/// Finds one tag per slot by enumerating short strings in length order; strings of at most
+/// three characters cover every slot, so this takes about 240k CRC computations, once.
+fn build_slot_tags() -> Vec<String> {
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let mut tags: Vec<Option<String>> = vec![None; SLOTS];
+    let mut missing = SLOTS;
+    let mut candidates: Vec<Vec<u8>> = vec![Vec::new()];
+    while missing > 0 {
+        let mut next = Vec::with_capacity(candidates.len() * ALPHABET.len());
+        for stem in &candidates {
+            for &c in ALPHABET {
+                let mut tag = stem.clone();
+                tag.push(c);
+                let slot = usize::from(crc16(&tag)) % SLOTS;
+                if tags[slot].is_none() {
+                    tags[slot] = Some(String::from_utf8(tag.clone()).expect("ascii alphabet"));
+                    missing -= 1;
+                }
+                next.push(tag);
+            }
+        }
+        candidates = next;
+    }
+    tags.into_iter()
+        .map(|t| t.expect("every slot covered"))
+        .collect()
+}
+
+/// CRC16-CCITT (XMODEM), the hash Redis Cluster uses for key slots.
+pub(crate) fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The cluster slot Redis computes for a full key, honouring `{hash tags}`.
+#[cfg(test)]
+pub(crate) fn redis_key_slot(key: &[u8]) -> usize {
+    let hashed = key
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|b| *b == b'}')
+                .filter(|close| *close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    usize::from(crc16(hashed)) % SLOTS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_matches_the_redis_cluster_spec_vector() {
+        // The reference value from the Redis Cluster specification.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+    }
+
+    #[test]
+    fn every_slot_has_a_tag_that_maps_to_it() {
+        for slot in 0..SLOTS {
+            let tag = slot_tag(slot);
+            assert!(tag.len() <= 3 && !tag.contains('}'));
+            assert_eq!(usize::from(crc16(tag.as_bytes())) % SLOTS, slot);
+        }
+    }
+
+    #[test]
+    fn a_locks_keys_share_one_slot_and_stay_under_the_prefix() {
+        for name in [
+            &b"a"[..],
+            b"{x}",
+            b"}{",
+            b"\xff\x00",
+            "caf\u{e9}".as_bytes(),
+        ] {
+            let keys = LockKeys::new(b"app:", name);
+            let slot = redis_key_slot(&keys.lock);
+            assert_eq!(redis_key_slot(&keys.fence), slot);
+            assert_eq!(redis_key_slot(&keys.op("c1-1")), slot);
+            assert!(keys.lock.starts_with(b"app:{"));
+            assert!(keys.lock.ends_with(name));
+        }
+    }
+
+    #[test]
+    fn names_that_look_alike_get_distinct_keys() {
+        let a = LockKeys::new(b"p:", b"a}lock:b");
+        let b = LockKeys::new(b"p:", b"a");
+        assert_ne!(a.lock, b.lock);
+        assert_ne!(
+            LockKeys::new(b"p:", b"x").lock,
+            LockKeys::new(b"p:x", b"").lock
+        );
+    }
+
+    #[test]
+    fn bad_names_and_prefixes_are_rejected() {
+        assert!(validate_name(b"").is_err());
+        assert!(validate_name(&vec![b'a'; MAX_NAME_LEN + 1]).is_err());
+        assert!(validate_name(&vec![b'a'; MAX_NAME_LEN]).is_ok());
+        assert!(validate_prefix(b"a{b").is_err());
+        assert!(validate_prefix(b"ok:").is_ok());
+    }
+}

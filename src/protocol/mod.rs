@@ -1,0 +1,225 @@
+//! The raw lock protocol: one function per Lua script, typed replies, no policy.
+//!
+//! This layer knows keys, holder ids and operation ids; it does not know about guards, leases
+//! as deadlines, waiting or retries. Those live in the safe API above it (`client`, `lock`,
+//! `guard`), the way `lock_api` separates a raw mutex from its guards.
+
+pub(crate) mod keys;
+mod scripts;
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use crate::{Error, FencingToken};
+pub(crate) use keys::LockKeys;
+use scripts::scripts;
+
+/// Outcome of `acquire.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The holder holds the lock with this token (fresh, or a replay of the same request).
+    Acquired { token: FencingToken, count: u64 },
+    /// Another holder has it; its lease ends after `pttl` (`None`: the key has no expiry).
+    Held { pttl: Option<Duration> },
+    /// This acquisition was cancelled before it ran.
+    Cancelled,
+}
+
+/// Outcome of `reenter.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EnterReply {
+    Entered { token: FencingToken, count: u64 },
+    NotHeld,
+    Cancelled,
+}
+
+/// Outcome of `release.lua`, `extend.lua` and the renewal of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OwnerReply {
+    /// Done; for a release, the entries that remain (0: the lock is free).
+    Done {
+        remaining: u64,
+    },
+    NotHeld,
+}
+
+/// Outcome of `cancel.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancelReply {
+    /// The operation had run and was undone.
+    Undone { remaining: u64 },
+    /// The operation had not run, and now never will.
+    NotRun,
+}
+
+/// Which operation `cancel.lua` undoes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancelKind {
+    Acquire,
+    Reenter,
+}
+
+pub(crate) async fn acquire<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    lease: Duration,
+) -> Result<AcquireReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .acquire
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(keys.op(holder))
+        .arg(holder)
+        .arg(millis(lease))
+        .invoke_async(conn)
+        .await
+        .map_err(map_err)?;
+    match reply.as_slice() {
+        [1, token, count] => Ok(AcquireReply::Acquired {
+            token: token_from(*token)?,
+            count: count_from(*count)?,
+        }),
+        [0, pttl] => Ok(AcquireReply::Held {
+            pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+        }),
+        [-2] => Ok(AcquireReply::Cancelled),
+        other => Err(unexpected("acquire", other)),
+    }
+}
+
+pub(crate) async fn reenter<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    op_id: &str,
+    op_ttl: Duration,
+) -> Result<EnterReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .reenter
+        .key(&keys.lock)
+        .key(keys.op(op_id))
+        .arg(holder)
+        .arg(millis(op_ttl))
+        .invoke_async(conn)
+        .await
+        .map_err(map_err)?;
+    match reply.as_slice() {
+        [1, token, count] => Ok(EnterReply::Entered {
+            token: token_from(*token)?,
+            count: count_from(*count)?,
+        }),
+        [-1] => Ok(EnterReply::NotHeld),
+        [-2] => Ok(EnterReply::Cancelled),
+        other => Err(unexpected("reenter", other)),
+    }
+}
+
+pub(crate) async fn release<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    op_id: &str,
+    op_ttl: Duration,
+) -> Result<OwnerReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .release
+        .key(&keys.lock)
+        .key(keys.op(op_id))
+        .arg(holder)
+        .arg(millis(op_ttl))
+        .invoke_async(conn)
+        .await
+        .map_err(map_err)?;
+    owner_reply("release", &reply)
+}
+
+pub(crate) async fn extend<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    lease: Duration,
+) -> Result<OwnerReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .extend
+        .key(&keys.lock)
+        .arg(holder)
+        .arg(millis(lease))
+        .invoke_async(conn)
+        .await
+        .map_err(map_err)?;
+    owner_reply("extend", &reply)
+}
+
+pub(crate) async fn cancel<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    op_id: &str,
+    kind: CancelKind,
+    op_ttl: Duration,
+) -> Result<CancelReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .cancel
+        .key(&keys.lock)
+        .key(keys.op(op_id))
+        .arg(holder)
+        .arg(millis(op_ttl))
+        .arg(match kind {
+            CancelKind::Acquire => "acquire",
+            CancelKind::Reenter => "reenter",
+        })
+        .invoke_async(conn)
+        .await
+        .map_err(map_err)?;
+    match reply.as_slice() {
+        [1, remaining] => Ok(CancelReply::Undone {
+            remaining: count_from(*remaining)?,
+        }),
+        [0] => Ok(CancelReply::NotRun),
+        other => Err(unexpected("cancel", other)),
+    }
+}
+
+fn owner_reply(script: &str, reply: &[i64]) -> Result<OwnerReply, Error> {
+    match reply {
+        [1] => Ok(OwnerReply::Done { remaining: 0 }),
+        [1, remaining] => Ok(OwnerReply::Done {
+            remaining: count_from(*remaining)?,
+        }),
+        [-1] => Ok(OwnerReply::NotHeld),
+        other => Err(unexpected(script, other)),
+    }
+}
+
+/// Milliseconds for a script argument; callers validated that leases are whole, positive
+/// milliseconds well inside `u64`.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn token_from(raw: i64) -> Result<FencingToken, Error> {
+    u64::try_from(raw)
+        .ok()
+        .and_then(FencingToken::new)
+        .ok_or_else(|| Error::Protocol(format!("invalid fencing token {raw}")))
+}
+
+fn count_from(raw: i64) -> Result<u64, Error> {
+    u64::try_from(raw).map_err(|_| Error::Protocol(format!("invalid re-entry count {raw}")))
+}
+
+fn unexpected(script: &str, reply: &[i64]) -> Error {
+    Error::Protocol(format!("{script}.lua answered {reply:?}"))
+}
+
+/// Turns the scripts' own error replies into typed errors; everything else stays a Redis error.
+fn map_err(err: redis::RedisError) -> Error {
+    let detail = || err.detail().unwrap_or_default().to_owned();
+    match err.code() {
+        Some("FENCELOCK_WRONGTYPE") | Some("WRONGTYPE") => Error::WrongType { detail: detail() },
+        Some("FENCELOCK_OVERFLOW") => Error::TokenOverflow { detail: detail() },
+        _ => Error::Redis(err),
+    }
+}

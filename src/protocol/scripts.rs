@@ -1,0 +1,29 @@
+//! The Lua scripts, loaded once per process and invoked by SHA.
+//!
+//! [`redis::Script`] sends `EVALSHA` and, when the server answers `NOSCRIPT` (first use, after
+//! `SCRIPT FLUSH`, after a restart), loads the body and retries, so callers never see that error.
+
+use std::sync::OnceLock;
+
+use redis::Script;
+
+/// Every script of the protocol. See `lua/` for each one's contract.
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) reenter: Script,
+    pub(crate) release: Script,
+    pub(crate) extend: Script,
+    pub(crate) cancel: Script,
+}
+
+/// The scripts, hashed on first use.
+pub(crate) fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        acquire: Script::new(include_str!("../../lua/acquire.lua")),
+        reenter: Script::new(include_str!("../../lua/reenter.lua")),
+        release: Script::new(include_str!("../../lua/release.lua")),
+        extend: Script::new(include_str!("../../lua/extend.lua")),
+        cancel: Script::new(include_str!("../../lua/cancel.lua")),
+    })
+}

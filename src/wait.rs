@@ -1,0 +1,279 @@
+//! Waiting for a lock without polling: per-lock FIFO queues of local waiters, woken by the
+//! release messages that `release.lua` publishes.
+//!
+//! Only the head of a lock's queue ever goes to Redis. A release message wakes the head alone;
+//! when it wins, the next waiter becomes head and waits for the next release (it does not go to
+//! Redis just to learn the lock is taken). When a message is lost, the head's timer, set to the
+//! holder's remaining lease, wakes it anyway: a lost message costs at most one lease, never a
+//! hang.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::aio::ConnectionManager;
+use tokio::sync::Notify;
+
+use crate::Error;
+
+/// How long a head waits when the holder's lease is unknown (a key without expiry, which only
+/// an operator can create) before it asks Redis again.
+const UNKNOWN_LEASE_RECHECK: Duration = Duration::from_secs(1);
+
+const SIGNAL_NONE: u8 = 0;
+/// The lock may be free: go to Redis.
+const SIGNAL_RELEASED: u8 = 1;
+
+/// The local waiters of one client, by lock channel.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    queues: Mutex<HashMap<Vec<u8>, Queue>>,
+    /// Channels this client is subscribed to. The async lock also serialises SUBSCRIBE and
+    /// UNSUBSCRIBE, so the last decision sent to the server is the one made last.
+    subscribed: tokio::sync::Mutex<HashSet<Vec<u8>>>,
+    /// The client's connection, set right after it is made (the connection's push handler
+    /// needs the `Waiters` first, so this cannot be a constructor argument).
+    conn: OnceLock<ConnectionManager>,
+    next_slot: AtomicU64,
+}
+
+#[derive(Default)]
+struct Queue {
+    slots: VecDeque<Arc<Slot>>,
+    /// When the current holder's lease ends, as last observed; the head's fallback timer.
+    lease_end: Option<Instant>,
+}
+
+struct Slot {
+    id: u64,
+    signal: AtomicU8,
+    notify: Notify,
+}
+
+impl Slot {
+    fn wake(&self) {
+        self.signal.store(SIGNAL_RELEASED, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+/// What ended a wait.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The lock may be free (release message, lease ran out, reconnect): try to acquire.
+    Try,
+    /// The caller's deadline passed.
+    Deadline,
+}
+
+impl Waiters {
+    /// Is anyone of this client already waiting for `channel`? A newcomer then queues behind
+    /// them instead of barging to Redis.
+    pub(crate) fn has_waiters(&self, channel: &[u8]) -> bool {
+        self.queues
+            .lock()
+            .get(channel)
+            .is_some_and(|q| !q.slots.is_empty())
+    }
+
+    /// Joins the queue of `channel`, subscribing to its release messages first if this client
+    /// is not yet. The returned entry leaves the queue when dropped.
+    pub(crate) fn set_connection(&self, conn: ConnectionManager) {
+        let _ = self.conn.set(conn);
+    }
+
+    fn connection(&self) -> Result<ConnectionManager, Error> {
+        self.conn
+            .get()
+            .cloned()
+            .ok_or_else(|| Error::Protocol("waiters used before the client connected".into()))
+    }
+
+    pub(crate) async fn enter(self: &Arc<Self>, channel: &[u8]) -> Result<WaitEntry, Error> {
+        let slot = Arc::new(Slot {
+            id: self.next_slot.fetch_add(1, Ordering::Relaxed),
+            signal: AtomicU8::new(SIGNAL_NONE),
+            notify: Notify::new(),
+        });
+        let is_head = {
+            let mut queues = self.queues.lock();
+            let queue = queues.entry(channel.to_vec()).or_default();
+            queue.slots.push_back(slot.clone());
+            queue.slots.len() == 1
+        };
+        // From here on the entry owns the slot, so an error or a cancellation below still
+        // removes it from the queue.
+        let entry = WaitEntry {
+            waiters: self.clone(),
+            channel: channel.to_vec(),
+            slot,
+            acquired_lease: None,
+        };
+        {
+            let mut subscribed = self.subscribed.lock().await;
+            if !subscribed.contains(channel) {
+                self.connection()?.subscribe(channel).await?;
+                subscribed.insert(channel.to_vec());
+            }
+        }
+        if is_head {
+            // The first waiter asks Redis once more now that it is subscribed: a release that
+            // happened before the subscription was not seen.
+            entry.slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
+        }
+        Ok(entry)
+    }
+
+    /// A release message for `channel`: wake the head of its queue.
+    pub(crate) fn on_release(&self, channel: &[u8]) {
+        let queues = self.queues.lock();
+        if let Some(head) = queues.get(channel).and_then(|q| q.slots.front()) {
+            head.wake();
+        }
+    }
+
+    /// The connection dropped: messages may have been lost, so every head asks Redis again.
+    pub(crate) fn on_reconnect(&self) {
+        for queue in self.queues.lock().values() {
+            if let Some(head) = queue.slots.front() {
+                head.wake();
+            }
+        }
+    }
+
+    fn leave(self: &Arc<Self>, channel: &[u8], slot: &Slot, acquired_lease: Option<Duration>) {
+        let mut queues = self.queues.lock();
+        let Some(queue) = queues.get_mut(channel) else {
+            return;
+        };
+        let was_head = queue.slots.front().is_some_and(|s| s.id == slot.id);
+        queue.slots.retain(|s| s.id != slot.id);
+        if let Some(lease) = acquired_lease {
+            queue.lease_end = Some(Instant::now() + lease);
+        }
+        let unclaimed_wake = slot.signal.load(Ordering::Acquire) == SIGNAL_RELEASED;
+        match queue.slots.front() {
+            // A head that leaves with a wake it did not use (cancelled, timed out) hands it on,
+            // or that release would be lost for everyone behind it.
+            Some(next) if was_head && unclaimed_wake && acquired_lease.is_none() => next.wake(),
+            // A new head re-arms its timer from the queue's lease estimate.
+            Some(next) if was_head => next.notify.notify_one(),
+            Some(_) => {}
+            None => {
+                queues.remove(channel);
+                drop(queues);
+                self.unsubscribe_later(channel.to_vec());
+            }
+        }
+    }
+
+    fn unsubscribe_later(self: &Arc<Self>, channel: Vec<u8>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let waiters = self.clone();
+        runtime.spawn(async move {
+            let mut subscribed = waiters.subscribed.lock().await;
+            // Decided under the subscription lock, so a waiter that arrived meanwhile (and saw
+            // the channel still subscribed) keeps its subscription.
+            if waiters.has_waiters(&channel) || !subscribed.contains(&channel) {
+                return;
+            }
+            subscribed.remove(&channel);
+            if let Ok(mut conn) = waiters.connection() {
+                // Still under the subscription lock: a SUBSCRIBE for the same channel cannot
+                // overtake this UNSUBSCRIBE on the wire. A failure only leaves an idle
+                // subscription behind, whose messages find no queue.
+                if let Err(err) = conn.unsubscribe(&channel).await {
+                    tracing::debug!(error = %err, "unsubscribe failed");
+                }
+            }
+        });
+    }
+}
+
+/// One waiter's place in a lock's queue. Dropping it leaves the queue.
+pub(crate) struct WaitEntry {
+    waiters: Arc<Waiters>,
+    channel: Vec<u8>,
+    slot: Arc<Slot>,
+    acquired_lease: Option<Duration>,
+}
+
+impl WaitEntry {
+    /// Records what Redis said about the holder's lease, for the head's fallback timer.
+    pub(crate) fn observed_lease(&self, remaining: Option<Duration>) {
+        let mut queues = self.waiters.queues.lock();
+        if let Some(queue) = queues.get_mut(&self.channel) {
+            queue.lease_end = Some(Instant::now() + remaining.unwrap_or(UNKNOWN_LEASE_RECHECK));
+        }
+    }
+
+    /// The waiter won the lock; when it leaves, the next waiter waits for this lease.
+    pub(crate) fn acquired(mut self, lease: Duration) {
+        self.acquired_lease = Some(lease);
+    }
+
+    /// Waits until this waiter should try Redis, or until `deadline`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a wake-up that arrives while the future is dropped stays in the slot and
+    /// is handed on when the entry leaves the queue.
+    pub(crate) async fn wait(&self, deadline: Option<Instant>) -> Wake {
+        loop {
+            if self
+                .slot
+                .signal
+                .compare_exchange(
+                    SIGNAL_RELEASED,
+                    SIGNAL_NONE,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                return Wake::Try;
+            }
+            let timer = {
+                let queues = self.waiters.queues.lock();
+                queues.get(&self.channel).and_then(|q| {
+                    let is_head = q.slots.front().is_some_and(|s| s.id == self.slot.id);
+                    is_head.then(|| {
+                        q.lease_end
+                            .unwrap_or_else(|| Instant::now() + UNKNOWN_LEASE_RECHECK)
+                    })
+                })
+            };
+            let wake_at = match (timer, deadline) {
+                (Some(t), Some(d)) => Some(t.min(d)),
+                (t, d) => t.or(d),
+            };
+            let notified = self.slot.notify.notified();
+            match wake_at {
+                None => notified.await,
+                Some(at) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(at.into()) => {
+                            if deadline.is_some_and(|d| Instant::now() >= d) {
+                                return Wake::Deadline;
+                            }
+                            if timer.is_some_and(|t| Instant::now() >= t) {
+                                return Wake::Try;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for WaitEntry {
+    fn drop(&mut self) {
+        self.waiters
+            .leave(&self.channel, &self.slot, self.acquired_lease);
+    }
+}

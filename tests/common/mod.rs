@@ -1,0 +1,70 @@
+//! Shared set-up for the integration tests: a throwaway redis-server per test.
+#![allow(dead_code)]
+
+use fencelock::testing::RedisServer;
+use fencelock::LockClient;
+use redis::Commands;
+
+/// A test's own server plus helpers to look at what fencelock left in it.
+pub struct Fixture {
+    pub server: RedisServer,
+}
+
+impl Fixture {
+    pub fn start() -> Fixture {
+        Fixture {
+            server: RedisServer::start().expect("start redis-server"),
+        }
+    }
+
+    pub fn with_persistence() -> Fixture {
+        Fixture {
+            server: RedisServer::builder()
+                .persistence(true)
+                .start()
+                .expect("start redis-server with persistence"),
+        }
+    }
+
+    pub async fn client(&self) -> LockClient {
+        LockClient::connect(&self.server.url())
+            .await
+            .expect("connect")
+    }
+
+    /// A plain synchronous connection for inspecting and tampering with the server.
+    pub fn raw(&self) -> redis::Connection {
+        self.server
+            .client()
+            .get_connection()
+            .expect("raw connection")
+    }
+
+    /// Every key whose name matches `pattern` (tests only: KEYS on a throwaway server).
+    pub fn keys(&self, pattern: &str) -> Vec<Vec<u8>> {
+        self.raw().keys(pattern).expect("KEYS")
+    }
+
+    /// The one lock hash of `name` under the default prefix, if it exists.
+    pub fn lock_key(&self, name: &str) -> Option<Vec<u8>> {
+        let mut found = self.keys(&format!("fencelock:{{*}}lock:{name}"));
+        assert!(found.len() <= 1, "several keys for one lock: {found:?}");
+        found.pop()
+    }
+
+    /// The lock hash of `name` as (holder id, count) pairs plus the stored token.
+    pub fn lock_state(&self, name: &str) -> Option<(Vec<(String, u64)>, u64)> {
+        let key = self.lock_key(name)?;
+        let fields: Vec<(String, String)> = self.raw().hgetall(&key).expect("HGETALL");
+        let mut holders = Vec::new();
+        let mut token = 0;
+        for (field, value) in fields {
+            if field == "~token" {
+                token = value.parse().expect("token");
+            } else {
+                holders.push((field, value.parse().expect("count")));
+            }
+        }
+        Some((holders, token))
+    }
+}
