@@ -44,7 +44,10 @@ impl LockClientBuilder {
         self
     }
 
-    /// Lease of locks that are acquired without one of their own (default 30 s).
+    /// Lease of locks that are acquired without one of their own (default 30 s). Such locks are
+    /// kept alive by the client's watchdog, which renews them every third of this lease for as
+    /// long as their guards live; a lock with its own lease ([`Lock::with_lease`](crate::Lock::with_lease))
+    /// is not renewed and ends when its lease does.
     pub fn default_lease(mut self, lease: Duration) -> Self {
         self.config.default_lease = lease;
         self
@@ -80,6 +83,14 @@ impl LockClientBuilder {
         self
     }
 
+    /// How many locks one renewal script call renews at most (default 100, at most 1000). The
+    /// watchdog renews every held lock of the client once per third of the default lease,
+    /// with `ceil(held / renew_batch)` script calls.
+    pub fn renew_batch(mut self, locks: usize) -> Self {
+        self.config.renew_batch = locks;
+        self
+    }
+
     /// Checks the options, connects, and starts the client's background work.
     ///
     /// # Errors
@@ -102,6 +113,11 @@ impl LockClientBuilder {
                 reason: "the retry window must be at most half the operation-record lifetime, \
                          or a late retry could apply twice"
                     .into(),
+            });
+        }
+        if !(1..=1000).contains(&c.renew_batch) {
+            return Err(Error::InvalidConfig {
+                reason: "renew_batch must be between 1 and 1000".into(),
             });
         }
         LockClient::connect_with(&self.url, self.config).await

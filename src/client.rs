@@ -11,6 +11,7 @@ use redis::{IntoConnectionInfo, ProtocolVersion, PushKind, Value};
 use crate::builder::LockClientBuilder;
 use crate::protocol::keys::{validate_name, LockKeys};
 use crate::wait::Waiters;
+use crate::watchdog::{self, Watchdog};
 use crate::{Error, Lock};
 
 /// Default prefix of every key and channel.
@@ -25,6 +26,7 @@ pub(crate) struct ClientConfig {
     pub(crate) connection_timeout: Duration,
     pub(crate) retry_window: Duration,
     pub(crate) op_record_ttl: Duration,
+    pub(crate) renew_batch: usize,
 }
 
 impl Default for ClientConfig {
@@ -36,6 +38,7 @@ impl Default for ClientConfig {
             connection_timeout: Duration::from_secs(1),
             retry_window: Duration::from_secs(3),
             op_record_ttl: Duration::from_secs(10),
+            renew_batch: 100,
         }
     }
 }
@@ -67,6 +70,7 @@ pub(crate) struct Inner {
     pub(crate) conn: ConnectionManager,
     pub(crate) config: ClientConfig,
     pub(crate) waiters: Arc<Waiters>,
+    pub(crate) watchdog: Watchdog,
     id: String,
     next_seq: AtomicU64,
 }
@@ -141,15 +145,16 @@ impl LockClient {
             });
         let conn = ConnectionManager::new_with_config(client, manager_config).await?;
         waiters.set_connection(conn.clone());
-        Ok(LockClient {
-            inner: Arc::new(Inner {
-                conn,
-                config,
-                waiters,
-                id: uuid::Uuid::new_v4().simple().to_string(),
-                next_seq: AtomicU64::new(1),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            conn,
+            config,
+            waiters,
+            watchdog: Watchdog::default(),
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            next_seq: AtomicU64::new(1),
+        });
+        tokio::spawn(watchdog::run(Arc::downgrade(&inner)));
+        Ok(LockClient { inner })
     }
 
     /// A handle to the lock called `name`. Names are arbitrary bytes (UTF-8, binary, braces
@@ -179,6 +184,17 @@ impl LockClient {
     /// The lease used by locks that have none of their own.
     pub fn default_lease(&self) -> Duration {
         self.inner.config.default_lease
+    }
+
+    /// How many held locks this client's watchdog keeps alive right now.
+    pub fn watched_locks(&self) -> usize {
+        self.inner.watchdog.len()
+    }
+
+    /// How many renewal script calls the watchdog has sent since the client connected; each
+    /// renews up to [`LockClientBuilder::renew_batch`] locks.
+    pub fn renewal_calls(&self) -> u64 {
+        self.inner.watchdog.calls()
     }
 
     /// A fresh id for a holder or an operation: unique across clients (random client id) and

@@ -51,6 +51,7 @@ impl std::fmt::Debug for LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(holder: Arc<Holder>) -> LockGuard {
+        holder.enter();
         LockGuard {
             holder,
             release_op: None,
@@ -85,6 +86,30 @@ impl LockGuard {
     /// (the process may pause right after asking); fence your writes with [`Self::token`].
     pub fn is_valid(&self) -> bool {
         self.holder.is_valid()
+    }
+
+    /// Resolves when this holder has lost the lock: a renewal found it gone or taken over, an
+    /// operation was refused as not held, renewals kept failing until the lease ran out, an
+    /// explicit lease reached its end, or the acquire's reply arrived after the lease was
+    /// already over. Never resolves while the lock is held and renewed.
+    ///
+    /// `select!` on it around a critical section to stop working the moment the lock is gone:
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: fencelock::Lock) -> Result<(), fencelock::Error> {
+    /// # async fn critical_section(_t: fencelock::FencingToken) {}
+    /// let guard = lock.acquire().await?;
+    /// tokio::select! {
+    ///     () = critical_section(guard.token()) => guard.release().await?,
+    ///     () = guard.lost() => eprintln!("lock lost; the work was abandoned"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        self.holder.lost().await;
     }
 
     /// Enters the lock once more as the same holder, for a nested critical section; the
@@ -181,6 +206,11 @@ impl LockGuard {
     /// so it decrements exactly once.
     pub async fn release(mut self) -> Result<(), Error> {
         let client = self.holder.client.clone();
+        if self.release_op.is_none() {
+            // The watchdog stops renewing as soon as the last entry starts leaving, so a
+            // release that fails or hangs cannot leave a lease renewed forever.
+            self.holder.exit();
+        }
         let op = self
             .release_op
             .get_or_insert_with(|| client.next_id())
@@ -214,10 +244,13 @@ impl Drop for LockGuard {
             return;
         }
         let holder = self.holder.clone();
-        let op = self
-            .release_op
-            .take()
-            .unwrap_or_else(|| holder.client.next_id());
+        let op = match self.release_op.take() {
+            Some(op) => op,
+            None => {
+                holder.exit();
+                holder.client.next_id()
+            }
+        };
         // Spawning on a runtime that has shut down drops the task without panicking; the
         // lease then frees the lock.
         self.holder.runtime.spawn(async move {

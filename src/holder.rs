@@ -1,11 +1,12 @@
 //! What one acquisition holds, shared by its guard and every nested re-entry guard.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
+use tokio::sync::Notify;
 
 use crate::protocol::{self, CancelKind, LockKeys};
 use crate::{FencingToken, LockClient};
@@ -18,16 +19,30 @@ pub(crate) struct Holder {
     pub(crate) name: Arc<[u8]>,
     pub(crate) id: String,
     pub(crate) token: FencingToken,
-    /// End of the lease by this process' monotonic clock, measured from when the request that
-    /// set it was first sent: the server started the lease no earlier than that, so this end is
-    /// never later than the server's.
+    /// Renewed by the client's watchdog (acquired without a lease of its own).
+    pub(crate) watched: bool,
+    /// End of the lease by this process' monotonic clock: measured from when the request that
+    /// set it was first sent (the server started the lease no earlier), minus a drift margin.
     deadline: Mutex<Instant>,
     lost: AtomicBool,
+    /// Guards of this holder that are alive and not being released. At zero the watchdog stops
+    /// renewing, even while the last release is still in flight or failed.
+    entries: AtomicUsize,
+    /// Wakes `lost()` waiters when the deadline moves or the holder is marked lost.
+    changed: Notify,
     /// The runtime the lock was acquired on; a guard dropped anywhere releases through it.
     pub(crate) runtime: Handle,
 }
 
+/// How much of a lease the holder may count on: 1 % plus 2 ms less than the lease, for clock
+/// rate differences between this process and the server and for timer granularity (the
+/// margin Redlock uses).
+pub(crate) fn validity(lease: Duration) -> Duration {
+    lease.saturating_sub(lease / 100 + Duration::from_millis(2))
+}
+
 impl Holder {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         client: LockClient,
         keys: Arc<LockKeys>,
@@ -36,6 +51,7 @@ impl Holder {
         token: FencingToken,
         sent_at: Instant,
         lease: Duration,
+        watched: bool,
     ) -> Arc<Holder> {
         Arc::new(Holder {
             client,
@@ -43,8 +59,11 @@ impl Holder {
             name,
             id,
             token,
-            deadline: Mutex::new(sent_at + lease),
+            watched,
+            deadline: Mutex::new(sent_at + validity(lease)),
             lost: AtomicBool::new(false),
+            entries: AtomicUsize::new(0),
+            changed: Notify::new(),
             runtime: Handle::current(),
         })
     }
@@ -55,11 +74,20 @@ impl Holder {
 
     /// A renewal or extension first sent at `sent_at` succeeded.
     pub(crate) fn lease_renewed(&self, sent_at: Instant, lease: Duration) {
-        *self.deadline.lock() = sent_at + lease;
+        *self.deadline.lock() = sent_at + validity(lease);
+        self.changed.notify_waiters();
     }
 
     pub(crate) fn mark_lost(&self) {
-        self.lost.store(true, Ordering::Release);
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                lock = %String::from_utf8_lossy(&self.name),
+                holder = %self.id,
+                token = %self.token,
+                "lock lost"
+            );
+        }
+        self.changed.notify_waiters();
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -69,6 +97,47 @@ impl Holder {
     /// Held as far as this process knows: not reported lost, and the lease has not run out.
     pub(crate) fn is_valid(&self) -> bool {
         !self.is_lost() && Instant::now() < self.deadline()
+    }
+
+    /// Resolves once the holder is known to have lost the lock, or its lease ran out by this
+    /// process' clock.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the checks, so a change between check and await still wakes us.
+            changed.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            let deadline = self.deadline();
+            if Instant::now() >= deadline {
+                self.mark_lost();
+                return;
+            }
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(deadline.into()) => {}
+            }
+        }
+    }
+
+    /// A guard of this holder came to life.
+    pub(crate) fn enter(&self) {
+        self.entries.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A guard of this holder is being released or dropped. The last one takes the holder off
+    /// the watch list before its release is even sent.
+    pub(crate) fn exit(&self) {
+        if self.entries.fetch_sub(1, Ordering::AcqRel) == 1 && self.watched {
+            self.client.inner.watchdog.forget(self);
+        }
+    }
+
+    /// Whether the watchdog should keep this holder's lease alive.
+    pub(crate) fn wants_renewal(&self) -> bool {
+        self.entries.load(Ordering::Acquire) > 0 && !self.is_lost()
     }
 }
 

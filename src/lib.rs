@@ -28,6 +28,7 @@ mod lock;
 mod protocol;
 mod token;
 mod wait;
+mod watchdog;
 
 #[cfg(feature = "testing")]
 pub mod testing;

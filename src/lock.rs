@@ -205,7 +205,11 @@ impl Lock {
                     token,
                     sent_at,
                     lease,
+                    self.lease.is_none(),
                 );
+                if holder.watched {
+                    self.client.inner.watchdog.watch(&holder);
+                }
                 Ok(Attempt::Won(LockGuard::new(holder)))
             }
             AcquireReply::Held { pttl } => Ok(Attempt::Busy(pttl)),

@@ -281,8 +281,9 @@ async fn extend_moves_the_lease_and_the_guard_deadline() {
         .unwrap();
     let sent = Instant::now();
     let guard = lock.acquire().await.unwrap();
-    assert!(guard.valid_until() >= sent + Duration::from_millis(200));
-    assert!(guard.valid_until() <= Instant::now() + Duration::from_millis(200));
+    // Measured from the send, less the drift margin (1 % + 2 ms): never later than the server.
+    assert!(guard.valid_until() >= sent + Duration::from_millis(196));
+    assert!(guard.valid_until() <= Instant::now() + Duration::from_millis(196));
     let pttl: i64 = fx.raw().pttl(fx.lock_key("lease").unwrap()).unwrap();
     assert!((1..=200).contains(&pttl), "{pttl}");
 

@@ -182,6 +182,26 @@ pub(crate) async fn cancel<C: ConnectionLike>(
     }
 }
 
+/// Renews a batch of leases in one call; one `bool` per `(keys, holder)` pair, `true` when
+/// that holder still held that lock and its lease was set again.
+pub(crate) async fn renew<C: ConnectionLike>(
+    conn: &mut C,
+    batch: &[(&LockKeys, &str)],
+    lease: Duration,
+) -> Result<Vec<bool>, Error> {
+    let script = &scripts().renew;
+    let mut call = script.prepare_invoke();
+    call.arg(millis(lease));
+    for (keys, holder) in batch {
+        call.key(&keys.lock).arg(*holder);
+    }
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(map_err)?;
+    if reply.len() != batch.len() {
+        return Err(unexpected("renew", &reply));
+    }
+    Ok(reply.into_iter().map(|r| r == 1).collect())
+}
+
 fn owner_reply(script: &str, reply: &[i64]) -> Result<OwnerReply, Error> {
     match reply {
         [1] => Ok(OwnerReply::Done { remaining: 0 }),
@@ -223,3 +243,6 @@ fn map_err(err: redis::RedisError) -> Error {
         _ => Error::Redis(err),
     }
 }
+
+#[cfg(test)]
+mod tests;

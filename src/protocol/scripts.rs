@@ -14,6 +14,7 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) extend: Script,
     pub(crate) cancel: Script,
+    pub(crate) renew: Script,
 }
 
 /// The scripts, hashed on first use.
@@ -25,5 +26,6 @@ pub(crate) fn scripts() -> &'static Scripts {
         release: Script::new(include_str!("../../lua/release.lua")),
         extend: Script::new(include_str!("../../lua/extend.lua")),
         cancel: Script::new(include_str!("../../lua/cancel.lua")),
+        renew: Script::new(include_str!("../../lua/renew.lua")),
     })
 }

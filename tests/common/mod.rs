@@ -68,3 +68,45 @@ impl Fixture {
         Some((holders, token))
     }
 }
+
+impl Fixture {
+    /// Successful calls of `command` so far (`INFO commandstats`), e.g. "evalsha".
+    pub fn calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.raw())
+            .expect("INFO commandstats");
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map(|n| n.parse().expect("calls"))
+            .unwrap_or(0)
+    }
+
+    /// Runs one acquire / re-enter / release cycle on a throwaway lock so every script is
+    /// loaded and later `EVALSHA` counts are exact.
+    pub async fn warm_up(&self, client: &LockClient) {
+        let guard = client.lock("warm-up").unwrap().acquire().await.unwrap();
+        guard.reenter().await.unwrap().release().await.unwrap();
+        guard
+            .extend(std::time::Duration::from_secs(1))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+}
+
+/// Polls `check` every 10 ms until it holds or `limit` passes; returns whether it held.
+pub async fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,253 @@
+//! The scripts' contracts, call by call, against a real redis-server: replays of the same
+//! operation id change nothing, cancels undo exactly one operation, owners are checked.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use super::*;
+use crate::testing::RedisServer;
+
+const LEASE: Duration = Duration::from_secs(30);
+const OP_TTL: Duration = Duration::from_secs(10);
+
+async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
+    let server = RedisServer::start().unwrap();
+    let conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    (server, conn, LockKeys::new(b"t:", b"res"))
+}
+
+async fn count(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> Option<u64> {
+    conn.hget(&keys.lock, holder).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_replayed_acquire_returns_the_same_token_and_count() {
+    let (_server, mut conn, keys) = setup().await;
+    let first = acquire(&mut conn, &keys, "h1", LEASE).await.unwrap();
+    let again = acquire(&mut conn, &keys, "h1", LEASE).await.unwrap();
+    assert!(matches!(first, AcquireReply::Acquired { count: 1, .. }));
+    assert_eq!(first, again);
+    assert_eq!(count(&mut conn, &keys, "h1").await, Some(1));
+    let other = acquire(&mut conn, &keys, "h2", LEASE).await.unwrap();
+    match other {
+        AcquireReply::Held { pttl: Some(pttl) } => assert!(pttl <= LEASE),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_replayed_reentry_or_release_applies_once() {
+    let (_server, mut conn, keys) = setup().await;
+    let AcquireReply::Acquired { token, .. } = acquire(&mut conn, &keys, "h", LEASE).await.unwrap()
+    else {
+        panic!("free lock not acquired")
+    };
+    let entered = reenter(&mut conn, &keys, "h", "op-enter", OP_TTL)
+        .await
+        .unwrap();
+    assert_eq!(entered, EnterReply::Entered { token, count: 2 });
+    assert_eq!(
+        reenter(&mut conn, &keys, "h", "op-enter", OP_TTL)
+            .await
+            .unwrap(),
+        entered
+    );
+    assert_eq!(count(&mut conn, &keys, "h").await, Some(2));
+
+    let released = release(&mut conn, &keys, "h", "op-rel-1", OP_TTL)
+        .await
+        .unwrap();
+    assert_eq!(released, OwnerReply::Done { remaining: 1 });
+    assert_eq!(
+        release(&mut conn, &keys, "h", "op-rel-1", OP_TTL)
+            .await
+            .unwrap(),
+        released
+    );
+    assert_eq!(count(&mut conn, &keys, "h").await, Some(1));
+
+    let last = release(&mut conn, &keys, "h", "op-rel-2", OP_TTL)
+        .await
+        .unwrap();
+    assert_eq!(last, OwnerReply::Done { remaining: 0 });
+    // A new holder takes over; the old release replayed late must neither fail nor touch it.
+    let AcquireReply::Acquired { token: next, .. } =
+        acquire(&mut conn, &keys, "h2", LEASE).await.unwrap()
+    else {
+        panic!("released lock not free")
+    };
+    assert!(next > token);
+    assert_eq!(
+        release(&mut conn, &keys, "h", "op-rel-2", OP_TTL)
+            .await
+            .unwrap(),
+        last
+    );
+    assert_eq!(count(&mut conn, &keys, "h2").await, Some(1));
+    // The records expire: their memory is bounded by the op-record lifetime.
+    let ttl: i64 = conn.pttl(keys.op("op-rel-2")).await.unwrap();
+    assert!(ttl > 0 && ttl <= 10_000, "{ttl}");
+}
+
+#[tokio::test]
+async fn owner_checks_leave_another_holders_lock_alone() {
+    let (_server, mut conn, keys) = setup().await;
+    acquire(&mut conn, &keys, "owner", LEASE).await.unwrap();
+    assert_eq!(
+        release(&mut conn, &keys, "intruder", "op1", OP_TTL)
+            .await
+            .unwrap(),
+        OwnerReply::NotHeld
+    );
+    assert_eq!(
+        extend(&mut conn, &keys, "intruder", Duration::from_secs(600))
+            .await
+            .unwrap(),
+        OwnerReply::NotHeld
+    );
+    assert_eq!(
+        reenter(&mut conn, &keys, "intruder", "op2", OP_TTL)
+            .await
+            .unwrap(),
+        EnterReply::NotHeld
+    );
+    assert_eq!(count(&mut conn, &keys, "owner").await, Some(1));
+    let pttl: i64 = conn.pttl(&keys.lock).await.unwrap();
+    assert!(pttl <= 30_000);
+    // A failed owner check writes no record, so nothing is left to replay.
+    let exists: bool = conn.exists(keys.op("op1")).await.unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn cancel_undoes_exactly_the_cancelled_operation() {
+    let (_server, mut conn, keys) = setup().await;
+
+    // An acquisition that ran: the lock is freed.
+    acquire(&mut conn, &keys, "a", LEASE).await.unwrap();
+    let undone = cancel(&mut conn, &keys, "a", "a", CancelKind::Acquire, OP_TTL)
+        .await
+        .unwrap();
+    assert_eq!(undone, CancelReply::Undone { remaining: 0 });
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists);
+    // ... and if that acquisition arrives again (a slow re-send), it does nothing.
+    assert_eq!(
+        acquire(&mut conn, &keys, "a", LEASE).await.unwrap(),
+        AcquireReply::Cancelled
+    );
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists);
+
+    // An acquisition cancelled before it ran never runs.
+    assert_eq!(
+        cancel(&mut conn, &keys, "b", "b", CancelKind::Acquire, OP_TTL)
+            .await
+            .unwrap(),
+        CancelReply::NotRun
+    );
+    assert_eq!(
+        acquire(&mut conn, &keys, "b", LEASE).await.unwrap(),
+        AcquireReply::Cancelled
+    );
+
+    // A re-entry that ran is undone with exactly one decrement, however often cancel runs.
+    acquire(&mut conn, &keys, "c", LEASE).await.unwrap();
+    reenter(&mut conn, &keys, "c", "enter-1", OP_TTL)
+        .await
+        .unwrap();
+    reenter(&mut conn, &keys, "c", "enter-2", OP_TTL)
+        .await
+        .unwrap();
+    assert_eq!(count(&mut conn, &keys, "c").await, Some(3));
+    let undone = cancel(
+        &mut conn,
+        &keys,
+        "c",
+        "enter-1",
+        CancelKind::Reenter,
+        OP_TTL,
+    )
+    .await;
+    assert_eq!(undone.unwrap(), CancelReply::Undone { remaining: 2 });
+    let again = cancel(
+        &mut conn,
+        &keys,
+        "c",
+        "enter-1",
+        CancelKind::Reenter,
+        OP_TTL,
+    )
+    .await;
+    assert_eq!(again.unwrap(), CancelReply::NotRun);
+    assert_eq!(count(&mut conn, &keys, "c").await, Some(2));
+    assert_eq!(
+        reenter(&mut conn, &keys, "c", "enter-1", OP_TTL)
+            .await
+            .unwrap(),
+        EnterReply::Cancelled
+    );
+
+    // A re-entry cancelled before it ran leaves the count alone and never runs.
+    let not_run = cancel(
+        &mut conn,
+        &keys,
+        "c",
+        "enter-3",
+        CancelKind::Reenter,
+        OP_TTL,
+    )
+    .await;
+    assert_eq!(not_run.unwrap(), CancelReply::NotRun);
+    assert_eq!(
+        reenter(&mut conn, &keys, "c", "enter-3", OP_TTL)
+            .await
+            .unwrap(),
+        EnterReply::Cancelled
+    );
+    assert_eq!(count(&mut conn, &keys, "c").await, Some(2));
+}
+
+#[tokio::test]
+async fn the_scripts_run_after_script_flush() {
+    let (_server, mut conn, keys) = setup().await;
+    acquire(&mut conn, &keys, "h", LEASE).await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        release(&mut conn, &keys, "h", "op", OP_TTL).await.unwrap(),
+        OwnerReply::Done { remaining: 0 }
+    );
+}
+
+#[tokio::test]
+async fn tokens_are_exact_past_the_time_floor() {
+    let (_server, mut conn, keys) = setup().await;
+    // A counter far above the clock floor keeps counting by one, exactly.
+    let high = 9_007_199_254_740_000_u64;
+    let _: () = conn.set(&keys.fence, high).await.unwrap();
+    let AcquireReply::Acquired { token, .. } = acquire(&mut conn, &keys, "h", LEASE).await.unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(token.get(), high + 1);
+    release(&mut conn, &keys, "h", "op", OP_TTL).await.unwrap();
+    // At 2^53 the acquire refuses instead of issuing an inexact token, and changes nothing.
+    let _: () = conn
+        .set(&keys.fence, 9_007_199_254_740_991_u64)
+        .await
+        .unwrap();
+    let err = acquire(&mut conn, &keys, "h2", LEASE).await.unwrap_err();
+    assert!(matches!(err, crate::Error::TokenOverflow { .. }), "{err}");
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists);
+}
