@@ -1,0 +1,160 @@
+//! Cancelled acquires and re-entries never leave the lock held or a stray entry count: the
+//! futures are dropped at random points (before sending, while the request is on the wire,
+//! after it ran), hundreds of times. `FENCELOCK_CANCEL_CASES` raises the count (default 500).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, Fixture};
+use fencelock::{Lock, LockGuard};
+
+/// A small deterministic generator, so a failing case replays from its printed seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn cases() -> u64 {
+    std::env::var("FENCELOCK_CANCEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500)
+}
+
+/// Gives the future `f` a random amount of progress, then drops it if it has not finished.
+async fn cancel_at_random<T>(rng: &mut Rng, f: impl std::future::Future<Output = T>) -> Option<T> {
+    // Yields land before, during and after the round trip (a few dozen yields on this
+    // runtime); the occasional sleep lets the operation finish before it is dropped.
+    let yields = rng.below(120);
+    let sleep_us = if rng.below(4) == 0 {
+        rng.below(1500)
+    } else {
+        0
+    };
+    tokio::select! {
+        out = f => Some(out),
+        () = async {
+            for _ in 0..yields {
+                tokio::task::yield_now().await;
+            }
+            tokio::time::sleep(Duration::from_micros(sleep_us)).await;
+        } => None,
+    }
+}
+
+/// Operation records that `cancel.lua` wrote in the last few seconds (value "c").
+fn cancel_records(fx: &Fixture) -> usize {
+    use redis::Commands;
+    fx.keys("fencelock:{*}op:*")
+        .into_iter()
+        .filter(|k| fx.raw().get::<_, Option<String>>(k).unwrap().as_deref() == Some("c"))
+        .count()
+}
+
+async fn release_all(guards: Vec<LockGuard>) {
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquires_never_leave_the_lock_held() {
+    let fx = Fixture::start();
+    let (a, b) = (fx.client().await, fx.client().await);
+    let seed = 0x5eed_0001;
+    let mut rng = Rng(seed);
+    let mut won = 0;
+    for case in 0..cases() {
+        let lock: Lock = a.lock("cancel-acquire").unwrap();
+        // Half the time someone else holds it and lets go at a random moment.
+        let other = if rng.below(2) == 0 {
+            Some(b.lock("cancel-acquire").unwrap().acquire().await.unwrap())
+        } else {
+            None
+        };
+        let releaser = other.map(|guard| {
+            let delay = rng.below(2_000);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_micros(delay)).await;
+                guard.release().await.unwrap();
+            })
+        });
+        let outcome = if rng.below(2) == 0 {
+            cancel_at_random(&mut rng, lock.acquire())
+                .await
+                .map(|r| Some(r.unwrap()))
+        } else {
+            cancel_at_random(&mut rng, lock.try_acquire())
+                .await
+                .map(|r| r.unwrap())
+        };
+        if let Some(Some(guard)) = outcome {
+            won += 1;
+            release_all(vec![guard]).await;
+        }
+        if let Some(releaser) = releaser {
+            releaser.await.unwrap();
+        }
+        assert!(
+            eventually(Duration::from_secs(3), || fx
+                .lock_key("cancel-acquire")
+                .is_none())
+            .await,
+            "case {case} (seed {seed:#x}): the lock stayed held: {:?}",
+            fx.lock_state("cancel-acquire")
+        );
+    }
+    // Both outcomes were exercised, and some cancels hit a request already on its way.
+    assert!(won > 0 && won < cases(), "won {won} of {}", cases());
+    assert!(
+        cancel_records(&fx) > 0,
+        "no cancel ever ran against an in-flight request"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_reentries_never_leave_a_stray_count() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let seed = 0x5eed_0002;
+    let mut rng = Rng(seed);
+    let lock = client.lock("cancel-reenter").unwrap();
+    let mut entered = 0;
+    for case in 0..cases() {
+        let outer = lock.acquire().await.unwrap();
+        if let Some(inner) = cancel_at_random(&mut rng, outer.reenter()).await {
+            entered += 1;
+            inner.unwrap().release().await.unwrap();
+        }
+        let holder = outer.holder_id().to_owned();
+        assert!(
+            eventually(Duration::from_secs(3), || {
+                fx.lock_state("cancel-reenter").map(|s| s.0) == Some(vec![(holder.clone(), 1)])
+            })
+            .await,
+            "case {case} (seed {seed:#x}): {:?}",
+            fx.lock_state("cancel-reenter")
+        );
+        outer.release().await.unwrap();
+        assert!(fx.lock_key("cancel-reenter").is_none(), "case {case}");
+    }
+    assert!(
+        entered > 0 && entered < cases(),
+        "entered {entered} of {}",
+        cases()
+    );
+    assert!(
+        cancel_records(&fx) > 0,
+        "no cancel ever ran against an in-flight request"
+    );
+}

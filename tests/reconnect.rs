@@ -1,0 +1,146 @@
+//! Redis restarts and killed connections while locks are held and waiters wait.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, Fixture};
+use fencelock::LockClient;
+
+async fn watched_client(fx: &Fixture, lease: Duration) -> LockClient {
+    LockClient::builder(fx.server.url())
+        .default_lease(lease)
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_persistence_keeps_the_holder_and_the_waiters_finish() {
+    let mut fx = Fixture::with_persistence();
+    let holder_client = watched_client(&fx, Duration::from_secs(3)).await;
+    let waiter_client = fx.client().await;
+    let guard = holder_client
+        .lock("survivor")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let token = guard.token();
+    let waiter_lock = waiter_client.lock("survivor").unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = waiter_lock
+            .acquire_timeout(Duration::from_secs(30))
+            .await
+            .unwrap();
+        let token = guard.token();
+        guard.release().await.unwrap();
+        token
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    fx.server.restart().unwrap();
+    // The AOF brought the lock back; the watchdog reconnects and keeps renewing it.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        guard.is_valid(),
+        "the holder kept its lock across the restart"
+    );
+    assert!(fx.lock_key("survivor").is_some());
+    assert!(!waiter.is_finished(), "the waiter must still be waiting");
+
+    guard.release().await.unwrap();
+    let waiter_token = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter finished after the release")
+        .unwrap();
+    assert!(waiter_token > token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_tells_the_holder_it_lost_the_lock() {
+    let mut fx = Fixture::start();
+    let client = watched_client(&fx, Duration::from_millis(900)).await;
+    let guard = client.lock("forgotten").unwrap().acquire().await.unwrap();
+    let token = guard.token();
+    fx.server.restart().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("the holder learns it lost the lock");
+    assert!(!guard.is_valid());
+    // The next holder's token is still greater (the counter was lost, the clock floor was not).
+    let next = client.lock("forgotten").unwrap().acquire().await.unwrap();
+    assert!(next.token() > token);
+    assert!(guard.release().await.unwrap_err().is_not_held());
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_waiters_connection_does_not_strand_it() {
+    let fx = Fixture::start();
+    let holder_client = fx.client().await;
+    let waiter_client = fx.client().await;
+    let guard = holder_client
+        .lock("killed")
+        .unwrap()
+        .with_lease(Duration::from_secs(60))
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let waiter_lock = waiter_client.lock("killed").unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = waiter_lock
+            .acquire_timeout(Duration::from_secs(30))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // Kill every connection that has subscriptions: the waiter's.
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut fx.raw())
+        .unwrap();
+    assert!(killed >= 1, "the waiter's connection was subscribed");
+    // It reconnects and subscribes again by itself.
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let channels: Vec<Vec<u8>> = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .query(&mut fx.raw())
+                .unwrap();
+            !channels.is_empty()
+        })
+        .await
+    );
+    guard.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter acquired after the release, well before the 60 s lease")
+        .unwrap();
+    assert!(fx.lock_key("killed").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_every_connection_keeps_the_holder_and_the_watchdog_resumes() {
+    let fx = Fixture::start();
+    let client = watched_client(&fx, Duration::from_millis(900)).await;
+    let guard = client.lock("resumed").unwrap().acquire().await.unwrap();
+    for _ in 0..3 {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query(&mut fx.raw())
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(guard.is_valid(), "renewal resumed after the reconnects");
+    assert!(fx.lock_key("resumed").is_some());
+    guard.release().await.unwrap();
+}
