@@ -22,9 +22,18 @@ use crate::Error;
 /// an operator can create) before it asks Redis again.
 const UNKNOWN_LEASE_RECHECK: Duration = Duration::from_secs(1);
 
+/// Upper bound of the random delay before a waiter retries after its lease timer fired or the
+/// connection was re-established. Those wake-ups hit every process at once (the lease ends for
+/// all of them at the same moment; a restarted server drops every client together), so they
+/// are spread out. A release message is not delayed: it wakes one waiter per process, which is
+/// a handful of script calls, and every microsecond of delay is handoff latency.
+const HERD_JITTER: Duration = Duration::from_millis(20);
+
 const SIGNAL_NONE: u8 = 0;
 /// The lock may be free: go to Redis.
 const SIGNAL_RELEASED: u8 = 1;
+/// The connection was re-established and messages may have been lost: go to Redis, jittered.
+const SIGNAL_RECONNECTED: u8 = 2;
 
 /// The local waiters of one client, by lock channel.
 #[derive(Default)]
@@ -53,10 +62,17 @@ struct Slot {
 }
 
 impl Slot {
-    fn wake(&self) {
-        self.signal.store(SIGNAL_RELEASED, Ordering::Release);
+    fn wake(&self, signal: u8) {
+        self.signal.store(signal, Ordering::Release);
         self.notify.notify_one();
     }
+}
+
+/// A uniformly random delay in `[0, HERD_JITTER)`.
+fn herd_jitter() -> Duration {
+    let random = uuid::Uuid::new_v4().as_u128();
+    let micros = (random % HERD_JITTER.as_micros()) as u64;
+    Duration::from_micros(micros)
 }
 
 /// What ended a wait.
@@ -130,7 +146,7 @@ impl Waiters {
     pub(crate) fn on_release(&self, channel: &[u8]) {
         let queues = self.queues.lock();
         if let Some(head) = queues.get(channel).and_then(|q| q.slots.front()) {
-            head.wake();
+            head.wake(SIGNAL_RELEASED);
         }
     }
 
@@ -138,7 +154,7 @@ impl Waiters {
     pub(crate) fn on_reconnect(&self) {
         for queue in self.queues.lock().values() {
             if let Some(head) = queue.slots.front() {
-                head.wake();
+                head.wake(SIGNAL_RECONNECTED);
             }
         }
     }
@@ -153,11 +169,13 @@ impl Waiters {
         if let Some(lease) = acquired_lease {
             queue.lease_end = Some(Instant::now() + lease);
         }
-        let unclaimed_wake = slot.signal.load(Ordering::Acquire) == SIGNAL_RELEASED;
+        let unclaimed_wake = slot.signal.load(Ordering::Acquire);
         match queue.slots.front() {
             // A head that leaves with a wake it did not use (cancelled, timed out) hands it on,
             // or that release would be lost for everyone behind it.
-            Some(next) if was_head && unclaimed_wake && acquired_lease.is_none() => next.wake(),
+            Some(next) if was_head && unclaimed_wake != SIGNAL_NONE && acquired_lease.is_none() => {
+                next.wake(unclaimed_wake)
+            }
             // A new head re-arms its timer from the queue's lease estimate.
             Some(next) if was_head => next.notify.notify_one(),
             Some(_) => {}
@@ -223,18 +241,10 @@ impl WaitEntry {
     /// is handed on when the entry leaves the queue.
     pub(crate) async fn wait(&self, deadline: Option<Instant>) -> Wake {
         loop {
-            if self
-                .slot
-                .signal
-                .compare_exchange(
-                    SIGNAL_RELEASED,
-                    SIGNAL_NONE,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-            {
-                return Wake::Try;
+            match self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel) {
+                SIGNAL_RELEASED => return Wake::Try,
+                SIGNAL_RECONNECTED => return self.jittered(deadline).await,
+                _ => {}
             }
             let timer = {
                 let queues = self.waiters.queues.lock();
@@ -261,11 +271,28 @@ impl WaitEntry {
                                 return Wake::Deadline;
                             }
                             if timer.is_some_and(|t| Instant::now() >= t) {
-                                return Wake::Try;
+                                return self.jittered(deadline).await;
                             }
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+impl WaitEntry {
+    /// Waits a random moment before trying, but never past the deadline.
+    async fn jittered(&self, deadline: Option<Instant>) -> Wake {
+        let at = Instant::now() + herd_jitter();
+        match deadline {
+            Some(d) if d <= at => {
+                tokio::time::sleep_until(d.into()).await;
+                Wake::Deadline
+            }
+            _ => {
+                tokio::time::sleep_until(at.into()).await;
+                Wake::Try
             }
         }
     }

@@ -38,8 +38,10 @@
 
 mod ports;
 mod process;
+mod proxy;
 mod redis_server;
 
+pub use proxy::{Direction, DirectionStats, Fault, FaultProxy, Stats};
 pub use redis_server::{RedisServer, RedisServerBuilder};
 
 /// Environment variable that names the `redis-server` binary to run,
