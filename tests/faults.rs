@@ -1,0 +1,147 @@
+//! Lost replies, slow replies and partitions between the client and Redis, injected by the
+//! harness' fault proxy: retries apply at most once, and a late reply is reported as lost.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, Fixture};
+use fencelock::testing::{Direction, FaultProxy};
+use fencelock::LockClient;
+use redis::Commands;
+
+struct Faulty {
+    fx: Fixture,
+    proxy: FaultProxy,
+}
+
+impl Faulty {
+    fn start() -> Faulty {
+        let fx = Fixture::start();
+        let proxy = FaultProxy::start(fx.server.addr()).unwrap();
+        Faulty { fx, proxy }
+    }
+
+    async fn client(&self) -> LockClient {
+        LockClient::connect(&self.proxy.url()).await.unwrap()
+    }
+
+    /// Lets `request` reach Redis and run, then kills the connection before the reply gets
+    /// back: the client cannot know whether it ran, which is what a retry must survive.
+    async fn lose_reply_of<T>(
+        &self,
+        ran: impl Fn(&Fixture) -> bool,
+        request: impl std::future::Future<Output = T>,
+    ) -> T {
+        self.proxy.blackhole(Direction::Downstream);
+        let (out, ()) = tokio::join!(request, async {
+            assert!(eventually(Duration::from_secs(5), || ran(&self.fx)).await);
+            self.proxy.reset_all();
+            self.proxy.heal();
+        });
+        out
+    }
+}
+
+fn fence_value(fx: &Fixture) -> u64 {
+    let counter = fx.keys("fencelock:{*}fence").pop().expect("a fence counter");
+    fx.raw().get(counter).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_reply_was_lost_is_retried_without_a_second_token() {
+    let faulty = Faulty::start();
+    let client = faulty.client().await;
+    let lock = client.lock("retried").unwrap();
+    // Load the scripts first, so the lost request is the acquire itself.
+    lock.acquire().await.unwrap().release().await.unwrap();
+
+    let guard = faulty
+        .lose_reply_of(|fx| fx.lock_key("retried").is_some(), lock.acquire())
+        .await
+        .unwrap();
+    let (holders, token) = faulty.fx.lock_state("retried").unwrap();
+    assert_eq!(holders, vec![(guard.holder_id().to_owned(), 1)], "no double count");
+    assert_eq!(token, guard.token().get());
+    assert_eq!(fence_value(&faulty.fx), token, "exactly one token was issued");
+    guard.release().await.unwrap();
+    assert!(faulty.fx.lock_key("retried").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_and_a_release_whose_replies_were_lost_apply_once() {
+    let faulty = Faulty::start();
+    let client = faulty.client().await;
+    let lock = client.lock("counted").unwrap();
+    let outer = lock.acquire().await.unwrap();
+    outer.reenter().await.unwrap().release().await.unwrap();
+    let holder = outer.holder_id().to_owned();
+    let count_is = |n: u64| {
+        let holder = holder.clone();
+        move |fx: &Fixture| fx.lock_state("counted").map(|s| s.0) == Some(vec![(holder.clone(), n)])
+    };
+
+    let inner = faulty.lose_reply_of(count_is(2), outer.reenter()).await.unwrap();
+    assert!(count_is(2)(&faulty.fx), "one re-entry, not two");
+    faulty.lose_reply_of(count_is(1), inner.release()).await.unwrap();
+    assert!(count_is(1)(&faulty.fx), "one decrement, not two");
+    faulty
+        .lose_reply_of(|fx| fx.lock_key("counted").is_none(), outer.release())
+        .await
+        .unwrap();
+    assert!(faulty.fx.lock_key("counted").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_reply_that_arrives_after_the_lease_is_reported_lost_at_once() {
+    let faulty = Faulty::start();
+    let client = LockClient::builder(faulty.proxy.url())
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let lock = client
+        .lock("late")
+        .unwrap()
+        .with_lease(Duration::from_millis(100))
+        .unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+
+    faulty.proxy.delay(Direction::Downstream, Duration::from_millis(300));
+    let guard = lock.acquire().await.unwrap();
+    faulty.proxy.heal();
+    assert!(!guard.is_valid(), "the lease ended before the reply arrived");
+    tokio::time::timeout(Duration::from_millis(50), guard.lost())
+        .await
+        .expect("lost() resolves at once");
+    let _ = guard.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_from_redis_ends_the_lease_and_fires_the_lost_signal() {
+    let faulty = Faulty::start();
+    let client = LockClient::builder(faulty.proxy.url())
+        .default_lease(Duration::from_millis(900))
+        .response_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let guard = client.lock("partitioned").unwrap().acquire().await.unwrap();
+    faulty.proxy.blackhole(Direction::Both);
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("renewals fail until the lease runs out, then the holder is told");
+    assert!(!guard.is_valid());
+    // The lost signal fired no later than the server-side lease: by then the key is gone or
+    // about to be, and another client (not partitioned) can take the lock.
+    let other = faulty.fx.client().await;
+    let next = other
+        .lock("partitioned")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(next.token() > guard.token());
+    faulty.proxy.heal();
+    next.release().await.unwrap();
+}
