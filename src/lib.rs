@@ -40,3 +40,8 @@ pub use guard::LockGuard;
 pub use lock::Lock;
 pub use protocol::keys::MAX_NAME_LEN;
 pub use token::FencingToken;
+
+/// The README's examples, compiled as doc tests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
