@@ -44,7 +44,10 @@ impl Faulty {
 }
 
 fn fence_value(fx: &Fixture) -> u64 {
-    let counter = fx.keys("fencelock:{*}fence").pop().expect("a fence counter");
+    let counter = fx
+        .keys("fencelock:{*}fence")
+        .pop()
+        .expect("a fence counter");
     fx.raw().get(counter).unwrap()
 }
 
@@ -61,9 +64,17 @@ async fn an_acquire_whose_reply_was_lost_is_retried_without_a_second_token() {
         .await
         .unwrap();
     let (holders, token) = faulty.fx.lock_state("retried").unwrap();
-    assert_eq!(holders, vec![(guard.holder_id().to_owned(), 1)], "no double count");
+    assert_eq!(
+        holders,
+        vec![(guard.holder_id().to_owned(), 1)],
+        "no double count"
+    );
     assert_eq!(token, guard.token().get());
-    assert_eq!(fence_value(&faulty.fx), token, "exactly one token was issued");
+    assert_eq!(
+        fence_value(&faulty.fx),
+        token,
+        "exactly one token was issued"
+    );
     guard.release().await.unwrap();
     assert!(faulty.fx.lock_key("retried").is_none());
 }
@@ -81,9 +92,15 @@ async fn a_reentry_and_a_release_whose_replies_were_lost_apply_once() {
         move |fx: &Fixture| fx.lock_state("counted").map(|s| s.0) == Some(vec![(holder.clone(), n)])
     };
 
-    let inner = faulty.lose_reply_of(count_is(2), outer.reenter()).await.unwrap();
+    let inner = faulty
+        .lose_reply_of(count_is(2), outer.reenter())
+        .await
+        .unwrap();
     assert!(count_is(2)(&faulty.fx), "one re-entry, not two");
-    faulty.lose_reply_of(count_is(1), inner.release()).await.unwrap();
+    faulty
+        .lose_reply_of(count_is(1), inner.release())
+        .await
+        .unwrap();
     assert!(count_is(1)(&faulty.fx), "one decrement, not two");
     faulty
         .lose_reply_of(|fx| fx.lock_key("counted").is_none(), outer.release())
@@ -107,10 +124,15 @@ async fn an_acquire_reply_that_arrives_after_the_lease_is_reported_lost_at_once(
         .unwrap();
     lock.acquire().await.unwrap().release().await.unwrap();
 
-    faulty.proxy.delay(Direction::Downstream, Duration::from_millis(300));
+    faulty
+        .proxy
+        .delay(Direction::Downstream, Duration::from_millis(300));
     let guard = lock.acquire().await.unwrap();
     faulty.proxy.heal();
-    assert!(!guard.is_valid(), "the lease ended before the reply arrived");
+    assert!(
+        !guard.is_valid(),
+        "the lease ended before the reply arrived"
+    );
     tokio::time::timeout(Duration::from_millis(50), guard.lost())
         .await
         .expect("lost() resolves at once");
