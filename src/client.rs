@@ -12,7 +12,7 @@ use crate::builder::LockClientBuilder;
 use crate::protocol::keys::{validate_name, LockKeys};
 use crate::wait::Waiters;
 use crate::watchdog::{self, Watchdog};
-use crate::{Error, Lock};
+use crate::{Error, FencedResource, Lock};
 
 /// Default prefix of every key and channel.
 pub(crate) const DEFAULT_PREFIX: &str = "fencelock:";
@@ -168,6 +168,18 @@ impl LockClient {
         validate_name(name)?;
         let keys = LockKeys::new(&self.inner.config.prefix, name);
         Ok(Lock::new(self.clone(), name.into(), keys))
+    }
+
+    /// A fenced resource called `name`: a value, number, hash or list in Redis whose writes
+    /// are refused when they carry a token older than one it has already accepted. Names
+    /// follow the rules of [`LockClient::lock`]; a resource and a lock may share a name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or over-long name.
+    pub fn resource(&self, name: impl AsRef<[u8]>) -> Result<FencedResource, Error> {
+        let name = name.as_ref();
+        validate_name(name)?;
+        Ok(FencedResource::new(self.clone(), name))
     }
 
     /// This client's random id (a UUID v4): the first part of every holder and operation id it

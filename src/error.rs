@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::FencingToken;
+
 /// Everything that can go wrong when taking, holding or releasing a lock.
 ///
 /// Match on the variants or use the predicates (`is_timeout()`, `is_not_held()`, ...), which stay
@@ -60,6 +62,17 @@ pub enum Error {
         detail: String,
     },
 
+    /// A fenced write was refused because a newer token has already written to the resource:
+    /// the writer's lock was taken over while it still believed it held it. Nothing was
+    /// written.
+    #[error("stale fencing token {presented}: the resource has already accepted {latest}")]
+    StaleToken {
+        /// The token the refused write carried.
+        presented: FencingToken,
+        /// The highest token the resource has accepted.
+        latest: FencingToken,
+    },
+
     /// The fence counter cannot issue another exact token (it reached 2^53).
     #[error("the fence counter is exhausted: {detail}")]
     TokenOverflow {
@@ -87,6 +100,11 @@ impl Error {
     /// The deadline passed before the lock could be taken.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout { .. })
+    }
+
+    /// A fenced write was refused because a newer holder has written.
+    pub fn is_stale_token(&self) -> bool {
+        matches!(self, Error::StaleToken { .. })
     }
 
     /// The guard's holder does not hold the lock any more.

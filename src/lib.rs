@@ -26,6 +26,7 @@ mod holder;
 mod lease;
 mod lock;
 mod protocol;
+mod resource;
 mod token;
 mod wait;
 mod watchdog;
@@ -39,6 +40,7 @@ pub use error::Error;
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use protocol::keys::MAX_NAME_LEN;
+pub use resource::FencedResource;
 pub use token::FencingToken;
 
 /// The README's examples, compiled as doc tests so they cannot drift from the API.

@@ -35,37 +35,50 @@ pub(crate) struct LockKeys {
 impl LockKeys {
     /// Lays out the keys for `name` under `prefix`. Both must have been validated.
     pub(crate) fn new(prefix: &[u8], name: &[u8]) -> Self {
-        let tag = slot_tag(usize::from(crc16(name)) % SLOTS);
-        let mut base = Vec::with_capacity(prefix.len() + tag.len() + 2);
-        base.extend_from_slice(prefix);
-        base.push(b'{');
-        base.extend_from_slice(tag.as_bytes());
-        base.push(b'}');
-
-        // The tag never contains '}', so the first '}' after the prefix ends it and everything
-        // after the marker is the name verbatim: distinct names give distinct keys, whatever
-        // bytes (braces included) the name holds.
-        let with = |marker: &[u8], rest: &[u8]| {
-            let mut key = Vec::with_capacity(base.len() + marker.len() + rest.len());
-            key.extend_from_slice(&base);
-            key.extend_from_slice(marker);
-            key.extend_from_slice(rest);
-            key
-        };
+        let base = slot_base(prefix, name);
         LockKeys {
-            lock: with(b"lock:", name),
-            fence: with(b"fence", b""),
-            op_prefix: with(b"op:", b""),
+            lock: [&base[..], b"lock:", name].concat(),
+            fence: [&base[..], b"fence"].concat(),
+            op_prefix: [&base[..], b"op:"].concat(),
         }
     }
 
     /// The record key of one operation on this lock.
     pub(crate) fn op(&self, op_id: &str) -> Vec<u8> {
-        let mut key = Vec::with_capacity(self.op_prefix.len() + op_id.len());
-        key.extend_from_slice(&self.op_prefix);
-        key.extend_from_slice(op_id.as_bytes());
-        key
+        [&self.op_prefix[..], op_id.as_bytes()].concat()
     }
+}
+
+/// The keys of one fenced resource: its data and its high-water mark, in one slot.
+#[derive(Clone, Debug)]
+pub(crate) struct ResourceKeys {
+    pub(crate) data: Vec<u8>,
+    pub(crate) mark: Vec<u8>,
+    op_prefix: Vec<u8>,
+}
+
+impl ResourceKeys {
+    /// Lays out the keys for resource `name` under `prefix`. Both must have been validated.
+    pub(crate) fn new(prefix: &[u8], name: &[u8]) -> Self {
+        let base = slot_base(prefix, name);
+        ResourceKeys {
+            data: [&base[..], b"data:", name].concat(),
+            mark: [&base[..], b"mark:", name].concat(),
+            op_prefix: [&base[..], b"op:"].concat(),
+        }
+    }
+
+    pub(crate) fn op(&self, op_id: &str) -> Vec<u8> {
+        [&self.op_prefix[..], op_id.as_bytes()].concat()
+    }
+}
+
+/// `prefix{tag}`: the start of every key of `name`. The tag never contains '}', so the first
+/// '}' after the prefix ends it and everything after the marker that follows is the name
+/// verbatim: distinct names give distinct keys, whatever bytes (braces included) they hold.
+fn slot_base(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    let tag = slot_tag(usize::from(crc16(name)) % SLOTS);
+    [prefix, b"{", tag.as_bytes(), b"}"].concat()
 }
 
 /// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes. Any bytes are allowed.

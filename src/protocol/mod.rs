@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use crate::{Error, FencingToken};
-pub(crate) use keys::LockKeys;
+pub(crate) use keys::{LockKeys, ResourceKeys};
 use scripts::scripts;
 
 /// Outcome of `acquire.lua`.
@@ -202,6 +202,69 @@ pub(crate) async fn renew<C: ConnectionLike>(
     Ok(reply.into_iter().map(|r| r == 1).collect())
 }
 
+/// One write to a fenced resource.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Write<'a> {
+    Set(&'a [u8]),
+    IncrBy(i64),
+    SetFields(&'a [(&'a [u8], &'a [u8])]),
+    Push(&'a [&'a [u8]]),
+    Delete,
+}
+
+/// Outcome of `fenced_write.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteReply {
+    /// Applied; the number the write produced (new value, new length) or 0.
+    Accepted(i64),
+    Stale {
+        latest: FencingToken,
+    },
+}
+
+pub(crate) async fn fenced_write<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &ResourceKeys,
+    token: FencingToken,
+    op_id: &str,
+    op_ttl: Duration,
+    write: Write<'_>,
+) -> Result<WriteReply, Error> {
+    let mut call = scripts().fenced_write.prepare_invoke();
+    call.key(&keys.data)
+        .key(&keys.mark)
+        .key(keys.op(op_id))
+        .arg(token.get())
+        .arg(millis(op_ttl));
+    match write {
+        Write::Set(value) => call.arg("set").arg(value),
+        Write::IncrBy(delta) => call.arg("incrby").arg(delta),
+        Write::SetFields(fields) => {
+            call.arg("hset");
+            for (field, value) in fields {
+                call.arg(*field).arg(*value);
+            }
+            &mut call
+        }
+        Write::Push(items) => {
+            call.arg("rpush");
+            for item in items {
+                call.arg(*item);
+            }
+            &mut call
+        }
+        Write::Delete => call.arg("del"),
+    };
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(map_err)?;
+    match reply.as_slice() {
+        [1, result] => Ok(WriteReply::Accepted(*result)),
+        [0, latest] => Ok(WriteReply::Stale {
+            latest: token_from(*latest)?,
+        }),
+        other => Err(unexpected("fenced_write", other)),
+    }
+}
+
 fn owner_reply(script: &str, reply: &[i64]) -> Result<OwnerReply, Error> {
     match reply {
         [1] => Ok(OwnerReply::Done { remaining: 0 }),
@@ -240,6 +303,7 @@ fn map_err(err: redis::RedisError) -> Error {
     match err.code() {
         Some("FENCELOCK_WRONGTYPE") | Some("WRONGTYPE") => Error::WrongType { detail: detail() },
         Some("FENCELOCK_OVERFLOW") => Error::TokenOverflow { detail: detail() },
+        Some("FENCELOCK_BADARG") => Error::Protocol(detail()),
         _ => Error::Redis(err),
     }
 }

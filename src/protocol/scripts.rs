@@ -15,6 +15,7 @@ pub(crate) struct Scripts {
     pub(crate) extend: Script,
     pub(crate) cancel: Script,
     pub(crate) renew: Script,
+    pub(crate) fenced_write: Script,
 }
 
 /// The scripts, hashed on first use.
@@ -27,5 +28,6 @@ pub(crate) fn scripts() -> &'static Scripts {
         extend: Script::new(include_str!("../../lua/extend.lua")),
         cancel: Script::new(include_str!("../../lua/cancel.lua")),
         renew: Script::new(include_str!("../../lua/renew.lua")),
+        fenced_write: Script::new(include_str!("../../lua/fenced_write.lua")),
     })
 }

@@ -1,0 +1,92 @@
+-- fenced_write.lua: apply one write to a resource only if the writer's fencing token is not
+-- older than any token the resource has accepted, and remember the newest token.
+--
+-- KEYS[1]  resource data    string (set, incrby), hash (hset) or list (rpush); any type (del)
+-- KEYS[2]  high-water mark  string: the highest token accepted for this resource; no expiry
+-- KEYS[3]  op record        string: this write's reply, kept ARGV[2] ms so a re-sent request
+--                           replays instead of applying twice (an increment must not double)
+-- ARGV[1]  token            positive integer below 2^53
+-- ARGV[2]  op record lifetime in ms
+-- ARGV[3]  kind             "set" | "incrby" | "hset" | "rpush" | "del"
+-- ARGV[4..] payload         set: value; incrby: integer delta; hset: field, value, ...;
+--                           rpush: element, ...; del: nothing
+--
+-- Returns  {1, result}      accepted (token >= high-water mark): the write was applied and the
+--                           mark is now max(mark, token); result is the new number for incrby,
+--                           the new length for rpush, 0 otherwise
+--          {0, latest}      stale (token < mark): nothing was written; latest is the mark
+-- Errors   FENCELOCK_WRONGTYPE  a key holds a type this write cannot apply to; nothing modified
+--          FENCELOCK_BADARG     the token or delta is not a valid integer; nothing modified
+--
+-- ">=" and not ">": one holder writes many times with the same token. The mark is a separate
+-- key so that deleting the data (kind "del", or an operator) does not reset the fence.
+local done = redis.call('GET', KEYS[3])
+if done then
+  return {1, tonumber(done)}
+end
+
+local token = tonumber(ARGV[1])
+if not token or token < 1 or token >= 9007199254740992 or token % 1 ~= 0 then
+  return redis.error_reply('FENCELOCK_BADARG fencing token must be a positive integer below 2^53')
+end
+
+local mark = 0
+local mark_kind = redis.call('TYPE', KEYS[2])['ok']
+if mark_kind == 'string' then
+  mark = tonumber(redis.call('GET', KEYS[2]))
+  if mark == nil then
+    return redis.error_reply('FENCELOCK_WRONGTYPE high-water mark does not hold an integer')
+  end
+elseif mark_kind ~= 'none' then
+  return redis.error_reply('FENCELOCK_WRONGTYPE high-water mark holds a ' .. mark_kind)
+end
+if token < mark then
+  return {0, mark}
+end
+
+local kind = ARGV[3]
+local data_kind = redis.call('TYPE', KEYS[1])['ok']
+local function expect(allowed)
+  return data_kind == 'none' or data_kind == allowed
+end
+
+local result = 0
+if kind == 'set' then
+  if not expect('string') then
+    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a string')
+  end
+  redis.call('SET', KEYS[1], ARGV[4])
+elseif kind == 'incrby' then
+  if not expect('string') then
+    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a number')
+  end
+  local delta = tonumber(ARGV[4])
+  local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if not delta or delta % 1 ~= 0 then
+    return redis.error_reply('FENCELOCK_BADARG delta must be an integer')
+  end
+  if current == nil then
+    return redis.error_reply('FENCELOCK_WRONGTYPE resource does not hold an integer')
+  end
+  result = redis.call('INCRBY', KEYS[1], ARGV[4])
+elseif kind == 'hset' then
+  if not expect('hash') then
+    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a hash')
+  end
+  redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+elseif kind == 'rpush' then
+  if not expect('list') then
+    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a list')
+  end
+  result = redis.call('RPUSH', KEYS[1], unpack(ARGV, 4))
+elseif kind == 'del' then
+  redis.call('DEL', KEYS[1])
+else
+  return redis.error_reply('FENCELOCK_BADARG unknown write kind ' .. tostring(kind))
+end
+
+if token > mark then
+  redis.call('SET', KEYS[2], ARGV[1])
+end
+redis.call('SET', KEYS[3], result, 'PX', ARGV[2])
+return {1, result}

@@ -1,0 +1,193 @@
+//! A value in Redis that only accepts writes carrying a current fencing token.
+
+use std::sync::Arc;
+
+use redis::AsyncCommands;
+
+use crate::protocol::{self, ResourceKeys, Write, WriteReply};
+use crate::{Error, FencingToken, LockClient};
+
+/// A resource stored in Redis whose writes are fenced: a write carrying a token older than the
+/// newest token the resource has accepted is refused with [`Error::StaleToken`] and writes
+/// nothing. Made by [`LockClient::resource`].
+///
+/// This is the storage side of the lock: a holder that paused past its lease (GC, `SIGSTOP`)
+/// and wakes up after another holder took over still has its old token, so its late writes
+/// are rejected even though it believes it holds the lock. Each write checks and records the
+/// token atomically, in one script, next to the data (same cluster slot); the high-water mark
+/// never expires and survives deletion of the data.
+///
+/// Guard one resource with one lock (tokens of different locks are not ordered against each
+/// other), and send every write with the guard's token. A value, a number, a hash or a list
+/// are supported; each write is applied at most once even when the request is re-sent.
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+/// let lock = client.lock("account:42")?;
+/// let balance = client.resource("balance:42")?;
+///
+/// let guard = lock.acquire().await?;
+/// let cents = balance.get_i64().await?.unwrap_or(0);
+/// if cents >= 500 {
+///     // Refused with Error::StaleToken if a newer holder has written meanwhile.
+///     balance.incr_by(guard.token(), -500).await?;
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FencedResource {
+    client: LockClient,
+    name: Arc<[u8]>,
+    keys: Arc<ResourceKeys>,
+}
+
+impl std::fmt::Debug for FencedResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedResource")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .finish_non_exhaustive()
+    }
+}
+
+impl FencedResource {
+    pub(crate) fn new(client: LockClient, name: &[u8]) -> FencedResource {
+        let keys = ResourceKeys::new(client.prefix(), name);
+        FencedResource {
+            client,
+            name: name.into(),
+            keys: Arc::new(keys),
+        }
+    }
+
+    /// The resource's name, as given to [`LockClient::resource`].
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// Sets the resource to `value` (a string value).
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when a newer token has written (nothing written);
+    /// [`Error::WrongType`] when the resource holds a hash or list.
+    ///
+    /// # Cancel safety
+    /// The write may or may not have been applied when the future is dropped; a write is
+    /// applied at most once.
+    pub async fn set(&self, token: FencingToken, value: impl AsRef<[u8]>) -> Result<(), Error> {
+        self.write(token, Write::Set(value.as_ref()))
+            .await
+            .map(drop)
+    }
+
+    /// Adds `delta` (negative to subtract) to the resource's integer value (absent counts as
+    /// 0) and returns the new value. A re-sent request is applied once, not twice.
+    ///
+    /// # Errors
+    /// As [`FencedResource::set`]; [`Error::Redis`] if the result would overflow `i64`.
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::set`].
+    pub async fn incr_by(&self, token: FencingToken, delta: i64) -> Result<i64, Error> {
+        self.write(token, Write::IncrBy(delta)).await
+    }
+
+    /// Sets fields of the resource's hash.
+    ///
+    /// # Errors
+    /// As [`FencedResource::set`]; [`Error::InvalidConfig`] for an empty field list (nothing
+    /// sent).
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::set`].
+    pub async fn set_fields(
+        &self,
+        token: FencingToken,
+        fields: &[(&[u8], &[u8])],
+    ) -> Result<(), Error> {
+        if fields.is_empty() {
+            return Err(Error::InvalidConfig {
+                reason: "set_fields needs at least one field".into(),
+            });
+        }
+        self.write(token, Write::SetFields(fields)).await.map(drop)
+    }
+
+    /// Appends items to the resource's list (a ledger) and returns its new length.
+    ///
+    /// # Errors
+    /// As [`FencedResource::set_fields`].
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::set`].
+    pub async fn push(&self, token: FencingToken, items: &[&[u8]]) -> Result<u64, Error> {
+        if items.is_empty() {
+            return Err(Error::InvalidConfig {
+                reason: "push needs at least one item".into(),
+            });
+        }
+        let len = self.write(token, Write::Push(items)).await?;
+        u64::try_from(len).map_err(|_| Error::Protocol(format!("list length {len}")))
+    }
+
+    /// Deletes the resource's data; the high-water mark stays, so older tokens remain refused.
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when a newer token has written (nothing deleted).
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::set`].
+    pub async fn delete(&self, token: FencingToken) -> Result<(), Error> {
+        self.write(token, Write::Delete).await.map(drop)
+    }
+
+    /// The resource's string value, if any. Reads are not fenced: read under the lock, then
+    /// write with its token, and a stale holder's write is refused.
+    pub async fn get(&self) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.client.conn().get(&self.keys.data).await?)
+    }
+
+    /// The resource's value as an integer, if any.
+    pub async fn get_i64(&self) -> Result<Option<i64>, Error> {
+        Ok(self.client.conn().get(&self.keys.data).await?)
+    }
+
+    /// One field of the resource's hash, if set.
+    pub async fn get_field(&self, field: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self
+            .client
+            .conn()
+            .hget(&self.keys.data, field.as_ref())
+            .await?)
+    }
+
+    /// The resource's list, in order.
+    pub async fn items(&self) -> Result<Vec<Vec<u8>>, Error> {
+        Ok(self.client.conn().lrange(&self.keys.data, 0, -1).await?)
+    }
+
+    /// The highest token the resource has accepted, if it has accepted any.
+    pub async fn high_water_mark(&self) -> Result<Option<FencingToken>, Error> {
+        let raw: Option<u64> = self.client.conn().get(&self.keys.mark).await?;
+        Ok(raw.and_then(FencingToken::new))
+    }
+
+    async fn write(&self, token: FencingToken, write: Write<'_>) -> Result<i64, Error> {
+        let op = self.client.next_id();
+        let ttl = self.client.inner.config.op_record_ttl;
+        let reply = self
+            .client
+            .retrying(|mut conn| {
+                let (keys, op) = (&self.keys, &op);
+                async move { protocol::fenced_write(&mut conn, keys, token, op, ttl, write).await }
+            })
+            .await?;
+        match reply {
+            WriteReply::Accepted(result) => Ok(result),
+            WriteReply::Stale { latest } => Err(Error::StaleToken {
+                presented: token,
+                latest,
+            }),
+        }
+    }
+}
