@@ -36,6 +36,8 @@ pub struct LockGuard {
     /// decrement.
     release_op: Option<String>,
     released: bool,
+    /// When this entry began, for the hold time reported on release.
+    entered_at: Instant,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -56,6 +58,7 @@ impl LockGuard {
             holder,
             release_op: None,
             released: false,
+            entered_at: Instant::now(),
         }
     }
 
@@ -159,7 +162,9 @@ impl LockGuard {
         }
     }
 
-    /// Sets the lease to `lease` from now (this can also shorten it).
+    /// Sets the lease to `lease` from now (this can also shorten it). On a lock kept alive by
+    /// the client's watchdog (acquired without a lease of its own), the next renewal sets the
+    /// lease back to the client's default.
     ///
     /// # Errors
     /// [`Error::InvalidLease`] for an unusable lease (nothing sent); [`Error::NotHeld`] when
@@ -217,10 +222,26 @@ impl LockGuard {
             .clone();
         let reply = release(&self.holder, &op).await?;
         self.released = true;
+        let held_us = u64::try_from(self.entered_at.elapsed().as_micros()).unwrap_or(u64::MAX);
         match reply {
-            OwnerReply::Done { .. } => Ok(()),
+            OwnerReply::Done { remaining } => {
+                tracing::debug!(
+                    lock = %String::from_utf8_lossy(&self.holder.name),
+                    token = self.holder.token.get(),
+                    held_us,
+                    remaining,
+                    "lock released"
+                );
+                Ok(())
+            }
             OwnerReply::NotHeld => {
                 self.holder.mark_lost();
+                tracing::warn!(
+                    lock = %String::from_utf8_lossy(&self.holder.name),
+                    token = self.holder.token.get(),
+                    held_us,
+                    "released a lock that was no longer held"
+                );
                 Err(Error::NotHeld)
             }
         }

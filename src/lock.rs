@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use crate::holder::{Holder, PendingOp};
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
 use crate::wait::Wake;
@@ -97,12 +99,15 @@ impl Lock {
     /// Cancel safe: if the future is dropped after the request was sent, the acquisition is
     /// undone in the background whether it already ran or not, so the lock is never left held.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, Error> {
-        let holder = self.client.next_id();
-        let mut pending = self.pending(&holder);
-        match self.attempt(&holder, &mut pending).await? {
-            Attempt::Won(guard) => Ok(Some(guard)),
-            Attempt::Busy(_) => Ok(None),
-        }
+        self.traced("try_acquire", async {
+            let holder = self.client.next_id();
+            let mut pending = self.pending(&holder);
+            match self.attempt(&holder, &mut pending).await? {
+                Attempt::Won(guard) => Ok(Some(guard)),
+                Attempt::Busy(_) => Ok(None),
+            }
+        })
+        .await
     }
 
     /// Takes the lock, waiting as long as it takes.
@@ -119,7 +124,7 @@ impl Lock {
     /// Cancel safe: dropping the future leaves the queue and undoes an acquisition that may be
     /// in flight; the lock is never left held by an acquire nobody waits for.
     pub async fn acquire(&self) -> Result<LockGuard, Error> {
-        self.acquire_until(None).await
+        self.traced("acquire", self.acquire_until(None)).await
     }
 
     /// Takes the lock, waiting at most `timeout`; [`Error::Timeout`] when the lock was still
@@ -131,7 +136,40 @@ impl Lock {
     /// # Cancel safety
     /// Cancel safe, as [`Lock::acquire`].
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard, Error> {
-        self.acquire_until(Some(Instant::now() + timeout)).await
+        let deadline = Instant::now() + timeout;
+        self.traced("acquire_timeout", self.acquire_until(Some(deadline)))
+            .await
+    }
+
+    /// Runs one acquisition inside a `fencelock.acquire` span (a child of the caller's span, so
+    /// a request's trace follows it into the lock) and reports its outcome as one event.
+    async fn traced<T: Acquisition>(
+        &self,
+        method: &'static str,
+        acquisition: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let span = tracing::debug_span!("fencelock.acquire", lock = %String::from_utf8_lossy(&self.name), method);
+        let started = Instant::now();
+        let outcome = acquisition.instrument(span.clone()).await;
+        let waited_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let _entered = span.enter();
+        match outcome.as_ref().map(Acquisition::guard) {
+            Ok(Some(guard)) => tracing::debug!(
+                outcome = "acquired",
+                token = guard.token().get(),
+                holder = guard.holder_id(),
+                waited_us,
+                "lock acquired"
+            ),
+            Ok(None) => tracing::debug!(outcome = "busy", waited_us, "lock busy"),
+            Err(err) if err.is_timeout() => {
+                tracing::debug!(outcome = "timeout", waited_us, "lock acquire timed out")
+            }
+            Err(err) => {
+                tracing::warn!(outcome = "error", waited_us, error = %err, "lock acquire failed")
+            }
+        }
+        outcome
     }
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<LockGuard, Error> {
@@ -215,6 +253,23 @@ impl Lock {
             AcquireReply::Held { pttl } => Ok(Attempt::Busy(pttl)),
             AcquireReply::Cancelled => Err(Error::Cancelled),
         }
+    }
+}
+
+/// What an acquire method returns: a guard, or (try_acquire) maybe one.
+trait Acquisition {
+    fn guard(&self) -> Option<&LockGuard>;
+}
+
+impl Acquisition for LockGuard {
+    fn guard(&self) -> Option<&LockGuard> {
+        Some(self)
+    }
+}
+
+impl Acquisition for Option<LockGuard> {
+    fn guard(&self) -> Option<&LockGuard> {
+        self.as_ref()
     }
 }
 

@@ -102,6 +102,7 @@ async fn tick(inner: &Arc<Inner>) -> bool {
         return true;
     }
     let lease = inner.config.default_lease;
+    tracing::trace!(locks = due.len(), "renewing leases");
     let mut batches = JoinSet::new();
     for batch in due.chunks(inner.config.renew_batch) {
         let batch = batch.to_vec();

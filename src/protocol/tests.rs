@@ -251,3 +251,32 @@ async fn tokens_are_exact_past_the_time_floor() {
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists);
 }
+
+#[tokio::test]
+async fn a_replayed_fenced_write_applies_once_and_a_stale_one_never() {
+    let (_server, mut conn, _) = setup().await;
+    let keys = ResourceKeys::new(b"t:", b"balance");
+    let t = |raw| FencingToken::new(raw).unwrap();
+    let first = fenced_write(&mut conn, &keys, t(7), "w1", OP_TTL, Write::IncrBy(100)).await;
+    assert_eq!(first.unwrap(), WriteReply::Accepted(100));
+    let replay = fenced_write(&mut conn, &keys, t(7), "w1", OP_TTL, Write::IncrBy(100)).await;
+    assert_eq!(
+        replay.unwrap(),
+        WriteReply::Accepted(100),
+        "replayed, not applied"
+    );
+    let value: i64 = conn.get(&keys.data).await.unwrap();
+    assert_eq!(value, 100);
+
+    let newer = fenced_write(&mut conn, &keys, t(9), "w2", OP_TTL, Write::IncrBy(-1)).await;
+    assert_eq!(newer.unwrap(), WriteReply::Accepted(99));
+    let stale = fenced_write(&mut conn, &keys, t(8), "w3", OP_TTL, Write::IncrBy(-50)).await;
+    assert_eq!(stale.unwrap(), WriteReply::Stale { latest: t(9) });
+    // A refused write leaves no record, so it cannot be replayed into success either.
+    let exists: bool = conn.exists(keys.op("w3")).await.unwrap();
+    assert!(!exists);
+    let value: i64 = conn.get(&keys.data).await.unwrap();
+    assert_eq!(value, 99);
+    let mark: u64 = conn.get(&keys.mark).await.unwrap();
+    assert_eq!(mark, 9);
+}
