@@ -154,7 +154,14 @@ impl LockClient {
             next_seq: AtomicU64::new(1),
         });
         tokio::spawn(watchdog::run(Arc::downgrade(&inner)));
-        Ok(LockClient { inner })
+        let client = LockClient { inner };
+        match client.eviction_risk().await {
+            Ok(Some(risk)) => tracing::warn!("{risk}"),
+            Ok(None) => {}
+            // CONFIG may be renamed away or not granted to this user; the check is advice.
+            Err(err) => tracing::debug!(error = %err, "could not read maxmemory-policy"),
+        }
+        Ok(client)
     }
 
     /// A handle to the lock called `name`. Names are arbitrary bytes (UTF-8, binary, braces
@@ -180,6 +187,44 @@ impl LockClient {
         let name = name.as_ref();
         validate_name(name)?;
         Ok(FencedResource::new(self.clone(), name))
+    }
+
+    /// Whether the server's `maxmemory-policy` may evict lock hashes or fence counters, and if
+    /// so, what to change. Every policy but `noeviction` can: the `volatile-*` policies pick
+    /// exactly the keys with a TTL (held locks), the `allkeys-*` policies can also evict fence
+    /// counters and high-water marks, and then tokens may repeat. `connect` runs this check
+    /// once and logs the answer as a warning.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+    /// if let Some(risk) = client.eviction_risk().await? {
+    ///     eprintln!("{risk}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when `CONFIG GET` is refused (renamed command, ACL).
+    pub async fn eviction_risk(&self) -> Result<Option<String>, Error> {
+        let reply: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query_async(&mut self.conn())
+            .await?;
+        let policy = reply
+            .get("maxmemory-policy")
+            .map(String::as_str)
+            .unwrap_or("noeviction");
+        let evicts = match policy {
+            "noeviction" => return Ok(None),
+            p if p.starts_with("volatile") => "held locks (they have a TTL)",
+            _ => "held locks, fence counters and fenced resources' high-water marks",
+        };
+        Ok(Some(format!(
+            "redis maxmemory-policy is {policy}: under memory pressure it can evict {evicts}, \
+             which breaks mutual exclusion or token monotonicity; set maxmemory-policy \
+             noeviction (or keep locks on a Redis without maxmemory)"
+        )))
     }
 
     /// This client's random id (a UUID v4): the first part of every holder and operation id it

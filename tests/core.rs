@@ -555,3 +555,24 @@ async fn ten_thousand_names_leave_a_bounded_number_of_counter_keys() {
         .collect();
     assert!(!tokens.is_empty());
 }
+
+#[tokio::test]
+async fn an_evicting_memory_policy_is_reported() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    assert_eq!(client.eviction_risk().await.unwrap(), None);
+    for (policy, mentions_counters) in [("volatile-lru", false), ("allkeys-lfu", true)] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg(policy)
+            .query(&mut fx.raw())
+            .unwrap();
+        let risk = client.eviction_risk().await.unwrap().expect("a risk");
+        assert!(
+            risk.contains(policy) && risk.contains("noeviction"),
+            "{risk}"
+        );
+        assert_eq!(risk.contains("fence counters"), mentions_counters, "{risk}");
+    }
+}
