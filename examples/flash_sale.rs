@@ -1,31 +1,74 @@
 //! Flash sale: many buyers race for the last items of one SKU, and many payers draw on one
-//! account, each purchase and each payment inside a fencelock lock. The program then checks
-//! the data in Redis and prints whether every invariant held.
+//! account, each purchase and each payment inside a fencelock lock and read and written with
+//! the lock's fencing token. The program then checks the data in Redis and prints whether every
+//! invariant held. With `--chaos`, holders stall past their lease in the middle of a purchase,
+//! as in a GC pause, and the fenced ledger refuses their late writes.
 //!
 //! # The scenario
 //!
 //! Several [`LockClient`]s (think: several app servers) each run many tasks (think: request
-//! handlers). They share one Redis.
+//! handlers). They share one Redis, which is both the lock service and the storage: the ledger
+//! of each scenario is one [`FencedResource`], a Redis hash that accepts a read or write only
+//! when it carries a fencing token at least as new as every token the ledger has seen before.
 //!
-//! 1. **Flash sale.** `demo:stock:<sku>` starts at `--items`. Every buyer loops: take lock
-//!    `sku:<sku>`, read the stock, and if it is above zero write it back one lower and append
-//!    `buyer,token` to `demo:orders:<sku>`; release. A buyer stops when it finds the stock at
-//!    zero, so the sale ends exactly when the last item is gone.
-//! 2. **Balance deduction.** `demo:balance:<account>` starts at `--balance` cents. Every payer
-//!    makes `--payments` payments of a random 1..=100 cents: take lock `account:<account>`, read
-//!    the balance, deduct and append `payer,token,amount,approved` to `demo:payments:<account>`
-//!    when the money is there, or append `...,declined` when it is not; release.
+//! 1. **Flash sale.** Ledger `demo:sale:<sku>`: field `stock` starts at `--items`, and field
+//!    `order:<n>` = `buyer,token` records the item sold when `n` items were already gone.
+//!    Every buyer loops: take lock `sku:<sku>`, read `stock`, and if it is above zero write
+//!    `stock - 1` together with `order:<items - stock>` in one fenced write; release. A buyer
+//!    stops when it finds the stock at zero, so the sale ends exactly when the last item is
+//!    gone.
+//! 2. **Balance deduction.** Ledger `demo:account:<account>`: field `balance` starts at
+//!    `--balance` cents, field `payments` counts the records `payment:<n>` =
+//!    `payer,token,amount,approved|declined`. Every payer makes `--payments` payments of a
+//!    random 1..=100 cents: take lock `account:<account>`, read `balance` and `payments`, then
+//!    in one fenced write deduct and record `approved` when the money is there, or record
+//!    `declined` when it is not; release.
 //!
-//! Both critical sections are a deliberately *non-atomic* read-modify-write (GET, then SET of
-//! the value read minus something). Only the lock keeps two buyers from reading the same stock
-//! and selling the same item twice; an atomic `DECR` would hide a broken lock.
+//! Both critical sections are a deliberately *non-atomic* read-modify-write (read a field, then
+//! write the value read minus something). Only the lock and the fence keep two buyers from
+//! selling the same item twice; an atomic `HINCRBY` would hide a broken lock. Each purchase
+//! and each payment is still *one* fenced write, so its stock (or balance) change and its
+//! ledger record land together or not at all.
 //!
-//! The checks: everything sold and nothing oversold, no value ever read below zero, every
-//! unit taken is accounted for by exactly one log entry, the fencing tokens in each log rise
-//! strictly in log order (what a fenced store would enforce), at most one task inside a
-//! critical section at a time, and no release that found its lock already gone. (The tokens
-//! look like timestamps because fencelock issues `max(last token + 1, server time in µs)`, so
-//! they keep rising even if Redis loses its counter.)
+//! # Fencing
+//!
+//! Every read and write under the lock carries the guard's token. A write whose token is older
+//! than the newest one the ledger has seen writes nothing and fails with `Error::StaleToken`:
+//! its holder lost the lock mid-way. The buyer or payer counts a stale write and starts that
+//! purchase or payment over with a new acquisition; the refused attempt is not counted as sold
+//! or paid.
+//!
+//! The reads carry the token too (`get_field(token, field)`) because a fenced read *claims* the
+//! ledger: it raises the ledger's high-water mark to the reader's token, so from then on every
+//! older holder's write is refused, and every write accepted before is in what was read. A
+//! token-less read (`peek_field`, used only by the checks) would leave a gap: a stalled holder's
+//! late write would still be accepted after the next holder read (nobody newer had written
+//! yet), and that holder's write, computed from its earlier read, would overwrite it. (With
+//! token-less reads, full-size `--chaos` runs lose a record now and then: the gap opens when the
+//! next holder is itself stalled between its read and its write.) The reads and the write of
+//! one holder share a token, which the ledger accepts because it fences with `>=`.
+//!
+//! # Chaos
+//!
+//! With `--chaos` the locks get a short explicit lease (200 ms, not renewed by the watchdog),
+//! and a holder that is about to write stalls for 300 to 400 ms between its read and its write
+//! with probability 1 in 8 (drawn from `--seed`), like a GC pause or `SIGSTOP`. The first
+//! holder about to write in each phase always stalls, while every other task is queued for the
+//! lock, so every chaos run has at least one overtaken holder. The stalled holder's lease runs
+//! out, the next holder takes the lock and reads the ledger (claiming it), and the stalled
+//! holder wakes up believing it still holds the lock: its write must be refused. Meanwhile two
+//! tasks are inside the critical section at once; under chaos that is reported, not a failure.
+//!
+//! # The checks
+//!
+//! Everything sold and nothing oversold, no value ever read below zero, every unit taken (every
+//! cent paid, every payment made) accounted for by exactly one ledger record, the tokens in
+//! ledger order strictly increasing (each record written by a later holder than the one
+//! before), and every accepted write from the newest token: the ledger holds exactly the writes
+//! the store acknowledged and none that it refused. Without `--chaos` also: at most one task
+//! inside a critical section at a time, and no release that found its lock already gone. (The
+//! tokens look like timestamps because fencelock issues `max(last token + 1, server time in
+//! µs)`, so they keep rising even if Redis loses its counter.)
 //!
 //! # Running it
 //!
@@ -33,27 +76,30 @@
 //! scripts/demo                                   # installs redis-server if needed, then runs this
 //! cargo run --release --example flash_sale
 //! cargo run --release --example flash_sale -- --quick
+//! cargo run --release --example flash_sale -- --chaos
+//! cargo run --release --example flash_sale -- --quick --chaos --seed 7
 //! cargo run --release --example flash_sale -- --items 500 --clients 8 --tasks 32
 //! REDIS_URL=redis://127.0.0.1:7000/ cargo run --release --example flash_sale
 //! ```
 //!
 //! Without `REDIS_URL` the demo starts its own throwaway `redis-server` on a free loopback
 //! port (never 6379) and stops it at the end. With `REDIS_URL` it uses that server, puts every
-//! key (locks and data) under a fresh prefix `fencelock-demo-<uuid>:` so it cannot touch
+//! key (locks and ledgers) under a fresh prefix `fencelock-demo-<uuid>:` so it cannot touch
 //! anything else there, and deletes its keys when it is done.
 //!
 //! Exit status: 0 when every invariant held, 1 when one was violated or the run broke off,
-//! 2 for a usage error or when no Redis could be had.
+//! 2 for a usage error or when no Redis could be had. Stale writes are never a failure: they
+//! are the fence doing its job.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::process::ExitCode;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock::testing::RedisServer;
-use fencelock::{FencingToken, Lock, LockClient, LockGuard};
+use fencelock::{FencedResource, FencingToken, Lock, LockClient, LockGuard};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
@@ -77,16 +123,34 @@ const LEASE: Duration = Duration::from_secs(5);
 /// once more. Timeouts are reported, not fatal: they measure the lock, not the invariants.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 const MAX_PAYMENT_CENTS: u64 = 100;
+/// `--chaos`: the locks' explicit lease, not renewed, so a stalled holder loses the lock soon.
+/// Still far above an unstalled critical section (well under 10 ms even in a debug build).
+const CHAOS_LEASE: Duration = Duration::from_millis(200);
+/// `--chaos`: a stalled holder sleeps this long plus up to [`CHAOS_STALL_JITTER_MS`], always
+/// past its lease.
+const CHAOS_STALL_MS: u64 = 300;
+const CHAOS_STALL_JITTER_MS: u64 = 100;
+/// `--chaos`: one holder about to write in this many stalls.
+const CHAOS_ONE_IN: u64 = 8;
 
 const USAGE: &str = "\
-usage: flash_sale [--items N] [--clients C] [--tasks T] [--balance CENTS] [--payments P] [--quick]
+usage: flash_sale [--items N] [--clients C] [--tasks T] [--balance CENTS] [--payments P]
+                  [--chaos] [--seed S] [--quick]
 
   --items N        items of the SKU in stock                  (default 100, quick 20)
   --clients C      LockClients, each with its own connections (default 4,   quick 2)
   --tasks T        concurrent buyers/payers per client        (default 16,  quick 4)
   --balance CENTS  starting balance of the account            (default 10000, quick 1000)
   --payments P     payments each payer task makes             (default 8,   quick 4)
+  --chaos          holders pause past their lease: locks get a 200 ms lease (no watchdog),
+                   and 1 in 8 holders (always the first writer of each phase) sleeps
+                   300-400 ms between its read and its write; the fenced ledger must refuse
+                   those late writes, and every invariant must still hold
+  --seed S         seed for payment amounts and chaos pauses  (default random, printed)
   --quick          small numbers for a CI smoke run; explicit flags still win
+
+Every ledger read and write under the lock carries the lock's token (FencedResource); a
+refused (stale) write is counted and its purchase or payment retried with a new acquisition.
 
 Set REDIS_URL to use an existing Redis (keys go under a unique prefix and are removed
 afterwards); otherwise a throwaway redis-server is started on a free port.";
@@ -102,6 +166,8 @@ struct Options {
     tasks: usize,
     balance: i64,
     payments: usize,
+    chaos: bool,
+    seed: u64,
     quick: bool,
 }
 
@@ -114,6 +180,8 @@ struct Flags {
     tasks: Option<usize>,
     balance: Option<i64>,
     payments: Option<usize>,
+    chaos: bool,
+    seed: Option<u64>,
     quick: bool,
 }
 
@@ -131,11 +199,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
         match flag.as_str() {
             "-h" | "--help" => return Ok(None),
             "--quick" => flags.quick = true,
+            "--chaos" => flags.chaos = true,
             "--items" => flags.items = Some(number(&flag, value())?),
             "--clients" => flags.clients = Some(number(&flag, value())?),
             "--tasks" => flags.tasks = Some(number(&flag, value())?),
             "--balance" => flags.balance = Some(number(&flag, value())?),
             "--payments" => flags.payments = Some(number(&flag, value())?),
+            "--seed" => flags.seed = Some(number(&flag, value())?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -149,6 +219,10 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>,
         tasks: pick(flags.tasks, 16, 4),
         balance: flags.balance.unwrap_or(if quick { 1_000 } else { 10_000 }),
         payments: pick(flags.payments, 8, 4),
+        chaos: flags.chaos,
+        seed: flags
+            .seed
+            .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0),
         quick,
     };
     if options.items < 0 || options.balance < 0 {
@@ -223,20 +297,18 @@ fn redact(url: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The fleet: one lock client plus one data connection per simulated app server
+// The fleet: one lock client per simulated app server, plus the back office
 // ---------------------------------------------------------------------------------------------
-
-#[derive(Clone)]
-struct Member {
-    locks: LockClient,
-    /// Each member has its own data connection, as separate processes would.
-    data: MultiplexedConnection,
-}
 
 struct Fleet {
     prefix: String,
-    members: Vec<Member>,
-    /// For seeding, verifying and cleaning up, outside any lock.
+    /// One per simulated app server, each with its own connection, as separate processes
+    /// would have. Locks and ledgers go through the same client.
+    clients: Vec<LockClient>,
+    /// The back office: opens the ledgers (under the lock, with a token like anyone else)
+    /// and reads them back for the checks.
+    office: LockClient,
+    /// For the server version and the clean-up, outside any lock.
     admin: MultiplexedConnection,
 }
 
@@ -245,28 +317,26 @@ impl Fleet {
         // A fresh prefix per run: the demo cannot collide with other data on a shared server,
         // nor with an earlier run's leftovers.
         let prefix = format!("fencelock-demo-{}:", uuid::Uuid::new_v4().simple());
-        let redis = redis::Client::open(url)?;
-        let admin = redis.get_multiplexed_async_connection().await?;
-        let mut members = Vec::with_capacity(clients);
-        for _ in 0..clients {
-            let locks = LockClient::builder(url)
+        let admin = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        let connect = || {
+            LockClient::builder(url)
                 .prefix(&prefix)
                 .default_lease(LEASE)
                 .connect()
-                .await?;
-            let data = redis.get_multiplexed_async_connection().await?;
-            members.push(Member { locks, data });
+        };
+        let office = connect().await?;
+        let mut members = Vec::with_capacity(clients);
+        for _ in 0..clients {
+            members.push(connect().await?);
         }
         Ok(Fleet {
             prefix,
-            members,
+            clients: members,
+            office,
             admin,
         })
-    }
-
-    /// A data key of this run, under the same prefix as the locks.
-    fn key(&self, name: &str) -> String {
-        format!("{}{name}", self.prefix)
     }
 
     async fn server_version(&self) -> Result<String, BoxError> {
@@ -282,15 +352,14 @@ impl Fleet {
             .to_owned())
     }
 
-    /// Deletes every key of this run: the demo's data keys and what fencelock left behind
-    /// (fence counters, operation records). The prefix is unique to this run, so everything
-    /// under it is ours. Returns how many of each were deleted.
-    async fn cleanup(&self) -> Result<(usize, usize), BoxError> {
+    /// Deletes every key of this run: the ledgers with their high-water marks, and what the
+    /// locks left behind (fence counters, operation records). The prefix is unique to this
+    /// run, so everything under it is ours. Returns how many keys were deleted.
+    async fn cleanup(&self) -> Result<usize, BoxError> {
         let mut conn = self.admin.clone();
         let pattern = format!("{}*", self.prefix);
-        let data_prefix = self.key("demo:");
         let mut cursor: u64 = 0;
-        let (mut data, mut removed) = (0, 0);
+        let mut removed = 0;
         loop {
             let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
                 .arg(cursor)
@@ -301,14 +370,10 @@ impl Fleet {
                 .query_async(&mut conn)
                 .await?;
             if !keys.is_empty() {
-                data += keys
-                    .iter()
-                    .filter(|k| k.starts_with(data_prefix.as_bytes()))
-                    .count();
                 removed += conn.del::<_, usize>(&keys).await?;
             }
             if next == 0 {
-                return Ok((data, removed.saturating_sub(data)));
+                return Ok(removed);
             }
             cursor = next;
         }
@@ -323,30 +388,44 @@ impl Fleet {
 struct Referee {
     inside: AtomicUsize,
     max_inside: AtomicUsize,
+    /// Entries into the critical section so far; numbers them.
+    entries: AtomicU64,
+    /// Tasks that were still inside when a newer one entered. Without chaos that is a broken
+    /// lock; under `--chaos` it is a holder stalled past its lease, still running.
+    overtaken: AtomicU64,
     /// Releases that found the lock no longer ours: the critical section may have overlapped.
     lost_locks: AtomicU64,
     timeouts: AtomicU64,
+    /// Holders that stalled past their lease (`--chaos`).
+    stalls: AtomicU64,
     /// The lowest stock or balance any task read inside the lock.
     min_seen: AtomicI64,
 }
 
 impl Referee {
-    fn new() -> Arc<Referee> {
-        Arc::new(Referee {
+    fn new() -> Referee {
+        Referee {
             inside: AtomicUsize::new(0),
             max_inside: AtomicUsize::new(0),
+            entries: AtomicU64::new(0),
+            overtaken: AtomicU64::new(0),
             lost_locks: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
+            stalls: AtomicU64::new(0),
             min_seen: AtomicI64::new(i64::MAX),
-        })
+        }
     }
 
     /// Marks a task as inside the critical section until the returned value is dropped. All
     /// clients live in this process, so a plain counter sees any overlap between them.
     fn enter(&self) -> Inside<'_> {
+        let entry = self.entries.fetch_add(1, Ordering::SeqCst);
         let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_inside.fetch_max(now, Ordering::SeqCst);
-        Inside(self)
+        Inside {
+            referee: self,
+            entry,
+        }
     }
 
     fn saw(&self, value: i64) {
@@ -354,11 +433,87 @@ impl Referee {
     }
 }
 
-struct Inside<'a>(&'a Referee);
+struct Inside<'a> {
+    referee: &'a Referee,
+    /// This task's entry number.
+    entry: u64,
+}
 
 impl Drop for Inside<'_> {
     fn drop(&mut self) {
-        self.0.inside.fetch_sub(1, Ordering::SeqCst);
+        let referee = self.referee;
+        if referee.entries.load(Ordering::SeqCst) > self.entry + 1 {
+            // Someone entered after us while we were still inside.
+            referee.overtaken.fetch_add(1, Ordering::SeqCst);
+        }
+        referee.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The `--chaos` stalls of one phase.
+struct Chaos {
+    on: bool,
+    /// The first holder about to write in a phase always stalls: every other task is queued
+    /// for the lock then, so it is sure to be overtaken and the chaos bites every run.
+    first_pending: AtomicBool,
+}
+
+impl Chaos {
+    fn new(on: bool) -> Chaos {
+        Chaos {
+            on,
+            first_pending: AtomicBool::new(on),
+        }
+    }
+
+    /// Whether the holder about to write stalls first, and for how long (always longer than
+    /// [`CHAOS_LEASE`]). Draws from the task's own generator, so with `--seed` each task makes
+    /// the same choices again.
+    fn stall(&self, rng: &mut SplitMix64) -> Option<Duration> {
+        if !self.on {
+            return None;
+        }
+        let (roll, jitter) = (rng.next(), rng.next());
+        let first = self.first_pending.swap(false, Ordering::SeqCst);
+        (first || roll % CHAOS_ONE_IN == 0)
+            .then(|| Duration::from_millis(CHAOS_STALL_MS + jitter % (CHAOS_STALL_JITTER_MS + 1)))
+    }
+}
+
+/// What the workers of one phase share.
+struct Shared {
+    referee: Referee,
+    chaos: Chaos,
+    opts: Options,
+}
+
+impl Shared {
+    fn new(opts: &Options) -> Arc<Shared> {
+        Arc::new(Shared {
+            referee: Referee::new(),
+            chaos: Chaos::new(opts.chaos),
+            opts: opts.clone(),
+        })
+    }
+
+    /// The handle a worker acquires through: under `--chaos` a short lease of its own that
+    /// nobody renews, otherwise the client's default lease, kept alive by the watchdog.
+    fn lock(&self, client: &LockClient, name: String) -> Result<Lock, BoxError> {
+        let lock = client.lock(name)?;
+        Ok(if self.opts.chaos {
+            lock.with_lease(CHAOS_LEASE)?
+        } else {
+            lock
+        })
+    }
+
+    /// Between a read and the write that depends on it: a stall past the lease, sometimes,
+    /// under `--chaos`. The task sleeps; the lock's lease runs out meanwhile.
+    async fn maybe_stall(&self, rng: &mut SplitMix64) {
+        if let Some(pause) = self.chaos.stall(rng) {
+            self.referee.stalls.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(pause).await;
+        }
     }
 }
 
@@ -369,8 +524,14 @@ struct Tally {
     waits: Vec<Duration>,
     /// From holding the guard to starting the release.
     holds: Vec<Duration>,
+    /// Items bought, payments approved.
     succeeded: u64,
+    /// Buyers turned away (sold out), payments declined.
     refused: u64,
+    /// The token of every ledger write the store accepted: one per purchase or payment.
+    written: Vec<u64>,
+    /// Every read or write the ledger refused as stale.
+    stale: Vec<Refused>,
 }
 
 impl Tally {
@@ -379,6 +540,8 @@ impl Tally {
         self.holds.extend(other.holds);
         self.succeeded += other.succeeded;
         self.refused += other.refused;
+        self.written.extend(other.written);
+        self.stale.extend(other.stale);
     }
 }
 
@@ -412,113 +575,318 @@ async fn release(guard: LockGuard, referee: &Referee) -> Result<(), BoxError> {
     }
 }
 
+/// How one critical section ended.
+enum Section<T> {
+    /// It ran to the end; `T` says what it did, the token is the one it wrote with.
+    Done(T, FencingToken),
+    /// The ledger refused a read or write as stale: a newer holder took over while this one
+    /// still ran. Nothing was written; the caller starts over with a new acquisition.
+    Stale,
+}
+
 /// Runs `body` under `lock` with the referee watching, and keeps the numbers.
 async fn locked<T, F, Fut>(
     lock: &Lock,
     referee: &Referee,
     tally: &mut Tally,
     body: F,
-) -> Result<T, BoxError>
+) -> Result<Section<T>, BoxError>
 where
     F: FnOnce(FencingToken) -> Fut,
-    Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    Fut: std::future::Future<Output = Result<T, BoxError>>,
 {
     let guard = acquire(lock, referee, tally).await?;
+    let token = guard.token();
     let held = Instant::now();
     let outcome = {
         let _inside = referee.enter();
-        body(guard.token()).await
+        body(token).await
     };
     tally.holds.push(held.elapsed());
-    // On a Redis error the guard is released here too (by `release` or, after `?`, by drop).
+    // On an error the guard is released here too (by `release` or, after `?`, by drop).
     release(guard, referee).await?;
-    Ok(outcome?)
+    match outcome {
+        Ok(value) => Ok(Section::Done(value, token)),
+        Err(err) => match err.downcast::<Refused>() {
+            Ok(refusal) => {
+                tally.stale.push(*refusal);
+                Ok(Section::Stale)
+            }
+            Err(err) => Err(err),
+        },
+    }
+}
+
+/// A read or write the ledger refused with `Error::StaleToken`: a newer holder has claimed it,
+/// so this holder lost the lock mid-way. Nothing was read or written.
+#[derive(Debug)]
+struct Refused {
+    write: bool,
+    presented: u64,
+    latest: u64,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "stale {}: token {}, the ledger has seen {}",
+            if self.write { "write" } else { "read" },
+            self.presented,
+            self.latest
+        )
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// `err` as a [`Refused`] when it is a stale-token refusal, so [`locked`] can tell it apart.
+fn refusal(write: bool, err: fencelock::Error) -> BoxError {
+    match err {
+        fencelock::Error::StaleToken { presented, latest } => Box::new(Refused {
+            write,
+            presented: presented.get(),
+            latest: latest.get(),
+        }),
+        other => other.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ledgers: one fenced Redis hash per scenario
+// ---------------------------------------------------------------------------------------------
+
+fn sale_ledger() -> String {
+    format!("demo:sale:{SKU}")
+}
+
+fn account_ledger() -> String {
+    format!("demo:account:{ACCOUNT}")
+}
+
+/// One fenced write of `fields` (name, value) to `ledger`: all of them or, when a newer
+/// holder has claimed the ledger, none ([`Refused`]).
+async fn write(
+    ledger: &FencedResource,
+    token: FencingToken,
+    fields: &[(&str, &str)],
+) -> Result<(), BoxError> {
+    let fields: Vec<(&[u8], &[u8])> = fields
+        .iter()
+        .map(|(field, value)| (field.as_bytes(), value.as_bytes()))
+        .collect();
+    ledger
+        .set_fields(token, &fields)
+        .await
+        .map_err(|err| refusal(true, err))
+}
+
+/// Reads a field under the lock, as the holder of `token`: an integer, absent counting as 0.
+/// The read claims the ledger for `token`, so from here on every older holder's write is
+/// refused, and whatever one wrote before is in what this returns. [`Refused`] when a newer
+/// holder has claimed it already.
+async fn read_int(
+    ledger: &FencedResource,
+    token: FencingToken,
+    field: &str,
+) -> Result<i64, BoxError> {
+    let raw = ledger
+        .get_field(token, field)
+        .await
+        .map_err(|err| refusal(false, err))?;
+    parse_int(field, raw)
+}
+
+/// Reads a field without a token, as an observer (the checks after a phase).
+async fn peek_text(ledger: &FencedResource, field: &str) -> Result<Option<String>, BoxError> {
+    match ledger.peek_field(field).await? {
+        Some(raw) => {
+            Ok(Some(String::from_utf8(raw).map_err(|err| {
+                format!("ledger field {field} is not UTF-8: {err}")
+            })?))
+        }
+        None => Ok(None),
+    }
+}
+
+/// [`peek_text`] as an integer, absent counting as 0.
+async fn peek_int(ledger: &FencedResource, field: &str) -> Result<i64, BoxError> {
+    parse_int(field, ledger.peek_field(field).await?)
+}
+
+fn parse_int(field: &str, raw: Option<Vec<u8>>) -> Result<i64, BoxError> {
+    let Some(raw) = raw else { return Ok(0) };
+    let text = String::from_utf8_lossy(&raw);
+    Ok(text
+        .parse()
+        .map_err(|_| format!("ledger field {field} holds {text:?}, not an integer"))?)
+}
+
+/// Opens a ledger the way every writer must: under its lock, with the lock's token.
+async fn open_ledger(
+    office: &LockClient,
+    lock_name: &str,
+    ledger: &FencedResource,
+    fields: &[(&str, &str)],
+) -> Result<(), BoxError> {
+    let guard = office.lock(lock_name)?.acquire().await?;
+    write(ledger, guard.token(), fields).await?;
+    guard.release().await?;
+    Ok(())
+}
+
+/// The records `<kind>:0`, `<kind>:1`, ... of a ledger, probing indices `0..=last`; each with
+/// its index.
+async fn records(
+    ledger: &FencedResource,
+    kind: &str,
+    last: i64,
+) -> Result<Vec<(i64, String)>, BoxError> {
+    let mut found = Vec::new();
+    for n in 0..=last {
+        if let Some(record) = peek_text(ledger, &format!("{kind}:{n}")).await? {
+            found.push((n, record));
+        }
+    }
+    Ok(found)
+}
+
+/// `None` when the records' indices (ascending, as [`records`] returns them) are exactly
+/// `0..indices.len()`, else the first one missing.
+fn gaps(indices: &[i64]) -> Option<String> {
+    let have: HashSet<i64> = indices.iter().copied().collect();
+    (0..indices.len() as i64)
+        .find(|n| !have.contains(n))
+        .map(|missing| format!("record {missing} is missing"))
+}
+
+/// The fencing invariant as the ledger shows it: the records are exactly the writes the store
+/// acknowledged (none lost or overwritten), no refused write is among them, and every refusal
+/// named a newer token than the one presented. `Ok` holds the detail line, `Err` the failure.
+fn fence_check(ledger: &[u64], written: &[u64], stale: &[(u64, u64)]) -> Result<String, String> {
+    let (mut have, mut want) = (ledger.to_vec(), written.to_vec());
+    have.sort_unstable();
+    want.sort_unstable();
+    if have != want {
+        let missing: Vec<&u64> = want.iter().filter(|t| !have.contains(t)).take(3).collect();
+        let unexpected: Vec<&u64> = have.iter().filter(|t| !want.contains(t)).take(3).collect();
+        return Err(format!(
+            "{} records for {} accepted writes: lost or overwritten {missing:?}, \
+             never acknowledged {unexpected:?}",
+            have.len(),
+            want.len(),
+        ));
+    }
+    let in_ledger: HashSet<u64> = have.iter().copied().collect();
+    if let Some((presented, _)) = stale.iter().find(|(p, _)| in_ledger.contains(p)) {
+        return Err(format!("refused token {presented} is in the ledger"));
+    }
+    if let Some((presented, latest)) = stale.iter().find(|(p, l)| l <= p) {
+        return Err(format!(
+            "token {presented} refused although the newest was {latest}"
+        ));
+    }
+    Ok(format!(
+        "{} accepted, all in the ledger; {} stale, none in it",
+        have.len(),
+        stale.len()
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Phase 1: the flash sale
 // ---------------------------------------------------------------------------------------------
 
-struct SaleKeys {
-    stock: String,
-    orders: String,
-}
-
-/// One buyer: buys one item at a time until it finds the stock at zero.
+/// One buyer: buys one item at a time until it finds the stock at zero. A purchase refused as
+/// stale is started over with a new acquisition.
 async fn buyer(
-    member: Member,
-    keys: Arc<SaleKeys>,
-    referee: Arc<Referee>,
+    client: LockClient,
+    shared: Arc<Shared>,
     name: String,
+    seed: u64,
 ) -> Result<Tally, BoxError> {
-    let lock = member.locks.lock(format!("sku:{SKU}"))?;
+    let lock = shared.lock(&client, format!("sku:{SKU}"))?;
+    let ledger = client.resource(sale_ledger())?;
+    let mut rng = SplitMix64(seed);
     let mut tally = Tally::default();
     loop {
-        let mut data = member.data.clone();
-        let (keys, referee_ref, name) = (&keys, &*referee, &name);
-        let bought = locked(&lock, &referee, &mut tally, |token| async move {
-            buy_one(&mut data, keys, referee_ref, name, token).await
+        let (ledger, shared_ref, name, rng) = (&ledger, &*shared, &name, &mut rng);
+        let section = locked(&lock, &shared.referee, &mut tally, |token| async move {
+            buy_one(ledger, shared_ref, name, rng, token).await
         })
         .await?;
-        if !bought {
-            tally.refused += 1;
-            return Ok(tally);
+        match section {
+            Section::Done(true, token) => {
+                tally.succeeded += 1;
+                tally.written.push(token.get());
+            }
+            Section::Done(false, _) => {
+                tally.refused += 1;
+                return Ok(tally);
+            }
+            Section::Stale => {}
         }
-        tally.succeeded += 1;
     }
 }
 
-/// The critical section of a purchase. GET then SET (not DECR), so a second holder would
-/// show up as an oversold or double-sold item.
+/// The critical section of a purchase: read the stock, then (not HINCRBY) write it one
+/// lower with the order record, in one fenced write. A second holder that got past the lock
+/// and the fence would show up as an oversold or double-sold item.
 async fn buy_one(
-    data: &mut MultiplexedConnection,
-    keys: &SaleKeys,
-    referee: &Referee,
+    ledger: &FencedResource,
+    shared: &Shared,
     buyer: &str,
+    rng: &mut SplitMix64,
     token: FencingToken,
-) -> redis::RedisResult<bool> {
-    let stock: i64 = data.get(&keys.stock).await?;
-    referee.saw(stock);
+) -> Result<bool, BoxError> {
+    let stock = read_int(ledger, token, "stock").await?;
+    shared.referee.saw(stock);
     if stock <= 0 {
         return Ok(false);
     }
-    // MULTI/EXEC: the stock change and its order record land together or not at all.
-    redis::pipe()
-        .atomic()
-        .set(&keys.stock, stock - 1)
-        .ignore()
-        .rpush(&keys.orders, format!("{buyer},{token}"))
-        .ignore()
-        .query_async::<()>(data)
-        .await?;
+    shared.maybe_stall(rng).await;
+    let sold_before = shared.opts.items - stock;
+    write(
+        ledger,
+        token,
+        &[
+            ("stock", &(stock - 1).to_string()),
+            (&format!("order:{sold_before}"), &format!("{buyer},{token}")),
+        ],
+    )
+    .await?;
     Ok(true)
 }
 
 async fn flash_sale(fleet: &Fleet, opts: &Options) -> Result<PhaseReport, BoxError> {
-    let keys = Arc::new(SaleKeys {
-        stock: fleet.key(&format!("demo:stock:{SKU}")),
-        orders: fleet.key(&format!("demo:orders:{SKU}")),
-    });
-    let mut admin = fleet.admin.clone();
-    admin.set::<_, _, ()>(&keys.stock, opts.items).await?;
+    let lock_name = format!("sku:{SKU}");
+    let ledger = fleet.office.resource(sale_ledger())?;
+    open_ledger(
+        &fleet.office,
+        &lock_name,
+        &ledger,
+        &[("stock", &opts.items.to_string())],
+    )
+    .await?;
 
-    let referee = Referee::new();
+    let shared = Shared::new(opts);
     let started = Instant::now();
-    let tally = run_workers(fleet, opts.tasks, |member, name, _seed| {
-        buyer(member, keys.clone(), referee.clone(), name)
+    let tally = run_workers(fleet, opts, 1, |client, name, seed| {
+        buyer(client, shared.clone(), name, seed)
     })
     .await?;
     let elapsed = started.elapsed();
 
-    let final_stock: i64 = admin.get(&keys.stock).await?;
-    let log: Vec<String> = admin.lrange(&keys.orders, 0, -1).await?;
-    let orders = log
+    let final_stock = peek_int(&ledger, "stock").await?;
+    let found = records(&ledger, "order", opts.items).await?;
+    let indices: Vec<i64> = found.iter().map(|(n, _)| *n).collect();
+    let orders = found
         .iter()
-        .map(|entry| parse_order(entry))
+        .map(|(_, record)| parse_order(record))
         .collect::<Result<Vec<_>, _>>()?;
     let tokens: Vec<u64> = orders.iter().map(|(_, token)| *token).collect();
 
-    let mut report = PhaseReport::new("flash sale", elapsed, tally, &referee);
+    let mut report = PhaseReport::new("flash sale", elapsed, tally, &shared);
     report.fact(
         "purchases",
         format!(
@@ -530,7 +898,7 @@ async fn flash_sale(fleet: &Fleet, opts: &Options) -> Result<PhaseReport, BoxErr
     let buyers_served = orders
         .iter()
         .map(|(buyer, _)| buyer.as_str())
-        .collect::<std::collections::HashSet<_>>()
+        .collect::<HashSet<_>>()
         .len();
     report.fact(
         "buyers served",
@@ -540,6 +908,7 @@ async fn flash_sale(fleet: &Fleet, opts: &Options) -> Result<PhaseReport, BoxErr
         ),
     );
     report.tokens(&tokens);
+    report.fencing_facts();
 
     let n = opts.items;
     let sold = orders.len() as i64;
@@ -559,16 +928,23 @@ async fn flash_sale(fleet: &Fleet, opts: &Options) -> Result<PhaseReport, BoxErr
         "stock never negative",
         format!("lowest read under the lock: {min_seen}, final: {final_stock}"),
     );
+    let gap = gaps(&indices);
     report.check(
-        sold == n - final_stock && report.tally.succeeded as i64 == sold,
-        "orders == items taken from stock",
+        sold == n - final_stock && report.tally.succeeded as i64 == sold && gap.is_none(),
+        "every unit taken in exactly one order",
         format!(
-            "{sold} orders, {} taken, {} purchases reported by buyers",
+            "{sold} orders{}, {} taken from stock, {} purchases reported by buyers",
+            match &gap {
+                Some(gap) => format!(" ({gap})"),
+                None if sold > 0 => format!(" (order:0..{})", sold - 1),
+                None => String::new(),
+            },
             n - final_stock,
             report.tally.succeeded
         ),
     );
     report.token_check("order tokens strictly increasing", &tokens);
+    report.fence_check(&tokens);
     report.exclusion_checks();
     Ok(report)
 }
@@ -603,66 +979,68 @@ fn per_client(orders: &[(String, u64)], clients: usize) -> String {
 // Phase 2: balance deduction
 // ---------------------------------------------------------------------------------------------
 
-struct AccountKeys {
-    balance: String,
-    payments: String,
-}
-
-/// One payer: `count` payments of random amounts, each approved or declined under the lock.
+/// One payer: `--payments` payments of random amounts, each approved or declined under the
+/// lock. A payment refused as stale is started over (same amount) with a new acquisition.
 async fn payer(
-    member: Member,
-    keys: Arc<AccountKeys>,
-    referee: Arc<Referee>,
+    client: LockClient,
+    shared: Arc<Shared>,
     name: String,
-    count: usize,
     seed: u64,
 ) -> Result<Tally, BoxError> {
-    let lock = member.locks.lock(format!("account:{ACCOUNT}"))?;
+    let lock = shared.lock(&client, format!("account:{ACCOUNT}"))?;
+    let ledger = client.resource(account_ledger())?;
     let mut rng = SplitMix64(seed);
     let mut tally = Tally::default();
-    for _ in 0..count {
+    for _ in 0..shared.opts.payments {
         let amount = 1 + (rng.next() % MAX_PAYMENT_CENTS) as i64;
-        let mut data = member.data.clone();
-        let (keys, referee_ref, name) = (&keys, &*referee, &name);
-        let approved = locked(&lock, &referee, &mut tally, |token| async move {
-            pay_one(&mut data, keys, referee_ref, name, token, amount).await
-        })
-        .await?;
-        if approved {
-            tally.succeeded += 1;
-        } else {
-            tally.refused += 1;
+        loop {
+            let (ledger, shared_ref, name, rng) = (&ledger, &*shared, &name, &mut rng);
+            let section = locked(&lock, &shared.referee, &mut tally, |token| async move {
+                pay_one(ledger, shared_ref, name, rng, token, amount).await
+            })
+            .await?;
+            if let Section::Done(approved, token) = section {
+                if approved {
+                    tally.succeeded += 1;
+                } else {
+                    tally.refused += 1;
+                }
+                tally.written.push(token.get());
+                break;
+            }
         }
     }
     Ok(tally)
 }
 
-/// The critical section of a payment: approve and deduct only when the balance covers it.
+/// The critical section of a payment: read, then approve and deduct only when the
+/// balance covers it; the balance, the count and the record go in one fenced write.
 async fn pay_one(
-    data: &mut MultiplexedConnection,
-    keys: &AccountKeys,
-    referee: &Referee,
+    ledger: &FencedResource,
+    shared: &Shared,
     payer: &str,
+    rng: &mut SplitMix64,
     token: FencingToken,
     amount: i64,
-) -> redis::RedisResult<bool> {
-    let balance: i64 = data.get(&keys.balance).await?;
-    referee.saw(balance);
-    if balance < amount {
-        let record = format!("{payer},{token},{amount},declined");
-        data.rpush::<_, _, ()>(&keys.payments, record).await?;
-        return Ok(false);
+) -> Result<bool, BoxError> {
+    let balance = read_int(ledger, token, "balance").await?;
+    let made_before = read_int(ledger, token, "payments").await?;
+    shared.referee.saw(balance);
+    let approved = balance >= amount;
+    shared.maybe_stall(rng).await;
+    let outcome = if approved { "approved" } else { "declined" };
+    let (count, field) = (
+        (made_before + 1).to_string(),
+        format!("payment:{made_before}"),
+    );
+    let record = format!("{payer},{token},{amount},{outcome}");
+    let left = (balance - amount).to_string();
+    let mut fields = vec![("payments", count.as_str()), (&field, &record)];
+    if approved {
+        fields.push(("balance", &left));
     }
-    let record = format!("{payer},{token},{amount},approved");
-    redis::pipe()
-        .atomic()
-        .set(&keys.balance, balance - amount)
-        .ignore()
-        .rpush(&keys.payments, record)
-        .ignore()
-        .query_async::<()>(data)
-        .await?;
-    Ok(true)
+    write(ledger, token, &fields).await?;
+    Ok(approved)
 }
 
 struct Payment {
@@ -690,41 +1068,39 @@ fn parse_payment(entry: &str) -> Result<Payment, BoxError> {
 }
 
 async fn balance_deduction(fleet: &Fleet, opts: &Options) -> Result<PhaseReport, BoxError> {
-    let keys = Arc::new(AccountKeys {
-        balance: fleet.key(&format!("demo:balance:{ACCOUNT}")),
-        payments: fleet.key(&format!("demo:payments:{ACCOUNT}")),
-    });
-    let mut admin = fleet.admin.clone();
-    admin.set::<_, _, ()>(&keys.balance, opts.balance).await?;
+    let lock_name = format!("account:{ACCOUNT}");
+    let ledger = fleet.office.resource(account_ledger())?;
+    open_ledger(
+        &fleet.office,
+        &lock_name,
+        &ledger,
+        &[("balance", &opts.balance.to_string()), ("payments", "0")],
+    )
+    .await?;
 
-    let referee = Referee::new();
+    let shared = Shared::new(opts);
     let started = Instant::now();
-    let tally = run_workers(fleet, opts.tasks, |member, name, seed| {
-        payer(
-            member,
-            keys.clone(),
-            referee.clone(),
-            name,
-            opts.payments,
-            seed,
-        )
+    let tally = run_workers(fleet, opts, 2, |client, name, seed| {
+        payer(client, shared.clone(), name, seed)
     })
     .await?;
     let elapsed = started.elapsed();
 
-    let final_balance: i64 = admin.get(&keys.balance).await?;
-    let log: Vec<String> = admin.lrange(&keys.payments, 0, -1).await?;
-    let payments = log
+    let attempted = opts.clients * opts.tasks * opts.payments;
+    let final_balance = peek_int(&ledger, "balance").await?;
+    let count = peek_int(&ledger, "payments").await?;
+    let found = records(&ledger, "payment", count.max(attempted as i64)).await?;
+    let indices: Vec<i64> = found.iter().map(|(n, _)| *n).collect();
+    let payments = found
         .iter()
-        .map(|entry| parse_payment(entry))
+        .map(|(_, record)| parse_payment(record))
         .collect::<Result<Vec<_>, _>>()?;
     let tokens: Vec<u64> = payments.iter().map(|p| p.token).collect();
     let approved: Vec<&Payment> = payments.iter().filter(|p| p.approved).collect();
     let paid: i64 = approved.iter().map(|p| p.amount).sum();
     let declined = payments.len() - approved.len();
-    let attempted = opts.clients * opts.tasks * opts.payments;
 
-    let mut report = PhaseReport::new("balance deduction", elapsed, tally, &referee);
+    let mut report = PhaseReport::new("balance deduction", elapsed, tally, &shared);
     report.fact(
         "payments",
         format!(
@@ -738,6 +1114,7 @@ async fn balance_deduction(fleet: &Fleet, opts: &Options) -> Result<PhaseReport,
         format!("{} -> {}", money(opts.balance), money(final_balance)),
     );
     report.tokens(&tokens);
+    report.fencing_facts();
 
     let min_seen = report.min_seen;
     report.check(
@@ -764,14 +1141,22 @@ async fn balance_deduction(fleet: &Fleet, opts: &Options) -> Result<PhaseReport,
             money(final_balance)
         ),
     );
+    let gap = gaps(&indices);
     report.check(
         payments.len() == attempted
+            && count == attempted as i64
+            && gap.is_none()
             && approved.len() as u64 == report.tally.succeeded
             && declined as u64 == report.tally.refused,
         "every payment logged exactly once",
-        format!("{} log entries for {attempted} payments", payments.len()),
+        format!(
+            "{} records{} (count {count}) for {attempted} payments",
+            payments.len(),
+            gap.map(|gap| format!(", {gap}")).unwrap_or_default()
+        ),
     );
     report.token_check("payment tokens strictly increasing", &tokens);
+    report.fence_check(&tokens);
     report.exclusion_checks();
     Ok(report)
 }
@@ -783,7 +1168,8 @@ fn money(cents: i64) -> String {
     format!("{sign}{}.{:02}", abs / 100, abs % 100)
 }
 
-/// A tiny PRNG (SplitMix64) for payment amounts, so the demo needs no extra dependency.
+/// A tiny PRNG (SplitMix64) for payment amounts and chaos stalls, so the demo needs no extra
+/// dependency.
 struct SplitMix64(u64);
 
 impl SplitMix64 {
@@ -796,23 +1182,34 @@ impl SplitMix64 {
     }
 }
 
+/// The seed of worker `index` in phase `phase`: a function of the run's `--seed` alone.
+fn task_seed(run_seed: u64, phase: u64, index: u64) -> u64 {
+    SplitMix64(run_seed ^ ((phase << 32) | index).wrapping_mul(0xD6E8_FEB8_6659_FD93)).next()
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running a phase's tasks
 // ---------------------------------------------------------------------------------------------
 
-/// Spawns `tasks` workers on every member (named `c<client>-t<task>`), waits for all of them
-/// and merges their tallies. The first worker error fails the phase.
-async fn run_workers<F, Fut>(fleet: &Fleet, tasks: usize, spawn: F) -> Result<Tally, BoxError>
+/// Spawns `--tasks` workers on every client (named `c<client>-t<task>`, seeded from `--seed`
+/// and `phase`), waits for all of them and merges their tallies. The first worker error fails
+/// the phase.
+async fn run_workers<F, Fut>(
+    fleet: &Fleet,
+    opts: &Options,
+    phase: u64,
+    spawn: F,
+) -> Result<Tally, BoxError>
 where
-    F: Fn(Member, String, u64) -> Fut,
+    F: Fn(LockClient, String, u64) -> Fut,
     Fut: std::future::Future<Output = Result<Tally, BoxError>> + Send + 'static,
 {
     let mut handles = Vec::new();
-    for (c, member) in fleet.members.iter().enumerate() {
-        for t in 0..tasks {
-            let seed = uuid::Uuid::new_v4().as_u64_pair().0;
+    for (c, client) in fleet.clients.iter().enumerate() {
+        for t in 0..opts.tasks {
+            let seed = task_seed(opts.seed, phase, handles.len() as u64);
             handles.push(tokio::spawn(spawn(
-                member.clone(),
+                client.clone(),
                 format!("c{c}-t{t:02}"),
                 seed,
             )));
@@ -850,9 +1247,12 @@ struct Check {
 struct PhaseReport {
     /// Names the phase in the list of failures at the end.
     phase: &'static str,
+    chaos: bool,
     elapsed: Duration,
     tally: Tally,
     max_inside: usize,
+    overtaken: u64,
+    stalls: u64,
     lost_locks: u64,
     timeouts: u64,
     min_seen: i64,
@@ -865,15 +1265,19 @@ impl PhaseReport {
         phase: &'static str,
         elapsed: Duration,
         mut tally: Tally,
-        referee: &Referee,
+        shared: &Shared,
     ) -> PhaseReport {
         tally.waits.sort_unstable();
         tally.holds.sort_unstable();
+        let referee = &shared.referee;
         let mut report = PhaseReport {
             phase,
+            chaos: shared.opts.chaos,
             elapsed,
             tally,
             max_inside: referee.max_inside.load(Ordering::SeqCst),
+            overtaken: referee.overtaken.load(Ordering::SeqCst),
+            stalls: referee.stalls.load(Ordering::SeqCst),
             lost_locks: referee.lost_locks.load(Ordering::SeqCst),
             timeouts: referee.timeouts.load(Ordering::SeqCst),
             min_seen: referee.min_seen.load(Ordering::SeqCst),
@@ -918,13 +1322,53 @@ impl PhaseReport {
         self.fact("fencing tokens", range);
     }
 
-    /// Tokens in log order must rise strictly: each entry was written by a later holder than
-    /// the one before it, and a fenced store would reject anything else.
+    /// What the fence refused and, under `--chaos`, what the stalls did to the lock.
+    fn fencing_facts(&mut self) {
+        let stale = self.tally.stale.iter().filter(|r| r.write).count();
+        let mut line = match (self.chaos, stale) {
+            (false, n) => format!("{n} stale writes rejected"),
+            (true, 0) => "0 stale writes rejected: the chaos did not bite (no stalled holder \
+                          was overtaken; too few tasks?)"
+                .to_owned(),
+            (true, n) => {
+                format!("{n} stale writes rejected (holders that paused past their lease), retried")
+            }
+        };
+        let reads = self.tally.stale.len() - stale;
+        if reads > 0 {
+            line.push_str(&format!("; {reads} stale reads refused"));
+        }
+        self.fact("fencing", line);
+        if self.chaos {
+            self.fact(
+                "stalled holders",
+                format!(
+                    "{} slept {}-{} ms past their {} ms lease; {} releases found the lock gone",
+                    self.stalls,
+                    CHAOS_STALL_MS,
+                    CHAOS_STALL_MS + CHAOS_STALL_JITTER_MS,
+                    CHAOS_LEASE.as_millis(),
+                    self.lost_locks
+                ),
+            );
+            self.fact(
+                "overlaps",
+                format!(
+                    "{} lease-expired holders still running when a newer one entered (expected \
+                     under chaos)",
+                    self.overtaken
+                ),
+            );
+        }
+    }
+
+    /// Tokens in ledger order must rise strictly: each record was written by a later holder
+    /// than the one before it (every purchase or payment is its own acquisition).
     fn token_check(&mut self, what: &str, tokens: &[u64]) {
         let detail = match tokens.windows(2).position(|w| w[1] <= w[0]) {
-            None => format!("{} entries in order", tokens.len()),
+            None => format!("{} records in order", tokens.len()),
             Some(i) => format!(
-                "entry {} has token {} after {}",
+                "record {} has token {} after {}",
                 i + 1,
                 tokens[i + 1],
                 tokens[i]
@@ -934,8 +1378,28 @@ impl PhaseReport {
         self.check(ok, what, detail);
     }
 
+    /// The ledger holds exactly the writes the store accepted, and none it refused.
+    fn fence_check(&mut self, ledger_tokens: &[u64]) {
+        let stale: Vec<(u64, u64)> = self
+            .tally
+            .stale
+            .iter()
+            .map(|r| (r.presented, r.latest))
+            .collect();
+        let (ok, detail) = match fence_check(ledger_tokens, &self.tally.written, &stale) {
+            Ok(detail) => (true, detail),
+            Err(detail) => (false, detail),
+        };
+        self.check(ok, "every accepted write from the newest token", detail);
+    }
+
     /// What the referee saw: never two tasks inside, never a lock lost before its release.
+    /// Under `--chaos` both happen by design (the stalls), so they are facts, not checks; the
+    /// ledger checks above are what must hold.
     fn exclusion_checks(&mut self) {
+        if self.chaos {
+            return;
+        }
         let (max_inside, lost) = (self.max_inside, self.lost_locks);
         self.check(
             max_inside <= 1,
@@ -1039,8 +1503,9 @@ async fn run(opts: &Options, target: &Target) -> ExitCode {
     let mut reports = Vec::new();
     let mut broke_off = None;
     say!(
-        "\n1. Flash sale: {} x {SKU}, lock \"sku:{SKU}\"",
-        opts.items
+        "\n1. Flash sale: {} x {SKU}, lock \"sku:{SKU}\", ledger \"{}\"",
+        opts.items,
+        sale_ledger()
     );
     match flash_sale(&fleet, opts).await {
         Ok(report) => {
@@ -1051,8 +1516,10 @@ async fn run(opts: &Options, target: &Target) -> ExitCode {
     }
     if broke_off.is_none() {
         say!(
-            "\n2. Balance deduction: account {ACCOUNT} starts at {}, lock \"account:{ACCOUNT}\"",
-            money(opts.balance)
+            "\n2. Balance deduction: account {ACCOUNT} starts at {}, lock \"account:{ACCOUNT}\", \
+             ledger \"{}\"",
+            money(opts.balance),
+            account_ledger()
         );
         match balance_deduction(&fleet, opts).await {
             Ok(report) => {
@@ -1065,8 +1532,9 @@ async fn run(opts: &Options, target: &Target) -> ExitCode {
 
     // Clean up whatever happened above: on a shared server nothing of ours may stay behind.
     match fleet.cleanup().await {
-        Ok((data, library)) => say!(
-            "\ncleanup: deleted {data} data keys + {library} fencelock keys under {}",
+        Ok(keys) => say!(
+            "\ncleanup: deleted {keys} keys (ledgers, fence marks and counters, operation \
+             records) under {}",
             fleet.prefix
         ),
         Err(err) => eprintln!(
@@ -1092,10 +1560,31 @@ async fn print_header(opts: &Options, target: &Target, fleet: &Fleet) {
         opts.clients * opts.tasks,
         if opts.quick { " (--quick)" } else { "" }
     );
+    if opts.chaos {
+        say!(
+            "  locks      lease {} ms, not renewed (--chaos), acquire timeout {} s",
+            CHAOS_LEASE.as_millis(),
+            ACQUIRE_TIMEOUT.as_secs()
+        );
+        say!(
+            "  chaos      1 in {CHAOS_ONE_IN} holders (and the first writer of each phase) \
+             stalls {}-{} ms between read and write",
+            CHAOS_STALL_MS,
+            CHAOS_STALL_MS + CHAOS_STALL_JITTER_MS
+        );
+    } else {
+        say!(
+            "  locks      lease {} s renewed by the watchdog, acquire timeout {} s",
+            LEASE.as_secs(),
+            ACQUIRE_TIMEOUT.as_secs()
+        );
+    }
+    say!("  ledgers    fenced reads and writes (FencedResource), each with the holder's token");
     say!(
-        "  locks      lease {} s, acquire timeout {} s",
-        LEASE.as_secs(),
-        ACQUIRE_TIMEOUT.as_secs()
+        "  seed       {} (--seed {} repeats every task's amounts{})",
+        opts.seed,
+        opts.seed,
+        if opts.chaos { " and stalls" } else { "" }
     );
 }
 
@@ -1107,8 +1596,14 @@ fn verdict(reports: &[PhaseReport], broke_off: Option<String>) -> ExitCode {
         .collect();
     waits.sort_unstable();
     let elapsed: Duration = reports.iter().map(|r| r.elapsed).sum();
+    let stale: usize = reports
+        .iter()
+        .flat_map(|r| &r.tally.stale)
+        .filter(|r| r.write)
+        .count();
     say!(
-        "\noverall: {} lock acquisitions in {:.2} s = {:.0}/s; wait {}",
+        "\noverall: {} lock acquisitions in {:.2} s = {:.0}/s; wait {}; {stale} stale writes \
+         rejected",
         waits.len(),
         elapsed.as_secs_f64(),
         per_second(waits.len(), elapsed),
@@ -1152,16 +1647,21 @@ mod tests {
     fn defaults_quick_and_overrides() {
         let o = parse_args(args(&[])).unwrap().unwrap();
         assert_eq!(
-            (o.items, o.clients, o.tasks, o.balance),
-            (100, 4, 16, 10_000)
+            (o.items, o.clients, o.tasks, o.balance, o.chaos),
+            (100, 4, 16, 10_000, false)
         );
         let o = parse_args(args(&["--items=7", "--quick", "--tasks", "3"]))
             .unwrap()
             .unwrap();
         assert_eq!((o.items, o.clients, o.tasks, o.balance), (7, 2, 3, 1_000));
+        let o = parse_args(args(&["--chaos", "--quick", "--seed=42"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.chaos, o.quick, o.seed, o.items), (true, true, 42, 20));
         assert!(parse_args(args(&["--help"])).unwrap().is_none());
         assert!(parse_args(args(&["--items"])).is_err());
         assert!(parse_args(args(&["--clients", "0"])).is_err());
+        assert!(parse_args(args(&["--seed", "-1"])).is_err());
         assert!(parse_args(args(&["--bogus"])).is_err());
     }
 
@@ -1176,5 +1676,59 @@ mod tests {
         assert_eq!(percentile(&sorted, 0.5), d(50));
         assert_eq!(percentile(&sorted, 0.99), d(99));
         assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+        assert_ne!(task_seed(1, 1, 0), task_seed(1, 1, 1));
+        assert_ne!(task_seed(1, 1, 0), task_seed(1, 2, 0));
+        assert_eq!(task_seed(9, 2, 3), task_seed(9, 2, 3));
+    }
+
+    #[test]
+    fn chaos_stalls_the_first_writer_then_about_one_in_eight_and_always_past_the_lease() {
+        let mut rng = SplitMix64(7);
+        assert_eq!(Chaos::new(false).stall(&mut rng), None);
+        let chaos = Chaos::new(true);
+        let stalls: Vec<Option<Duration>> = (0..8_000).map(|_| chaos.stall(&mut rng)).collect();
+        assert!(stalls[0].is_some(), "the first writer always stalls");
+        let count = stalls.iter().flatten().count();
+        assert!((850..1_150).contains(&count), "{count} stalls in 8000");
+        for pause in stalls.iter().flatten() {
+            assert!(*pause > CHAOS_LEASE);
+            assert!(*pause <= Duration::from_millis(CHAOS_STALL_MS + CHAOS_STALL_JITTER_MS));
+        }
+    }
+
+    #[test]
+    fn ledger_checks_catch_gaps_lost_updates_and_leaked_stale_writes() {
+        assert_eq!(gaps(&[0, 1, 2]), None);
+        assert_eq!(gaps(&[]), None);
+        assert_eq!(gaps(&[0, 2]).unwrap(), "record 1 is missing");
+        assert_eq!(gaps(&[1, 2, 3]).unwrap(), "record 0 is missing");
+
+        assert!(fence_check(&[10, 12], &[12, 10], &[(11, 12)]).is_ok());
+        // A lost update: two purchases acknowledged, one record left (overwritten).
+        assert!(fence_check(&[12], &[11, 12], &[]).is_err());
+        // A refused write whose record is in the ledger anyway.
+        assert!(fence_check(&[10, 11], &[10, 11], &[(11, 12)]).is_err());
+        // A refusal that did not name a newer token.
+        assert!(fence_check(&[10], &[10], &[(11, 11)]).is_err());
+    }
+
+    #[test]
+    fn stale_refusals_are_recognised_through_the_box() {
+        let token = |raw| FencingToken::new(raw).unwrap();
+        let stale = fencelock::Error::StaleToken {
+            presented: token(3),
+            latest: token(5),
+        };
+        let refused = *refusal(true, stale).downcast::<Refused>().unwrap();
+        assert_eq!(
+            (refused.write, refused.presented, refused.latest),
+            (true, 3, 5)
+        );
+        assert!(refusal(false, fencelock::Error::NotHeld)
+            .downcast::<Refused>()
+            .is_err());
+        assert!(parse_order("c0-t01,17").is_ok());
+        assert!(parse_payment("c0-t01,17,5,declined").is_ok());
+        assert!(parse_payment("c0-t01,17,5,maybe").is_err());
     }
 }

@@ -15,30 +15,22 @@
 --                           mark is now max(mark, token); result is the new number for incrby,
 --                           the new length for rpush, 0 otherwise
 --          {0, latest}      stale (token < mark): nothing was written; latest is the mark
+--
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a type this write cannot apply to; nothing modified
 --          FENCELOCK_BADARG     the token or delta is not a valid integer; nothing modified
 --
 -- ">=" and not ">": one holder writes many times with the same token. The mark is a separate
 -- key so that deleting the data (kind "del", or an operator) does not reset the fence.
+--
+-- Uses fence_mark() from lib/fence_mark.lua, which the loader prepends to this file.
 local done = redis.call('GET', KEYS[3])
 if done then
   return {1, tonumber(done)}
 end
 
-local token = tonumber(ARGV[1])
-if not token or token < 1 or token >= 9007199254740992 or token % 1 ~= 0 then
-  return redis.error_reply('FENCELOCK_BADARG fencing token must be a positive integer below 2^53')
-end
-
-local mark = 0
-local mark_kind = redis.call('TYPE', KEYS[2])['ok']
-if mark_kind == 'string' then
-  mark = tonumber(redis.call('GET', KEYS[2]))
-  if mark == nil then
-    return redis.error_reply('FENCELOCK_WRONGTYPE high-water mark does not hold an integer')
-  end
-elseif mark_kind ~= 'none' then
-  return redis.error_reply('FENCELOCK_WRONGTYPE high-water mark holds a ' .. mark_kind)
+local token, mark = fence_mark(ARGV[1], KEYS[2])
+if not token then
+  return mark
 end
 if token < mark then
   return {0, mark}

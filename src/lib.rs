@@ -31,6 +31,8 @@ mod token;
 mod wait;
 mod watchdog;
 
+/// Fenced writes to SQL databases, and a guide to fencing any other storage.
+pub mod sql;
 #[cfg(feature = "testing")]
 pub mod testing;
 

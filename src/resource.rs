@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use redis::AsyncCommands;
+use redis::{AsyncCommands, FromRedisValue};
 
-use crate::protocol::{self, ResourceKeys, Write, WriteReply};
+use crate::protocol::{self, Read, ReadReply, ResourceKeys, Write, WriteReply};
 use crate::{Error, FencingToken, LockClient};
 
 /// A resource stored in Redis whose writes are fenced: a write carrying a token older than the
@@ -18,7 +18,9 @@ use crate::{Error, FencingToken, LockClient};
 /// never expires and survives deletion of the data.
 ///
 /// Guard one resource with one lock (tokens of different locks are not ordered against each
-/// other), and send every write with the guard's token. A value, a number, a hash or a list
+/// other), and send every read and write of a critical section with the guard's token: a read
+/// with a token *claims* the resource (raises its mark), which is what stops an older holder
+/// from writing between this holder's read and its write. A value, a number, a hash or a list
 /// are supported; each write is applied at most once even when the request is re-sent.
 ///
 /// ```no_run
@@ -27,9 +29,10 @@ use crate::{Error, FencingToken, LockClient};
 /// let balance = client.resource("balance:42")?;
 ///
 /// let guard = lock.acquire().await?;
-/// let cents = balance.get_i64().await?.unwrap_or(0);
+/// // Reading with the token claims the resource: no older holder can write after this.
+/// let cents = balance.get_i64(guard.token()).await?.unwrap_or(0);
 /// if cents >= 500 {
-///     // Refused with Error::StaleToken if a newer holder has written meanwhile.
+///     // Refused with Error::StaleToken if a newer holder has claimed it meanwhile.
 ///     balance.incr_by(guard.token(), -500).await?;
 /// }
 /// guard.release().await?;
@@ -141,19 +144,85 @@ impl FencedResource {
         self.write(token, Write::Delete).await.map(drop)
     }
 
-    /// The resource's string value, if any. Reads are not fenced: read under the lock, then
-    /// write with its token, and a stale holder's write is refused.
-    pub async fn get(&self) -> Result<Option<Vec<u8>>, Error> {
+    /// Claims the resource for `token` without reading it: from now on no older token can
+    /// write to it. Use it as the first step of a critical section that will write.
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when a newer token has claimed or written the resource.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: claiming is idempotent.
+    pub async fn claim(&self, token: FencingToken) -> Result<(), Error> {
+        self.read(token, Read::Claim).await.map(drop)
+    }
+
+    /// Reads the string value as the holder of `token`, and claims the resource for it.
+    ///
+    /// Read-modify-write under a lock must read this way: a read without the token does not
+    /// tell the resource that a newer holder exists, so a paused older holder could still
+    /// write between your read and your write, and your write (computed from the old read)
+    /// would then silently overwrite its update.
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when a newer token has claimed or written the resource (nothing
+    /// read); [`Error::WrongType`] when the resource holds a hash or list.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: claiming is idempotent.
+    pub async fn get(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> {
+        self.read_as(token, Read::Get).await
+    }
+
+    /// Reads the integer value as the holder of `token` (see [`FencedResource::get`]).
+    ///
+    /// # Errors
+    /// As [`FencedResource::get`]; [`Error::Redis`] when the value is not an integer.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn get_i64(&self, token: FencingToken) -> Result<Option<i64>, Error> {
+        self.read_as(token, Read::Get).await
+    }
+
+    /// Reads one hash field as the holder of `token` (see [`FencedResource::get`]).
+    ///
+    /// # Errors
+    /// As [`FencedResource::get`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn get_field(
+        &self,
+        token: FencingToken,
+        field: impl AsRef<[u8]>,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        self.read_as(token, Read::Field(field.as_ref())).await
+    }
+
+    /// Reads the list as the holder of `token` (see [`FencedResource::get`]).
+    ///
+    /// # Errors
+    /// As [`FencedResource::get`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn items(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> {
+        self.read_as(token, Read::Items).await
+    }
+
+    /// The string value, read without a token: for observers (reports, dashboards), never for
+    /// a read-modify-write (use [`FencedResource::get`]).
+    pub async fn peek(&self) -> Result<Option<Vec<u8>>, Error> {
         Ok(self.client.conn().get(&self.keys.data).await?)
     }
 
-    /// The resource's value as an integer, if any.
-    pub async fn get_i64(&self) -> Result<Option<i64>, Error> {
+    /// The integer value, read without a token (see [`FencedResource::peek`]).
+    pub async fn peek_i64(&self) -> Result<Option<i64>, Error> {
         Ok(self.client.conn().get(&self.keys.data).await?)
     }
 
-    /// One field of the resource's hash, if set.
-    pub async fn get_field(&self, field: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
+    /// One hash field, read without a token (see [`FencedResource::peek`]).
+    pub async fn peek_field(&self, field: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
         Ok(self
             .client
             .conn()
@@ -161,8 +230,8 @@ impl FencedResource {
             .await?)
     }
 
-    /// The resource's list, in order.
-    pub async fn items(&self) -> Result<Vec<Vec<u8>>, Error> {
+    /// The list, read without a token (see [`FencedResource::peek`]).
+    pub async fn peek_items(&self) -> Result<Vec<Vec<u8>>, Error> {
         Ok(self.client.conn().lrange(&self.keys.data, 0, -1).await?)
     }
 
@@ -170,6 +239,33 @@ impl FencedResource {
     pub async fn high_water_mark(&self) -> Result<Option<FencingToken>, Error> {
         let raw: Option<u64> = self.client.conn().get(&self.keys.mark).await?;
         Ok(raw.and_then(FencingToken::new))
+    }
+
+    async fn read_as<T: FromRedisValue>(
+        &self,
+        token: FencingToken,
+        read: Read<'_>,
+    ) -> Result<T, Error> {
+        let value = self.read(token, read).await?;
+        redis::from_redis_value(value)
+            .map_err(|e| Error::Redis(redis::RedisError::from(e)))
+    }
+
+    async fn read(&self, token: FencingToken, read: Read<'_>) -> Result<redis::Value, Error> {
+        let reply = self
+            .client
+            .retrying(|mut conn| {
+                let keys = &self.keys;
+                async move { protocol::fenced_read(&mut conn, keys, token, read).await }
+            })
+            .await?;
+        match reply {
+            ReadReply::Read(value) => Ok(value),
+            ReadReply::Stale { latest } => Err(Error::StaleToken {
+                presented: token,
+                latest,
+            }),
+        }
     }
 
     async fn write(&self, token: FencingToken, write: Write<'_>) -> Result<i64, Error> {

@@ -35,7 +35,7 @@ async fn newer_and_equal_tokens_write_older_ones_are_refused_with_both_tokens() 
         .unwrap_err()
         .is_stale_token());
     assert_eq!(
-        stock.get_i64().await.unwrap(),
+        stock.peek_i64().await.unwrap(),
         Some(3),
         "nothing was written"
     );
@@ -52,7 +52,7 @@ async fn hashes_and_lists_are_fenced_and_the_mark_outlives_the_data() {
         .await
         .unwrap();
     assert_eq!(
-        account.get_field("cents").await.unwrap(),
+        account.peek_field("cents").await.unwrap(),
         Some(b"100".to_vec())
     );
     let ledger = client.resource("ledger:7").unwrap();
@@ -69,17 +69,17 @@ async fn hashes_and_lists_are_fenced_and_the_mark_outlives_the_data() {
         .await
         .unwrap_err()
         .is_stale_token());
-    assert_eq!(ledger.items().await.unwrap().len(), 3);
+    assert_eq!(ledger.peek_items().await.unwrap().len(), 3);
 
     // Deleting the data keeps the fence: old tokens stay refused.
     ledger.delete(token(7)).await.unwrap();
-    assert!(ledger.items().await.unwrap().is_empty());
+    assert!(ledger.peek_items().await.unwrap().is_empty());
     assert!(ledger
         .push(token(6), &[b"zombie"])
         .await
         .unwrap_err()
         .is_stale_token());
-    assert!(ledger.items().await.unwrap().is_empty());
+    assert!(ledger.peek_items().await.unwrap().is_empty());
 
     // The mark never expires, and sits in the data's slot.
     let marks = fx.keys("fencelock:{*}mark:ledger:7");
@@ -116,7 +116,7 @@ async fn wrong_types_and_empty_writes_are_typed_errors_and_write_nothing() {
     let n = client.resource("not-a-number").unwrap();
     n.set(token(1), "abc").await.unwrap();
     assert!(n.incr_by(token(2), 1).await.unwrap_err().is_wrong_type());
-    assert_eq!(n.get().await.unwrap(), Some(b"abc".to_vec()));
+    assert_eq!(n.peek().await.unwrap(), Some(b"abc".to_vec()));
     assert!(client.resource("").is_err());
 }
 
@@ -143,7 +143,7 @@ async fn an_increment_whose_reply_was_lost_is_applied_once() {
         proxy.heal();
     });
     assert_eq!(result.unwrap(), 70, "the retry replays the first reply");
-    assert_eq!(balance.get_i64().await.unwrap(), Some(70), "not 40");
+    assert_eq!(balance.peek_i64().await.unwrap(), Some(70), "not 40");
 }
 
 #[tokio::test]
@@ -162,11 +162,37 @@ async fn a_holder_that_lost_its_lock_cannot_write_after_the_next_holder() {
     // The old holder pauses past its lease; a new holder takes over and writes.
     tokio::time::sleep(Duration::from_millis(120)).await;
     let new = lock.acquire().await.unwrap();
-    balance.incr_by(new.token(), -40).await.unwrap();
+    let read = balance.get_i64(new.token()).await.unwrap().unwrap();
+    balance.set(new.token(), (read - 40).to_string()).await.unwrap();
     // The old holder wakes up and writes what it computed before the pause.
     let err = balance.set(old.token(), "0").await.unwrap_err();
     assert!(err.is_stale_token(), "{err}");
-    assert_eq!(balance.get_i64().await.unwrap(), Some(60));
+    assert_eq!(balance.peek_i64().await.unwrap(), Some(60));
     new.release().await.unwrap();
     assert!(old.release().await.unwrap_err().is_not_held());
+}
+
+#[tokio::test]
+async fn a_claiming_read_stops_an_older_holder_between_the_read_and_the_write() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let balance = client.resource("balance:2").unwrap();
+    balance.set(token(1), "100").await.unwrap();
+    // Old holder (token 5) read 100 and paused; the new holder (token 6) reads, claiming.
+    assert_eq!(balance.get_i64(token(6)).await.unwrap(), Some(100));
+    // The old holder wakes between the new holder's read and write: refused, so the new
+    // holder's write (computed from its read) cannot silently overwrite a debit.
+    assert!(balance.set(token(5), "10").await.unwrap_err().is_stale_token());
+    balance.set(token(6), "70").await.unwrap();
+    assert_eq!(balance.peek_i64().await.unwrap(), Some(70));
+    // Reads by older tokens are refused too, and nothing is read.
+    assert!(balance.get(token(5)).await.unwrap_err().is_stale_token());
+    balance.claim(token(7)).await.unwrap();
+    assert!(balance.set(token(6), "1").await.unwrap_err().is_stale_token());
+    assert_eq!(balance.high_water_mark().await.unwrap(), Some(token(7)));
+    // Missing values read as None; fields and lists work the same way.
+    let other = client.resource("empty").unwrap();
+    assert_eq!(other.get(token(1)).await.unwrap(), None);
+    assert_eq!(other.get_field(token(1), "f").await.unwrap(), None);
+    assert!(other.items(token(1)).await.unwrap().is_empty());
 }

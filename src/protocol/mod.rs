@@ -265,6 +265,48 @@ pub(crate) async fn fenced_write<C: ConnectionLike>(
     }
 }
 
+/// One claiming read of a fenced resource.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Read<'a> {
+    Get,
+    Field(&'a [u8]),
+    Items,
+    Claim,
+}
+
+/// Outcome of `fenced_read.lua`: the value read (nil for a missing key or field), or the newer
+/// token that has claimed the resource.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ReadReply {
+    Read(redis::Value),
+    Stale { latest: FencingToken },
+}
+
+pub(crate) async fn fenced_read<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &ResourceKeys,
+    token: FencingToken,
+    read: Read<'_>,
+) -> Result<ReadReply, Error> {
+    let mut call = scripts().fenced_read.prepare_invoke();
+    call.key(&keys.data).key(&keys.mark).arg(token.get());
+    match read {
+        Read::Get => call.arg("get"),
+        Read::Field(field) => call.arg("hget").arg(field),
+        Read::Items => call.arg("lrange"),
+        Read::Claim => call.arg("claim"),
+    };
+    let reply: Vec<redis::Value> = call.invoke_async(conn).await.map_err(map_err)?;
+    let mut reply = reply.into_iter();
+    match (reply.next(), reply.next(), reply.next()) {
+        (Some(redis::Value::Int(1)), Some(value), None) => Ok(ReadReply::Read(value)),
+        (Some(redis::Value::Int(0)), Some(redis::Value::Int(latest)), None) => Ok(ReadReply::Stale {
+            latest: token_from(latest)?,
+        }),
+        other => Err(Error::Protocol(format!("fenced_read.lua answered {other:?}"))),
+    }
+}
+
 fn owner_reply(script: &str, reply: &[i64]) -> Result<OwnerReply, Error> {
     match reply {
         [1] => Ok(OwnerReply::Done { remaining: 0 }),

@@ -16,6 +16,7 @@ pub(crate) struct Scripts {
     pub(crate) cancel: Script,
     pub(crate) renew: Script,
     pub(crate) fenced_write: Script,
+    pub(crate) fenced_read: Script,
 }
 
 /// The scripts, hashed on first use.
@@ -28,6 +29,13 @@ pub(crate) fn scripts() -> &'static Scripts {
         extend: Script::new(include_str!("../../lua/extend.lua")),
         cancel: Script::new(include_str!("../../lua/cancel.lua")),
         renew: Script::new(include_str!("../../lua/renew.lua")),
-        fenced_write: Script::new(include_str!("../../lua/fenced_write.lua")),
+        fenced_write: Script::new(concat!(
+            include_str!("../../lua/lib/fence_mark.lua"),
+            include_str!("../../lua/fenced_write.lua")
+        )),
+        fenced_read: Script::new(concat!(
+            include_str!("../../lua/lib/fence_mark.lua"),
+            include_str!("../../lua/fenced_read.lua")
+        )),
     })
 }

@@ -37,10 +37,12 @@
 //! the terminal's process group and receive the same `SIGINT`.
 
 mod ports;
+mod postgres;
 mod process;
 mod proxy;
 mod redis_server;
 
+pub use postgres::{PostgresServer, POSTGRES_BIN_DIR_ENV};
 pub use proxy::{Direction, DirectionStats, Fault, FaultProxy, Stats};
 pub use redis_server::{RedisServer, RedisServerBuilder};
 
