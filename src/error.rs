@@ -80,8 +80,9 @@ pub enum Error {
         detail: String,
     },
 
-    /// The operation was cancelled (for example by a compensating cancel of a concurrent
-    /// attempt with the same operation id) and had no effect.
+    /// The operation had no effect because it was cancelled (a compensating cancel of the same
+    /// operation id), or because it is a late copy of an acquisition whose hold had already
+    /// ended (its reply was lost, it was re-sent after the lease ran out).
     #[error("the operation was cancelled before it took effect")]
     Cancelled,
 

@@ -223,13 +223,14 @@ impl Lock {
     /// One acquire round trip (re-sent while its outcome is unknown).
     async fn attempt(&self, holder: &str, pending: &mut PendingOp) -> Result<Attempt, Error> {
         let lease = self.lease();
+        let op_ttl = self.client.inner.config.op_record_ttl;
         let sent_at = Instant::now();
         pending.arm();
         let reply = self
             .client
             .retrying(|mut conn| {
                 let keys = &self.keys;
-                async move { protocol::acquire(&mut conn, keys, holder, lease).await }
+                async move { protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await }
             })
             .await?;
         pending.disarm();

@@ -247,8 +247,7 @@ impl FencedResource {
         read: Read<'_>,
     ) -> Result<T, Error> {
         let value = self.read(token, read).await?;
-        redis::from_redis_value(value)
-            .map_err(|e| Error::Redis(redis::RedisError::from(e)))
+        redis::from_redis_value(value).map_err(|e| Error::Redis(redis::RedisError::from(e)))
     }
 
     async fn read(&self, token: FencingToken, read: Read<'_>) -> Result<redis::Value, Error> {

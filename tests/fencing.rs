@@ -163,7 +163,10 @@ async fn a_holder_that_lost_its_lock_cannot_write_after_the_next_holder() {
     tokio::time::sleep(Duration::from_millis(120)).await;
     let new = lock.acquire().await.unwrap();
     let read = balance.get_i64(new.token()).await.unwrap().unwrap();
-    balance.set(new.token(), (read - 40).to_string()).await.unwrap();
+    balance
+        .set(new.token(), (read - 40).to_string())
+        .await
+        .unwrap();
     // The old holder wakes up and writes what it computed before the pause.
     let err = balance.set(old.token(), "0").await.unwrap_err();
     assert!(err.is_stale_token(), "{err}");
@@ -182,13 +185,21 @@ async fn a_claiming_read_stops_an_older_holder_between_the_read_and_the_write() 
     assert_eq!(balance.get_i64(token(6)).await.unwrap(), Some(100));
     // The old holder wakes between the new holder's read and write: refused, so the new
     // holder's write (computed from its read) cannot silently overwrite a debit.
-    assert!(balance.set(token(5), "10").await.unwrap_err().is_stale_token());
+    assert!(balance
+        .set(token(5), "10")
+        .await
+        .unwrap_err()
+        .is_stale_token());
     balance.set(token(6), "70").await.unwrap();
     assert_eq!(balance.peek_i64().await.unwrap(), Some(70));
     // Reads by older tokens are refused too, and nothing is read.
     assert!(balance.get(token(5)).await.unwrap_err().is_stale_token());
     balance.claim(token(7)).await.unwrap();
-    assert!(balance.set(token(6), "1").await.unwrap_err().is_stale_token());
+    assert!(balance
+        .set(token(6), "1")
+        .await
+        .unwrap_err()
+        .is_stale_token());
     assert_eq!(balance.high_water_mark().await.unwrap(), Some(token(7)));
     // Missing values read as None; fields and lists work the same way.
     let other = client.resource("empty").unwrap();

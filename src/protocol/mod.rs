@@ -65,6 +65,7 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     keys: &LockKeys,
     holder: &str,
     lease: Duration,
+    op_ttl: Duration,
 ) -> Result<AcquireReply, Error> {
     let reply: Vec<i64> = scripts()
         .acquire
@@ -73,6 +74,7 @@ pub(crate) async fn acquire<C: ConnectionLike>(
         .key(keys.op(holder))
         .arg(holder)
         .arg(millis(lease))
+        .arg(millis(op_ttl))
         .invoke_async(conn)
         .await
         .map_err(map_err)?;
@@ -300,10 +302,14 @@ pub(crate) async fn fenced_read<C: ConnectionLike>(
     let mut reply = reply.into_iter();
     match (reply.next(), reply.next(), reply.next()) {
         (Some(redis::Value::Int(1)), Some(value), None) => Ok(ReadReply::Read(value)),
-        (Some(redis::Value::Int(0)), Some(redis::Value::Int(latest)), None) => Ok(ReadReply::Stale {
-            latest: token_from(latest)?,
-        }),
-        other => Err(Error::Protocol(format!("fenced_read.lua answered {other:?}"))),
+        (Some(redis::Value::Int(0)), Some(redis::Value::Int(latest)), None) => {
+            Ok(ReadReply::Stale {
+                latest: token_from(latest)?,
+            })
+        }
+        other => Err(Error::Protocol(format!(
+            "fenced_read.lua answered {other:?}"
+        ))),
     }
 }
 

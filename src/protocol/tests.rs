@@ -29,12 +29,18 @@ async fn count(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) 
 #[tokio::test]
 async fn a_replayed_acquire_returns_the_same_token_and_count() {
     let (_server, mut conn, keys) = setup().await;
-    let first = acquire(&mut conn, &keys, "h1", LEASE).await.unwrap();
-    let again = acquire(&mut conn, &keys, "h1", LEASE).await.unwrap();
+    let first = acquire(&mut conn, &keys, "h1", LEASE, OP_TTL)
+        .await
+        .unwrap();
+    let again = acquire(&mut conn, &keys, "h1", LEASE, OP_TTL)
+        .await
+        .unwrap();
     assert!(matches!(first, AcquireReply::Acquired { count: 1, .. }));
     assert_eq!(first, again);
     assert_eq!(count(&mut conn, &keys, "h1").await, Some(1));
-    let other = acquire(&mut conn, &keys, "h2", LEASE).await.unwrap();
+    let other = acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
+        .await
+        .unwrap();
     match other {
         AcquireReply::Held { pttl: Some(pttl) } => assert!(pttl <= LEASE),
         other => panic!("{other:?}"),
@@ -44,7 +50,8 @@ async fn a_replayed_acquire_returns_the_same_token_and_count() {
 #[tokio::test]
 async fn a_replayed_reentry_or_release_applies_once() {
     let (_server, mut conn, keys) = setup().await;
-    let AcquireReply::Acquired { token, .. } = acquire(&mut conn, &keys, "h", LEASE).await.unwrap()
+    let AcquireReply::Acquired { token, .. } =
+        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap()
     else {
         panic!("free lock not acquired")
     };
@@ -77,8 +84,9 @@ async fn a_replayed_reentry_or_release_applies_once() {
         .unwrap();
     assert_eq!(last, OwnerReply::Done { remaining: 0 });
     // A new holder takes over; the old release replayed late must neither fail nor touch it.
-    let AcquireReply::Acquired { token: next, .. } =
-        acquire(&mut conn, &keys, "h2", LEASE).await.unwrap()
+    let AcquireReply::Acquired { token: next, .. } = acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
+        .await
+        .unwrap()
     else {
         panic!("released lock not free")
     };
@@ -98,7 +106,9 @@ async fn a_replayed_reentry_or_release_applies_once() {
 #[tokio::test]
 async fn owner_checks_leave_another_holders_lock_alone() {
     let (_server, mut conn, keys) = setup().await;
-    acquire(&mut conn, &keys, "owner", LEASE).await.unwrap();
+    acquire(&mut conn, &keys, "owner", LEASE, OP_TTL)
+        .await
+        .unwrap();
     assert_eq!(
         release(&mut conn, &keys, "intruder", "op1", OP_TTL)
             .await
@@ -130,7 +140,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
     let (_server, mut conn, keys) = setup().await;
 
     // An acquisition that ran: the lock is freed.
-    acquire(&mut conn, &keys, "a", LEASE).await.unwrap();
+    acquire(&mut conn, &keys, "a", LEASE, OP_TTL).await.unwrap();
     let undone = cancel(&mut conn, &keys, "a", "a", CancelKind::Acquire, OP_TTL)
         .await
         .unwrap();
@@ -139,7 +149,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
     assert!(!exists);
     // ... and if that acquisition arrives again (a slow re-send), it does nothing.
     assert_eq!(
-        acquire(&mut conn, &keys, "a", LEASE).await.unwrap(),
+        acquire(&mut conn, &keys, "a", LEASE, OP_TTL).await.unwrap(),
         AcquireReply::Cancelled
     );
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
@@ -153,12 +163,12 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
         CancelReply::NotRun
     );
     assert_eq!(
-        acquire(&mut conn, &keys, "b", LEASE).await.unwrap(),
+        acquire(&mut conn, &keys, "b", LEASE, OP_TTL).await.unwrap(),
         AcquireReply::Cancelled
     );
 
     // A re-entry that ran is undone with exactly one decrement, however often cancel runs.
-    acquire(&mut conn, &keys, "c", LEASE).await.unwrap();
+    acquire(&mut conn, &keys, "c", LEASE, OP_TTL).await.unwrap();
     reenter(&mut conn, &keys, "c", "enter-1", OP_TTL)
         .await
         .unwrap();
@@ -217,7 +227,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
 #[tokio::test]
 async fn the_scripts_run_after_script_flush() {
     let (_server, mut conn, keys) = setup().await;
-    acquire(&mut conn, &keys, "h", LEASE).await.unwrap();
+    acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap();
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut conn)
@@ -235,7 +245,8 @@ async fn tokens_are_exact_past_the_time_floor() {
     // A counter far above the clock floor keeps counting by one, exactly.
     let high = 9_007_199_254_740_000_u64;
     let _: () = conn.set(&keys.fence, high).await.unwrap();
-    let AcquireReply::Acquired { token, .. } = acquire(&mut conn, &keys, "h", LEASE).await.unwrap()
+    let AcquireReply::Acquired { token, .. } =
+        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap()
     else {
         panic!()
     };
@@ -246,7 +257,9 @@ async fn tokens_are_exact_past_the_time_floor() {
         .set(&keys.fence, 9_007_199_254_740_991_u64)
         .await
         .unwrap();
-    let err = acquire(&mut conn, &keys, "h2", LEASE).await.unwrap_err();
+    let err = acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
+        .await
+        .unwrap_err();
     assert!(matches!(err, crate::Error::TokenOverflow { .. }), "{err}");
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists);
@@ -279,4 +292,29 @@ async fn a_replayed_fenced_write_applies_once_and_a_stale_one_never() {
     assert_eq!(value, 99);
     let mark: u64 = conn.get(&keys.mark).await.unwrap();
     assert_eq!(mark, 9);
+}
+
+#[tokio::test]
+async fn a_late_duplicate_acquire_after_the_hold_ended_does_nothing() {
+    let (_server, mut conn, keys) = setup().await;
+    // Released: a copy of the acquire that arrives afterwards must not take the lock again.
+    acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap();
+    release(&mut conn, &keys, "h", "rel", OP_TTL).await.unwrap();
+    assert_eq!(
+        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap(),
+        AcquireReply::Cancelled
+    );
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists, "the duplicate took the lock");
+    // Expired: the same.
+    acquire(&mut conn, &keys, "e", Duration::from_millis(20), OP_TTL)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(
+        acquire(&mut conn, &keys, "e", LEASE, OP_TTL).await.unwrap(),
+        AcquireReply::Cancelled
+    );
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists, "the duplicate took the lock");
 }

@@ -173,7 +173,8 @@ impl Counters {
 
 /// State shared between the handle and the proxy thread.
 struct Shared {
-    target: SocketAddr,
+    /// Read when a connection is opened; changed by [`FaultProxy::retarget`].
+    target: Mutex<SocketAddr>,
     faults: Mutex<[Fault; 2]>,
     refuse_new: AtomicBool,
     counters: [Counters; 2],
@@ -241,7 +242,7 @@ impl fmt::Debug for FaultProxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FaultProxy")
             .field("addr", &self.addr)
-            .field("target", &self.shared.target)
+            .field("target", &*self.shared.target.lock())
             .field("faults", &*self.shared.faults.lock())
             .finish_non_exhaustive()
     }
@@ -274,7 +275,7 @@ impl FaultProxy {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            target,
+            target: Mutex::new(target),
             faults: Mutex::new([Fault::None; 2]),
             refuse_new: AtomicBool::new(false),
             counters: Default::default(),
@@ -380,7 +381,33 @@ impl FaultProxy {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn target(&self) -> SocketAddr {
-        self.shared.target
+        *self.shared.target.lock()
+    }
+
+    /// Points the proxy at `new_target`: connections opened from now on go
+    /// there, and every existing connection is reset (as
+    /// [`reset_all`](Self::reset_all) does), so a client that reconnects
+    /// reaches the new target. Faults stay as they are.
+    ///
+    /// This is how a test moves clients to a promoted replica after a
+    /// failover without them knowing: they keep the proxy's address, as
+    /// they would keep a virtual IP or a DNS name. A connection that is
+    /// being opened while `retarget` runs may be reset too; clients
+    /// reconnect as they would after any reset.
+    ///
+    /// ```no_run
+    /// use fencelock::testing::{FaultProxy, RedisServer};
+    ///
+    /// let old = RedisServer::start()?;
+    /// let new = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(old.addr())?;
+    /// proxy.retarget(new.addr());
+    /// assert_eq!(proxy.target(), new.addr());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn retarget(&self, new_target: SocketAddr) {
+        *self.shared.target.lock() = new_target;
+        self.reset_all();
     }
 
     /// Switches `direction` to `fault`, replacing the fault it had.
@@ -675,8 +702,9 @@ async fn connection(mut client: TcpStream, shared: Arc<Shared>, mut reset: watch
     // Without it, small requests could wait for Nagle's algorithm and make
     // the proxy add latency no test asked for.
     let _ = client.set_nodelay(true);
+    let target = *shared.target.lock();
     let server = tokio::select! {
-        server = TcpStream::connect(shared.target) => server,
+        server = TcpStream::connect(target) => server,
         _ = reset.changed() => {
             arm_reset(&client);
             return;
@@ -685,7 +713,7 @@ async fn connection(mut client: TcpStream, shared: Arc<Shared>, mut reset: watch
     let mut server = match server {
         Ok(server) => server,
         Err(err) => {
-            tracing::debug!(%err, target = %shared.target, "fault proxy: cannot reach target");
+            tracing::debug!(%err, %target, "fault proxy: cannot reach target");
             arm_reset(&client);
             return;
         }
@@ -1212,6 +1240,56 @@ mod tests {
         let mut reply = Vec::new();
         stream.read_to_end(&mut reply).unwrap();
         assert_eq!(reply, b"+PONG\r\n");
+    }
+
+    #[test]
+    fn proxy_retarget_moves_new_connections_and_resets_old_ones() {
+        let (first, proxy) = setup();
+        let second = RedisServer::start().expect("start redis-server");
+        let mut old = connect(&proxy, TIMEOUT);
+        let () = redis::cmd("SET")
+            .arg("where")
+            .arg("first")
+            .query(&mut old)
+            .unwrap();
+        let mut raw_old = raw(&proxy);
+        raw_old.write_all(&command(&["PING"])).unwrap();
+        assert_eq!(read_exact(&mut raw_old, 7), b"+PONG\r\n");
+
+        proxy.retarget(second.addr());
+        assert_eq!(proxy.target(), second.addr());
+        // Existing connections are gone, with a reset rather than an orderly close.
+        let mut buf = [0; 16];
+        let err = raw_old.read(&mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+        let err = redis::cmd("PING").query::<String>(&mut old).unwrap_err();
+        assert!(
+            err.is_io_error() || err.is_connection_dropped(),
+            "expected an IO error, got {err:?}"
+        );
+        // New ones reach the new target, not the old one.
+        let mut new = connect(&proxy, TIMEOUT);
+        let value: Option<String> = redis::cmd("GET").arg("where").query(&mut new).unwrap();
+        assert_eq!(value, None);
+        let () = redis::cmd("SET")
+            .arg("where")
+            .arg("second")
+            .query(&mut new)
+            .unwrap();
+        assert_eq!(get(&second, "where").as_deref(), Some("second"));
+        assert_eq!(get(&first, "where").as_deref(), Some("first"));
+
+        // Faults survive a retarget, and pointing back works the same way.
+        proxy.blackhole(Direction::Upstream);
+        proxy.retarget(first.addr());
+        let mut blocked = raw(&proxy);
+        blocked.write_all(&command(&["PING"])).unwrap();
+        assert_silent(&mut blocked);
+        proxy.heal();
+        let mut back = connect(&proxy, TIMEOUT);
+        let value: String = redis::cmd("GET").arg("where").query(&mut back).unwrap();
+        assert_eq!(value, "first");
+        assert_eq!(proxy.stats().connections_accepted, 5);
     }
 
     #[test]

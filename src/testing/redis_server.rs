@@ -65,6 +65,7 @@ pub struct RedisServerBuilder {
     credentials: Option<Credentials>,
     acl: Option<Acl>,
     unix_socket: bool,
+    replica_of: Option<SocketAddr>,
     config: Vec<(String, String)>,
     binary: Option<PathBuf>,
     startup_timeout: Duration,
@@ -78,6 +79,7 @@ impl Default for RedisServerBuilder {
             credentials: None,
             acl: None,
             unix_socket: false,
+            replica_of: None,
             config: Vec::new(),
             binary: None,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
@@ -174,6 +176,41 @@ impl RedisServerBuilder {
     /// bind address cannot be overridden.
     pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.push((key.into(), value.into()));
+        self
+    }
+
+    /// Starts the server as a replica of the server at `primary`
+    /// (`replicaof <ip> <port>` in the generated `redis.conf`).
+    ///
+    /// The replica is ready when it answers `PING`, which it does before
+    /// its first sync has finished; use
+    /// [`RedisServer::wait_for_replication`] with the primary's
+    /// [`replication_offset`](RedisServer::replication_offset) to wait for
+    /// the data. Give the primary `.config("repl-diskless-sync-delay", "0")`,
+    /// or Redis waits 5 seconds before every full sync. A primary with a
+    /// password needs `.config("masterauth", ...)` here as well.
+    ///
+    /// `primary` may be a [`FaultProxy`](super::FaultProxy) in front of the
+    /// primary, to cut or delay the replication link. That is also the way
+    /// to make a replica miss a write: [`RedisServer::pause`] on the replica
+    /// is not enough, because what the primary sent meanwhile waits in the
+    /// replica's socket buffer and is applied when it resumes, even after
+    /// the primary was killed.
+    ///
+    /// ```no_run
+    /// use fencelock::testing::RedisServer;
+    ///
+    /// let primary = RedisServer::builder()
+    ///     .config("repl-diskless-sync-delay", "0")
+    ///     .start()?;
+    /// let replica = RedisServer::builder().replica_of(primary.addr()).start()?;
+    /// let mut con = primary.client().get_connection()?;
+    /// redis::cmd("SET").arg("k").arg("v").query::<()>(&mut con)?;
+    /// replica.wait_for_replication(primary.replication_offset()?, std::time::Duration::from_secs(10))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn replica_of(mut self, primary: SocketAddr) -> Self {
+        self.replica_of = Some(primary);
         self
     }
 
@@ -345,6 +382,10 @@ impl RedisServerBuilder {
             line("unixsocket", &quote(path_str(socket)?));
             line("unixsocketperm", "700");
         }
+        if let Some(primary) = self.replica_of {
+            // Two arguments, so not quoted: `quote` would make them one.
+            line("replicaof", &format!("{} {}", primary.ip(), primary.port()));
+        }
         for (key, value) in &self.config {
             if value.is_empty() {
                 line(key, "\"\"");
@@ -354,6 +395,15 @@ impl RedisServerBuilder {
         }
         Ok(conf)
     }
+}
+
+/// The value of `field` in an `INFO` reply (`field:value` lines).
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
 }
 
 fn path_str(path: &Path) -> io::Result<&str> {
@@ -654,6 +704,112 @@ impl RedisServer {
         self.running_process()?.signal(&["CONT"])?;
         self.paused = false;
         Ok(())
+    }
+
+    /// Makes this replica a primary (`REPLICAOF NO ONE`), as a failover
+    /// does: it keeps the data it has replicated so far and accepts
+    /// writes. A primary stays a primary.
+    ///
+    /// # Errors
+    ///
+    /// Fails if the server cannot be reached or refuses the command.
+    pub fn promote(&self) -> io::Result<()> {
+        let mut con = self.admin_connection()?;
+        redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query::<()>(&mut con)
+            .map_err(io::Error::other)
+    }
+
+    /// Makes this running server a replica of the server at `primary`
+    /// (`REPLICAOF <ip> <port>` at run time), for example an old primary
+    /// that comes back after a failover. It drops its own data and syncs;
+    /// see [`wait_for_replication`](Self::wait_for_replication).
+    ///
+    /// # Errors
+    ///
+    /// Fails if the server cannot be reached or refuses the command.
+    pub fn replicate(&self, primary: SocketAddr) -> io::Result<()> {
+        let mut con = self.admin_connection()?;
+        redis::cmd("REPLICAOF")
+            .arg(primary.ip().to_string())
+            .arg(primary.port())
+            .query::<()>(&mut con)
+            .map_err(io::Error::other)
+    }
+
+    /// The offset up to which this server has written (a primary) or
+    /// applied (a replica) the replication stream: `master_repl_offset` of
+    /// `INFO replication`. Read it on the primary after the writes a
+    /// replica must have, and pass it to
+    /// [`wait_for_replication`](Self::wait_for_replication).
+    ///
+    /// # Errors
+    ///
+    /// Fails if the server cannot be reached or the field is missing.
+    pub fn replication_offset(&self) -> io::Result<u64> {
+        let info = self.replication_info()?;
+        info_field(&info, "master_repl_offset")
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| io::Error::other(format!("no master_repl_offset in:\n{info}")))
+    }
+
+    /// Waits until this replica is connected to its primary and has applied
+    /// the replication stream up to `offset` (see
+    /// [`replication_offset`](Self::replication_offset)), polling
+    /// `INFO replication`.
+    ///
+    /// # Errors
+    ///
+    /// Fails with [`io::ErrorKind::TimedOut`] if that does not happen
+    /// within `timeout`, with the last `INFO replication` in the message,
+    /// or if the server cannot be reached.
+    pub fn wait_for_replication(&self, offset: u64, timeout: Duration) -> io::Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let info = self.replication_info()?;
+            let link_up = info_field(&info, "master_link_status") == Some("up");
+            let applied =
+                info_field(&info, "slave_repl_offset").and_then(|v| v.parse::<u64>().ok());
+            if link_up && applied.is_some_and(|applied| applied >= offset) {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "redis-server on port {} did not replicate up to offset {offset} \
+                         within {timeout:?}; INFO replication:\n{info}",
+                        self.port()
+                    ),
+                ));
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn replication_info(&self) -> io::Result<String> {
+        let mut con = self.admin_connection()?;
+        redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut con)
+            .map_err(io::Error::other)
+    }
+
+    /// A synchronous connection for the harness' own commands, with
+    /// timeouts so that a paused server cannot hang the caller.
+    fn admin_connection(&self) -> io::Result<redis::Connection> {
+        let timeout = Duration::from_secs(5);
+        let con = self
+            .client()
+            .get_connection_with_timeout(timeout)
+            .map_err(io::Error::other)?;
+        con.set_read_timeout(Some(timeout))
+            .map_err(io::Error::other)?;
+        con.set_write_timeout(Some(timeout))
+            .map_err(io::Error::other)?;
+        Ok(con)
     }
 
     fn running_process(&self) -> io::Result<&Process> {
@@ -1026,6 +1182,107 @@ mod tests {
         let err = server.start_again().unwrap_err();
         assert!(err.to_string().contains("Address already in use"), "{err}");
         assert!(!server.is_running());
+    }
+
+    #[test]
+    fn replica_follows_its_primary_is_promoted_and_roles_swap() {
+        let fast_sync = |b: RedisServerBuilder| b.config("repl-diskless-sync-delay", "0");
+        let primary = fast_sync(RedisServer::builder()).start().unwrap();
+        let replica = fast_sync(RedisServer::builder())
+            .replica_of(primary.addr())
+            .start()
+            .unwrap();
+        let conf = fs::read_to_string(replica.dir().join("redis.conf")).unwrap();
+        assert!(
+            conf.contains(&format!("\nreplicaof 127.0.0.1 {}\n", primary.port())),
+            "{conf}"
+        );
+        let timeout = Duration::from_secs(10);
+
+        set(&mut connection(&primary), "k", "1");
+        replica
+            .wait_for_replication(primary.replication_offset().unwrap(), timeout)
+            .unwrap();
+        assert_eq!(get(&mut connection(&replica), "k").as_deref(), Some("1"));
+        let err = redis::cmd("SET")
+            .arg("k")
+            .arg("2")
+            .query::<()>(&mut connection(&replica))
+            .unwrap_err();
+        assert_eq!(err.code(), Some("READONLY"), "{err}");
+
+        // Failover: the replica becomes a primary with the data it had.
+        replica.promote().unwrap();
+        set(&mut connection(&replica), "k", "2");
+        assert!(replica.replication_info().unwrap().contains("role:master"));
+        // A primary has no link to a primary, so waiting on it times out.
+        let err = primary
+            .wait_for_replication(0, Duration::from_millis(50))
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(err.to_string().contains("role:master"), "{err}");
+
+        // The old primary comes back as a replica of the new one.
+        primary.replicate(replica.addr()).unwrap();
+        primary
+            .wait_for_replication(replica.replication_offset().unwrap(), timeout)
+            .unwrap();
+        assert_eq!(get(&mut connection(&primary), "k").as_deref(), Some("2"));
+        assert!(primary.replication_info().unwrap().contains("role:slave"));
+    }
+
+    /// Why a failover test cannot make a replica miss a write by pausing it: the primary has
+    /// already written the stream into the replica's socket, and a resumed replica applies
+    /// it even though its primary is dead. (Cut the link with a `FaultProxy` instead.)
+    #[test]
+    fn a_paused_replica_still_applies_what_its_dead_primary_had_sent() {
+        let fast_sync = |b: RedisServerBuilder| b.config("repl-diskless-sync-delay", "0");
+        let mut primary = fast_sync(RedisServer::builder()).start().unwrap();
+        let mut replica = fast_sync(RedisServer::builder())
+            .replica_of(primary.addr())
+            .start()
+            .unwrap();
+        set(&mut connection(&primary), "before", "1");
+        replica
+            .wait_for_replication(
+                primary.replication_offset().unwrap(),
+                Duration::from_secs(10),
+            )
+            .unwrap();
+
+        replica.pause().unwrap();
+        let mut con = connection(&primary);
+        set(&mut con, "while-paused", "1");
+        // One more round trip: the primary flushes replica output before it reads again.
+        let _: String = redis::cmd("PING").query(&mut con).unwrap();
+        primary.kill();
+        replica.resume().unwrap();
+
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while get(&mut connection(&replica), "while-paused").is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the resumed replica never applied the write"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        replica.promote().unwrap();
+        assert_eq!(
+            get(&mut connection(&replica), "while-paused").as_deref(),
+            Some("1")
+        );
+    }
+
+    #[test]
+    fn info_fields_are_matched_whole() {
+        let info = "# Replication\r\nrole:slave\r\nmaster_repl_offset:42\r\n\
+                    slave_repl_offset:40\r\nmaster_link_status:up\r\n";
+        assert_eq!(info_field(info, "master_repl_offset"), Some("42"));
+        assert_eq!(info_field(info, "slave_repl_offset"), Some("40"));
+        assert_eq!(info_field(info, "master_link_status"), Some("up"));
+        assert_eq!(info_field(info, "role"), Some("slave"));
+        assert_eq!(info_field(info, "repl_offset"), None);
+        assert_eq!(info_field(info, "master"), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Shared set-up for the integration tests: a throwaway redis-server per test.
 #![allow(dead_code)]
 
+pub mod ledger;
 use fencelock::testing::RedisServer;
 use fencelock::LockClient;
 use redis::Commands;
