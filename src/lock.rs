@@ -128,7 +128,8 @@ impl Lock {
     }
 
     /// Takes the lock, waiting at most `timeout`; [`Error::Timeout`] when the lock was still
-    /// held then. The call returns within the timeout plus one round trip.
+    /// held then, or Redis did not answer in time (an attempt still in flight at the deadline
+    /// is undone in the background). The call returns at the deadline at the latest.
     ///
     /// # Errors
     /// [`Error::Timeout`], or as [`Lock::try_acquire`].
@@ -174,6 +175,30 @@ impl Lock {
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<LockGuard, Error> {
         let started = Instant::now();
+        let Some(deadline) = deadline else {
+            return self.acquire_within(None, started).await;
+        };
+        // The deadline bounds everything, also an attempt that is being retried because Redis
+        // does not answer: at the deadline the attempt is dropped, and its drop guard undoes
+        // it in the background if it ran.
+        match tokio::time::timeout_at(
+            deadline.into(),
+            self.acquire_within(Some(deadline), started),
+        )
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(_elapsed) => Err(Error::Timeout {
+                waited: started.elapsed(),
+            }),
+        }
+    }
+
+    async fn acquire_within(
+        &self,
+        deadline: Option<Instant>,
+        started: Instant,
+    ) -> Result<LockGuard, Error> {
         let holder = self.client.next_id();
         let mut pending = self.pending(&holder);
         let waiters = &self.client.inner.waiters;

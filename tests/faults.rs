@@ -167,3 +167,41 @@ async fn a_partition_from_redis_ends_the_lease_and_fires_the_lost_signal() {
     faulty.proxy.heal();
     next.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_deadline_holds_while_redis_does_not_answer() {
+    let faulty = Faulty::start();
+    let client = LockClient::builder(faulty.proxy.url())
+        .retry_window(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let lock = client.lock("unanswered").unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+
+    faulty.proxy.blackhole(Direction::Both);
+    let started = std::time::Instant::now();
+    let err = lock
+        .acquire_timeout(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    // Not the 3 s retry window nor the 1 s response timeout: the deadline cut the retries.
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    faulty.proxy.heal();
+    faulty.proxy.reset_all();
+    // Whatever the abandoned attempt did is undone: the lock ends free.
+    assert!(
+        eventually(Duration::from_secs(10), || faulty
+            .fx
+            .lock_key("unanswered")
+            .is_none())
+        .await
+    );
+    let guard = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
+    guard.release().await.unwrap();
+}
