@@ -13,8 +13,8 @@ use fencelock::LockClient;
 use crate::common::ledger::{self, Backend, Journal};
 use crate::pause::{parse_token, record_child};
 use crate::support::{
-    check_ledger, within, ChildArgs, ChildProcess, Control, Iteration, LockServer, Rng, Story,
-    Tokens, GENEROUS,
+    check_ledger, on_each_backend, within, ChildArgs, ChildProcess, Control, Iteration, LockServer,
+    Rng, Runtime, Story, Tokens, GENEROUS,
 };
 
 const LOCK: &str = "story-8";
@@ -58,11 +58,9 @@ async fn child_crashing_holder() {
     unreachable!("killed long before");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s8_a_crashed_holder_frees_the_lock_within_one_lease() {
-    for backend in Backend::selected() {
-        run(backend).await;
-    }
+#[test]
+fn s8_a_crashed_holder_frees_the_lock_within_one_lease() {
+    on_each_backend(Runtime::MultiThread, run);
 }
 
 async fn run(backend: Backend) {

@@ -15,26 +15,31 @@ use std::time::Duration;
 use fencelock::testing::{Direction, FaultProxy, RedisServer};
 use fencelock::LockClient;
 
-use crate::common::ledger::{self, Backend, Journal, Ledger, LedgerError};
+use crate::common::ledger::{self, Journal, Ledger, LedgerError};
 use crate::pause::assert_stale;
-use crate::support::{check_ledger, within, Iteration, LockServer, Story, Tokens};
+use crate::support::{
+    check_ledger, on_each_backend, within, Iteration, LockServer, Runtime, Story, Tokens,
+};
 
 const LOCK: &str = "story-2";
 const ATTEMPTS: u32 = 4;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s2_a_write_delayed_past_the_takeover_is_refused() {
-    for backend in Backend::selected() {
-        let storage = backend.start(false);
-        if storage.addr().is_none() {
+#[test]
+fn s2_a_write_delayed_past_the_takeover_is_refused() {
+    on_each_backend(Runtime::MultiThread, |backend| async move {
+        // By design, not on SQLite: it is a file that each writer opens in its own process,
+        // so there is no network between the writer and the storage to hold a write back in.
+        // (A write held back in the writer itself is story 1: the pause.) PostgreSQL has one:
+        // its client connects through the proxy like the Redis client does.
+        if !backend.has_network() {
             println!(
-                "story 2 skipped for {}: no network to delay",
+                "story 2 skipped for {}: no network between writer and storage to delay",
                 backend.name()
             );
-            continue;
+            return;
         }
-        run(storage).await;
-    }
+        run(backend.start(false)).await;
+    });
 }
 
 async fn run(storage: ledger::Storage) {

@@ -21,15 +21,15 @@ use fencelock::LockClient;
 
 use crate::common::ledger::{Backend, Journal, Ledger};
 use crate::pause::assert_stale;
-use crate::support::{check_ledger, within, Iteration, LockServer, Story, Tokens, GENEROUS};
+use crate::support::{
+    check_ledger, on_each_backend, within, Iteration, LockServer, Runtime, Story, Tokens, GENEROUS,
+};
 
 const LOCK: &str = "story-6";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s6_a_failover_that_loses_an_acquisition_keeps_tokens_increasing() {
-    for backend in Backend::selected() {
-        run(backend).await;
-    }
+#[test]
+fn s6_a_failover_that_loses_an_acquisition_keeps_tokens_increasing() {
+    on_each_backend(Runtime::MultiThread, run);
 }
 
 fn node() -> RedisServerBuilder {

@@ -22,15 +22,15 @@ use fencelock::LockClient;
 
 use crate::common::ledger::{Backend, Journal, Ledger};
 use crate::pause::assert_stale;
-use crate::support::{check_ledger, poll_once, within, Iteration, LockServer, Story, Tokens};
+use crate::support::{
+    check_ledger, on_each_backend, poll_once, within, Iteration, LockServer, Runtime, Story, Tokens,
+};
 
 const LOCK: &str = "story-7";
 
-#[tokio::test(flavor = "current_thread")]
-async fn s7_a_partitioned_holder_is_told_before_anyone_else_gets_the_lock() {
-    for backend in Backend::selected() {
-        run(backend).await;
-    }
+#[test]
+fn s7_a_partitioned_holder_is_told_before_anyone_else_gets_the_lock() {
+    on_each_backend(Runtime::CurrentThread, run);
 }
 
 async fn run(backend: Backend) {

@@ -4,7 +4,10 @@
 //! (a) In one process: a chain of 2..=4 fixed-lease holders, of which the seed picks some to
 //!     pause: a paused holder's task sleeps past its deadline, the next holders acquire (after
 //!     its lease) and write, and it wakes after a seeded later holder has written and writes
-//!     with its old token and snapshot.
+//!     with its old token and snapshot. Every holder works under a lease that storage latency
+//!     cannot outlast (a loaded machine and an SQL round trip can take tens of milliseconds);
+//!     a holder that pauses first shortens its lease to a seeded 40..=100 ms (`extend`), so
+//!     the lease runs out during the pause and only there.
 //! (b) Across processes: a child process holding a watchdog-renewed lock is frozen with
 //!     `SIGSTOP` (so its watchdog stops renewing), another holder takes over and writes, then
 //!     `SIGCONT`: the child finishes the write it was about to make, and it is refused.
@@ -18,15 +21,13 @@ use tokio::sync::oneshot;
 
 use crate::common::ledger::{self, Attempt, Backend, Journal, Ledger, LedgerError, Outcome, Write};
 use crate::support::{
-    check_ledger, poll_once, within, ChildArgs, ChildProcess, Control, Iteration, LockServer, Rng,
-    Story, Tokens, GENEROUS,
+    check_ledger, on_each_backend, poll_once, within, ChildArgs, ChildProcess, Control, Iteration,
+    LockServer, Rng, Runtime, Story, Tokens, GENEROUS,
 };
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s1a_a_holder_that_sleeps_past_its_lease_is_fenced_off() {
-    for backend in Backend::selected() {
-        in_process(backend).await;
-    }
+#[test]
+fn s1a_a_holder_that_sleeps_past_its_lease_is_fenced_off() {
+    on_each_backend(Runtime::MultiThread, in_process);
 }
 
 async fn in_process(backend: Backend) {
@@ -44,11 +45,8 @@ async fn in_process(backend: Backend) {
         let Iteration { mut rng, ctx } = story.iteration(i);
         let ledger: Arc<dyn Ledger> = store.open(&format!("1a-{i}")).await.unwrap().into();
         let journal = Arc::new(Journal::new(1));
-        let lock = client
-            .lock(LOCK)
-            .unwrap()
-            .with_lease(rng.millis(40, 100))
-            .unwrap();
+        let lock = client.lock(LOCK).unwrap().with_lease(GENEROUS).unwrap();
+        let lease_left = rng.millis(40, 100);
 
         // A chain of 2..=4 holders; the seed picks which of them (never the last) pause.
         let holders = rng.range(2, 4);
@@ -93,6 +91,8 @@ async fn in_process(backend: Backend) {
 
             if paused {
                 paused_total += 1;
+                // The pause begins with `lease_left` of the lease left.
+                guard.extend(lease_left).await.unwrap();
                 let (wake, woken) = oneshot::channel::<FencingToken>();
                 let wake_after = rng.range(h as u64 + 1, holders - 1) as usize;
                 let overshoot = rng.millis(0, 20);
@@ -241,11 +241,9 @@ async fn child_frozen_holder() {
     ctl.send(format!("release {outcome}")).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s1b_a_process_frozen_with_sigstop_is_fenced_off() {
-    for backend in Backend::selected() {
-        cross_process(backend).await;
-    }
+#[test]
+fn s1b_a_process_frozen_with_sigstop_is_fenced_off() {
+    on_each_backend(Runtime::MultiThread, cross_process);
 }
 
 async fn cross_process(backend: Backend) {

@@ -12,15 +12,15 @@ use fencelock::LockClient;
 
 use crate::common::ledger::{Backend, Journal, Ledger};
 use crate::pause::assert_stale;
-use crate::support::{check_ledger, within, Iteration, LockServer, Story, Tokens};
+use crate::support::{
+    check_ledger, on_each_backend, within, Iteration, LockServer, Runtime, Story, Tokens,
+};
 
 const LOCK: &str = "story-5";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s5_a_restart_without_persistence_keeps_tokens_increasing() {
-    for backend in Backend::selected() {
-        run(backend).await;
-    }
+#[test]
+fn s5_a_restart_without_persistence_keeps_tokens_increasing() {
+    on_each_backend(Runtime::MultiThread, run);
 }
 
 async fn run(backend: Backend) {

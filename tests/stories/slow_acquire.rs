@@ -11,15 +11,15 @@ use fencelock::LockClient;
 
 use crate::common::ledger::{Backend, Journal, Ledger};
 use crate::pause::assert_stale;
-use crate::support::{check_ledger, poll_once, within, Iteration, LockServer, Story, Tokens};
+use crate::support::{
+    check_ledger, on_each_backend, poll_once, within, Iteration, LockServer, Runtime, Story, Tokens,
+};
 
 const LOCK: &str = "story-3";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_an_acquire_reply_that_comes_after_the_lease_gives_a_lost_guard() {
-    for backend in Backend::selected() {
-        run(backend).await;
-    }
+#[test]
+fn s3_an_acquire_reply_that_comes_after_the_lease_gives_a_lost_guard() {
+    on_each_backend(Runtime::MultiThread, run);
 }
 
 async fn run(backend: Backend) {

@@ -11,7 +11,65 @@ use fencelock::testing::RedisServer;
 use fencelock::FencingToken;
 use redis::AsyncCommands;
 
-use crate::common::ledger::{self, Journal, Ledger, Summary};
+use crate::common::ledger::{self, Backend, Journal, Ledger, Summary};
+
+/// The tokio runtime a story runs on, as `#[tokio::test]` would build it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// `flavor = "multi_thread", worker_threads = 2`.
+    MultiThread,
+    /// `flavor = "current_thread"`.
+    CurrentThread,
+}
+
+/// Runs `story` once for every selected storage backend ([`Backend::selected`]), all at the
+/// same time, each on a thread of its own with a tokio `runtime` of its own and (as every story
+/// starts its own) servers of its own: exactly as if each backend were a separate test, run in
+/// parallel as the harness runs tests anyway. So one backend's blocking calls, timers and
+/// scheduling cannot delay another's, and the suite takes about as long per story as its
+/// slowest backend rather than their sum. Waits for all of them; then fails with the first
+/// failure (each failure's message names its backend, and its thread is `story-<backend>`).
+pub fn on_each_backend<F, Fut>(runtime: Runtime, story: F)
+where
+    F: Fn(Backend) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let runs: Vec<_> = Backend::selected()
+        .into_iter()
+        .map(|backend| {
+            let thread = std::thread::Builder::new()
+                .name(format!("story-{}", backend.name()))
+                .spawn(move || {
+                    let mut builder = match runtime {
+                        Runtime::MultiThread => {
+                            let mut builder = tokio::runtime::Builder::new_multi_thread();
+                            builder.worker_threads(2);
+                            builder
+                        }
+                        Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+                    };
+                    builder
+                        .enable_all()
+                        .build()
+                        .expect("a tokio runtime for the story")
+                        .block_on(story(backend));
+                })
+                .expect("start a story thread");
+            (backend, thread)
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for (backend, thread) in runs {
+        if let Err(panic) = thread.join() {
+            failures.push((backend, panic));
+        }
+    }
+    if !failures.is_empty() {
+        let failed: Vec<_> = failures.iter().map(|(backend, _)| backend.name()).collect();
+        eprintln!("the story failed on {failed:?}");
+        std::panic::resume_unwind(failures.swap_remove(0).1);
+    }
+}
 
 /// Iterations per story; CI runs the default.
 pub const ITERATIONS_ENV: &str = "FENCELOCK_STORY_ITERATIONS";

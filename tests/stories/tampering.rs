@@ -11,15 +11,16 @@ use fencelock::{Error, LockClient, LockGuard};
 
 use crate::common::ledger::{Backend, Journal, Ledger};
 use crate::pause::assert_stale;
-use crate::support::{check_ledger, until, within, Ctx, Iteration, LockServer, Story, Tokens};
+use crate::support::{
+    check_ledger, on_each_backend, until, within, Ctx, Iteration, LockServer, Runtime, Story,
+    Tokens,
+};
 
 const LOCK: &str = "story-4";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s4_a_lock_deleted_or_expired_early_leaves_the_new_holder_alone() {
-    for backend in Backend::selected() {
-        run(backend).await;
-    }
+#[test]
+fn s4_a_lock_deleted_or_expired_early_leaves_the_new_holder_alone() {
+    on_each_backend(Runtime::MultiThread, run);
 }
 
 fn assert_not_held<T: std::fmt::Debug>(ctx: &Ctx, what: &str, result: Result<T, Error>) {
