@@ -12,6 +12,7 @@ use fencelock::LockClient;
 
 use crate::common::ledger::{self, Backend, Journal};
 use crate::pause::{parse_token, record_child};
+use crate::support::claim_and_write;
 use crate::support::{
     check_ledger, on_each_backend, within, ChildArgs, ChildProcess, Control, Iteration, LockServer,
     Rng, Runtime, Story, Tokens, GENEROUS,
@@ -131,14 +132,7 @@ async fn run(backend: Backend) {
         }
         child_writes += events.iter().filter(|e| e.starts_with("ok ")).count();
 
-        let mut snap_b = journal.begin(&*ledger, "B", b.token()).await.unwrap();
-        for _ in 0..rng.range(1, 2) {
-            let amount = rng.amount();
-            snap_b = journal
-                .commit(&*ledger, "B", b.token(), snap_b, amount)
-                .await
-                .unwrap();
-        }
+        claim_and_write(&journal, &*ledger, &mut rng, "B", b.token(), 2).await;
         b.release().await.unwrap();
         let summary = check_ledger(&ctx, &*ledger, &journal).await;
         assert_eq!(

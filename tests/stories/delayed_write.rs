@@ -17,6 +17,7 @@ use fencelock::LockClient;
 
 use crate::common::ledger::{self, Journal, Ledger, LedgerError};
 use crate::pause::assert_stale;
+use crate::support::claim_and_write;
 use crate::support::{
     check_ledger, on_each_backend, within, Iteration, LockServer, Runtime, Story, Tokens,
 };
@@ -114,14 +115,7 @@ async fn run(storage: ledger::Storage) {
             .await
             .unwrap();
             tokens.issued(&ctx, "B", b.token());
-            let mut snap_b = journal.begin(&*ledger, "B", b.token()).await.unwrap();
-            for _ in 0..rng.range(1, 2) {
-                let amount = rng.amount();
-                snap_b = journal
-                    .commit(&*ledger, "B", b.token(), snap_b, amount)
-                    .await
-                    .unwrap();
-            }
+            claim_and_write(&journal, &*ledger, &mut rng, "B", b.token(), 2).await;
             // Only the write already in the network stays delayed.
             proxy.heal();
 

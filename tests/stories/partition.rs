@@ -22,6 +22,7 @@ use fencelock::LockClient;
 
 use crate::common::ledger::{Backend, Journal, Ledger};
 use crate::pause::assert_stale;
+use crate::support::claim_and_write;
 use crate::support::{
     check_ledger, on_each_backend, poll_once, within, Iteration, LockServer, Runtime, Story, Tokens,
 };
@@ -113,14 +114,7 @@ async fn run(backend: Backend) {
         margin_min = margin_min.min(b_at - lost_at);
         tokens.issued(&ctx, "B", b.token());
 
-        let mut snap_b = journal.begin(&*ledger, "B", b.token()).await.unwrap();
-        for _ in 0..rng.range(1, 2) {
-            let amount = rng.amount();
-            snap_b = journal
-                .commit(&*ledger, "B", b.token(), snap_b, amount)
-                .await
-                .unwrap();
-        }
+        claim_and_write(&journal, &*ledger, &mut rng, "B", b.token(), 2).await;
         // A still reaches the storage, and writes with what it had.
         let stale = journal
             .commit(&*ledger, "A", a.token(), snapshot, rng.amount())

@@ -20,6 +20,7 @@ use fencelock::{FencingToken, LockClient};
 use tokio::sync::oneshot;
 
 use crate::common::ledger::{self, Attempt, Backend, Journal, Ledger, LedgerError, Outcome, Write};
+use crate::support::claim_and_write;
 use crate::support::{
     check_ledger, on_each_backend, poll_once, within, ChildArgs, ChildProcess, Control, Iteration,
     LockServer, Rng, Runtime, Story, Tokens, GENEROUS,
@@ -296,14 +297,7 @@ async fn cross_process(backend: Backend) {
         .await
         .unwrap();
         tokens.issued(&ctx, "B", b.token());
-        let mut snap_b = journal.begin(&*ledger, "B", b.token()).await.unwrap();
-        for _ in 0..rng.range(1, 3) {
-            let amount = rng.amount();
-            snap_b = journal
-                .commit(&*ledger, "B", b.token(), snap_b, amount)
-                .await
-                .unwrap();
-        }
+        claim_and_write(&journal, &*ledger, &mut rng, "B", b.token(), 3).await;
 
         let go_at = std::time::Instant::now();
         child.signal(&ctx, "CONT");

@@ -12,6 +12,7 @@ use fencelock::LockClient;
 
 use crate::common::ledger::{Backend, Journal, Ledger};
 use crate::pause::assert_stale;
+use crate::support::claim_and_write;
 use crate::support::{
     check_ledger, on_each_backend, within, Iteration, LockServer, Runtime, Story, Tokens,
 };
@@ -101,14 +102,7 @@ async fn run(backend: Backend) {
         };
         tokens.issued(&ctx, "B", b.token());
 
-        let mut snap_b = journal.begin(&*ledger, "B", b.token()).await.unwrap();
-        for _ in 0..rng.range(1, 2) {
-            let amount = rng.amount();
-            snap_b = journal
-                .commit(&*ledger, "B", b.token(), snap_b, amount)
-                .await
-                .unwrap();
-        }
+        claim_and_write(&journal, &*ledger, &mut rng, "B", b.token(), 2).await;
         let stale = journal
             .commit(&*ledger, "A", a.token(), snapshot, rng.amount())
             .await;

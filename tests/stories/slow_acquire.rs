@@ -11,6 +11,7 @@ use fencelock::LockClient;
 
 use crate::common::ledger::{Backend, Journal, Ledger};
 use crate::pause::assert_stale;
+use crate::support::claim_and_write;
 use crate::support::{
     check_ledger, on_each_backend, poll_once, within, Iteration, LockServer, Runtime, Story, Tokens,
 };
@@ -89,14 +90,7 @@ async fn run(backend: Backend) {
         .await
         .unwrap();
         tokens.issued(&ctx, "B", b.token());
-        let mut snap_b = journal.begin(&*ledger, "B", b.token()).await.unwrap();
-        for _ in 0..rng.range(1, 3) {
-            let amount = rng.amount();
-            snap_b = journal
-                .commit(&*ledger, "B", b.token(), snap_b, amount)
-                .await
-                .unwrap();
-        }
+        claim_and_write(&journal, &*ledger, &mut rng, "B", b.token(), 3).await;
 
         // A writes anyway: with the snapshot it peeked, or claiming first. Both are refused.
         let at = match peeked {

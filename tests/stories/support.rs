@@ -266,6 +266,26 @@ where
 }
 
 /// The ledger check, with the context in the failure message.
+/// `who`, the holder of `token`, claims the ledger and commits one to `max_writes` entries of
+/// random amounts, as every story's new holder does after a takeover.
+pub async fn claim_and_write(
+    journal: &Journal,
+    ledger: &dyn Ledger,
+    rng: &mut Rng,
+    who: &str,
+    token: FencingToken,
+    max_writes: u64,
+) {
+    let mut snapshot = journal.begin(ledger, who, token).await.unwrap();
+    for _ in 0..rng.range(1, max_writes) {
+        let amount = rng.amount();
+        snapshot = journal
+            .commit(ledger, who, token, snapshot, amount)
+            .await
+            .unwrap();
+    }
+}
+
 pub async fn check_ledger(ctx: &Ctx, ledger: &dyn Ledger, journal: &Journal) -> Summary {
     ledger::check_ledger(ledger, journal)
         .await

@@ -11,6 +11,7 @@ use fencelock::{Error, LockClient, LockGuard};
 
 use crate::common::ledger::{Backend, Journal, Ledger};
 use crate::pause::assert_stale;
+use crate::support::claim_and_write;
 use crate::support::{
     check_ledger, on_each_backend, until, within, Ctx, Iteration, LockServer, Runtime, Story,
     Tokens,
@@ -113,14 +114,7 @@ async fn run(backend: Backend) {
         if !notice_first {
             notice(&ctx, &a, watched, &mut watchdog_noticed).await;
         }
-        let mut snap_b = journal.begin(&*ledger, "B", b.token()).await.unwrap();
-        for _ in 0..rng.range(1, 2) {
-            let amount = rng.amount();
-            snap_b = journal
-                .commit(&*ledger, "B", b.token(), snap_b, amount)
-                .await
-                .unwrap();
-        }
+        claim_and_write(&journal, &*ledger, &mut rng, "B", b.token(), 2).await;
 
         // Every operation of the old holder fails and leaves B's lock exactly as it was.
         assert!(!a.is_valid(), "{ctx}: A's guard valid after NotHeld");
