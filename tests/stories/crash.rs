@@ -5,17 +5,16 @@
 //! and the ledger holds every write the child was told succeeded; the one in flight at the
 //! kill may or may not be there.
 
-use std::time::Duration;
-
 use fencelock::testing::RedisServer;
 use fencelock::LockClient;
 
-use crate::common::ledger::{self, Backend, Journal};
+use crate::common::ledger::{Backend, Journal};
 use crate::pause::{parse_token, record_child};
 use crate::support::claim_and_write;
+use crate::support::ChildHolder;
 use crate::support::{
     check_ledger, on_each_backend, within, ChildArgs, ChildProcess, Control, Iteration, LockServer,
-    Rng, Runtime, Story, Tokens, GENEROUS,
+    Runtime, Story, Tokens, GENEROUS,
 };
 
 const LOCK: &str = "story-8";
@@ -29,26 +28,16 @@ async fn child_crashing_holder() {
     let Some(args) = ChildArgs::from_env(CHILD_ROLE) else {
         return;
     };
-    let ctl = Control::connect(&args.control_url, &args.channel).await;
-    let client = LockClient::builder(&args.lock_url)
-        .default_lease(Duration::from_millis(args.lease_ms))
-        .connect()
-        .await
-        .unwrap();
-    let store = ledger::connect(&args.storage_url).await.unwrap();
-    let ledger = store.open(&args.ledger).await.unwrap();
-    let mut rng = Rng::new(args.seed);
-
-    let guard = client
-        .lock(&args.lock)
-        .unwrap()
-        .acquire_timeout(GENEROUS)
-        .await
-        .unwrap();
+    let ChildHolder {
+        ctl,
+        ledger,
+        mut rng,
+        guard,
+        mut snapshot,
+        client: _client,
+        store: _store,
+    } = ChildHolder::start(&args).await;
     let token = guard.token();
-    ctl.send(format!("held {token}")).await;
-    let mut snapshot = ledger.begin(token).await.unwrap();
-    ctl.send("claimed").await;
     for id in args.first_id.. {
         let amount = rng.amount();
         ctl.send(format!("try {id} {amount}")).await;

@@ -13,17 +13,17 @@
 //!     `SIGCONT`: the child finishes the write it was about to make, and it is refused.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use fencelock::testing::RedisServer;
 use fencelock::{FencingToken, LockClient};
 use tokio::sync::oneshot;
 
-use crate::common::ledger::{self, Attempt, Backend, Journal, Ledger, LedgerError, Outcome, Write};
+use crate::common::ledger::{Attempt, Backend, Journal, Ledger, LedgerError, Outcome, Write};
 use crate::support::claim_and_write;
+use crate::support::ChildHolder;
 use crate::support::{
     check_ledger, on_each_backend, poll_once, within, ChildArgs, ChildProcess, Control, Iteration,
-    LockServer, Rng, Runtime, Story, Tokens, GENEROUS,
+    LockServer, Runtime, Story, Tokens, GENEROUS,
 };
 
 #[test]
@@ -195,26 +195,16 @@ async fn child_frozen_holder() {
     let Some(args) = ChildArgs::from_env(CHILD_ROLE) else {
         return;
     };
-    let ctl = Control::connect(&args.control_url, &args.channel).await;
-    let client = LockClient::builder(&args.lock_url)
-        .default_lease(Duration::from_millis(args.lease_ms))
-        .connect()
-        .await
-        .unwrap();
-    let store = ledger::connect(&args.storage_url).await.unwrap();
-    let ledger = store.open(&args.ledger).await.unwrap();
-    let mut rng = Rng::new(args.seed);
-
-    let guard = client
-        .lock(&args.lock)
-        .unwrap()
-        .acquire_timeout(GENEROUS)
-        .await
-        .unwrap();
+    let ChildHolder {
+        ctl,
+        ledger,
+        mut rng,
+        guard,
+        mut snapshot,
+        client: _client,
+        store: _store,
+    } = ChildHolder::start(&args).await;
     let token = guard.token();
-    ctl.send(format!("held {token}")).await;
-    let mut snapshot = ledger.begin(token).await.unwrap();
-    ctl.send("claimed").await;
     let mut id = args.first_id;
     for _ in 0..rng.range(0, 2) {
         let amount = rng.amount();

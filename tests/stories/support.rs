@@ -517,6 +517,52 @@ impl ChildProcess {
     }
 }
 
+/// A child process' holder after the start every child story shares: connected as `args`
+/// says, holding the lock (reported as "held <token>"), with the ledger claimed (reported as
+/// "claimed").
+pub struct ChildHolder {
+    pub ctl: Control,
+    pub ledger: Box<dyn Ledger>,
+    pub rng: Rng,
+    pub guard: fencelock::LockGuard,
+    pub snapshot: ledger::Snapshot,
+    /// Kept for as long as the child runs, like the guard's own client.
+    pub client: fencelock::LockClient,
+    pub store: Box<dyn ledger::LedgerStore>,
+}
+
+impl ChildHolder {
+    pub async fn start(args: &ChildArgs) -> ChildHolder {
+        let ctl = Control::connect(&args.control_url, &args.channel).await;
+        let client = fencelock::LockClient::builder(&args.lock_url)
+            .default_lease(Duration::from_millis(args.lease_ms))
+            .connect()
+            .await
+            .unwrap();
+        let store = ledger::connect(&args.storage_url).await.unwrap();
+        let ledger = store.open(&args.ledger).await.unwrap();
+        let rng = Rng::new(args.seed);
+        let guard = client
+            .lock(&args.lock)
+            .unwrap()
+            .acquire_timeout(GENEROUS)
+            .await
+            .unwrap();
+        ctl.send(format!("held {}", guard.token())).await;
+        let snapshot = ledger.begin(guard.token()).await.unwrap();
+        ctl.send("claimed").await;
+        ChildHolder {
+            ctl,
+            ledger,
+            rng,
+            guard,
+            snapshot,
+            client,
+            store,
+        }
+    }
+}
+
 /// A tiny message channel between a parent and its child, in keys of a Redis server:
 /// `<channel>:events` (a list the child appends to) and `<channel>:go` (set by the parent).
 #[derive(Clone)]
