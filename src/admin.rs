@@ -569,15 +569,29 @@ async fn read_lock(
     name: Vec<u8>,
     key: Vec<u8>,
 ) -> Result<LockInfo, Error> {
-    let (fields, pttl): (HashMap<Vec<u8>, Vec<u8>>, i64) = redis::pipe()
+    type Fields = HashMap<Vec<u8>, Vec<u8>>;
+    let read: Result<(Fields, i64), _> = redis::pipe()
         .atomic()
         .cmd("HGETALL")
         .arg(&key)
         .cmd("PTTL")
         .arg(&key)
         .query_async(conn)
-        .await
-        .map_err(map_redis)?;
+        .await;
+    let (fields, pttl) = match read {
+        Ok(read) => read,
+        Err(err) => {
+            // A failed command inside MULTI comes back as a pipeline failure without the
+            // server's code; ask for the type to tell foreign data from anything else.
+            let kind: String = redis::cmd("TYPE").arg(&key).query_async(conn).await?;
+            if kind != "hash" && kind != "none" {
+                return Err(Error::WrongType {
+                    detail: format!("lock key holds a {kind}, not a fencelock hash"),
+                });
+            }
+            return Err(map_redis(err));
+        }
+    };
     let mut holders = Vec::new();
     let mut token = None;
     for (field, value) in fields {
