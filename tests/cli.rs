@@ -351,25 +351,28 @@ async fn watch_tells_expiry_and_force_release_apart_and_speaks_json() {
     let fx = Fixture::start();
     let url = fx.server.url();
     let client = fx.client().await;
-    let short = client
+    let lock = client
         .lock("jobs")
         .unwrap()
-        .with_lease(Duration::from_millis(300))
+        .with_lease(Duration::from_secs(60))
         .unwrap();
 
     let (mut watch, header) = Watcher::start(&url, &["jobs", "--json", "--count", "4"]).await;
     assert_eq!(json(&header)["event"], "watching");
     assert_eq!(json(&header)["lock"]["holders"], serde_json::json!([]));
 
-    // A hold that ends by its lease: no release message, so it is reported as expired.
-    let guard = short.acquire().await.unwrap();
+    // A hold that ends by its lease (cut short here, as the clock would): no release message,
+    // so it is reported as expired.
+    let guard = lock.acquire().await.unwrap();
     let acquired = json(&watch.line().await);
     assert_eq!(acquired["event"], "acquired");
     assert_eq!(acquired["token"], guard.token().get());
     assert_eq!(acquired["holder"]["id"], guard.holder_id());
+    let _: () = fx.raw().pexpire(fx.lock_key("jobs").unwrap(), 1).unwrap();
     let expired = json(&watch.line().await);
     assert_eq!(expired["event"], "expired", "{expired}");
     assert_eq!(expired["holder"]["id"], guard.holder_id());
+    assert_eq!(expired["token"], guard.token().get());
     drop(guard);
 
     // A hold that an operator ends.
