@@ -777,3 +777,35 @@ async fn the_url_can_come_from_redis_url_and_foreign_data_is_reported() {
     let value: String = fx.raw().get(&key).unwrap();
     assert_eq!(value, "not a lock");
 }
+
+#[tokio::test]
+async fn watch_reports_a_hold_it_never_saw_from_its_release_message() {
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    let client = fx.client().await;
+    // With an hour between polls, the only read is the one the release message triggers, and
+    // it finds the lock free again: the hold itself was never seen.
+    let (watch, _) = Watcher::start(&url, &["orders", "--interval", "1h", "--count", "1"]).await;
+    let guard = client.lock("orders").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+    let (run, rest) = watch.finish().await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert!(
+        rest[0].ends_with(" released holder=? (a hold shorter than one poll interval)"),
+        "{rest:?}"
+    );
+}
+
+#[tokio::test]
+async fn binary_names_are_escaped_in_text_and_given_in_hex_in_json() {
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    let client = fx.client().await;
+    let guard = client.lock(b"\xffbin\n").unwrap().acquire().await.unwrap();
+    let text = fencelock(&url, &["list"]).await;
+    assert!(text.stdout.starts_with("\\xffbin\\n  token "), "{text:?}");
+    let machine = fencelock(&url, &["list", "--json"]).await;
+    assert_eq!(json(&machine.stdout)[0]["name_hex"], "ff62696e0a");
+    guard.release().await.unwrap();
+}

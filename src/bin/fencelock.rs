@@ -483,11 +483,17 @@ fn event_json(event: &LockEvent) -> Value {
     })
 }
 
-/// The current UTC time as `2026-01-02T03:04:05.678Z`.
+/// The current UTC time, for event lines.
 fn now_rfc3339() -> String {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+    rfc3339(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
+}
+
+/// A time since the Unix epoch as `2026-01-02T03:04:05.678Z`.
+fn rfc3339(since: Duration) -> String {
     let secs = since.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -507,4 +513,47 @@ fn now_rfc3339() -> String {
         rem % 60,
         since.subsec_millis()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_the_usual_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("3 days").is_err());
+    }
+
+    #[test]
+    fn passwords_never_reach_the_error_message() {
+        assert_eq!(
+            redact("redis://user:secret@127.0.0.1:7000/0"),
+            "redis://***@127.0.0.1:7000/0"
+        );
+        assert_eq!(
+            redact("redis+unix:///tmp/r.sock?pass=secret"),
+            "redis+unix:///tmp/r.sock"
+        );
+        assert_eq!(redact("redis://127.0.0.1:7000/"), "redis://127.0.0.1:7000/");
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(rfc3339(Duration::ZERO), "1970-01-01T00:00:00.000Z");
+        // A leap day, and the last second of a century's year.
+        assert_eq!(
+            rfc3339(Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00.000Z"
+        );
+        assert_eq!(
+            rfc3339(Duration::from_millis(4_107_542_399_500)),
+            "2100-02-28T23:59:59.500Z"
+        );
+    }
 }
