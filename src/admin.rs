@@ -192,7 +192,7 @@ impl fmt::Display for LockDetail {
             for holder in &lock.holders {
                 writeln!(
                     f,
-                    "holder      {} (re-entered {} times)",
+                    "holder      {} (entry count {})",
                     holder.id, holder.count
                 )?;
             }

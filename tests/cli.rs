@@ -243,7 +243,7 @@ async fn show_gives_holder_token_lease_fence_and_waiters() {
     assert!(text.stdout.contains("state       held"), "{text:?}");
     assert!(
         text.stdout.contains(&format!(
-            "holder      {} (re-entered 1 times)",
+            "holder      {} (entry count 1)",
             guard.holder_id()
         )),
         "{text:?}"

@@ -16,7 +16,7 @@
 //! confirmed, or the lock changed hands), 7 any other error.
 
 use std::ffi::OsString;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -252,6 +252,10 @@ async fn release(cli: &Cli, admin: &Admin, name: &[u8], yes: bool) -> Result<u8,
         let mut answer = String::new();
         // EOF or an unreadable stdin counts as "no".
         let _ = std::io::stdin().lock().read_line(&mut answer);
+        // A terminal echoed the operator's Enter; piped input did not.
+        if !std::io::stdin().is_terminal() {
+            eprintln!();
+        }
         if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
             return Ok(fail(REFUSED, &format!("lock {shown} not released")));
         }
