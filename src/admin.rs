@@ -18,7 +18,7 @@
 //!
 //! `fencelock [--url URL | REDIS_URL=URL] [--prefix P] [--json] <command>` with the commands
 //! `list`, `show NAME`, `watch NAME [--count N] [--for DURATION]`,
-//! `release NAME --force [--yes]` and `doctor [--pings N]`. Its exit codes:
+//! `release NAME --force [--yes] [--token T]` and `doctor [--pings N]`. Its exit codes:
 //!
 //! | code | meaning |
 //! | --- | --- |

@@ -551,7 +551,28 @@ async fn release_asks_first_and_an_answer_of_no_changes_nothing() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("--force"), "{run:?}");
 
-    let run = fencelock_with_input(&url, &["release", "orders", "--force"], "y\n").await;
+    // A token that is not the current one (the lock changed hands since it was looked at).
+    let stale = (guard.token().get() - 1).to_string();
+    let run = fencelock(
+        &url,
+        &["release", "orders", "--force", "--yes", "--token", &stale],
+    )
+    .await;
+    assert_eq!(run.code, 6, "{run:?}");
+    assert!(
+        run.stderr
+            .contains(&format!("held with token {}, not {stale}", guard.token())),
+        "{run:?}"
+    );
+    assert_eq!(fx.lock_state("orders"), before);
+
+    let current = guard.token().to_string();
+    let run = fencelock_with_input(
+        &url,
+        &["release", "orders", "--force", "--token", &current],
+        "y\n",
+    )
+    .await;
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(fx.lock_state("orders"), None);
     assert!(guard.release().await.unwrap_err().is_not_held());

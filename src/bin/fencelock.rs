@@ -5,7 +5,7 @@
 //! fencelock list [--json]                  every held lock: name, holders, lease, token
 //! fencelock show NAME                      one lock, its fence counter and its waiters
 //! fencelock watch NAME [--count N] [--for 30s] [--interval 100ms]
-//! fencelock release NAME --force [--yes]   evict the holder, wake the waiters
+//! fencelock release NAME --force [--yes] [--token T]   evict the holder, wake the waiters
 //! fencelock doctor [--pings N]             the server settings that break locks
 //! ```
 //!
@@ -99,6 +99,9 @@ enum Command {
         /// Do not ask for confirmation on stdin
         #[arg(long)]
         yes: bool,
+        /// Evict only if the lock is still held with this token (as shown by list or show)
+        #[arg(long)]
+        token: Option<u64>,
     },
     /// Check the server for settings that break locks (eviction, persistence, replication,
     /// cluster, version, latency, clock) and say what to change
@@ -135,7 +138,9 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
             duration,
             interval,
         } => watch(cli, admin, &bytes(name), *count, *duration, *interval).await,
-        Command::Release { name, yes, .. } => release(cli, admin, &bytes(name), *yes).await,
+        Command::Release {
+            name, yes, token, ..
+        } => release(cli, admin, &bytes(name), *yes, *token).await,
         Command::Doctor { pings } => doctor(cli, admin, *pings).await,
     }
 }
@@ -232,13 +237,30 @@ async fn watch(
     Ok(0)
 }
 
-async fn release(cli: &Cli, admin: &Admin, name: &[u8], yes: bool) -> Result<u8, Error> {
+async fn release(
+    cli: &Cli,
+    admin: &Admin,
+    name: &[u8],
+    yes: bool,
+    expected: Option<u64>,
+) -> Result<u8, Error> {
     let detail = admin.lock(name).await?;
     let shown = detail.lock.display_name();
     if !detail.lock.is_held() {
         return Ok(fail(
             NOT_FOUND,
             &format!("lock {shown} is not held; nothing to release"),
+        ));
+    }
+    let held_with = detail.lock.token.map_or("?".into(), |t| t.to_string());
+    if let Some(expected) =
+        expected.filter(|e| detail.lock.token.map(FencingToken::get) != Some(*e))
+    {
+        return Ok(fail(
+            REFUSED,
+            &format!(
+                "lock {shown} is held with token {held_with}, not {expected}; nothing released"
+            ),
         ));
     }
     if !yes {
