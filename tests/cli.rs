@@ -830,3 +830,37 @@ async fn binary_names_are_escaped_in_text_and_given_in_hex_in_json() {
     assert_eq!(json(&machine.stdout)[0]["name_hex"], "ff62696e0a");
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn doctor_says_which_checks_a_restricted_user_could_not_run() {
+    // A typical application user: everything but CONFIG.
+    let server = RedisServer::builder()
+        .persistence(true)
+        .acl_lines([
+            "user default off",
+            "user app on >secret ~* &* +@all -config",
+        ])
+        .credentials("app", "secret")
+        .start()
+        .unwrap();
+    let run = fencelock(&server.url(), &["doctor", "--json"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    let doc = json(&run.stdout);
+    let checks = doc["checks"].as_array().unwrap();
+    let eviction = checks
+        .iter()
+        .find(|c| c["name"] == "maxmemory-policy")
+        .unwrap();
+    assert_eq!(eviction["status"], "WARN");
+    assert!(
+        eviction["finding"]
+            .as_str()
+            .unwrap()
+            .starts_with("could not be checked: "),
+        "{eviction}"
+    );
+    // The checks that need no CONFIG still ran.
+    let verdicts = verdicts(&run);
+    assert_eq!(verdicts["version"], "OK");
+    assert_eq!(verdicts["cluster"], "OK");
+}
