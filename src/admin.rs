@@ -91,6 +91,8 @@ pub struct Admin {
     client: redis::Client,
     conn: MultiplexedConnection,
     prefix: Vec<u8>,
+    /// Whether the server accepted `HELLO 3`; without it only the doctor is of use.
+    resp3: bool,
 }
 
 impl fmt::Debug for Admin {
@@ -290,19 +292,37 @@ impl Admin {
                 reason: format!("bad redis URL: {err}"),
             })?;
         // RESP3 so that a watch can take release messages on the connection it polls with.
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(info.set_redis_settings(settings))?;
-        let conn = client
+        let with = |protocol| {
+            let settings = info.redis_settings().clone().set_protocol(protocol);
+            redis::Client::open(info.clone().set_redis_settings(settings))
+        };
+        let client = with(ProtocolVersion::RESP3)?;
+        match client
             .get_multiplexed_async_connection_with_config(&connection_config())
-            .await?;
-        Ok(Admin {
-            client,
-            conn,
-            prefix,
-        })
+            .await
+        {
+            Ok(conn) => Ok(Admin {
+                client,
+                conn,
+                prefix,
+                resp3: true,
+            }),
+            // A server without HELLO (Redis < 6, or the command renamed away) cannot serve
+            // LockClient, but the doctor should still get in and say so.
+            Err(err) if refuses_hello(&err) => {
+                let client = with(ProtocolVersion::RESP2)?;
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&connection_config())
+                    .await?;
+                Ok(Admin {
+                    client,
+                    conn,
+                    prefix,
+                    resp3: false,
+                })
+            }
+            Err(err) => Err(err.into()),
+        }
     }
 
     /// The key prefix this connection inspects.
@@ -462,6 +482,11 @@ impl Admin {
     pub async fn watch(&self, name: impl AsRef<[u8]>, interval: Duration) -> Result<Watch, Error> {
         let name = name.as_ref();
         validate_name(name)?;
+        if !self.resp3 {
+            return Err(Error::InvalidConfig {
+                reason: "watch needs RESP3 (HELLO 3), which this server refused".into(),
+            });
+        }
         if interval.is_zero() {
             return Err(Error::InvalidConfig {
                 reason: "the watch interval must be above zero".into(),
@@ -514,6 +539,19 @@ impl Admin {
         let mut conn = self.conn.clone();
         let mut checks = Vec::new();
         checks.push(settle(check_version(&mut conn).await, "version")?);
+        checks.push(if self.resp3 {
+            Check::ok(
+                "protocol",
+                "RESP3 (HELLO 3): waiters get release messages as push messages",
+            )
+        } else {
+            Check::bad(
+                "protocol",
+                Status::Fail,
+                "the server refused HELLO 3: LockClient needs RESP3 and cannot connect",
+                "use redis 6.2 or newer and do not rename or deny HELLO",
+            )
+        });
         checks.push(settle(check_eviction(&mut conn).await, "maxmemory-policy")?);
         checks.push(settle(check_persistence(&mut conn).await, "persistence")?);
         checks.push(settle(check_replication(&mut conn).await, "replication")?);
@@ -555,6 +593,14 @@ impl Admin {
             }
         }
     }
+}
+
+/// The server does not know `HELLO` (`ERR unknown command 'HELLO'`, also when renamed away).
+fn refuses_hello(err: &redis::RedisError) -> bool {
+    !err.is_io_error()
+        && !err.is_timeout()
+        && err.kind() != redis::ErrorKind::AuthenticationFailed
+        && err.to_string().to_ascii_lowercase().contains("hello")
 }
 
 fn connection_config() -> AsyncConnectionConfig {
@@ -967,8 +1013,8 @@ impl fmt::Display for Status {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Check {
-    /// What was checked: `version`, `maxmemory-policy`, `persistence`, `replication`,
-    /// `cluster`, `latency`, `clock`.
+    /// What was checked: `version`, `protocol`, `maxmemory-policy`, `persistence`,
+    /// `replication`, `cluster`, `latency`, `clock`.
     pub name: &'static str,
     /// The verdict.
     pub status: Status,

@@ -585,6 +585,7 @@ async fn doctor_on_a_default_test_server_warns_about_persistence_only() {
     assert_eq!(run.code, 1, "{run:?}");
     for name in [
         "version",
+        "protocol",
         "maxmemory-policy",
         "persistence",
         "replication",
@@ -863,4 +864,26 @@ async fn doctor_says_which_checks_a_restricted_user_could_not_run() {
     let verdicts = verdicts(&run);
     assert_eq!(verdicts["version"], "OK");
     assert_eq!(verdicts["cluster"], "OK");
+}
+
+#[tokio::test]
+async fn a_server_without_hello_is_diagnosed_instead_of_refused() {
+    // What Redis 5 answers to HELLO, on the Redis we have.
+    let server = RedisServer::builder()
+        .persistence(true)
+        .config("rename-command", "HELLO \"\"")
+        .start()
+        .unwrap();
+    let run = fencelock(&server.url(), &["doctor"]).await;
+    assert_eq!(run.code, 5, "{run:?}");
+    assert!(
+        run.stdout
+            .contains("FAIL protocol         the server refused HELLO 3"),
+        "{run:?}"
+    );
+    let run = fencelock(&server.url(), &["list"]).await;
+    assert_eq!(run.code, 4, "inspection still works over RESP2: {run:?}");
+    let run = fencelock(&server.url(), &["watch", "orders"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("watch needs RESP3"), "{run:?}");
 }
