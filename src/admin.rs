@@ -596,11 +596,15 @@ impl Admin {
 }
 
 /// The server does not know `HELLO` (`ERR unknown command 'HELLO'`, also when renamed away).
+/// Not `NOAUTH` ("HELLO must be called with the client already authenticated"): that is a
+/// missing password, and RESP2 would only hide it.
 fn refuses_hello(err: &redis::RedisError) -> bool {
+    let text = err.to_string().to_ascii_lowercase();
     !err.is_io_error()
         && !err.is_timeout()
         && err.kind() != redis::ErrorKind::AuthenticationFailed
-        && err.to_string().to_ascii_lowercase().contains("hello")
+        && text.contains("unknown command")
+        && text.contains("hello")
 }
 
 fn connection_config() -> AsyncConnectionConfig {
@@ -884,20 +888,22 @@ impl Watch {
             if let Some(event) = self.pending.pop_front() {
                 return Ok(event);
             }
-            tokio::select! {
-                () = tokio::time::sleep(self.interval) => {}
-                push = self.pushes.recv() => {
-                    match push {
-                        Some(push) => self.take_push(push)?,
-                        None => return Err(disconnected()),
-                    }
-                }
+            let due = tokio::select! {
+                () = tokio::time::sleep(self.interval) => true,
+                push = self.pushes.recv() => match push {
+                    Some(push) => self.take_push(push)?,
+                    None => return Err(disconnected()),
+                },
+            };
+            if due {
+                self.poll().await?;
             }
-            self.poll().await?;
         }
     }
 
-    fn take_push(&mut self, push: redis::PushInfo) -> Result<(), Error> {
+    /// Records a release message; `true` when it was one (a reason to look at the lock now),
+    /// `false` for the other pushes (subscription confirmations).
+    fn take_push(&mut self, push: redis::PushInfo) -> Result<bool, Error> {
         match push.kind {
             PushKind::Message => {
                 let forced = matches!(push.data.get(1), Some(Value::BulkString(m)) if m == b"force-released");
@@ -906,10 +912,10 @@ impl Watch {
                 } else {
                     ReleaseKind::Released
                 });
-                Ok(())
+                Ok(true)
             }
             PushKind::Disconnection => Err(disconnected()),
-            _ => Ok(()),
+            _ => Ok(false),
         }
     }
 
