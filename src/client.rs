@@ -156,10 +156,15 @@ impl LockClient {
         tokio::spawn(watchdog::run(Arc::downgrade(&inner)));
         let client = LockClient { inner };
         match client.eviction_risk().await {
-            Ok(Some(risk)) => tracing::warn!("{risk}"),
+            Ok(Some(risk)) => tracing::warn!(name: "fencelock.eviction_risk", "{risk}"),
             Ok(None) => {}
-            // CONFIG may be renamed away or not granted to this user; the check is advice.
-            Err(err) => tracing::debug!(error = %err, "could not read maxmemory-policy"),
+            // CONFIG may be renamed away or not granted to this user (the least-privilege ACL
+            // of the README leaves it out); the check is advice, so it never fails a connect.
+            Err(err) => tracing::debug!(
+                name: "fencelock.eviction_check_failed",
+                error = %err,
+                "could not read maxmemory-policy"
+            ),
         }
         Ok(client)
     }
@@ -204,7 +209,8 @@ impl LockClient {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Redis`] when `CONFIG GET` is refused (renamed command, ACL).
+    /// [`Error::PermissionDenied`] when the user may not run `CONFIG GET`, [`Error::Redis`]
+    /// when the command is refused otherwise (renamed away).
     pub async fn eviction_risk(&self) -> Result<Option<String>, Error> {
         let reply: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
             .arg("GET")

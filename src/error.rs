@@ -86,10 +86,20 @@ pub enum Error {
     #[error("the operation was cancelled before it took effect")]
     Cancelled,
 
+    /// The Redis user may not run a command fencelock needs, or may not touch a key or channel
+    /// under this client's prefix (ACL `NOPERM`). Nothing was changed. See the README's
+    /// Security section for the ACL line a fencelock user needs; a client whose prefix lies
+    /// outside the user's key pattern gets this on its first operation.
+    #[error("redis refused the operation (ACL): {detail}")]
+    PermissionDenied {
+        /// The server's description.
+        detail: String,
+    },
+
     /// Talking to Redis failed. The operation may or may not have taken effect; fencelock retries
     /// mutating operations with the same operation id so that a retry never applies twice.
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
 
     /// The server answered something the protocol does not define (a different script under our
     /// SHA, a proxy that rewrites replies).
@@ -97,7 +107,25 @@ pub enum Error {
     Protocol(String),
 }
 
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        // ACL refusals are a configuration problem, not a flaky connection: typed, so callers
+        // and `is_transient` never retry them.
+        if err.code() == Some("NOPERM") {
+            return Error::PermissionDenied {
+                detail: err.detail().unwrap_or_default().to_owned(),
+            };
+        }
+        Error::Redis(err)
+    }
+}
+
 impl Error {
+    /// The Redis user lacks a permission fencelock needs (ACL `NOPERM`).
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, Error::PermissionDenied { .. })
+    }
+
     /// The deadline passed before the lock could be taken.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout { .. })

@@ -26,12 +26,14 @@ mod guard;
 mod holder;
 mod lease;
 mod lock;
+mod metrics;
 mod protocol;
 mod resource;
 mod token;
 mod wait;
 mod watchdog;
 
+pub mod observability;
 /// Fenced writes to SQL databases, and a guide to fencing any other storage.
 pub mod sql;
 #[cfg(feature = "testing")]

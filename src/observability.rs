@@ -1,0 +1,1 @@
+//! What fencelock reports: tracing spans and events, and metrics (placeholder, filled below).
