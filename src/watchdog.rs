@@ -130,7 +130,7 @@ async fn tick(inner: &Arc<Inner>) -> bool {
                     locks = batch.len(),
                     renewed = count,
                     lost = batch.len() - count,
-                    outcome = "renewed",
+                    outcome = "ok",
                     "renewed leases"
                 );
                 for (holder, renewed) in batch.iter().zip(renewed) {
