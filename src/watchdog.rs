@@ -138,8 +138,12 @@ async fn tick(inner: &Arc<Inner>) -> bool {
                         holder.lease_renewed(sent_at, lease);
                     } else {
                         // Gone or taken over: renewing it again could only ever fail, and the
-                        // holder must stop trusting its lease now, not when it runs out.
-                        holder.mark_lost(LostReason::RenewalRefused);
+                        // holder must stop trusting its lease now, not when it runs out. A
+                        // holder whose release overtook this renewal is gone by its own hand,
+                        // not lost.
+                        if holder.wants_renewal() {
+                            holder.mark_lost(LostReason::RenewalRefused);
+                        }
                         inner.watchdog.forget(holder);
                     }
                 }
