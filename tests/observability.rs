@@ -323,3 +323,32 @@ async fn an_evicting_maxmemory_policy_is_warned_about_once_per_connect() {
 
     assert!(eviction_warnings("noeviction").await.is_empty());
 }
+
+#[tokio::test]
+async fn a_user_without_config_permission_connects_with_a_debug_note_instead_of_the_check() {
+    let capture = Capture::default();
+    let _subscriber = capture.install();
+    let server = RedisServer::builder()
+        .config("maxmemory-policy", "volatile-lru")
+        .acl_lines([
+            "user default off",
+            "user admin on >admin-pw ~* &* +@all",
+            "user locks on >locks-pw ~fencelock:* &fencelock:* -@all +evalsha +script|load",
+        ])
+        .credentials("admin", "admin-pw")
+        .start()
+        .unwrap();
+    let url = format!("redis://locks:locks-pw@127.0.0.1:{}/", server.port());
+    let client = LockClient::connect(&url).await.unwrap();
+    assert!(client
+        .eviction_risk()
+        .await
+        .unwrap_err()
+        .is_permission_denied());
+
+    assert!(capture.named("fencelock.eviction_risk").is_empty());
+    let notes = capture.named("fencelock.eviction_check_failed");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0].level, tracing::Level::DEBUG);
+    assert!(notes[0].field("error").contains("config|get"), "{notes:?}");
+}
