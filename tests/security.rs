@@ -283,3 +283,108 @@ async fn passwords_are_required_and_used() {
     let err = LockClient::connect(&wrong).await.unwrap_err();
     assert!(matches!(err, fencelock::Error::Redis(_)), "{err:?}");
 }
+
+#[cfg(feature = "tls")]
+mod tls {
+    use super::*;
+
+    #[tokio::test]
+    async fn locks_work_over_tls_with_the_servers_ca() {
+        let server = RedisServer::builder().tls(true).start().unwrap();
+        let url = server.tls_url().unwrap();
+        assert!(url.starts_with("rediss://127.0.0.1:"), "{url}");
+        let client = LockClient::builder(&url)
+            .tls_root_ca(server.tls_ca_cert_pem().unwrap())
+            .connect()
+            .await
+            .unwrap();
+        let other = LockClient::builder(&url)
+            .tls_root_ca(server.tls_ca_cert_pem().unwrap())
+            .connect()
+            .await
+            .unwrap();
+        let guard = client.lock("tls").unwrap().acquire().await.unwrap();
+        let first_token = guard.token();
+        let inner = guard.reenter().await.unwrap();
+        // A waiter over TLS is woken by the release message (the lease is 30 s).
+        let waiter = tokio::spawn({
+            let lock = other.lock("tls").unwrap();
+            async move { lock.acquire_timeout(Duration::from_secs(10)).await }
+        });
+        inner.release().await.unwrap();
+        guard.release().await.unwrap();
+        let next = waiter.await.unwrap().unwrap();
+        assert!(next.token() > first_token);
+        next.release().await.unwrap();
+
+        // The port the clients used speaks only TLS: plain RESP to it gets no answer.
+        let plain = format!("redis://127.0.0.1:{}/", server.tls_port().unwrap());
+        let err = LockClient::builder(plain)
+            .connection_timeout(Duration::from_millis(500))
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(err.is_connection(), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_tls_server_with_an_unknown_ca_is_refused() {
+        let server = RedisServer::builder().tls(true).start().unwrap();
+        let url = server.tls_url().unwrap();
+        // Without the CA: the system roots do not know the throwaway CA.
+        let err = LockClient::connect(&url).await.unwrap_err();
+        assert!(err.is_connection(), "{err:?}");
+        // With another server's CA.
+        let stranger = RedisServer::builder().tls(true).start().unwrap();
+        let err = LockClient::builder(&url)
+            .tls_root_ca(stranger.tls_ca_cert_pem().unwrap())
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(err.is_connection(), "{err:?}");
+        // A CA for a plain URL, and garbage for a CA, are configuration errors.
+        let err = LockClient::builder(server.url())
+            .tls_root_ca(server.tls_ca_cert_pem().unwrap())
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err:?}");
+        let err = LockClient::builder(&url)
+            .tls_root_ca(b"not a certificate".to_vec())
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn tls_with_an_acl_user_and_password() {
+        let server = RedisServer::builder()
+            .tls(true)
+            .acl_lines([
+                "user default off".to_owned(),
+                "user admin on >admin-pw ~* &* +@all".to_owned(),
+                format!("user locks on >locks-pw {FENCELOCK_ACL}"),
+            ])
+            .credentials("admin", "admin-pw")
+            .start()
+            .unwrap();
+        let url = format!(
+            "rediss://locks:locks-pw@127.0.0.1:{}/",
+            server.tls_port().unwrap()
+        );
+        let client = LockClient::builder(&url)
+            .tls_root_ca(server.tls_ca_cert_pem().unwrap())
+            .connect()
+            .await
+            .unwrap();
+        let guard = client.lock("acct").unwrap().acquire().await.unwrap();
+        let resource = client.resource("acct").unwrap();
+        assert_eq!(resource.incr_by(guard.token(), 5).await.unwrap(), 5);
+        guard.release().await.unwrap();
+        assert!(server
+            .tls_url()
+            .unwrap()
+            .starts_with("rediss://admin:admin-pw@"));
+    }
+}
