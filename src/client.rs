@@ -97,7 +97,8 @@ impl LockClient {
     /// Connects with default options (prefix `fencelock:`, 30 s lease, 1 s response timeout).
     ///
     /// `url` is a redis-rs connection URL: `redis://[user:password@]host:port/[db]`,
-    /// `redis+unix:///path/to/socket`.
+    /// `redis+unix:///path/to/socket`, and with the feature `tls` `rediss://...` (see
+    /// `LockClientBuilder::tls_root_ca` for a private CA).
     ///
     /// # Errors
     /// [`Error::Redis`] when the server cannot be reached or refuses the connection.
