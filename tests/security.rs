@@ -392,6 +392,12 @@ mod tls {
 #[test]
 fn the_documented_acl_is_the_tested_one() {
     let line = format!("user fencelock on >PASSWORD {FENCELOCK_ACL}");
-    assert!(include_str!("../README.md").contains(&line), "README.md: {line}");
-    assert!(include_str!("../DESIGN.md").contains(&line), "DESIGN.md: {line}");
+    assert!(
+        include_str!("../README.md").contains(&line),
+        "README.md: {line}"
+    );
+    assert!(
+        include_str!("../DESIGN.md").contains(&line),
+        "DESIGN.md: {line}"
+    );
 }

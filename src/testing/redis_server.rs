@@ -1409,6 +1409,50 @@ mod tests {
     }
 
     #[test]
+    fn plain_servers_have_no_tls() {
+        let server = RedisServer::start().unwrap();
+        assert_eq!(server.tls_port(), None);
+        assert_eq!(server.tls_url(), None);
+        assert_eq!(
+            server.tls_ca_cert_pem().unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_servers_answer_rediss_with_their_own_ca() {
+        let server = RedisServer::builder()
+            .tls(true)
+            .password("pw")
+            .start()
+            .unwrap();
+        let tls_port = server.tls_port().unwrap();
+        assert_ne!(tls_port, server.port());
+        assert_eq!(
+            server.tls_url().unwrap(),
+            format!("rediss://:pw@127.0.0.1:{tls_port}/")
+        );
+        let ca = server.tls_ca_cert_pem().unwrap();
+        assert!(String::from_utf8_lossy(&ca).contains("BEGIN CERTIFICATE"));
+        let client = redis::Client::build_with_tls(
+            server.tls_url().unwrap(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca),
+            },
+        )
+        .unwrap();
+        let mut con = client.get_connection().unwrap();
+        set(&mut con, "over-tls", "1");
+        // The plain port (the harness' own) sees the same data.
+        assert_eq!(
+            get(&mut connection(&server), "over-tls").as_deref(),
+            Some("1")
+        );
+    }
+
+    #[test]
     fn quoting_and_url_encoding() {
         assert_eq!(quote(r#"a "b"\c"#), r#""a \"b\"\\c""#);
         assert_eq!(quote("x\ty"), r#""x\x09y""#);
