@@ -66,9 +66,10 @@ async fn a_scripted_scenario_is_counted_exactly() {
     let mut totals = Totals::default();
 
     let fx = Fixture::start();
-    // Renewals every second, so the scenario sees some.
+    // Renewals every 2 s, so the scenario sees some, and a deleted lock is found by a renewal
+    // well before its lease (6 s) runs out.
     let client = LockClient::builder(fx.server.url())
-        .default_lease(Duration::from_secs(3))
+        .default_lease(Duration::from_secs(6))
         .connect()
         .await
         .unwrap();

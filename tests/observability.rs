@@ -203,9 +203,10 @@ async fn a_deleted_lock_is_reported_lost_by_the_watchdog() {
     let capture = Capture::default();
     let _subscriber = capture.install();
     let fx = Fixture::start();
-    // Renewals every second; the lease (3 s) leaves the watchdog two chances to notice first.
+    // Renewals every 2 s: the watchdog notices the deletion within 2 s, while the lease (6 s)
+    // leaves it at least 4 s before the loss could be blamed on the lease running out.
     let client = LockClient::builder(fx.server.url())
-        .default_lease(Duration::from_secs(3))
+        .default_lease(Duration::from_secs(6))
         .connect()
         .await
         .unwrap();
