@@ -116,6 +116,14 @@ impl From<redis::RedisError> for Error {
                 detail: err.detail().unwrap_or_default().to_owned(),
             };
         }
+        // A command refused inside a script comes back as a plain script error; Redis 7.0
+        // and 7.2+ word it differently.
+        let text = err.to_string();
+        if text.contains("can't run this command or subcommand")
+            || text.contains("ACL failure in script")
+        {
+            return Error::PermissionDenied { detail: text };
+        }
         Error::Redis(err)
     }
 }

@@ -34,7 +34,10 @@ mod tests {
         let week = Duration::from_secs(604_800);
         assert_eq!(validate(week).unwrap(), week);
         assert!(validate(week + Duration::from_millis(1)).is_err());
-        assert_eq!(validate(Duration::from_millis(1)).unwrap(), Duration::from_millis(1));
+        assert_eq!(
+            validate(Duration::from_millis(1)).unwrap(),
+            Duration::from_millis(1)
+        );
         assert!(validate(Duration::from_micros(999)).is_err());
         assert!(validate(Duration::ZERO).is_err());
     }

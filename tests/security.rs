@@ -224,6 +224,25 @@ async fn another_prefix_is_refused_with_a_typed_error_and_leaves_nothing() {
 }
 
 #[tokio::test]
+async fn a_command_refused_inside_a_script_is_a_permission_error() {
+    // The documented rules without PEXPIRE: the acquire script is refused midway.
+    let partial = FENCELOCK_ACL.replace(" +pexpire", "");
+    assert_ne!(partial, FENCELOCK_ACL);
+    let server = RedisServer::builder()
+        .acl_lines([
+            "user default off".to_owned(),
+            "user admin on >admin-pw ~* &* +@all".to_owned(),
+            format!("user locks on >locks-pw {partial}"),
+        ])
+        .credentials("admin", "admin-pw")
+        .start()
+        .unwrap();
+    let client = LockClient::connect(&locks_url(&server)).await.unwrap();
+    let err = client.lock("x").unwrap().acquire().await.unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+}
+
+#[tokio::test]
 async fn no_lock_name_reaches_a_key_outside_the_prefix() {
     let server = acl_server();
     let client = LockClient::connect(&locks_url(&server)).await.unwrap();
