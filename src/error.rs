@@ -86,10 +86,12 @@ pub enum Error {
     #[error("the operation was cancelled before it took effect")]
     Cancelled,
 
-    /// The Redis user may not run a command fencelock needs, or may not touch a key or channel
-    /// under this client's prefix (ACL `NOPERM`). Nothing was changed. See the README's
-    /// Security section for the ACL line a fencelock user needs; a client whose prefix lies
-    /// outside the user's key pattern gets this on its first operation.
+    /// The Redis user may not run a command fencelock needs (also one of the commands a
+    /// script calls), or may not touch a key or channel under this client's prefix (ACL). See
+    /// the README's Security section for the ACL rules a fencelock user needs. A client whose
+    /// prefix lies outside the user's key pattern gets this on its first operation, before
+    /// anything is written; a script refused midway keeps what it wrote before the refused
+    /// command.
     #[error("redis refused the operation (ACL): {detail}")]
     PermissionDenied {
         /// The server's description.
