@@ -124,6 +124,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod blocking;
 mod builder;
 mod client;
