@@ -6,6 +6,9 @@ use crate::client::{ClientConfig, LockClient};
 use crate::protocol::keys::validate_prefix;
 use crate::{lease, Error};
 
+#[cfg(feature = "tls")]
+const CERT_PEM_HEADER: &[u8] = b"-----BEGIN CERTIFICATE-----";
+
 /// Configures and connects a [`LockClient`].
 ///
 /// ```no_run
@@ -91,11 +94,36 @@ impl LockClientBuilder {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (PEM, one or more) for a `rediss://` server, instead
+    /// of the system's root certificates: for a Redis whose certificate is signed by a private
+    /// CA. Feature `tls`.
+    ///
+    /// Without it, a `rediss://` server must present a certificate that chains to a root the
+    /// system trusts; one that does not is refused during `connect` with [`Error::Redis`]
+    /// (`is_connection()`, nothing sent). Connecting with TLS installs rustls' *ring* provider
+    /// as the process' default, unless the process installed one before.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// let ca = std::fs::read("/etc/redis/ca.crt").expect("CA file");
+    /// let client = fencelock::LockClient::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_ca(ca)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.config.tls_root_ca = Some(pem.into());
+        self
+    }
+
     /// Checks the options, connects, and starts the client's background work.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] or [`Error::InvalidLease`] for unusable options (nothing is
-    /// sent), [`Error::Redis`] when the server cannot be reached or refuses the connection.
+    /// sent; with feature `tls`, also a root CA that is not PEM or is given for a URL that is
+    /// not `rediss://`), [`Error::Redis`] when the server cannot be reached or refuses the connection.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped `connect` leaves nothing behind but a closed connection.
@@ -114,6 +142,19 @@ impl LockClientBuilder {
                          or a late retry could apply twice"
                     .into(),
             });
+        }
+        #[cfg(feature = "tls")]
+        if let Some(pem) = &c.tls_root_ca {
+            // rustls skips what is not a certificate, so garbage would silently leave an
+            // empty trust store and fail later as an unknown issuer.
+            if !pem
+                .windows(CERT_PEM_HEADER.len())
+                .any(|w| w == CERT_PEM_HEADER)
+            {
+                return Err(Error::InvalidConfig {
+                    reason: "the TLS root CA holds no PEM certificate".into(),
+                });
+            }
         }
         if !(1..=1000).contains(&c.renew_batch) {
             return Err(Error::InvalidConfig {

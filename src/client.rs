@@ -27,6 +27,10 @@ pub(crate) struct ClientConfig {
     pub(crate) retry_window: Duration,
     pub(crate) op_record_ttl: Duration,
     pub(crate) renew_batch: usize,
+    /// PEM certificates of the CAs a `rediss://` server's certificate must chain to, instead
+    /// of the system's roots.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root_ca: Option<Vec<u8>>,
 }
 
 impl Default for ClientConfig {
@@ -39,6 +43,8 @@ impl Default for ClientConfig {
             retry_window: Duration::from_secs(3),
             op_record_ttl: Duration::from_secs(10),
             renew_batch: 100,
+            #[cfg(feature = "tls")]
+            tls_root_ca: None,
         }
     }
 }
@@ -91,7 +97,8 @@ impl LockClient {
     /// Connects with default options (prefix `fencelock:`, 30 s lease, 1 s response timeout).
     ///
     /// `url` is a redis-rs connection URL: `redis://[user:password@]host:port/[db]`,
-    /// `redis+unix:///path/to/socket`.
+    /// `redis+unix:///path/to/socket`, and with the feature `tls` `rediss://...` (see
+    /// `LockClientBuilder::tls_root_ca` for a private CA).
     ///
     /// # Errors
     /// [`Error::Redis`] when the server cannot be reached or refuses the connection.
@@ -116,7 +123,7 @@ impl LockClient {
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
         let info = info.set_redis_settings(redis_settings);
-        let client = redis::Client::open(info)?;
+        let client = open_client(info, &config)?;
 
         let waiters = Arc::new(Waiters::default());
         let dispatch = Arc::downgrade(&waiters);
@@ -156,10 +163,15 @@ impl LockClient {
         tokio::spawn(watchdog::run(Arc::downgrade(&inner)));
         let client = LockClient { inner };
         match client.eviction_risk().await {
-            Ok(Some(risk)) => tracing::warn!("{risk}"),
+            Ok(Some(risk)) => tracing::warn!(name: "fencelock.eviction_risk", "{risk}"),
             Ok(None) => {}
-            // CONFIG may be renamed away or not granted to this user; the check is advice.
-            Err(err) => tracing::debug!(error = %err, "could not read maxmemory-policy"),
+            // CONFIG may be renamed away or not granted to this user (the least-privilege ACL
+            // of the README leaves it out); the check is advice, so it never fails a connect.
+            Err(err) => tracing::debug!(
+                name: "fencelock.eviction_check_failed",
+                error = %err,
+                "could not read maxmemory-policy"
+            ),
         }
         Ok(client)
     }
@@ -204,7 +216,8 @@ impl LockClient {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Redis`] when `CONFIG GET` is refused (renamed command, ACL).
+    /// [`Error::PermissionDenied`] when the user may not run `CONFIG GET`, [`Error::Redis`]
+    /// when the command is refused otherwise (renamed away).
     pub async fn eviction_risk(&self) -> Result<Option<String>, Error> {
         let reply: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
             .arg("GET")
@@ -289,6 +302,39 @@ impl LockClient {
             }
         }
     }
+}
+
+#[cfg(not(feature = "tls"))]
+fn open_client(
+    info: redis::ConnectionInfo,
+    _config: &ClientConfig,
+) -> Result<redis::Client, Error> {
+    Ok(redis::Client::open(info)?)
+}
+
+#[cfg(feature = "tls")]
+fn open_client(info: redis::ConnectionInfo, config: &ClientConfig) -> Result<redis::Client, Error> {
+    let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+    if tls && rustls::crypto::CryptoProvider::get_default().is_none() {
+        // rustls needs a process-wide provider when the dependency graph enables more than
+        // one; ours is ring. An application that installed its own keeps it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let Some(root_ca) = &config.tls_root_ca else {
+        return Ok(redis::Client::open(info)?);
+    };
+    if !tls {
+        return Err(Error::InvalidConfig {
+            reason: "a TLS root CA needs a rediss:// URL".into(),
+        });
+    }
+    let certificates = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(root_ca.clone()),
+    };
+    redis::Client::build_with_tls(info, certificates).map_err(|err| Error::InvalidConfig {
+        reason: format!("unusable TLS root CA: {err}"),
+    })
 }
 
 /// Errors after which the request may or may not have run, and a re-send with the same

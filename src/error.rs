@@ -86,10 +86,22 @@ pub enum Error {
     #[error("the operation was cancelled before it took effect")]
     Cancelled,
 
+    /// The Redis user may not run a command fencelock needs (also one of the commands a
+    /// script calls), or may not touch a key or channel under this client's prefix (ACL). See
+    /// the README's Security section for the ACL rules a fencelock user needs. A client whose
+    /// prefix lies outside the user's key pattern gets this on its first operation, before
+    /// anything is written; a script refused midway keeps what it wrote before the refused
+    /// command.
+    #[error("redis refused the operation (ACL): {detail}")]
+    PermissionDenied {
+        /// The server's description.
+        detail: String,
+    },
+
     /// Talking to Redis failed. The operation may or may not have taken effect; fencelock retries
     /// mutating operations with the same operation id so that a retry never applies twice.
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
 
     /// The server answered something the protocol does not define (a different script under our
     /// SHA, a proxy that rewrites replies).
@@ -97,7 +109,33 @@ pub enum Error {
     Protocol(String),
 }
 
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        // ACL refusals are a configuration problem, not a flaky connection: typed, so callers
+        // and `is_transient` never retry them.
+        if err.code() == Some("NOPERM") {
+            return Error::PermissionDenied {
+                detail: err.detail().unwrap_or_default().to_owned(),
+            };
+        }
+        // A command refused inside a script comes back as a plain script error; Redis 7.0
+        // and 7.2+ word it differently.
+        let text = err.to_string();
+        if text.contains("can't run this command or subcommand")
+            || text.contains("ACL failure in script")
+        {
+            return Error::PermissionDenied { detail: text };
+        }
+        Error::Redis(err)
+    }
+}
+
 impl Error {
+    /// The Redis user lacks a permission fencelock needs (ACL `NOPERM`).
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, Error::PermissionDenied { .. })
+    }
+
     /// The deadline passed before the lock could be taken.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout { .. })

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::holder::{Holder, PendingOp};
+use crate::holder::{Holder, LostReason, PendingOp};
 use crate::protocol::{self, CancelKind, EnterReply, OwnerReply};
 use crate::{lease, Error, FencingToken};
 
@@ -36,8 +36,6 @@ pub struct LockGuard {
     /// decrement.
     release_op: Option<String>,
     released: bool,
-    /// When this entry began, for the hold time reported on release.
-    entered_at: Instant,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -58,7 +56,6 @@ impl LockGuard {
             holder,
             release_op: None,
             released: false,
-            entered_at: Instant::now(),
         }
     }
 
@@ -155,7 +152,7 @@ impl LockGuard {
                 self.holder.token
             ))),
             EnterReply::NotHeld => {
-                self.holder.mark_lost();
+                self.holder.mark_lost(LostReason::NotHeld);
                 Err(Error::NotHeld)
             }
             EnterReply::Cancelled => Err(Error::Cancelled),
@@ -191,7 +188,7 @@ impl LockGuard {
                 Ok(())
             }
             OwnerReply::NotHeld => {
-                self.holder.mark_lost();
+                self.holder.mark_lost(LostReason::NotHeld);
                 Err(Error::NotHeld)
             }
         }
@@ -220,30 +217,74 @@ impl LockGuard {
             .release_op
             .get_or_insert_with(|| client.next_id())
             .clone();
-        let reply = release(&self.holder, &op).await?;
+        let reply = release(&self.holder, &op).await;
+        report_release(&self.holder, "release", &reply);
+        let reply = reply?;
         self.released = true;
-        let held_us = u64::try_from(self.entered_at.elapsed().as_micros()).unwrap_or(u64::MAX);
         match reply {
-            OwnerReply::Done { remaining } => {
-                tracing::debug!(
-                    lock = %String::from_utf8_lossy(&self.holder.name),
-                    token = self.holder.token.get(),
-                    held_us,
-                    remaining,
-                    "lock released"
-                );
-                Ok(())
-            }
+            OwnerReply::Done { .. } => Ok(()),
             OwnerReply::NotHeld => {
-                self.holder.mark_lost();
-                tracing::warn!(
-                    lock = %String::from_utf8_lossy(&self.holder.name),
-                    token = self.holder.token.get(),
-                    held_us,
-                    "released a lock that was no longer held"
-                );
+                self.holder.mark_lost(LostReason::NotHeld);
                 Err(Error::NotHeld)
             }
+        }
+    }
+}
+
+/// The `fencelock.release` event and the release metrics, for explicit and background
+/// releases alike.
+fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerReply, Error>) {
+    let held = holder.acquired_at.elapsed();
+    let held_us = u64::try_from(held.as_micros()).unwrap_or(u64::MAX);
+    let lock = String::from_utf8_lossy(&holder.name);
+    let (holder_id, token) = (holder.id.as_str(), holder.token.get());
+    match reply {
+        Ok(OwnerReply::Done { remaining }) => {
+            let outcome = if *remaining == 0 {
+                crate::metrics::hold(held);
+                crate::metrics::RELEASED
+            } else {
+                crate::metrics::EXITED
+            };
+            crate::metrics::release(outcome);
+            tracing::debug!(
+                name: "fencelock.release",
+                lock = %lock,
+                holder = holder_id,
+                token,
+                method,
+                outcome,
+                remaining,
+                held_us,
+                "lock released"
+            );
+        }
+        Ok(OwnerReply::NotHeld) => {
+            crate::metrics::release(crate::metrics::NOT_HELD);
+            tracing::warn!(
+                name: "fencelock.release",
+                lock = %lock,
+                holder = holder_id,
+                token,
+                method,
+                outcome = crate::metrics::NOT_HELD,
+                held_us,
+                "released a lock that was no longer held"
+            );
+        }
+        Err(err) => {
+            crate::metrics::release(crate::metrics::ERROR);
+            tracing::warn!(
+                name: "fencelock.release",
+                lock = %lock,
+                holder = holder_id,
+                token,
+                method,
+                outcome = crate::metrics::ERROR,
+                held_us,
+                error = %err,
+                "lock release failed; the lease will free the lock"
+            );
         }
     }
 }
@@ -275,8 +316,10 @@ impl Drop for LockGuard {
         // Spawning on a runtime that has shut down drops the task without panicking; the
         // lease then frees the lock.
         self.holder.runtime.spawn(async move {
-            if let Err(err) = release(&holder, &op).await {
-                tracing::warn!(error = %err, "background release failed; the lease will free the lock");
+            let reply = release(&holder, &op).await;
+            report_release(&holder, "drop", &reply);
+            if let Ok(OwnerReply::NotHeld) = reply {
+                holder.mark_lost(LostReason::NotHeld);
             }
         });
     }

@@ -32,6 +32,29 @@ pub(crate) struct Holder {
     changed: Notify,
     /// The runtime the lock was acquired on; a guard dropped anywhere releases through it.
     pub(crate) runtime: Handle,
+    /// When the acquire's reply arrived, for the hold time reported on release.
+    pub(crate) acquired_at: Instant,
+}
+
+/// Why a holder was marked lost: the `reason` field of the `fencelock.lost` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostReason {
+    /// The lease ran out by this process' clock without a successful renewal or extension.
+    LeaseExpired,
+    /// A watchdog renewal found the lock gone or held by another holder.
+    RenewalRefused,
+    /// A re-entry, extension or release was refused because the lock is not this holder's.
+    NotHeld,
+}
+
+impl LostReason {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LostReason::LeaseExpired => "lease_expired",
+            LostReason::RenewalRefused => "renewal_refused",
+            LostReason::NotHeld => "not_held",
+        }
+    }
 }
 
 /// How much of a lease the holder may count on: 1 % plus 2 ms less than the lease, for clock
@@ -65,6 +88,7 @@ impl Holder {
             entries: AtomicUsize::new(0),
             changed: Notify::new(),
             runtime: Handle::current(),
+            acquired_at: Instant::now(),
         })
     }
 
@@ -78,12 +102,15 @@ impl Holder {
         self.changed.notify_waiters();
     }
 
-    pub(crate) fn mark_lost(&self) {
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
         if !self.lost.swap(true, Ordering::AcqRel) {
+            crate::metrics::lost_lease();
             tracing::warn!(
+                name: "fencelock.lost",
                 lock = %String::from_utf8_lossy(&self.name),
                 holder = %self.id,
-                token = %self.token,
+                token = self.token.get(),
+                reason = reason.as_str(),
                 "lock lost"
             );
         }
@@ -112,7 +139,7 @@ impl Holder {
             }
             let deadline = self.deadline();
             if Instant::now() >= deadline {
-                self.mark_lost();
+                self.mark_lost(LostReason::LeaseExpired);
                 return;
             }
             tokio::select! {

@@ -98,6 +98,15 @@
 //!
 //! [`blocking`] wraps the same client, locks and guards for plain threads.
 //!
+//! # Observability and security
+//!
+//! Every acquisition, release, renewal batch and lost lease is a `tracing` event with a stable
+//! name; the acquire span is a child of the caller's span. With the `metrics` feature the same
+//! moments are counters and histograms on the `metrics` facade. [`observability`] lists every
+//! name and field. ACL refusals are [`Error::PermissionDenied`]; the README gives the
+//! least-privilege ACL line of a fencelock user. With the `tls` feature, `rediss://` URLs work,
+//! and [`LockClientBuilder`] takes a private CA (`tls_root_ca`).
+//!
 //! # Testing your own code
 //!
 //! With the `testing` feature, [`testing`] starts throwaway `redis-server` (and PostgreSQL)
@@ -124,12 +133,14 @@ mod guard;
 mod holder;
 mod lease;
 mod lock;
+mod metrics;
 mod protocol;
 mod resource;
 mod token;
 mod wait;
 mod watchdog;
 
+pub mod observability;
 /// Fenced writes to SQL databases, and a guide to fencing any other storage.
 pub mod sql;
 #[cfg(feature = "testing")]

@@ -1,5 +1,6 @@
 //! A handle to one named lock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -8,7 +9,7 @@ use tracing::Instrument;
 use crate::holder::{Holder, PendingOp};
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
 use crate::wait::Wake;
-use crate::{lease, Error, LockClient, LockGuard};
+use crate::{lease, metrics, Error, LockClient, LockGuard};
 
 /// A handle to one named lock, made by [`LockClient::lock`].
 ///
@@ -99,7 +100,8 @@ impl Lock {
     /// Cancel safe: if the future is dropped after the request was sent, the acquisition is
     /// undone in the background whether it already ran or not, so the lock is never left held.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, Error> {
-        self.traced("try_acquire", async {
+        let contended = AtomicBool::new(false);
+        self.traced("try_acquire", &contended, async {
             let holder = self.client.next_id();
             let mut pending = self.pending(&holder);
             match self.attempt(&holder, &mut pending).await? {
@@ -124,7 +126,9 @@ impl Lock {
     /// Cancel safe: dropping the future leaves the queue and undoes an acquisition that may be
     /// in flight; the lock is never left held by an acquire nobody waits for.
     pub async fn acquire(&self) -> Result<LockGuard, Error> {
-        self.traced("acquire", self.acquire_until(None)).await
+        let contended = AtomicBool::new(false);
+        self.traced("acquire", &contended, self.acquire_until(None, &contended))
+            .await
     }
 
     /// Takes the lock, waiting at most `timeout`; [`Error::Timeout`] when the lock was still
@@ -138,52 +142,76 @@ impl Lock {
     /// Cancel safe, as [`Lock::acquire`].
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard, Error> {
         let deadline = Instant::now() + timeout;
-        self.traced("acquire_timeout", self.acquire_until(Some(deadline)))
-            .await
+        let contended = AtomicBool::new(false);
+        self.traced(
+            "acquire_timeout",
+            &contended,
+            self.acquire_until(Some(deadline), &contended),
+        )
+        .await
     }
 
     /// Runs one acquisition inside a `fencelock.acquire` span (a child of the caller's span, so
-    /// a request's trace follows it into the lock) and reports its outcome as one event.
+    /// a request's trace follows it into the lock) and reports its outcome as one
+    /// `fencelock.acquire` event and the acquisition metrics.
     async fn traced<T: Acquisition>(
         &self,
         method: &'static str,
+        contended: &AtomicBool,
         acquisition: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
         let span = tracing::debug_span!("fencelock.acquire", lock = %String::from_utf8_lossy(&self.name), method);
         let started = Instant::now();
         let outcome = acquisition.instrument(span.clone()).await;
-        let waited_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let waited = started.elapsed();
+        let waited_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        let contended = contended.load(Ordering::Relaxed);
         let _entered = span.enter();
-        match outcome.as_ref().map(Acquisition::guard) {
-            Ok(Some(guard)) => tracing::debug!(
-                outcome = "acquired",
-                token = guard.token().get(),
-                holder = guard.holder_id(),
-                waited_us,
-                "lock acquired"
-            ),
-            Ok(None) => tracing::debug!(outcome = "busy", waited_us, "lock busy"),
+        let label = match outcome.as_ref().map(Acquisition::guard) {
+            Ok(Some(guard)) => {
+                tracing::debug!(
+                    name: "fencelock.acquire",
+                    outcome = metrics::ACQUIRED,
+                    token = guard.token().get(),
+                    holder = guard.holder_id(),
+                    waited_us,
+                    contended,
+                    "lock acquired"
+                );
+                metrics::ACQUIRED
+            }
+            Ok(None) => {
+                tracing::debug!(name: "fencelock.acquire", outcome = metrics::BUSY, waited_us, contended, "lock busy");
+                metrics::BUSY
+            }
             Err(err) if err.is_timeout() => {
-                tracing::debug!(outcome = "timeout", waited_us, "lock acquire timed out")
+                tracing::debug!(name: "fencelock.acquire", outcome = metrics::TIMEOUT, waited_us, contended, "lock acquire timed out");
+                metrics::TIMEOUT
             }
             Err(err) => {
-                tracing::warn!(outcome = "error", waited_us, error = %err, "lock acquire failed")
+                tracing::warn!(name: "fencelock.acquire", outcome = metrics::ERROR, waited_us, contended, error = %err, "lock acquire failed");
+                metrics::ERROR
             }
-        }
+        };
+        metrics::acquisition(label, waited);
         outcome
     }
 
-    async fn acquire_until(&self, deadline: Option<Instant>) -> Result<LockGuard, Error> {
+    async fn acquire_until(
+        &self,
+        deadline: Option<Instant>,
+        contended: &AtomicBool,
+    ) -> Result<LockGuard, Error> {
         let started = Instant::now();
         let Some(deadline) = deadline else {
-            return self.acquire_within(None, started).await;
+            return self.acquire_within(None, started, contended).await;
         };
         // The deadline bounds everything, also an attempt that is being retried because Redis
         // does not answer: at the deadline the attempt is dropped, and its drop guard undoes
         // it in the background if it ran.
         match tokio::time::timeout_at(
             deadline.into(),
-            self.acquire_within(Some(deadline), started),
+            self.acquire_within(Some(deadline), started, contended),
         )
         .await
         {
@@ -198,6 +226,7 @@ impl Lock {
         &self,
         deadline: Option<Instant>,
         started: Instant,
+        contended: &AtomicBool,
     ) -> Result<LockGuard, Error> {
         let holder = self.client.next_id();
         let mut pending = self.pending(&holder);
@@ -216,6 +245,8 @@ impl Lock {
             });
         }
 
+        contended.store(true, Ordering::Relaxed);
+        metrics::contended();
         let entry = waiters.enter(&self.keys.lock).await?;
         loop {
             if entry.wait(deadline).await == Wake::Deadline {

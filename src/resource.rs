@@ -279,10 +279,20 @@ impl FencedResource {
             .await?;
         match reply {
             WriteReply::Accepted(result) => Ok(result),
-            WriteReply::Stale { latest } => Err(Error::StaleToken {
-                presented: token,
-                latest,
-            }),
+            WriteReply::Stale { latest } => {
+                crate::metrics::stale_write_rejected();
+                tracing::warn!(
+                    name: "fencelock.stale_write",
+                    resource = %String::from_utf8_lossy(&self.name),
+                    presented = token.get(),
+                    latest = latest.get(),
+                    "fenced write refused: a newer token has written"
+                );
+                Err(Error::StaleToken {
+                    presented: token,
+                    latest,
+                })
+            }
         }
     }
 }

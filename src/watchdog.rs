@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use tokio::task::JoinSet;
 
 use crate::client::Inner;
-use crate::holder::Holder;
+use crate::holder::{Holder, LostReason};
 use crate::protocol;
 
 /// After a failed renewal, how soon to try again (then doubling, up to a third of the lease).
@@ -49,7 +49,7 @@ impl Watchdog {
                 return false;
             }
             if now >= holder.deadline() {
-                holder.mark_lost();
+                holder.mark_lost(LostReason::LeaseExpired);
                 return false;
             }
             due.push(holder);
@@ -102,12 +102,12 @@ async fn tick(inner: &Arc<Inner>) -> bool {
         return true;
     }
     let lease = inner.config.default_lease;
-    tracing::trace!(locks = due.len(), "renewing leases");
     let mut batches = JoinSet::new();
     for batch in due.chunks(inner.config.renew_batch) {
         let batch = batch.to_vec();
         let mut conn = inner.conn.clone();
         inner.watchdog.calls.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::renewal_call();
         batches.spawn(async move {
             let sent_at = Instant::now();
             let pairs: Vec<_> = batch.iter().map(|h| (&*h.keys, h.id.as_str())).collect();
@@ -123,19 +123,39 @@ async fn tick(inner: &Arc<Inner>) -> bool {
         };
         match outcome {
             Ok(renewed) => {
+                let count = renewed.iter().filter(|r| **r).count();
+                crate::metrics::renewals(count as u64);
+                tracing::debug!(
+                    name: "fencelock.renew",
+                    locks = batch.len(),
+                    renewed = count,
+                    lost = batch.len() - count,
+                    outcome = "ok",
+                    "renewed leases"
+                );
                 for (holder, renewed) in batch.iter().zip(renewed) {
                     if renewed {
                         holder.lease_renewed(sent_at, lease);
                     } else {
                         // Gone or taken over: renewing it again could only ever fail, and the
-                        // holder must stop trusting its lease now, not when it runs out.
-                        holder.mark_lost();
+                        // holder must stop trusting its lease now, not when it runs out. A
+                        // holder whose release overtook this renewal is gone by its own hand,
+                        // not lost.
+                        if holder.wants_renewal() {
+                            holder.mark_lost(LostReason::RenewalRefused);
+                        }
                         inner.watchdog.forget(holder);
                     }
                 }
             }
             Err(err) => {
-                tracing::warn!(error = %err, locks = batch.len(), "lease renewal failed; retrying");
+                tracing::warn!(
+                    name: "fencelock.renew",
+                    locks = batch.len(),
+                    outcome = "error",
+                    error = %err,
+                    "lease renewal failed; retrying"
+                );
                 all_renewed = false;
             }
         }

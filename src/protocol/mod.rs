@@ -406,7 +406,7 @@ fn map_err(err: redis::RedisError) -> Error {
         Some("FENCELOCK_WRONGTYPE") | Some("WRONGTYPE") => Error::WrongType { detail: detail() },
         Some("FENCELOCK_OVERFLOW") => Error::TokenOverflow { detail: detail() },
         Some("FENCELOCK_BADARG") => Error::Protocol(detail()),
-        _ => Error::Redis(err),
+        _ => Error::from(err),
     }
 }
 

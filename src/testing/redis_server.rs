@@ -69,6 +69,7 @@ pub struct RedisServerBuilder {
     config: Vec<(String, String)>,
     binary: Option<PathBuf>,
     startup_timeout: Duration,
+    tls: bool,
 }
 
 impl Default for RedisServerBuilder {
@@ -83,6 +84,7 @@ impl Default for RedisServerBuilder {
             config: Vec::new(),
             binary: None,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            tls: false,
         }
     }
 }
@@ -131,6 +133,29 @@ impl RedisServerBuilder {
             username: Some(username.into()),
             password: password.into(),
         });
+        self
+    }
+
+    /// Also serves TLS on a second loopback port ([`RedisServer::tls_url`]), with a
+    /// certificate for `127.0.0.1` and `localhost` signed by a throwaway CA made for this server
+    /// ([`RedisServer::tls_ca_cert_pem`]). Clients need not present certificates. Off by
+    /// default.
+    ///
+    /// The certificates are made with the `openssl` command-line tool, which must be on `PATH`
+    /// (Debian's `openssl` package; `ca-certificates` depends on it). The plain port stays
+    /// open as well, for the harness' own readiness probe and admin commands
+    /// ([`RedisServer::url`]); point the clients under test at [`RedisServer::tls_url`].
+    ///
+    /// ```no_run
+    /// use fencelock::testing::RedisServer;
+    ///
+    /// let server = RedisServer::builder().tls(true).start()?;
+    /// assert!(server.tls_url().unwrap().starts_with("rediss://127.0.0.1:"));
+    /// let ca_pem: Vec<u8> = server.tls_ca_cert_pem()?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn tls(mut self, enabled: bool) -> Self {
+        self.tls = enabled;
         self
     }
 
@@ -292,6 +317,13 @@ impl RedisServerBuilder {
             }
         };
 
+        let tls = if self.tls {
+            make_tls_files(dir.path())?;
+            Some(PortReservation::new()?)
+        } else {
+            None
+        };
+
         let conf_path = dir.path().join("redis.conf");
         fs::write(
             &conf_path,
@@ -309,6 +341,7 @@ impl RedisServerBuilder {
             unix_socket,
             credentials: self.credentials.clone(),
             startup_timeout: self.startup_timeout,
+            tls_port: tls,
             dir,
         };
         let mut attempt = 1;
@@ -318,6 +351,9 @@ impl RedisServerBuilder {
                 Err(err) if err.port_conflict && attempt < START_ATTEMPTS => {
                     attempt += 1;
                     server.port = PortReservation::new()?;
+                    if server.tls_port.is_some() {
+                        server.tls_port = Some(PortReservation::new()?);
+                    }
                 }
                 Err(err) => return Err(err.into()),
             }
@@ -382,6 +418,12 @@ impl RedisServerBuilder {
             line("unixsocket", &quote(path_str(socket)?));
             line("unixsocketperm", "700");
         }
+        if self.tls {
+            line("tls-cert-file", &quote(path_str(&dir.join(TLS_CERT))?));
+            line("tls-key-file", &quote(path_str(&dir.join(TLS_KEY))?));
+            line("tls-ca-cert-file", &quote(path_str(&dir.join(TLS_CA))?));
+            line("tls-auth-clients", "no");
+        }
         if let Some(primary) = self.replica_of {
             // Two arguments, so not quoted: `quote` would make them one.
             line("replicaof", &format!("{} {}", primary.ip(), primary.port()));
@@ -398,6 +440,89 @@ impl RedisServerBuilder {
 }
 
 /// The value of `field` in an `INFO` reply (`field:value` lines).
+/// The files of a TLS server, in its directory.
+const TLS_CA: &str = "tls-ca.crt";
+const TLS_CERT: &str = "tls-server.crt";
+const TLS_KEY: &str = "tls-server.key";
+
+/// Makes a throwaway CA and a server certificate for `127.0.0.1` / `localhost` signed by it,
+/// with the `openssl` tool, into `dir`.
+fn make_tls_files(dir: &Path) -> io::Result<()> {
+    let openssl = |args: &[&str]| -> io::Result<()> {
+        let output = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .map_err(|err| {
+                io::Error::new(
+                    err.kind(),
+                    format!("cannot run openssl to make TLS certificates (install it): {err}"),
+                )
+            })?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "openssl {} failed with {}: {}",
+                args.join(" "),
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            )))
+        }
+    };
+    fs::write(
+        dir.join("tls-server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n\
+         basicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=serverAuth\n",
+    )?;
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=fencelock test CA",
+        "-keyout",
+        "tls-ca.key",
+        "-out",
+        TLS_CA,
+    ])?;
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        TLS_KEY,
+        "-out",
+        "tls-server.csr",
+    ])?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "tls-server.csr",
+        "-CA",
+        TLS_CA,
+        "-CAkey",
+        "tls-ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "tls-server.ext",
+        "-out",
+        TLS_CERT,
+    ])
+}
+
 fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     info.lines().find_map(|line| {
         line.strip_prefix(field)
@@ -484,6 +609,8 @@ pub struct RedisServer {
     unix_socket: Option<PathBuf>,
     credentials: Option<Credentials>,
     startup_timeout: Duration,
+    /// The TLS port, when the server serves TLS.
+    tls_port: Option<PortReservation>,
     dir: TempDir,
 }
 
@@ -534,6 +661,41 @@ impl RedisServer {
             ),
         };
         format!("redis://{userinfo}127.0.0.1:{}/", self.port())
+    }
+
+    /// The server's TLS port, when it was built with [`RedisServerBuilder::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port.as_ref().map(PortReservation::port)
+    }
+
+    /// The server's `rediss://` URL (TLS, with the credentials of [`RedisServer::url`]), when
+    /// it was built with [`RedisServerBuilder::tls`]. Clients must trust
+    /// [`RedisServer::tls_ca_cert_pem`].
+    pub fn tls_url(&self) -> Option<String> {
+        let port = self.tls_port()?;
+        let plain = self.url();
+        let rest = plain.strip_prefix("redis://")?;
+        let userinfo = &rest[..rest.rfind("127.0.0.1:")?];
+        Some(format!("rediss://{userinfo}127.0.0.1:{port}/"))
+    }
+
+    /// Path of the PEM certificate of the CA that signed the server's TLS certificate.
+    pub fn tls_ca_cert_path(&self) -> Option<PathBuf> {
+        self.tls_port.as_ref().map(|_| self.dir.path().join(TLS_CA))
+    }
+
+    /// The PEM certificate of the CA that signed the server's TLS certificate.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::NotFound`] when the server does not serve TLS.
+    pub fn tls_ca_cert_pem(&self) -> io::Result<Vec<u8>> {
+        match self.tls_ca_cert_path() {
+            Some(path) => fs::read(path),
+            None => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "this server was not built with tls(true)",
+            )),
+        }
     }
 
     /// A `redis+unix://` URL for the unix socket, if it is enabled with
@@ -825,11 +987,14 @@ impl RedisServer {
     }
 
     fn spawn_and_wait(&mut self) -> Result<(), StartError> {
-        let args: [OsString; 3] = [
+        let mut args: Vec<OsString> = vec![
             self.conf_path.clone().into(),
             "--port".into(),
             self.port().to_string().into(),
         ];
+        if let Some(tls_port) = self.tls_port() {
+            args.extend(["--tls-port".into(), tls_port.to_string().into()]);
+        }
         let process = Process::spawn(&self.binary, args, self.dir.path(), &self.log_path).map_err(
             |error| StartError {
                 error,
@@ -1241,6 +1406,50 @@ mod tests {
         assert_eq!(info_field(info, "role"), Some("slave"));
         assert_eq!(info_field(info, "repl_offset"), None);
         assert_eq!(info_field(info, "master"), None);
+    }
+
+    #[test]
+    fn plain_servers_have_no_tls() {
+        let server = RedisServer::start().unwrap();
+        assert_eq!(server.tls_port(), None);
+        assert_eq!(server.tls_url(), None);
+        assert_eq!(
+            server.tls_ca_cert_pem().unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_servers_answer_rediss_with_their_own_ca() {
+        let server = RedisServer::builder()
+            .tls(true)
+            .password("pw")
+            .start()
+            .unwrap();
+        let tls_port = server.tls_port().unwrap();
+        assert_ne!(tls_port, server.port());
+        assert_eq!(
+            server.tls_url().unwrap(),
+            format!("rediss://:pw@127.0.0.1:{tls_port}/")
+        );
+        let ca = server.tls_ca_cert_pem().unwrap();
+        assert!(String::from_utf8_lossy(&ca).contains("BEGIN CERTIFICATE"));
+        let client = redis::Client::build_with_tls(
+            server.tls_url().unwrap(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca),
+            },
+        )
+        .unwrap();
+        let mut con = client.get_connection().unwrap();
+        set(&mut con, "over-tls", "1");
+        // The plain port (the harness' own) sees the same data.
+        assert_eq!(
+            get(&mut connection(&server), "over-tls").as_deref(),
+            Some("1")
+        );
     }
 
     #[test]

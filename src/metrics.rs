@@ -1,0 +1,111 @@
+//! The crate's metrics, one function per measurement (see the `observability` module for the
+//! table). With the `metrics` feature they go to the `metrics` facade, and so to whatever
+//! recorder the application installed; without it they compile to nothing, so call sites need
+//! no `cfg`.
+//!
+//! No metric is labelled by lock name: names are user data of unbounded variety (one lock per
+//! account, per order...), and one time series per name would grow the recorder's memory and
+//! the monitoring system's index without bound. Per-lock detail is in the tracing events.
+
+use std::time::Duration;
+
+/// How an acquire call ended, as the `outcome` label and the tracing field.
+pub(crate) const ACQUIRED: &str = "acquired";
+pub(crate) const BUSY: &str = "busy";
+pub(crate) const TIMEOUT: &str = "timeout";
+pub(crate) const ERROR: &str = "error";
+/// How a release ended: the last entry left and the lock is free, an inner entry left and the
+/// holder still holds it, or the lock was no longer this holder's.
+pub(crate) const RELEASED: &str = "released";
+pub(crate) const EXITED: &str = "exited";
+pub(crate) const NOT_HELD: &str = "not_held";
+
+#[cfg(feature = "metrics")]
+mod imp {
+    use std::time::Duration;
+
+    pub(super) fn acquisition(outcome: &'static str) {
+        ::metrics::counter!("fencelock_acquisitions_total", "outcome" => outcome).increment(1);
+    }
+    pub(super) fn contended() {
+        ::metrics::counter!("fencelock_contended_total").increment(1);
+    }
+    pub(super) fn wait(waited: Duration) {
+        ::metrics::histogram!("fencelock_wait_seconds").record(waited.as_secs_f64());
+    }
+    pub(super) fn hold(held: Duration) {
+        ::metrics::histogram!("fencelock_hold_seconds").record(held.as_secs_f64());
+    }
+    pub(super) fn renewals(locks: u64) {
+        ::metrics::counter!("fencelock_renewals_total").increment(locks);
+    }
+    pub(super) fn renewal_call() {
+        ::metrics::counter!("fencelock_renewal_calls_total").increment(1);
+    }
+    pub(super) fn lost_lease() {
+        ::metrics::counter!("fencelock_lost_leases_total").increment(1);
+    }
+    pub(super) fn stale_write_rejected() {
+        ::metrics::counter!("fencelock_stale_writes_rejected_total").increment(1);
+    }
+    pub(super) fn release(outcome: &'static str) {
+        ::metrics::counter!("fencelock_releases_total", "outcome" => outcome).increment(1);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+#[allow(clippy::missing_const_for_fn)]
+mod imp {
+    use std::time::Duration;
+
+    pub(super) fn acquisition(_outcome: &'static str) {}
+    pub(super) fn contended() {}
+    pub(super) fn wait(_waited: Duration) {}
+    pub(super) fn hold(_held: Duration) {}
+    pub(super) fn renewals(_locks: u64) {}
+    pub(super) fn renewal_call() {}
+    pub(super) fn lost_lease() {}
+    pub(super) fn stale_write_rejected() {}
+    pub(super) fn release(_outcome: &'static str) {}
+}
+
+/// One acquire call ended with `outcome` after `waited`.
+pub(crate) fn acquisition(outcome: &'static str, waited: Duration) {
+    imp::acquisition(outcome);
+    imp::wait(waited);
+}
+
+/// An acquire call found the lock held and queued to wait for it.
+pub(crate) fn contended() {
+    imp::contended();
+}
+
+/// A holder left the lock (its last entry) after holding it for `held`.
+pub(crate) fn hold(held: Duration) {
+    imp::hold(held);
+}
+
+/// One renewal script call was sent.
+pub(crate) fn renewal_call() {
+    imp::renewal_call();
+}
+
+/// A renewal call renewed `locks` leases.
+pub(crate) fn renewals(locks: u64) {
+    imp::renewals(locks);
+}
+
+/// A holder learnt it lost its lock.
+pub(crate) fn lost_lease() {
+    imp::lost_lease();
+}
+
+/// A fenced write or claiming read was refused for a stale token.
+pub(crate) fn stale_write_rejected() {
+    imp::stale_write_rejected();
+}
+
+/// A release call ended with `outcome`.
+pub(crate) fn release(outcome: &'static str) {
+    imp::release(outcome);
+}

@@ -1,0 +1,164 @@
+//! The metrics of the `metrics` feature (documented in `fencelock::observability`), counted
+//! through a scripted scenario on a throwaway redis-server.
+//!
+//! The recorder is installed as the thread's default on a current-thread runtime, so the
+//! library's background work (watchdog renewals, releases of dropped guards) records into it
+//! too, and tests of this binary do not see each other's metrics.
+#![cfg(feature = "metrics")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{eventually, Fixture};
+use fencelock::LockClient;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use redis::Commands;
+
+/// Counter totals and histogram sample counts by `name{label=value,...}`, accumulated over
+/// snapshots (a snapshot drains the recorder).
+#[derive(Default)]
+struct Totals {
+    counters: HashMap<String, u64>,
+    samples: HashMap<String, Vec<f64>>,
+}
+
+impl Totals {
+    fn update(&mut self, snapshotter: &Snapshotter) {
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            let labels: Vec<_> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let name = if labels.is_empty() {
+                key.name().to_owned()
+            } else {
+                format!("{}{{{}}}", key.name(), labels.join(","))
+            };
+            match value {
+                DebugValue::Counter(n) => *self.counters.entry(name).or_default() += n,
+                DebugValue::Histogram(values) => self
+                    .samples
+                    .entry(name)
+                    .or_default()
+                    .extend(values.into_iter().map(|v| v.into_inner())),
+                DebugValue::Gauge(_) => panic!("fencelock records no gauges: {name}"),
+            }
+        }
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        self.counters.get(name).copied().unwrap_or(0)
+    }
+
+    fn samples(&self, name: &str) -> &[f64] {
+        self.samples.get(name).map_or(&[], Vec::as_slice)
+    }
+}
+
+#[tokio::test]
+async fn a_scripted_scenario_is_counted_exactly() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recorder = metrics::set_default_local_recorder(&recorder);
+    let mut totals = Totals::default();
+
+    let fx = Fixture::start();
+    // Renewals every 2 s, so the scenario sees some, and a deleted lock is found by a renewal
+    // well before its lease (6 s) runs out.
+    let client = LockClient::builder(fx.server.url())
+        .default_lease(Duration::from_secs(6))
+        .connect()
+        .await
+        .unwrap();
+    let lock = client.lock("account:1").unwrap();
+
+    // 1. An uncontended acquisition, and a try that finds the lock busy.
+    let first = lock.acquire().await.unwrap();
+    let first_token = first.token();
+    assert!(lock.try_acquire().await.unwrap().is_none());
+
+    // 2. A contended acquisition: it queues, and gets the lock when the first holder leaves.
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await }
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            totals.update(&snapshotter);
+            totals.counter("fencelock_contended_total") == 1
+        })
+        .await
+    );
+    // The holder stays until the watchdog has renewed it at least once.
+    assert!(eventually(Duration::from_secs(10), || client.renewal_calls() >= 1).await);
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+
+    // 3. A re-entry left (an exit, not a release of the lock).
+    second.reenter().await.unwrap().release().await.unwrap();
+
+    // 4. A stale write: the first holder's token after the second holder wrote.
+    let resource = client.resource("balance:1").unwrap();
+    resource.set(second.token(), "100").await.unwrap();
+    assert!(resource
+        .set(first_token, "0")
+        .await
+        .unwrap_err()
+        .is_stale_token());
+    second.release().await.unwrap();
+
+    // 5. A lost lease: the key is deleted under a holder; the watchdog finds out.
+    let third = lock.acquire().await.unwrap();
+    let _: () = fx.raw().del(fx.lock_key("account:1").unwrap()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), third.lost())
+        .await
+        .expect("the watchdog reports the deleted lock");
+    assert!(third.release().await.unwrap_err().is_not_held());
+
+    totals.update(&snapshotter);
+    assert_eq!(
+        totals.counter("fencelock_acquisitions_total{outcome=acquired}"),
+        3
+    );
+    assert_eq!(
+        totals.counter("fencelock_acquisitions_total{outcome=busy}"),
+        1
+    );
+    assert_eq!(
+        totals.counter("fencelock_acquisitions_total{outcome=timeout}"),
+        0
+    );
+    assert_eq!(totals.counter("fencelock_contended_total"), 1);
+    // One wait sample per acquire call, whatever its outcome.
+    assert_eq!(totals.samples("fencelock_wait_seconds").len(), 4);
+    assert_eq!(totals.counter("fencelock_stale_writes_rejected_total"), 1);
+    assert_eq!(totals.counter("fencelock_lost_leases_total"), 1);
+    assert_eq!(
+        totals.counter("fencelock_releases_total{outcome=released}"),
+        2
+    );
+    assert_eq!(
+        totals.counter("fencelock_releases_total{outcome=exited}"),
+        1
+    );
+    assert_eq!(
+        totals.counter("fencelock_releases_total{outcome=not_held}"),
+        1
+    );
+    // One hold sample per holder that freed the lock itself.
+    let holds = totals.samples("fencelock_hold_seconds");
+    assert_eq!(holds.len(), 2, "{holds:?}");
+    assert!(holds.iter().all(|s| *s >= 0.0));
+    // The metric agrees with the client's own count of renewal calls, and each call renewed
+    // the one lock held then, except the one that found it deleted.
+    let calls = client.renewal_calls();
+    assert!(
+        calls >= 2,
+        "at least the renewal before the release and the one that found the loss"
+    );
+    assert_eq!(totals.counter("fencelock_renewal_calls_total"), calls);
+    assert_eq!(totals.counter("fencelock_renewals_total"), calls - 1);
+}

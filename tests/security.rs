@@ -1,0 +1,422 @@
+//! Security: identities, a least-privilege ACL user, passwords (and TLS with the `tls`
+//! feature), each against a real redis-server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, Fixture};
+use fencelock::testing::RedisServer;
+use fencelock::{LockClient, MAX_NAME_LEN};
+use redis::Commands;
+
+/// The ACL rules of a fencelock user, exactly as README.md and DESIGN.md give them: the keys and
+/// channels under the default prefix, and only the commands fencelock sends (the scripts'
+/// commands included: a script runs with its caller's permissions).
+const FENCELOCK_ACL: &str = "resetkeys ~fencelock:* resetchannels &fencelock:* -@all \
+    +evalsha +script|load +subscribe +unsubscribe \
+    +get +hget +lrange \
+    +set +del +type +time +pttl +pexpire +hset +hexists +hincrby +incrby +rpush +publish";
+
+/// A server with an `admin` user (the harness and the test's inspections), a `locks` user
+/// with exactly [`FENCELOCK_ACL`], and the `default` user off.
+fn acl_server() -> RedisServer {
+    RedisServer::builder()
+        .acl_lines([
+            "user default off".to_owned(),
+            "user admin on >admin-pw ~* &* +@all".to_owned(),
+            format!("user locks on >locks-pw {FENCELOCK_ACL}"),
+        ])
+        .credentials("admin", "admin-pw")
+        .start()
+        .expect("start redis-server with ACL users")
+}
+
+fn locks_url(server: &RedisServer) -> String {
+    format!("redis://locks:locks-pw@127.0.0.1:{}/", server.port())
+}
+
+/// Every key on the server, read as the admin.
+fn all_keys(server: &RedisServer) -> Vec<Vec<u8>> {
+    server.client().get_connection().unwrap().keys("*").unwrap()
+}
+
+fn is_uuid_v4_simple(id: &str) -> bool {
+    let b = id.as_bytes();
+    b.len() == 32
+        && b.iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+        && b[12] == b'4'
+        && matches!(b[16], b'8' | b'9' | b'a' | b'b')
+}
+
+#[tokio::test]
+async fn client_and_holder_ids_are_random_uuids() {
+    let fx = Fixture::start();
+    let (a, b) = (fx.client().await, fx.client().await);
+    assert!(is_uuid_v4_simple(a.id()), "{}", a.id());
+    assert!(is_uuid_v4_simple(b.id()), "{}", b.id());
+    assert_ne!(a.id(), b.id());
+    let guard = a.lock("ids").unwrap().acquire().await.unwrap();
+    let (client_part, seq) = guard.holder_id().split_once(':').unwrap();
+    assert_eq!(client_part, a.id());
+    seq.parse::<u64>().unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_former_holder_cannot_release_extend_or_reenter_the_new_holders_lock() {
+    let fx = Fixture::start();
+    let (a, b) = (fx.client().await, fx.client().await);
+    // B's hold ends by its own short lease (not renewed), then A takes the lock.
+    let stale = b
+        .lock("shared")
+        .unwrap()
+        .with_lease(Duration::from_millis(100))
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || fx
+            .lock_state("shared")
+            .is_none())
+        .await
+    );
+    let current = a.lock("shared").unwrap().acquire().await.unwrap();
+    let before = fx.lock_state("shared").unwrap();
+    assert_eq!(before.0, [(current.holder_id().to_owned(), 1)]);
+
+    assert!(stale
+        .extend(Duration::from_secs(60))
+        .await
+        .unwrap_err()
+        .is_not_held());
+    assert!(stale.reenter().await.unwrap_err().is_not_held());
+    assert!(stale.release().await.unwrap_err().is_not_held());
+    // Another client has no guard for A's hold at all; all it can do is wait or give up.
+    assert!(b
+        .lock("shared")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+
+    assert_eq!(fx.lock_state("shared").unwrap(), before);
+    assert!(current.is_valid());
+    current.release().await.unwrap();
+    assert!(fx.lock_state("shared").is_none());
+}
+
+#[tokio::test]
+async fn the_least_privilege_acl_user_runs_the_whole_flow() {
+    let server = acl_server();
+    let url = locks_url(&server);
+    let a = LockClient::connect(&url).await.unwrap();
+    let b = LockClient::connect(&url).await.unwrap();
+    // The eviction check needs CONFIG, which this user lacks: a typed error when asked...
+    assert!(a.eviction_risk().await.unwrap_err().is_permission_denied());
+
+    let lock = a.lock("acct:1").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let inner = guard.reenter().await.unwrap();
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+    let balance = a.resource("acct:1").unwrap();
+    assert_eq!(balance.get_i64(guard.token()).await.unwrap(), None);
+    assert_eq!(balance.incr_by(guard.token(), 100).await.unwrap(), 100);
+    balance
+        .set_fields(guard.token(), &[(b"owner".as_slice(), b"ann".as_slice())])
+        .await
+        .unwrap_err(); // a string value is not a hash: typed, not a permission problem
+    let ledger = a.resource("ledger:1").unwrap();
+    assert_eq!(ledger.push(guard.token(), &[b"+100"]).await.unwrap(), 1);
+    assert_eq!(
+        ledger.items(guard.token()).await.unwrap(),
+        [b"+100".to_vec()]
+    );
+    assert_eq!(ledger.peek_items().await.unwrap(), [b"+100".to_vec()]);
+    assert_eq!(balance.peek_i64().await.unwrap(), Some(100));
+    let first_token = guard.token();
+
+    // A waiter on another client is woken by the release's message: the lease (30 s) is far
+    // longer than the waiter's deadline, so only the wake-up can get it the lock in time.
+    let waiter = tokio::spawn({
+        let lock = b.lock("acct:1").unwrap();
+        async move { lock.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    inner.release().await.unwrap();
+    assert!(b
+        .lock("acct:1")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    guard.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    assert!(next.token() > first_token);
+    let balance_b = b.resource("acct:1").unwrap();
+    assert_eq!(balance_b.incr_by(next.token(), -30).await.unwrap(), 70);
+    assert!(balance
+        .incr_by(first_token, -1)
+        .await
+        .unwrap_err()
+        .is_stale_token());
+    next.release().await.unwrap();
+
+    // Dropped guards release in the background through the same user.
+    drop(lock.acquire().await.unwrap());
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            all_keys(&server)
+                .iter()
+                .all(|k| !String::from_utf8_lossy(k).contains("lock:acct:1"))
+        })
+        .await
+    );
+    for key in all_keys(&server) {
+        assert!(
+            key.starts_with(b"fencelock:"),
+            "{}",
+            String::from_utf8_lossy(&key)
+        );
+    }
+}
+
+#[tokio::test]
+async fn another_prefix_is_refused_with_a_typed_error_and_leaves_nothing() {
+    let server = acl_server();
+    let client = LockClient::builder(locks_url(&server))
+        .prefix("other:")
+        .connect()
+        .await
+        .unwrap();
+    let lock = client.lock("acct:1").unwrap();
+    let err = lock.acquire().await.unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+    let err = lock.try_acquire().await.unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+    let token = {
+        let ok = LockClient::connect(&locks_url(&server)).await.unwrap();
+        let guard = ok.lock("acct:1").unwrap().acquire().await.unwrap();
+        let token = guard.token();
+        guard.release().await.unwrap();
+        token
+    };
+    let err = client
+        .resource("r")
+        .unwrap()
+        .set(token, "x")
+        .await
+        .unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+    // What the right prefix left (a fence counter, operation records) is all there is.
+    let keys = all_keys(&server);
+    assert!(!keys.is_empty());
+    for key in keys {
+        assert!(
+            key.starts_with(b"fencelock:"),
+            "{}",
+            String::from_utf8_lossy(&key)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_command_refused_inside_a_script_is_a_permission_error() {
+    // The documented rules without PEXPIRE: the acquire script is refused midway.
+    let partial = FENCELOCK_ACL.replace(" +pexpire", "");
+    assert_ne!(partial, FENCELOCK_ACL);
+    let server = RedisServer::builder()
+        .acl_lines([
+            "user default off".to_owned(),
+            "user admin on >admin-pw ~* &* +@all".to_owned(),
+            format!("user locks on >locks-pw {partial}"),
+        ])
+        .credentials("admin", "admin-pw")
+        .start()
+        .unwrap();
+    let client = LockClient::connect(&locks_url(&server)).await.unwrap();
+    let err = client.lock("x").unwrap().acquire().await.unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+}
+
+#[tokio::test]
+async fn no_lock_name_reaches_a_key_outside_the_prefix() {
+    let server = acl_server();
+    let client = LockClient::connect(&locks_url(&server)).await.unwrap();
+    let long = vec![b'}'; MAX_NAME_LEN];
+    let names: Vec<&[u8]> = vec![
+        b"}",
+        b"{",
+        b"}other:x",
+        b"{other}:x",
+        b"*",
+        b"../../other:x",
+        b"..",
+        b"line\nbreak\r\n",
+        b"\0nul",
+        b"fencelock:{x}lock:y",
+        &long,
+    ];
+    for name in &names {
+        let guard = client.lock(name).unwrap().acquire().await.unwrap();
+        let resource = client.resource(name).unwrap();
+        resource.set(guard.token(), *name).await.unwrap();
+        assert_eq!(resource.peek().await.unwrap().as_deref(), Some(*name));
+        guard.release().await.unwrap();
+    }
+    let keys = all_keys(&server);
+    assert!(!keys.is_empty());
+    for key in keys {
+        assert!(
+            key.starts_with(b"fencelock:"),
+            "{}",
+            String::from_utf8_lossy(&key)
+        );
+    }
+}
+
+#[tokio::test]
+async fn passwords_are_required_and_used() {
+    let server = RedisServer::builder()
+        .password("s3cret/with:odd@chars")
+        .start()
+        .unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    client
+        .lock("pw")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let anonymous = format!("redis://127.0.0.1:{}/", server.port());
+    let err = LockClient::connect(&anonymous).await.unwrap_err();
+    assert!(matches!(err, fencelock::Error::Redis(_)), "{err:?}");
+    let wrong = format!("redis://:wrong@127.0.0.1:{}/", server.port());
+    let err = LockClient::connect(&wrong).await.unwrap_err();
+    assert!(matches!(err, fencelock::Error::Redis(_)), "{err:?}");
+}
+
+#[cfg(feature = "tls")]
+mod tls {
+    use super::*;
+
+    #[tokio::test]
+    async fn locks_work_over_tls_with_the_servers_ca() {
+        let server = RedisServer::builder().tls(true).start().unwrap();
+        let url = server.tls_url().unwrap();
+        assert!(url.starts_with("rediss://127.0.0.1:"), "{url}");
+        let client = LockClient::builder(&url)
+            .tls_root_ca(server.tls_ca_cert_pem().unwrap())
+            .connect()
+            .await
+            .unwrap();
+        let other = LockClient::builder(&url)
+            .tls_root_ca(server.tls_ca_cert_pem().unwrap())
+            .connect()
+            .await
+            .unwrap();
+        let guard = client.lock("tls").unwrap().acquire().await.unwrap();
+        let first_token = guard.token();
+        let inner = guard.reenter().await.unwrap();
+        // A waiter over TLS is woken by the release message (the lease is 30 s).
+        let waiter = tokio::spawn({
+            let lock = other.lock("tls").unwrap();
+            async move { lock.acquire_timeout(Duration::from_secs(10)).await }
+        });
+        inner.release().await.unwrap();
+        guard.release().await.unwrap();
+        let next = waiter.await.unwrap().unwrap();
+        assert!(next.token() > first_token);
+        next.release().await.unwrap();
+
+        // The port the clients used speaks only TLS: plain RESP to it gets no answer.
+        let plain = format!("redis://127.0.0.1:{}/", server.tls_port().unwrap());
+        let err = LockClient::builder(plain)
+            .connection_timeout(Duration::from_millis(500))
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(err.is_connection(), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_tls_server_with_an_unknown_ca_is_refused() {
+        let server = RedisServer::builder().tls(true).start().unwrap();
+        let url = server.tls_url().unwrap();
+        // Without the CA: the system roots do not know the throwaway CA.
+        let err = LockClient::connect(&url).await.unwrap_err();
+        assert!(err.is_connection(), "{err:?}");
+        // With another server's CA.
+        let stranger = RedisServer::builder().tls(true).start().unwrap();
+        let err = LockClient::builder(&url)
+            .tls_root_ca(stranger.tls_ca_cert_pem().unwrap())
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(err.is_connection(), "{err:?}");
+        // A CA for a plain URL, and garbage for a CA, are configuration errors.
+        let err = LockClient::builder(server.url())
+            .tls_root_ca(server.tls_ca_cert_pem().unwrap())
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err:?}");
+        let err = LockClient::builder(&url)
+            .tls_root_ca(b"not a certificate".to_vec())
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn tls_with_an_acl_user_and_password() {
+        let server = RedisServer::builder()
+            .tls(true)
+            .acl_lines([
+                "user default off".to_owned(),
+                "user admin on >admin-pw ~* &* +@all".to_owned(),
+                format!("user locks on >locks-pw {FENCELOCK_ACL}"),
+            ])
+            .credentials("admin", "admin-pw")
+            .start()
+            .unwrap();
+        let url = format!(
+            "rediss://locks:locks-pw@127.0.0.1:{}/",
+            server.tls_port().unwrap()
+        );
+        let client = LockClient::builder(&url)
+            .tls_root_ca(server.tls_ca_cert_pem().unwrap())
+            .connect()
+            .await
+            .unwrap();
+        let guard = client.lock("acct").unwrap().acquire().await.unwrap();
+        let resource = client.resource("acct").unwrap();
+        assert_eq!(resource.incr_by(guard.token(), 5).await.unwrap(), 5);
+        guard.release().await.unwrap();
+        assert!(server
+            .tls_url()
+            .unwrap()
+            .starts_with("rediss://admin:admin-pw@"));
+    }
+}
+
+#[test]
+fn the_documented_acl_is_the_tested_one() {
+    let line = format!("user fencelock on >PASSWORD {FENCELOCK_ACL}");
+    assert!(
+        include_str!("../README.md").contains(&line),
+        "README.md: {line}"
+    );
+    assert!(
+        include_str!("../DESIGN.md").contains(&line),
+        "DESIGN.md: {line}"
+    );
+}
