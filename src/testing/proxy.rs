@@ -123,6 +123,9 @@ pub enum Fault {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct DirectionStats {
+    /// Bytes read from the sending side, counted once the faults in force at that moment
+    /// (delay, drop) have been applied to them.
+    pub bytes_received: u64,
     /// Bytes written to the receiving side.
     pub bytes_forwarded: u64,
     /// Bytes discarded by [`Fault::Drop`] and [`Fault::DropNext`].
@@ -156,6 +159,7 @@ pub struct Stats {
 
 #[derive(Default)]
 struct Counters {
+    bytes_received: AtomicU64,
     bytes_forwarded: AtomicU64,
     bytes_dropped: AtomicU64,
     messages_dropped: AtomicU64,
@@ -164,6 +168,7 @@ struct Counters {
 impl Counters {
     fn snapshot(&self) -> DirectionStats {
         DirectionStats {
+            bytes_received: self.bytes_received.load(Ordering::SeqCst),
             bytes_forwarded: self.bytes_forwarded.load(Ordering::SeqCst),
             bytes_dropped: self.bytes_dropped.load(Ordering::SeqCst),
             messages_dropped: self.messages_dropped.load(Ordering::SeqCst),
@@ -770,7 +775,9 @@ async fn forward(
             if n == 0 {
                 return Ok::<(), io::Error>(());
             }
-            if let Some(chunk) = filter.admit(&buf[..n], dir, shared) {
+            let admitted = filter.admit(&buf[..n], dir, shared);
+            Shared::add(&shared.counters[dir].bytes_received, n);
+            if let Some(chunk) = admitted {
                 if queue.send(chunk).await.is_err() {
                     // The writer failed; try_join reports its error.
                     return Ok(());
@@ -1102,11 +1109,18 @@ mod tests {
         let mut stream = raw(&proxy);
         proxy.delay(Direction::Upstream, delay);
         let started = StdInstant::now();
-        stream
-            .write_all(&command(&["SET", "order", "first"]))
-            .unwrap();
-        // Lets the proxy read the first command on its own.
-        thread::sleep(Duration::from_millis(50));
+        let first = command(&["SET", "order", "first"]);
+        let before = proxy.stats().upstream.bytes_received;
+        stream.write_all(&first).unwrap();
+        // The first command must be read (and given its delay) on its own, before the heal.
+        let read_alone = StdInstant::now();
+        while proxy.stats().upstream.bytes_received < before + first.len() as u64 {
+            assert!(
+                read_alone.elapsed() < TIMEOUT,
+                "the proxy never read the first command"
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
         proxy.heal();
         stream
             .write_all(&command(&["SET", "order", "second"]))
