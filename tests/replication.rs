@@ -94,11 +94,13 @@ async fn a_shortfall_rolls_the_acquisition_back_and_leaves_the_lock_free() {
         .unwrap();
     let err = lock.acquire().await.unwrap_err();
     assert!(err.is_replication_timeout(), "{err}");
+    // The healthy replica normally makes it 1 of 2; on a loaded machine it may miss the
+    // timeout too, which is a shortfall all the same.
     assert!(
         matches!(
             err,
             Error::ReplicationTimeout {
-                acked: 1,
+                acked: 0 | 1,
                 required: 2
             }
         ),
