@@ -448,3 +448,6 @@ fn map_err(err: redis::RedisError) -> Error {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod multi_tests;
