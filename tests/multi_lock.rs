@@ -439,3 +439,58 @@ async fn probe_key(fx: &Fixture, client: &LockClient, name: &str) -> Vec<u8> {
     guard.release().await.unwrap();
     key
 }
+
+/// Subscribers of `channel` on the server (`PUBSUB NUMSUB`).
+fn subscribers(fx: &Fixture, channel: &[u8]) -> u64 {
+    let reply: Vec<(Vec<u8>, u64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut fx.raw())
+        .unwrap();
+    reply.first().map_or(0, |(_, n)| *n)
+}
+
+// One runtime thread: once the single waiter has been polled a few times it is certainly in the
+// queue behind the set before the release below.
+#[tokio::test(flavor = "current_thread")]
+async fn a_set_that_moves_to_another_queue_hands_its_wake_up_on() {
+    let fx = Fixture::start();
+    let (a, b) = (fx.client().await, fx.client().await);
+    let set = a.multi_lock(["h:x", "h:y"]).unwrap();
+    let order: Vec<String> = set
+        .names()
+        .map(|n| String::from_utf8(n.to_vec()).unwrap())
+        .collect();
+    let (first, second) = (order[0].clone(), order[1].clone());
+    // Leases far beyond the waits below: only release messages (and their hand-on) wake anyone
+    // in time.
+    let long = Duration::from_secs(300);
+    let held_first = b.lock(&first).unwrap().with_lease(long).unwrap();
+    let held_first = held_first.acquire().await.unwrap();
+    let held_second = b.lock(&second).unwrap().with_lease(long).unwrap();
+    let held_second = held_second.acquire().await.unwrap();
+
+    let set_task = tokio::spawn(async move { set.acquire_timeout(Duration::from_secs(60)).await });
+    let channel = fx.lock_key(&first).unwrap();
+    assert!(eventually(Duration::from_secs(30), || subscribers(&fx, &channel) == 1).await);
+    let single = a.lock(&first).unwrap();
+    let single_task =
+        tokio::spawn(async move { single.acquire_timeout(Duration::from_secs(60)).await });
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+
+    // The set wakes first (head of the queue), finds the second member busy and moves to its
+    // queue; the single waiter behind it must get the wake-up, not sleep out the lease.
+    held_first.release().await.unwrap();
+    let single_guard = single_task
+        .await
+        .unwrap()
+        .expect("the wake-up was handed on");
+    assert!(!set_task.is_finished());
+    held_second.release().await.unwrap();
+    single_guard.release().await.unwrap();
+    let guard = set_task.await.unwrap().unwrap();
+    assert_eq!(guard.guards().len(), 2);
+    guard.release().await.unwrap();
+}
