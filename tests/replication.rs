@@ -303,3 +303,44 @@ async fn unusable_acknowledgement_settings_are_typed_errors() {
     assert_eq!(plain.replica_ack(), None);
     assert!(plain.acquire().await.unwrap().replicated());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_acquire_dropped_during_its_wait_leaves_nothing_held() {
+    let (primary, mut replicas) = topology(1);
+    let client = primary.client().await;
+    replicas[0].server.pause().unwrap();
+    let lock = client
+        .lock("dropped")
+        .unwrap()
+        .with_replica_ack(1, Duration::from_secs(60))
+        .unwrap();
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await }
+    });
+    assert!(eventually(Duration::from_secs(30), || blocked_in_wait(&primary) == 1).await);
+    // The script ran (the lock is held) and its WAIT is blocked: the caller gives up.
+    assert!(primary.lock_state("dropped").is_some());
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    // The acquisition is undone in the background, and the connection that was blocked in
+    // WAIT is closed rather than put back in the pool.
+    assert!(
+        eventually(Duration::from_secs(30), || primary
+            .lock_state("dropped")
+            .is_none())
+        .await,
+        "the abandoned acquisition was not undone"
+    );
+    assert!(eventually(Duration::from_secs(30), || blocked_in_wait(&primary) == 0).await);
+    assert_eq!(client.replica_ack_connections(), 0);
+    replicas[0].server.resume().unwrap();
+    let guard = lock
+        .with_replica_ack(1, HEALTHY_ACK)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(guard.replicated());
+    guard.release().await.unwrap();
+}
