@@ -660,11 +660,11 @@ impl MultiGuard {
             plan,
         } = self;
         if plan == Plan::Ordered {
-            // Where one script cannot reach every member: one release per member, at once.
+            // Where one script cannot reach every member: one release per member. A member
+            // left unreleased by a cancelled future is released by its guard's drop.
             let mut first_err = None;
-            let mut releases: Vec<_> = guards.into_iter().map(|g| Box::pin(g.release())).collect();
-            for release in &mut releases {
-                if let Err(err) = release.await {
+            for guard in guards {
+                if let Err(err) = guard.release().await {
                     first_err.get_or_insert(err);
                 }
             }
