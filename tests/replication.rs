@@ -344,3 +344,37 @@ async fn a_replicated_acquire_dropped_during_its_wait_leaves_nothing_held() {
     assert!(guard.replicated());
     guard.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_acquisitions_wait_for_replicas_and_a_set_waits_once() {
+    let (primary, _replicas) = topology(1);
+    let client = LockClient::builder(primary.server.url())
+        .replica_ack(1, HEALTHY_ACK)
+        .connect()
+        .await
+        .unwrap();
+    let waits = || primary.calls("wait");
+
+    let before = waits();
+    let guard = client.lock("counted").unwrap().acquire().await.unwrap();
+    assert_eq!(waits() - before, 1);
+    // Re-entry, extension and release change neither holder nor token: no WAIT.
+    let inner = guard.reenter().await.unwrap();
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+    inner.release().await.unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(waits() - before, 1);
+
+    // A multi-lock set acquired in one script waits once for all its members.
+    let set = client
+        .multi_lock(["counted:a", "counted:b", "counted:c"])
+        .unwrap();
+    let guard = set.acquire().await.unwrap();
+    assert!(guard.replicated());
+    assert_eq!(waits() - before, 2);
+    guard.release().await.unwrap();
+    // A lock that opts out does not wait at all.
+    let plain = client.lock("counted").unwrap().without_replica_ack();
+    plain.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(waits() - before, 2);
+}
