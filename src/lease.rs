@@ -24,3 +24,28 @@ pub(crate) fn validate(lease: Duration) -> Result<Duration, Error> {
     };
     Err(Error::InvalidLease { lease, reason })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_one_millisecond_and_exactly_one_week() {
+        let week = Duration::from_secs(604_800);
+        assert_eq!(validate(week).unwrap(), week);
+        assert!(validate(week + Duration::from_millis(1)).is_err());
+        assert_eq!(
+            validate(Duration::from_millis(1)).unwrap(),
+            Duration::from_millis(1)
+        );
+        assert!(validate(Duration::from_micros(999)).is_err());
+        assert!(validate(Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn sub_millisecond_remainders_are_refused_not_rounded() {
+        let err = validate(Duration::from_micros(1_500)).unwrap_err();
+        assert!(matches!(err, Error::InvalidLease { reason, .. } if reason.contains("whole")));
+        assert!(validate(Duration::from_millis(1_500)).is_ok());
+    }
+}

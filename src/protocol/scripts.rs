@@ -19,6 +19,7 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) fenced_write: Script,
     pub(crate) fenced_read: Script,
+    pub(crate) force_release: Script,
 }
 
 /// The scripts, hashed on first use.
@@ -41,5 +42,6 @@ pub(crate) fn scripts() -> &'static Scripts {
             include_str!("../../lua/lib/fence_mark.lua"),
             include_str!("../../lua/fenced_read.lua")
         )),
+        force_release: Script::new(include_str!("../../lua/force_release.lua")),
     })
 }

@@ -318,3 +318,94 @@ async fn a_late_duplicate_acquire_after_the_hold_ended_does_nothing() {
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists, "the duplicate took the lock");
 }
+
+#[tokio::test]
+async fn force_release_evicts_any_holder_and_puts_a_lost_counter_back_to_its_token() {
+    let (_server, mut conn, keys) = setup().await;
+    assert_eq!(
+        force_release(&mut conn, &keys, None).await.unwrap(),
+        ForceReleaseReply::NotHeld
+    );
+    let exists: bool = conn.exists(&keys.fence).await.unwrap();
+    assert!(!exists, "a free lock's force release writes nothing");
+
+    let AcquireReply::Acquired { token, .. } =
+        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap()
+    else {
+        panic!("free lock not acquired")
+    };
+    reenter(&mut conn, &keys, "h", "op-enter", OP_TTL)
+        .await
+        .unwrap();
+    let _: () = conn.del(&keys.fence).await.unwrap();
+
+    // Another token than the one held: nothing changes.
+    let other = FencingToken::new(token.get() + 1).unwrap();
+    assert_eq!(
+        force_release(&mut conn, &keys, Some(other)).await.unwrap(),
+        ForceReleaseReply::OtherToken { token: Some(token) }
+    );
+    assert_eq!(count(&mut conn, &keys, "h").await, Some(2));
+
+    assert_eq!(
+        force_release(&mut conn, &keys, Some(token)).await.unwrap(),
+        ForceReleaseReply::Evicted {
+            token: Some(token),
+            fence: token.get(),
+            holder: b"h".to_vec(),
+            count: 2,
+        }
+    );
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists);
+    let fence: u64 = conn.get(&keys.fence).await.unwrap();
+    assert_eq!(fence, token.get());
+    // The evicted holder's own release is a non-holder's: nothing happens.
+    assert_eq!(
+        release(&mut conn, &keys, "h", "op-rel", OP_TTL)
+            .await
+            .unwrap(),
+        OwnerReply::NotHeld
+    );
+    let AcquireReply::Acquired { token: next, .. } = acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
+        .await
+        .unwrap()
+    else {
+        panic!("lock not free after the force release")
+    };
+    assert!(next > token);
+}
+
+#[tokio::test]
+async fn force_release_never_lowers_the_counter_and_refuses_foreign_data() {
+    let (_server, mut conn, keys) = setup().await;
+    let AcquireReply::Acquired { token, .. } =
+        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap()
+    else {
+        panic!("free lock not acquired")
+    };
+    // Another lock of the bucket issued a higher token since.
+    let higher = token.get() + 1000;
+    let _: () = conn.set(&keys.fence, higher).await.unwrap();
+    match force_release(&mut conn, &keys, None).await.unwrap() {
+        ForceReleaseReply::Evicted { fence, .. } => assert_eq!(fence, higher),
+        other => panic!("{other:?}"),
+    }
+    let fence: u64 = conn.get(&keys.fence).await.unwrap();
+    assert_eq!(fence, higher);
+
+    // A corrupt counter: the held lock is left exactly as it was.
+    acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
+        .await
+        .unwrap();
+    let _: () = conn.set(&keys.fence, "garbage").await.unwrap();
+    let err = force_release(&mut conn, &keys, None).await.unwrap_err();
+    assert!(err.is_wrong_type(), "{err:?}");
+    assert_eq!(count(&mut conn, &keys, "h2").await, Some(1));
+
+    let _: () = conn.set(&keys.lock, "not a hash").await.unwrap();
+    let err = force_release(&mut conn, &keys, None).await.unwrap_err();
+    assert!(err.is_wrong_type(), "{err:?}");
+    let value: String = conn.get(&keys.lock).await.unwrap();
+    assert_eq!(value, "not a hash");
+}

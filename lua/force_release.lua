@@ -1,0 +1,76 @@
+-- force_release.lua: the operator's escape hatch. Evicts whoever holds the lock, whatever its
+-- holder id, makes sure the next acquisition's token is above the evicted one, and wakes waiters.
+--
+-- KEYS[1]  lock hash        fields: <holder id> -> re-entry count, "~token" -> fencing token
+--                           (also the name of the lock's release channel)
+-- KEYS[2]  fence counter    string: highest token issued in this slot (shared by every lock in it)
+-- ARGV[1]  expected token   "" evicts any holder; a decimal token evicts only the holder of that
+--                           token (so an operator who looked at the lock first cannot evict a
+--                           holder that took it over in the meantime)
+--
+-- Returns  {1, token, fence, holder, count}
+--                           evicted: the hash is deleted, the counter is now
+--                           max(counter, token) = fence, and "force-released" was published on
+--                           KEYS[1]; holder and count are the evicted holder id ("" if the hash
+--                           had no holder field) and its re-entry count
+--          {0}              the lock is not held; nothing changed
+--          {-1, token}      held, but with this token, not the expected one; nothing changed
+-- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
+--          FENCELOCK_BADARG     ARGV[1] is not "" or a positive integer
+--
+-- The counter is raised to the evicted token (normally it is already there: acquire.lua wrote
+-- it) so that the next token is above it even if the counter had been lost or lowered since
+-- (restart without persistence, an operator's DEL) and the server clock is behind the clock that
+-- issued it: acquire.lua then issues max(counter + 1, TIME) > token. This does not touch any
+-- fenced resource's high-water mark: those are raised by the next holder's claim or write (see
+-- DESIGN.md 3, "force_release.lua"). Every read that can fail comes before the first write.
+local expected = nil
+if ARGV[1] ~= '' then
+  expected = tonumber(ARGV[1])
+  if not expected or expected < 1 or expected % 1 ~= 0 then
+    return redis.error_reply('FENCELOCK_BADARG expected token must be a positive integer')
+  end
+end
+
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then
+  return {0}
+elseif kind ~= 'hash' then
+  return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
+end
+
+local last = 0
+local counter_kind = redis.call('TYPE', KEYS[2])['ok']
+if counter_kind == 'string' then
+  last = tonumber(redis.call('GET', KEYS[2]))
+  if last == nil then
+    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
+  end
+elseif counter_kind ~= 'none' then
+  return redis.error_reply('FENCELOCK_WRONGTYPE fence counter holds a ' .. counter_kind)
+end
+
+local fields = redis.call('HGETALL', KEYS[1])
+local token = 0
+local holder = ''
+local count = 0
+for i = 1, #fields, 2 do
+  if fields[i] == '~token' then
+    token = tonumber(fields[i + 1]) or 0
+  else
+    holder = fields[i]
+    count = tonumber(fields[i + 1]) or 0
+  end
+end
+
+if expected and expected ~= token then
+  return {-1, token}
+end
+
+local fence = math.max(last, token)
+if fence > last then
+  redis.call('SET', KEYS[2], string.format('%.0f', fence))
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', KEYS[1], 'force-released')
+return {1, token, fence, holder, count}
