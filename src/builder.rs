@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::client::{ClientConfig, LockClient};
 use crate::protocol::keys::validate_prefix;
+use crate::replication::{OnShortfall, ReplicaAck};
 use crate::{lease, Error};
 
 #[cfg(feature = "tls")]
@@ -29,6 +30,7 @@ const CERT_PEM_HEADER: &[u8] = b"-----BEGIN CERTIFICATE-----";
 pub struct LockClientBuilder {
     url: String,
     config: ClientConfig,
+    on_shortfall: OnShortfall,
 }
 
 impl LockClientBuilder {
@@ -36,6 +38,7 @@ impl LockClientBuilder {
         LockClientBuilder {
             url: url.into(),
             config: ClientConfig::default(),
+            on_shortfall: OnShortfall::default(),
         }
     }
 
@@ -118,6 +121,36 @@ impl LockClientBuilder {
         self
     }
 
+    /// Every acquisition of this client's locks (unless a lock sets its own with
+    /// [`Lock::with_replica_ack`](crate::Lock::with_replica_ack)) returns only after `replicas`
+    /// replicas confirmed it with `WAIT replicas timeout`. When fewer confirm within `timeout`
+    /// the acquisition is rolled back and fails with
+    /// [`Error::ReplicationTimeout`](crate::Error::ReplicationTimeout), or returns a guard marked
+    /// unreplicated if [`on_replica_shortfall`](Self::on_replica_shortfall) says so.
+    ///
+    /// The script and its `WAIT` run on a connection reserved for them (a small pool), never on
+    /// the shared one, so a slow replica delays only replicated acquisitions. Re-entries,
+    /// extensions and watchdog renewals do not wait. `WAIT` is not consensus: see "Replica
+    /// acknowledgement" in DESIGN.md for what this buys and what it does not.
+    ///
+    /// `connect` fails with [`Error::InvalidConfig`](crate::Error::InvalidConfig) for zero
+    /// replicas or a timeout outside 1 ms..=60 s (whole milliseconds).
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.config.replica_ack = Some(ReplicaAck {
+            replicas,
+            timeout,
+            on_shortfall: OnShortfall::Fail,
+        });
+        self
+    }
+
+    /// What acquisitions with [`replica_ack`](Self::replica_ack) do when too few replicas
+    /// confirm in time (default [`OnShortfall::Fail`]). Without `replica_ack` it has no effect.
+    pub fn on_replica_shortfall(mut self, policy: OnShortfall) -> Self {
+        self.on_shortfall = policy;
+        self
+    }
+
     /// Checks the options, connects, and starts the client's background work.
     ///
     /// # Errors
@@ -127,7 +160,10 @@ impl LockClientBuilder {
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped `connect` leaves nothing behind but a closed connection.
-    pub async fn connect(self) -> Result<LockClient, Error> {
+    pub async fn connect(mut self) -> Result<LockClient, Error> {
+        if let Some(ack) = &mut self.config.replica_ack {
+            ack.on_shortfall = self.on_shortfall;
+        }
         validate_prefix(&self.config.prefix)?;
         lease::validate(self.config.default_lease)?;
         let c = &self.config;
@@ -160,6 +196,9 @@ impl LockClientBuilder {
             return Err(Error::InvalidConfig {
                 reason: "renew_batch must be between 1 and 1000".into(),
             });
+        }
+        if let Some(ack) = c.replica_ack {
+            ReplicaAck::new(ack.replicas, ack.timeout, ack.on_shortfall)?;
         }
         LockClient::connect_with(&self.url, self.config).await
     }

@@ -10,6 +10,7 @@ use redis::{IntoConnectionInfo, ProtocolVersion, PushKind, Value};
 
 use crate::builder::LockClientBuilder;
 use crate::protocol::keys::{validate_name, LockKeys};
+use crate::replication::{AckConnections, ReplicaAck};
 use crate::wait::Waiters;
 use crate::watchdog::{self, Watchdog};
 use crate::{Error, FencedResource, Lock};
@@ -31,6 +32,8 @@ pub(crate) struct ClientConfig {
     /// of the system's roots.
     #[cfg(feature = "tls")]
     pub(crate) tls_root_ca: Option<Vec<u8>>,
+    /// Replica acknowledgement every lock of the client requires unless it sets its own.
+    pub(crate) replica_ack: Option<ReplicaAck>,
 }
 
 impl Default for ClientConfig {
@@ -45,6 +48,7 @@ impl Default for ClientConfig {
             renew_batch: 100,
             #[cfg(feature = "tls")]
             tls_root_ca: None,
+            replica_ack: None,
         }
     }
 }
@@ -77,6 +81,8 @@ pub(crate) struct Inner {
     pub(crate) config: ClientConfig,
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) watchdog: Watchdog,
+    /// Connections reserved for replicated acquisitions (script + `WAIT`), opened on first use.
+    pub(crate) acks: AckConnections,
     id: String,
     next_seq: AtomicU64,
 }
@@ -124,6 +130,7 @@ impl LockClient {
             .set_protocol(ProtocolVersion::RESP3);
         let info = info.set_redis_settings(redis_settings);
         let client = open_client(info, &config)?;
+        let acks = AckConnections::new(client.clone(), config.connection_timeout);
 
         let waiters = Arc::new(Waiters::default());
         let dispatch = Arc::downgrade(&waiters);
@@ -157,6 +164,7 @@ impl LockClient {
             config,
             waiters,
             watchdog: Watchdog::default(),
+            acks,
             id: uuid::Uuid::new_v4().simple().to_string(),
             next_seq: AtomicU64::new(1),
         });
@@ -187,6 +195,22 @@ impl LockClient {
         validate_name(name)?;
         let keys = LockKeys::new(&self.inner.config.prefix, name);
         Ok(Lock::new(self.clone(), name.into(), keys))
+    }
+
+    /// Several locks to be taken as one, all or nothing: see [`MultiLock`](crate::MultiLock).
+    /// The members are put in one global order (their keys' byte order), whatever order the
+    /// names come in, so sets acquired by different tasks in different orders cannot deadlock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or over-long name; [`Error::InvalidLockSet`] for no
+    /// names, more than [`MAX_MULTI_LOCKS`](crate::MAX_MULTI_LOCKS), or one name given twice.
+    /// Nothing is sent to Redis.
+    pub fn multi_lock<I, N>(&self, names: I) -> Result<crate::MultiLock, Error>
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<[u8]>,
+    {
+        crate::MultiLock::new(self, names)
     }
 
     /// A fenced resource called `name`: a value, number, hash or list in Redis whose writes
@@ -267,6 +291,12 @@ impl LockClient {
         self.inner.watchdog.calls()
     }
 
+    /// How many connections reserved for replicated acquisitions are open and idle. They are
+    /// opened on first use and never carry anything but an acquisition script and its `WAIT`.
+    pub fn replica_ack_connections(&self) -> usize {
+        self.inner.acks.idle()
+    }
+
     /// A fresh id for a holder or an operation: unique across clients (random client id) and
     /// within this one (sequence number).
     pub(crate) fn next_id(&self) -> String {
@@ -339,7 +369,7 @@ fn open_client(info: redis::ConnectionInfo, config: &ClientConfig) -> Result<red
 
 /// Errors after which the request may or may not have run, and a re-send with the same
 /// operation id is safe and may succeed.
-fn is_transient(err: &Error) -> bool {
+pub(crate) fn is_transient(err: &Error) -> bool {
     match err {
         Error::Redis(e) => {
             e.is_io_error()

@@ -98,6 +98,27 @@ pub enum Error {
         detail: String,
     },
 
+    /// An acquisition that required replica acknowledgement (`WAIT`) was confirmed by fewer
+    /// replicas than required within its timeout. The acquisition was rolled back before this
+    /// error was returned: the lock is free (unless someone else took it since).
+    #[error(
+        "acquisition reached {acked} of the {required} required replicas in time; rolled back"
+    )]
+    ReplicationTimeout {
+        /// Replicas that confirmed the acquisition.
+        acked: u32,
+        /// Replicas the acquisition required.
+        required: u32,
+    },
+
+    /// The set of names given to a multi-lock is unusable: empty, too many names, or the same
+    /// name twice. Nothing was sent.
+    #[error("invalid lock set: {reason}")]
+    InvalidLockSet {
+        /// What is wrong with the set.
+        reason: String,
+    },
+
     /// Talking to Redis failed. The operation may or may not have taken effect; fencelock retries
     /// mutating operations with the same operation id so that a retry never applies twice.
     #[error("redis: {0}")]
@@ -155,8 +176,16 @@ impl Error {
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self,
-            Error::InvalidName { .. } | Error::InvalidLease { .. } | Error::InvalidConfig { .. }
+            Error::InvalidName { .. }
+                | Error::InvalidLease { .. }
+                | Error::InvalidConfig { .. }
+                | Error::InvalidLockSet { .. }
         )
+    }
+
+    /// Fewer replicas than required acknowledged an acquisition in time (it was rolled back).
+    pub fn is_replication_timeout(&self) -> bool {
+        matches!(self, Error::ReplicationTimeout { .. })
     }
 
     /// A lock key held data that fencelock did not write.

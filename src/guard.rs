@@ -65,6 +65,20 @@ impl LockGuard {
         self.holder.token
     }
 
+    /// Whether the acquisition reached the replicas it required: `true` when it required none
+    /// or enough confirmed it, `false` for a guard returned under
+    /// [`OnShortfall::ReturnUnreplicated`](crate::OnShortfall::ReturnUnreplicated) after too few
+    /// did. Re-entries share their holder's answer.
+    pub fn replicated(&self) -> bool {
+        self.holder.replication.is_none_or(|acks| acks.enough())
+    }
+
+    /// How many replicas confirmed the acquisition (`WAIT`'s answer), or `None` when the lock
+    /// did not require replica acknowledgement.
+    pub fn replica_acks(&self) -> Option<u32> {
+        self.holder.replication.map(|acks| acks.acked)
+    }
+
     /// The name of the lock this guard holds.
     pub fn lock_name(&self) -> &[u8] {
         &self.holder.name
@@ -285,6 +299,37 @@ fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerRep
                 error = %err,
                 "lock release failed; the lease will free the lock"
             );
+        }
+    }
+}
+
+impl LockGuard {
+    /// Starts this guard's release as part of a set released in one script (multi-lock): the
+    /// holder leaves the watch list and the release gets its op id, the same one a background
+    /// release of this guard would re-send.
+    pub(crate) fn begin_release(&mut self) -> (Arc<Holder>, String) {
+        if self.release_op.is_none() {
+            self.holder.exit();
+        }
+        let client = self.holder.client.clone();
+        let op = self
+            .release_op
+            .get_or_insert_with(|| client.next_id())
+            .clone();
+        (self.holder.clone(), op)
+    }
+
+    /// The set's release script answered for this guard.
+    pub(crate) fn finish_release(mut self, reply: OwnerReply) -> Result<(), Error> {
+        self.released = true;
+        let reply = Ok(reply);
+        report_release(&self.holder, "set", &reply);
+        match reply {
+            Ok(OwnerReply::Done { .. }) => Ok(()),
+            _ => {
+                self.holder.mark_lost(LostReason::NotHeld);
+                Err(Error::NotHeld)
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 use crate::protocol::{self, CancelKind, LockKeys};
+use crate::replication::Acks;
 use crate::{FencingToken, LockClient};
 
 /// One holder: the identity Redis knows (`id`), the token it was issued, and its lease as this
@@ -21,6 +22,8 @@ pub(crate) struct Holder {
     pub(crate) token: FencingToken,
     /// Renewed by the client's watchdog (acquired without a lease of its own).
     pub(crate) watched: bool,
+    /// Replicas that confirmed the acquisition, when it required any.
+    pub(crate) replication: Option<Acks>,
     /// End of the lease by this process' monotonic clock: measured from when the request that
     /// set it was first sent (the server started the lease no earlier), minus a drift margin.
     deadline: Mutex<Instant>,
@@ -75,6 +78,7 @@ impl Holder {
         sent_at: Instant,
         lease: Duration,
         watched: bool,
+        replication: Option<Acks>,
     ) -> Arc<Holder> {
         Arc::new(Holder {
             client,
@@ -83,6 +87,7 @@ impl Holder {
             id,
             token,
             watched,
+            replication,
             deadline: Mutex::new(sent_at + validity(lease)),
             lost: AtomicBool::new(false),
             entries: AtomicUsize::new(0),

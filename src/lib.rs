@@ -94,6 +94,30 @@
 //! reply, a reconnect) are re-sent with the same operation id and replay instead of applying
 //! twice. Each method documents its cancellation behaviour.
 //!
+//! # Several locks at once
+//!
+//! [`LockClient::multi_lock`] takes a set of locks all or nothing, always in one global order,
+//! so two transfers in opposite directions cannot deadlock; the [`MultiGuard`] has one token
+//! per lock.
+//!
+//! ```no_run
+//! # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+//! let guard = client.multi_lock(["account:7", "account:3"])?.acquire().await?;
+//! let (from, to) = (client.resource("balance:7")?, client.resource("balance:3")?);
+//! from.incr_by(guard.token("account:7").unwrap(), -100).await?;
+//! to.incr_by(guard.token("account:3").unwrap(), 100).await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Replicas
+//!
+//! [`LockClientBuilder::replica_ack`] and [`Lock::with_replica_ack`] make an acquisition wait
+//! (`WAIT`, on a connection of its own) until replicas confirmed it, so that a failover to one
+//! of them keeps the lock and its token; a shortfall rolls the acquisition back
+//! ([`Error::ReplicationTimeout`]) or, by choice ([`OnShortfall`]), returns a guard marked
+//! unreplicated. It is not consensus: `DESIGN.md` §13 says what it does not cover.
+//!
 //! # Without async
 //!
 //! [`blocking`] wraps the same client, locks and guards for plain threads.
@@ -106,6 +130,12 @@
 //! name and field. ACL refusals are [`Error::PermissionDenied`]; the README gives the
 //! least-privilege ACL line of a fencelock user. With the `tls` feature, `rediss://` URLs work,
 //! and [`LockClientBuilder`] takes a private CA (`tls_root_ca`).
+//!
+//! # Operating it
+//!
+//! [`admin`] lists, inspects, watches and force-releases locks and checks a server for what
+//! breaks locks (`doctor`: eviction policy, persistence, replication, clock offset); the
+//! `fencelock` binary (feature `cli`) is a thin shell over it with documented exit codes.
 //!
 //! # Testing your own code
 //!
@@ -134,7 +164,9 @@ mod holder;
 mod lease;
 mod lock;
 mod metrics;
+mod multi;
 mod protocol;
+mod replication;
 mod resource;
 mod token;
 mod wait;
@@ -151,7 +183,9 @@ pub use client::LockClient;
 pub use error::Error;
 pub use guard::LockGuard;
 pub use lock::Lock;
+pub use multi::{MultiGuard, MultiLock, MAX_MULTI_LOCKS};
 pub use protocol::keys::MAX_NAME_LEN;
+pub use replication::OnShortfall;
 pub use resource::FencedResource;
 pub use token::FencingToken;
 

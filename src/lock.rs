@@ -8,6 +8,7 @@ use tracing::Instrument;
 
 use crate::holder::{Holder, PendingOp};
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
+use crate::replication::{self, OnShortfall, ReplicaAck};
 use crate::wait::Wake;
 use crate::{lease, metrics, Error, LockClient, LockGuard};
 
@@ -37,6 +38,7 @@ pub struct Lock {
     name: Arc<[u8]>,
     keys: Arc<LockKeys>,
     lease: Option<Duration>,
+    replica_ack: Option<ReplicaAck>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -51,11 +53,20 @@ impl std::fmt::Debug for Lock {
 impl Lock {
     pub(crate) fn new(client: LockClient, name: Arc<[u8]>, keys: LockKeys) -> Lock {
         Lock {
-            client,
             name,
             keys: Arc::new(keys),
             lease: None,
+            replica_ack: client.inner.config.replica_ack,
+            client,
         }
+    }
+
+    pub(crate) fn keys(&self) -> &Arc<LockKeys> {
+        &self.keys
+    }
+
+    pub(crate) fn name_arc(&self) -> &Arc<[u8]> {
+        &self.name
     }
 
     /// The lock's name, as given to [`LockClient::lock`].
@@ -87,6 +98,63 @@ impl Lock {
         let mut lock = self.clone();
         lock.lease = Some(lease::validate(lease)?);
         Ok(lock)
+    }
+
+    /// A handle to the same lock whose acquisitions return only after `replicas` replicas
+    /// confirmed them (`WAIT replicas timeout` on a connection of its own, right after the
+    /// acquire script), overriding the client's
+    /// [`replica_ack`](crate::LockClientBuilder::replica_ack). When fewer confirm in time, the
+    /// acquisition is rolled back and fails with [`Error::ReplicationTimeout`] (or, after
+    /// [`Lock::on_replica_shortfall`], the guard is returned marked unreplicated).
+    ///
+    /// Re-entries and extensions of the guard do not wait for replicas: they change neither
+    /// the holder nor the token. (`WAITAOF`, which also waits for the AOF fsync, needs Redis
+    /// 7.2 and is not used yet.)
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for zero replicas or a timeout outside 1 ms..=60 s (whole
+    /// milliseconds).
+    ///
+    /// ```
+    /// # async fn demo(lock: fencelock::Lock) -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// let replicated = lock.with_replica_ack(1, Duration::from_millis(100))?;
+    /// let guard = replicated.acquire().await?;
+    /// assert!(guard.replicated());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_replica_ack(&self, replicas: u32, timeout: Duration) -> Result<Lock, Error> {
+        let on_shortfall = self
+            .replica_ack
+            .map(|ack| ack.on_shortfall)
+            .unwrap_or_default();
+        let mut lock = self.clone();
+        lock.replica_ack = Some(ReplicaAck::new(replicas, timeout, on_shortfall)?);
+        Ok(lock)
+    }
+
+    /// A handle to the same lock whose acquisitions do not wait for replicas, whatever the
+    /// client's default.
+    pub fn without_replica_ack(&self) -> Lock {
+        let mut lock = self.clone();
+        lock.replica_ack = None;
+        lock
+    }
+
+    /// A handle to the same lock with another [`OnShortfall`] policy for its replica
+    /// acknowledgement; no effect on a lock that requires none.
+    pub fn on_replica_shortfall(&self, policy: OnShortfall) -> Lock {
+        let mut lock = self.clone();
+        if let Some(ack) = &mut lock.replica_ack {
+            ack.on_shortfall = policy;
+        }
+        lock
+    }
+
+    /// The replica acknowledgement this handle's acquisitions require:
+    /// `Some((replicas, timeout))`, or `None`.
+    pub fn replica_ack(&self) -> Option<(u32, Duration)> {
+        self.replica_ack.map(|ack| (ack.replicas, ack.timeout))
     }
 
     /// Takes the lock if it is free, and returns at once either way: `Ok(None)` when another
@@ -282,13 +350,42 @@ impl Lock {
         let op_ttl = self.client.inner.config.op_record_ttl;
         let sent_at = Instant::now();
         pending.arm();
-        let reply = self
-            .client
-            .retrying(|mut conn| {
-                let keys = &self.keys;
-                async move { protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await }
-            })
-            .await?;
+        let (reply, acks) = match self.replica_ack {
+            None => {
+                let reply =
+                    self.client
+                        .retrying(|mut conn| {
+                            let keys = &self.keys;
+                            async move {
+                                protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await
+                            }
+                        })
+                        .await?;
+                (reply, None)
+            }
+            Some(ack) => replication::acquire_acknowledged(
+                &self.client,
+                ack,
+                |mut conn| {
+                    let keys = &self.keys;
+                    async move { protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await }
+                },
+                |reply| matches!(reply, AcquireReply::Acquired { .. }),
+            )
+            .await?,
+        };
+        if let (Some(acks), Some(ack)) = (acks, self.replica_ack) {
+            if !acks.enough() && ack.on_shortfall == OnShortfall::Fail {
+                // Still armed: if this rollback fails or is cancelled, the pending op's drop
+                // undoes the acquisition in the background instead.
+                self.roll_back(holder).await?;
+                pending.disarm();
+                return Err(Error::ReplicationTimeout {
+                    acked: acks.acked,
+                    required: acks.required,
+                });
+            }
+        }
         pending.disarm();
         match reply {
             AcquireReply::Acquired { token, .. } => {
@@ -301,6 +398,7 @@ impl Lock {
                     sent_at,
                     lease,
                     self.lease.is_none(),
+                    acks,
                 );
                 if holder.watched {
                     self.client.inner.watchdog.watch(&holder);
@@ -310,6 +408,30 @@ impl Lock {
             AcquireReply::Held { pttl } => Ok(Attempt::Busy(pttl)),
             AcquireReply::Cancelled => Err(Error::Cancelled),
         }
+    }
+}
+
+impl Lock {
+    /// Undoes this lock's acquisition by `holder` (an acquisition whose replicas fell short):
+    /// `cancel.lua` for the acquire op, which frees the lock and wakes waiters.
+    pub(crate) async fn roll_back(&self, holder: &str) -> Result<(), Error> {
+        let ttl = self.client.inner.config.op_record_ttl;
+        let reply = self
+            .client
+            .retrying(|mut conn| {
+                let keys = &self.keys;
+                async move {
+                    protocol::cancel(&mut conn, keys, holder, holder, CancelKind::Acquire, ttl)
+                        .await
+                }
+            })
+            .await?;
+        tracing::debug!(
+            ?reply,
+            holder,
+            "rolled back an acquisition replicas did not confirm"
+        );
+        Ok(())
     }
 }
 

@@ -234,6 +234,14 @@ impl WaitEntry {
         self.acquired_lease = Some(lease);
     }
 
+    /// This waiter was woken and went to Redis, but leaves without the lock although the lock
+    /// may be free (a multi-lock whose other member was busy): the wake-up is handed on to the
+    /// next waiter when the entry leaves, as a cancelled head's is, or that waiter would sleep
+    /// until its lease timer.
+    pub(crate) fn hand_on(&self) {
+        self.slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
+    }
+
     /// Waits until this waiter should try Redis, or until `deadline`.
     ///
     /// # Cancel safety

@@ -91,6 +91,96 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     }
 }
 
+/// Outcome of `acquire_all.lua`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireAllReply {
+    /// Every member is held by its holder; one token per member, in the order given.
+    Acquired { tokens: Vec<FencingToken> },
+    /// Member `index` (0-based, in the order given) is held by another holder; nothing changed.
+    Held {
+        index: usize,
+        pttl: Option<Duration>,
+    },
+    /// The set was cancelled, or this is a late copy of one whose hold has ended.
+    Cancelled,
+}
+
+/// Acquires every `(keys, holder id)` member or none, in one script (all keys must be
+/// reachable by one script call: standalone, or one cluster slot).
+pub(crate) async fn acquire_all<C: ConnectionLike>(
+    conn: &mut C,
+    members: &[(&LockKeys, &str)],
+    lease: Duration,
+    op_ttl: Duration,
+) -> Result<AcquireAllReply, Error> {
+    let mut call = scripts().acquire_all.prepare_invoke();
+    call.arg(millis(lease)).arg(millis(op_ttl));
+    for (keys, holder) in members {
+        call.key(&keys.lock)
+            .key(&keys.fence)
+            .key(keys.op(holder))
+            .arg(*holder);
+    }
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(map_err)?;
+    match reply.as_slice() {
+        [1, tokens @ ..] if tokens.len() == members.len() => Ok(AcquireAllReply::Acquired {
+            tokens: tokens
+                .iter()
+                .map(|t| token_from(*t))
+                .collect::<Result<_, _>>()?,
+        }),
+        [0, index, pttl] if (1..=members.len() as i64).contains(index) => {
+            Ok(AcquireAllReply::Held {
+                index: (*index - 1) as usize,
+                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            })
+        }
+        [-2] => Ok(AcquireAllReply::Cancelled),
+        other => Err(unexpected("acquire_all", other)),
+    }
+}
+
+/// Releases each `(keys, holder id, op id)` member once, in one script; one reply per member.
+pub(crate) async fn release_all<C: ConnectionLike>(
+    conn: &mut C,
+    members: &[(&LockKeys, &str, &str)],
+    op_ttl: Duration,
+) -> Result<Vec<OwnerReply>, Error> {
+    let mut call = scripts().release_all.prepare_invoke();
+    call.arg(millis(op_ttl));
+    for (keys, holder, op) in members {
+        call.key(&keys.lock).key(keys.op(op)).arg(*holder);
+    }
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(map_err)?;
+    if reply.len() != members.len() {
+        return Err(unexpected("release_all", &reply));
+    }
+    reply
+        .into_iter()
+        .map(|r| match r {
+            -1 => Ok(OwnerReply::NotHeld),
+            n => Ok(OwnerReply::Done {
+                remaining: count_from(n)?,
+            }),
+        })
+        .collect()
+}
+
+/// `WAIT numreplicas timeout` on `conn`: how many replicas have acknowledged every write this
+/// connection made so far. Blocks the connection for up to `timeout`.
+pub(crate) async fn wait_replicas<C: ConnectionLike>(
+    conn: &mut C,
+    replicas: u32,
+    timeout: Duration,
+) -> Result<u32, Error> {
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(millis(timeout))
+        .query_async(conn)
+        .await?;
+    u32::try_from(acked).map_err(|_| Error::Protocol(format!("WAIT answered {acked}")))
+}
+
 pub(crate) async fn reenter<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
@@ -412,3 +502,6 @@ fn map_err(err: redis::RedisError) -> Error {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod multi_tests;

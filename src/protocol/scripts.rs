@@ -10,6 +10,8 @@ use redis::Script;
 /// Every script of the protocol. See `lua/` for each one's contract.
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
+    pub(crate) acquire_all: Script,
+    pub(crate) release_all: Script,
     pub(crate) reenter: Script,
     pub(crate) release: Script,
     pub(crate) extend: Script,
@@ -25,6 +27,8 @@ pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
         acquire: Script::new(include_str!("../../lua/acquire.lua")),
+        acquire_all: Script::new(include_str!("../../lua/acquire_all.lua")),
+        release_all: Script::new(include_str!("../../lua/release_all.lua")),
         reenter: Script::new(include_str!("../../lua/reenter.lua")),
         release: Script::new(include_str!("../../lua/release.lua")),
         extend: Script::new(include_str!("../../lua/extend.lua")),
