@@ -24,14 +24,27 @@ use crate::{lease, Error};
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct LockClientBuilder {
-    url: String,
+    target: Target,
     config: ClientConfig,
+}
+
+/// The deployment a client connects to.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// One server (or a primary reached by a fixed address).
+    Standalone(String),
+    /// A Redis Cluster, through any of these seed nodes.
+    Cluster(Vec<String>),
 }
 
 impl LockClientBuilder {
     pub(crate) fn new(url: impl Into<String>) -> Self {
+        LockClientBuilder::with_target(Target::Standalone(url.into()))
+    }
+
+    pub(crate) fn with_target(target: Target) -> Self {
         LockClientBuilder {
-            url: url.into(),
+            target,
             config: ClientConfig::default(),
         }
     }
@@ -85,7 +98,8 @@ impl LockClientBuilder {
 
     /// How many locks one renewal script call renews at most (default 100, at most 1000). The
     /// watchdog renews every held lock of the client once per third of the default lease,
-    /// with `ceil(held / renew_batch)` script calls.
+    /// with `ceil(held / renew_batch)` script calls; on a cluster, where one call cannot span
+    /// hash slots, with that many calls per slot that holds locks.
     pub fn renew_batch(mut self, locks: usize) -> Self {
         self.config.renew_batch = locks;
         self
@@ -120,6 +134,6 @@ impl LockClientBuilder {
                 reason: "renew_batch must be between 1 and 1000".into(),
             });
         }
-        LockClient::connect_with(&self.url, self.config).await
+        LockClient::connect_with(&self.target, self.config).await
     }
 }

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, ProtocolVersion, PushKind, Value};
+use redis::cluster::ClusterClientBuilder;
+use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
 
-use crate::builder::LockClientBuilder;
+use crate::builder::{LockClientBuilder, Target};
+use crate::connection::Conn;
 use crate::protocol::keys::{validate_name, LockKeys};
 use crate::wait::Waiters;
 use crate::watchdog::{self, Watchdog};
@@ -67,7 +69,7 @@ pub struct LockClient {
 }
 
 pub(crate) struct Inner {
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Conn,
     pub(crate) config: ClientConfig,
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) watchdog: Watchdog,
@@ -107,43 +109,58 @@ impl LockClient {
         LockClientBuilder::new(url)
     }
 
-    pub(crate) async fn connect_with(url: &str, config: ClientConfig) -> Result<LockClient, Error> {
-        let info = url.into_connection_info()?;
-        // RESP3 lets release notifications arrive as push messages on the same multiplexed
-        // connection as the commands, so there is no second connection to lose.
-        let redis_settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(redis_settings);
-        let client = redis::Client::open(info)?;
+    /// Connects to a Redis Cluster with default options; see [`LockClient::cluster_builder`].
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when no node can be reached or the cluster refuses the connection.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn connect_cluster<I, S>(nodes: I) -> Result<LockClient, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClient::cluster_builder(nodes).connect().await
+    }
 
+    /// Starts configuring a client of a Redis Cluster (7.0 or later) reached through any of
+    /// `nodes` (`redis://host:port` URLs; one reachable node is enough, the others are found
+    /// with `CLUSTER SLOTS`). Every lock lives in one hash slot; waiters are woken by sharded
+    /// pub/sub, so release messages only travel to the nodes of the lock's slot.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// use fencelock::LockClient;
+    ///
+    /// let client = LockClient::cluster_builder(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"])
+    ///     .connect()
+    ///     .await?;
+    /// let guard = client.lock("account:42")?.acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster_builder<I, S>(nodes: I) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClientBuilder::with_target(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    pub(crate) async fn connect_with(
+        target: &Target,
+        config: ClientConfig,
+    ) -> Result<LockClient, Error> {
         let waiters = Arc::new(Waiters::default());
-        let dispatch = Arc::downgrade(&waiters);
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connection_timeout))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_millis(500))
-            .set_automatic_resubscription()
-            .set_push_sender(move |push: redis::PushInfo| {
-                let Some(waiters) = dispatch.upgrade() else {
-                    return Err(());
-                };
-                match push.kind {
-                    PushKind::Message => {
-                        if let Some(Value::BulkString(channel)) = push.data.first() {
-                            waiters.on_release(channel);
-                        }
-                    }
-                    // A release published while we were disconnected is lost for good: every
-                    // waiting head goes back to Redis instead of waiting out the lease.
-                    PushKind::Disconnection => waiters.on_reconnect(),
-                    _ => {}
-                }
-                Ok(())
-            });
-        let conn = ConnectionManager::new_with_config(client, manager_config).await?;
+        let conn = match target {
+            Target::Standalone(url) => {
+                Conn::Standalone(connect_standalone(url, &config, &waiters).await?)
+            }
+            Target::Cluster(nodes) => {
+                Conn::Cluster(connect_cluster(nodes, &config, &waiters).await?)
+            }
+        };
         waiters.set_connection(conn.clone());
         let inner = Arc::new(Inner {
             conn,
@@ -261,7 +278,7 @@ impl LockClient {
         format!("{}:{seq}", self.inner.id)
     }
 
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    pub(crate) fn conn(&self) -> Conn {
         self.inner.conn.clone()
     }
 
@@ -270,7 +287,7 @@ impl LockClient {
     /// the same operation id on each attempt, so the server applies it at most once.
     pub(crate) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
     where
-        F: FnMut(ConnectionManager) -> Fut,
+        F: FnMut(Conn) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
         let started = Instant::now();
@@ -289,6 +306,84 @@ impl LockClient {
             }
         }
     }
+}
+
+/// Routes the push messages of a connection to the client's waiters. Holds the waiters weakly:
+/// the connection must not keep a dropped client's queues alive.
+fn push_handler(waiters: &Arc<Waiters>) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
+    let dispatch = Arc::downgrade(waiters);
+    move |push: PushInfo| {
+        let Some(waiters) = dispatch.upgrade() else {
+            return Err(());
+        };
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                if let Some(Value::BulkString(channel)) = push.data.first() {
+                    waiters.on_release(channel);
+                }
+            }
+            // A release published while we were disconnected is lost for good: every
+            // waiting head goes back to Redis instead of waiting out the lease.
+            PushKind::Disconnection => waiters.on_reconnect(),
+            // The server drops a sharded subscription by itself when the channel's slot moves
+            // to another node (resharding, failover): subscribe again, now at the new owner.
+            PushKind::SUnsubscribe => {
+                if let Some(Value::BulkString(channel)) = push.data.first() {
+                    waiters.on_lost_subscription(channel);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+async fn connect_standalone(
+    url: &str,
+    config: &ClientConfig,
+    waiters: &Arc<Waiters>,
+) -> Result<ConnectionManager, Error> {
+    let info = url.into_connection_info()?;
+    // RESP3 lets release notifications arrive as push messages on the same multiplexed
+    // connection as the commands, so there is no second connection to lose.
+    let redis_settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let info = info.set_redis_settings(redis_settings);
+    let client = redis::Client::open(info)?;
+    let manager_config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connection_timeout))
+        .set_number_of_retries(3)
+        .set_max_delay(Duration::from_millis(500))
+        .set_automatic_resubscription()
+        .set_push_sender(push_handler(waiters));
+    Ok(ConnectionManager::new_with_config(client, manager_config).await?)
+}
+
+async fn connect_cluster(
+    nodes: &[String],
+    config: &ClientConfig,
+    waiters: &Arc<Waiters>,
+) -> Result<redis::cluster_async::ClusterConnection, Error> {
+    if nodes.is_empty() {
+        return Err(Error::InvalidConfig {
+            reason: "a cluster client needs at least one node URL".into(),
+        });
+    }
+    let client = ClusterClientBuilder::new(nodes.to_vec())
+        .use_protocol(ProtocolVersion::RESP3)
+        .push_sender(push_handler(waiters))
+        .response_timeout(config.response_timeout)
+        .connection_timeout(config.connection_timeout)
+        // The cluster client re-sends a request after MOVED, ASK, TRYAGAIN and connection
+        // errors by itself; every mutating script carries its operation id, so a re-send that
+        // follows an applied request replays its reply instead of applying twice.
+        .retries(5)
+        .max_retry_wait(500)
+        .build()?;
+    Ok(client.get_async_connection().await?)
 }
 
 /// Errors after which the request may or may not have run, and a re-send with the same

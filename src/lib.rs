@@ -21,6 +21,7 @@
 pub mod blocking;
 mod builder;
 mod client;
+mod connection;
 mod error;
 mod guard;
 mod holder;
