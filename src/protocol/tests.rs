@@ -344,3 +344,94 @@ async fn a_late_duplicate_acquire_after_the_hold_ended_does_nothing() {
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists, "the duplicate took the lock");
 }
+
+/// The same contracts through the cluster client, which routes each script by its first key
+/// and re-sends requests by itself (MOVED, ASK, TRYAGAIN, lost connections): a request that
+/// arrives twice with one operation id applies once, on every primary.
+#[tokio::test]
+async fn over_a_cluster_replays_apply_once_and_a_call_never_spans_slots() {
+    use crate::connection::Conn;
+    use crate::testing::RedisCluster;
+
+    let cluster = RedisCluster::builder()
+        .replicas_per_primary(0)
+        .start()
+        .unwrap();
+    let client = redis::cluster::ClusterClientBuilder::new(cluster.urls())
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .build()
+        .unwrap();
+    let mut conn = Conn::Cluster(client.get_async_connection().await.unwrap());
+    let pubsub = conn.pubsub();
+    assert_eq!(pubsub, PubSub::Sharded);
+
+    // One lock on each primary.
+    let mut per_primary = std::collections::HashMap::new();
+    for i in 0.. {
+        let keys = LockKeys::new(b"t:", format!("res-{i}").as_bytes());
+        let owner = cluster.primary_for_slot(keys.slot).unwrap().port();
+        per_primary.entry(owner).or_insert(keys);
+        if per_primary.len() == 3 {
+            break;
+        }
+    }
+    for keys in per_primary.values() {
+        let first = acquire(&mut conn, keys, "h", LEASE, OP_TTL).await.unwrap();
+        let AcquireReply::Acquired { token, count: 1 } = first else {
+            panic!("{first:?}")
+        };
+        assert_eq!(
+            acquire(&mut conn, keys, "h", LEASE, OP_TTL).await.unwrap(),
+            first
+        );
+        let entered = reenter(&mut conn, keys, "h", "enter", OP_TTL)
+            .await
+            .unwrap();
+        assert_eq!(entered, EnterReply::Entered { token, count: 2 });
+        assert_eq!(
+            reenter(&mut conn, keys, "h", "enter", OP_TTL)
+                .await
+                .unwrap(),
+            entered
+        );
+        let released = release(&mut conn, keys, "h", "rel", OP_TTL, pubsub)
+            .await
+            .unwrap();
+        assert_eq!(released, OwnerReply::Done { remaining: 1 });
+        assert_eq!(
+            release(&mut conn, keys, "h", "rel", OP_TTL, pubsub)
+                .await
+                .unwrap(),
+            released
+        );
+        let count: Option<u64> = conn.hget(&keys.lock, "h").await.unwrap();
+        assert_eq!(count, Some(1));
+        assert_eq!(
+            release(&mut conn, keys, "h", "last", OP_TTL, pubsub)
+                .await
+                .unwrap(),
+            OwnerReply::Done { remaining: 0 }
+        );
+        let exists: bool = conn.exists(&keys.lock).await.unwrap();
+        assert!(!exists);
+    }
+
+    // Renewals of locks in two slots cannot share a script call on a cluster: this is why the
+    // watchdog cuts its batches per slot.
+    let mut two = per_primary.values();
+    let (a, b) = (two.next().unwrap(), two.next().unwrap());
+    for keys in [a, b] {
+        acquire(&mut conn, keys, "r", LEASE, OP_TTL).await.unwrap();
+    }
+    let err = renew(&mut conn, &[(a, "r"), (b, "r")], LEASE)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().to_ascii_lowercase().contains("crossslot"),
+        "{err}"
+    );
+    assert_eq!(
+        renew(&mut conn, &[(a, "r")], LEASE).await.unwrap(),
+        vec![true]
+    );
+}

@@ -27,6 +27,10 @@ impl Fixture {
         }
     }
 
+    pub fn builder(&self) -> fencelock::LockClientBuilder {
+        LockClient::builder(self.server.url())
+    }
+
     pub async fn client(&self) -> LockClient {
         LockClient::connect(&self.server.url())
             .await
