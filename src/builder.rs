@@ -35,6 +35,11 @@ pub(crate) enum Target {
     Standalone(String),
     /// A Redis Cluster, through any of these seed nodes.
     Cluster(Vec<String>),
+    /// The primary that these Sentinels monitor under `master`.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
 }
 
 impl LockClientBuilder {

@@ -10,7 +10,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
 
 use crate::builder::{LockClientBuilder, Target};
-use crate::connection::Conn;
+use crate::connection::{Conn, SentinelConn};
 use crate::protocol::keys::{validate_name, LockKeys};
 use crate::wait::Waiters;
 use crate::watchdog::{self, Watchdog};
@@ -148,6 +148,53 @@ impl LockClient {
         LockClientBuilder::with_target(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
     }
 
+    /// Connects through Sentinel with default options; see [`LockClient::sentinel_builder`].
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when no Sentinel answers or the primary they name cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn connect_sentinel<I, S>(
+        sentinels: I,
+        master_name: &str,
+    ) -> Result<LockClient, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClient::sentinel_builder(sentinels, master_name)
+            .connect()
+            .await
+    }
+
+    /// Starts configuring a client of the primary that the Sentinels at `sentinels`
+    /// (`redis://host:port` URLs) monitor as `master_name`. The client asks the Sentinels
+    /// again whenever a request fails with a connection error or `READONLY`, and moves to the
+    /// new primary after a failover; waiters and the watchdog carry on there.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// use fencelock::LockClient;
+    ///
+    /// let client = LockClient::sentinel_builder(["redis://127.0.0.1:26380"], "mymaster")
+    ///     .connect()
+    ///     .await?;
+    /// let guard = client.lock("account:42")?.acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel_builder<I, S>(sentinels: I, master_name: &str) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClientBuilder::with_target(Target::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master_name.to_owned(),
+        })
+    }
+
     pub(crate) async fn connect_with(
         target: &Target,
         config: ClientConfig,
@@ -159,6 +206,9 @@ impl LockClient {
             }
             Target::Cluster(nodes) => {
                 Conn::Cluster(connect_cluster(nodes, &config, &waiters).await?)
+            }
+            Target::Sentinel { sentinels, master } => {
+                Conn::Sentinel(SentinelConn::connect(sentinels, master, &config, &waiters).await?)
             }
         };
         waiters.set_connection(conn.clone());
@@ -351,7 +401,15 @@ async fn connect_standalone(
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
     let info = info.set_redis_settings(redis_settings);
-    let client = redis::Client::open(info)?;
+    connect_manager(redis::Client::open(info)?, config, waiters).await
+}
+
+/// A self-reconnecting RESP3 connection to one server whose push messages go to `waiters`.
+pub(crate) async fn connect_manager(
+    client: redis::Client,
+    config: &ClientConfig,
+    waiters: &Arc<Waiters>,
+) -> Result<ConnectionManager, Error> {
     let manager_config = ConnectionManagerConfig::new()
         .set_response_timeout(Some(config.response_timeout))
         .set_connection_timeout(Some(config.connection_timeout))

@@ -150,6 +150,21 @@ impl Waiters {
         }
     }
 
+    /// Subscribes again to every channel with waiters, on a connection that replaced the old
+    /// one (a Sentinel failover) and so has no subscriptions yet.
+    pub(crate) async fn resubscribe_all(&self) {
+        let subscribed = self.subscribed.lock().await;
+        let Ok(mut conn) = self.connection() else {
+            return;
+        };
+        for channel in subscribed.iter() {
+            if let Err(err) = conn.subscribe(channel).await {
+                // The head's lease timer stands in for the messages of this channel.
+                tracing::debug!(error = %err, "re-subscribing after a failover failed");
+            }
+        }
+    }
+
     /// The connection dropped: messages may have been lost, so every head asks Redis again.
     pub(crate) fn on_reconnect(&self) {
         for queue in self.queues.lock().values() {
