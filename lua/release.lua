@@ -5,8 +5,8 @@
 --                           request replays it instead of decrementing twice
 -- ARGV[1]  holder id
 -- ARGV[2]  op record lifetime in ms
--- ARGV[3]  "sharded": publish the release with SPUBLISH (Redis Cluster: the channel is the lock
---          key, so it is in this script's slot); anything else or absent: PUBLISH
+-- ARGV[3]  pub/sub mode: "sharded" publishes the release with SPUBLISH (Redis Cluster: the
+--          channel is the lock key, so it is in this script's slot); anything else: PUBLISH
 --
 -- Returns  {1, n}           released once; n entries remain (0: the hash was deleted and a
 --                           message was published on channel KEYS[1])
