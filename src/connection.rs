@@ -235,8 +235,12 @@ impl SentinelConn {
             current.addr = addr;
             current.conn = conn;
         }
-        waiters.resubscribe_all().await;
-        waiters.on_reconnect();
+        // Spawned: the request that noticed the failover may be dropped by its caller, but the
+        // waiters of every lock still need their channels on the new connection.
+        tokio::spawn(async move {
+            waiters.resubscribe_all().await;
+            waiters.on_reconnect();
+        });
     }
 }
 
