@@ -184,17 +184,10 @@ impl SentinelConn {
         self.shared.current.lock().conn.clone()
     }
 
-    /// After `err` on the connection of `generation`: if the error says the primary may have
-    /// moved, asks the Sentinels and switches to the primary they name, if it is another one.
-    async fn follow_failover(&self, generation: u64, err: &RedisError) {
-        let moved = err.is_io_error()
-            || err.is_connection_dropped()
-            || err.is_connection_refusal()
-            || err.is_timeout()
-            || matches!(err.code(), Some("READONLY" | "MASTERDOWN"));
-        if !moved {
-            return;
-        }
+    /// After a request on the connection of `generation` failed in a way that says the
+    /// primary may have moved, asks the Sentinels and switches to the primary they name, if it
+    /// is another one.
+    async fn follow_failover(&self, generation: u64) {
         let _switching = self.shared.switching.lock().await;
         if self.shared.current.lock().generation != generation {
             return; // someone else switched meanwhile
@@ -252,8 +245,14 @@ impl ConnectionLike for SentinelConn {
                 (current.generation, current.conn.clone())
             };
             let outcome = conn.req_packed_command(cmd).await;
-            if let Err(err) = &outcome {
-                self.follow_failover(generation, err).await;
+            let moved = match &outcome {
+                Err(err) => primary_may_have_moved(err),
+                // A script's error reply (READONLY from inside EVALSHA) arrives as a value.
+                Ok(Value::ServerError(err)) => server_error_says_moved(err.code()),
+                Ok(_) => false,
+            };
+            if moved {
+                self.follow_failover(generation).await;
             }
             outcome
         })
@@ -271,8 +270,14 @@ impl ConnectionLike for SentinelConn {
                 (current.generation, current.conn.clone())
             };
             let outcome = conn.req_packed_commands(pipeline, offset, count).await;
-            if let Err(err) = &outcome {
-                self.follow_failover(generation, err).await;
+            let moved = match &outcome {
+                Err(err) => primary_may_have_moved(err),
+                Ok(values) => values.iter().any(
+                    |v| matches!(v, Value::ServerError(err) if server_error_says_moved(err.code())),
+                ),
+            };
+            if moved {
+                self.follow_failover(generation).await;
             }
             outcome
         })
@@ -281,4 +286,18 @@ impl ConnectionLike for SentinelConn {
     fn get_db(&self) -> i64 {
         self.current().get_db()
     }
+}
+
+/// Errors after which the primary may be another server now: it cannot be reached, or it
+/// answers as a replica.
+fn primary_may_have_moved(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_timeout()
+        || err.code().is_some_and(server_error_says_moved)
+}
+
+fn server_error_says_moved(code: &str) -> bool {
+    matches!(code, "READONLY" | "MASTERDOWN")
 }

@@ -110,3 +110,39 @@ async fn a_killed_primary_is_replaced_and_holders_waiters_and_tokens_carry_on() 
     assert!(again.token() > next);
     again.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_primary_answering_readonly_sends_the_client_to_the_new_one() {
+    let set = RedisSentinels::start(1).unwrap();
+    let client = client(&set).await;
+    let first = client.lock("acct").unwrap().acquire().await.unwrap();
+    let token = first.token();
+    first.release().await.unwrap();
+    let old_primary = set.primary().unwrap();
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut con(old_primary))
+        .unwrap();
+    assert_eq!(acked, 1);
+
+    // The old primary keeps running and becomes a replica: the client's connection to it may
+    // stay open, and then its next write is answered READONLY.
+    let old = set.failover().unwrap();
+    let new = set.wait_for_failover(old, Duration::from_secs(30)).unwrap();
+    let demoted = eventually(Duration::from_secs(30), || {
+        redis::cmd("ROLE")
+            .query::<Vec<redis::Value>>(&mut con(old_primary))
+            .is_ok_and(|role| role.first() == Some(&redis::Value::BulkString(b"slave".to_vec())))
+    })
+    .await;
+    assert!(demoted, "the old primary did not become a replica");
+
+    let next = client.lock("acct").unwrap().acquire().await.unwrap();
+    assert!(next.token() > token);
+    let new_primary = set.primary().unwrap();
+    assert_eq!(new_primary.port(), new);
+    let held: Vec<Vec<u8>> = con(new_primary).keys("fencelock:{*}lock:acct").unwrap();
+    assert_eq!(held.len(), 1, "the lock was taken at the new primary");
+    next.release().await.unwrap();
+}

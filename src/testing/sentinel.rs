@@ -167,6 +167,32 @@ impl RedisSentinels {
         Ok(port)
     }
 
+    /// Asks a Sentinel for a graceful failover (`SENTINEL FAILOVER`): a replica is promoted
+    /// and the old primary, still running, becomes its replica. Returns the old primary's port;
+    /// follow with [`RedisSentinels::wait_for_failover`].
+    ///
+    /// # Errors
+    ///
+    /// Fails if no Sentinel accepts the request.
+    pub fn failover(&self) -> io::Result<u16> {
+        let old = self.primary_port()?;
+        let mut last = None;
+        for sentinel in &self.sentinels {
+            let result = sentinel_connection(sentinel.port.port()).and_then(|mut con| {
+                redis::cmd("SENTINEL")
+                    .arg("FAILOVER")
+                    .arg(SENTINEL_MASTER_NAME)
+                    .query::<()>(&mut con)
+                    .map_err(io::Error::other)
+            });
+            match result {
+                Ok(()) => return Ok(old),
+                Err(err) => last = Some(err),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no Sentinel")))
+    }
+
     /// Waits until the Sentinels name a primary other than `old_port` and that server
     /// answers as a primary; returns its port.
     ///
