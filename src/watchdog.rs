@@ -143,9 +143,10 @@ async fn tick(inner: &Arc<Inner>) -> bool {
                         holder.lease_renewed(sent_at, lease);
                     } else {
                         // Gone or taken over: renewing it again could only ever fail, and the
-                        // holder must stop trusting its lease now, not when it runs out.
-                        holder.mark_lost();
+                        // holder must stop trusting its lease now, not when it runs out. Off
+                        // the list first, so whoever wakes on the lost signal sees it gone.
                         inner.watchdog.forget(holder);
+                        holder.mark_lost();
                     }
                 }
             }

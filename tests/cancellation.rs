@@ -68,7 +68,7 @@ async fn release_all(guards: Vec<LockGuard>) {
     }
 }
 
-on_topologies! {
+on_topologies_multi_thread! {
     async fn cancelled_acquires_never_leave_the_lock_held(fx) {
         let (a, b) = (fx.client().await, fx.client().await);
         let seed = 0x5eed_0001;
@@ -123,7 +123,7 @@ on_topologies! {
     }
 }
 
-on_topologies! {
+on_topologies_multi_thread! {
     async fn cancelled_reentries_never_leave_a_stray_count(fx) {
         let client = fx.client().await;
         let seed = 0x5eed_0002;

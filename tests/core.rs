@@ -40,7 +40,7 @@ on_topologies! {
     }
 }
 
-on_topologies! {
+on_topologies_multi_thread! {
     async fn many_clients_and_tasks_keep_the_critical_section_exclusive(fx) {
         const CLIENTS: usize = 4;
         const TASKS: usize = 8;

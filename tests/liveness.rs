@@ -101,7 +101,7 @@ on_topologies! {
     }
 }
 
-on_topologies! {
+on_topologies_multi_thread! {
     async fn local_waiters_are_served_in_fifo_order_with_one_attempt_per_release(fx) {
         const WAITERS: usize = 32;
         let (holder_client, waiter_client) = (fx.client().await, fx.client().await);

@@ -356,10 +356,11 @@ impl redis::ConnectionLike for Raw {
 }
 
 /// Runs one async test body on every topology: `name::standalone` and `name::cluster`. The
-/// body gets a fresh [`Env`] of its topology as `fx`.
+/// body gets a fresh [`Env`] of its topology as `fx`. The tests run on tokio's default
+/// (current-thread) test runtime; [`on_topologies_multi_thread!`] runs them on two workers.
 #[macro_export]
 macro_rules! on_topologies {
-    ($( $(#[$meta:meta])* async fn $name:ident($fx:ident) $body:block )*) => { $(
+    (@runtime $runtime:tt $( $(#[$meta:meta])* async fn $name:ident($fx:ident) $body:block )*) => { $(
         $(#[$meta])*
         mod $name {
             #[allow(unused_imports)]
@@ -367,15 +368,24 @@ macro_rules! on_topologies {
 
             async fn body($fx: $crate::common::Env) $body
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[tokio::test $runtime]
             async fn standalone() {
                 body($crate::common::Env::start($crate::common::Topology::Standalone)).await
             }
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[tokio::test $runtime]
             async fn cluster() {
                 body($crate::common::Env::start($crate::common::Topology::Cluster)).await
             }
         }
     )* };
+    ($($tests:tt)*) => { $crate::on_topologies!(@runtime () $($tests)*); };
+}
+
+/// [`on_topologies!`] on a two-worker runtime, for tests about real parallelism.
+#[macro_export]
+macro_rules! on_topologies_multi_thread {
+    ($($tests:tt)*) => {
+        $crate::on_topologies!(@runtime (flavor = "multi_thread", worker_threads = 2) $($tests)*);
+    };
 }
