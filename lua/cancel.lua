@@ -6,6 +6,7 @@
 -- ARGV[1]  holder id
 -- ARGV[2]  op record lifetime in ms
 -- ARGV[3]  "acquire" or "reenter": which operation KEYS[2] belongs to
+-- ARGV[4]  pub/sub mode: "sharded" publishes a release with SPUBLISH, else PUBLISH (release.lua)
 --
 -- Returns  {1, n}           the operation had run and was undone; n entries remain
 --          {0}              the operation had not run (or was already undone); it never will
@@ -36,6 +37,6 @@ end
 if remaining <= 0 then
   remaining = 0
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1], 'released')
+  redis.call(ARGV[4] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
 end
 return {1, remaining}

@@ -5,6 +5,8 @@
 --                           request replays it instead of decrementing twice
 -- ARGV[1]  holder id
 -- ARGV[2]  op record lifetime in ms
+-- ARGV[3]  pub/sub mode: "sharded" publishes the release with SPUBLISH (Redis Cluster: the
+--          channel is the lock key, so it is in this script's slot); anything else: PUBLISH
 --
 -- Returns  {1, n}           released once; n entries remain (0: the hash was deleted and a
 --                           message was published on channel KEYS[1])
@@ -28,7 +30,7 @@ local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if count <= 0 then
   count = 0
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1], 'released')
+  redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
 end
 redis.call('SET', KEYS[2], count, 'PX', ARGV[2])
 return {1, count}

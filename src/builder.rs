@@ -28,15 +28,33 @@ const CERT_PEM_HEADER: &[u8] = b"-----BEGIN CERTIFICATE-----";
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct LockClientBuilder {
-    url: String,
+    target: Target,
     config: ClientConfig,
     on_shortfall: OnShortfall,
 }
 
+/// The deployment a client connects to.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// One server (or a primary reached by a fixed address).
+    Standalone(String),
+    /// A Redis Cluster, through any of these seed nodes.
+    Cluster(Vec<String>),
+    /// The primary that these Sentinels monitor under `master`.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
+}
+
 impl LockClientBuilder {
     pub(crate) fn new(url: impl Into<String>) -> Self {
+        LockClientBuilder::with_target(Target::Standalone(url.into()))
+    }
+
+    pub(crate) fn with_target(target: Target) -> Self {
         LockClientBuilder {
-            url: url.into(),
+            target,
             config: ClientConfig::default(),
             on_shortfall: OnShortfall::default(),
         }
@@ -91,7 +109,8 @@ impl LockClientBuilder {
 
     /// How many locks one renewal script call renews at most (default 100, at most 1000). The
     /// watchdog renews every held lock of the client once per third of the default lease,
-    /// with `ceil(held / renew_batch)` script calls.
+    /// with `ceil(held / renew_batch)` script calls; on a cluster, where one call cannot span
+    /// hash slots, with that many calls per slot that holds locks.
     pub fn renew_batch(mut self, locks: usize) -> Self {
         self.config.renew_batch = locks;
         self
@@ -200,6 +219,6 @@ impl LockClientBuilder {
         if let Some(ack) = c.replica_ack {
             ReplicaAck::new(ack.replicas, ack.timeout, ack.on_shortfall)?;
         }
-        LockClient::connect_with(&self.url, self.config).await
+        LockClient::connect_with(&self.target, self.config).await
     }
 }

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, ProtocolVersion, PushKind, Value};
+use redis::cluster::ClusterClientBuilder;
+use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
 
-use crate::builder::LockClientBuilder;
+use crate::builder::{LockClientBuilder, Target};
+use crate::connection::{Conn, SentinelConn};
 use crate::protocol::keys::{validate_name, LockKeys};
 use crate::replication::{AckConnections, ReplicaAck};
 use crate::wait::Waiters;
@@ -77,12 +79,13 @@ pub struct LockClient {
 }
 
 pub(crate) struct Inner {
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Conn,
     pub(crate) config: ClientConfig,
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) watchdog: Watchdog,
     /// Connections reserved for replicated acquisitions (script + `WAIT`), opened on first use.
-    pub(crate) acks: AckConnections,
+    /// Connections for replicated acquisitions (script + `WAIT`); standalone servers only.
+    pub(crate) acks: Option<AckConnections>,
     id: String,
     next_seq: AtomicU64,
 }
@@ -120,44 +123,130 @@ impl LockClient {
         LockClientBuilder::new(url)
     }
 
-    pub(crate) async fn connect_with(url: &str, config: ClientConfig) -> Result<LockClient, Error> {
-        let info = url.into_connection_info()?;
-        // RESP3 lets release notifications arrive as push messages on the same multiplexed
-        // connection as the commands, so there is no second connection to lose.
-        let redis_settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(redis_settings);
-        let client = open_client(info, &config)?;
-        let acks = AckConnections::new(client.clone(), config.connection_timeout);
+    /// Connects to a Redis Cluster with default options; see [`LockClient::cluster_builder`].
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when no node can be reached or the cluster refuses the connection.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn connect_cluster<I, S>(nodes: I) -> Result<LockClient, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClient::cluster_builder(nodes).connect().await
+    }
 
+    /// Starts configuring a client of a Redis Cluster (7.0 or later) reached through any of
+    /// `nodes` (`redis://host:port` URLs; one reachable node is enough, the others are found
+    /// with `CLUSTER SLOTS`). Every lock lives in one hash slot; waiters are woken by sharded
+    /// pub/sub, so release messages only travel to the nodes of the lock's slot.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// use fencelock::LockClient;
+    ///
+    /// let client = LockClient::cluster_builder(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"])
+    ///     .connect()
+    ///     .await?;
+    /// let guard = client.lock("account:42")?.acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster_builder<I, S>(nodes: I) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClientBuilder::with_target(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    /// Connects through Sentinel with default options; see [`LockClient::sentinel_builder`].
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when no Sentinel answers or the primary they name cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn connect_sentinel<I, S>(
+        sentinels: I,
+        master_name: &str,
+    ) -> Result<LockClient, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClient::sentinel_builder(sentinels, master_name)
+            .connect()
+            .await
+    }
+
+    /// Starts configuring a client of the primary that the Sentinels at `sentinels`
+    /// (`redis://host:port` URLs) monitor as `master_name`. The client asks the Sentinels
+    /// again whenever a request fails with a connection error or `READONLY`, and moves to the
+    /// new primary after a failover; waiters and the watchdog carry on there.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// use fencelock::LockClient;
+    ///
+    /// let client = LockClient::sentinel_builder(["redis://127.0.0.1:26380"], "mymaster")
+    ///     .connect()
+    ///     .await?;
+    /// let guard = client.lock("account:42")?.acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel_builder<I, S>(sentinels: I, master_name: &str) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClientBuilder::with_target(Target::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master_name.to_owned(),
+        })
+    }
+
+    pub(crate) async fn connect_with(
+        target: &Target,
+        config: ClientConfig,
+    ) -> Result<LockClient, Error> {
         let waiters = Arc::new(Waiters::default());
-        let dispatch = Arc::downgrade(&waiters);
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connection_timeout))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_millis(500))
-            .set_automatic_resubscription()
-            .set_push_sender(move |push: redis::PushInfo| {
-                let Some(waiters) = dispatch.upgrade() else {
-                    return Err(());
-                };
-                match push.kind {
-                    PushKind::Message => {
-                        if let Some(Value::BulkString(channel)) = push.data.first() {
-                            waiters.on_release(channel);
-                        }
-                    }
-                    // A release published while we were disconnected is lost for good: every
-                    // waiting head goes back to Redis instead of waiting out the lease.
-                    PushKind::Disconnection => waiters.on_reconnect(),
-                    _ => {}
-                }
-                Ok(())
-            });
-        let conn = ConnectionManager::new_with_config(client, manager_config).await?;
+        if !matches!(target, Target::Standalone(_)) {
+            // WAIT must run on the connection that wrote, on the node that owns the slot (or
+            // the primary Sentinel names now): not built for these topologies yet, so refuse
+            // rather than return guards that were never acknowledged.
+            if config.replica_ack.is_some() {
+                return Err(Error::InvalidConfig {
+                    reason: "replica acknowledgement is available for standalone URLs only, \
+                             not for cluster or Sentinel clients"
+                        .into(),
+                });
+            }
+            #[cfg(feature = "tls")]
+            if config.tls_root_ca.is_some() {
+                return Err(Error::InvalidConfig {
+                    reason: "tls_root_ca is available for standalone URLs only".into(),
+                });
+            }
+        }
+        let (conn, acks) = match target {
+            Target::Standalone(url) => {
+                let (manager, client) = connect_standalone(url, &config, &waiters).await?;
+                let acks = AckConnections::new(client, config.connection_timeout);
+                (Conn::Standalone(manager), Some(acks))
+            }
+            Target::Cluster(nodes) => (
+                Conn::Cluster(connect_cluster(nodes, &config, &waiters).await?),
+                None,
+            ),
+            Target::Sentinel { sentinels, master } => (
+                Conn::Sentinel(SentinelConn::connect(sentinels, master, &config, &waiters).await?),
+                None,
+            ),
+        };
         waiters.set_connection(conn.clone());
         let inner = Arc::new(Inner {
             conn,
@@ -294,7 +383,7 @@ impl LockClient {
     /// How many connections reserved for replicated acquisitions are open and idle. They are
     /// opened on first use and never carry anything but an acquisition script and its `WAIT`.
     pub fn replica_ack_connections(&self) -> usize {
-        self.inner.acks.idle()
+        self.inner.acks.as_ref().map_or(0, AckConnections::idle)
     }
 
     /// A fresh id for a holder or an operation: unique across clients (random client id) and
@@ -304,7 +393,7 @@ impl LockClient {
         format!("{}:{seq}", self.inner.id)
     }
 
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    pub(crate) fn conn(&self) -> Conn {
         self.inner.conn.clone()
     }
 
@@ -313,7 +402,7 @@ impl LockClient {
     /// the same operation id on each attempt, so the server applies it at most once.
     pub(crate) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
     where
-        F: FnMut(ConnectionManager) -> Fut,
+        F: FnMut(Conn) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
         let started = Instant::now();
@@ -365,6 +454,94 @@ fn open_client(info: redis::ConnectionInfo, config: &ClientConfig) -> Result<red
     redis::Client::build_with_tls(info, certificates).map_err(|err| Error::InvalidConfig {
         reason: format!("unusable TLS root CA: {err}"),
     })
+}
+
+/// Routes the push messages of a connection to the client's waiters. Holds the waiters weakly:
+/// the connection must not keep a dropped client's queues alive.
+fn push_handler(waiters: &Arc<Waiters>) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync {
+    let dispatch = Arc::downgrade(waiters);
+    move |push: PushInfo| {
+        let Some(waiters) = dispatch.upgrade() else {
+            return Err(());
+        };
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                if let Some(Value::BulkString(channel)) = push.data.first() {
+                    waiters.on_release(channel);
+                }
+            }
+            // A release published while we were disconnected is lost for good: every
+            // waiting head goes back to Redis instead of waiting out the lease.
+            PushKind::Disconnection => waiters.on_reconnect(),
+            // The server drops a sharded subscription by itself when the channel's slot moves
+            // to another node (resharding, failover): subscribe again, now at the new owner.
+            PushKind::SUnsubscribe => {
+                if let Some(Value::BulkString(channel)) = push.data.first() {
+                    waiters.on_lost_subscription(channel);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+async fn connect_standalone(
+    url: &str,
+    config: &ClientConfig,
+    waiters: &Arc<Waiters>,
+) -> Result<(ConnectionManager, redis::Client), Error> {
+    let info = url.into_connection_info()?;
+    // RESP3 lets release notifications arrive as push messages on the same multiplexed
+    // connection as the commands, so there is no second connection to lose.
+    let redis_settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let info = info.set_redis_settings(redis_settings);
+    let client = open_client(info, config)?;
+    let manager = connect_manager(client.clone(), config, waiters).await?;
+    Ok((manager, client))
+}
+
+/// A self-reconnecting RESP3 connection to one server whose push messages go to `waiters`.
+pub(crate) async fn connect_manager(
+    client: redis::Client,
+    config: &ClientConfig,
+    waiters: &Arc<Waiters>,
+) -> Result<ConnectionManager, Error> {
+    let manager_config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connection_timeout))
+        .set_number_of_retries(3)
+        .set_max_delay(Duration::from_millis(500))
+        .set_automatic_resubscription()
+        .set_push_sender(push_handler(waiters));
+    Ok(ConnectionManager::new_with_config(client, manager_config).await?)
+}
+
+async fn connect_cluster(
+    nodes: &[String],
+    config: &ClientConfig,
+    waiters: &Arc<Waiters>,
+) -> Result<redis::cluster_async::ClusterConnection, Error> {
+    if nodes.is_empty() {
+        return Err(Error::InvalidConfig {
+            reason: "a cluster client needs at least one node URL".into(),
+        });
+    }
+    let client = ClusterClientBuilder::new(nodes.to_vec())
+        .use_protocol(ProtocolVersion::RESP3)
+        .push_sender(push_handler(waiters))
+        .response_timeout(config.response_timeout)
+        .connection_timeout(config.connection_timeout)
+        // The cluster client re-sends a request after MOVED, ASK, TRYAGAIN and connection
+        // errors by itself; every mutating script carries its operation id, so a re-send that
+        // follows an applied request replays its reply instead of applying twice.
+        .retries(5)
+        .max_retry_wait(500)
+        .build()?;
+    Ok(client.get_async_connection().await?)
 }
 
 /// Errors after which the request may or may not have run, and a re-send with the same

@@ -340,7 +340,8 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
         .client
         .retrying(|mut conn| {
             let (keys, id) = (&holder.keys, &holder.id);
-            async move { protocol::release(&mut conn, keys, id, op, ttl).await }
+            let pubsub = conn.pubsub();
+            async move { protocol::release(&mut conn, keys, id, op, ttl, pubsub).await }
         })
         .await
 }

@@ -230,12 +230,16 @@ impl Drop for PendingOp {
         let kind = self.kind;
         runtime.spawn(async move {
             let ttl = client.inner.config.op_record_ttl;
-            let outcome = client
-                .retrying(|mut conn| {
-                    let (keys, holder, op) = (&keys, &holder, &op);
-                    async move { protocol::cancel(&mut conn, keys, holder, op, kind, ttl).await }
-                })
-                .await;
+            let outcome =
+                client
+                    .retrying(|mut conn| {
+                        let (keys, holder, op) = (&keys, &holder, &op);
+                        let pubsub = conn.pubsub();
+                        async move {
+                            protocol::cancel(&mut conn, keys, holder, op, kind, ttl, pubsub).await
+                        }
+                    })
+                    .await;
             match outcome {
                 Ok(reply) => tracing::debug!(?reply, ?kind, "undid an abandoned lock operation"),
                 Err(err) => tracing::warn!(

@@ -118,6 +118,14 @@
 //! ([`Error::ReplicationTimeout`]) or, by choice ([`OnShortfall`]), returns a guard marked
 //! unreplicated. It is not consensus: `DESIGN.md` §13 says what it does not cover.
 //!
+//! # Redis Cluster and Sentinel
+//!
+//! [`LockClient::cluster_builder`] connects to a Redis Cluster (every key of a lock shares one
+//! hash slot; waiters are woken by sharded pub/sub; the watchdog renews per slot), and
+//! [`LockClient::sentinel_builder`] to the primary a set of Sentinels monitors, following it
+//! through failovers. The API and the guarantees are the same; `DESIGN.md` §15 says what a
+//! failover can still break.
+//!
 //! # Without async
 //!
 //! [`blocking`] wraps the same client, locks and guards for plain threads.
@@ -158,6 +166,7 @@ pub mod admin;
 pub mod blocking;
 mod builder;
 mod client;
+mod connection;
 mod error;
 mod guard;
 mod holder;

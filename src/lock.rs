@@ -421,8 +421,9 @@ impl Lock {
             .retrying(|mut conn| {
                 let keys = &self.keys;
                 async move {
-                    protocol::cancel(&mut conn, keys, holder, holder, CancelKind::Acquire, ttl)
-                        .await
+                    let pubsub = conn.pubsub();
+                    let kind = CancelKind::Acquire;
+                    protocol::cancel(&mut conn, keys, holder, holder, kind, ttl, pubsub).await
                 }
             })
             .await?;

@@ -79,8 +79,8 @@ enum Plan {
     /// standalone server (keys in different hash slots are fine there).
     OneScript,
     /// One `acquire.lua` per member in the global order, rolling back the taken members when
-    /// one is busy. Needed where one script cannot reach every key (Redis Cluster with members
-    /// in different slots); the client has no cluster mode yet, so only tests force it.
+    /// one is busy. Needed where one script cannot reach every key: Redis Cluster, where each
+    /// member's keys live in their own slot.
     Ordered,
 }
 
@@ -192,10 +192,10 @@ impl MultiLock {
     }
 
     fn plan(&self) -> Plan {
-        // Every key of a standalone server is reachable by one script. A cluster connection
-        // (not in this client yet) would use OneScript only when every member hashes to one
-        // node's slots, and Ordered otherwise.
-        if self.force_ordered {
+        // Every key of a standalone server (or of Sentinel's primary) is reachable by one
+        // script. On a cluster a script may touch one slot only, and the members' slots differ
+        // in general, so the set is taken member by member there.
+        if self.force_ordered || self.client.inner.conn.is_cluster() {
             Plan::Ordered
         } else {
             Plan::OneScript

@@ -191,7 +191,13 @@ where
     Fut: Future<Output = Result<R, Error>>,
 {
     let config = &client.inner.config;
-    let pool = &client.inner.acks;
+    let Some(pool) = &client.inner.acks else {
+        return Err(Error::InvalidConfig {
+            reason: "replica acknowledgement is available for standalone URLs only, not for \
+                     cluster or Sentinel clients"
+                .into(),
+        });
+    };
     let started = Instant::now();
     let mut backoff = Duration::from_millis(5);
     let mut resent = false;

@@ -13,9 +13,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
+use crate::connection::Conn;
 use crate::Error;
 
 /// How long a head waits when the holder's lease is unknown (a key without expiry, which only
@@ -44,7 +44,7 @@ pub(crate) struct Waiters {
     subscribed: tokio::sync::Mutex<HashSet<Vec<u8>>>,
     /// The client's connection, set right after it is made (the connection's push handler
     /// needs the `Waiters` first, so this cannot be a constructor argument).
-    conn: OnceLock<ConnectionManager>,
+    conn: OnceLock<Conn>,
     next_slot: AtomicU64,
 }
 
@@ -96,11 +96,11 @@ impl Waiters {
 
     /// Joins the queue of `channel`, subscribing to its release messages first if this client
     /// is not yet. The returned entry leaves the queue when dropped.
-    pub(crate) fn set_connection(&self, conn: ConnectionManager) {
+    pub(crate) fn set_connection(&self, conn: Conn) {
         let _ = self.conn.set(conn);
     }
 
-    fn connection(&self) -> Result<ConnectionManager, Error> {
+    fn connection(&self) -> Result<Conn, Error> {
         self.conn
             .get()
             .cloned()
@@ -150,6 +150,21 @@ impl Waiters {
         }
     }
 
+    /// Subscribes again to every channel with waiters, on a connection that replaced the old
+    /// one (a Sentinel failover) and so has no subscriptions yet.
+    pub(crate) async fn resubscribe_all(&self) {
+        let subscribed = self.subscribed.lock().await;
+        let Ok(mut conn) = self.connection() else {
+            return;
+        };
+        for channel in subscribed.iter() {
+            if let Err(err) = conn.subscribe(channel).await {
+                // The head's lease timer stands in for the messages of this channel.
+                tracing::debug!(error = %err, "re-subscribing after a failover failed");
+            }
+        }
+    }
+
     /// The connection dropped: messages may have been lost, so every head asks Redis again.
     pub(crate) fn on_reconnect(&self) {
         for queue in self.queues.lock().values() {
@@ -157,6 +172,49 @@ impl Waiters {
                 head.wake(SIGNAL_RECONNECTED);
             }
         }
+    }
+
+    /// The server dropped our subscription to `channel` by itself: on a cluster, the channel's
+    /// slot moved to another node (resharding, failover). If anyone still waits there, subscribe
+    /// again (redis-rs routes it to the slot's new owner) and only then send the head to Redis,
+    /// so a release between the move and the new subscription is not missed. The confirmation
+    /// of our own unsubscribe arrives here too; it finds no waiters and does nothing.
+    pub(crate) fn on_lost_subscription(self: &Arc<Self>, channel: &[u8]) {
+        if !self.has_waiters(channel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let waiters = self.clone();
+        let channel = channel.to_vec();
+        runtime.spawn(async move {
+            {
+                let mut subscribed = waiters.subscribed.lock().await;
+                if !waiters.has_waiters(&channel) {
+                    return;
+                }
+                let resubscribed = match waiters.connection() {
+                    Ok(mut conn) => conn.subscribe(&channel).await.map_err(Error::from),
+                    Err(err) => Err(err),
+                };
+                match resubscribed {
+                    Ok(()) => {
+                        subscribed.insert(channel.clone());
+                    }
+                    Err(err) => {
+                        // The next waiter to enter subscribes again; until then the head's lease
+                        // timer stands in for the lost messages.
+                        tracing::debug!(error = %err, "re-subscribing a moved channel failed");
+                        subscribed.remove(&channel);
+                    }
+                }
+            }
+            let queues = waiters.queues.lock();
+            if let Some(head) = queues.get(&channel).and_then(|q| q.slots.front()) {
+                head.wake(SIGNAL_RECONNECTED);
+            }
+        });
     }
 
     fn leave(self: &Arc<Self>, channel: &[u8], slot: &Slot, acquired_lease: Option<Duration>) {

@@ -1,7 +1,8 @@
 //! Keeps the leases of held locks alive while (and only while) their holders hold them.
 //!
 //! One task per client renews every watched holder, in batches of up to `renew_batch` locks per
-//! script call, every third of the default lease. A holder leaves the watch list the moment its
+//! script call (on a cluster, per slot: one call cannot span slots), every third of the default
+//! lease. A holder leaves the watch list the moment its
 //! last guard starts releasing (or is dropped), when a renewal finds the lock gone or taken
 //! over, or when renewals kept failing until its lease ran out by our clock; in the last two
 //! cases it is marked lost, which wakes [`LockGuard::lost`](crate::LockGuard::lost).
@@ -102,8 +103,22 @@ async fn tick(inner: &Arc<Inner>) -> bool {
         return true;
     }
     let lease = inner.config.default_lease;
+    // On a cluster one script call may only touch keys of one slot, so the batches are cut per
+    // slot; on one server any locks can share a call.
+    let groups: Vec<Vec<Arc<Holder>>> = if inner.conn.is_cluster() {
+        let mut by_slot: HashMap<u16, Vec<Arc<Holder>>> = HashMap::new();
+        for holder in due {
+            by_slot.entry(holder.keys.slot).or_default().push(holder);
+        }
+        by_slot.into_values().collect()
+    } else {
+        vec![due]
+    };
     let mut batches = JoinSet::new();
-    for batch in due.chunks(inner.config.renew_batch) {
+    for batch in groups
+        .iter()
+        .flat_map(|g| g.chunks(inner.config.renew_batch))
+    {
         let batch = batch.to_vec();
         let mut conn = inner.conn.clone();
         inner.watchdog.calls.fetch_add(1, Ordering::Relaxed);
@@ -138,13 +153,15 @@ async fn tick(inner: &Arc<Inner>) -> bool {
                         holder.lease_renewed(sent_at, lease);
                     } else {
                         // Gone or taken over: renewing it again could only ever fail, and the
-                        // holder must stop trusting its lease now, not when it runs out. A
+                        // holder must stop trusting its lease now, not when it runs out. Off
+                        // the list first, so whoever wakes on the lost signal sees it gone. A
                         // holder whose release overtook this renewal is gone by its own hand,
                         // not lost.
-                        if holder.wants_renewal() {
+                        let lost = holder.wants_renewal();
+                        inner.watchdog.forget(holder);
+                        if lost {
                             holder.mark_lost(LostReason::RenewalRefused);
                         }
-                        inner.watchdog.forget(holder);
                     }
                 }
             }

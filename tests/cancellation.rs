@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, Fixture};
+use common::{eventually, Env};
 use fencelock::{Lock, LockGuard};
 
 /// A small deterministic generator, so a failing case replays from its printed seed.
@@ -53,11 +53,12 @@ async fn cancel_at_random<T>(rng: &mut Rng, f: impl std::future::Future<Output =
 }
 
 /// Operation records that `cancel.lua` wrote in the last few seconds (value "c").
-fn cancel_records(fx: &Fixture) -> usize {
+fn cancel_records(fx: &Env) -> usize {
     use redis::Commands;
+    let mut raw = fx.raw();
     fx.keys("fencelock:{*}op:*")
         .into_iter()
-        .filter(|k| fx.raw().get::<_, Option<String>>(k).unwrap().as_deref() == Some("c"))
+        .filter(|k| raw.get::<_, Option<String>>(k).unwrap().as_deref() == Some("c"))
         .count()
 }
 
@@ -67,94 +68,94 @@ async fn release_all(guards: Vec<LockGuard>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancelled_acquires_never_leave_the_lock_held() {
-    let fx = Fixture::start();
-    let (a, b) = (fx.client().await, fx.client().await);
-    let seed = 0x5eed_0001;
-    let mut rng = Rng(seed);
-    let mut won = 0;
-    for case in 0..cases() {
-        let lock: Lock = a.lock("cancel-acquire").unwrap();
-        // Half the time someone else holds it and lets go at a random moment.
-        let other = if rng.below(2) == 0 {
-            Some(b.lock("cancel-acquire").unwrap().acquire().await.unwrap())
-        } else {
-            None
-        };
-        let releaser = other.map(|guard| {
-            let delay = rng.below(2_000);
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_micros(delay)).await;
-                guard.release().await.unwrap();
-            })
-        });
-        let outcome = if rng.below(2) == 0 {
-            cancel_at_random(&mut rng, lock.acquire())
-                .await
-                .map(|r| Some(r.unwrap()))
-        } else {
-            cancel_at_random(&mut rng, lock.try_acquire())
-                .await
-                .map(|r| r.unwrap())
-        };
-        if let Some(Some(guard)) = outcome {
-            won += 1;
-            release_all(vec![guard]).await;
+on_topologies_multi_thread! {
+    async fn cancelled_acquires_never_leave_the_lock_held(fx) {
+        let (a, b) = (fx.client().await, fx.client().await);
+        let seed = 0x5eed_0001;
+        let mut rng = Rng(seed);
+        let mut won = 0;
+        for case in 0..cases() {
+            let lock: Lock = a.lock("cancel-acquire").unwrap();
+            // Half the time someone else holds it and lets go at a random moment.
+            let other = if rng.below(2) == 0 {
+                Some(b.lock("cancel-acquire").unwrap().acquire().await.unwrap())
+            } else {
+                None
+            };
+            let releaser = other.map(|guard| {
+                let delay = rng.below(2_000);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_micros(delay)).await;
+                    guard.release().await.unwrap();
+                })
+            });
+            let outcome = if rng.below(2) == 0 {
+                cancel_at_random(&mut rng, lock.acquire())
+                    .await
+                    .map(|r| Some(r.unwrap()))
+            } else {
+                cancel_at_random(&mut rng, lock.try_acquire())
+                    .await
+                    .map(|r| r.unwrap())
+            };
+            if let Some(Some(guard)) = outcome {
+                won += 1;
+                release_all(vec![guard]).await;
+            }
+            if let Some(releaser) = releaser {
+                releaser.await.unwrap();
+            }
+            assert!(
+                eventually(Duration::from_secs(3), || fx
+                    .lock_key("cancel-acquire")
+                    .is_none())
+                .await,
+                "case {case} (seed {seed:#x}): the lock stayed held: {:?}",
+                fx.lock_state("cancel-acquire")
+            );
         }
-        if let Some(releaser) = releaser {
-            releaser.await.unwrap();
-        }
+        // Both outcomes were exercised, and some cancels hit a request already on its way.
+        assert!(won > 0 && won < cases(), "won {won} of {}", cases());
         assert!(
-            eventually(Duration::from_secs(3), || fx
-                .lock_key("cancel-acquire")
-                .is_none())
-            .await,
-            "case {case} (seed {seed:#x}): the lock stayed held: {:?}",
-            fx.lock_state("cancel-acquire")
+            cancel_records(&fx) > 0,
+            "no cancel ever ran against an in-flight request"
         );
     }
-    // Both outcomes were exercised, and some cancels hit a request already on its way.
-    assert!(won > 0 && won < cases(), "won {won} of {}", cases());
-    assert!(
-        cancel_records(&fx) > 0,
-        "no cancel ever ran against an in-flight request"
-    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancelled_reentries_never_leave_a_stray_count() {
-    let fx = Fixture::start();
-    let client = fx.client().await;
-    let seed = 0x5eed_0002;
-    let mut rng = Rng(seed);
-    let lock = client.lock("cancel-reenter").unwrap();
-    let mut entered = 0;
-    for case in 0..cases() {
-        let outer = lock.acquire().await.unwrap();
-        if let Some(inner) = cancel_at_random(&mut rng, outer.reenter()).await {
-            entered += 1;
-            inner.unwrap().release().await.unwrap();
+on_topologies_multi_thread! {
+    async fn cancelled_reentries_never_leave_a_stray_count(fx) {
+        let client = fx.client().await;
+        let seed = 0x5eed_0002;
+        let mut rng = Rng(seed);
+        let lock = client.lock("cancel-reenter").unwrap();
+        let mut entered = 0;
+        for case in 0..cases() {
+            let outer = lock.acquire().await.unwrap();
+            if let Some(inner) = cancel_at_random(&mut rng, outer.reenter()).await {
+                entered += 1;
+                inner.unwrap().release().await.unwrap();
+            }
+            let holder = outer.holder_id().to_owned();
+            assert!(
+                eventually(Duration::from_secs(3), || {
+                    fx.lock_state("cancel-reenter").map(|s| s.0) == Some(vec![(holder.clone(), 1)])
+                })
+                .await,
+                "case {case} (seed {seed:#x}): {:?}",
+                fx.lock_state("cancel-reenter")
+            );
+            outer.release().await.unwrap();
+            assert!(fx.lock_key("cancel-reenter").is_none(), "case {case}");
         }
-        let holder = outer.holder_id().to_owned();
         assert!(
-            eventually(Duration::from_secs(3), || {
-                fx.lock_state("cancel-reenter").map(|s| s.0) == Some(vec![(holder.clone(), 1)])
-            })
-            .await,
-            "case {case} (seed {seed:#x}): {:?}",
-            fx.lock_state("cancel-reenter")
+            entered > 0 && entered < cases(),
+            "entered {entered} of {}",
+            cases()
         );
-        outer.release().await.unwrap();
-        assert!(fx.lock_key("cancel-reenter").is_none(), "case {case}");
+        assert!(
+            cancel_records(&fx) > 0,
+            "no cancel ever ran against an in-flight request"
+        );
     }
-    assert!(
-        entered > 0 && entered < cases(),
-        "entered {entered} of {}",
-        cases()
-    );
-    assert!(
-        cancel_records(&fx) > 0,
-        "no cancel ever ran against an in-flight request"
-    );
 }

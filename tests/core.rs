@@ -12,197 +12,197 @@ use common::Fixture;
 use fencelock::{Error, LockClient, MAX_NAME_LEN};
 use redis::Commands;
 
-#[tokio::test]
-async fn two_clients_exclude_each_other() {
-    let fx = Fixture::start();
-    let (a, b) = (fx.client().await, fx.client().await);
-    assert_ne!(a.id(), b.id());
-    let guard = a.lock("res").unwrap().try_acquire().await.unwrap().unwrap();
-    assert!(b
-        .lock("res")
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
-    let err = b
-        .lock("res")
-        .unwrap()
-        .acquire_timeout(Duration::from_millis(100))
-        .await
-        .unwrap_err();
-    assert!(err.is_timeout(), "{err}");
-    let first_token = guard.token();
-    guard.release().await.unwrap();
-    let next = b.lock("res").unwrap().try_acquire().await.unwrap().unwrap();
-    assert!(next.token() > first_token);
-    next.release().await.unwrap();
-    assert!(fx.lock_state("res").is_none());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_clients_and_tasks_keep_the_critical_section_exclusive() {
-    const CLIENTS: usize = 4;
-    const TASKS: usize = 8;
-    const ROUNDS: usize = 100;
-    let fx = Fixture::start();
-    let inside = Arc::new(AtomicUsize::new(0));
-    let max_inside = Arc::new(AtomicUsize::new(0));
-    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for _ in 0..CLIENTS {
-        let client = fx.client().await;
-        for _ in 0..TASKS {
-            let lock = client.lock("hot").unwrap();
-            let (inside, max_inside, order) = (inside.clone(), max_inside.clone(), order.clone());
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..ROUNDS {
-                    let guard = lock.acquire().await.unwrap();
-                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    max_inside.fetch_max(now, Ordering::SeqCst);
-                    order.lock().push(guard.token());
-                    tokio::task::yield_now().await;
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    guard.release().await.unwrap();
-                }
-            }));
-        }
+on_topologies! {
+    async fn two_clients_exclude_each_other(fx) {
+        let (a, b) = (fx.client().await, fx.client().await);
+        assert_ne!(a.id(), b.id());
+        let guard = a.lock("res").unwrap().try_acquire().await.unwrap().unwrap();
+        assert!(b
+            .lock("res")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none());
+        let err = b
+            .lock("res")
+            .unwrap()
+            .acquire_timeout(Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        let first_token = guard.token();
+        guard.release().await.unwrap();
+        let next = b.lock("res").unwrap().try_acquire().await.unwrap().unwrap();
+        assert!(next.token() > first_token);
+        next.release().await.unwrap();
+        assert!(fx.lock_state("res").is_none());
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    assert_eq!(max_inside.load(Ordering::SeqCst), 1);
-    let order = order.lock();
-    assert_eq!(order.len(), CLIENTS * TASKS * ROUNDS);
-    assert!(
-        order.windows(2).all(|w| w[0] < w[1]),
-        "tokens must increase in acquisition order"
-    );
-    assert!(fx.lock_state("hot").is_none(), "the lock must end free");
 }
 
-#[tokio::test]
-async fn reentry_counts_up_and_down_with_one_token() {
-    let fx = Fixture::start();
-    let client = fx.client().await;
-    let lock = client.lock("nested").unwrap();
-    let outer = lock.acquire().await.unwrap();
-    let holder = outer.holder_id().to_owned();
-    assert_eq!(
-        fx.lock_state("nested").unwrap().0,
-        vec![(holder.clone(), 1)]
-    );
-    let inner = outer.reenter().await.unwrap();
-    assert_eq!(inner.token(), outer.token());
-    let (holders, token) = fx.lock_state("nested").unwrap();
-    assert_eq!(holders, vec![(holder.clone(), 2)]);
-    assert_eq!(token, outer.token().get());
-    // Nobody else gets in while the holder is inside twice.
-    assert!(lock.try_acquire().await.unwrap().is_none());
-    inner.release().await.unwrap();
-    assert_eq!(fx.lock_state("nested").unwrap().0, vec![(holder, 1)]);
-    outer.release().await.unwrap();
-    assert!(fx.lock_state("nested").is_none());
-}
-
-#[tokio::test]
-async fn out_of_order_release_of_nested_guards_frees_at_zero() {
-    let fx = Fixture::start();
-    let client = fx.client().await;
-    let lock = client.lock("ooo").unwrap();
-    let outer = lock.acquire().await.unwrap();
-    let inner = outer.reenter().await.unwrap();
-    let innermost = inner.reenter().await.unwrap();
-    outer.release().await.unwrap();
-    inner.release().await.unwrap();
-    assert!(fx.lock_state("ooo").is_some());
-    assert!(lock.try_acquire().await.unwrap().is_none());
-    innermost.release().await.unwrap();
-    assert!(fx.lock_state("ooo").is_none());
-}
-
-#[tokio::test]
-async fn join_branches_exclude_each_other() {
-    let fx = Fixture::start();
-    let client = fx.client().await;
-    let lock = client.lock("joined").unwrap();
-    let inside = AtomicUsize::new(0);
-    let overlap = AtomicUsize::new(0);
-    let branch = || async {
-        for _ in 0..20 {
-            let guard = lock.acquire().await.unwrap();
-            if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                overlap.fetch_add(1, Ordering::SeqCst);
+on_topologies_multi_thread! {
+    async fn many_clients_and_tasks_keep_the_critical_section_exclusive(fx) {
+        const CLIENTS: usize = 4;
+        const TASKS: usize = 8;
+        const ROUNDS: usize = 100;
+        let inside = Arc::new(AtomicUsize::new(0));
+        let max_inside = Arc::new(AtomicUsize::new(0));
+        let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for _ in 0..CLIENTS {
+            let client = fx.client().await;
+            for _ in 0..TASKS {
+                let lock = client.lock("hot").unwrap();
+                let (inside, max_inside, order) = (inside.clone(), max_inside.clone(), order.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..ROUNDS {
+                        let guard = lock.acquire().await.unwrap();
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        max_inside.fetch_max(now, Ordering::SeqCst);
+                        order.lock().push(guard.token());
+                        tokio::task::yield_now().await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        guard.release().await.unwrap();
+                    }
+                }));
             }
-            // Yield inside the critical section so the other branch runs while we hold.
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            inside.fetch_sub(1, Ordering::SeqCst);
-            guard.release().await.unwrap();
         }
-    };
-    tokio::join!(branch(), branch());
-    assert_eq!(overlap.load(Ordering::SeqCst), 0);
-
-    // select!: the losing branch's acquire is dropped mid-wait and must not leave anything.
-    let held = lock.acquire().await.unwrap();
-    tokio::select! {
-        biased;
-        _ = lock.acquire() => panic!("acquired a held lock"),
-        () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(max_inside.load(Ordering::SeqCst), 1);
+        let order = order.lock();
+        assert_eq!(order.len(), CLIENTS * TASKS * ROUNDS);
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "tokens must increase in acquisition order"
+        );
+        assert!(fx.lock_state("hot").is_none(), "the lock must end free");
     }
-    held.release().await.unwrap();
-    let again = lock.acquire_timeout(Duration::from_secs(5)).await.unwrap();
-    again.release().await.unwrap();
-    assert!(fx.lock_state("joined").is_none());
 }
 
-#[tokio::test]
-async fn tokens_increase_across_expiry_delete_and_script_flush() {
-    let fx = Fixture::start();
-    let client = fx.client().await;
-    let lock = client.lock("fenced").unwrap();
-    let mut seen = Vec::new();
-
-    // Expiry: a short lease runs out, the next holder gets a greater token.
-    let short = lock.with_lease(Duration::from_millis(50)).unwrap();
-    let first = short.acquire().await.unwrap();
-    seen.push(first.token());
-    tokio::time::sleep(Duration::from_millis(120)).await;
-    assert!(!first.is_valid());
-    let second = lock
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("expired lock is free");
-    seen.push(second.token());
-    assert!(first.release().await.unwrap_err().is_not_held());
-
-    // Manual DEL of the lock hash.
-    let key = fx.lock_key("fenced").unwrap();
-    let _: () = fx.raw().del(&key).unwrap();
-    let third = lock.try_acquire().await.unwrap().unwrap();
-    seen.push(third.token());
-    assert!(second.release().await.unwrap_err().is_not_held());
-
-    // SCRIPT FLUSH: scripts reload transparently.
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query(&mut fx.raw())
-        .unwrap();
-    third.release().await.unwrap();
-    let fourth = lock.acquire().await.unwrap();
-    seen.push(fourth.token());
-    fourth.release().await.unwrap();
-
-    // Even deleting every fence counter cannot make tokens go back.
-    for counter in fx.keys("fencelock:{*}fence") {
-        let _: () = fx.raw().del(counter).unwrap();
+on_topologies! {
+    async fn reentry_counts_up_and_down_with_one_token(fx) {
+        let client = fx.client().await;
+        let lock = client.lock("nested").unwrap();
+        let outer = lock.acquire().await.unwrap();
+        let holder = outer.holder_id().to_owned();
+        assert_eq!(
+            fx.lock_state("nested").unwrap().0,
+            vec![(holder.clone(), 1)]
+        );
+        let inner = outer.reenter().await.unwrap();
+        assert_eq!(inner.token(), outer.token());
+        let (holders, token) = fx.lock_state("nested").unwrap();
+        assert_eq!(holders, vec![(holder.clone(), 2)]);
+        assert_eq!(token, outer.token().get());
+        // Nobody else gets in while the holder is inside twice.
+        assert!(lock.try_acquire().await.unwrap().is_none());
+        inner.release().await.unwrap();
+        assert_eq!(fx.lock_state("nested").unwrap().0, vec![(holder, 1)]);
+        outer.release().await.unwrap();
+        assert!(fx.lock_state("nested").is_none());
     }
-    let fifth = lock.acquire().await.unwrap();
-    seen.push(fifth.token());
-    fifth.release().await.unwrap();
+}
 
-    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+on_topologies! {
+    async fn out_of_order_release_of_nested_guards_frees_at_zero(fx) {
+        let client = fx.client().await;
+        let lock = client.lock("ooo").unwrap();
+        let outer = lock.acquire().await.unwrap();
+        let inner = outer.reenter().await.unwrap();
+        let innermost = inner.reenter().await.unwrap();
+        outer.release().await.unwrap();
+        inner.release().await.unwrap();
+        assert!(fx.lock_state("ooo").is_some());
+        assert!(lock.try_acquire().await.unwrap().is_none());
+        innermost.release().await.unwrap();
+        assert!(fx.lock_state("ooo").is_none());
+    }
+}
+
+on_topologies! {
+    async fn join_branches_exclude_each_other(fx) {
+        let client = fx.client().await;
+        let lock = client.lock("joined").unwrap();
+        let inside = AtomicUsize::new(0);
+        let overlap = AtomicUsize::new(0);
+        let branch = || async {
+            for _ in 0..20 {
+                let guard = lock.acquire().await.unwrap();
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlap.fetch_add(1, Ordering::SeqCst);
+                }
+                // Yield inside the critical section so the other branch runs while we hold.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        };
+        tokio::join!(branch(), branch());
+        assert_eq!(overlap.load(Ordering::SeqCst), 0);
+
+        // select!: the losing branch's acquire is dropped mid-wait and must not leave anything.
+        let held = lock.acquire().await.unwrap();
+        tokio::select! {
+            biased;
+            _ = lock.acquire() => panic!("acquired a held lock"),
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        held.release().await.unwrap();
+        let again = lock.acquire_timeout(Duration::from_secs(5)).await.unwrap();
+        again.release().await.unwrap();
+        assert!(fx.lock_state("joined").is_none());
+    }
+}
+
+on_topologies! {
+    async fn tokens_increase_across_expiry_delete_and_script_flush(fx) {
+        let client = fx.client().await;
+        let lock = client.lock("fenced").unwrap();
+        let mut seen = Vec::new();
+
+        // Expiry: a short lease runs out, the next holder gets a greater token.
+        let short = lock.with_lease(Duration::from_millis(50)).unwrap();
+        let first = short.acquire().await.unwrap();
+        seen.push(first.token());
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(!first.is_valid());
+        let second = lock
+            .try_acquire()
+            .await
+            .unwrap()
+            .expect("expired lock is free");
+        seen.push(second.token());
+        assert!(first.release().await.unwrap_err().is_not_held());
+
+        // Manual DEL of the lock hash.
+        let key = fx.lock_key("fenced").unwrap();
+        let _: () = fx.raw().del(&key).unwrap();
+        let third = lock.try_acquire().await.unwrap().unwrap();
+        seen.push(third.token());
+        assert!(second.release().await.unwrap_err().is_not_held());
+
+        // SCRIPT FLUSH: scripts reload transparently.
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut fx.raw())
+            .unwrap();
+        third.release().await.unwrap();
+        let fourth = lock.acquire().await.unwrap();
+        seen.push(fourth.token());
+        fourth.release().await.unwrap();
+
+        // Even deleting every fence counter cannot make tokens go back.
+        for counter in fx.keys("fencelock:{*}fence") {
+            let _: () = fx.raw().del(counter).unwrap();
+        }
+        let fifth = lock.acquire().await.unwrap();
+        seen.push(fifth.token());
+        fifth.release().await.unwrap();
+
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    }
 }
 
 #[tokio::test]
@@ -236,64 +236,64 @@ async fn tokens_increase_across_a_restart_with_and_without_persistence() {
     }
 }
 
-#[tokio::test]
-async fn a_non_holder_cannot_release_or_extend() {
-    let fx = Fixture::start();
-    let client = fx.client().await;
-    let lock = client.lock("owned").unwrap();
-    let stale = lock
-        .with_lease(Duration::from_millis(30))
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(80)).await;
-    let current = lock.acquire().await.unwrap();
-    let before = fx.lock_state("owned").unwrap();
-    let ttl_before: i64 = fx.raw().pttl(fx.lock_key("owned").unwrap()).unwrap();
+on_topologies! {
+    async fn a_non_holder_cannot_release_or_extend(fx) {
+        let client = fx.client().await;
+        let lock = client.lock("owned").unwrap();
+        let stale = lock
+            .with_lease(Duration::from_millis(30))
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        let current = lock.acquire().await.unwrap();
+        let before = fx.lock_state("owned").unwrap();
+        let ttl_before: i64 = fx.raw().pttl(fx.lock_key("owned").unwrap()).unwrap();
 
-    assert!(stale
-        .extend(Duration::from_secs(600))
-        .await
-        .unwrap_err()
-        .is_not_held());
-    assert!(stale.reenter().await.unwrap_err().is_not_held());
-    assert!(!stale.is_valid());
-    assert!(stale.release().await.unwrap_err().is_not_held());
+        assert!(stale
+            .extend(Duration::from_secs(600))
+            .await
+            .unwrap_err()
+            .is_not_held());
+        assert!(stale.reenter().await.unwrap_err().is_not_held());
+        assert!(!stale.is_valid());
+        assert!(stale.release().await.unwrap_err().is_not_held());
 
-    assert_eq!(fx.lock_state("owned").unwrap(), before);
-    let ttl_after: i64 = fx.raw().pttl(fx.lock_key("owned").unwrap()).unwrap();
-    assert!(
-        ttl_after <= ttl_before,
-        "the stale extend must not touch the lease"
-    );
-    current.release().await.unwrap();
+        assert_eq!(fx.lock_state("owned").unwrap(), before);
+        let ttl_after: i64 = fx.raw().pttl(fx.lock_key("owned").unwrap()).unwrap();
+        assert!(
+            ttl_after <= ttl_before,
+            "the stale extend must not touch the lease"
+        );
+        current.release().await.unwrap();
+    }
 }
 
-#[tokio::test]
-async fn extend_moves_the_lease_and_the_guard_deadline() {
-    let fx = Fixture::start();
-    let client = fx.client().await;
-    let lock = client
-        .lock("lease")
-        .unwrap()
-        .with_lease(Duration::from_millis(200))
-        .unwrap();
-    let sent = Instant::now();
-    let guard = lock.acquire().await.unwrap();
-    // Measured from the send, less the drift margin (1 % + 2 ms): never later than the server.
-    assert!(guard.valid_until() >= sent + Duration::from_millis(196));
-    assert!(guard.valid_until() <= Instant::now() + Duration::from_millis(196));
-    let pttl: i64 = fx.raw().pttl(fx.lock_key("lease").unwrap()).unwrap();
-    assert!((1..=200).contains(&pttl), "{pttl}");
+on_topologies! {
+    async fn extend_moves_the_lease_and_the_guard_deadline(fx) {
+        let client = fx.client().await;
+        let lock = client
+            .lock("lease")
+            .unwrap()
+            .with_lease(Duration::from_millis(200))
+            .unwrap();
+        let sent = Instant::now();
+        let guard = lock.acquire().await.unwrap();
+        // Measured from the send, less the drift margin (1 % + 2 ms): never later than the server.
+        assert!(guard.valid_until() >= sent + Duration::from_millis(196));
+        assert!(guard.valid_until() <= Instant::now() + Duration::from_millis(196));
+        let pttl: i64 = fx.raw().pttl(fx.lock_key("lease").unwrap()).unwrap();
+        assert!((1..=200).contains(&pttl), "{pttl}");
 
-    guard.extend(Duration::from_secs(60)).await.unwrap();
-    let pttl: i64 = fx.raw().pttl(fx.lock_key("lease").unwrap()).unwrap();
-    assert!(pttl > 50_000, "{pttl}");
-    assert!(guard.valid_until() > Instant::now() + Duration::from_secs(55));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(guard.is_valid(), "extended past the original lease");
-    guard.release().await.unwrap();
+        guard.extend(Duration::from_secs(60)).await.unwrap();
+        let pttl: i64 = fx.raw().pttl(fx.lock_key("lease").unwrap()).unwrap();
+        assert!(pttl > 50_000, "{pttl}");
+        assert!(guard.valid_until() > Instant::now() + Duration::from_secs(55));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(guard.is_valid(), "extended past the original lease");
+        guard.release().await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -321,22 +321,22 @@ async fn client_default_and_per_lock_leases_apply() {
     guard.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_dropped_guard_is_released_in_the_background() {
-    let fx = Fixture::start();
-    let client = fx.client().await;
-    let lock = client.lock("dropped").unwrap();
-    let guard = lock.acquire().await.unwrap();
-    drop(guard);
-    let next = lock.acquire_timeout(Duration::from_secs(5)).await.unwrap();
-    next.release().await.unwrap();
+on_topologies! {
+    async fn a_dropped_guard_is_released_in_the_background(fx) {
+        let client = fx.client().await;
+        let lock = client.lock("dropped").unwrap();
+        let guard = lock.acquire().await.unwrap();
+        drop(guard);
+        let next = lock.acquire_timeout(Duration::from_secs(5)).await.unwrap();
+        next.release().await.unwrap();
 
-    // A guard moved to another task is released there.
-    let guard = lock.acquire().await.unwrap();
-    tokio::spawn(async move { guard.release().await.unwrap() })
-        .await
-        .unwrap();
-    assert!(fx.lock_state("dropped").is_none());
+        // A guard moved to another task is released there.
+        let guard = lock.acquire().await.unwrap();
+        tokio::spawn(async move { guard.release().await.unwrap() })
+            .await
+            .unwrap();
+        assert!(fx.lock_state("dropped").is_none());
+    }
 }
 
 #[test]

@@ -11,190 +11,186 @@ use redis::Commands;
 
 const LONG: Duration = Duration::from_secs(60);
 
-async fn client_with_lease(fx: &Fixture, lease: Duration) -> LockClient {
-    LockClient::builder(fx.server.url())
-        .default_lease(lease)
-        .connect()
-        .await
-        .unwrap()
+async fn client_with_lease(builder: fencelock::LockClientBuilder, lease: Duration) -> LockClient {
+    builder.default_lease(lease).connect().await.unwrap()
 }
 
-#[tokio::test]
-async fn a_waiter_is_woken_by_the_release_not_by_polling() {
-    let fx = Fixture::start();
-    let (holder_client, waiter_client) = (fx.client().await, fx.client().await);
-    fx.warm_up(&holder_client).await;
-    fx.warm_up(&waiter_client).await;
-    let lock = holder_client
-        .lock("wake")
-        .unwrap()
-        .with_lease(LONG)
-        .unwrap();
-    let guard = lock.acquire().await.unwrap();
-
-    let waiting = waiter_client
-        .lock("wake")
-        .unwrap()
-        .with_lease(LONG)
-        .unwrap();
-    let waiter = tokio::spawn(async move {
-        let guard = waiting.acquire().await.unwrap();
-        let acquired_at = Instant::now();
-        guard.release().await.unwrap();
-        acquired_at
-    });
-    // The waiter asks twice (fast path, then once subscribed), then sleeps on the channel.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before_hold = fx.calls("evalsha");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(fx.calls("evalsha"), before_hold, "a waiter must not poll");
-
-    let released_at = Instant::now();
-    guard.release().await.unwrap();
-    let acquired_at = waiter.await.unwrap();
-    // Woken by the message: long before the holder's 60 s lease would have freed the lock.
-    assert!(acquired_at.duration_since(released_at) < Duration::from_secs(5));
-    // The holder's release, the waiter's single attempt, and its release.
-    assert_eq!(fx.calls("evalsha"), before_hold + 3);
-}
-
-#[tokio::test]
-async fn a_waiter_gets_a_vanished_holders_lock_when_its_lease_ends() {
-    let fx = Fixture::start();
-    let client = fx.client().await;
-    let lease = Duration::from_millis(300);
-    let lock = client.lock("vanished").unwrap();
-    let guard = lock.with_lease(lease).unwrap().acquire().await.unwrap();
-    let acquired_at = Instant::now();
-    // The holder dies without releasing: no message will ever come.
-    std::mem::forget(guard);
-    let other = fx.client().await;
-    let next = other
-        .lock("vanished")
-        .unwrap()
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert!(acquired_at.elapsed() >= lease - Duration::from_millis(20));
-    next.release().await.unwrap();
-}
-
-#[tokio::test]
-async fn an_acquire_deadline_is_honoured() {
-    let fx = Fixture::start();
-    let client = fx.client().await;
-    let lock = client.lock("deadline").unwrap();
-    let guard = lock.acquire().await.unwrap();
-    let started = Instant::now();
-    let err = lock
-        .acquire_timeout(Duration::from_millis(200))
-        .await
-        .unwrap_err();
-    let waited = started.elapsed();
-    assert!(err.is_timeout(), "{err}");
-    assert!(waited >= Duration::from_millis(200), "{waited:?}");
-    // The one waiter that timed out left its queue: a new waiter goes straight to Redis.
-    guard.release().await.unwrap();
-    lock.try_acquire()
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    assert!(fx.lock_key("deadline").is_none());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn local_waiters_are_served_in_fifo_order_with_one_attempt_per_release() {
-    const WAITERS: usize = 32;
-    let fx = Fixture::start();
-    let (holder_client, waiter_client) = (fx.client().await, fx.client().await);
-    fx.warm_up(&holder_client).await;
-    fx.warm_up(&waiter_client).await;
-    let guard = holder_client
-        .lock("fifo")
-        .unwrap()
-        .with_lease(LONG)
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-
-    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..WAITERS {
-        let lock = waiter_client
-            .lock("fifo")
+on_topologies! {
+    async fn a_waiter_is_woken_by_the_release_not_by_polling(fx) {
+        let (holder_client, waiter_client) = (fx.client().await, fx.client().await);
+        fx.warm_up(&holder_client).await;
+        fx.warm_up(&waiter_client).await;
+        let lock = holder_client
+            .lock("wake")
             .unwrap()
             .with_lease(LONG)
             .unwrap();
-        let order = order.clone();
-        tasks.push(tokio::spawn(async move {
-            let guard = lock.acquire().await.unwrap();
-            order.lock().push(i);
+        let guard = lock.acquire().await.unwrap();
+
+        let waiting = waiter_client
+            .lock("wake")
+            .unwrap()
+            .with_lease(LONG)
+            .unwrap();
+        let waiter = tokio::spawn(async move {
+            let guard = waiting.acquire().await.unwrap();
+            let acquired_at = Instant::now();
             guard.release().await.unwrap();
-        }));
-        // Let each waiter take its place in the queue before the next arrives.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+            acquired_at
+        });
+        // The waiter asks twice (fast path, then once subscribed), then sleeps on the channel.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before_hold = fx.calls("evalsha");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(fx.calls("evalsha"), before_hold, "a waiter must not poll");
+
+        let released_at = Instant::now();
+        guard.release().await.unwrap();
+        let acquired_at = waiter.await.unwrap();
+        // Woken by the message: long before the holder's 60 s lease would have freed the lock.
+        assert!(acquired_at.duration_since(released_at) < Duration::from_secs(5));
+        // The holder's release, the waiter's single attempt, and its release.
+        assert_eq!(fx.calls("evalsha"), before_hold + 3);
     }
-    let before = fx.calls("evalsha");
-    guard.release().await.unwrap();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    assert_eq!(
-        *order.lock(),
-        (0..WAITERS).collect::<Vec<_>>(),
-        "FIFO order"
-    );
-    // One release by the holder, then per waiter exactly one attempt and one release.
-    assert_eq!(fx.calls("evalsha") - before, 1 + 2 * WAITERS as u64);
 }
 
-#[tokio::test]
-async fn the_watchdog_keeps_a_default_lease_lock_alive() {
-    let fx = Fixture::start();
-    let lease = Duration::from_millis(600);
-    let client = client_with_lease(&fx, lease).await;
-    let other = fx.client().await;
-    let guard = client.lock("kept").unwrap().acquire().await.unwrap();
-    assert_eq!(client.watched_locks(), 1);
-    tokio::time::sleep(lease * 3).await;
-    assert!(guard.is_valid());
-    assert!(other
-        .lock("kept")
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
-    let pttl: i64 = fx.raw().pttl(fx.lock_key("kept").unwrap()).unwrap();
-    assert!(pttl > 0 && pttl <= 600, "{pttl}");
-    assert!(client.renewal_calls() >= 6, "{}", client.renewal_calls());
-    guard.release().await.unwrap();
-    assert_eq!(client.watched_locks(), 0);
+on_topologies! {
+    async fn a_waiter_gets_a_vanished_holders_lock_when_its_lease_ends(fx) {
+        let client = fx.client().await;
+        let lease = Duration::from_millis(300);
+        let lock = client.lock("vanished").unwrap();
+        let guard = lock.with_lease(lease).unwrap().acquire().await.unwrap();
+        let acquired_at = Instant::now();
+        // The holder dies without releasing: no message will ever come.
+        std::mem::forget(guard);
+        let other = fx.client().await;
+        let next = other
+            .lock("vanished")
+            .unwrap()
+            .acquire_timeout(Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(acquired_at.elapsed() >= lease - Duration::from_millis(20));
+        next.release().await.unwrap();
+    }
 }
 
-#[tokio::test]
-async fn an_explicit_lease_is_not_renewed() {
-    let fx = Fixture::start();
-    let client = client_with_lease(&fx, Duration::from_millis(300)).await;
-    let guard = client
-        .lock("fixed")
-        .unwrap()
-        .with_lease(Duration::from_millis(300))
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    assert_eq!(client.watched_locks(), 0);
-    tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("an explicit lease ends");
-    assert!(!guard.is_valid());
-    assert!(eventually(Duration::from_secs(2), || fx.lock_key("fixed").is_none()).await);
-    assert!(guard.release().await.unwrap_err().is_not_held());
+on_topologies! {
+    async fn an_acquire_deadline_is_honoured(fx) {
+        let client = fx.client().await;
+        let lock = client.lock("deadline").unwrap();
+        let guard = lock.acquire().await.unwrap();
+        let started = Instant::now();
+        let err = lock
+            .acquire_timeout(Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        let waited = started.elapsed();
+        assert!(err.is_timeout(), "{err}");
+        assert!(waited >= Duration::from_millis(200), "{waited:?}");
+        // The one waiter that timed out left its queue: a new waiter goes straight to Redis.
+        guard.release().await.unwrap();
+        lock.try_acquire()
+            .await
+            .unwrap()
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        assert!(fx.lock_key("deadline").is_none());
+    }
+}
+
+on_topologies_multi_thread! {
+    async fn local_waiters_are_served_in_fifo_order_with_one_attempt_per_release(fx) {
+        const WAITERS: usize = 32;
+        let (holder_client, waiter_client) = (fx.client().await, fx.client().await);
+        fx.warm_up(&holder_client).await;
+        fx.warm_up(&waiter_client).await;
+        let guard = holder_client
+            .lock("fifo")
+            .unwrap()
+            .with_lease(LONG)
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+
+        let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..WAITERS {
+            let lock = waiter_client
+                .lock("fifo")
+                .unwrap()
+                .with_lease(LONG)
+                .unwrap();
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                let guard = lock.acquire().await.unwrap();
+                order.lock().push(i);
+                guard.release().await.unwrap();
+            }));
+            // Let each waiter take its place in the queue before the next arrives.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let before = fx.calls("evalsha");
+        guard.release().await.unwrap();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(
+            *order.lock(),
+            (0..WAITERS).collect::<Vec<_>>(),
+            "FIFO order"
+        );
+        // One release by the holder, then per waiter exactly one attempt and one release.
+        assert_eq!(fx.calls("evalsha") - before, 1 + 2 * WAITERS as u64);
+    }
+}
+
+on_topologies! {
+    async fn the_watchdog_keeps_a_default_lease_lock_alive(fx) {
+        let lease = Duration::from_millis(600);
+        let client = client_with_lease(fx.builder(), lease).await;
+        let other = fx.client().await;
+        let guard = client.lock("kept").unwrap().acquire().await.unwrap();
+        assert_eq!(client.watched_locks(), 1);
+        tokio::time::sleep(lease * 3).await;
+        assert!(guard.is_valid());
+        assert!(other
+            .lock("kept")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none());
+        let pttl: i64 = fx.raw().pttl(fx.lock_key("kept").unwrap()).unwrap();
+        assert!(pttl > 0 && pttl <= 600, "{pttl}");
+        assert!(client.renewal_calls() >= 6, "{}", client.renewal_calls());
+        guard.release().await.unwrap();
+        assert_eq!(client.watched_locks(), 0);
+    }
+}
+
+on_topologies! {
+    async fn an_explicit_lease_is_not_renewed(fx) {
+        let client = client_with_lease(fx.builder(), Duration::from_millis(300)).await;
+        let guard = client
+            .lock("fixed")
+            .unwrap()
+            .with_lease(Duration::from_millis(300))
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        assert_eq!(client.watched_locks(), 0);
+        tokio::time::timeout(Duration::from_secs(5), guard.lost())
+            .await
+            .expect("an explicit lease ends");
+        assert!(!guard.is_valid());
+        assert!(eventually(Duration::from_secs(2), || fx.lock_key("fixed").is_none()).await);
+        assert!(guard.release().await.unwrap_err().is_not_held());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,42 +239,42 @@ async fn a_thousand_held_locks_are_renewed_in_batches() {
     }
 }
 
-#[tokio::test]
-async fn a_dropped_guard_is_not_renewed_again() {
-    let fx = Fixture::start();
-    let client = client_with_lease(&fx, Duration::from_millis(300)).await;
-    fx.warm_up(&client).await;
-    let guard = client.lock("dropped").unwrap().acquire().await.unwrap();
-    assert_eq!(client.watched_locks(), 1);
-    drop(guard);
-    assert!(eventually(Duration::from_secs(2), || fx.lock_key("dropped").is_none()).await);
-    assert!(eventually(Duration::from_secs(2), || client.watched_locks() == 0).await);
-    let renewals = client.renewal_calls();
-    let server = fx.calls("evalsha");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(client.renewal_calls(), renewals);
-    assert_eq!(fx.calls("evalsha"), server);
+on_topologies! {
+    async fn a_dropped_guard_is_not_renewed_again(fx) {
+        let client = client_with_lease(fx.builder(), Duration::from_millis(300)).await;
+        fx.warm_up(&client).await;
+        let guard = client.lock("dropped").unwrap().acquire().await.unwrap();
+        assert_eq!(client.watched_locks(), 1);
+        drop(guard);
+        assert!(eventually(Duration::from_secs(2), || fx.lock_key("dropped").is_none()).await);
+        assert!(eventually(Duration::from_secs(2), || client.watched_locks() == 0).await);
+        let renewals = client.renewal_calls();
+        let server = fx.calls("evalsha");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(client.renewal_calls(), renewals);
+        assert_eq!(fx.calls("evalsha"), server);
+    }
 }
 
-#[tokio::test]
-async fn a_deleted_lock_fires_the_lost_signal_at_the_next_renewal() {
-    let fx = Fixture::start();
-    let client = client_with_lease(&fx, Duration::from_millis(900)).await;
-    let guard = client.lock("deleted").unwrap().acquire().await.unwrap();
-    assert!(!futures_ready(&guard).await, "not lost while held");
-    let _: () = fx.raw().del(fx.lock_key("deleted").unwrap()).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("lost signal");
-    // The renewal noticed, not the lease timer: the lease had time left by our clock.
-    assert!(Instant::now() < guard.valid_until());
-    assert!(!guard.is_valid());
-    assert_eq!(client.watched_locks(), 0);
-    // The new holder is untouched by the old guard's release.
-    let next = client.lock("deleted").unwrap().acquire().await.unwrap();
-    assert!(guard.release().await.unwrap_err().is_not_held());
-    assert!(next.is_valid());
-    next.release().await.unwrap();
+on_topologies! {
+    async fn a_deleted_lock_fires_the_lost_signal_at_the_next_renewal(fx) {
+        let client = client_with_lease(fx.builder(), Duration::from_millis(900)).await;
+        let guard = client.lock("deleted").unwrap().acquire().await.unwrap();
+        assert!(!futures_ready(&guard).await, "not lost while held");
+        let _: () = fx.raw().del(fx.lock_key("deleted").unwrap()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), guard.lost())
+            .await
+            .expect("lost signal");
+        // The renewal noticed, not the lease timer: the lease had time left by our clock.
+        assert!(Instant::now() < guard.valid_until());
+        assert!(!guard.is_valid());
+        assert_eq!(client.watched_locks(), 0);
+        // The new holder is untouched by the old guard's release.
+        let next = client.lock("deleted").unwrap().acquire().await.unwrap();
+        assert!(guard.release().await.unwrap_err().is_not_held());
+        assert!(next.is_valid());
+        next.release().await.unwrap();
+    }
 }
 
 /// Whether `lost()` is already resolved, without waiting.

@@ -166,6 +166,7 @@ enum Slot {
     Holder,
     LeaseMs,
     OpTtlMs,
+    PubSubMode,
 }
 
 /// The KEYS and ARGV of a script, in order, from its header.
@@ -188,6 +189,7 @@ fn contract(script: &str, name: &str) -> (Vec<Slot>, Vec<Slot>) {
             ("op record", Slot::OpKey),
             ("holder id", Slot::Holder),
             ("lease in ms", Slot::LeaseMs),
+            ("pub/sub mode", Slot::PubSubMode),
         ]
         .into_iter()
         .find(|(prefix, _)| role.starts_with(prefix))
@@ -309,6 +311,8 @@ impl Raw {
                 Slot::Holder => call.arg(holder),
                 Slot::LeaseMs => call.arg(LEASE.as_millis() as u64),
                 Slot::OpTtlMs => call.arg(OP_TTL_MS),
+                // One server: classic PUBLISH, as fencelock sends it there.
+                Slot::PubSubMode => call.arg("classic"),
                 other => panic!("{other:?} is not an argument"),
             };
         }

@@ -30,6 +30,8 @@ pub(crate) struct LockKeys {
     pub(crate) fence: Vec<u8>,
     /// Prefix of this slot's operation records; the operation id follows it.
     op_prefix: Vec<u8>,
+    /// The Redis Cluster hash slot of every key above.
+    pub(crate) slot: u16,
 }
 
 impl LockKeys {
@@ -37,6 +39,7 @@ impl LockKeys {
     pub(crate) fn new(prefix: &[u8], name: &[u8]) -> Self {
         let base = slot_base(prefix, name);
         LockKeys {
+            slot: name_slot(name),
             lock: [&base[..], b"lock:", name].concat(),
             fence: [&base[..], b"fence"].concat(),
             op_prefix: [&base[..], b"op:"].concat(),
@@ -77,8 +80,14 @@ impl ResourceKeys {
 /// '}' after the prefix ends it and everything after the marker that follows is the name
 /// verbatim: distinct names give distinct keys, whatever bytes (braces included) they hold.
 fn slot_base(prefix: &[u8], name: &[u8]) -> Vec<u8> {
-    let tag = slot_tag(usize::from(crc16(name)) % SLOTS);
+    let tag = slot_tag(usize::from(name_slot(name)));
     [prefix, b"{", tag.as_bytes(), b"}"].concat()
+}
+
+/// The cluster slot every key of `name` lands in (the tag of that slot is in its keys).
+fn name_slot(name: &[u8]) -> u16 {
+    // SLOTS is 2^14, so the slot always fits.
+    crc16(name) % SLOTS as u16
 }
 
 /// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes. Any bytes are allowed.
@@ -214,6 +223,7 @@ mod tests {
         ] {
             let keys = LockKeys::new(b"app:", name);
             let slot = redis_key_slot(&keys.lock);
+            assert_eq!(usize::from(keys.slot), slot);
             assert_eq!(redis_key_slot(&keys.fence), slot);
             assert_eq!(redis_key_slot(&keys.op("c1-1")), slot);
             assert!(keys.lock.starts_with(b"app:{"));

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
+use crate::connection::PubSub;
 use crate::{Error, FencingToken};
 pub(crate) use keys::{LockKeys, ResourceKeys};
 use scripts::scripts;
@@ -214,6 +215,7 @@ pub(crate) async fn release<C: ConnectionLike>(
     holder: &str,
     op_id: &str,
     op_ttl: Duration,
+    pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
     let reply: Vec<i64> = scripts()
         .release
@@ -221,6 +223,7 @@ pub(crate) async fn release<C: ConnectionLike>(
         .key(keys.op(op_id))
         .arg(holder)
         .arg(millis(op_ttl))
+        .arg(pubsub.script_arg())
         .invoke_async(conn)
         .await
         .map_err(map_err)?;
@@ -251,6 +254,7 @@ pub(crate) async fn cancel<C: ConnectionLike>(
     op_id: &str,
     kind: CancelKind,
     op_ttl: Duration,
+    pubsub: PubSub,
 ) -> Result<CancelReply, Error> {
     let reply: Vec<i64> = scripts()
         .cancel
@@ -262,6 +266,7 @@ pub(crate) async fn cancel<C: ConnectionLike>(
             CancelKind::Acquire => "acquire",
             CancelKind::Reenter => "reenter",
         })
+        .arg(pubsub.script_arg())
         .invoke_async(conn)
         .await
         .map_err(map_err)?;

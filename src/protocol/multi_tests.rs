@@ -7,6 +7,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::*;
+use crate::connection::PubSub;
 use crate::testing::RedisServer;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -67,7 +68,7 @@ async fn all_members_or_none_and_a_replay_returns_the_same_tokens() {
 
     // Members are ordinary locks: release.lua frees one; release_all the rest, replayable.
     assert_eq!(
-        release(&mut conn, &keys[0], "h1", "r1", OP_TTL)
+        release(&mut conn, &keys[0], "h1", "r1", OP_TTL, PubSub::Classic)
             .await
             .unwrap(),
         OwnerReply::Done { remaining: 0 }
@@ -80,7 +81,7 @@ async fn all_members_or_none_and_a_replay_returns_the_same_tokens() {
         released
     );
     assert_eq!(
-        release(&mut conn, &keys[2], "h3", "r3", OP_TTL)
+        release(&mut conn, &keys[2], "h3", "r3", OP_TTL, PubSub::Classic)
             .await
             .unwrap(),
         OwnerReply::Done { remaining: 0 }
@@ -107,9 +108,17 @@ async fn cancelling_one_member_before_the_script_runs_makes_it_a_no_op() {
     let (_server, mut conn, keys) = setup(&[b"a", b"b"]).await;
     let set = members(&keys, &["h1", "h2"]);
     // The cancel of member 2 arrives first (its drop guard ran before the script).
-    let undone = cancel(&mut conn, &keys[1], "h2", "h2", CancelKind::Acquire, OP_TTL)
-        .await
-        .unwrap();
+    let undone = cancel(
+        &mut conn,
+        &keys[1],
+        "h2",
+        "h2",
+        CancelKind::Acquire,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap();
     assert_eq!(undone, CancelReply::NotRun);
     assert_eq!(
         acquire_all(&mut conn, &set, LEASE, OP_TTL).await.unwrap(),
@@ -129,9 +138,17 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
         AcquireAllReply::Acquired { .. }
     ));
     assert!(matches!(
-        cancel(&mut conn, &keys[0], "h1", "h1", CancelKind::Acquire, OP_TTL)
-            .await
-            .unwrap(),
+        cancel(
+            &mut conn,
+            &keys[0],
+            "h1",
+            "h1",
+            CancelKind::Acquire,
+            OP_TTL,
+            PubSub::Classic
+        )
+        .await
+        .unwrap(),
         CancelReply::Undone { remaining: 0 }
     ));
     // Half undone: a re-sent copy of the script must not take the set again.
@@ -140,9 +157,17 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
         AcquireAllReply::Cancelled
     );
     assert!(matches!(
-        cancel(&mut conn, &keys[1], "h2", "h2", CancelKind::Acquire, OP_TTL)
-            .await
-            .unwrap(),
+        cancel(
+            &mut conn,
+            &keys[1],
+            "h2",
+            "h2",
+            CancelKind::Acquire,
+            OP_TTL,
+            PubSub::Classic
+        )
+        .await
+        .unwrap(),
         CancelReply::Undone { remaining: 0 }
     ));
     for k in &keys {
@@ -170,7 +195,7 @@ async fn members_sharing_a_fence_counter_get_distinct_increasing_tokens() {
     let counter: u64 = conn.get(&keys[0].fence).await.unwrap();
     assert_eq!(counter, tokens[1].get());
     // A single acquire in that bucket afterwards is higher still.
-    release(&mut conn, &keys[0], "h1", "r1", OP_TTL)
+    release(&mut conn, &keys[0], "h1", "r1", OP_TTL, PubSub::Classic)
         .await
         .unwrap();
     let AcquireReply::Acquired { token, .. } = acquire(&mut conn, &keys[0], "s", LEASE, OP_TTL)

@@ -7,6 +7,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::*;
+use crate::connection::PubSub;
 use crate::testing::RedisServer;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -67,19 +68,19 @@ async fn a_replayed_reentry_or_release_applies_once() {
     );
     assert_eq!(count(&mut conn, &keys, "h").await, Some(2));
 
-    let released = release(&mut conn, &keys, "h", "op-rel-1", OP_TTL)
+    let released = release(&mut conn, &keys, "h", "op-rel-1", OP_TTL, PubSub::Classic)
         .await
         .unwrap();
     assert_eq!(released, OwnerReply::Done { remaining: 1 });
     assert_eq!(
-        release(&mut conn, &keys, "h", "op-rel-1", OP_TTL)
+        release(&mut conn, &keys, "h", "op-rel-1", OP_TTL, PubSub::Classic)
             .await
             .unwrap(),
         released
     );
     assert_eq!(count(&mut conn, &keys, "h").await, Some(1));
 
-    let last = release(&mut conn, &keys, "h", "op-rel-2", OP_TTL)
+    let last = release(&mut conn, &keys, "h", "op-rel-2", OP_TTL, PubSub::Classic)
         .await
         .unwrap();
     assert_eq!(last, OwnerReply::Done { remaining: 0 });
@@ -92,7 +93,7 @@ async fn a_replayed_reentry_or_release_applies_once() {
     };
     assert!(next > token);
     assert_eq!(
-        release(&mut conn, &keys, "h", "op-rel-2", OP_TTL)
+        release(&mut conn, &keys, "h", "op-rel-2", OP_TTL, PubSub::Classic)
             .await
             .unwrap(),
         last
@@ -110,7 +111,7 @@ async fn owner_checks_leave_another_holders_lock_alone() {
         .await
         .unwrap();
     assert_eq!(
-        release(&mut conn, &keys, "intruder", "op1", OP_TTL)
+        release(&mut conn, &keys, "intruder", "op1", OP_TTL, PubSub::Classic)
             .await
             .unwrap(),
         OwnerReply::NotHeld
@@ -141,9 +142,17 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
 
     // An acquisition that ran: the lock is freed.
     acquire(&mut conn, &keys, "a", LEASE, OP_TTL).await.unwrap();
-    let undone = cancel(&mut conn, &keys, "a", "a", CancelKind::Acquire, OP_TTL)
-        .await
-        .unwrap();
+    let undone = cancel(
+        &mut conn,
+        &keys,
+        "a",
+        "a",
+        CancelKind::Acquire,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap();
     assert_eq!(undone, CancelReply::Undone { remaining: 0 });
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists);
@@ -157,9 +166,17 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
 
     // An acquisition cancelled before it ran never runs.
     assert_eq!(
-        cancel(&mut conn, &keys, "b", "b", CancelKind::Acquire, OP_TTL)
-            .await
-            .unwrap(),
+        cancel(
+            &mut conn,
+            &keys,
+            "b",
+            "b",
+            CancelKind::Acquire,
+            OP_TTL,
+            PubSub::Classic
+        )
+        .await
+        .unwrap(),
         CancelReply::NotRun
     );
     assert_eq!(
@@ -183,6 +200,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
         "enter-1",
         CancelKind::Reenter,
         OP_TTL,
+        PubSub::Classic,
     )
     .await;
     assert_eq!(undone.unwrap(), CancelReply::Undone { remaining: 2 });
@@ -193,6 +211,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
         "enter-1",
         CancelKind::Reenter,
         OP_TTL,
+        PubSub::Classic,
     )
     .await;
     assert_eq!(again.unwrap(), CancelReply::NotRun);
@@ -212,6 +231,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
         "enter-3",
         CancelKind::Reenter,
         OP_TTL,
+        PubSub::Classic,
     )
     .await;
     assert_eq!(not_run.unwrap(), CancelReply::NotRun);
@@ -234,7 +254,9 @@ async fn the_scripts_run_after_script_flush() {
         .await
         .unwrap();
     assert_eq!(
-        release(&mut conn, &keys, "h", "op", OP_TTL).await.unwrap(),
+        release(&mut conn, &keys, "h", "op", OP_TTL, PubSub::Classic)
+            .await
+            .unwrap(),
         OwnerReply::Done { remaining: 0 }
     );
 }
@@ -251,7 +273,9 @@ async fn tokens_are_exact_past_the_time_floor() {
         panic!()
     };
     assert_eq!(token.get(), high + 1);
-    release(&mut conn, &keys, "h", "op", OP_TTL).await.unwrap();
+    release(&mut conn, &keys, "h", "op", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
     // At 2^53 the acquire refuses instead of issuing an inexact token, and changes nothing.
     let _: () = conn
         .set(&keys.fence, 9_007_199_254_740_991_u64)
@@ -299,7 +323,9 @@ async fn a_late_duplicate_acquire_after_the_hold_ended_does_nothing() {
     let (_server, mut conn, keys) = setup().await;
     // Released: a copy of the acquire that arrives afterwards must not take the lock again.
     acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap();
-    release(&mut conn, &keys, "h", "rel", OP_TTL).await.unwrap();
+    release(&mut conn, &keys, "h", "rel", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
     assert_eq!(
         acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap(),
         AcquireReply::Cancelled
@@ -362,7 +388,7 @@ async fn force_release_evicts_any_holder_and_puts_a_lost_counter_back_to_its_tok
     assert_eq!(fence, token.get());
     // The evicted holder's own release is a non-holder's: nothing happens.
     assert_eq!(
-        release(&mut conn, &keys, "h", "op-rel", OP_TTL)
+        release(&mut conn, &keys, "h", "op-rel", OP_TTL, PubSub::Classic)
             .await
             .unwrap(),
         OwnerReply::NotHeld
@@ -408,4 +434,95 @@ async fn force_release_never_lowers_the_counter_and_refuses_foreign_data() {
     assert!(err.is_wrong_type(), "{err:?}");
     let value: String = conn.get(&keys.lock).await.unwrap();
     assert_eq!(value, "not a hash");
+}
+
+/// The same contracts through the cluster client, which routes each script by its first key
+/// and re-sends requests by itself (MOVED, ASK, TRYAGAIN, lost connections): a request that
+/// arrives twice with one operation id applies once, on every primary.
+#[tokio::test]
+async fn over_a_cluster_replays_apply_once_and_a_call_never_spans_slots() {
+    use crate::connection::Conn;
+    use crate::testing::RedisCluster;
+
+    let cluster = RedisCluster::builder()
+        .replicas_per_primary(0)
+        .start()
+        .unwrap();
+    let client = redis::cluster::ClusterClientBuilder::new(cluster.urls())
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .build()
+        .unwrap();
+    let mut conn = Conn::Cluster(client.get_async_connection().await.unwrap());
+    let pubsub = conn.pubsub();
+    assert_eq!(pubsub, PubSub::Sharded);
+
+    // One lock on each primary.
+    let mut per_primary = std::collections::HashMap::new();
+    for i in 0.. {
+        let keys = LockKeys::new(b"t:", format!("res-{i}").as_bytes());
+        let owner = cluster.primary_for_slot(keys.slot).unwrap().port();
+        per_primary.entry(owner).or_insert(keys);
+        if per_primary.len() == 3 {
+            break;
+        }
+    }
+    for keys in per_primary.values() {
+        let first = acquire(&mut conn, keys, "h", LEASE, OP_TTL).await.unwrap();
+        let AcquireReply::Acquired { token, count: 1 } = first else {
+            panic!("{first:?}")
+        };
+        assert_eq!(
+            acquire(&mut conn, keys, "h", LEASE, OP_TTL).await.unwrap(),
+            first
+        );
+        let entered = reenter(&mut conn, keys, "h", "enter", OP_TTL)
+            .await
+            .unwrap();
+        assert_eq!(entered, EnterReply::Entered { token, count: 2 });
+        assert_eq!(
+            reenter(&mut conn, keys, "h", "enter", OP_TTL)
+                .await
+                .unwrap(),
+            entered
+        );
+        let released = release(&mut conn, keys, "h", "rel", OP_TTL, pubsub)
+            .await
+            .unwrap();
+        assert_eq!(released, OwnerReply::Done { remaining: 1 });
+        assert_eq!(
+            release(&mut conn, keys, "h", "rel", OP_TTL, pubsub)
+                .await
+                .unwrap(),
+            released
+        );
+        let count: Option<u64> = conn.hget(&keys.lock, "h").await.unwrap();
+        assert_eq!(count, Some(1));
+        assert_eq!(
+            release(&mut conn, keys, "h", "last", OP_TTL, pubsub)
+                .await
+                .unwrap(),
+            OwnerReply::Done { remaining: 0 }
+        );
+        let exists: bool = conn.exists(&keys.lock).await.unwrap();
+        assert!(!exists);
+    }
+
+    // Renewals of locks in two slots cannot share a script call on a cluster: this is why the
+    // watchdog cuts its batches per slot.
+    let mut two = per_primary.values();
+    let (a, b) = (two.next().unwrap(), two.next().unwrap());
+    for keys in [a, b] {
+        acquire(&mut conn, keys, "r", LEASE, OP_TTL).await.unwrap();
+    }
+    let err = renew(&mut conn, &[(a, "r"), (b, "r")], LEASE)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().to_ascii_lowercase().contains("crossslot"),
+        "{err}"
+    );
+    assert_eq!(
+        renew(&mut conn, &[(a, "r")], LEASE).await.unwrap(),
+        vec![true]
+    );
 }

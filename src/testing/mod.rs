@@ -36,15 +36,19 @@
 //! running. Interrupting `cargo test` with Ctrl-C is fine: the servers share
 //! the terminal's process group and receive the same `SIGINT`.
 
+mod cluster;
 mod ports;
 mod postgres;
 mod process;
 mod proxy;
 mod redis_server;
+mod sentinel;
 
+pub use cluster::{ClusterNode, RedisCluster, RedisClusterBuilder};
 pub use postgres::{PostgresServer, POSTGRES_BIN_DIR_ENV};
 pub use proxy::{Direction, DirectionStats, Fault, FaultProxy, Stats};
 pub use redis_server::{RedisServer, RedisServerBuilder};
+pub use sentinel::{RedisSentinels, SENTINEL_MASTER_NAME};
 
 /// Environment variable that names the `redis-server` binary to run,
 /// overriding the lookup on `PATH`.

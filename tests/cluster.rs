@@ -1,0 +1,330 @@
+//! Redis Cluster specifics, against real clusters started by the harness: locks spread over
+//! every primary, renewals cut per slot, a manual failover and a slot migration under a held
+//! lock with a waiter. The semantics shared with one server run on both topologies in
+//! `core.rs` and `liveness.rs`.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use common::{key_slot_of_lock, Env, Topology};
+use fencelock::testing::{RedisCluster, RedisServer};
+use fencelock::LockClient;
+use redis::Commands;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn con(node: &RedisServer) -> redis::Connection {
+    node.client().get_connection().expect("node connection")
+}
+
+fn node_id(cluster: &RedisCluster, node: &RedisServer) -> String {
+    cluster
+        .topology()
+        .unwrap()
+        .into_iter()
+        .find(|n| n.port == node.port())
+        .expect("node in topology")
+        .id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_names_spread_over_every_primary_and_leave_only_counters() {
+    const NAMES: usize = 10_000;
+    const TASKS: usize = 50;
+    let fx = Env::start(Topology::Cluster);
+    let client = fx.client().await;
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut guards = Vec::new();
+            for i in (t..NAMES).step_by(TASKS) {
+                let lock = client.lock(format!("item:{i}")).unwrap();
+                guards.push(
+                    lock.try_acquire()
+                        .await
+                        .unwrap()
+                        .expect("a fresh name is free"),
+                );
+            }
+            guards
+        }));
+    }
+    let mut guards = Vec::with_capacity(NAMES);
+    for task in tasks {
+        guards.extend(task.await.unwrap());
+    }
+    assert_eq!(guards.len(), NAMES);
+
+    // Every primary holds a share of the locks.
+    let primaries = fx.data_nodes();
+    assert_eq!(primaries.len(), 3);
+    let mut total = 0;
+    for node in &primaries {
+        let held: Vec<Vec<u8>> = con(node).keys("fencelock:{*}lock:*").unwrap();
+        assert!(!held.is_empty(), "no lock on node {}", node.port());
+        total += held.len();
+    }
+    assert_eq!(total, NAMES);
+    let tokens: HashSet<_> = guards
+        .iter()
+        .map(|g| (g.token(), g.holder_id().to_owned()))
+        .collect();
+    assert_eq!(tokens.len(), NAMES);
+
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert!(fx.keys("fencelock:{*}lock:*").is_empty());
+    // Left behind: one fence counter per slot used, and operation records that expire.
+    let slots: HashSet<u16> = (0..NAMES)
+        .map(|i| key_slot_of_lock(&format!("item:{i}")))
+        .collect();
+    assert_eq!(fx.keys("fencelock:{*}fence").len(), slots.len());
+    for node in &primaries {
+        let mut c = con(node);
+        let keys: Vec<Vec<u8>> = c.keys("*").unwrap();
+        for key in keys {
+            if key.ends_with(b"}fence") {
+                continue;
+            }
+            assert!(
+                key.windows(4).any(|w| w == b"}op:"),
+                "unexpected key {}",
+                String::from_utf8_lossy(&key)
+            );
+            // -2: it expired between KEYS and PTTL, which is the point; -1 would be a leak.
+            let ttl: i64 = c.pttl(&key).unwrap();
+            assert_ne!(ttl, -1, "an operation record without expiry");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_are_batched_per_slot() {
+    const HELD: usize = 300;
+    const BATCH: usize = 100;
+    let fx = Env::start(Topology::Cluster);
+    let lease = Duration::from_millis(1500);
+    let client = fx
+        .builder()
+        .default_lease(lease)
+        .renew_batch(BATCH)
+        .connect()
+        .await
+        .unwrap();
+    // What one tick must cost: a call per slot (and per batch within a slot).
+    let mut per_slot: HashMap<u16, usize> = HashMap::new();
+    let mut guards = Vec::new();
+    for i in 0..HELD {
+        let name = format!("held:{i}");
+        *per_slot.entry(key_slot_of_lock(&name)).or_default() += 1;
+        guards.push(client.lock(&name).unwrap().acquire().await.unwrap());
+    }
+    let per_tick: u64 = per_slot.values().map(|n| n.div_ceil(BATCH) as u64).sum();
+    let calls_before = client.renewal_calls();
+    tokio::time::sleep(lease * 2).await;
+    let calls = client.renewal_calls() - calls_before;
+    assert!(calls >= per_tick, "at least one tick ran: {calls}");
+    assert!(
+        calls.is_multiple_of(per_tick),
+        "{calls} renewal calls are not whole ticks of {per_tick} (one per slot)"
+    );
+    assert!(guards.iter().all(|g| g.is_valid()));
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
+/// Starts a waiter on `name` (held by someone else): the task returns the waiter's token once
+/// it got the lock.
+fn spawn_waiter(
+    client: LockClient,
+    name: &'static str,
+) -> tokio::task::JoinHandle<fencelock::FencingToken> {
+    tokio::spawn(async move {
+        let lock = client.lock(name).unwrap().with_lease(LONG).unwrap();
+        let guard = lock
+            .acquire_timeout(Duration::from_secs(30))
+            .await
+            .expect("the waiter gets the lock after the release");
+        let token = guard.token();
+        guard.release().await.unwrap();
+        token
+    })
+}
+
+/// Waits until some client is subscribed to `name`'s release channel at a node of the shard
+/// that owns the lock's slot now (its primary or a replica: `SPUBLISH` reaches every node of
+/// the shard), as `PUBSUB SHARDCHANNELS` there says.
+async fn wait_for_subscriber(cluster: &RedisCluster, name: &str) {
+    let slot = key_slot_of_lock(name);
+    let ok = common::eventually(Duration::from_secs(10), || {
+        let Ok(owner) = cluster.primary_for_slot(slot) else {
+            return false;
+        };
+        let mut shard = cluster.replicas_of(owner).unwrap_or_default();
+        shard.push(owner);
+        shard.into_iter().any(|node| {
+            let channels: Vec<Vec<u8>> = redis::cmd("PUBSUB")
+                .arg("SHARDCHANNELS")
+                .query(&mut con(node))
+                .unwrap_or_default();
+            channels.iter().any(|c| c.ends_with(name.as_bytes()))
+        })
+    })
+    .await;
+    assert!(ok, "the waiter never subscribed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_keeps_the_lock_the_token_and_the_waiter() {
+    let cluster = RedisCluster::start().unwrap();
+    let lease = Duration::from_secs(2);
+    let holder_client = LockClient::cluster_builder(cluster.urls())
+        .default_lease(lease)
+        .connect()
+        .await
+        .unwrap();
+    let waiter_client = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+    let guard = holder_client
+        .lock("failover")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let token = guard.token();
+    let waiter = spawn_waiter(waiter_client, "failover");
+    wait_for_subscriber(&cluster, "failover").await;
+
+    let slot = key_slot_of_lock("failover");
+    let old_primary = cluster.primary_for_slot(slot).unwrap();
+    let replica = cluster.replicas_of(old_primary).unwrap()[0];
+    // Replica acknowledgement is the caller's business here (WAIT from the test): the lock's
+    // hash and fence counter must be on the replica before it takes over.
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut con(old_primary))
+        .unwrap();
+    assert_eq!(acked, 1);
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut con(replica))
+        .unwrap();
+    let promoted = common::eventually(Duration::from_secs(20), || {
+        cluster
+            .primary_for_slot(slot)
+            .is_ok_and(|p| p.port() == replica.port())
+    })
+    .await;
+    assert!(promoted, "the replica did not take over");
+    // The waiter is still subscribed in the lock's shard (the demoted node keeps its sharded
+    // subscribers and gets the new primary's messages).
+    wait_for_subscriber(&cluster, "failover").await;
+
+    // The new primary has the lock, with the same holder and token.
+    let key: Vec<Vec<u8>> = con(replica).keys("fencelock:{*}lock:failover").unwrap();
+    assert_eq!(key.len(), 1);
+    let stored: u64 = con(replica).hget(&key[0], "~token").unwrap();
+    assert_eq!(stored, token.get());
+    // The watchdog goes on renewing it at the new primary for several leases.
+    let renewals = holder_client.renewal_calls();
+    assert!(
+        common::eventually(Duration::from_secs(20), || holder_client.renewal_calls()
+            >= renewals + 3)
+        .await
+    );
+    assert!(guard.is_valid(), "the holder lost its lock in the failover");
+    let pttl: i64 = con(replica).pttl(&key[0]).unwrap();
+    assert!(pttl > 0);
+
+    guard.release().await.unwrap();
+    let next = waiter.await.unwrap();
+    assert!(next > token, "tokens keep increasing across the failover");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migration_under_a_held_lock_does_not_strand_the_waiter() {
+    let fx = Env::start(Topology::Cluster);
+    let common::Deployment::Cluster(cluster) = &fx.deployment else {
+        unreachable!()
+    };
+    let holder_client = fx.client().await;
+    let waiter_client = fx.client().await;
+    // An explicit 60 s lease: the waiter cannot get the lock by the lease running out within
+    // its 30 s deadline, only by the release message reaching it.
+    let guard = holder_client
+        .lock("moving")
+        .unwrap()
+        .with_lease(LONG)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let token = guard.token();
+    let waiter = spawn_waiter(waiter_client, "moving");
+    wait_for_subscriber(cluster, "moving").await;
+
+    let slot = key_slot_of_lock("moving");
+    let source = cluster.primary_for_slot(slot).unwrap();
+    let target = *cluster
+        .primaries()
+        .unwrap()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    let (source_id, target_id) = (node_id(cluster, source), node_id(cluster, target));
+    let setslot = |node: &RedisServer, args: &[&str]| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot);
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        let _: () = cmd.query(&mut con(node)).unwrap();
+    };
+    setslot(target, &["IMPORTING", &source_id]);
+    setslot(source, &["MIGRATING", &target_id]);
+    loop {
+        let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut con(source))
+            .unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(target.port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query(&mut con(source))
+            .unwrap();
+    }
+    for node in cluster.primaries().unwrap() {
+        setslot(node, &["NODE", &target_id]);
+    }
+    assert!(
+        common::eventually(Duration::from_secs(10), || cluster
+            .primary_for_slot(slot)
+            .is_ok_and(|p| p.port() == target.port()))
+        .await
+    );
+    let moved: Vec<Vec<u8>> = con(target).keys("fencelock:{*}lock:moving").unwrap();
+    assert_eq!(moved.len(), 1, "the held lock moved with its slot");
+    // The source dropped the waiter's sharded subscription when it lost the slot; the client
+    // subscribed again, now at the target.
+    wait_for_subscriber(cluster, "moving").await;
+
+    guard.release().await.unwrap();
+    let next = waiter.await.unwrap();
+    assert!(next > token);
+    assert!(fx.lock_key("moving").is_none());
+}
