@@ -55,3 +55,17 @@ impl From<FencingToken> for u64 {
         token.get()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_shows_and_converts_as_its_number() {
+        let token = FencingToken::new(1_796_225_285_875_239).unwrap();
+        assert_eq!(token.to_string(), "1796225285875239");
+        assert_eq!(format!("{token:>18}"), "  1796225285875239");
+        assert_eq!(u64::from(token), 1_796_225_285_875_239);
+        assert_eq!(u64::from(FencingToken::new(7).unwrap()), 7);
+    }
+}

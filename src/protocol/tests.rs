@@ -526,3 +526,43 @@ async fn over_a_cluster_replays_apply_once_and_a_call_never_spans_slots() {
         vec![true]
     );
 }
+
+/// The library never sends a malformed token or delta (the types rule them out), but the
+/// scripts still refuse one without writing, and the refusal is a typed protocol error, not a
+/// generic Redis error a caller might retry.
+#[tokio::test]
+async fn malformed_arguments_are_refused_as_protocol_errors_and_write_nothing() {
+    let (_server, mut conn, _) = setup().await;
+    let keys = ResourceKeys::new(b"t:", b"balance");
+    for (token, delta) in [("12abc", "1"), ("0", "1"), ("5", "one")] {
+        let err = scripts()
+            .fenced_write
+            .key(&keys.data)
+            .key(&keys.mark)
+            .key(keys.op("op-bad"))
+            .arg(token)
+            .arg(10_000)
+            .arg("incrby")
+            .arg(delta)
+            .invoke_async::<redis::Value>(&mut conn)
+            .await
+            .map_err(map_err)
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Protocol(detail) if !detail.is_empty()),
+            "token {token}, delta {delta}: {err:?}"
+        );
+        let written: Vec<Option<String>> = redis::cmd("MGET")
+            .arg(&keys.data)
+            .arg(&keys.mark)
+            .arg(keys.op("op-bad"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            written,
+            vec![None, None, None],
+            "token {token}, delta {delta}"
+        );
+    }
+}
