@@ -36,6 +36,8 @@
 //! running. Interrupting `cargo test` with Ctrl-C is fine: the servers share
 //! the terminal's process group and receive the same `SIGINT`.
 
+#[cfg(feature = "negative-controls")]
+pub mod controls;
 mod ports;
 mod postgres;
 mod process;
