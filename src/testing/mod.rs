@@ -36,6 +36,7 @@
 //! running. Interrupting `cargo test` with Ctrl-C is fine: the servers share
 //! the terminal's process group and receive the same `SIGINT`.
 
+pub mod check;
 #[cfg(feature = "negative-controls")]
 pub mod controls;
 mod ports;
