@@ -44,7 +44,8 @@ pub enum Step {
     Extend(usize),
     /// The lock disappears behind everyone's back (`DEL`, or `PEXPIRE 1`).
     Expire { by_delete: bool },
-    /// Slot `h` pushes to the fenced resource with its newest guard's token.
+    /// A guard pushes to the fenced resource with its token: guard number `pick` (modulo their
+    /// number) among every live guard, including those of holders that lost the lock.
     Write(usize),
     /// Slot `h`'s process dies: its guards are forgotten (no release, no drop).
     Crash(usize),
@@ -127,7 +128,7 @@ pub fn program(w: Weights, len: std::ops::Range<usize>) -> BoxedStrategy<Vec<Ste
                 .prop_map(|by_delete| Step::Expire { by_delete })
                 .boxed(),
         ),
-        (w.write, h.clone().prop_map(Step::Write).boxed()),
+        (w.write, (0..8usize).prop_map(Step::Write).boxed()),
         (w.crash, h.clone().prop_map(Step::Crash).boxed()),
         (w.kill, Just(Step::KillConnections).boxed()),
         (
@@ -188,6 +189,8 @@ pub struct World {
     runtime: tokio::runtime::Runtime,
     /// Crashed (forgotten) watched holders per client: they stay on the watch lists.
     leaked: [usize; 2],
+    /// How long an abandoned acquire may take to be undone in the background.
+    pub patience: Duration,
 }
 
 impl World {
@@ -230,6 +233,7 @@ impl World {
             warm,
             runtime,
             leaked: [0, 0],
+            patience: PATIENCE,
         };
         world.runtime.block_on(world.warm_up());
         world
@@ -464,6 +468,19 @@ impl<'w> Program<'w> {
                     proxy.heal();
                     ran
                 };
+                // After a CLIENT KILL or a restart the client reconnects on its next command;
+                // a handshake whose replies were blackholed would never finish.
+                let client = &self.world.clients[1];
+                let online = async {
+                    for _ in 0..50 {
+                        if client.eviction_risk().await.is_ok() {
+                            return true;
+                        }
+                    }
+                    false
+                }
+                .await;
+                assert!(online, "the proxied client did not reconnect");
                 proxy.blackhole(Direction::Downstream);
                 if release {
                     let guard = self.slots[h].guards.pop().unwrap();
@@ -495,7 +512,7 @@ impl<'w> Program<'w> {
                     }
                 }
                 let fx = self.fx();
-                if !eventually(PATIENCE, || cancel_records(fx) > cancels).await {
+                if !eventually(self.world.patience, || cancel_records(fx) > cancels).await {
                     return Err((
                         Property::CountsReturnToZero,
                         "an abandoned acquisition was never undone".into(),
@@ -613,12 +630,18 @@ impl<'w> Program<'w> {
         Ok(())
     }
 
-    async fn write(&mut self, h: usize) -> Result<(), (Property, String)> {
-        let Some(guard) = self.slots[h].guards.last() else {
+    async fn write(&mut self, pick: usize) -> Result<(), (Property, String)> {
+        let guards: Vec<&LockGuard> = self
+            .slots
+            .iter()
+            .flat_map(|s| s.guards.iter())
+            .chain(&self.zombies)
+            .collect();
+        if guards.is_empty() {
             return Ok(());
-        };
-        let token = guard.token();
-        let resource = self.client(h).resource(RESOURCE).unwrap();
+        }
+        let token = guards[pick % guards.len()].token();
+        let resource = self.client(pick).resource(RESOURCE).unwrap();
         let fresh = self.model.mark.is_none_or(|m| token.get() >= m);
         match resource.push(token, &[b"w"]).await {
             Ok(len) if fresh => {
