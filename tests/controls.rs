@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use fencelock::testing::check::Property;
 use fencelock::testing::controls::Control;
+use harness::interleaving;
 use harness::model::{run_cases, Weights, World};
 
 /// The most programs a control may survive; each is caught after a few dozen at most (the
@@ -189,6 +190,29 @@ fn lease_measured_from_the_reply_outlives_the_server_lease() {
         |w| {
             w.short_lease = 8;
         },
+    );
+}
+
+/// The concurrent check catches controls too: a holder paused past its lease writes late,
+/// and its write lands after a newer token in storage order.
+#[test]
+fn concurrently_fence_without_check_breaks_storage_order() {
+    caught_concurrently(Control::FenceNoCheck, Property::TokensMonotonic);
+}
+
+#[test]
+fn concurrently_acquire_ignoring_the_holder_breaks_mutual_exclusion() {
+    caught_concurrently(Control::AcquireIgnoresHolder, Property::MutualExclusion);
+}
+
+fn caught_concurrently(control: Control, expected: Property) {
+    let world = interleaving::World::new(Some(control));
+    let failure = interleaving::run_cases(&world, 3..5, 32, None)
+        .expect_err(&format!("32 schedules did not catch {control:?}"));
+    eprintln!("{control:?} caught concurrently by {failure}");
+    assert_eq!(
+        failure.violation.property, expected,
+        "{control:?} was caught, but by the wrong property:\n{failure}"
     );
 }
 

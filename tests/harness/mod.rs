@@ -2,4 +2,5 @@
 //! `tests/controls.rs`.
 #![allow(dead_code)]
 
+pub mod interleaving;
 pub mod model;
