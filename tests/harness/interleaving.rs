@@ -55,7 +55,7 @@ pub struct Schedule {
     pub faults: Vec<(u16, Fault)>,
 }
 
-fn op() -> impl Strategy<Value = Op> {
+pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0..3u8, 1..3u8, 0..40u16).prop_map(|(nested, writes, work_ms)| Op::Section {
             nested,
