@@ -869,7 +869,15 @@ pub fn run_cases(
     let mut runner = TestRunner::new(config);
     let last = Mutex::new(None);
     let world = Mutex::new(world);
+    // Long runs report progress (every N programs, shrinking included) on stderr.
+    let progress = env_cases("FENCELOCK_PROPTEST_PROGRESS", 0);
+    let ran = std::sync::atomic::AtomicU32::new(0);
+    let started = Instant::now();
     let result = runner.run(&program(weights, len), |steps| {
+        let n = ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if progress > 0 && n % progress == 0 {
+            eprintln!("progress: {n} programs in {:.0?}", started.elapsed());
+        }
         let outcome = world.lock().unwrap_or_else(|e| e.into_inner()).run(&steps);
         outcome.map_err(|v| {
             let reason = v.to_string();
