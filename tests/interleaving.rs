@@ -21,10 +21,13 @@ fn concurrent_histories_satisfy_every_property() {
     if let Err(failure) = run_cases(&world, 3..6, cases, Some(REGRESSIONS)) {
         panic!("{failure}");
     }
+    let stats = world.stats();
     eprintln!(
-        "{cases} interleaving schedules passed in {:?}",
+        "{cases} interleaving schedules passed in {:?}: {stats:?}",
         started.elapsed()
     );
+    // The check judged real work, not empty histories.
+    assert!(stats.granted > 0 && stats.accepted > 0, "{stats:?}");
 }
 
 // ---- Several OS processes feeding one history ----
