@@ -875,7 +875,7 @@ pub fn run_cases(
     let started = Instant::now();
     let result = runner.run(&program(weights, len), |steps| {
         let n = ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        if progress > 0 && n % progress == 0 {
+        if progress > 0 && n.is_multiple_of(progress) {
             eprintln!("progress: {n} programs in {:.0?}", started.elapsed());
         }
         let outcome = world.lock().unwrap_or_else(|e| e.into_inner()).run(&steps);
