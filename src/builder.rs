@@ -170,6 +170,16 @@ impl LockClientBuilder {
         self
     }
 
+    /// TEST-ONLY (hidden `negative-controls` feature): makes this client run a deliberately
+    /// broken variant of the protocol, to prove that property tests catch it. Never use it
+    /// outside tests; see [`crate::testing::controls`].
+    #[cfg(feature = "negative-controls")]
+    #[doc(hidden)]
+    pub fn negative_control(mut self, control: crate::testing::controls::Control) -> Self {
+        self.config.control = Some(control);
+        self
+    }
+
     /// Checks the options, connects, and starts the client's background work.
     ///
     /// # Errors

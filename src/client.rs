@@ -36,6 +36,9 @@ pub(crate) struct ClientConfig {
     pub(crate) tls_root_ca: Option<Vec<u8>>,
     /// Replica acknowledgement every lock of the client requires unless it sets its own.
     pub(crate) replica_ack: Option<ReplicaAck>,
+    /// A deliberately broken protocol variant (tests only; `None` is the real protocol).
+    #[cfg(feature = "negative-controls")]
+    pub(crate) control: Option<crate::testing::controls::Control>,
 }
 
 impl Default for ClientConfig {
@@ -51,6 +54,8 @@ impl Default for ClientConfig {
             #[cfg(feature = "tls")]
             tls_root_ca: None,
             replica_ack: None,
+            #[cfg(feature = "negative-controls")]
+            control: None,
         }
     }
 }
@@ -397,6 +402,23 @@ impl LockClient {
         self.inner.conn.clone()
     }
 
+    /// Runs one protocol call with this client's negative control in scope (test-only
+    /// feature); without the feature this is the call itself.
+    pub(crate) async fn controlled<T>(&self, call: impl Future<Output = T>) -> T {
+        #[cfg(feature = "negative-controls")]
+        return crate::testing::controls::CURRENT
+            .scope(self.inner.config.control, call)
+            .await;
+        #[cfg(not(feature = "negative-controls"))]
+        call.await
+    }
+
+    /// Whether this client runs `control` (test-only feature).
+    #[cfg(feature = "negative-controls")]
+    pub(crate) fn broken(&self, control: crate::testing::controls::Control) -> bool {
+        self.inner.config.control == Some(control)
+    }
+
     /// Runs one idempotent operation, re-sending it while its outcome is unknown (timeout,
     /// dropped connection, server loading) and the retry window is open. Every caller passes
     /// the same operation id on each attempt, so the server applies it at most once.
@@ -408,7 +430,7 @@ impl LockClient {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(5);
         loop {
-            match attempt(self.conn()).await {
+            match self.controlled(attempt(self.conn())).await {
                 Err(err)
                     if is_transient(&err)
                         && started.elapsed() + backoff < self.inner.config.retry_window =>

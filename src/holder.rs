@@ -80,6 +80,12 @@ impl Holder {
         watched: bool,
         replication: Option<Acks>,
     ) -> Arc<Holder> {
+        #[cfg(feature = "negative-controls")]
+        let sent_at = if client.broken(crate::testing::controls::Control::LeaseFromReply) {
+            Instant::now()
+        } else {
+            sent_at
+        };
         Arc::new(Holder {
             client,
             keys,
@@ -162,6 +168,13 @@ impl Holder {
     /// A guard of this holder is being released or dropped. The last one takes the holder off
     /// the watch list before its release is even sent.
     pub(crate) fn exit(&self) {
+        #[cfg(feature = "negative-controls")]
+        if self
+            .client
+            .broken(crate::testing::controls::Control::WatchdogIgnoresDrop)
+        {
+            return;
+        }
         if self.entries.fetch_sub(1, Ordering::AcqRel) == 1 && self.watched {
             self.client.inner.watchdog.forget(self);
         }
@@ -169,6 +182,13 @@ impl Holder {
 
     /// Whether the watchdog should keep this holder's lease alive.
     pub(crate) fn wants_renewal(&self) -> bool {
+        #[cfg(feature = "negative-controls")]
+        if self
+            .client
+            .broken(crate::testing::controls::Control::WatchdogIgnoresDrop)
+        {
+            return !self.is_lost();
+        }
         self.entries.load(Ordering::Acquire) > 0 && !self.is_lost()
     }
 }
@@ -217,6 +237,13 @@ impl PendingOp {
 impl Drop for PendingOp {
     fn drop(&mut self) {
         if !self.armed {
+            return;
+        }
+        #[cfg(feature = "negative-controls")]
+        if self
+            .client
+            .broken(crate::testing::controls::Control::CancelMissingOnDrop)
+        {
             return;
         }
         let Ok(runtime) = Handle::try_current() else {

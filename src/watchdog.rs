@@ -123,10 +123,13 @@ async fn tick(inner: &Arc<Inner>) -> bool {
         let mut conn = inner.conn.clone();
         inner.watchdog.calls.fetch_add(1, Ordering::Relaxed);
         crate::metrics::renewal_call();
+        let client = batch[0].client.clone();
         batches.spawn(async move {
             let sent_at = Instant::now();
             let pairs: Vec<_> = batch.iter().map(|h| (&*h.keys, h.id.as_str())).collect();
-            let outcome = protocol::renew(&mut conn, &pairs, lease).await;
+            let outcome = client
+                .controlled(protocol::renew(&mut conn, &pairs, lease))
+                .await;
             (batch, sent_at, outcome)
         });
     }

@@ -5,7 +5,7 @@
 //! `guard`), the way `lock_api` separates a raw mutex from its guards.
 
 pub(crate) mod keys;
-mod scripts;
+pub(crate) mod scripts;
 
 use std::time::Duration;
 

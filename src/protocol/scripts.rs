@@ -22,26 +22,44 @@ pub(crate) struct Scripts {
     pub(crate) force_release: Script,
 }
 
-/// The scripts, hashed on first use.
-pub(crate) fn scripts() -> &'static Scripts {
+/// Builds the scripts from their sources, each passed through `source(name, text)` first
+/// (the identity in production; the negative controls substitute broken lines).
+pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
+    let fence_mark = include_str!("../../lua/lib/fence_mark.lua");
+    let load = |name: &str, text: &str| Script::new(&source(name, text));
+    Scripts {
+        acquire: load("acquire", include_str!("../../lua/acquire.lua")),
+        acquire_all: load("acquire_all", include_str!("../../lua/acquire_all.lua")),
+        release_all: load("release_all", include_str!("../../lua/release_all.lua")),
+        reenter: load("reenter", include_str!("../../lua/reenter.lua")),
+        release: load("release", include_str!("../../lua/release.lua")),
+        extend: load("extend", include_str!("../../lua/extend.lua")),
+        cancel: load("cancel", include_str!("../../lua/cancel.lua")),
+        renew: load("renew", include_str!("../../lua/renew.lua")),
+        fenced_write: load(
+            "fenced_write",
+            &[fence_mark, include_str!("../../lua/fenced_write.lua")].concat(),
+        ),
+        fenced_read: load(
+            "fenced_read",
+            &[fence_mark, include_str!("../../lua/fenced_read.lua")].concat(),
+        ),
+        force_release: load("force_release", include_str!("../../lua/force_release.lua")),
+    }
+}
+
+/// The production scripts, hashed on first use.
+pub(crate) fn scripts_production() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::new(include_str!("../../lua/acquire.lua")),
-        acquire_all: Script::new(include_str!("../../lua/acquire_all.lua")),
-        release_all: Script::new(include_str!("../../lua/release_all.lua")),
-        reenter: Script::new(include_str!("../../lua/reenter.lua")),
-        release: Script::new(include_str!("../../lua/release.lua")),
-        extend: Script::new(include_str!("../../lua/extend.lua")),
-        cancel: Script::new(include_str!("../../lua/cancel.lua")),
-        renew: Script::new(include_str!("../../lua/renew.lua")),
-        fenced_write: Script::new(concat!(
-            include_str!("../../lua/lib/fence_mark.lua"),
-            include_str!("../../lua/fenced_write.lua")
-        )),
-        fenced_read: Script::new(concat!(
-            include_str!("../../lua/lib/fence_mark.lua"),
-            include_str!("../../lua/fenced_read.lua")
-        )),
-        force_release: Script::new(include_str!("../../lua/force_release.lua")),
-    })
+    SCRIPTS.get_or_init(|| build(|_, text| text.to_owned()))
+}
+
+/// The scripts for the current call: the production ones, unless the calling client was built
+/// with a negative control (test-only feature).
+pub(crate) fn scripts() -> &'static Scripts {
+    #[cfg(feature = "negative-controls")]
+    if let Some(control) = crate::testing::controls::current() {
+        return crate::testing::controls::scripts_for(control);
+    }
+    scripts_production()
 }

@@ -9,6 +9,11 @@
 //!
 //! The module is compiled only with the `testing` feature.
 //!
+//! [`check`] is the property harness' history checker: record what the holders of a lock saw
+//! (grants, critical sections, fenced writes) and check mutual exclusion, fencing, re-entry
+//! tokens and cleanup over the whole history, for your own critical sections too
+//! (`examples/transfer_check.rs`).
+//!
 //! # Finding `redis-server`
 //!
 //! The binary named by the `FENCELOCK_REDIS_SERVER` environment variable is
@@ -36,7 +41,10 @@
 //! running. Interrupting `cargo test` with Ctrl-C is fine: the servers share
 //! the terminal's process group and receive the same `SIGINT`.
 
+pub mod check;
 mod cluster;
+#[cfg(feature = "negative-controls")]
+pub mod controls;
 mod ports;
 mod postgres;
 mod process;

@@ -1,0 +1,210 @@
+//! Negative controls: deliberately broken variants of the protocol, for proving that the
+//! property tests can fail.
+//!
+//! **Test-only.** This module exists only with the hidden `negative-controls` cargo feature,
+//! which is never in `default` and which no production build should enable. Even when the
+//! feature is compiled in, nothing changes unless a client is built with
+//! [`LockClientBuilder::negative_control`](crate::LockClientBuilder::negative_control): the
+//! broken variant is chosen per [`LockClient`](crate::LockClient), at run time, so tests of one
+//! binary running in parallel cannot affect each other, and a client without a control runs
+//! exactly the production scripts and code paths.
+//!
+//! A Lua control is derived from the real script text at load time by one exact textual
+//! substitution. If the pattern is no longer in the script (the script changed), loading the
+//! control panics: a control can never silently become the correct protocol.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+
+use crate::protocol::scripts::{self, Scripts};
+
+/// One deliberately broken variant of the protocol. Each names what it breaks; the property
+/// that catches it is listed in DESIGN.md §10 and asserted by `tests/controls.rs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Control {
+    /// `acquire.lua` grants the lock even when another holder has it.
+    AcquireIgnoresHolder,
+    /// `acquire.lua` issues the previous token again instead of a new one.
+    AcquireReusesToken,
+    /// `reenter.lua` bumps the lock's token on every re-entry.
+    ReentryBumpsToken,
+    /// `release.lua` decrements whatever holder asks, owner or not.
+    ReleaseWithoutOwnerCheck,
+    /// `release.lua` frees the lock without publishing on its channel.
+    ReleaseDoesNotPublish,
+    /// `release.lua` and `reenter.lua` ignore their operation record, so a re-sent request
+    /// applies twice.
+    RetriesApplyTwice,
+    /// `extend.lua` extends for a holder that does not hold the lock.
+    ExtendWithoutOwnerCheck,
+    /// `renew.lua` renews every lock hash, whoever holds it.
+    RenewWithoutOwnerCheck,
+    /// `fenced_write.lua` accepts only tokens strictly above the mark (`>` for `>=`).
+    FenceStrictlyGreater,
+    /// `fenced_write.lua` accepts every token.
+    FenceNoCheck,
+    /// An acquire or re-entry whose caller gave up is never undone (no compensating cancel).
+    CancelMissingOnDrop,
+    /// The watchdog keeps renewing a holder whose guards are all gone.
+    WatchdogIgnoresDrop,
+    /// The holder's lease is measured from the reply instead of from the send.
+    LeaseFromReply,
+}
+
+impl Control {
+    /// Every control.
+    pub const ALL: [Control; 13] = [
+        Control::AcquireIgnoresHolder,
+        Control::AcquireReusesToken,
+        Control::ReentryBumpsToken,
+        Control::ReleaseWithoutOwnerCheck,
+        Control::ReleaseDoesNotPublish,
+        Control::RetriesApplyTwice,
+        Control::ExtendWithoutOwnerCheck,
+        Control::RenewWithoutOwnerCheck,
+        Control::FenceStrictlyGreater,
+        Control::FenceNoCheck,
+        Control::CancelMissingOnDrop,
+        Control::WatchdogIgnoresDrop,
+        Control::LeaseFromReply,
+    ];
+
+    /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
+    /// scripts; empty for controls that break Rust code instead.
+    fn substitutions(self) -> &'static [(&'static str, &'static str, &'static str)] {
+        match self {
+            Control::AcquireIgnoresHolder => &[(
+                "acquire",
+                "if kind == 'hash' then\n  return {0, redis.call('PTTL', KEYS[1])}",
+                "if kind == 'hash' then\n  redis.call('DEL', KEYS[1])",
+            )],
+            Control::AcquireReusesToken => &[(
+                "acquire",
+                "local token = math.max(last + 1, floor)",
+                "local token = (last > 0) and last or floor",
+            )],
+            Control::ReentryBumpsToken => &[(
+                "reenter",
+                "local token = redis.call('HGET', KEYS[1], '~token')",
+                "local token = tostring(redis.call('HINCRBY', KEYS[1], '~token', 1))",
+            )],
+            Control::ReleaseWithoutOwnerCheck => &[(
+                "release",
+                "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then",
+                "if false then",
+            )],
+            Control::ReleaseDoesNotPublish => &[(
+                "release",
+                "  redis.call('PUBLISH', KEYS[1], 'released')\n",
+                "",
+            )],
+            Control::RetriesApplyTwice => &[
+                (
+                    "release",
+                    "local done = redis.call('GET', KEYS[2])",
+                    "local done = false",
+                ),
+                (
+                    "reenter",
+                    "local done = redis.call('GET', KEYS[2])",
+                    "local done = false",
+                ),
+            ],
+            Control::ExtendWithoutOwnerCheck => &[(
+                "extend",
+                "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then",
+                "if false then",
+            )],
+            Control::RenewWithoutOwnerCheck => &[(
+                "renew",
+                "and redis.call('HEXISTS', key, ARGV[i + 1]) == 1 then",
+                "then",
+            )],
+            Control::FenceStrictlyGreater => &[(
+                "fenced_write",
+                "if token < mark then",
+                "if token <= mark then",
+            )],
+            Control::FenceNoCheck => &[("fenced_write", "if token < mark then", "if false then")],
+            Control::CancelMissingOnDrop
+            | Control::WatchdogIgnoresDrop
+            | Control::LeaseFromReply => &[],
+        }
+    }
+}
+
+/// Applies `control`'s substitutions for script `name` to `text`.
+///
+/// # Panics
+/// When a pattern does not occur exactly once in the script it names: the control no longer
+/// breaks what it claims to, and must be updated with the script.
+fn patch(control: Control, name: &str, text: &str) -> String {
+    let mut text = text.to_owned();
+    for (script, pattern, replacement) in control.substitutions() {
+        if *script != name {
+            continue;
+        }
+        let found = text.matches(pattern).count();
+        assert_eq!(
+            found, 1,
+            "negative control {control:?}: pattern {pattern:?} occurs {found} times in \
+             {script}.lua (expected once); update the control with the script"
+        );
+        text = text.replacen(pattern, replacement, 1);
+    }
+    text
+}
+
+/// The scripts a client with `control` runs: loaded once per control and kept for the
+/// process' life (a handful of small scripts).
+pub(crate) fn scripts_for(control: Control) -> &'static Scripts {
+    static BROKEN: OnceLock<Mutex<HashMap<Control, &'static Scripts>>> = OnceLock::new();
+    let mut broken = BROKEN.get_or_init(Default::default).lock();
+    broken.entry(control).or_insert_with(|| {
+        Box::leak(Box::new(scripts::build(|name, text| {
+            patch(control, name, text)
+        })))
+    })
+}
+
+tokio::task_local! {
+    /// The control of the client whose protocol call is running in this task, if any. Set
+    /// around each call by the client (not process-wide), read when a script is picked.
+    pub(crate) static CURRENT: Option<Control>;
+}
+
+/// The control of the client making the current protocol call.
+pub(crate) fn current() -> Option<Control> {
+    CURRENT.try_with(|c| *c).ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_lua_control_applies_to_the_current_scripts() {
+        for control in Control::ALL {
+            // Panics if a pattern went missing.
+            let broken = scripts_for(control);
+            let correct = scripts::scripts_production();
+            let changed = [
+                (&broken.acquire, &correct.acquire),
+                (&broken.reenter, &correct.reenter),
+                (&broken.release, &correct.release),
+                (&broken.extend, &correct.extend),
+                (&broken.renew, &correct.renew),
+                (&broken.fenced_write, &correct.fenced_write),
+            ]
+            .iter()
+            .filter(|(b, c)| b.get_hash() != c.get_hash())
+            .count();
+            let expected: std::collections::HashSet<_> =
+                control.substitutions().iter().map(|s| s.0).collect();
+            assert_eq!(changed, expected.len(), "{control:?}");
+        }
+    }
+}
