@@ -887,3 +887,17 @@ async fn a_server_without_hello_is_diagnosed_instead_of_refused() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("watch needs RESP3"), "{run:?}");
 }
+
+#[tokio::test]
+async fn doctor_on_a_cluster_node_warns_that_clients_need_the_cluster_builder() {
+    let cluster = fencelock::testing::RedisCluster::builder()
+        .replicas_per_primary(0)
+        .start()
+        .unwrap();
+    let url = cluster.urls().remove(0);
+    let run = fencelock(&url, &["doctor", "--json"]).await;
+    let verdicts = verdicts(&run);
+    assert_eq!(verdicts["cluster"], "WARN", "{run:?}");
+    assert!(run.stdout.contains("cluster_builder"), "{run:?}");
+    assert_ne!(run.code, 0, "{run:?}");
+}

@@ -98,7 +98,7 @@ impl Control {
             )],
             Control::ReleaseDoesNotPublish => &[(
                 "release",
-                "  redis.call('PUBLISH', KEYS[1], 'released')\n",
+                "  redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')\n",
                 "",
             )],
             Control::RetriesApplyTwice => &[
