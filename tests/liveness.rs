@@ -285,3 +285,40 @@ async fn futures_ready(guard: &fencelock::LockGuard) -> bool {
         () = std::future::ready(()) => false,
     }
 }
+
+/// While renewals fail the watchdog backs off (doubling from 50 ms up to a third of the lease)
+/// instead of hammering the server: over three lease periods of failures that come back at
+/// once it makes a handful of attempts, not thousands. (A count over a window, never a timing.)
+#[tokio::test]
+async fn the_watchdog_backs_off_while_renewals_fail() {
+    let fx = Fixture::start();
+    let client = LockClient::builder(fx.server.url())
+        .default_lease(Duration::from_millis(3_000))
+        .connect()
+        .await
+        .unwrap();
+    let guard = client.lock("backoff").unwrap().acquire().await.unwrap();
+    // Renewals now fail at once (NOPERM), unlike a server that is down, where every attempt
+    // waits for the reconnect and the back-off hardly shows.
+    let mut raw = fx.raw();
+    let () = redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "-evalsha", "-eval"])
+        .query(&mut raw)
+        .unwrap();
+    let before = client.renewal_calls();
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let attempts = client.renewal_calls() - before;
+    let () = redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "+@all"])
+        .query(&mut raw)
+        .unwrap();
+    // The first failing tick is at most one period (1 s) away; then 50+100+200+400+800 ms and
+    // the 1 s cap: under a dozen attempts in 3 s however the ticks fall. A back-off that
+    // shrank instead would make thousands.
+    assert!(attempts >= 1, "the watchdog gave up renewing: {attempts}");
+    assert!(
+        attempts <= 12,
+        "{attempts} renewal attempts in 3 s of failures"
+    );
+    drop(guard);
+}
