@@ -579,3 +579,23 @@ async fn an_evicting_memory_policy_is_reported() {
         assert_eq!(risk.contains("fence counters"), mentions_counters, "{risk}");
     }
 }
+
+/// A guard says which lock it holds, and its `Debug` (what ends up in logs) names the lock, the
+/// holder and the token, never nothing.
+#[tokio::test]
+async fn a_guard_names_its_lock_holder_and_token() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let guard = client.lock("orders:7").unwrap().acquire().await.unwrap();
+    assert_eq!(guard.lock_name(), b"orders:7");
+    assert!(
+        guard.holder_id().starts_with(client.id()),
+        "{}",
+        guard.holder_id()
+    );
+    let shown = format!("{guard:?}");
+    for part in ["orders:7", guard.holder_id(), &guard.token().to_string()] {
+        assert!(shown.contains(part), "{part:?} missing from {shown}");
+    }
+    guard.release().await.unwrap();
+}
