@@ -12,15 +12,15 @@
 //! (the `fence` column, the statements, reading the outcome) is documented in `fencelock::sql`.
 //! Exit status 0 when the stale write was refused and the data is right, 1 otherwise.
 
+mod support;
+
 use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock::sql::{fence_param, fenced_outcome, FenceOutcome};
-use fencelock::testing::RedisServer;
 use fencelock::{FencingToken, LockClient};
 use rusqlite::{params, Connection, OptionalExtension};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use support::{BoxError, ExampleRedis};
 
 const ACCOUNT: i64 = 42;
 /// Short, so that the pause below costs a fraction of a second.
@@ -77,24 +77,9 @@ fn read_fence(db: &Connection) -> rusqlite::Result<Option<i64>> {
 
 #[tokio::main]
 async fn main() -> Result<ExitCode, BoxError> {
-    // The lock service: our own throwaway Redis, or REDIS_URL under a fresh prefix.
-    let (own_redis, url, prefix) = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => {
-            let prefix = format!("fencelock-example-{}:", uuid::Uuid::new_v4().simple());
-            (None, url.trim().to_owned(), prefix)
-        }
-        _ => {
-            let server = RedisServer::start().map_err(|err| {
-                format!(
-                    "could not start a throwaway redis-server: {err}\n\
-                     install it (apt-get install -y redis-server, or scripts/ensure-redis) \
-                     or set REDIS_URL"
-                )
-            })?;
-            let url = server.url();
-            (Some(server), url, "fencelock:".to_owned())
-        }
-    };
+    // The lock service: our own throwaway Redis, or REDIS_URL; a fresh prefix either way.
+    let redis = ExampleRedis::from_env()?;
+    let (url, prefix) = (redis.url().to_owned(), redis.prefix().to_owned());
     let client = LockClient::builder(url.clone())
         .prefix(&prefix)
         .connect()
@@ -161,32 +146,7 @@ async fn main() -> Result<ExitCode, BoxError> {
     let ledger: i64 = db_a.query_row("SELECT COUNT(*) FROM ledger", [], |row| row.get(0))?;
     println!("account {ACCOUNT}: {balance} cents, fence {fence}, {ledger} ledger entry");
 
-    if own_redis.is_none() {
-        // REDIS_URL: delete what this run left under its prefix (the fence counter and
-        // operation records).
-        let mut conn = redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?;
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("{prefix}*"))
-                .query_async(&mut conn)
-                .await?;
-            if !keys.is_empty() {
-                redis::cmd("DEL")
-                    .arg(&keys)
-                    .query_async::<()>(&mut conn)
-                    .await?;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-    }
+    redis.cleanup()?; // the fence counter and operation records of this run
 
     let ok = late.is_stale()
         && write_b.is_applied()

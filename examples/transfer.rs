@@ -17,15 +17,15 @@
 //! it uses that server under a fresh key prefix and deletes its keys at the end. Exit status 0
 //! when every transfer completed and no money was created or lost, 1 otherwise.
 
+mod support;
+
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencelock::testing::RedisServer;
 use fencelock::{Error, LockClient};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use support::{BoxError, ExampleRedis};
 
 const ACCOUNTS: [&str; 2] = ["alice", "bob"];
 const OPENING_BALANCE: i64 = 10_000;
@@ -36,23 +36,8 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 #[tokio::main]
 async fn main() -> Result<ExitCode, BoxError> {
-    let (own_redis, url, prefix) = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => {
-            let prefix = format!("fencelock-example-{}:", uuid::Uuid::new_v4().simple());
-            (None, url.trim().to_owned(), prefix)
-        }
-        _ => {
-            let server = RedisServer::start().map_err(|err| {
-                format!(
-                    "could not start a throwaway redis-server: {err}\n\
-                     install it (apt-get install -y redis-server, or scripts/ensure-redis) \
-                     or set REDIS_URL"
-                )
-            })?;
-            let url = server.url();
-            (Some(server), url, "fencelock:".to_owned())
-        }
-    };
+    let redis = ExampleRedis::from_env()?;
+    let (url, prefix) = (redis.url().to_owned(), redis.prefix().to_owned());
     // Two clients, as two app servers would have.
     let mut clients = Vec::new();
     for _ in 0..2 {
@@ -131,9 +116,7 @@ async fn main() -> Result<ExitCode, BoxError> {
         started.elapsed()
     );
 
-    if own_redis.is_none() {
-        delete_prefix(&url, &prefix).await?;
-    }
+    redis.cleanup()?;
     let expected = (2 * TASKS_PER_DIRECTION * TRANSFERS_PER_TASK) as u64;
     let ok = failures == 0
         && done + refused == expected
@@ -176,30 +159,4 @@ fn account_lock(account: &str) -> String {
 
 fn balance(account: &str) -> String {
     format!("balance:{account}")
-}
-
-/// With REDIS_URL: deletes what this run left under its prefix.
-async fn delete_prefix(url: &str, prefix: &str) -> Result<(), BoxError> {
-    let mut conn = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .query_async(&mut conn)
-            .await?;
-        if !keys.is_empty() {
-            redis::cmd("DEL")
-                .arg(&keys)
-                .query_async::<()>(&mut conn)
-                .await?;
-        }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
-    }
 }

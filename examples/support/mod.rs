@@ -2,6 +2,9 @@
 //! port (never 6379), or the server named by `REDIS_URL`, used under a fresh key prefix that is
 //! deleted at the end so nothing of the example stays behind.
 
+// Each example compiles its own copy of this module and uses a different part of it.
+#![allow(dead_code)]
+
 use fencelock::testing::RedisServer;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
