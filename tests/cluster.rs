@@ -328,3 +328,70 @@ async fn a_slot_migration_under_a_held_lock_does_not_strand_the_waiter() {
     assert!(next > token);
     assert!(fx.lock_key("moving").is_none());
 }
+
+/// On a cluster a multi-lock is taken member by member in the global order (one script reaches
+/// one slot only), with one token per lock, and released whole; replica acknowledgement, which
+/// is built for standalone primaries, is refused with a typed error instead of handing out
+/// guards that were never acknowledged, and the refused acquisition holds nothing.
+#[tokio::test]
+async fn multi_lock_works_across_slots_and_replica_ack_is_refused_cleanly() {
+    let cluster = RedisCluster::builder()
+        .replicas_per_primary(0)
+        .start()
+        .unwrap();
+    let client = LockClient::cluster_builder(cluster.urls())
+        .connect()
+        .await
+        .unwrap();
+    let names = ["account:alice", "account:bob", "account:carol"];
+    let slots: HashSet<u16> = names.iter().map(|n| key_slot_of_lock(n)).collect();
+    assert!(slots.len() > 1, "the names should span several slots");
+
+    let set = client.multi_lock(names).unwrap();
+    let guard = set.acquire_timeout(Duration::from_secs(5)).await.unwrap();
+    for name in names {
+        assert!(guard.token(name).is_some(), "no token for {name}");
+        assert!(client
+            .lock(name)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none());
+    }
+    guard.release().await.unwrap();
+    for name in names {
+        let free = client.lock(name).unwrap().try_acquire().await.unwrap();
+        free.expect("a member stayed held").release().await.unwrap();
+    }
+
+    let err = LockClient::cluster_builder(cluster.urls())
+        .replica_ack(1, Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, fencelock::Error::InvalidConfig { .. }),
+        "{err:?}"
+    );
+    let lock = client
+        .lock("account:alice")
+        .unwrap()
+        .with_replica_ack(1, Duration::from_millis(100))
+        .unwrap();
+    let err = lock.try_acquire().await.unwrap_err();
+    assert!(
+        matches!(err, fencelock::Error::InvalidConfig { .. }),
+        "{err:?}"
+    );
+    let free = client
+        .lock("account:alice")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    free.expect("the refused acquisition left the lock held")
+        .release()
+        .await
+        .unwrap();
+}
