@@ -12,7 +12,7 @@ use fencelock::testing::controls::Control;
 use fencelock::testing::{Direction, FaultProxy};
 use fencelock::{Error, FencedResource, LockClient};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestError, TestRunner};
+use proptest::test_runner::{TestError, TestRunner};
 
 use crate::common::{eventually, Fixture};
 
@@ -330,16 +330,8 @@ pub fn run_cases(
     cases: u32,
     regressions: Option<&'static str>,
 ) -> Result<(), Failure> {
-    let config = Config {
-        cases,
-        // Each schedule takes up to a second or two: shrink a little, not for ever.
-        max_shrink_iters: 48,
-        failure_persistence: regressions.map(|path| {
-            Box::new(proptest::test_runner::FileFailurePersistence::Direct(path))
-                as Box<dyn proptest::test_runner::FailurePersistence>
-        }),
-        ..Config::default()
-    };
+    // Each schedule takes up to a second or two: shrink a little, not for ever.
+    let config = super::runner_config(cases, 48, regressions);
     let mut runner = TestRunner::new(config);
     let last = Mutex::new(None);
     let result = runner.run(&schedule(tasks), |schedule| {

@@ -14,7 +14,7 @@ use fencelock::testing::{Direction, FaultProxy};
 use fencelock::{Error, LockClient, LockGuard};
 use futures_util::FutureExt;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestError, TestRunner};
+use proptest::test_runner::{TestError, TestRunner};
 use redis::Commands;
 
 use crate::common::{eventually, Fixture};
@@ -857,15 +857,7 @@ pub fn run_cases(
     cases: u32,
     regressions: Option<&'static str>,
 ) -> Result<(), Failure> {
-    let config = Config {
-        cases,
-        max_shrink_iters: 256,
-        failure_persistence: regressions.map(|path| {
-            Box::new(proptest::test_runner::FileFailurePersistence::Direct(path))
-                as Box<dyn proptest::test_runner::FailurePersistence>
-        }),
-        ..Config::default()
-    };
+    let config = super::runner_config(cases, 256, regressions);
     let mut runner = TestRunner::new(config);
     let last = Mutex::new(None);
     let world = Mutex::new(world);
