@@ -403,13 +403,12 @@ impl LockClient {
     }
 
     /// Runs one protocol call with this client's negative control in scope (test-only
-    /// feature); without the feature this is the call itself.
+    /// feature); without the feature, or without a control, this is the call itself.
     pub(crate) async fn controlled<T>(&self, call: impl Future<Output = T>) -> T {
         #[cfg(feature = "negative-controls")]
-        return crate::testing::controls::CURRENT
-            .scope(self.inner.config.control, call)
-            .await;
-        #[cfg(not(feature = "negative-controls"))]
+        if let Some(control) = self.inner.config.control {
+            return crate::testing::controls::scoped(control, call).await;
+        }
         call.await
     }
 
@@ -430,7 +429,17 @@ impl LockClient {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(5);
         loop {
-            match self.controlled(attempt(self.conn())).await {
+            // Not through `controlled`: an async fn keeps its argument and the future it
+            // awaits side by side, which would double this (hot, large) future.
+            let call = attempt(self.conn());
+            #[cfg(feature = "negative-controls")]
+            let outcome = match self.inner.config.control {
+                Some(control) => crate::testing::controls::scoped(control, call).await,
+                None => call.await,
+            };
+            #[cfg(not(feature = "negative-controls"))]
+            let outcome = call.await;
+            match outcome {
                 Err(err)
                     if is_transient(&err)
                         && started.elapsed() + backoff < self.inner.config.retry_window =>

@@ -248,14 +248,15 @@ impl LockGuard {
 /// The `fencelock.release` event and the release metrics, for explicit and background
 /// releases alike.
 fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerReply, Error>) {
-    let held = holder.acquired_at.elapsed();
-    let held_us = u64::try_from(held.as_micros()).unwrap_or(u64::MAX);
-    let lock = String::from_utf8_lossy(&holder.name);
+    // Every release passes here: the lossy name and the hold time are computed inside the
+    // event macros, which evaluate their fields only when a subscriber wants the event.
+    let held_us = || u64::try_from(holder.acquired_at.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let lock = || String::from_utf8_lossy(&holder.name);
     let (holder_id, token) = (holder.id.as_str(), holder.token.get());
     match reply {
         Ok(OwnerReply::Done { remaining }) => {
             let outcome = if *remaining == 0 {
-                crate::metrics::hold(held);
+                crate::metrics::hold(holder.acquired_at);
                 crate::metrics::RELEASED
             } else {
                 crate::metrics::EXITED
@@ -263,13 +264,13 @@ fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerRep
             crate::metrics::release(outcome);
             tracing::debug!(
                 name: "fencelock.release",
-                lock = %lock,
+                lock = %lock(),
                 holder = holder_id,
                 token,
                 method,
                 outcome,
                 remaining,
-                held_us,
+                held_us = held_us(),
                 "lock released"
             );
         }
@@ -277,12 +278,12 @@ fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerRep
             crate::metrics::release(crate::metrics::NOT_HELD);
             tracing::warn!(
                 name: "fencelock.release",
-                lock = %lock,
+                lock = %lock(),
                 holder = holder_id,
                 token,
                 method,
                 outcome = crate::metrics::NOT_HELD,
-                held_us,
+                held_us = held_us(),
                 "released a lock that was no longer held"
             );
         }
@@ -290,12 +291,12 @@ fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerRep
             crate::metrics::release(crate::metrics::ERROR);
             tracing::warn!(
                 name: "fencelock.release",
-                lock = %lock,
+                lock = %lock(),
                 holder = holder_id,
                 token,
                 method,
                 outcome = crate::metrics::ERROR,
-                held_us,
+                held_us = held_us(),
                 error = %err,
                 "lock release failed; the lease will free the lock"
             );

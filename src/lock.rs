@@ -169,7 +169,7 @@ impl Lock {
     /// undone in the background whether it already ran or not, so the lock is never left held.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, Error> {
         let contended = AtomicBool::new(false);
-        self.traced("try_acquire", &contended, async {
+        self.traced("try_acquire", &contended, || async {
             let holder = self.client.next_id();
             let mut pending = self.pending(&holder);
             match self.attempt(&holder, &mut pending).await? {
@@ -195,8 +195,10 @@ impl Lock {
     /// in flight; the lock is never left held by an acquire nobody waits for.
     pub async fn acquire(&self) -> Result<LockGuard, Error> {
         let contended = AtomicBool::new(false);
-        self.traced("acquire", &contended, self.acquire_until(None, &contended))
-            .await
+        self.traced("acquire", &contended, || {
+            self.acquire_until(None, &contended)
+        })
+        .await
     }
 
     /// Takes the lock, waiting at most `timeout`; [`Error::Timeout`] when the lock was still
@@ -211,28 +213,40 @@ impl Lock {
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard, Error> {
         let deadline = Instant::now() + timeout;
         let contended = AtomicBool::new(false);
-        self.traced(
-            "acquire_timeout",
-            &contended,
-            self.acquire_until(Some(deadline), &contended),
-        )
+        self.traced("acquire_timeout", &contended, || {
+            self.acquire_until(Some(deadline), &contended)
+        })
         .await
     }
 
     /// Runs one acquisition inside a `fencelock.acquire` span (a child of the caller's span, so
     /// a request's trace follows it into the lock) and reports its outcome as one
     /// `fencelock.acquire` event and the acquisition metrics.
-    async fn traced<T: Acquisition>(
+    ///
+    /// The acquisition is passed as a closure and its future made here: a future passed as an
+    /// argument would be kept in this one's state next to the copy being awaited, doubling the
+    /// size of every acquire future.
+    async fn traced<T: Acquisition, F>(
         &self,
         method: &'static str,
         contended: &AtomicBool,
-        acquisition: impl std::future::Future<Output = Result<T, Error>>,
-    ) -> Result<T, Error> {
+        acquisition: impl FnOnce() -> F,
+    ) -> Result<T, Error>
+    where
+        F: std::future::Future<Output = Result<T, Error>>,
+    {
         let span = tracing::debug_span!("fencelock.acquire", lock = %String::from_utf8_lossy(&self.name), method);
         let started = Instant::now();
-        let outcome = acquisition.instrument(span.clone()).await;
-        let waited = started.elapsed();
-        let waited_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        let acquisition = acquisition();
+        // Without a subscriber for the span, the acquisition runs as it is: no instrumented
+        // wrapper around the (large) acquisition future on the uncontended path.
+        let outcome = if span.is_disabled() {
+            acquisition.await
+        } else {
+            acquisition.instrument(span.clone()).await
+        };
+        // Evaluated by the event macros only when a subscriber wants the event.
+        let waited_us = || u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let contended = contended.load(Ordering::Relaxed);
         let _entered = span.enter();
         let label = match outcome.as_ref().map(Acquisition::guard) {
@@ -242,26 +256,26 @@ impl Lock {
                     outcome = metrics::ACQUIRED,
                     token = guard.token().get(),
                     holder = guard.holder_id(),
-                    waited_us,
+                    waited_us = waited_us(),
                     contended,
                     "lock acquired"
                 );
                 metrics::ACQUIRED
             }
             Ok(None) => {
-                tracing::debug!(name: "fencelock.acquire", outcome = metrics::BUSY, waited_us, contended, "lock busy");
+                tracing::debug!(name: "fencelock.acquire", outcome = metrics::BUSY, waited_us = waited_us(), contended, "lock busy");
                 metrics::BUSY
             }
             Err(err) if err.is_timeout() => {
-                tracing::debug!(name: "fencelock.acquire", outcome = metrics::TIMEOUT, waited_us, contended, "lock acquire timed out");
+                tracing::debug!(name: "fencelock.acquire", outcome = metrics::TIMEOUT, waited_us = waited_us(), contended, "lock acquire timed out");
                 metrics::TIMEOUT
             }
             Err(err) => {
-                tracing::warn!(name: "fencelock.acquire", outcome = metrics::ERROR, waited_us, contended, error = %err, "lock acquire failed");
+                tracing::warn!(name: "fencelock.acquire", outcome = metrics::ERROR, waited_us = waited_us(), contended, error = %err, "lock acquire failed");
                 metrics::ERROR
             }
         };
-        metrics::acquisition(label, waited);
+        metrics::acquisition(label, started);
         outcome
     }
 
@@ -312,7 +326,22 @@ impl Lock {
                 waited: started.elapsed(),
             });
         }
+        // Boxed: the waiting state is large, and inline it would make every acquire future
+        // (moved a few times on its way to being polled) that much larger, also uncontended.
+        Box::pin(self.wait_and_acquire(&holder, &mut pending, deadline, started, contended)).await
+    }
 
+    /// The slow path of an acquisition: queue behind this client's other waiters and try
+    /// again on each wake-up until the lock is won or the deadline passes.
+    async fn wait_and_acquire(
+        &self,
+        holder: &str,
+        pending: &mut PendingOp,
+        deadline: Option<Instant>,
+        started: Instant,
+        contended: &AtomicBool,
+    ) -> Result<LockGuard, Error> {
+        let waiters = &self.client.inner.waiters;
         contended.store(true, Ordering::Relaxed);
         metrics::contended();
         let entry = waiters.enter(&self.keys.lock).await?;
@@ -322,7 +351,7 @@ impl Lock {
                     waited: started.elapsed(),
                 });
             }
-            match self.attempt(&holder, &mut pending).await? {
+            match self.attempt(holder, pending).await? {
                 Attempt::Won(guard) => {
                     entry.acquired(self.lease());
                     return Ok(guard);
@@ -363,7 +392,8 @@ impl Lock {
                         .await?;
                 (reply, None)
             }
-            Some(ack) => replication::acquire_acknowledged(
+            // Boxed, so that the replicated path's state does not enlarge every acquire future.
+            Some(ack) => Box::pin(replication::acquire_acknowledged(
                 &self.client,
                 ack,
                 |mut conn| {
@@ -371,7 +401,7 @@ impl Lock {
                     async move { protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await }
                 },
                 |reply| matches!(reply, AcquireReply::Acquired { .. }),
-            )
+            ))
             .await?,
         };
         if let (Some(acks), Some(ack)) = (acks, self.replica_ack) {

@@ -7,8 +7,6 @@
 //! account, per order...), and one time series per name would grow the recorder's memory and
 //! the monitoring system's index without bound. Per-lock detail is in the tracing events.
 
-use std::time::Duration;
-
 /// How an acquire call ended, as the `outcome` label and the tracing field.
 pub(crate) const ACQUIRED: &str = "acquired";
 pub(crate) const BUSY: &str = "busy";
@@ -56,12 +54,8 @@ mod imp {
 #[cfg(not(feature = "metrics"))]
 #[allow(clippy::missing_const_for_fn)]
 mod imp {
-    use std::time::Duration;
-
     pub(super) fn acquisition(_outcome: &'static str) {}
     pub(super) fn contended() {}
-    pub(super) fn wait(_waited: Duration) {}
-    pub(super) fn hold(_held: Duration) {}
     pub(super) fn renewals(_locks: u64) {}
     pub(super) fn renewal_call() {}
     pub(super) fn lost_lease() {}
@@ -69,10 +63,14 @@ mod imp {
     pub(super) fn release(_outcome: &'static str) {}
 }
 
-/// One acquire call ended with `outcome` after `waited`.
-pub(crate) fn acquisition(outcome: &'static str, waited: Duration) {
+/// One acquire call that started at `started` ended with `outcome`. The clock is read only
+/// when metrics are recorded.
+pub(crate) fn acquisition(outcome: &'static str, started: std::time::Instant) {
     imp::acquisition(outcome);
-    imp::wait(waited);
+    #[cfg(feature = "metrics")]
+    imp::wait(started.elapsed());
+    #[cfg(not(feature = "metrics"))]
+    let _ = started;
 }
 
 /// An acquire call found the lock held and queued to wait for it.
@@ -80,9 +78,13 @@ pub(crate) fn contended() {
     imp::contended();
 }
 
-/// A holder left the lock (its last entry) after holding it for `held`.
-pub(crate) fn hold(held: Duration) {
-    imp::hold(held);
+/// A holder that acquired the lock at `acquired_at` left it (its last entry). The clock is
+/// read only when metrics are recorded.
+pub(crate) fn hold(acquired_at: std::time::Instant) {
+    #[cfg(feature = "metrics")]
+    imp::hold(acquired_at.elapsed());
+    #[cfg(not(feature = "metrics"))]
+    let _ = acquired_at;
 }
 
 /// One renewal script call was sent.

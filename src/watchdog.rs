@@ -8,6 +8,7 @@
 //! cases it is marked lost, which wakes [`LockGuard::lost`](crate::LockGuard::lost).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -22,10 +23,14 @@ use crate::protocol;
 /// After a failed renewal, how soon to try again (then doubling, up to a third of the lease).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(50);
 
-/// The client's watch list.
+/// The client's watch list, keyed by the address of each holder's shared allocation: the
+/// `Weak` in the entry keeps that allocation (not the holder) alive, so the address cannot be
+/// reused by another holder while the entry exists. Watching and forgetting are on every
+/// uncontended acquire and release, so the key is a plain integer (no id clone) with a cheap
+/// hash (no SipHash: the keys are our own addresses, not attacker-chosen).
 #[derive(Default)]
 pub(crate) struct Watchdog {
-    holders: Mutex<HashMap<String, Weak<Holder>>>,
+    holders: Mutex<HashMap<usize, Weak<Holder>, BuildHasherDefault<AddressHasher>>>,
     /// Renewal script calls sent so far (each renews up to one batch).
     calls: AtomicU64,
 }
@@ -34,7 +39,7 @@ impl Watchdog {
     pub(crate) fn watch(&self, holder: &Arc<Holder>) {
         self.holders
             .lock()
-            .insert(holder.id.clone(), Arc::downgrade(holder));
+            .insert(address(holder), Arc::downgrade(holder));
     }
 
     /// Holders to renew now. Drops from the list every holder that is gone, released, or lost,
@@ -60,7 +65,7 @@ impl Watchdog {
     }
 
     pub(crate) fn forget(&self, holder: &Holder) {
-        self.holders.lock().remove(&holder.id);
+        self.holders.lock().remove(&address(holder));
     }
 
     /// How many holders are on the watch list.
@@ -71,6 +76,34 @@ impl Watchdog {
     /// Renewal script calls sent since the client connected.
     pub(crate) fn calls(&self) -> u64 {
         self.calls.load(Ordering::Relaxed)
+    }
+}
+
+/// The watch-list key of a holder: the address of its shared allocation.
+fn address(holder: &Holder) -> usize {
+    std::ptr::from_ref(holder) as usize
+}
+
+/// Hashes the one `usize` a watch-list key is: a multiplication spreads the address bits
+/// (allocations are aligned, so the low bits are always zero) over the high bits hashbrown
+/// uses.
+#[derive(Default)]
+pub(crate) struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_usize` is used by a `usize` key; fold anything else in byte by byte.
+        for byte in bytes {
+            self.write_usize(usize::from(*byte));
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 

@@ -14,6 +14,8 @@
 //! control panics: a control can never silently become the correct protocol.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
@@ -176,8 +178,25 @@ tokio::task_local! {
     pub(crate) static CURRENT: Option<Control>;
 }
 
+/// Whether any client of this process has ever run a protocol call under a control. Until one
+/// has, no task-local can be set, so the script lookup skips the task-local access: the feature
+/// is compiled into every test and bench build (the dev-dependency on the crate itself), and a
+/// client without a control must cost what it costs without the feature.
+static ARMED: AtomicBool = AtomicBool::new(false);
+
+/// One protocol call of a client built with `control`, with the control in scope.
+pub(crate) fn scoped<F: Future>(control: Control, call: F) -> impl Future<Output = F::Output> {
+    // Relaxed is enough: the store happens before the scope is entered on this task, and the
+    // only reader that matters is this task's own script lookup inside `call`.
+    ARMED.store(true, Ordering::Relaxed);
+    CURRENT.scope(Some(control), call)
+}
+
 /// The control of the client making the current protocol call.
 pub(crate) fn current() -> Option<Control> {
+    if !ARMED.load(Ordering::Relaxed) {
+        return None;
+    }
     CURRENT.try_with(|c| *c).ok().flatten()
 }
 
