@@ -42,15 +42,22 @@ elseif kind ~= 'none' then
   return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
 end
 
+-- One read checks the counter's type too: GET of a non-string fails (WRONGTYPE), caught here
+-- before anything is written, instead of a TYPE call before the GET. Any other error (an ACL
+-- refusal) is returned as it is.
+local counter = redis.pcall('GET', KEYS[2])
+if type(counter) == 'table' and counter.err then
+  if string.sub(counter.err, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter is not a string')
+  end
+  return counter
+end
 local last = 0
-local counter_kind = redis.call('TYPE', KEYS[2])['ok']
-if counter_kind == 'string' then
-  last = tonumber(redis.call('GET', KEYS[2]))
+if counter then
+  last = tonumber(counter)
   if last == nil then
     return redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
   end
-elseif counter_kind ~= 'none' then
-  return redis.error_reply('FENCELOCK_WRONGTYPE fence counter holds a ' .. counter_kind)
 end
 
 local now = redis.call('TIME')

@@ -11,11 +11,17 @@
 -- No op record: setting an absolute lease is idempotent. A re-sent request that runs later
 -- moves the server-side end later than the client believes, never earlier, and the client
 -- measures its own deadline from the first send.
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'hash' and kind ~= 'none' then
-  return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
+--
+-- One read is the type check and the owner check: HEXISTS of a non-hash fails (WRONGTYPE),
+-- caught here before anything is written. Any other error (an ACL refusal) is returned as it is.
+local held = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
+if type(held) == 'table' and held.err then
+  if string.sub(held.err, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
+  end
+  return held
 end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+if held == 0 then
   return {-1}
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])

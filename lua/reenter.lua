@@ -19,11 +19,16 @@ elseif done then
   return {1, tonumber(token), tonumber(count)}
 end
 
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'hash' and kind ~= 'none' then
-  return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
+-- One read is the type check and the owner check: HGET of a non-hash fails (WRONGTYPE),
+-- caught here before anything is written. Any other error (an ACL refusal) is returned as it is.
+local entered = redis.pcall('HGET', KEYS[1], ARGV[1])
+if type(entered) == 'table' and entered.err then
+  if string.sub(entered.err, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
+  end
+  return entered
 end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+if not entered then
   return {-1}
 end
 

@@ -9,9 +9,17 @@
 --                         replaced by foreign data), nothing changed for that key
 --
 -- No op record: like extend.lua, an absolute re-set of the lease is idempotent.
+--
+-- One read per key is the type check and the owner check: HEXISTS of a non-hash fails
+-- (WRONGTYPE), which counts as not held. Any other error (an ACL refusal) fails the whole call,
+-- so that the watchdog retries instead of taking every lock of the batch for lost.
 local renewed = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('TYPE', key)['ok'] == 'hash' and redis.call('HEXISTS', key, ARGV[i + 1]) == 1 then
+  local held = redis.pcall('HEXISTS', key, ARGV[i + 1])
+  if type(held) == 'table' and held.err and string.sub(held.err, 1, 9) ~= 'WRONGTYPE' then
+    return held
+  end
+  if held == 1 then
     redis.call('PEXPIRE', key, ARGV[1])
     renewed[i] = 1
   else

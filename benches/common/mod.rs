@@ -92,17 +92,11 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
             )]),
         ),
         (
-            "acquire: TYPE fence counter",
-            acquire(&[
-                (
-                    "local counter_kind = redis.call('TYPE', KEYS[2])['ok']",
-                    "local counter_kind = 'string'",
-                ),
-                (
-                    "last = tonumber(redis.call('GET', KEYS[2]))",
-                    "last = tonumber(redis.call('GET', KEYS[2]) or '0')",
-                ),
-            ]),
+            "acquire: GET fence counter",
+            acquire(&[(
+                "local counter = redis.pcall('GET', KEYS[2])",
+                "local counter = false",
+            )]),
         ),
         (
             "acquire: TIME",
@@ -116,19 +110,25 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
             )]),
         ),
         (
-            "release: SET op record PX",
-            release(&[("redis.call('SET', KEYS[2], count, 'PX', ARGV[2])", "")]),
+            "release: HGET holder (type and owner check)",
+            release(&[(
+                "local count = redis.pcall('HGET', KEYS[1], ARGV[1])",
+                "local count = '1'",
+            )]),
         ),
         (
-            "release: TYPE lock key",
+            "release: mark the acquire record (SET PX)",
             release(&[(
-                "local kind = redis.call('TYPE', KEYS[1])['ok']",
-                "local kind = 'hash'",
+                "redis.call('SET', KEYS[3], 'r:' .. ARGV[4], 'PX', ARGV[2])",
+                "",
             )]),
         ),
         (
             "release: PUBLISH",
-            release(&[("redis.call('PUBLISH', KEYS[1], 'released')", "")]),
+            release(&[(
+                "redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')",
+                "",
+            )]),
         ),
     ]
 }
@@ -163,6 +163,11 @@ enum Slot {
     LockKey,
     FenceKey,
     OpKey,
+    /// The holder's own op record (`prefix{tag}op:<holder id>`), which the freeing release
+    /// marks.
+    AcquireOpKey,
+    /// The operation id (the id in the op record key).
+    OpId,
     Holder,
     LeaseMs,
     OpTtlMs,
@@ -187,6 +192,8 @@ fn contract(script: &str, name: &str) -> (Vec<Slot>, Vec<Slot>) {
             ("fence counter", Slot::FenceKey),
             ("op record lifetime in ms", Slot::OpTtlMs),
             ("op record", Slot::OpKey),
+            ("acquire record", Slot::AcquireOpKey),
+            ("op id", Slot::OpId),
             ("holder id", Slot::Holder),
             ("lease in ms", Slot::LeaseMs),
             ("pub/sub mode", Slot::PubSubMode),
@@ -303,6 +310,7 @@ impl Raw {
                 Slot::LockKey => call.key(&lock.lock),
                 Slot::FenceKey => call.key(&lock.fence),
                 Slot::OpKey => call.key(format!("{}{op}", lock.op_prefix)),
+                Slot::AcquireOpKey => call.key(format!("{}{holder}", lock.op_prefix)),
                 other => panic!("{other:?} is not a key"),
             };
         }
@@ -313,6 +321,7 @@ impl Raw {
                 Slot::OpTtlMs => call.arg(OP_TTL_MS),
                 // One server: classic PUBLISH, as fencelock sends it there.
                 Slot::PubSubMode => call.arg("classic"),
+                Slot::OpId => call.arg(op),
                 other => panic!("{other:?} is not an argument"),
             };
         }

@@ -150,7 +150,11 @@ pub(crate) async fn release_all<C: ConnectionLike>(
     let mut call = scripts().release_all.prepare_invoke();
     call.arg(millis(op_ttl));
     for (keys, holder, op) in members {
-        call.key(&keys.lock).key(keys.op(op)).arg(*holder);
+        call.key(&keys.lock)
+            .key(keys.op(op))
+            .key(keys.op(holder))
+            .arg(*holder)
+            .arg(*op);
     }
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(map_err)?;
     if reply.len() != members.len() {
@@ -221,9 +225,11 @@ pub(crate) async fn release<C: ConnectionLike>(
         .release
         .key(&keys.lock)
         .key(keys.op(op_id))
+        .key(keys.op(holder))
         .arg(holder)
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
+        .arg(op_id)
         .invoke_async(conn)
         .await
         .map_err(map_err)?;

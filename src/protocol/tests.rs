@@ -99,9 +99,28 @@ async fn a_replayed_reentry_or_release_applies_once() {
         last
     );
     assert_eq!(count(&mut conn, &keys, "h2").await, Some(1));
+    // One record per hold: the release that freed the lock marked the holder's acquire record
+    // instead of writing its own, and a late copy of the acquire is still refused by it.
+    let exists: bool = conn.exists(keys.op("op-rel-2")).await.unwrap();
+    assert!(!exists, "the freeing release wrote a record of its own");
+    let mark: Option<String> = conn.get(keys.op("h")).await.unwrap();
+    assert_eq!(mark.as_deref(), Some("r:op-rel-2"));
+    // Another release of that holder did not free the lock: not held, as before.
+    assert_eq!(
+        release(&mut conn, &keys, "h", "op-rel-3", OP_TTL, PubSub::Classic)
+            .await
+            .unwrap(),
+        OwnerReply::NotHeld
+    );
+    assert_eq!(
+        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap(),
+        AcquireReply::Cancelled
+    );
     // The records expire: their memory is bounded by the op-record lifetime.
-    let ttl: i64 = conn.pttl(keys.op("op-rel-2")).await.unwrap();
-    assert!(ttl > 0 && ttl <= 10_000, "{ttl}");
+    for record in ["h", "op-rel-1"] {
+        let ttl: i64 = conn.pttl(keys.op(record)).await.unwrap();
+        assert!(ttl > 0 && ttl <= 10_000, "{record}: {ttl}");
+    }
 }
 
 #[tokio::test]
@@ -565,4 +584,49 @@ async fn malformed_arguments_are_refused_as_protocol_errors_and_write_nothing() 
             "token {token}, delta {delta}"
         );
     }
+}
+
+/// The type checks ride on each script's first read of a key (`redis.pcall`): foreign data
+/// is still refused with the typed error before anything is written.
+#[tokio::test]
+async fn foreign_data_is_refused_by_the_first_read_and_left_alone() {
+    let (_server, mut conn, keys) = setup().await;
+    let _: () = conn.set(&keys.lock, "foreign").await.unwrap();
+    let refused = [
+        release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+            .await
+            .unwrap_err(),
+        reenter(&mut conn, &keys, "h", "e", OP_TTL)
+            .await
+            .unwrap_err(),
+        extend(&mut conn, &keys, "h", LEASE).await.unwrap_err(),
+    ];
+    for err in refused {
+        assert!(err.is_wrong_type(), "{err}");
+    }
+    // Renewal counts foreign data as not held.
+    assert_eq!(
+        renew(&mut conn, &[(&keys, "h")], LEASE).await.unwrap(),
+        vec![false]
+    );
+    let value: String = conn.get(&keys.lock).await.unwrap();
+    assert_eq!(value, "foreign");
+    for op in ["r", "e", "h"] {
+        let exists: bool = conn.exists(keys.op(op)).await.unwrap();
+        assert!(!exists, "record {op} written");
+    }
+
+    // A fence counter of another type: no lock, no record, the counter as it was.
+    let _: () = conn.del(&keys.lock).await.unwrap();
+    let _: () = conn.hset(&keys.fence, "f", "v").await.unwrap();
+    let err = acquire(&mut conn, &keys, "h", LEASE, OP_TTL)
+        .await
+        .unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists);
+    let exists: bool = conn.exists(keys.op("h")).await.unwrap();
+    assert!(!exists);
+    let kept: String = conn.hget(&keys.fence, "f").await.unwrap();
+    assert_eq!(kept, "v");
 }

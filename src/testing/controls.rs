@@ -33,7 +33,8 @@ pub enum Control {
     AcquireReusesToken,
     /// `reenter.lua` bumps the lock's token on every re-entry.
     ReentryBumpsToken,
-    /// `release.lua` decrements whatever holder asks, owner or not.
+    /// `release.lua` takes a non-holder's release for the last entry: it frees the lock,
+    /// whoever holds it.
     ReleaseWithoutOwnerCheck,
     /// `release.lua` frees the lock without publishing on its channel.
     ReleaseDoesNotPublish,
@@ -42,7 +43,7 @@ pub enum Control {
     RetriesApplyTwice,
     /// `extend.lua` extends for a holder that does not hold the lock.
     ExtendWithoutOwnerCheck,
-    /// `renew.lua` renews every lock hash, whoever holds it.
+    /// `renew.lua` renews every lock key (and reports it renewed), whoever holds it.
     RenewWithoutOwnerCheck,
     /// `fenced_write.lua` accepts only tokens strictly above the mark (`>` for `>=`).
     FenceStrictlyGreater,
@@ -93,16 +94,20 @@ impl Control {
                 "local token = redis.call('HGET', KEYS[1], '~token')",
                 "local token = tostring(redis.call('HINCRBY', KEYS[1], '~token', 1))",
             )],
+            // A non-holder's release is taken for the last entry: it frees whoever's lock it
+            // is (as the old HINCRBY -1 without an owner check did).
             Control::ReleaseWithoutOwnerCheck => &[(
                 "release",
-                "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then",
-                "if false then",
+                "if not count then\n",
+                "if not count then\n  count = '1'\nend\nif false then\n",
             )],
             Control::ReleaseDoesNotPublish => &[(
                 "release",
-                "  redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')\n",
+                "redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')\n",
                 "",
             )],
+            // Both records a release replays from: its own, and the mark the freeing release
+            // leaves on the holder's acquire record.
             Control::RetriesApplyTwice => &[
                 (
                     "release",
@@ -110,21 +115,19 @@ impl Control {
                     "local done = false",
                 ),
                 (
+                    "release",
+                    "if redis.call('GET', KEYS[3]) == 'r:' .. ARGV[4] then",
+                    "if false then",
+                ),
+                (
                     "reenter",
                     "local done = redis.call('GET', KEYS[2])",
                     "local done = false",
                 ),
             ],
-            Control::ExtendWithoutOwnerCheck => &[(
-                "extend",
-                "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then",
-                "if false then",
-            )],
-            Control::RenewWithoutOwnerCheck => &[(
-                "renew",
-                "and redis.call('HEXISTS', key, ARGV[i + 1]) == 1 then",
-                "then",
-            )],
+            Control::ExtendWithoutOwnerCheck => &[("extend", "if held == 0 then", "if false then")],
+            // Every key is renewed and reported renewed, whoever holds it.
+            Control::RenewWithoutOwnerCheck => &[("renew", "if held == 1 then", "if true then")],
             Control::FenceStrictlyGreater => &[(
                 "fenced_write",
                 "if token < mark then",
