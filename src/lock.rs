@@ -366,7 +366,7 @@ impl Lock {
             Some(ack) => replication::acquire_acknowledged(
                 &self.client,
                 ack,
-                self.keys.slot,
+                &self.keys,
                 |mut conn| {
                     let keys = &self.keys;
                     async move { protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await }

@@ -416,10 +416,10 @@ impl MultiLock {
         let (reply, acks) = match self.replica_ack {
             None => (self.client.retrying(call!()).await?, None),
             Some(ack) => {
-                // One script reaches every member here (not a cluster), so any member's slot
-                // routes it.
-                let slot = members.first().map_or(0, |(keys, _)| keys.slot);
-                replication::acquire_acknowledged(&self.client, ack, slot, call!(), |reply| {
+                // One script reaches every member here (not a cluster), so any member's keys
+                // route it; a set has at least one member.
+                let first = self.members[0].keys();
+                replication::acquire_acknowledged(&self.client, ack, first, call!(), |reply| {
                     matches!(reply, AcquireAllReply::Acquired { .. })
                 })
                 .await?
@@ -472,7 +472,7 @@ impl MultiLock {
                 None => self.client.retrying(call!()).await,
                 Some(session) => {
                     session
-                        .run(member.keys().slot, call!(), |reply| {
+                        .run(member.keys(), call!(), |reply| {
                             matches!(reply, AcquireReply::Acquired { .. })
                         })
                         .await

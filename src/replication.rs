@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 
 use crate::client::{open_client, ClientConfig};
 use crate::connection::SentinelConn;
-use crate::protocol::keys;
+use crate::protocol::keys::{self, LockKeys};
 use crate::{protocol, Error, LockClient};
 
 /// Most connections one client keeps for replicated acquisitions; more concurrent replicated
@@ -483,13 +483,15 @@ pub(crate) struct AckSession<'a> {
 
 struct Held {
     key: String,
+    /// Dropped (closed) after any failure on it; a later script to the node opens another.
     conn: Option<MultiplexedConnection>,
     /// A script that acquired ran on this node in this session.
     wrote: bool,
-    /// Every such script ran on `conn`, so a `WAIT` there covers them. False after a script
-    /// whose outcome was unknown was re-sent: its write may have been made on a lost
-    /// connection (or at a former primary), which no `WAIT` of ours can see.
-    covered: bool,
+    /// The fence counter of a lock whose acquisition on this node was last confirmed by a
+    /// re-send, which may have been a replay that wrote nothing on `conn`: `WAIT` counts the
+    /// writes of its own connection, so one write of ours must follow first (see
+    /// [`AckSession::wait`]). `None` when the last acquisition here wrote on `conn` itself.
+    bump: Option<Vec<u8>>,
 }
 
 impl AckSession<'_> {
@@ -502,7 +504,7 @@ impl AckSession<'_> {
                     key: node.key.clone(),
                     conn: None,
                     wrote: false,
-                    covered: true,
+                    bump: None,
                 });
                 self.held.len() - 1
             }
@@ -513,20 +515,21 @@ impl AckSession<'_> {
         Ok(index)
     }
 
-    /// Runs one acquisition script for a key of `slot` on this session's connection to the
-    /// node that owns it, and records the write when `acquired(reply)`.
+    /// Runs one acquisition script for the lock of `keys` on this session's connection to the
+    /// node that owns its slot, and records the write when `acquired(reply)`.
     ///
     /// Follows `MOVED` (the map learns the new owner) and `ASK` (`ASKING` then the script at the
     /// importing node), at most [`MAX_REDIRECTS`] times. A transient failure re-sends the script
     /// (same ids, so a replay) within the retry window, after asking the Sentinels or the
     /// cluster where the primary is now when the failure says it may have moved (connection
-    /// errors, `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`). Only a failure that leaves the
-    /// outcome unknown (a timeout or a lost connection after the script was sent) makes the
-    /// node's acknowledgement count as 0: redirections, refusals and replicas' `READONLY` are
-    /// definite "not run".
+    /// errors, `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`). After a failure that leaves the
+    /// outcome unknown (a timeout or a lost connection after the script was sent), the write
+    /// may have been made on the lost connection and the re-send may be a replay that writes
+    /// nothing: the node is marked for a write of ours before its `WAIT` ([`Held::bump`]).
+    /// Redirections, refusals and a replica's `READONLY` are definite "not run".
     pub(crate) async fn run<R, F, Fut>(
         &mut self,
-        slot: u16,
+        keys: &LockKeys,
         mut attempt: F,
         acquired: impl Fn(&R) -> bool,
     ) -> Result<R, Error>
@@ -535,6 +538,7 @@ impl AckSession<'_> {
         Fut: Future<Output = Result<R, Error>>,
     {
         let pool = self.pool;
+        let slot = keys.slot;
         let response_timeout = pool.config.response_timeout;
         let started = Instant::now();
         let mut backoff = Duration::from_millis(5);
@@ -572,9 +576,10 @@ impl AckSession<'_> {
                             Ok(reply) => {
                                 if acquired(&reply) {
                                     held.wrote = true;
-                                    if resent {
-                                        held.covered = false;
-                                    }
+                                    // A write on `conn` covers every earlier one of this
+                                    // session on the node (its offset is higher); a re-send
+                                    // may have written nothing.
+                                    held.bump = resent.then(|| keys.fence.clone());
                                 }
                                 return Ok(reply);
                             }
@@ -583,7 +588,6 @@ impl AckSession<'_> {
                                     // Closed, not reused: a request may still run on it.
                                     held.conn = None;
                                     if sent && outcome_unknown(&err) {
-                                        held.covered = false;
                                         resent = true;
                                     }
                                 }
@@ -621,23 +625,42 @@ impl AckSession<'_> {
     }
 
     /// `WAIT`s on every node this session wrote to, concurrently, and returns the fewest
-    /// acknowledgements (a node whose writes are not covered counts 0, see [`Held::covered`]);
-    /// `None` when nothing was acquired.
+    /// acknowledgements; `None` when nothing was acquired.
+    ///
+    /// A node whose connection was lost after a write counts 0: no `WAIT` of ours can cover
+    /// that write any more. A node marked by a re-send ([`Held::bump`]) first gets
+    /// `INCRBY <fence counter> 0`, a write that changes nothing but is replicated: the
+    /// re-send's reply showed the lock in the primary's data, so it was written before this
+    /// write, and the replication stream is one sequence, so a `WAIT` that covers this write
+    /// covers the acquisition too, whichever connection made it.
     pub(crate) async fn wait(&mut self, ack: ReplicaAck) -> Option<Acks> {
-        let limit = self.pool.config.response_timeout + ack.timeout;
+        let response_timeout = self.pool.config.response_timeout;
+        let limit = response_timeout + ack.timeout;
         let mut fewest: Option<u32> = None;
         let mut waits = tokio::task::JoinSet::new();
         for (index, held) in self.held.iter().enumerate().filter(|(_, h)| h.wrote) {
-            match (&held.conn, held.covered) {
-                (Some(conn), true) => {
-                    let mut conn = conn.clone();
-                    waits.spawn(async move {
-                        let wait = protocol::wait_replicas(&mut conn, ack.replicas, ack.timeout);
-                        (index, bounded(limit, wait).await)
-                    });
+            let Some(conn) = &held.conn else {
+                fewest = Some(0);
+                continue;
+            };
+            let mut conn = conn.clone();
+            let bump = held.bump.clone();
+            waits.spawn(async move {
+                if let Some(fence) = bump {
+                    let write = async {
+                        Ok(redis::cmd("INCRBY")
+                            .arg(fence)
+                            .arg(0)
+                            .query_async::<i64>(&mut conn)
+                            .await?)
+                    };
+                    if let Err(err) = bounded(response_timeout, write).await {
+                        return (index, Err(err));
+                    }
                 }
-                _ => fewest = Some(0),
-            }
+                let wait = protocol::wait_replicas(&mut conn, ack.replicas, ack.timeout);
+                (index, bounded(limit, wait).await)
+            });
         }
         while let Some(done) = waits.join_next().await {
             let acked = match done {
@@ -675,15 +698,15 @@ impl AckSession<'_> {
     }
 }
 
-/// Runs one acquisition script (keys of `slot`) on a dedicated connection and, if it acquired
-/// (`acquired(reply)`), `WAIT`s on the same connection for `ack.replicas` replicas. See
-/// [`AckSession::run`] for redirections and re-sends; after a re-send whose first copy may have
-/// run, the acquisition counts as acknowledged by no replica (the shortfall policy decides),
-/// never as acknowledged by a `WAIT` that did not see it.
+/// Runs one acquisition script (for the lock of `keys`) on a dedicated connection to the node
+/// that owns it and, if it acquired (`acquired(reply)`), `WAIT`s on the same connection for
+/// `ack.replicas` replicas. See [`AckSession::run`] for redirections and re-sends and
+/// [`AckSession::wait`] for how a re-sent acquisition is still covered; an acquisition is never
+/// reported as acknowledged by a `WAIT` that did not see it.
 pub(crate) async fn acquire_acknowledged<R, F, Fut>(
     client: &LockClient,
     ack: ReplicaAck,
-    slot: u16,
+    keys: &LockKeys,
     attempt: F,
     acquired: impl Fn(&R) -> bool,
 ) -> Result<(R, Option<Acks>), Error>
@@ -692,7 +715,7 @@ where
     Fut: Future<Output = Result<R, Error>>,
 {
     let mut session = client.inner.acks.session().await?;
-    let reply = session.run(slot, attempt, &acquired).await?;
+    let reply = session.run(keys, attempt, &acquired).await?;
     if !acquired(&reply) {
         session.finish();
         return Ok((reply, None));
