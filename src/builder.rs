@@ -148,7 +148,10 @@ impl LockClientBuilder {
     /// unreplicated if [`on_replica_shortfall`](Self::on_replica_shortfall) says so.
     ///
     /// The script and its `WAIT` run on a connection reserved for them (a small pool), never on
-    /// the shared one, so a slow replica delays only replicated acquisitions. Re-entries,
+    /// the shared one, so a slow replica delays only replicated acquisitions. That connection
+    /// goes to the primary that holds the lock: the server, the primary the Sentinels name now,
+    /// or on a cluster the primary that owns the lock's slot (`replicas` counts replicas of that
+    /// shard). Re-entries,
     /// extensions and watchdog renewals do not wait. `WAIT` is not consensus: see "Replica
     /// acknowledgement" in DESIGN.md for what this buys and what it does not.
     ///

@@ -7,7 +7,8 @@
 //! them for the timeout whenever a replica is slow; and a `WAIT` on any other connection would
 //! not cover the acquisition. So a replicated acquisition runs its script and its `WAIT`
 //! back-to-back on a connection of its own, taken exclusively from a small pool that is only
-//! used for this (see [`AckConnections`]).
+//! used for this (see [`AckConnections`]), to the primary that holds the lock: the server, the
+//! primary the Sentinels name now, or the cluster node that owns the lock's slot ([`AckRoute`]).
 
 use std::collections::HashMap;
 use std::future::Future;
