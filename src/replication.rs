@@ -136,8 +136,8 @@ struct Node {
 }
 
 /// The slot -> primary map of a cluster, for the pool only (the cluster client keeps its own
-/// and does not expose it), learnt with `CLUSTER SLOTS` through the client's cluster connection
-/// and corrected by `MOVED` replies.
+/// and does not expose it), learnt with `CLUSTER SLOTS` through the client's cluster connection,
+/// reloaded after a `MOVED` or a connection error, and corrected by each `MOVED` reply.
 pub(crate) struct ClusterRoute {
     conn: ClusterConnection,
     /// The first seed URL's connection settings (credentials, TLS or not), used for every node,
@@ -607,6 +607,12 @@ impl AckSession<'_> {
                 if is_ask {
                     ask = Some(addr);
                 } else {
+                    // A moved slot rarely moves alone (a failover moves a node's every slot):
+                    // reload the whole map once per stale view, then let the node's own answer
+                    // win for this slot, in case the node that answered CLUSTER SLOTS lags.
+                    if let Some(stamp) = stamp {
+                        pool.reroute(stamp).await;
+                    }
                     pool.moved(moved_slot, &addr);
                 }
                 continue;
