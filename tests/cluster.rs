@@ -585,3 +585,93 @@ async fn replica_ack_waits_at_the_slot_primary_once_per_node_and_a_frozen_replic
     assert!(guard.replicated());
     guard.release().await.unwrap();
 }
+
+/// A replicated acquisition during a slot migration follows `ASK` to the importing node (which
+/// answers `TRYAGAIN` while the lock's keys are split between the nodes), keeps re-sending, and
+/// once the slot has moved is taken and acknowledged at its new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_acquisition_during_a_slot_migration_follows_ask_and_waits_at_the_new_owner() {
+    let cluster = RedisCluster::start().unwrap();
+    let client = LockClient::cluster_builder(cluster.urls())
+        .replica_ack(1, HEALTHY_ACK)
+        // The acquisition below keeps meeting TRYAGAIN until the test finishes the migration.
+        .retry_window(Duration::from_secs(20))
+        .op_record_ttl(Duration::from_secs(60))
+        .connect()
+        .await
+        .unwrap();
+    // The slot gets its fence counter, and the pool its connection to the source.
+    let first = client.lock("migrating").unwrap().acquire().await.unwrap();
+    let token = first.token();
+    first.release().await.unwrap();
+
+    let slot = key_slot_of_lock("migrating");
+    let source = cluster.primary_for_slot(slot).unwrap();
+    let target = *cluster
+        .primaries()
+        .unwrap()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    let (source_id, target_id) = (node_id(&cluster, source), node_id(&cluster, target));
+    let setslot = |node: &RedisServer, args: &[&str]| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot);
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        let _: () = cmd.query(&mut con(node)).unwrap();
+    };
+    setslot(target, &["IMPORTING", &source_id]);
+    setslot(source, &["MIGRATING", &target_id]);
+    loop {
+        let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut con(source))
+            .unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(target.port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query(&mut con(source))
+            .unwrap();
+    }
+
+    // Every key of the slot is at the target now: the source answers ASK.
+    let askings = calls(target, "asking");
+    let acquiring = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("migrating").unwrap().acquire().await }
+    });
+    assert!(
+        common::eventually(Duration::from_secs(20), || calls(target, "asking")
+            > askings)
+        .await,
+        "the acquisition never followed ASK to the importing node"
+    );
+    assert!(!acquiring.is_finished(), "taken while the slot was split");
+    let waits = calls(target, "wait");
+    for node in cluster.primaries().unwrap() {
+        setslot(node, &["NODE", &target_id]);
+    }
+    let guard = acquiring.await.unwrap().unwrap();
+    assert!(guard.replicated());
+    assert_eq!(guard.replica_acks(), Some(1));
+    assert!(guard.token() > token);
+    assert_eq!(
+        calls(target, "wait"),
+        waits + 1,
+        "the WAIT ran at the new owner"
+    );
+    assert_eq!(lock_keys_at(target, "migrating").len(), 1);
+    guard.release().await.unwrap();
+}
