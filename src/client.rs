@@ -9,7 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
 
-use crate::builder::{LockClientBuilder, Target};
+use crate::builder::{LockClientBuilder, NodeAuth, Target};
 use crate::connection::{Conn, SentinelConn};
 use crate::protocol::keys::{validate_name, LockKeys};
 use crate::replication::{AckConnections, AckRoute, ClusterRoute, ReplicaAck};
@@ -217,6 +217,7 @@ impl LockClient {
     pub(crate) async fn connect_with(
         target: &Target,
         config: ClientConfig,
+        node_auth: Option<NodeAuth>,
     ) -> Result<LockClient, Error> {
         let waiters = Arc::new(Waiters::default());
         if !matches!(target, Target::Standalone(_)) {
@@ -241,7 +242,8 @@ impl LockClient {
                 (Conn::Cluster(conn), AckRoute::Cluster(route))
             }
             Target::Sentinel { sentinels, master } => {
-                let conn = SentinelConn::connect(sentinels, master, &config, &waiters).await?;
+                let conn =
+                    SentinelConn::connect(sentinels, master, node_auth, &config, &waiters).await?;
                 (Conn::Sentinel(conn.clone()), AckRoute::Sentinel(conn))
             }
         };

@@ -17,6 +17,7 @@ use redis::{
     RedisResult, Value,
 };
 
+use crate::builder::NodeAuth;
 use crate::client::{connect_manager, ClientConfig};
 use crate::wait::Waiters;
 
@@ -149,6 +150,7 @@ impl SentinelConn {
     pub(crate) async fn connect(
         sentinels: &[String],
         master_name: &str,
+        node_auth: Option<NodeAuth>,
         config: &ClientConfig,
         waiters: &Arc<Waiters>,
     ) -> Result<SentinelConn, crate::Error> {
@@ -158,9 +160,14 @@ impl SentinelConn {
             });
         }
         let mut sentinel = Sentinel::build(sentinels.to_vec())?;
-        let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(
-            RedisConnectionInfo::default().set_protocol(ProtocolVersion::RESP3),
-        );
+        let mut redis_info = RedisConnectionInfo::default().set_protocol(ProtocolVersion::RESP3);
+        if let Some(auth) = node_auth {
+            if let Some(username) = &auth.username {
+                redis_info = redis_info.set_username(username);
+            }
+            redis_info = redis_info.set_password(&auth.password);
+        }
+        let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
         let client = sentinel
             .async_master_for(master_name, Some(&node_info))
             .await?;

@@ -239,3 +239,58 @@ async fn a_demoted_primary_answering_readonly_sends_the_client_to_the_new_one() 
     assert_eq!(held.len(), 1, "the lock was taken at the new primary");
     next.release().await.unwrap();
 }
+
+/// Data nodes that require a password: a Sentinel client without `sentinel_node_auth` cannot
+/// use the primary the Sentinels name; with it, acquisitions (replicated ones too, whose
+/// dedicated connections use the same credentials) work before and after a failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_node_auth_reaches_password_protected_data_nodes_across_a_failover() {
+    const PASSWORD: &str = "node-s3cret";
+    let set = RedisSentinels::start_with_password(1, PASSWORD).unwrap();
+    // redis-rs checks the named primary with ROLE, which the server refuses without AUTH.
+    let refused = builder(&set).connect().await;
+    assert!(
+        refused.is_err(),
+        "connected to a protected primary without its password"
+    );
+
+    let client = builder(&set)
+        .sentinel_node_auth(None, PASSWORD)
+        .replica_ack(1, HEALTHY_ACK)
+        .connect()
+        .await
+        .unwrap();
+    let guard = client.lock("acct").unwrap().acquire().await.unwrap();
+    assert!(guard.replicated());
+    assert_eq!(guard.replica_acks(), Some(1));
+    let token = guard.token();
+    guard.release().await.unwrap();
+
+    let old = set.failover().unwrap();
+    let new = set.wait_for_failover(old, Duration::from_secs(30)).unwrap();
+    let new_primary = set.primary().unwrap();
+    assert_eq!(new_primary.port(), new);
+    assert!(
+        eventually(Duration::from_secs(30), || online_replicas(new_primary)
+            >= 1)
+        .await,
+        "the demoted primary never replicated from the new one"
+    );
+    let next = client.lock("acct").unwrap().acquire().await.unwrap();
+    assert!(next.replicated());
+    assert!(next.token() > token);
+    let held: Vec<Vec<u8>> = con(new_primary).keys("fencelock:{*}lock:acct").unwrap();
+    assert_eq!(held.len(), 1, "taken at the new primary");
+    next.release().await.unwrap();
+
+    // The option belongs to Sentinel clients: elsewhere credentials go in the URL.
+    let err = LockClient::builder(new_primary.url())
+        .sentinel_node_auth(None, PASSWORD)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, fencelock::Error::InvalidConfig { .. }),
+        "{err:?}"
+    );
+}
