@@ -488,16 +488,18 @@ struct Held {
     conn: Option<MultiplexedConnection>,
     /// A script that acquired ran on this node in this session.
     wrote: bool,
-    /// The fence counter of a lock whose acquisition on this node was last confirmed by a
-    /// re-send, which may have been a replay that wrote nothing on `conn`: `WAIT` counts the
-    /// writes of its own connection, so one write of ours must follow first (see
+    /// A fence counter on this node, when `conn` may not have made the node's latest write of
+    /// this session: the last acquisition here was confirmed by a re-send (a replay writes
+    /// nothing), or `conn` replaced a lost connection that made earlier writes. `WAIT` counts
+    /// the writes of its own connection, so one write of ours must come first (see
     /// [`AckSession::wait`]). `None` when the last acquisition here wrote on `conn` itself.
     bump: Option<Vec<u8>>,
 }
 
 impl AckSession<'_> {
     /// Index of this session's connection to `node`, opened (or taken from the pool) if needed.
-    async fn connection(&mut self, node: &Node) -> Result<usize, Error> {
+    /// `fence` is a key of a slot the node owns, for [`Held::bump`].
+    async fn connection(&mut self, node: &Node, fence: &[u8]) -> Result<usize, Error> {
         let index = match self.held.iter().position(|h| h.key == node.key) {
             Some(index) => index,
             None => {
@@ -510,8 +512,14 @@ impl AckSession<'_> {
                 self.held.len() - 1
             }
         };
-        if self.held[index].conn.is_none() {
-            self.held[index].conn = Some(self.pool.open(node).await?);
+        let held = &mut self.held[index];
+        if held.conn.is_none() {
+            held.conn = Some(self.pool.open(node).await?);
+            if held.wrote && held.bump.is_none() {
+                // The node's earlier writes were made on a connection that is gone; unless a
+                // later script writes on this one, a write of ours must precede the WAIT.
+                held.bump = Some(fence.to_vec());
+            }
         }
         Ok(index)
     }
@@ -554,7 +562,7 @@ impl AckSession<'_> {
             };
             let (err, stamp) = match node {
                 Err(err) => (err, None),
-                Ok(node) => match self.connection(&node).await {
+                Ok(node) => match self.connection(&node, &keys.fence).await {
                     Err(err) => (err, Some(node.stamp)),
                     Ok(index) => {
                         let conn = self.held[index].conn.clone().expect("opened above");
