@@ -504,7 +504,8 @@ impl MultiLock {
         }
         let acks = match (session, self.replica_ack) {
             (Some(mut session), Some(ack)) => {
-                let acks = session.wait(ack).await.unwrap_or(Acks {
+                // A refused WAIT leaves every member armed: their drops undo the set.
+                let acks = session.wait(ack).await?.unwrap_or(Acks {
                     acked: 0,
                     required: ack.replicas,
                 });

@@ -648,7 +648,12 @@ impl AckSession<'_> {
     /// re-send's reply showed the lock in the primary's data, so it was written before this
     /// write, and the replication stream is one sequence, so a `WAIT` that covers this write
     /// covers the acquisition too, whichever connection made it.
-    pub(crate) async fn wait(&mut self, ack: ReplicaAck) -> Option<Acks> {
+    ///
+    /// # Errors
+    /// [`Error::PermissionDenied`] when the user may not run `WAIT` (or `INCRBY`): a
+    /// configuration problem that must not pass for a slow replica. The acquisition stays
+    /// held; the caller's armed pending operation undoes it.
+    pub(crate) async fn wait(&mut self, ack: ReplicaAck) -> Result<Option<Acks>, Error> {
         let response_timeout = self.pool.config.response_timeout;
         let limit = response_timeout + ack.timeout;
         let mut fewest: Option<u32> = None;
@@ -677,9 +682,14 @@ impl AckSession<'_> {
                 (index, bounded(limit, wait).await)
             });
         }
+        let mut refused = None;
         while let Some(done) = waits.join_next().await {
             let acked = match done {
                 Ok((_, Ok(acked))) => acked,
+                Ok((_, Err(err))) if err.is_permission_denied() => {
+                    refused.get_or_insert(err);
+                    0
+                }
                 Ok((index, Err(err))) => {
                     // Closed, not reused: its WAIT may still run.
                     tracing::warn!(error = %err, "WAIT for replicas failed; counting no acknowledgement");
@@ -694,10 +704,13 @@ impl AckSession<'_> {
             };
             fewest = Some(fewest.map_or(acked, |f| f.min(acked)));
         }
-        fewest.map(|acked| Acks {
+        if let Some(err) = refused {
+            return Err(err);
+        }
+        Ok(fewest.map(|acked| Acks {
             acked,
             required: ack.replicas,
-        })
+        }))
     }
 
     /// Puts the session's healthy connections back in the pool.
@@ -735,7 +748,7 @@ where
         session.finish();
         return Ok((reply, None));
     }
-    let acks = session.wait(ack).await.unwrap_or(Acks {
+    let acks = session.wait(ack).await?.unwrap_or(Acks {
         acked: 0,
         required: ack.replicas,
     });
