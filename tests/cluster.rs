@@ -1,7 +1,8 @@
 //! Redis Cluster specifics, against real clusters started by the harness: locks spread over
 //! every primary, renewals cut per slot, a manual failover and a slot migration under a held
-//! lock with a waiter. The semantics shared with one server run on both topologies in
-//! `core.rs` and `liveness.rs`.
+//! lock with a waiter, and replica acknowledgement (WAIT at the slot's primary, once per node
+//! for a set, a frozen replica, a failover, a migration). The semantics shared with one server
+//! run on both topologies in `core.rs` and `liveness.rs`.
 
 mod common;
 

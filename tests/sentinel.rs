@@ -1,4 +1,5 @@
-//! A primary with two replicas under three Sentinels: the client follows a failover.
+//! A primary with replicas under three Sentinels: the client, and its replica-acknowledgement
+//! connections, follow a failover; data nodes may require a password.
 
 mod common;
 
