@@ -108,9 +108,9 @@ impl Acks {
     }
 }
 
-/// Most `MOVED`/`ASK` redirections one script call follows before its error is returned (a
-/// slot map that keeps disagreeing with the nodes is a cluster being reconfigured; the caller
-/// may try again later).
+/// Most `MOVED`/`ASK` redirections in a row (without a backed-off re-send in between) one
+/// script call follows before its error is returned (a slot map that keeps disagreeing with the
+/// nodes is a cluster being reconfigured; the caller may try again later).
 const MAX_REDIRECTS: u32 = 16;
 
 /// Where the pool's connections go: the node that must run an acquisition's script and its
@@ -634,6 +634,9 @@ impl AckSession<'_> {
             if let Some(stamp) = stamp.filter(|_| primary_may_have_moved(&err)) {
                 pool.reroute(stamp).await;
             }
+            // The redirection bound is against a hot loop; a slot migration (ASK, then TRYAGAIN
+            // at the importing node) goes on for as long as the retry window allows.
+            redirects = 0;
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(250));
         }
