@@ -461,6 +461,16 @@ impl AckConnections {
     }
 
     fn give_back(&self, key: String, conn: MultiplexedConnection) {
+        // A connection to a node that is no longer a primary (a session redirected away from
+        // it, or one that outlived a failover) is closed, not kept for later.
+        let current = match &self.route {
+            AckRoute::Standalone(_) => true,
+            AckRoute::Sentinel(sentinel) => sentinel.primary().1 == key,
+            AckRoute::Cluster(cluster) => cluster.map.lock().nodes.contains(&key),
+        };
+        if !current {
+            return;
+        }
         let mut idle = self.idle.lock();
         let list = idle.entry(key).or_default();
         if list.len() < MAX_ACK_CONNECTIONS {

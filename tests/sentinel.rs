@@ -152,6 +152,8 @@ async fn a_killed_primary_is_replaced_and_holders_waiters_and_tokens_carry_on() 
     let held: Vec<Vec<u8>> = con(new_primary).keys("fencelock:{*}lock:other").unwrap();
     assert_eq!(held.len(), 1, "taken at the new primary");
     other.release().await.unwrap();
+    // The connection to the dead primary was dropped, not kept next to the new one.
+    assert_eq!(holder_client.replica_ack_connections(), 1);
     // The held lock goes to the waiter with a greater token.
     guard.release().await.unwrap();
     let next = waiter.await.unwrap();
@@ -236,6 +238,7 @@ async fn a_demoted_primary_answering_readonly_sends_the_client_to_the_new_one() 
     assert!(next.replicated());
     assert_eq!(next.replica_acks(), Some(1));
     assert_eq!(calls(new_primary, "wait"), waits_there + 1);
+    assert_eq!(client.replica_ack_connections(), 1, "only the new primary's");
     let held: Vec<Vec<u8>> = con(new_primary).keys("fencelock:{*}lock:acct").unwrap();
     assert_eq!(held.len(), 1, "the lock was taken at the new primary");
     next.release().await.unwrap();
