@@ -31,6 +31,23 @@ pub struct LockClientBuilder {
     target: Target,
     config: ClientConfig,
     on_shortfall: OnShortfall,
+    node_auth: Option<NodeAuth>,
+}
+
+/// Credentials for the data nodes of a Sentinel group (the Sentinels' own go in their URLs).
+#[derive(Clone)]
+pub(crate) struct NodeAuth {
+    pub(crate) username: Option<String>,
+    pub(crate) password: String,
+}
+
+impl std::fmt::Debug for NodeAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeAuth")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// The deployment a client connects to.
@@ -57,6 +74,7 @@ impl LockClientBuilder {
             target,
             config: ClientConfig::default(),
             on_shortfall: OnShortfall::default(),
+            node_auth: None,
         }
     }
 
@@ -148,7 +166,10 @@ impl LockClientBuilder {
     /// unreplicated if [`on_replica_shortfall`](Self::on_replica_shortfall) says so.
     ///
     /// The script and its `WAIT` run on a connection reserved for them (a small pool), never on
-    /// the shared one, so a slow replica delays only replicated acquisitions. Re-entries,
+    /// the shared one, so a slow replica delays only replicated acquisitions. That connection
+    /// goes to the primary that holds the lock: the server, the primary the Sentinels name now,
+    /// or on a cluster the primary that owns the lock's slot (`replicas` counts replicas of that
+    /// shard). Re-entries,
     /// extensions and watchdog renewals do not wait. `WAIT` is not consensus: see "Replica
     /// acknowledgement" in DESIGN.md for what this buys and what it does not.
     ///
@@ -170,6 +191,36 @@ impl LockClientBuilder {
         self
     }
 
+    /// Sentinel clients only: authenticate to the primary (and, after a failover, to the
+    /// replica promoted in its place) as `username` (an ACL user; `None` for the `default` user
+    /// of `requirepass`) with `password`. The Sentinels' own credentials, if they need any, go
+    /// in their URLs (`redis://:password@host:port`); these are for the data nodes, whose
+    /// addresses the Sentinels hand out without credentials. The same credentials serve the
+    /// connections of [`replica_ack`](Self::replica_ack).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// let client = fencelock::LockClient::sentinel_builder(["redis://127.0.0.1:26380"], "mymaster")
+    ///     .sentinel_node_auth(Some("fencelock"), "s3cret")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// `connect` fails with [`Error::InvalidConfig`] on a client that is not a Sentinel client
+    /// (one server or a cluster take their credentials from their URLs).
+    pub fn sentinel_node_auth(
+        mut self,
+        username: Option<&str>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.node_auth = Some(NodeAuth {
+            username: username.map(str::to_owned),
+            password: password.into(),
+        });
+        self
+    }
+
     /// TEST-ONLY (hidden `negative-controls` feature): makes this client run a deliberately
     /// broken variant of the protocol, to prove that property tests catch it. Never use it
     /// outside tests; see [`crate::testing::controls`].
@@ -185,7 +236,7 @@ impl LockClientBuilder {
     /// # Errors
     /// [`Error::InvalidConfig`] or [`Error::InvalidLease`] for unusable options (nothing is
     /// sent; with feature `tls`, also a root CA that is not PEM or is given for a URL that is
-    /// not `rediss://`), [`Error::Redis`] when the server cannot be reached or refuses the connection.
+    /// not `rediss://`, or for a cluster or Sentinel client), [`Error::Redis`] when the server cannot be reached or refuses the connection.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped `connect` leaves nothing behind but a closed connection.
@@ -229,6 +280,13 @@ impl LockClientBuilder {
         if let Some(ack) = c.replica_ack {
             ReplicaAck::new(ack.replicas, ack.timeout, ack.on_shortfall)?;
         }
-        LockClient::connect_with(&self.target, self.config).await
+        if self.node_auth.is_some() && !matches!(self.target, Target::Sentinel { .. }) {
+            return Err(Error::InvalidConfig {
+                reason: "sentinel_node_auth is for Sentinel clients; a server or a cluster takes \
+                         its credentials from its URL"
+                    .into(),
+            });
+        }
+        LockClient::connect_with(&self.target, self.config, self.node_auth).await
     }
 }

@@ -9,10 +9,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
 
-use crate::builder::{LockClientBuilder, Target};
+use crate::builder::{LockClientBuilder, NodeAuth, Target};
 use crate::connection::{Conn, SentinelConn};
 use crate::protocol::keys::{validate_name, LockKeys};
-use crate::replication::{AckConnections, ReplicaAck};
+use crate::replication::{AckConnections, AckRoute, ClusterRoute, ReplicaAck};
 use crate::wait::Waiters;
 use crate::watchdog::{self, Watchdog};
 use crate::{Error, FencedResource, Lock};
@@ -88,9 +88,9 @@ pub(crate) struct Inner {
     pub(crate) config: ClientConfig,
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) watchdog: Watchdog,
-    /// Connections reserved for replicated acquisitions (script + `WAIT`), opened on first use.
-    /// Connections for replicated acquisitions (script + `WAIT`); standalone servers only.
-    pub(crate) acks: Option<AckConnections>,
+    /// Connections reserved for replicated acquisitions (script + `WAIT`), per node, opened on
+    /// first use.
+    pub(crate) acks: AckConnections,
     id: String,
     next_seq: AtomicU64,
 }
@@ -217,19 +217,12 @@ impl LockClient {
     pub(crate) async fn connect_with(
         target: &Target,
         config: ClientConfig,
+        node_auth: Option<NodeAuth>,
     ) -> Result<LockClient, Error> {
         let waiters = Arc::new(Waiters::default());
         if !matches!(target, Target::Standalone(_)) {
-            // WAIT must run on the connection that wrote, on the node that owns the slot (or
-            // the primary Sentinel names now): not built for these topologies yet, so refuse
-            // rather than return guards that were never acknowledged.
-            if config.replica_ack.is_some() {
-                return Err(Error::InvalidConfig {
-                    reason: "replica acknowledgement is available for standalone URLs only, \
-                             not for cluster or Sentinel clients"
-                        .into(),
-                });
-            }
+            // The cluster and Sentinel clients take TLS settings from their URLs only; redis-rs
+            // has no per-client root certificates for them.
             #[cfg(feature = "tls")]
             if config.tls_root_ca.is_some() {
                 return Err(Error::InvalidConfig {
@@ -240,18 +233,21 @@ impl LockClient {
         let (conn, acks) = match target {
             Target::Standalone(url) => {
                 let (manager, client) = connect_standalone(url, &config, &waiters).await?;
-                let acks = AckConnections::new(client, config.connection_timeout);
-                (Conn::Standalone(manager), Some(acks))
+                (Conn::Standalone(manager), AckRoute::Standalone(client))
             }
-            Target::Cluster(nodes) => (
-                Conn::Cluster(connect_cluster(nodes, &config, &waiters).await?),
-                None,
-            ),
-            Target::Sentinel { sentinels, master } => (
-                Conn::Sentinel(SentinelConn::connect(sentinels, master, &config, &waiters).await?),
-                None,
-            ),
+            Target::Cluster(nodes) => {
+                let conn = connect_cluster(nodes, &config, &waiters).await?;
+                // connect_cluster refused an empty list.
+                let route = ClusterRoute::new(conn.clone(), &nodes[0], &config)?;
+                (Conn::Cluster(conn), AckRoute::Cluster(route))
+            }
+            Target::Sentinel { sentinels, master } => {
+                let conn =
+                    SentinelConn::connect(sentinels, master, node_auth, &config, &waiters).await?;
+                (Conn::Sentinel(conn.clone()), AckRoute::Sentinel(conn))
+            }
         };
+        let acks = AckConnections::new(acks, &config);
         waiters.set_connection(conn.clone());
         let inner = Arc::new(Inner {
             conn,
@@ -388,7 +384,7 @@ impl LockClient {
     /// How many connections reserved for replicated acquisitions are open and idle. They are
     /// opened on first use and never carry anything but an acquisition script and its `WAIT`.
     pub fn replica_ack_connections(&self) -> usize {
-        self.inner.acks.as_ref().map_or(0, AckConnections::idle)
+        self.inner.acks.idle()
     }
 
     /// A fresh id for a holder or an operation: unique across clients (random client id) and
@@ -455,7 +451,7 @@ impl LockClient {
 }
 
 #[cfg(not(feature = "tls"))]
-fn open_client(
+pub(crate) fn open_client(
     info: redis::ConnectionInfo,
     _config: &ClientConfig,
 ) -> Result<redis::Client, Error> {
@@ -463,7 +459,10 @@ fn open_client(
 }
 
 #[cfg(feature = "tls")]
-fn open_client(info: redis::ConnectionInfo, config: &ClientConfig) -> Result<redis::Client, Error> {
+pub(crate) fn open_client(
+    info: redis::ConnectionInfo,
+    config: &ClientConfig,
+) -> Result<redis::Client, Error> {
     let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
     if tls && rustls::crypto::CryptoProvider::get_default().is_none() {
         // rustls needs a process-wide provider when the dependency graph enables more than

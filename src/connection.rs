@@ -17,6 +17,7 @@ use redis::{
     RedisResult, Value,
 };
 
+use crate::builder::NodeAuth;
 use crate::client::{connect_manager, ClientConfig};
 use crate::wait::Waiters;
 
@@ -139,6 +140,9 @@ struct SentinelShared {
 struct Primary {
     generation: u64,
     addr: ConnectionAddr,
+    /// What the Sentinels handed out for this primary (address, credentials), for the
+    /// dedicated connections of replica acknowledgement.
+    client: redis::Client,
     conn: ConnectionManager,
 }
 
@@ -146,6 +150,7 @@ impl SentinelConn {
     pub(crate) async fn connect(
         sentinels: &[String],
         master_name: &str,
+        node_auth: Option<NodeAuth>,
         config: &ClientConfig,
         waiters: &Arc<Waiters>,
     ) -> Result<SentinelConn, crate::Error> {
@@ -155,14 +160,19 @@ impl SentinelConn {
             });
         }
         let mut sentinel = Sentinel::build(sentinels.to_vec())?;
-        let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(
-            RedisConnectionInfo::default().set_protocol(ProtocolVersion::RESP3),
-        );
+        let mut redis_info = RedisConnectionInfo::default().set_protocol(ProtocolVersion::RESP3);
+        if let Some(auth) = node_auth {
+            if let Some(username) = &auth.username {
+                redis_info = redis_info.set_username(username);
+            }
+            redis_info = redis_info.set_password(&auth.password);
+        }
+        let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
         let client = sentinel
             .async_master_for(master_name, Some(&node_info))
             .await?;
         let addr = client.get_connection_info().addr().clone();
-        let conn = connect_manager(client, config, waiters).await?;
+        let conn = connect_manager(client.clone(), config, waiters).await?;
         Ok(SentinelConn {
             shared: Arc::new(SentinelShared {
                 sentinel: tokio::sync::Mutex::new(sentinel),
@@ -173,6 +183,7 @@ impl SentinelConn {
                 current: parking_lot::Mutex::new(Primary {
                     generation: 0,
                     addr,
+                    client,
                     conn,
                 }),
                 switching: tokio::sync::Mutex::new(()),
@@ -184,10 +195,21 @@ impl SentinelConn {
         self.shared.current.lock().conn.clone()
     }
 
+    /// The primary of the moment: its generation (bumped by every switch), its address and a
+    /// client to open more connections to it.
+    pub(crate) fn primary(&self) -> (u64, String, redis::Client) {
+        let current = self.shared.current.lock();
+        (
+            current.generation,
+            current.addr.to_string(),
+            current.client.clone(),
+        )
+    }
+
     /// After a request on the connection of `generation` failed in a way that says the
     /// primary may have moved, asks the Sentinels and switches to the primary they name, if it
     /// is another one.
-    async fn follow_failover(&self, generation: u64) {
+    pub(crate) async fn follow_failover(&self, generation: u64) {
         let _switching = self.shared.switching.lock().await;
         if self.shared.current.lock().generation != generation {
             return; // someone else switched meanwhile
@@ -214,7 +236,7 @@ impl SentinelConn {
         if addr == self.shared.current.lock().addr {
             return;
         }
-        let conn = match connect_manager(client, &self.shared.config, &waiters).await {
+        let conn = match connect_manager(client.clone(), &self.shared.config, &waiters).await {
             Ok(conn) => conn,
             Err(err) => {
                 tracing::debug!(error = %err, "connecting to the new primary failed");
@@ -226,6 +248,7 @@ impl SentinelConn {
             let mut current = self.shared.current.lock();
             current.generation += 1;
             current.addr = addr;
+            current.client = client;
             current.conn = conn;
         }
         // Spawned: the request that noticed the failover may be dropped by its caller, but the

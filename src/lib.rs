@@ -113,7 +113,8 @@
 //! # Replicas
 //!
 //! [`LockClientBuilder::replica_ack`] and [`Lock::with_replica_ack`] make an acquisition wait
-//! (`WAIT`, on a connection of its own) until replicas confirmed it, so that a failover to one
+//! (`WAIT`, on a connection of its own to the lock's primary, on every topology) until
+//! replicas confirmed it, so that a failover to one
 //! of them keeps the lock and its token; a shortfall rolls the acquisition back
 //! ([`Error::ReplicationTimeout`]) or, by choice ([`OnShortfall`]), returns a guard marked
 //! unreplicated. It is not consensus: `DESIGN.md` §13 says what it does not cover.

@@ -396,6 +396,7 @@ impl Lock {
             Some(ack) => Box::pin(replication::acquire_acknowledged(
                 &self.client,
                 ack,
+                &self.keys,
                 |mut conn| {
                     let keys = &self.keys;
                     async move { protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await }

@@ -416,7 +416,10 @@ impl MultiLock {
         let (reply, acks) = match self.replica_ack {
             None => (self.client.retrying(call!()).await?, None),
             Some(ack) => {
-                replication::acquire_acknowledged(&self.client, ack, call!(), |reply| {
+                // One script reaches every member here (not a cluster), so any member's keys
+                // route it; a set has at least one member.
+                let first = self.members[0].keys();
+                replication::acquire_acknowledged(&self.client, ack, first, call!(), |reply| {
                     matches!(reply, AcquireAllReply::Acquired { .. })
                 })
                 .await?
@@ -444,7 +447,13 @@ impl MultiLock {
         let lease = self.lease();
         let op_ttl = self.client.inner.config.op_record_ttl;
         let mut tokens = Vec::with_capacity(self.members.len());
-        let mut fewest: Option<Acks> = None;
+        // With replica acknowledgement, one session for the whole set: each member's script
+        // runs on the session's connection to its slot's primary, and once every member is
+        // taken, one WAIT per node covers all the members written there.
+        let mut session = match self.replica_ack {
+            Some(_) => Some(self.client.inner.acks.session().await?),
+            None => None,
+        };
         for (index, (member, holder)) in self.members.iter().zip(holders).enumerate() {
             macro_rules! call {
                 () => {
@@ -459,17 +468,18 @@ impl MultiLock {
             }
             // Members taken so far stay armed: an error or a drop here undoes them.
             pending[index].arm();
-            let outcome = match self.replica_ack {
-                None => self.client.retrying(call!()).await.map(|r| (r, None)),
-                Some(ack) => {
-                    replication::acquire_acknowledged(&self.client, ack, call!(), |reply| {
-                        matches!(reply, AcquireReply::Acquired { .. })
-                    })
-                    .await
+            let outcome = match &mut session {
+                None => self.client.retrying(call!()).await,
+                Some(session) => {
+                    session
+                        .run(member.keys(), call!(), |reply| {
+                            matches!(reply, AcquireReply::Acquired { .. })
+                        })
+                        .await
                 }
             };
-            let (reply, acks) = match outcome {
-                Ok(done) => done,
+            let reply = match outcome {
+                Ok(reply) => reply,
                 Err(err) => {
                     // Undo the members taken so far (and this one, should it have run) before
                     // the caller sees the error; if that fails too, the drop guards finish it.
@@ -479,25 +489,32 @@ impl MultiLock {
                 }
             };
             match reply {
-                AcquireReply::Acquired { token, .. } => {
-                    tokens.push(token);
-                    if let Some(acks) = acks {
-                        fewest = Some(match fewest {
-                            Some(f) if f.acked <= acks.acked => f,
-                            _ => acks,
-                        });
-                    }
-                }
+                AcquireReply::Acquired { token, .. } => tokens.push(token),
                 AcquireReply::Held { pttl } => {
                     pending[index].disarm();
                     self.roll_back(holders, index).await?;
                     pending[..index].iter_mut().for_each(PendingOp::disarm);
+                    if let Some(session) = session {
+                        session.finish();
+                    }
                     return Ok(Err((index, pttl)));
                 }
                 AcquireReply::Cancelled => return Err(Error::Cancelled),
             }
         }
-        Ok(Ok((tokens, fewest)))
+        let acks = match (session, self.replica_ack) {
+            (Some(mut session), Some(ack)) => {
+                // A refused WAIT leaves every member armed: their drops undo the set.
+                let acks = session.wait(ack).await?.unwrap_or(Acks {
+                    acked: 0,
+                    required: ack.replicas,
+                });
+                session.finish();
+                Some(acks)
+            }
+            _ => None,
+        };
+        Ok(Ok((tokens, acks)))
     }
 
     /// Undoes the acquisitions of the first `count` members (`cancel.lua` each, which frees

@@ -7,16 +7,25 @@
 //! them for the timeout whenever a replica is slow; and a `WAIT` on any other connection would
 //! not cover the acquisition. So a replicated acquisition runs its script and its `WAIT`
 //! back-to-back on a connection of its own, taken exclusively from a small pool that is only
-//! used for this (see [`AckConnections`]).
+//! used for this (see [`AckConnections`]), to the primary that holds the lock: the server, the
+//! primary the Sentinels name now, or the cluster node that owns the lock's slot ([`AckRoute`]).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo,
+    ServerErrorKind, Value,
+};
 use tokio::sync::Semaphore;
 
+use crate::client::{open_client, ClientConfig};
+use crate::connection::SentinelConn;
+use crate::protocol::keys::{self, LockKeys};
 use crate::{protocol, Error, LockClient};
 
 /// Most connections one client keeps for replicated acquisitions; more concurrent replicated
@@ -99,157 +108,693 @@ impl Acks {
     }
 }
 
-/// The pool of connections reserved for replicated acquisitions. Each use takes a connection
-/// exclusively (a semaphore permit), so a `WAIT` never blocks anyone else's request.
-pub(crate) struct AckConnections {
+/// Most `MOVED`/`ASK` redirections in a row (without a backed-off re-send in between) one
+/// script call follows before its error is returned (a slot map that keeps disagreeing with the
+/// nodes is a cluster being reconfigured; the caller may try again later).
+const MAX_REDIRECTS: u32 = 16;
+
+/// Where the pool's connections go: the node that must run an acquisition's script and its
+/// `WAIT`.
+#[allow(clippy::large_enum_variant)] // one per client
+pub(crate) enum AckRoute {
+    /// One server at a fixed address.
+    Standalone(redis::Client),
+    /// The primary the Sentinels name now, as the client's shared Sentinel connection knows it
+    /// (and re-resolves it on our behalf).
+    Sentinel(SentinelConn),
+    /// The primary that owns the lock's slot.
+    Cluster(ClusterRoute),
+}
+
+/// A node the pool can connect to. `key` names it in the pool (its address), `stamp` is the
+/// view of the topology it came from (a Sentinel generation, a slot-map epoch), handed back
+/// when a request says that view is stale so that only one refresh runs per stale view.
+struct Node {
+    key: String,
     client: redis::Client,
-    connection_timeout: Duration,
-    idle: Mutex<Vec<MultiplexedConnection>>,
+    stamp: u64,
+}
+
+/// The slot -> primary map of a cluster, for the pool only (the cluster client keeps its own
+/// and does not expose it), learnt with `CLUSTER SLOTS` through the client's cluster connection,
+/// reloaded after a `MOVED` or a connection error, and corrected by each `MOVED` reply.
+pub(crate) struct ClusterRoute {
+    conn: ClusterConnection,
+    /// The first seed URL's connection settings (credentials, TLS or not), used for every node,
+    /// as redis-rs' cluster client does.
+    seed: ConnectionInfo,
+    config: ClientConfig,
+    map: Mutex<SlotMap>,
+    /// Refreshes run one at a time; the others see its result.
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct SlotMap {
+    /// Bumped by every change, so a stale view asks for one refresh only.
+    epoch: u64,
+    /// `host:port` of every primary seen.
+    nodes: Vec<String>,
+    /// Index into `nodes` of each slot's primary ([`SlotMap::UNKNOWN`] when none); empty until
+    /// the first refresh.
+    owners: Vec<u16>,
+}
+
+impl SlotMap {
+    const UNKNOWN: u16 = u16::MAX;
+
+    fn owner(&self, slot: u16) -> Option<&str> {
+        let index = *self.owners.get(usize::from(slot))?;
+        self.nodes.get(usize::from(index)).map(String::as_str)
+    }
+
+    fn node_index(&mut self, addr: &str) -> u16 {
+        match self.nodes.iter().position(|n| n == addr) {
+            // A cluster has far fewer than 65535 primaries.
+            Some(index) => index as u16,
+            None => {
+                self.nodes.push(addr.to_owned());
+                (self.nodes.len() - 1) as u16
+            }
+        }
+    }
+
+    fn set(&mut self, slot: u16, addr: &str) {
+        if self.owners.is_empty() {
+            self.owners = vec![SlotMap::UNKNOWN; keys::SLOTS];
+        }
+        let index = self.node_index(addr);
+        if let Some(owner) = self.owners.get_mut(usize::from(slot)) {
+            *owner = index;
+        }
+        self.epoch += 1;
+    }
+
+    fn rebuild(&mut self, ranges: Vec<(u16, u16, String)>) {
+        self.nodes.clear();
+        self.owners = vec![SlotMap::UNKNOWN; keys::SLOTS];
+        for (start, end, addr) in ranges {
+            let index = self.node_index(&addr);
+            for slot in start..=end.min((keys::SLOTS - 1) as u16) {
+                self.owners[usize::from(slot)] = index;
+            }
+        }
+        self.epoch += 1;
+    }
+}
+
+impl ClusterRoute {
+    pub(crate) fn new(
+        conn: ClusterConnection,
+        seed_url: &str,
+        config: &ClientConfig,
+    ) -> Result<ClusterRoute, Error> {
+        Ok(ClusterRoute {
+            conn,
+            seed: seed_url.into_connection_info()?,
+            config: config.clone(),
+            map: Mutex::new(SlotMap::default()),
+            refreshing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn seed_host(&self) -> String {
+        match self.seed.addr() {
+            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
+            _ => "127.0.0.1".to_owned(),
+        }
+    }
+
+    /// A connectable node at `addr` (`host:port`), with the seed's credentials and TLS mode.
+    fn node(&self, addr: &str, stamp: u64) -> Result<Node, Error> {
+        let (host, port) = addr
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+            .ok_or_else(|| Error::Protocol(format!("unusable cluster node address {addr:?}")))?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let target = match self.seed.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => ConnectionAddr::Tcp(host, port),
+        };
+        let info = self.seed.clone().set_addr(target);
+        Ok(Node {
+            key: addr.to_owned(),
+            client: open_client(info, &self.config)?,
+            stamp,
+        })
+    }
+
+    /// The primary owning `slot`, asking the cluster when the map does not know it.
+    async fn node_for(&self, slot: u16) -> Result<Node, Error> {
+        for _ in 0..2 {
+            let (epoch, owner) = {
+                let map = self.map.lock();
+                (map.epoch, map.owner(slot).map(str::to_owned))
+            };
+            if let Some(addr) = owner {
+                return self.node(&addr, epoch);
+            }
+            self.refresh(epoch).await?;
+        }
+        // Transient, like a cluster that is down for this slot: the caller retries.
+        Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            format!("no primary serves slot {slot}"),
+        ))))
+    }
+
+    /// Reloads the whole map with `CLUSTER SLOTS`, unless it changed since `seen`.
+    async fn refresh(&self, seen: u64) -> Result<(), Error> {
+        let _one = self.refreshing.lock().await;
+        if self.map.lock().epoch != seen {
+            return Ok(());
+        }
+        let reply: Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let ranges = parse_cluster_slots(&reply, &self.seed_host());
+        tracing::debug!(
+            ranges = ranges.len(),
+            "replica acknowledgement: slot map refreshed"
+        );
+        self.map.lock().rebuild(ranges);
+        Ok(())
+    }
+
+    fn primaries(&self) -> Vec<String> {
+        self.map.lock().nodes.clone()
+    }
+}
+
+/// `(first slot, last slot, "host:port" of the primary)` of every range in a `CLUSTER SLOTS`
+/// reply. An empty host means the answering node's own, which we cannot tell through the
+/// cluster client; the seed's host stands in for it. `?` (unknown) is skipped.
+fn parse_cluster_slots(reply: &Value, fallback_host: &str) -> Vec<(u16, u16, String)> {
+    let Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let Value::Array(items) = range else {
+                return None;
+            };
+            let (Value::Int(start), Value::Int(end), Value::Array(primary)) =
+                (items.first()?, items.get(1)?, items.get(2)?)
+            else {
+                return None;
+            };
+            let host = match primary.first()? {
+                Value::BulkString(host) => String::from_utf8_lossy(host).into_owned(),
+                Value::SimpleString(host) => host.clone(),
+                Value::Nil => String::new(),
+                _ => return None,
+            };
+            let host = match host.as_str() {
+                "?" => return None,
+                "" => fallback_host.to_owned(),
+                _ => host,
+            };
+            let Value::Int(port) = primary.get(1)? else {
+                return None;
+            };
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host
+            };
+            Some((
+                u16::try_from(*start).ok()?,
+                u16::try_from(*end).ok()?,
+                format!("{host}:{port}"),
+            ))
+        })
+        .collect()
+}
+
+/// The connections reserved for replicated acquisitions, per node. Each acquisition (or
+/// multi-lock set) takes a [`AckSession`]: one permit of [`MAX_ACK_CONNECTIONS`] and, per node
+/// it writes to, one connection exclusively, so a `WAIT` never blocks anyone else's request.
+/// A session holds at most one connection per node, so no node ever has more than
+/// [`MAX_ACK_CONNECTIONS`] of them, and a set never waits for a second permit while holding one.
+pub(crate) struct AckConnections {
+    route: AckRoute,
+    config: ClientConfig,
+    idle: Mutex<HashMap<String, Vec<MultiplexedConnection>>>,
     permits: Semaphore,
 }
 
 impl AckConnections {
-    pub(crate) fn new(client: redis::Client, connection_timeout: Duration) -> AckConnections {
+    pub(crate) fn new(route: AckRoute, config: &ClientConfig) -> AckConnections {
         AckConnections {
-            client,
-            connection_timeout,
-            idle: Mutex::new(Vec::new()),
+            route,
+            config: config.clone(),
+            idle: Mutex::new(HashMap::new()),
             permits: Semaphore::new(MAX_ACK_CONNECTIONS),
         }
     }
 
-    /// How many connections of the pool are open and idle (for tests and diagnostics).
+    /// How many connections of the pool are open and idle, over every node (for tests and
+    /// diagnostics).
     pub(crate) fn idle(&self) -> usize {
-        self.idle.lock().len()
+        self.idle.lock().values().map(Vec::len).sum()
     }
 
-    async fn take(&self) -> Result<AckConnection<'_>, Error> {
+    /// Starts one replicated acquisition (waits for a permit when [`MAX_ACK_CONNECTIONS`] are
+    /// in flight).
+    pub(crate) async fn session(&self) -> Result<AckSession<'_>, Error> {
         let permit = self
             .permits
             .acquire()
             .await
             .map_err(|_| Error::Protocol("replica acknowledgement pool closed".into()))?;
-        let idle = self.idle.lock().pop();
-        let conn = match idle {
-            Some(conn) => conn,
-            None => {
-                // No response timeout of redis-rs' own: a WAIT legitimately takes as long as
-                // its timeout, so every request here is bounded by the caller instead.
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.connection_timeout))
-                    .set_response_timeout(None);
-                self.client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?
-            }
-        };
-        Ok(AckConnection {
+        Ok(AckSession {
             pool: self,
-            conn: Some(conn),
             _permit: permit,
+            held: Vec::new(),
+            poisoned: false,
         })
     }
-}
 
-/// One pooled connection in exclusive use. Dropped without [`AckConnection::give_back`] (an
-/// error, a timeout, a cancelled future that may have left a `WAIT` running on the server) it
-/// is closed instead of reused.
-struct AckConnection<'a> {
-    pool: &'a AckConnections,
-    conn: Option<MultiplexedConnection>,
-    _permit: tokio::sync::SemaphorePermit<'a>,
-}
-
-impl AckConnection<'_> {
-    fn conn(&self) -> MultiplexedConnection {
-        self.conn.clone().expect("present until given back")
+    /// The node that must run a script on `slot` now.
+    async fn target(&self, slot: u16) -> Result<Node, Error> {
+        match &self.route {
+            AckRoute::Standalone(client) => Ok(Node {
+                key: String::new(),
+                client: client.clone(),
+                stamp: 0,
+            }),
+            AckRoute::Sentinel(sentinel) => {
+                let (generation, key, client) = sentinel.primary();
+                // Connections to a former primary would write to a demoted node (READONLY) or,
+                // worse, WAIT on one that is a replica now.
+                self.idle.lock().retain(|node, _| *node == key);
+                Ok(Node {
+                    key,
+                    client,
+                    stamp: generation,
+                })
+            }
+            AckRoute::Cluster(cluster) => cluster.node_for(slot).await,
+        }
     }
 
-    fn give_back(mut self) {
-        if let Some(conn) = self.conn.take() {
-            self.pool.idle.lock().push(conn);
+    /// The node an `ASK` redirection names (cluster only).
+    fn asked(&self, addr: &str) -> Result<Node, Error> {
+        match &self.route {
+            AckRoute::Cluster(cluster) => cluster.node(addr, 0),
+            _ => Err(Error::Protocol(format!(
+                "an ASK redirection to {addr} outside a cluster"
+            ))),
+        }
+    }
+
+    /// A `MOVED` reply named `addr` as `slot`'s primary.
+    fn moved(&self, slot: u16, addr: &str) {
+        if let AckRoute::Cluster(cluster) = &self.route {
+            cluster.map.lock().set(slot, addr);
+        }
+    }
+
+    /// The view `stamp` is stale (the primary may have moved): ask the Sentinels or the
+    /// cluster again, and close idle connections to nodes that are no longer primaries.
+    async fn reroute(&self, stamp: u64) {
+        match &self.route {
+            AckRoute::Standalone(_) => {}
+            AckRoute::Sentinel(sentinel) => sentinel.follow_failover(stamp).await,
+            AckRoute::Cluster(cluster) => {
+                if let Err(err) = cluster.refresh(stamp).await {
+                    tracing::debug!(error = %err, "replica acknowledgement: slot map refresh failed");
+                    return;
+                }
+                let primaries = cluster.primaries();
+                self.idle
+                    .lock()
+                    .retain(|node, _| primaries.iter().any(|p| p == node));
+            }
+        }
+    }
+
+    async fn open(&self, node: &Node) -> Result<MultiplexedConnection, Error> {
+        let idle = self.idle.lock().get_mut(&node.key).and_then(Vec::pop);
+        if let Some(conn) = idle {
+            return Ok(conn);
+        }
+        // No response timeout of redis-rs' own: a WAIT legitimately takes as long as its
+        // timeout, so every request here is bounded by the caller instead.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.config.connection_timeout))
+            .set_response_timeout(None);
+        Ok(node
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?)
+    }
+
+    fn give_back(&self, key: String, conn: MultiplexedConnection) {
+        // A connection to a node that is no longer a primary (a session redirected away from
+        // it, or one that outlived a failover) is closed, not kept for later.
+        let current = match &self.route {
+            AckRoute::Standalone(_) => true,
+            AckRoute::Sentinel(sentinel) => sentinel.primary().1 == key,
+            AckRoute::Cluster(cluster) => cluster.map.lock().nodes.contains(&key),
+        };
+        if !current {
+            return;
+        }
+        let mut idle = self.idle.lock();
+        let list = idle.entry(key).or_default();
+        if list.len() < MAX_ACK_CONNECTIONS {
+            list.push(conn);
         }
     }
 }
 
-/// Runs one acquisition script on a pooled connection and, if it acquired (`acquired(reply)`),
-/// `WAIT`s on the same connection for `ack.replicas` replicas.
+/// One replicated acquisition (a lock, or a whole multi-lock set) in flight: its permit and,
+/// per node it wrote to, the connection that ran its scripts, on which `WAIT` must run.
 ///
-/// A transient failure re-sends the script (same ids, so a replay) on a fresh connection
-/// within the retry window, like [`LockClient::retrying`]. After such a re-send the script's
-/// write may have been made on the lost connection, and `WAIT` on the new one would not cover
-/// it; the acquisition then counts as acknowledged by no replica (the shortfall policy
-/// decides), never as acknowledged by a `WAIT` that did not see it.
+/// Dropped without [`AckSession::finish`] (an error, a cancelled future that may have left a
+/// `WAIT` running on the server) every connection is closed instead of reused.
+pub(crate) struct AckSession<'a> {
+    pool: &'a AckConnections,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    held: Vec<Held>,
+    /// A `WAIT` task ended abnormally: no connection of this session is reused.
+    poisoned: bool,
+}
+
+struct Held {
+    key: String,
+    /// Dropped (closed) after any failure on it; a later script to the node opens another.
+    conn: Option<MultiplexedConnection>,
+    /// A script that acquired ran on this node in this session.
+    wrote: bool,
+    /// A fence counter on this node, when `conn` may not have made the node's latest write of
+    /// this session: the last acquisition here was confirmed by a re-send (a replay writes
+    /// nothing), or `conn` replaced a lost connection that made earlier writes. `WAIT` counts
+    /// the writes of its own connection, so one write of ours must come first (see
+    /// [`AckSession::wait`]). `None` when the last acquisition here wrote on `conn` itself.
+    bump: Option<Vec<u8>>,
+}
+
+impl AckSession<'_> {
+    /// Index of this session's connection to `node`, opened (or taken from the pool) if needed.
+    /// `fence` is a key of a slot the node owns, for [`Held::bump`].
+    async fn connection(&mut self, node: &Node, fence: &[u8]) -> Result<usize, Error> {
+        let index = match self.held.iter().position(|h| h.key == node.key) {
+            Some(index) => index,
+            None => {
+                self.held.push(Held {
+                    key: node.key.clone(),
+                    conn: None,
+                    wrote: false,
+                    bump: None,
+                });
+                self.held.len() - 1
+            }
+        };
+        let held = &mut self.held[index];
+        if held.conn.is_none() {
+            held.conn = Some(self.pool.open(node).await?);
+            if held.wrote && held.bump.is_none() {
+                // The node's earlier writes were made on a connection that is gone; unless a
+                // later script writes on this one, a write of ours must precede the WAIT.
+                held.bump = Some(fence.to_vec());
+            }
+        }
+        Ok(index)
+    }
+
+    /// Runs one acquisition script for the lock of `keys` on this session's connection to the
+    /// node that owns its slot, and records the write when `acquired(reply)`.
+    ///
+    /// Follows `MOVED` (the map learns the new owner) and `ASK` (`ASKING` then the script at the
+    /// importing node), at most [`MAX_REDIRECTS`] times. A transient failure re-sends the script
+    /// (same ids, so a replay) within the retry window, after asking the Sentinels or the
+    /// cluster where the primary is now when the failure says it may have moved (connection
+    /// errors, `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`). After a failure that leaves the
+    /// outcome unknown (a timeout or a lost connection after the script was sent), the write
+    /// may have been made on the lost connection and the re-send may be a replay that writes
+    /// nothing: the node is marked for a write of ours before its `WAIT` ([`Held::bump`]).
+    /// Redirections, refusals and a replica's `READONLY` are definite "not run".
+    pub(crate) async fn run<R, F, Fut>(
+        &mut self,
+        keys: &LockKeys,
+        mut attempt: F,
+        acquired: impl Fn(&R) -> bool,
+    ) -> Result<R, Error>
+    where
+        F: FnMut(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = Result<R, Error>>,
+    {
+        let pool = self.pool;
+        let slot = keys.slot;
+        let response_timeout = pool.config.response_timeout;
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(5);
+        let mut resent = false;
+        let mut redirects = 0;
+        let mut ask: Option<String> = None;
+        loop {
+            let asking = ask.is_some();
+            let node = match ask.take() {
+                Some(addr) => pool.asked(&addr),
+                None => pool.target(slot).await,
+            };
+            let (err, stamp) = match node {
+                Err(err) => (err, None),
+                Ok(node) => match self.connection(&node, &keys.fence).await {
+                    Err(err) => (err, Some(node.stamp)),
+                    Ok(index) => {
+                        let conn = self.held[index].conn.clone().expect("opened above");
+                        let outcome = async {
+                            if asking {
+                                let mut conn = conn.clone();
+                                bounded(response_timeout, async move {
+                                    Ok(redis::cmd("ASKING").query_async::<()>(&mut conn).await?)
+                                })
+                                .await
+                                .map_err(|err| (err, false))?;
+                            }
+                            bounded(response_timeout, attempt(conn))
+                                .await
+                                .map_err(|err| (err, true))
+                        }
+                        .await;
+                        let held = &mut self.held[index];
+                        match outcome {
+                            Ok(reply) => {
+                                if acquired(&reply) {
+                                    held.wrote = true;
+                                    // A write on `conn` covers every earlier one of this
+                                    // session on the node (its offset is higher); a re-send
+                                    // may have written nothing.
+                                    held.bump = resent.then(|| keys.fence.clone());
+                                }
+                                return Ok(reply);
+                            }
+                            Err((err, sent)) => {
+                                if redirect(&err).is_none() {
+                                    // Closed, not reused: a request may still run on it.
+                                    held.conn = None;
+                                    if sent && outcome_unknown(&err) {
+                                        resent = true;
+                                    }
+                                }
+                                (err, Some(node.stamp))
+                            }
+                        }
+                    }
+                },
+            };
+            if let Some((is_ask, moved_slot, addr)) = redirect(&err) {
+                redirects += 1;
+                if redirects > MAX_REDIRECTS {
+                    return Err(err);
+                }
+                tracing::debug!(%addr, is_ask, "replicated acquisition redirected");
+                if is_ask {
+                    ask = Some(addr);
+                } else {
+                    // A moved slot rarely moves alone (a failover moves a node's every slot):
+                    // reload the whole map once per stale view, then let the node's own answer
+                    // win for this slot, in case the node that answered CLUSTER SLOTS lags.
+                    if let Some(stamp) = stamp {
+                        pool.reroute(stamp).await;
+                    }
+                    pool.moved(moved_slot, &addr);
+                }
+                continue;
+            }
+            if !crate::client::is_transient(&err)
+                || started.elapsed() + backoff >= pool.config.retry_window
+            {
+                return Err(err);
+            }
+            tracing::debug!(error = %err, "re-sending a replicated acquisition");
+            if let Some(stamp) = stamp.filter(|_| primary_may_have_moved(&err)) {
+                pool.reroute(stamp).await;
+            }
+            // The redirection bound is against a hot loop; a slot migration (ASK, then TRYAGAIN
+            // at the importing node) goes on for as long as the retry window allows.
+            redirects = 0;
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(250));
+        }
+    }
+
+    /// `WAIT`s on every node this session wrote to, concurrently, and returns the fewest
+    /// acknowledgements; `None` when nothing was acquired.
+    ///
+    /// A node whose connection was lost after a write counts 0: no `WAIT` of ours can cover
+    /// that write any more. A node marked by a re-send ([`Held::bump`]) first gets
+    /// `INCRBY <fence counter> 0`, a write that changes nothing but is replicated: the
+    /// re-send's reply showed the lock in the primary's data, so it was written before this
+    /// write, and the replication stream is one sequence, so a `WAIT` that covers this write
+    /// covers the acquisition too, whichever connection made it.
+    ///
+    /// # Errors
+    /// [`Error::PermissionDenied`] when the user may not run `WAIT` (or `INCRBY`): a
+    /// configuration problem that must not pass for a slow replica. The acquisition stays
+    /// held; the caller's armed pending operation undoes it.
+    pub(crate) async fn wait(&mut self, ack: ReplicaAck) -> Result<Option<Acks>, Error> {
+        let response_timeout = self.pool.config.response_timeout;
+        let limit = response_timeout + ack.timeout;
+        let mut fewest: Option<u32> = None;
+        let mut waits = tokio::task::JoinSet::new();
+        for (index, held) in self.held.iter().enumerate().filter(|(_, h)| h.wrote) {
+            let Some(conn) = &held.conn else {
+                fewest = Some(0);
+                continue;
+            };
+            let mut conn = conn.clone();
+            let bump = held.bump.clone();
+            waits.spawn(async move {
+                if let Some(fence) = bump {
+                    let write = async {
+                        Ok(redis::cmd("INCRBY")
+                            .arg(fence)
+                            .arg(0)
+                            .query_async::<i64>(&mut conn)
+                            .await?)
+                    };
+                    if let Err(err) = bounded(response_timeout, write).await {
+                        return (index, Err(err));
+                    }
+                }
+                let wait = protocol::wait_replicas(&mut conn, ack.replicas, ack.timeout);
+                (index, bounded(limit, wait).await)
+            });
+        }
+        let mut refused = None;
+        while let Some(done) = waits.join_next().await {
+            let acked = match done {
+                Ok((_, Ok(acked))) => acked,
+                Ok((_, Err(err))) if err.is_permission_denied() => {
+                    refused.get_or_insert(err);
+                    0
+                }
+                Ok((index, Err(err))) => {
+                    // Closed, not reused: its WAIT may still run.
+                    tracing::warn!(error = %err, "WAIT for replicas failed; counting no acknowledgement");
+                    self.held[index].conn = None;
+                    0
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "WAIT task failed; counting no acknowledgement");
+                    self.poisoned = true;
+                    0
+                }
+            };
+            fewest = Some(fewest.map_or(acked, |f| f.min(acked)));
+        }
+        if let Some(err) = refused {
+            return Err(err);
+        }
+        Ok(fewest.map(|acked| Acks {
+            acked,
+            required: ack.replicas,
+        }))
+    }
+
+    /// Puts the session's healthy connections back in the pool.
+    pub(crate) fn finish(mut self) {
+        if self.poisoned {
+            return;
+        }
+        for held in self.held.drain(..) {
+            if let Some(conn) = held.conn {
+                self.pool.give_back(held.key, conn);
+            }
+        }
+    }
+}
+
+/// Runs one acquisition script (for the lock of `keys`) on a dedicated connection to the node
+/// that owns it and, if it acquired (`acquired(reply)`), `WAIT`s on the same connection for
+/// `ack.replicas` replicas. See [`AckSession::run`] for redirections and re-sends and
+/// [`AckSession::wait`] for how a re-sent acquisition is still covered; an acquisition is never
+/// reported as acknowledged by a `WAIT` that did not see it.
 pub(crate) async fn acquire_acknowledged<R, F, Fut>(
     client: &LockClient,
     ack: ReplicaAck,
-    mut attempt: F,
+    keys: &LockKeys,
+    attempt: F,
     acquired: impl Fn(&R) -> bool,
 ) -> Result<(R, Option<Acks>), Error>
 where
     F: FnMut(MultiplexedConnection) -> Fut,
     Fut: Future<Output = Result<R, Error>>,
 {
-    let config = &client.inner.config;
-    let Some(pool) = &client.inner.acks else {
-        return Err(Error::InvalidConfig {
-            reason: "replica acknowledgement is available for standalone URLs only, not for \
-                     cluster or Sentinel clients"
-                .into(),
-        });
+    let mut session = client.inner.acks.session().await?;
+    let reply = session.run(keys, attempt, &acquired).await?;
+    if !acquired(&reply) {
+        session.finish();
+        return Ok((reply, None));
+    }
+    let acks = session.wait(ack).await?.unwrap_or(Acks {
+        acked: 0,
+        required: ack.replicas,
+    });
+    session.finish();
+    Ok((reply, Some(acks)))
+}
+
+/// `(ASK?, slot, address)` of a `MOVED` or `ASK` reply.
+fn redirect(err: &Error) -> Option<(bool, u16, String)> {
+    let Error::Redis(err) = err else {
+        return None;
     };
-    let started = Instant::now();
-    let mut backoff = Duration::from_millis(5);
-    let mut resent = false;
-    loop {
-        let outcome = async {
-            let conn = pool.take().await?;
-            let reply = bounded(config.response_timeout, attempt(conn.conn())).await?;
-            Ok::<_, Error>((conn, reply))
+    let is_ask = err.kind() == ErrorKind::Server(ServerErrorKind::Ask);
+    let (addr, slot) = err.redirect_node()?;
+    Some((is_ask, slot, addr.to_owned()))
+}
+
+/// A failure after which the script may or may not have run.
+fn outcome_unknown(err: &Error) -> bool {
+    matches!(err, Error::Redis(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
+}
+
+/// A failure after which the primary may be another node now.
+fn primary_may_have_moved(err: &Error) -> bool {
+    match err {
+        Error::Redis(e) => {
+            e.is_io_error()
+                || e.is_timeout()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "CLUSTERDOWN"))
         }
-        .await;
-        let (conn, reply) = match outcome {
-            Ok(done) => done,
-            Err(err)
-                if crate::client::is_transient(&err)
-                    && started.elapsed() + backoff < config.retry_window =>
-            {
-                tracing::debug!(error = %err, "re-sending a replicated acquisition on a new connection");
-                resent = true;
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(250));
-                continue;
-            }
-            Err(err) => return Err(err),
-        };
-        if !acquired(&reply) {
-            conn.give_back();
-            return Ok((reply, None));
-        }
-        let acked = if resent {
-            0
-        } else {
-            let mut waiting = conn.conn();
-            let wait = protocol::wait_replicas(&mut waiting, ack.replicas, ack.timeout);
-            match bounded(config.response_timeout + ack.timeout, wait).await {
-                Ok(acked) => {
-                    conn.give_back();
-                    acked
-                }
-                Err(err) => {
-                    // The connection is dropped (closed), not reused: its WAIT may still run.
-                    tracing::warn!(error = %err, "WAIT for replicas failed; counting no acknowledgement");
-                    0
-                }
-            }
-        };
-        return Ok((
-            reply,
-            Some(Acks {
-                acked,
-                required: ack.replicas,
-            }),
-        ));
+        _ => false,
     }
 }
 
@@ -264,5 +809,52 @@ async fn bounded<T>(
             std::io::ErrorKind::TimedOut,
             "no reply within the response timeout",
         )))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(host: &str, port: i64) -> Value {
+        Value::Array(vec![
+            Value::BulkString(host.as_bytes().to_vec()),
+            Value::Int(port),
+            Value::BulkString(b"id".to_vec()),
+        ])
+    }
+
+    #[test]
+    fn cluster_slots_replies_become_primary_ranges() {
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("127.0.0.1", 7000),
+                node("127.0.0.1", 7003),
+            ]),
+            Value::Array(vec![Value::Int(5461), Value::Int(10922), node("", 7001)]),
+            Value::Array(vec![Value::Int(10923), Value::Int(16383), node("?", 7002)]),
+            Value::Array(vec![Value::Int(1), Value::Int(2), node("::1", 7004)]),
+        ]);
+        let ranges = parse_cluster_slots(&reply, "seed.host");
+        assert_eq!(
+            ranges,
+            vec![
+                (0, 5460, "127.0.0.1:7000".to_owned()),
+                (5461, 10922, "seed.host:7001".to_owned()),
+                (1, 2, "[::1]:7004".to_owned()),
+            ]
+        );
+        let mut map = SlotMap::default();
+        map.rebuild(ranges);
+        assert_eq!(map.owner(0), Some("127.0.0.1:7000"));
+        assert_eq!(map.owner(2), Some("[::1]:7004"));
+        assert_eq!(map.owner(16383), None);
+        let epoch = map.epoch;
+        map.set(16383, "127.0.0.1:7000");
+        assert_eq!(map.owner(16383), Some("127.0.0.1:7000"));
+        assert!(map.epoch > epoch);
+        assert_eq!(map.nodes.len(), 3);
     }
 }

@@ -1,7 +1,8 @@
 //! Redis Cluster specifics, against real clusters started by the harness: locks spread over
 //! every primary, renewals cut per slot, a manual failover and a slot migration under a held
-//! lock with a waiter. The semantics shared with one server run on both topologies in
-//! `core.rs` and `liveness.rs`.
+//! lock with a waiter, and replica acknowledgement (WAIT at the slot's primary, once per node
+//! for a set, a frozen replica, a failover, a migration). The semantics shared with one server
+//! run on both topologies in `core.rs` and `liveness.rs`.
 
 mod common;
 
@@ -14,6 +15,10 @@ use fencelock::LockClient;
 use redis::Commands;
 
 const LONG: Duration = Duration::from_secs(60);
+
+/// Long enough for a healthy replica on a loaded machine; the tests that must see a shortfall
+/// freeze the replica, so they never depend on this being short.
+const HEALTHY_ACK: Duration = Duration::from_secs(10);
 
 fn con(node: &RedisServer) -> redis::Connection {
     node.client().get_connection().expect("node connection")
@@ -183,33 +188,36 @@ async fn wait_for_subscriber(cluster: &RedisCluster, name: &str) {
 async fn a_manual_failover_keeps_the_lock_the_token_and_the_waiter() {
     let cluster = RedisCluster::start().unwrap();
     let lease = Duration::from_secs(2);
+    // Replica acknowledgement by the library: the lock's hash and fence counter are on the
+    // replica before the guard is returned, so before the replica can take over.
     let holder_client = LockClient::cluster_builder(cluster.urls())
         .default_lease(lease)
+        .replica_ack(1, HEALTHY_ACK)
         .connect()
         .await
         .unwrap();
     let waiter_client = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+    let slot = key_slot_of_lock("failover");
+    let old_primary = cluster.primary_for_slot(slot).unwrap();
+    let waits_before = calls(old_primary, "wait");
     let guard = holder_client
         .lock("failover")
         .unwrap()
         .acquire()
         .await
         .unwrap();
+    assert!(guard.replicated());
+    assert_eq!(guard.replica_acks(), Some(1));
+    assert_eq!(
+        calls(old_primary, "wait"),
+        waits_before + 1,
+        "the WAIT ran at the slot's primary"
+    );
     let token = guard.token();
     let waiter = spawn_waiter(waiter_client, "failover");
     wait_for_subscriber(&cluster, "failover").await;
 
-    let slot = key_slot_of_lock("failover");
-    let old_primary = cluster.primary_for_slot(slot).unwrap();
     let replica = cluster.replicas_of(old_primary).unwrap()[0];
-    // Replica acknowledgement is the caller's business here (WAIT from the test): the lock's
-    // hash and fence counter must be on the replica before it takes over.
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(5000)
-        .query(&mut con(old_primary))
-        .unwrap();
-    assert_eq!(acked, 1);
     let _: () = redis::cmd("CLUSTER")
         .arg("FAILOVER")
         .query(&mut con(replica))
@@ -244,6 +252,24 @@ async fn a_manual_failover_keeps_the_lock_the_token_and_the_waiter() {
     guard.release().await.unwrap();
     let next = waiter.await.unwrap();
     assert!(next > token, "tokens keep increasing across the failover");
+
+    // The holder's acknowledgement pool still has its connection to the demoted node, which
+    // answers MOVED: the next replicated acquisition follows it to the new primary and WAITs
+    // there, for the demoted node that is now its replica.
+    let waits_there = calls(replica, "wait");
+    let again = holder_client
+        .lock("failover")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(again.replicated());
+    assert_eq!(again.replica_acks(), Some(1));
+    assert!(again.token() > next);
+    assert_eq!(calls(replica, "wait"), waits_there + 1);
+    let held: Vec<Vec<u8>> = con(replica).keys("fencelock:{*}lock:failover").unwrap();
+    assert_eq!(held.len(), 1, "the lock was taken at the new primary");
+    again.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -330,11 +356,11 @@ async fn a_slot_migration_under_a_held_lock_does_not_strand_the_waiter() {
 }
 
 /// On a cluster a multi-lock is taken member by member in the global order (one script reaches
-/// one slot only), with one token per lock, and released whole; replica acknowledgement, which
-/// is built for standalone primaries, is refused with a typed error instead of handing out
-/// guards that were never acknowledged, and the refused acquisition holds nothing.
+/// one slot only), with one token per lock, and released whole. Replica acknowledgement is
+/// accepted on a cluster; with no replica to acknowledge, it is an immediate shortfall that
+/// holds nothing.
 #[tokio::test]
-async fn multi_lock_works_across_slots_and_replica_ack_is_refused_cleanly() {
+async fn multi_lock_works_across_slots_and_replica_ack_without_replicas_holds_nothing() {
     let cluster = RedisCluster::builder()
         .replicas_per_primary(0)
         .start()
@@ -365,33 +391,290 @@ async fn multi_lock_works_across_slots_and_replica_ack_is_refused_cleanly() {
         free.expect("a member stayed held").release().await.unwrap();
     }
 
-    let err = LockClient::cluster_builder(cluster.urls())
+    let acked = LockClient::cluster_builder(cluster.urls())
         .replica_ack(1, Duration::from_millis(100))
         .connect()
         .await
-        .unwrap_err();
-    assert!(
-        matches!(err, fencelock::Error::InvalidConfig { .. }),
-        "{err:?}"
-    );
-    let lock = client
-        .lock("account:alice")
-        .unwrap()
-        .with_replica_ack(1, Duration::from_millis(100))
         .unwrap();
-    let err = lock.try_acquire().await.unwrap_err();
-    assert!(
-        matches!(err, fencelock::Error::InvalidConfig { .. }),
-        "{err:?}"
-    );
-    let free = client
+    let err = acked
         .lock("account:alice")
         .unwrap()
         .try_acquire()
         .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            fencelock::Error::ReplicationTimeout {
+                acked: 0,
+                required: 1
+            }
+        ),
+        "{err:?}"
+    );
+    let err = acked
+        .multi_lock(names)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_replication_timeout(), "{err:?}");
+    for name in names {
+        let free = client.lock(name).unwrap().try_acquire().await.unwrap();
+        free.expect("the shortfall left the lock held")
+            .release()
+            .await
+            .unwrap();
+    }
+}
+
+/// Successful calls of `command` at `node` so far (`INFO commandstats`).
+fn calls(node: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con(node))
         .unwrap();
-    free.expect("the refused acquisition left the lock held")
-        .release()
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Freezes a node with SIGSTOP (the harness' `pause` needs the node mutably, which a cluster
+/// does not hand out) and lets it go again when dropped, even when the test fails first.
+struct Frozen(u32);
+
+impl Frozen {
+    fn new(node: &RedisServer) -> Frozen {
+        signal(node.pid(), "STOP");
+        Frozen(node.pid())
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal(self.0, "CONT");
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// The lock keys of `name` at `node` (at most one).
+fn lock_keys_at(node: &RedisServer, name: &str) -> Vec<Vec<u8>> {
+    con(node)
+        .keys(format!("fencelock:{{*}}lock:{name}"))
+        .unwrap()
+}
+
+/// Replica acknowledgement on a cluster: the script and its WAIT run at the primary that owns
+/// the lock's slot; a set WAITs once per node it wrote to; and when the slot's replica cannot
+/// acknowledge (frozen), the acquisition is rolled back (or, by choice, returned unreplicated).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_ack_waits_at_the_slot_primary_once_per_node_and_a_frozen_replica_is_a_shortfall() {
+    let cluster = RedisCluster::start().unwrap();
+    let client = LockClient::cluster_builder(cluster.urls())
+        .replica_ack(1, HEALTHY_ACK)
+        .connect()
         .await
         .unwrap();
+    // Two names owned by one primary, one by another, none by the third.
+    let mut by_node: HashMap<u16, Vec<String>> = HashMap::new();
+    for i in 0.. {
+        let name = format!("acked:{i}");
+        let port = cluster
+            .primary_for_slot(key_slot_of_lock(&name))
+            .unwrap()
+            .port();
+        by_node.entry(port).or_default().push(name);
+        if by_node.len() >= 2 && by_node.values().any(|names| names.len() >= 2) {
+            break;
+        }
+    }
+    let (&x, two) = by_node.iter().find(|(_, n)| n.len() >= 2).unwrap();
+    let (&y, one) = by_node.iter().find(|(&p, _)| p != x).unwrap();
+    let (x1, x2, y1) = (two[0].clone(), two[1].clone(), one[0].clone());
+    let primaries = cluster.primaries().unwrap();
+    assert_eq!(primaries.len(), 3);
+    let node_x = cluster.node(x).unwrap();
+    let node_y = cluster.node(y).unwrap();
+    let replica_x = cluster.replicas_of(node_x).unwrap()[0];
+    let waits = || -> Vec<u64> { primaries.iter().map(|p| calls(p, "wait")).collect() };
+    let index = |port: u16| primaries.iter().position(|p| p.port() == port).unwrap();
+
+    // One lock: one WAIT, at its slot's primary.
+    let before = waits();
+    let guard = client.lock(&x1).unwrap().acquire().await.unwrap();
+    assert!(guard.replicated());
+    assert_eq!(guard.replica_acks(), Some(1));
+    let after = waits();
+    for (i, (a, b)) in after.iter().zip(&before).enumerate() {
+        let expected = u64::from(i == index(x));
+        assert_eq!(a - b, expected, "WAITs at primary {i}");
+    }
+    guard.release().await.unwrap();
+
+    // A set over two nodes (two members on one): one WAIT per node, none at the third.
+    let before = waits();
+    let set = client.multi_lock([&x1, &x2, &y1]).unwrap();
+    let guard = set.acquire().await.unwrap();
+    assert!(guard.replicated());
+    let after = waits();
+    for (i, (a, b)) in after.iter().zip(&before).enumerate() {
+        let expected = u64::from(i == index(x) || i == index(y));
+        assert_eq!(a - b, expected, "WAITs at primary {i}");
+    }
+    guard.release().await.unwrap();
+    assert!(client.replica_ack_connections() >= 2);
+
+    // The slot's only replica frozen: nobody can acknowledge.
+    {
+        let _frozen = Frozen::new(replica_x);
+        let lock = client
+            .lock(&x1)
+            .unwrap()
+            .with_replica_ack(1, Duration::from_millis(200))
+            .unwrap();
+        let err = lock.try_acquire().await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                fencelock::Error::ReplicationTimeout {
+                    acked: 0,
+                    required: 1
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            lock_keys_at(node_x, &x1).is_empty(),
+            "rolled back at the primary"
+        );
+
+        // A set with a member there is rolled back whole.
+        let set = client
+            .multi_lock([&x1, &y1])
+            .unwrap()
+            .with_replica_ack(1, Duration::from_millis(200))
+            .unwrap();
+        let err = set.try_acquire().await.unwrap_err();
+        assert!(err.is_replication_timeout(), "{err:?}");
+        assert!(lock_keys_at(node_x, &x1).is_empty());
+        assert!(lock_keys_at(node_y, &y1).is_empty());
+
+        // By choice, the guard comes back marked, and holds the lock.
+        let lenient = lock.on_replica_shortfall(fencelock::OnShortfall::ReturnUnreplicated);
+        let guard = lenient.try_acquire().await.unwrap().expect("free");
+        assert!(!guard.replicated());
+        assert_eq!(guard.replica_acks(), Some(0));
+        let key = lock_keys_at(node_x, &x1);
+        assert_eq!(key.len(), 1);
+        let count: Option<u64> = con(node_x).hget(&key[0], guard.holder_id()).unwrap();
+        assert_eq!(count, Some(1));
+        guard.release().await.unwrap();
+    }
+
+    // Thawed: the replica catches up and acknowledges again.
+    let guard = client.lock(&x1).unwrap().acquire().await.unwrap();
+    assert!(guard.replicated());
+    guard.release().await.unwrap();
+}
+
+/// A replicated acquisition during a slot migration follows `ASK` to the importing node (which
+/// answers `TRYAGAIN` while the lock's keys are split between the nodes), keeps re-sending, and
+/// once the slot has moved is taken and acknowledged at its new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_acquisition_during_a_slot_migration_follows_ask_and_waits_at_the_new_owner() {
+    let cluster = RedisCluster::start().unwrap();
+    let client = LockClient::cluster_builder(cluster.urls())
+        .replica_ack(1, HEALTHY_ACK)
+        // The acquisition below keeps meeting TRYAGAIN until the test finishes the migration.
+        .retry_window(Duration::from_secs(30))
+        .op_record_ttl(Duration::from_secs(60))
+        .connect()
+        .await
+        .unwrap();
+    // The slot gets its fence counter, and the pool its connection to the source.
+    let first = client.lock("migrating").unwrap().acquire().await.unwrap();
+    let token = first.token();
+    first.release().await.unwrap();
+
+    let slot = key_slot_of_lock("migrating");
+    let source = cluster.primary_for_slot(slot).unwrap();
+    let target = *cluster
+        .primaries()
+        .unwrap()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    let (source_id, target_id) = (node_id(&cluster, source), node_id(&cluster, target));
+    let setslot = |node: &RedisServer, args: &[&str]| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot);
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        let _: () = cmd.query(&mut con(node)).unwrap();
+    };
+    setslot(target, &["IMPORTING", &source_id]);
+    setslot(source, &["MIGRATING", &target_id]);
+    loop {
+        let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut con(source))
+            .unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(target.port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query(&mut con(source))
+            .unwrap();
+    }
+
+    // Every key of the slot is at the target now: the source answers ASK.
+    let askings = calls(target, "asking");
+    let acquiring = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("migrating").unwrap().acquire().await }
+    });
+    // More round trips through ASK and TRYAGAIN than the 16 redirections the pool follows in
+    // a row: the re-sends in between keep it going for the whole retry window.
+    assert!(
+        common::eventually(Duration::from_secs(25), || calls(target, "asking")
+            > askings + 20)
+        .await,
+        "the acquisition did not keep following ASK to the importing node"
+    );
+    assert!(!acquiring.is_finished(), "taken while the slot was split");
+    let waits = calls(target, "wait");
+    for node in cluster.primaries().unwrap() {
+        setslot(node, &["NODE", &target_id]);
+    }
+    let guard = acquiring.await.unwrap().unwrap();
+    assert!(guard.replicated());
+    assert_eq!(guard.replica_acks(), Some(1));
+    assert!(guard.token() > token);
+    assert_eq!(
+        calls(target, "wait"),
+        waits + 1,
+        "the WAIT ran at the new owner"
+    );
+    assert_eq!(lock_keys_at(target, "migrating").len(), 1);
+    guard.release().await.unwrap();
 }

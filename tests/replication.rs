@@ -378,3 +378,50 @@ async fn only_acquisitions_wait_for_replicas_and_a_set_waits_once() {
     plain.acquire().await.unwrap().release().await.unwrap();
     assert_eq!(waits() - before, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_re_sent_on_a_new_connection_is_still_acknowledged_by_a_wait_that_covers_it()
+{
+    let (primary, _replicas) = topology(1);
+    let client = LockClient::builder(primary.server.url())
+        .replica_ack(1, HEALTHY_ACK)
+        .connect()
+        .await
+        .unwrap();
+    let guard = client.lock("resent").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(client.replica_ack_connections(), 1);
+
+    // The server drops the pool's idle connection (the one whose last command was WAIT): the
+    // next acquisition fails on it with its outcome unknown and is re-sent on a new one.
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut primary.raw())
+        .unwrap();
+    let id = list
+        .lines()
+        .find(|line| line.contains(" cmd=wait "))
+        .and_then(|line| line.strip_prefix("id="))
+        .and_then(|rest| rest.split(' ').next())
+        .expect("the pooled connection")
+        .to_owned();
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(&id)
+        .query(&mut primary.raw())
+        .unwrap();
+
+    let (waits, bumps) = (primary.calls("wait"), primary.calls("incrby"));
+    let guard = client.lock("resent").unwrap().acquire().await.unwrap();
+    // The re-send may have been a replay that wrote nothing on the new connection, so a write
+    // of ours (INCRBY of the fence counter by 0) comes first, and the WAIT covers both.
+    assert!(guard.replicated());
+    assert_eq!(guard.replica_acks(), Some(1));
+    assert_eq!(primary.calls("incrby"), bumps + 1);
+    assert_eq!(primary.calls("wait"), waits + 1);
+    let (holders, token) = primary.lock_state("resent").unwrap();
+    assert_eq!(holders, vec![(guard.holder_id().to_owned(), 1)]);
+    assert_eq!(token, guard.token().get());
+    guard.release().await.unwrap();
+}

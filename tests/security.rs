@@ -420,3 +420,65 @@ fn the_documented_acl_is_the_tested_one() {
         "DESIGN.md: {line}"
     );
 }
+
+/// Replica acknowledgement needs `WAIT` on top of [`FENCELOCK_ACL`] (README). Without it the
+/// acquisition fails with `PermissionDenied`, not with a replication timeout that would blame
+/// the replicas, and the lock it took is undone; with it, a server without replicas is an
+/// ordinary shortfall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_acknowledgement_needs_wait_in_the_acl_and_says_so() {
+    let server = RedisServer::builder()
+        .acl_lines([
+            "user default off".to_owned(),
+            "user admin on >admin-pw ~* &* +@all".to_owned(),
+            format!("user locks on >locks-pw {FENCELOCK_ACL}"),
+            format!("user acked on >acked-pw {FENCELOCK_ACL} +wait"),
+        ])
+        .credentials("admin", "admin-pw")
+        .start()
+        .expect("start redis-server with ACL users");
+    let without_wait = LockClient::builder(locks_url(&server))
+        .replica_ack(1, Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap();
+    let err = without_wait
+        .lock("acked")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+    let undone = eventually(Duration::from_secs(10), || {
+        all_keys(&server)
+            .iter()
+            .all(|key| !key.ends_with(b"lock:acked"))
+    })
+    .await;
+    assert!(undone, "the refused acquisition stayed held");
+
+    let with_wait = LockClient::builder(format!(
+        "redis://acked:acked-pw@127.0.0.1:{}/",
+        server.port()
+    ))
+    .replica_ack(1, Duration::from_millis(100))
+    .connect()
+    .await
+    .unwrap();
+    let err = with_wait
+        .lock("acked")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            fencelock::Error::ReplicationTimeout {
+                acked: 0,
+                required: 1
+            }
+        ),
+        "{err:?}"
+    );
+}

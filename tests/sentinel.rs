@@ -1,4 +1,5 @@
-//! A primary with two replicas under three Sentinels: the client follows a failover.
+//! A primary with replicas under three Sentinels: the client, and its replica-acknowledgement
+//! connections, follow a failover; data nodes may require a password.
 
 mod common;
 
@@ -15,24 +16,65 @@ fn con(node: &RedisServer) -> redis::Connection {
     node.client().get_connection().expect("node connection")
 }
 
-async fn client(set: &RedisSentinels) -> LockClient {
+/// Long enough for a healthy replica on a loaded machine.
+const HEALTHY_ACK: Duration = Duration::from_secs(10);
+
+fn builder(set: &RedisSentinels) -> fencelock::LockClientBuilder {
     LockClient::sentinel_builder(set.sentinel_urls(), set.master_name())
         .default_lease(Duration::from_secs(10))
         // A failover takes a few seconds (down-after 1 s, election, promotion): operations
         // caught in it are re-sent with their ids for longer than that.
         .retry_window(Duration::from_secs(10))
         .op_record_ttl(Duration::from_secs(30))
-        .connect()
-        .await
-        .unwrap()
+}
+
+async fn client(set: &RedisSentinels) -> LockClient {
+    builder(set).connect().await.unwrap()
+}
+
+/// Successful calls of `command` at `node` so far (`INFO commandstats`).
+fn calls(node: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con(node))
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// How many replicas `node` has online (`INFO replication`).
+fn online_replicas(node: &RedisServer) -> usize {
+    redis::cmd("INFO")
+        .arg("replication")
+        .query::<String>(&mut con(node))
+        .map(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_is_replaced_and_holders_waiters_and_tokens_carry_on() {
     let mut set = RedisSentinels::start(2).unwrap();
-    let holder_client = client(&set).await;
+    // Every acquisition of the holder's client waits for both replicas, so whichever is
+    // promoted has the lock.
+    let holder_client = builder(&set)
+        .replica_ack(2, HEALTHY_ACK)
+        .connect()
+        .await
+        .unwrap();
     let waiter_client = client(&set).await;
+    let first_primary = set.primary().unwrap();
+    let waits_before = calls(first_primary, "wait");
     let guard = holder_client.lock("acct").unwrap().acquire().await.unwrap();
+    assert!(guard.replicated());
+    assert_eq!(guard.replica_acks(), Some(2));
+    assert_eq!(calls(first_primary, "wait"), waits_before + 1);
     let token = guard.token();
     let waiter = tokio::spawn(async move {
         let lock = waiter_client
@@ -65,14 +107,6 @@ async fn a_killed_primary_is_replaced_and_holders_waiters_and_tokens_carry_on() 
     })
     .await;
     assert!(subscribed, "the waiter never subscribed");
-    // The holder's acquisition reached both replicas before the crash (the replica
-    // acknowledgement option is a separate feature; here the test asks for it).
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(2)
-        .arg(5000)
-        .query(&mut con(primary))
-        .unwrap();
-    assert_eq!(acked, 2);
 
     let old = set.kill_primary().unwrap();
     let new = set.wait_for_failover(old, Duration::from_secs(30)).unwrap();
@@ -95,18 +129,63 @@ async fn a_killed_primary_is_replaced_and_holders_waiters_and_tokens_carry_on() 
     );
     assert!(guard.is_valid());
 
-    // New acquisitions work, and the held lock goes to the waiter with a greater token.
+    // New replicated acquisitions work: the acknowledgement pool dropped its connections to
+    // the dead primary and WAITs at the new one, for the replica the Sentinels moved there.
+    assert!(
+        eventually(Duration::from_secs(30), || online_replicas(new_primary)
+            >= 1)
+        .await,
+        "the remaining replica never followed the new primary"
+    );
+    let waits_there = calls(new_primary, "wait");
     let other = holder_client
         .lock("other")
+        .unwrap()
+        .with_replica_ack(1, HEALTHY_ACK)
         .unwrap()
         .acquire()
         .await
         .unwrap();
+    assert!(other.replicated());
+    assert_eq!(other.replica_acks(), Some(1));
+    assert_eq!(calls(new_primary, "wait"), waits_there + 1);
+    let held: Vec<Vec<u8>> = con(new_primary).keys("fencelock:{*}lock:other").unwrap();
+    assert_eq!(held.len(), 1, "taken at the new primary");
     other.release().await.unwrap();
+    // The connection to the dead primary was dropped, not kept next to the new one.
+    assert_eq!(holder_client.replica_ack_connections(), 1);
+    // The held lock goes to the waiter with a greater token.
     guard.release().await.unwrap();
     let next = waiter.await.unwrap();
     assert!(next > token, "tokens keep increasing across the failover");
-    let again = holder_client.lock("acct").unwrap().acquire().await.unwrap();
+    // One replica is left: the client-wide requirement of two is a shortfall now, rolled
+    // back at the new primary.
+    let err = holder_client
+        .lock("acct")
+        .unwrap()
+        .with_replica_ack(2, Duration::from_millis(200))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            fencelock::Error::ReplicationTimeout {
+                acked: 0 | 1,
+                required: 2
+            }
+        ),
+        "{err:?}"
+    );
+    let again = holder_client
+        .lock("acct")
+        .unwrap()
+        .without_replica_ack()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the shortfall left the lock free");
     assert!(again.token() > next);
     again.release().await.unwrap();
 }
@@ -114,8 +193,13 @@ async fn a_killed_primary_is_replaced_and_holders_waiters_and_tokens_carry_on() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_demoted_primary_answering_readonly_sends_the_client_to_the_new_one() {
     let set = RedisSentinels::start(1).unwrap();
-    let client = client(&set).await;
+    let client = builder(&set)
+        .replica_ack(1, HEALTHY_ACK)
+        .connect()
+        .await
+        .unwrap();
     let first = client.lock("acct").unwrap().acquire().await.unwrap();
+    assert!(first.replicated());
     let token = first.token();
     first.release().await.unwrap();
     let old_primary = set.primary().unwrap();
@@ -138,11 +222,79 @@ async fn a_demoted_primary_answering_readonly_sends_the_client_to_the_new_one() 
     .await;
     assert!(demoted, "the old primary did not become a replica");
 
-    let next = client.lock("acct").unwrap().acquire().await.unwrap();
-    assert!(next.token() > token);
+    // Nothing of this client has touched the new primary yet: its acknowledgement pool still
+    // holds a connection to the demoted node, whose READONLY makes it ask the Sentinels.
     let new_primary = set.primary().unwrap();
     assert_eq!(new_primary.port(), new);
+    assert!(
+        eventually(Duration::from_secs(30), || online_replicas(new_primary)
+            >= 1)
+        .await,
+        "the demoted primary never replicated from the new one"
+    );
+    let waits_there = calls(new_primary, "wait");
+    let next = client.lock("acct").unwrap().acquire().await.unwrap();
+    assert!(next.token() > token);
+    assert!(next.replicated());
+    assert_eq!(next.replica_acks(), Some(1));
+    assert_eq!(calls(new_primary, "wait"), waits_there + 1);
+    assert_eq!(client.replica_ack_connections(), 1, "only the new primary's");
     let held: Vec<Vec<u8>> = con(new_primary).keys("fencelock:{*}lock:acct").unwrap();
     assert_eq!(held.len(), 1, "the lock was taken at the new primary");
     next.release().await.unwrap();
+}
+
+/// Data nodes that require a password: a Sentinel client without `sentinel_node_auth` cannot
+/// use the primary the Sentinels name; with it, acquisitions (replicated ones too, whose
+/// dedicated connections use the same credentials) work before and after a failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_node_auth_reaches_password_protected_data_nodes_across_a_failover() {
+    const PASSWORD: &str = "node-s3cret";
+    let set = RedisSentinels::start_with_password(1, PASSWORD).unwrap();
+    // redis-rs checks the named primary with ROLE, which the server refuses without AUTH.
+    let refused = builder(&set).connect().await;
+    assert!(
+        refused.is_err(),
+        "connected to a protected primary without its password"
+    );
+
+    let client = builder(&set)
+        .sentinel_node_auth(None, PASSWORD)
+        .replica_ack(1, HEALTHY_ACK)
+        .connect()
+        .await
+        .unwrap();
+    let guard = client.lock("acct").unwrap().acquire().await.unwrap();
+    assert!(guard.replicated());
+    assert_eq!(guard.replica_acks(), Some(1));
+    let token = guard.token();
+    guard.release().await.unwrap();
+
+    let old = set.failover().unwrap();
+    let new = set.wait_for_failover(old, Duration::from_secs(30)).unwrap();
+    let new_primary = set.primary().unwrap();
+    assert_eq!(new_primary.port(), new);
+    assert!(
+        eventually(Duration::from_secs(30), || online_replicas(new_primary)
+            >= 1)
+        .await,
+        "the demoted primary never replicated from the new one"
+    );
+    let next = client.lock("acct").unwrap().acquire().await.unwrap();
+    assert!(next.replicated());
+    assert!(next.token() > token);
+    let held: Vec<Vec<u8>> = con(new_primary).keys("fencelock:{*}lock:acct").unwrap();
+    assert_eq!(held.len(), 1, "taken at the new primary");
+    next.release().await.unwrap();
+
+    // The option belongs to Sentinel clients: elsewhere credentials go in the URL.
+    let err = LockClient::builder(new_primary.url())
+        .sentinel_node_auth(None, PASSWORD)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, fencelock::Error::InvalidConfig { .. }),
+        "{err:?}"
+    );
 }

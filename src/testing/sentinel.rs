@@ -81,19 +81,34 @@ impl RedisSentinels {
     ///
     /// Fails if a process does not start or the set does not settle within 30 s.
     pub fn start(replicas: usize) -> io::Result<Self> {
-        let primary = RedisServer::builder()
-            .config("repl-diskless-sync", "yes")
-            .config("repl-diskless-sync-delay", "0")
-            .start()?;
+        RedisSentinels::start_with(replicas, None)
+    }
+
+    /// As [`RedisSentinels::start`], with every data node requiring `password` (`requirepass`,
+    /// and `masterauth` so that replicas, and a demoted primary, can sync). The Sentinels
+    /// themselves require none; they authenticate to the data nodes with `auth-pass`.
+    ///
+    /// # Errors
+    ///
+    /// See [`RedisSentinels::start`].
+    pub fn start_with_password(replicas: usize, password: &str) -> io::Result<Self> {
+        RedisSentinels::start_with(replicas, Some(password))
+    }
+
+    fn start_with(replicas: usize, password: Option<&str>) -> io::Result<Self> {
+        let node = || {
+            let builder = RedisServer::builder()
+                .config("repl-diskless-sync", "yes")
+                .config("repl-diskless-sync-delay", "0");
+            match password {
+                Some(password) => builder.password(password).config("masterauth", password),
+                None => builder,
+            }
+        };
+        let primary = node().start()?;
         let mut servers = vec![];
         for _ in 0..replicas {
-            servers.push(
-                RedisServer::builder()
-                    .replica_of(primary.addr())
-                    .config("repl-diskless-sync", "yes")
-                    .config("repl-diskless-sync-delay", "0")
-                    .start()?,
-            );
+            servers.push(node().replica_of(primary.addr()).start()?);
         }
         for replica in &servers {
             replica.wait_for_replication(0, START_TIMEOUT)?;
@@ -102,7 +117,7 @@ impl RedisSentinels {
         let binary = find_redis_server(std::env::var_os(REDIS_SERVER_ENV).as_deref())?;
         let mut sentinels = Vec::new();
         for _ in 0..3 {
-            sentinels.push(start_sentinel(&binary, servers[0].addr())?);
+            sentinels.push(start_sentinel(&binary, servers[0].addr(), password)?);
         }
         let set = RedisSentinels { servers, sentinels };
         set.wait_until_settled(replicas)?;
@@ -276,7 +291,11 @@ impl Drop for RedisSentinels {
     }
 }
 
-fn start_sentinel(binary: &std::path::Path, primary: SocketAddr) -> io::Result<Sentinel> {
+fn start_sentinel(
+    binary: &std::path::Path,
+    primary: SocketAddr,
+    password: Option<&str>,
+) -> io::Result<Sentinel> {
     let dir = tempfile::Builder::new()
         .prefix("fencelock-sentinel-")
         .tempdir()?;
@@ -293,6 +312,9 @@ fn start_sentinel(binary: &std::path::Path, primary: SocketAddr) -> io::Result<S
         primary.ip(),
         primary.port()
     );
+    if let Some(password) = password {
+        let _ = writeln!(conf, "sentinel auth-pass {name} {password}");
+    }
     fs::write(&conf_path, conf)?;
     let log_path = dir.path().join("sentinel.log");
     let mut attempt = 0;
