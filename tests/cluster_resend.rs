@@ -4,10 +4,11 @@
 //! connection, and redis-rs re-sends the request on a new connection by itself. fencelock's own
 //! retry loop is switched off (`retry_window(0)`) in those tests, so a call that succeeds after
 //! its script ran twice can only have been re-sent by redis-rs. The lock state is then read on
-//! the node directly: one hold, the right count, one token, and `INFO commandstats` shows the
-//! script really ran twice. A lost reply on a connection that stays open is not re-sent by
-//! redis-rs (its overall timeout ends the request first); fencelock's retry loop re-sends it
-//! through the same cluster connection, which the last tests pin down.
+//! the node directly: one hold, the right count, one token; `INFO commandstats` shows two
+//! `EVALSHA` calls and the slow log shows which script they were. A reply that is only slow
+//! (the connection stays open) is not re-sent by redis-rs (its overall timeout, which starts
+//! first, ends the request); fencelock's retry loop re-sends it through the same cluster
+//! connection, which the last test pins down.
 
 mod common;
 
