@@ -1,5 +1,6 @@
 //! A throwaway Redis Cluster: primaries with optional replicas, each its own
-//! [`RedisServer`] in its own directory, joined with `redis-cli --cluster create`.
+//! [`RedisServer`] in its own directory, joined with `redis-cli --cluster create`; optionally
+//! with a [`FaultProxy`] in front of chosen nodes that every client reaches them through.
 
 use std::io;
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::ports::PortReservation;
 use super::process::find_redis_server;
-use super::{RedisServer, REDIS_SERVER_ENV};
+use super::{FaultProxy, RedisServer, REDIS_SERVER_ENV};
 
 /// Node timeout of the test clusters: short enough that an automatic failover completes in a
 /// few seconds, long enough that a node busy on a loaded CI machine is not voted out.
@@ -24,6 +25,7 @@ const FORM_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct RedisClusterBuilder {
     primaries: usize,
     replicas_per_primary: usize,
+    proxied: Vec<usize>,
 }
 
 impl Default for RedisClusterBuilder {
@@ -31,6 +33,7 @@ impl Default for RedisClusterBuilder {
         RedisClusterBuilder {
             primaries: 3,
             replicas_per_primary: 1,
+            proxied: Vec::new(),
         }
     }
 }
@@ -46,6 +49,40 @@ impl RedisClusterBuilder {
     /// Replicas of each primary (default 1).
     pub fn replicas_per_primary(mut self, replicas: usize) -> Self {
         self.replicas_per_primary = replicas;
+        self
+    }
+
+    /// Puts a [`FaultProxy`] in front of node `index` (start order, see
+    /// [`RedisCluster::nodes`]), so that clients reach that node only through the proxy and a
+    /// test can lose its replies or cut its connections; may be called for several nodes.
+    ///
+    /// The node *announces* the proxy's port (`cluster-announce-port`; the cluster bus keeps
+    /// the real port through `cluster-announce-bus-port`), so `CLUSTER SLOTS`, `CLUSTER
+    /// SHARDS`, `CLUSTER NODES` and `MOVED` replies name the proxy, and every cluster client
+    /// learns that address from the slot map, whatever seed it was given. The cluster bus and
+    /// the harness' own inspection connections go to the node directly, so faults set on the
+    /// proxy never break the cluster itself. Replicas of a proxied primary replicate through
+    /// the proxy (they connect to the announced address), so its faults reach them too:
+    /// proxy a node without replicas when that matters. With `redis-cli --cluster create`
+    /// (with replicas), the first [`primaries`](Self::primaries) nodes in start order become
+    /// the primaries.
+    ///
+    /// ```no_run
+    /// use fencelock::testing::RedisCluster;
+    ///
+    /// let cluster = RedisCluster::builder()
+    ///     .replicas_per_primary(0)
+    ///     .proxy_node(0)
+    ///     .start()?;
+    /// let proxy = cluster.proxy(0).expect("node 0 is proxied");
+    /// assert_eq!(cluster.announced_port(&cluster.nodes()[0]), proxy.port());
+    /// proxy.lose_next_reply(); // the next reply of node 0 to any client is lost
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn proxy_node(mut self, index: usize) -> Self {
+        if !self.proxied.contains(&index) {
+            self.proxied.push(index);
+        }
         self
     }
 
@@ -65,6 +102,12 @@ impl RedisClusterBuilder {
             ));
         }
         let total = self.primaries * (1 + self.replicas_per_primary);
+        if let Some(index) = self.proxied.iter().find(|&&i| i >= total) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot proxy node {index}: the cluster has {total} nodes"),
+            ));
+        }
         let mut nodes = Vec::with_capacity(total);
         let mut bus_ports = Vec::with_capacity(total);
         for _ in 0..total {
@@ -85,6 +128,24 @@ impl RedisClusterBuilder {
             nodes.push(server);
             bus_ports.push(bus);
         }
+        // Announced before the cluster is created, so no peer and no client ever learns the
+        // node's real client port; the bus port is announced as it is, since the proxy only
+        // forwards client connections.
+        let mut proxies: Vec<Option<FaultProxy>> = (0..total).map(|_| None).collect();
+        for &index in &self.proxied {
+            let node = &nodes[index];
+            let proxy = FaultProxy::start(node.addr())?;
+            let mut con = node.client().get_connection().map_err(io::Error::other)?;
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("cluster-announce-port")
+                .arg(proxy.port())
+                .arg("cluster-announce-bus-port")
+                .arg(bus_ports[index].port())
+                .query::<()>(&mut con)
+                .map_err(io::Error::other)?;
+            proxies[index] = Some(proxy);
+        }
         let mut create = Command::new(redis_cli()?);
         create.arg("--cluster").arg("create");
         for node in &nodes {
@@ -104,6 +165,7 @@ impl RedisClusterBuilder {
         }
         let cluster = RedisCluster {
             nodes,
+            proxies,
             _bus_ports: bus_ports,
         };
         cluster.wait_until_formed(self.primaries, FORM_TIMEOUT)?;
@@ -125,6 +187,8 @@ impl RedisClusterBuilder {
 /// ```
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    /// Per node (start order), the proxy it announces, if any; stopped on drop.
+    proxies: Vec<Option<FaultProxy>>,
     _bus_ports: Vec<PortReservation>,
 }
 
@@ -144,7 +208,8 @@ impl std::fmt::Debug for RedisCluster {
 pub struct ClusterNode {
     /// The node id.
     pub id: String,
-    /// The client port.
+    /// The client port the node announces (a proxy's port for a node behind one, see
+    /// [`RedisCluster::announced_port`]); [`RedisCluster::node`] finds the node by it.
     pub port: u16,
     /// Whether the node is a primary (else a replica).
     pub primary: bool,
@@ -180,9 +245,49 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
-    /// The node listening on `port`.
+    /// The node listening on `port`, or announcing it (the port of its proxy, see
+    /// [`RedisClusterBuilder::proxy_node`]).
     pub fn node(&self, port: u16) -> Option<&RedisServer> {
-        self.nodes.iter().find(|n| n.port() == port)
+        self.nodes
+            .iter()
+            .zip(&self.proxies)
+            .find(|(n, p)| n.port() == port || p.as_ref().is_some_and(|p| p.port() == port))
+            .map(|(n, _)| n)
+    }
+
+    /// The proxy in front of node `index` (start order), if the builder put one there
+    /// ([`RedisClusterBuilder::proxy_node`]).
+    ///
+    /// ```no_run
+    /// use fencelock::testing::RedisCluster;
+    ///
+    /// let cluster = RedisCluster::builder().replicas_per_primary(0).proxy_node(1).start()?;
+    /// assert!(cluster.proxy(0).is_none());
+    /// assert!(cluster.proxy(1).is_some());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn proxy(&self, index: usize) -> Option<&FaultProxy> {
+        self.proxies.get(index).and_then(Option::as_ref)
+    }
+
+    /// The client port `node` tells the cluster and its clients about: its proxy's port if it
+    /// has one, else its own. [`ClusterNode::port`] is this port.
+    ///
+    /// ```no_run
+    /// use fencelock::testing::RedisCluster;
+    ///
+    /// let cluster = RedisCluster::start()?;
+    /// let first = &cluster.nodes()[0];
+    /// assert_eq!(cluster.announced_port(first), first.port());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn announced_port(&self, node: &RedisServer) -> u16 {
+        self.nodes
+            .iter()
+            .zip(&self.proxies)
+            .find(|(n, _)| n.port() == node.port())
+            .and_then(|(_, p)| p.as_ref())
+            .map_or(node.port(), FaultProxy::port)
     }
 
     /// Every node as the first running node sees it (`CLUSTER NODES`).
@@ -250,9 +355,10 @@ impl RedisCluster {
     /// Fails if no node answers.
     pub fn replicas_of(&self, primary: &RedisServer) -> io::Result<Vec<&RedisServer>> {
         let topology = self.topology()?;
+        let announced = self.announced_port(primary);
         let Some(id) = topology
             .iter()
-            .find(|n| n.port == primary.port())
+            .find(|n| n.port == announced)
             .map(|n| n.id.clone())
         else {
             return Ok(Vec::new());
@@ -313,7 +419,8 @@ impl RedisCluster {
                     nodes.len()
                 ));
             }
-            let me = nodes.iter().find(|n| n.port == node.port());
+            let announced = self.announced_port(node);
+            let me = nodes.iter().find(|n| n.port == announced);
             if me.is_some_and(|n| !n.primary) {
                 let replication = info(node, "replication").unwrap_or_default();
                 if !replication.contains("master_link_status:up") {
@@ -434,6 +541,56 @@ mod tests {
         assert!(nodes[0].primary && !nodes[0].failed && nodes[0].port == 30001);
         assert_eq!(nodes[1].primary_id.as_deref(), Some("a1"));
         assert!(nodes[1].failed && !nodes[1].primary);
+    }
+
+    #[test]
+    fn a_proxied_node_is_reached_through_its_proxy_by_cluster_clients() {
+        let cluster = RedisCluster::builder()
+            .replicas_per_primary(0)
+            .proxy_node(0)
+            .start()
+            .unwrap();
+        let node = &cluster.nodes()[0];
+        let proxy = cluster.proxy(0).expect("a proxy in front of node 0");
+        assert!(cluster.proxy(1).is_none());
+        assert_eq!(cluster.announced_port(node), proxy.port());
+        assert_eq!(cluster.node(proxy.port()).unwrap().port(), node.port());
+        // Every node names the proxy for node 0, none its real port.
+        for other in cluster.nodes() {
+            let ports: Vec<u16> = cluster_nodes(other)
+                .unwrap()
+                .into_iter()
+                .map(|n| n.port)
+                .collect();
+            assert!(ports.contains(&proxy.port()) && !ports.contains(&node.port()));
+        }
+        // A key that node 0 serves, written through a cluster client seeded with real
+        // addresses only.
+        let key = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| {
+                let slot = crate::protocol::keys::crc16(k.as_bytes()) % 16384;
+                cluster.primary_for_slot(slot).unwrap().port() == node.port()
+            })
+            .unwrap();
+        let before = proxy.stats().upstream.bytes_forwarded;
+        let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
+        let mut con = client.get_connection().unwrap();
+        redis::cmd("SET")
+            .arg(&key)
+            .arg("v")
+            .query::<()>(&mut con)
+            .unwrap();
+        assert!(proxy.stats().upstream.bytes_forwarded > before);
+        let mut direct = node.client().get_connection().unwrap();
+        let value: String = redis::cmd("GET").arg(&key).query(&mut direct).unwrap();
+        assert_eq!(value, "v");
+        // An index beyond the cluster is refused.
+        let err = RedisCluster::builder()
+            .proxy_node(3)
+            .replicas_per_primary(0)
+            .start();
+        assert_eq!(err.unwrap_err().kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]
