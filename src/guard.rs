@@ -38,6 +38,14 @@ pub struct LockGuard {
     released: bool,
 }
 
+impl LockGuard {
+    /// The shared holder state, for the holder's own unit tests.
+    #[cfg(test)]
+    pub(crate) fn holder(&self) -> &Arc<Holder> {
+        &self.holder
+    }
+}
+
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
@@ -133,7 +141,9 @@ impl LockGuard {
     /// # Errors
     /// [`Error::NotHeld`] when this holder lost the lock (nothing changed on the server);
     /// [`Error::Redis`] when Redis could not be reached within the retry window (the re-entry
-    /// is then undone in the background if it ran).
+    /// is then undone in the background if it ran); [`Error::Protocol`] when the server answered
+    /// with another token than this holder's (a broken or mismatched script: the entry it
+    /// counted is undone in the background, and no guard with a foreign token is handed out).
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped `reenter` whose request may have run is undone with exactly one
@@ -156,20 +166,27 @@ impl LockGuard {
                 async move { protocol::reenter(&mut conn, keys, holder, op, ttl).await }
             })
             .await?;
-        pending.disarm();
         match reply {
             EnterReply::Entered { token, .. } if token == self.holder.token => {
+                pending.disarm();
                 Ok(LockGuard::new(self.holder.clone()))
             }
+            // A script that changed the token (a broken or mismatched `reenter.lua`) counted an
+            // entry that no guard will ever release: `pending` stays armed, so dropping it
+            // undoes that entry on the server.
             EnterReply::Entered { token, .. } => Err(Error::Protocol(format!(
                 "re-entry returned token {token}, the holder has {}",
                 self.holder.token
             ))),
             EnterReply::NotHeld => {
+                pending.disarm();
                 self.holder.mark_lost(LostReason::NotHeld);
                 Err(Error::NotHeld)
             }
-            EnterReply::Cancelled => Err(Error::Cancelled),
+            EnterReply::Cancelled => {
+                pending.disarm();
+                Err(Error::Cancelled)
+            }
         }
     }
 

@@ -278,3 +278,87 @@ impl Drop for PendingOp {
         });
     }
 }
+
+/// What keeps the watchdog renewing a holder: a live guard, and no lost signal. These rules are
+/// the holder's alone (the watchdog only asks), so they are pinned here where the counts are
+/// visible, against a real server.
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::testing::RedisServer;
+
+    async fn client(server: &RedisServer) -> LockClient {
+        LockClient::connect(&server.url()).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn dropping_an_inner_re_entry_keeps_the_outer_hold_watched() {
+        let server = RedisServer::start().unwrap();
+        let client = client(&server).await;
+        let outer = client.lock("nested").unwrap().acquire().await.unwrap();
+        let inner = outer.reenter().await.unwrap();
+        let holder = Arc::clone(&outer.holder());
+        assert_eq!(holder.entries.load(Ordering::Acquire), 2);
+        assert_eq!(client.inner.watchdog.len(), 1);
+
+        drop(inner);
+        // The outer guard still holds the lock: it must stay on the watch list, or its lease
+        // would run out under it.
+        assert_eq!(holder.entries.load(Ordering::Acquire), 1);
+        assert!(holder.wants_renewal());
+        assert_eq!(client.inner.watchdog.len(), 1);
+
+        outer.release().await.unwrap();
+        assert_eq!(holder.entries.load(Ordering::Acquire), 0);
+        assert!(!holder.wants_renewal(), "no guard left, nothing to renew");
+        assert_eq!(client.inner.watchdog.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_lost_holder_is_not_renewed_even_while_its_guard_lives() {
+        let server = RedisServer::start().unwrap();
+        let client = client(&server).await;
+        let guard = client.lock("lost").unwrap().acquire().await.unwrap();
+        assert!(guard.holder().wants_renewal());
+        assert!(guard.holder().is_valid());
+
+        guard.holder().mark_lost(LostReason::NotHeld);
+        assert!(guard.holder().is_lost());
+        assert!(!guard.holder().is_valid());
+        assert!(
+            !guard.holder().wants_renewal(),
+            "renewing a lock its holder was told it lost keeps a dead lock alive"
+        );
+        // Losing is sticky: a second report changes nothing.
+        guard.holder().mark_lost(LostReason::LeaseExpired);
+        assert!(guard.holder().is_lost());
+    }
+
+    #[tokio::test]
+    async fn an_unwatched_holder_never_joins_the_watch_list() {
+        let server = RedisServer::start().unwrap();
+        let client = client(&server).await;
+        let guard = client
+            .lock("fixed")
+            .unwrap()
+            .with_lease(Duration::from_secs(30))
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        assert!(!guard.holder().watched);
+        assert_eq!(client.inner.watchdog.len(), 0);
+        let inner = guard.reenter().await.unwrap();
+        drop(inner);
+        assert_eq!(client.inner.watchdog.len(), 0);
+        guard.release().await.unwrap();
+    }
+
+    #[test]
+    fn lost_reasons_have_stable_names() {
+        // These names are the `reason` field of the documented `fencelock.lost` event.
+        assert_eq!(LostReason::LeaseExpired.as_str(), "lease_expired");
+        assert_eq!(LostReason::RenewalRefused.as_str(), "renewal_refused");
+        assert_eq!(LostReason::NotHeld.as_str(), "not_held");
+    }
+}

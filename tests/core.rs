@@ -599,3 +599,21 @@ async fn a_guard_names_its_lock_holder_and_token() {
     }
     guard.release().await.unwrap();
 }
+
+/// The handles a caller logs or matches on say what they are: a lock handle its name and
+/// lease, a fenced resource its name.
+#[tokio::test]
+async fn lock_and_resource_handles_name_themselves() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let lock = client.lock("orders:8").unwrap();
+    assert_eq!(lock.name(), b"orders:8");
+    let lock = lock.with_lease(Duration::from_millis(1500)).unwrap();
+    let shown = format!("{lock:?}");
+    for part in ["orders:8", "1.5s"] {
+        assert!(shown.contains(part), "{part:?} missing from {shown}");
+    }
+    let resource = client.resource("ledger:8").unwrap();
+    let shown = format!("{resource:?}");
+    assert!(shown.contains("ledger:8"), "{shown}");
+}

@@ -238,7 +238,11 @@ async fn a_demoted_primary_answering_readonly_sends_the_client_to_the_new_one() 
     assert!(next.replicated());
     assert_eq!(next.replica_acks(), Some(1));
     assert_eq!(calls(new_primary, "wait"), waits_there + 1);
-    assert_eq!(client.replica_ack_connections(), 1, "only the new primary's");
+    assert_eq!(
+        client.replica_ack_connections(),
+        1,
+        "only the new primary's"
+    );
     let held: Vec<Vec<u8>> = con(new_primary).keys("fencelock:{*}lock:acct").unwrap();
     assert_eq!(held.len(), 1, "the lock was taken at the new primary");
     next.release().await.unwrap();
