@@ -297,7 +297,7 @@ mod tests {
         let client = client(&server).await;
         let outer = client.lock("nested").unwrap().acquire().await.unwrap();
         let inner = outer.reenter().await.unwrap();
-        let holder = Arc::clone(&outer.holder());
+        let holder = Arc::clone(outer.holder());
         assert_eq!(holder.entries.load(Ordering::Acquire), 2);
         assert_eq!(client.inner.watchdog.len(), 1);
 
