@@ -34,6 +34,51 @@ fn node_id(cluster: &RedisCluster, node: &RedisServer) -> String {
         .id
 }
 
+/// `CLUSTER SETSLOT slot args..` on one node.
+fn set_slot(node: &RedisServer, slot: u16, args: &[&str]) {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SETSLOT").arg(slot);
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    let _: () = cmd.query(&mut con(node)).unwrap();
+}
+
+/// Starts moving `slot` from `source` to `target` (IMPORTING / MIGRATING) and MIGRATEs every
+/// key of the slot; the slot itself still belongs to `source` (which now answers ASK) until
+/// the caller assigns it with `SETSLOT .. NODE`. Returns the target's node id for that.
+fn migrate_slot_keys(
+    cluster: &RedisCluster,
+    slot: u16,
+    source: &RedisServer,
+    target: &RedisServer,
+) -> String {
+    let (source_id, target_id) = (node_id(cluster, source), node_id(cluster, target));
+    set_slot(target, slot, &["IMPORTING", &source_id]);
+    set_slot(source, slot, &["MIGRATING", &target_id]);
+    loop {
+        let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut con(source))
+            .unwrap();
+        if keys.is_empty() {
+            return target_id;
+        }
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(target.port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query(&mut con(source))
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_names_spread_over_every_primary_and_leave_only_counters() {
     const NAMES: usize = 10_000;
@@ -302,40 +347,9 @@ async fn a_slot_migration_under_a_held_lock_does_not_strand_the_waiter() {
         .iter()
         .find(|p| p.port() != source.port())
         .unwrap();
-    let (source_id, target_id) = (node_id(cluster, source), node_id(cluster, target));
-    let setslot = |node: &RedisServer, args: &[&str]| {
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SETSLOT").arg(slot);
-        for arg in args {
-            cmd.arg(*arg);
-        }
-        let _: () = cmd.query(&mut con(node)).unwrap();
-    };
-    setslot(target, &["IMPORTING", &source_id]);
-    setslot(source, &["MIGRATING", &target_id]);
-    loop {
-        let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(100)
-            .query(&mut con(source))
-            .unwrap();
-        if keys.is_empty() {
-            break;
-        }
-        let _: () = redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(target.port())
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys)
-            .query(&mut con(source))
-            .unwrap();
-    }
+    let target_id = migrate_slot_keys(cluster, slot, source, target);
     for node in cluster.primaries().unwrap() {
-        setslot(node, &["NODE", &target_id]);
+        set_slot(node, slot, &["NODE", &target_id]);
     }
     assert!(
         common::eventually(Duration::from_secs(10), || cluster
@@ -614,38 +628,7 @@ async fn a_replicated_acquisition_during_a_slot_migration_follows_ask_and_waits_
         .iter()
         .find(|p| p.port() != source.port())
         .unwrap();
-    let (source_id, target_id) = (node_id(&cluster, source), node_id(&cluster, target));
-    let setslot = |node: &RedisServer, args: &[&str]| {
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SETSLOT").arg(slot);
-        for arg in args {
-            cmd.arg(*arg);
-        }
-        let _: () = cmd.query(&mut con(node)).unwrap();
-    };
-    setslot(target, &["IMPORTING", &source_id]);
-    setslot(source, &["MIGRATING", &target_id]);
-    loop {
-        let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(100)
-            .query(&mut con(source))
-            .unwrap();
-        if keys.is_empty() {
-            break;
-        }
-        let _: () = redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(target.port())
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys)
-            .query(&mut con(source))
-            .unwrap();
-    }
+    let target_id = migrate_slot_keys(&cluster, slot, source, target);
 
     // Every key of the slot is at the target now: the source answers ASK.
     let askings = calls(target, "asking");
@@ -664,7 +647,7 @@ async fn a_replicated_acquisition_during_a_slot_migration_follows_ask_and_waits_
     assert!(!acquiring.is_finished(), "taken while the slot was split");
     let waits = calls(target, "wait");
     for node in cluster.primaries().unwrap() {
-        setslot(node, &["NODE", &target_id]);
+        set_slot(node, slot, &["NODE", &target_id]);
     }
     let guard = acquiring.await.unwrap().unwrap();
     assert!(guard.replicated());
