@@ -208,10 +208,14 @@ fn spawn_waiter(
 
 /// Waits until some client is subscribed to `name`'s release channel at a node of the shard
 /// that owns the lock's slot now (its primary or a replica: `SPUBLISH` reaches every node of
-/// the shard), as `PUBSUB SHARDCHANNELS` there says.
-async fn wait_for_subscriber(cluster: &RedisCluster, name: &str) {
+/// the shard), as `PUBSUB SHARDCHANNELS` there says. The limit matches the waiters' own 30 s
+/// deadline: 6-node clusters of several tests share 2 cores, and with a 10 s limit this check
+/// failed once in four runs of this file while two cargo-mutants runs loaded the machine (it
+/// passed alone, and the waiter's own 30 s acquire still guards against a stranded waiter).
+/// `stage` names the call in a failure.
+async fn wait_for_subscriber(cluster: &RedisCluster, name: &str, stage: &str) {
     let slot = key_slot_of_lock(name);
-    let ok = common::eventually(Duration::from_secs(10), || {
+    let ok = common::eventually(Duration::from_secs(30), || {
         let Ok(owner) = cluster.primary_for_slot(slot) else {
             return false;
         };
@@ -226,7 +230,7 @@ async fn wait_for_subscriber(cluster: &RedisCluster, name: &str) {
         })
     })
     .await;
-    assert!(ok, "the waiter never subscribed");
+    assert!(ok, "{stage}: the waiter never subscribed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,7 +264,7 @@ async fn a_manual_failover_keeps_the_lock_the_token_and_the_waiter() {
     );
     let token = guard.token();
     let waiter = spawn_waiter(waiter_client, "failover");
-    wait_for_subscriber(&cluster, "failover").await;
+    wait_for_subscriber(&cluster, "failover", "before the failover").await;
 
     let replica = cluster.replicas_of(old_primary).unwrap()[0];
     let _: () = redis::cmd("CLUSTER")
@@ -276,7 +280,7 @@ async fn a_manual_failover_keeps_the_lock_the_token_and_the_waiter() {
     assert!(promoted, "the replica did not take over");
     // The waiter is still subscribed in the lock's shard (the demoted node keeps its sharded
     // subscribers and gets the new primary's messages).
-    wait_for_subscriber(&cluster, "failover").await;
+    wait_for_subscriber(&cluster, "failover", "after the failover").await;
 
     // The new primary has the lock, with the same holder and token.
     let key: Vec<Vec<u8>> = con(replica).keys("fencelock:{*}lock:failover").unwrap();
@@ -337,7 +341,7 @@ async fn a_slot_migration_under_a_held_lock_does_not_strand_the_waiter() {
         .unwrap();
     let token = guard.token();
     let waiter = spawn_waiter(waiter_client, "moving");
-    wait_for_subscriber(cluster, "moving").await;
+    wait_for_subscriber(cluster, "moving", "before the migration").await;
 
     let slot = key_slot_of_lock("moving");
     let source = cluster.primary_for_slot(slot).unwrap();
@@ -361,7 +365,7 @@ async fn a_slot_migration_under_a_held_lock_does_not_strand_the_waiter() {
     assert_eq!(moved.len(), 1, "the held lock moved with its slot");
     // The source dropped the waiter's sharded subscription when it lost the slot; the client
     // subscribed again, now at the target.
-    wait_for_subscriber(cluster, "moving").await;
+    wait_for_subscriber(cluster, "moving", "after the migration").await;
 
     guard.release().await.unwrap();
     let next = waiter.await.unwrap();
