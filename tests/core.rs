@@ -614,6 +614,7 @@ async fn lock_and_resource_handles_name_themselves() {
         assert!(shown.contains(part), "{part:?} missing from {shown}");
     }
     let resource = client.resource("ledger:8").unwrap();
+    assert_eq!(resource.name(), b"ledger:8");
     let shown = format!("{resource:?}");
     assert!(shown.contains("ledger:8"), "{shown}");
 }
