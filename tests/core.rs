@@ -618,3 +618,39 @@ async fn lock_and_resource_handles_name_themselves() {
     let shown = format!("{resource:?}");
     assert!(shown.contains("ledger:8"), "{shown}");
 }
+
+/// The client's own defence against a re-entry script that changes the token (say, a
+/// mismatched script left on a server): the re-entry is refused with `Error::Protocol`, never
+/// handed out as a guard with a token the holder does not have, and the entry the script
+/// counted is undone, so releasing the outer guard frees the lock.
+#[tokio::test]
+async fn a_re_entry_that_changes_the_token_is_refused_and_undone_by_the_client() {
+    let fx = Fixture::start();
+    let client = fx
+        .builder()
+        .negative_control(fencelock::testing::controls::Control::ReentryBumpsToken)
+        .connect()
+        .await
+        .unwrap();
+    let outer = client.lock("bumped").unwrap().acquire().await.unwrap();
+    let err = outer.reenter().await.unwrap_err();
+    assert!(
+        matches!(err, fencelock::Error::Protocol(_)),
+        "expected a protocol error, got {err:?}"
+    );
+    assert!(outer.is_valid());
+
+    let holder = outer.holder_id().to_owned();
+    let undone = common::eventually(Duration::from_secs(10), || {
+        fx.lock_state("bumped")
+            .is_some_and(|(holders, _)| holders == vec![(holder.clone(), 1)])
+    })
+    .await;
+    assert!(
+        undone,
+        "the refused entry was not undone: {:?}",
+        fx.lock_state("bumped")
+    );
+    outer.release().await.unwrap();
+    assert_eq!(fx.lock_state("bumped"), None, "the lock was left held");
+}
