@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::holder::{Holder, PendingOp};
-use crate::protocol::{self, AcquireAllReply, AcquireReply, CancelKind, LockKeys, OwnerReply};
+use crate::protocol::{self, AcquireAllReply, AcquireReply, CancelKind, LockKeys};
 use crate::replication::{self, Acks, OnShortfall, ReplicaAck};
 use crate::wait::Wake;
 use crate::{lease, Error, FencingToken, Lock, LockClient, LockGuard};
@@ -703,7 +703,7 @@ impl MultiGuard {
             .await?;
         let mut first_err = None;
         for (guard, reply) in guards.into_iter().zip(replies) {
-            if let (Err(err), OwnerReply::NotHeld) = (guard.finish_release(reply), reply) {
+            if let Err(err) = guard.finish_release(reply) {
                 first_err.get_or_insert(err);
             }
         }
