@@ -176,6 +176,12 @@ async fn busy_contended_and_timed_out_acquisitions_say_so() {
         .unwrap_err();
     assert!(err.is_timeout());
     guard.release().await.unwrap();
+    let won = lock
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after the release");
+    won.release().await.unwrap();
 
     let events = capture.named("fencelock.acquire");
     let outcomes: Vec<_> = events
@@ -194,6 +200,7 @@ async fn busy_contended_and_timed_out_acquisitions_say_so() {
             ("acquired", "false", "acquire"),
             ("busy", "false", "try_acquire"),
             ("timeout", "true", "acquire_timeout"),
+            ("acquired", "false", "try_acquire"),
         ]
     );
 }
