@@ -242,6 +242,45 @@ async fn the_whole_set_is_one_script_to_take_and_one_to_release() {
     }
 }
 
+/// The ordered path (a cluster's) really goes member by member, even on a server where one
+/// script could take the whole set: one acquire script per member, in the global order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ordered_path_takes_the_set_one_member_per_script() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let trio = client
+        .multi_lock(["o:c", "o:a", "o:b"])
+        .unwrap()
+        .force_ordered_acquisition();
+    trio.acquire().await.unwrap().release().await.unwrap();
+
+    let before = fx.calls("evalsha");
+    let guard = trio.acquire().await.unwrap();
+    assert_eq!(fx.calls("evalsha") - before, 3, "one acquire per member");
+    let tokens: Vec<u64> = guard.tokens().map(|(_, token)| token.get()).collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "taken in the global order, each with a fresh token: {tokens:?}"
+    );
+    guard.release().await.unwrap();
+    for name in ["o:a", "o:b", "o:c"] {
+        assert!(fx.lock_state(name).is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_names_its_members_in_debug_output() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let pair = client.multi_lock(["dbg:b", "dbg:a"]).unwrap();
+    let shown = format!("{pair:?}");
+    assert!(shown.starts_with("MultiLock"), "{shown}");
+    assert!(
+        shown.contains("dbg:a") && shown.contains("dbg:b"),
+        "{shown}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_share_the_token_order_of_single_locks() {
     let fx = Fixture::start();
