@@ -189,8 +189,10 @@ fn fmt_us(v: f64) -> String {
         format!("{:.1} ms", v / 1000.0)
     } else if v >= 1000.0 {
         format!("{:.2} ms", v / 1000.0)
-    } else {
+    } else if v >= 100.0 {
         format!("{v:.0} µs")
+    } else {
+        format!("{v:.1} µs")
     }
 }
 
@@ -531,6 +533,7 @@ async fn w1(cfg: &Cfg, report: &mut Report) {
     let rounds = cfg.pick(40, 2);
     let block = cfg.pick(60u32, 3);
     let mut times: BTreeMap<Kind, Vec<f64>> = BTreeMap::new();
+    let mut server_cpu: BTreeMap<Kind, Vec<f64>> = BTreeMap::new();
     for round in 0..rounds {
         for i in 0..lockers.len() {
             let (kind, locker) = &lockers[(i + round) % lockers.len()];
@@ -540,14 +543,23 @@ async fn w1(cfg: &Cfg, report: &mut Report) {
             } else {
                 block
             };
+            // Redis' CPU around the block (outside the timed part): how much of a cycle the
+            // server spends working, so the gap to the limit can be priced in the same run.
+            let cpu_before = admin.cpu().await;
             let started = Instant::now();
             for _ in 0..n {
                 locker.cycle().await;
             }
+            let elapsed = started.elapsed();
+            let cpu_after = admin.cpu().await;
             times
                 .entry(*kind)
                 .or_default()
-                .push(us(started.elapsed()) / f64::from(n));
+                .push(us(elapsed) / f64::from(n));
+            server_cpu
+                .entry(*kind)
+                .or_default()
+                .push(us(cpu_after.saturating_sub(cpu_before)) / f64::from(n));
         }
     }
     let paired = |a: Kind, b: Kind| {
@@ -561,17 +573,37 @@ async fn w1(cfg: &Cfg, report: &mut Report) {
 
     let mut text = String::from(
         "### W1: uncontended acquire + release (one task, one key)\n\n\
-         | contender | cycle (median of rounds) | ratio vs limit (2 raw RTT) | round trips / cycle |\n\
-         | --- | ---: | ---: | --- |\n",
+         | contender | cycle (median of rounds) | ratio vs limit (2 raw RTT) | Redis CPU / cycle | round trips / cycle |\n\
+         | --- | ---: | ---: | ---: | --- |\n",
     );
     for kind in kinds {
         let _ = writeln!(
             text,
-            "| {} | {} | {:.2} | {} |",
+            "| {} | {} | {:.2} | {} | {} |",
             kind.label(),
             fmt_us(median(&times[&kind])),
             paired(kind, Kind::Limit),
+            fmt_us(median(&server_cpu[&kind])),
             costs[&kind]
+        );
+    }
+    // The gap to the limit, priced: the extra Redis CPU per cycle (the scripts' server-side
+    // work; a single-threaded server does it while the client waits) against the extra time
+    // per cycle. A share near 1 says the whole gap is server work, not round trips or client.
+    let gap = |kind: Kind| {
+        let time = median(&times[&kind]) - median(&times[&Kind::Limit]);
+        let cpu = median(&server_cpu[&kind]) - median(&server_cpu[&Kind::Limit]);
+        (time, cpu)
+    };
+    for kind in [Kind::Ours, Kind::OurScripts] {
+        let (time, cpu) = gap(kind);
+        let _ = writeln!(
+            text,
+            "\n{}: {} more per cycle than the limit, of which {} is extra Redis CPU ({:.0} %).",
+            kind.label(),
+            fmt_us(time),
+            fmt_us(cpu),
+            if time > 0.0 { 100.0 * cpu / time } else { 0.0 }
         );
     }
     let vs_limit = paired(Kind::Ours, Kind::Limit);
