@@ -94,8 +94,7 @@ impl Waiters {
             .is_some_and(|q| !q.slots.is_empty())
     }
 
-    /// Joins the queue of `channel`, subscribing to its release messages first if this client
-    /// is not yet. The returned entry leaves the queue when dropped.
+    /// Hands the waiters the client's connection, once, right after it is made.
     pub(crate) fn set_connection(&self, conn: Conn) {
         let _ = self.conn.set(conn);
     }
@@ -107,6 +106,8 @@ impl Waiters {
             .ok_or_else(|| Error::Protocol("waiters used before the client connected".into()))
     }
 
+    /// Joins the queue of `channel`, subscribing to its release messages first if this client
+    /// is not yet. The returned entry leaves the queue when dropped.
     pub(crate) async fn enter(self: &Arc<Self>, channel: &[u8]) -> Result<WaitEntry, Error> {
         let slot = Arc::new(Slot {
             id: self.next_slot.fetch_add(1, Ordering::Relaxed),
@@ -368,5 +369,26 @@ impl Drop for WaitEntry {
     fn drop(&mut self) {
         self.waiters
             .leave(&self.channel, &self.slot, self.acquired_lease);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Timer and reconnect wake-ups of many processes land together; the jitter must spread
+    /// them over its whole window, never beyond it.
+    #[test]
+    fn herd_jitter_spreads_retries_over_its_window() {
+        let draws: Vec<Duration> = (0..200).map(|_| herd_jitter()).collect();
+        assert!(draws.iter().all(|d| *d < HERD_JITTER), "{draws:?}");
+        let distinct: HashSet<Duration> = draws.iter().copied().collect();
+        assert!(
+            distinct.len() > 100,
+            "only {} distinct delays",
+            distinct.len()
+        );
+        assert!(draws.iter().any(|d| *d < HERD_JITTER / 4));
+        assert!(draws.iter().any(|d| *d >= HERD_JITTER * 3 / 4));
     }
 }

@@ -322,3 +322,103 @@ async fn the_watchdog_backs_off_while_renewals_fail() {
     );
     drop(guard);
 }
+
+fn active_channels(fx: &Fixture) -> Vec<Vec<u8>> {
+    redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query(&mut fx.raw())
+        .unwrap()
+}
+
+/// The fast path is the whole story when nobody waits: one script call per operation, no
+/// subscription (which would cost a round trip and a server-side channel per lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_acquire_never_subscribes() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    fx.warm_up(&client).await;
+    let lock = client.lock("quiet").unwrap();
+    let (subscribes, scripts) = (fx.calls("subscribe"), fx.calls("evalsha"));
+    for _ in 0..3 {
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    assert_eq!(fx.calls("evalsha") - scripts, 6);
+    assert_eq!(
+        fx.calls("subscribe"),
+        subscribes,
+        "nobody waited, nothing to subscribe to"
+    );
+    assert!(active_channels(&fx).is_empty());
+}
+
+/// A client subscribes to a lock's channel only while it has waiters for that lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscription_ends_with_the_last_waiter() {
+    let fx = Fixture::start();
+    let (holder_client, client) = (fx.client().await, fx.client().await);
+    let guard = holder_client.lock("sub").unwrap().acquire().await.unwrap();
+    let lock = client.lock("sub").unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.acquire().await.unwrap().release().await.unwrap() })
+        })
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(30), || active_channels(&fx).len() == 1).await,
+        "the waiters' client subscribes to the lock's channel"
+    );
+    guard.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || active_channels(&fx).is_empty()).await,
+        "still subscribed after the last waiter left: {:?}",
+        active_channels(&fx)
+    );
+}
+
+/// Within a client the lock is FIFO: a newcomer does not take a lock that looks free while an
+/// earlier waiter of its client is queued (here the lock vanished without a release message,
+/// so the queued head sleeps until its lease timer and the lock stays free meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_does_not_barge_past_a_queued_waiter() {
+    let fx = Fixture::start();
+    let (holder_client, client) = (fx.client().await, fx.client().await);
+    fx.warm_up(&client).await;
+    let _held = holder_client
+        .lock("barge")
+        .unwrap()
+        .with_lease(LONG)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let first = client.lock("barge").unwrap().with_lease(LONG).unwrap();
+    let scripts = fx.calls("evalsha");
+    let queued = tokio::spawn(async move { first.acquire().await.map(|g| g.token()) });
+    // Its two attempts: the fast path, then once more as head after subscribing.
+    assert!(
+        eventually(Duration::from_secs(30), || fx.calls("evalsha") - scripts
+            == 2)
+        .await
+    );
+    assert!(eventually(Duration::from_secs(30), || active_channels(&fx).len() == 1).await);
+
+    let key = fx.lock_key("barge").unwrap();
+    let _: () = fx.raw().del(&key).unwrap();
+    let newcomer = client.lock("barge").unwrap().with_lease(LONG).unwrap();
+    let err = newcomer
+        .acquire_timeout(Duration::from_millis(300))
+        .await
+        .expect_err("the newcomer must queue behind the first waiter");
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!(
+        fx.calls("evalsha") - scripts,
+        2,
+        "the newcomer never went to Redis"
+    );
+    assert!(fx.lock_key("barge").is_none(), "nobody took the lock");
+    queued.abort();
+}
