@@ -172,7 +172,7 @@ impl Lock {
         self.traced("try_acquire", &contended, || async {
             let holder = self.client.next_id();
             let mut pending = self.pending(&holder);
-            match self.attempt(&holder, &mut pending).await? {
+            match self.attempt(&holder, &mut pending, false).await? {
                 Attempt::Won(guard) => Ok(Some(guard)),
                 Attempt::Busy(_) => Ok(None),
             }
@@ -317,7 +317,7 @@ impl Lock {
         // The fast path: one round trip when the lock is free. Skipped when waiters of this
         // client are queued, so a newcomer cannot overtake them.
         if !waiters.has_waiters(&self.keys.lock) {
-            if let Attempt::Won(guard) = self.attempt(&holder, &mut pending).await? {
+            if let Attempt::Won(guard) = self.attempt(&holder, &mut pending, true).await? {
                 return Ok(guard);
             }
         }
@@ -351,7 +351,7 @@ impl Lock {
                     waited: started.elapsed(),
                 });
             }
-            match self.attempt(holder, pending).await? {
+            match self.attempt(holder, pending, true).await? {
                 Attempt::Won(guard) => {
                     entry.acquired(self.lease());
                     return Ok(guard);
@@ -373,37 +373,50 @@ impl Lock {
         )
     }
 
-    /// One acquire round trip (re-sent while its outcome is unknown).
-    async fn attempt(&self, holder: &str, pending: &mut PendingOp) -> Result<Attempt, Error> {
+    /// One acquire round trip (re-sent while its outcome is unknown). `waiting`: the attempt
+    /// of an acquirer that will wait, which a fair-mode client queues when the lock is held.
+    async fn attempt(
+        &self,
+        holder: &str,
+        pending: &mut PendingOp,
+        waiting: bool,
+    ) -> Result<Attempt, Error> {
+        let fair = self.client.fair_attempt(waiting);
         let lease = self.lease();
         let op_ttl = self.client.inner.config.op_record_ttl;
         let sent_at = Instant::now();
         pending.arm();
         let (reply, acks) = match self.replica_ack {
             None => {
-                let reply =
-                    self.client
-                        .retrying(|mut conn| {
-                            let keys = &self.keys;
-                            async move {
-                                protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await
-                            }
-                        })
-                        .await?;
+                let reply = self
+                    .client
+                    .retrying(|mut conn| {
+                        let keys = &self.keys;
+                        async move {
+                            protocol::acquire_with(&mut conn, keys, holder, lease, op_ttl, fair)
+                                .await
+                        }
+                    })
+                    .await?;
                 (reply, None)
             }
             // Boxed, so that the replicated path's state does not enlarge every acquire future.
-            Some(ack) => Box::pin(replication::acquire_acknowledged(
-                &self.client,
-                ack,
-                &self.keys,
-                |mut conn| {
-                    let keys = &self.keys;
-                    async move { protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await }
-                },
-                |reply| matches!(reply, AcquireReply::Acquired { .. }),
-            ))
-            .await?,
+            Some(ack) => {
+                Box::pin(replication::acquire_acknowledged(
+                    &self.client,
+                    ack,
+                    &self.keys,
+                    |mut conn| {
+                        let keys = &self.keys;
+                        async move {
+                            protocol::acquire_with(&mut conn, keys, holder, lease, op_ttl, fair)
+                                .await
+                        }
+                    },
+                    |reply| matches!(reply, AcquireReply::Acquired { .. }),
+                ))
+                .await?
+            }
         };
         if let (Some(acks), Some(ack)) = (acks, self.replica_ack) {
             if !acks.enough() && ack.on_shortfall == OnShortfall::Fail {

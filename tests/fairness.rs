@@ -1,0 +1,428 @@
+//! Fair handoff across clients (`LockClientBuilder::fair_handoff`): separate `LockClient`s
+//! stand for separate processes, each with its own local FIFO queue of waiters. Nothing here
+//! measures time: the tests count grants in their grant order (checked against the tokens) and
+//! wait for events.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{eventually, Fixture};
+use fencelock::admin::Admin;
+use fencelock::{FencingToken, LockClient};
+use parking_lot::Mutex;
+use redis::Commands;
+
+/// Long enough that a live client always claims its reservation, however loaded the machine:
+/// the ordering bounds below assume no reservation lapses.
+const LONG_GRACE: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(30);
+
+/// One grant, in grant order: which client, which task, which token.
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    client: usize,
+    token: FencingToken,
+}
+
+#[derive(Default)]
+struct Ledger {
+    grants: Mutex<Vec<Grant>>,
+    inside: AtomicBool,
+    /// The most grants to other clients one waiter saw between its call and its grant.
+    worst: Mutex<usize>,
+}
+
+/// `clients` clients, each with `tasks` tasks that take the lock `rounds` times each.
+async fn contend(
+    fx: &Fixture,
+    fair: bool,
+    clients: usize,
+    tasks: usize,
+    rounds: usize,
+) -> Arc<Ledger> {
+    let ledger = Arc::new(Ledger::default());
+    let mut handles = Vec::new();
+    let mut connected = Vec::new();
+    for _ in 0..clients {
+        let builder = fx.builder();
+        let builder = if fair {
+            builder.fair_handoff(LONG_GRACE)
+        } else {
+            builder
+        };
+        connected.push(builder.connect().await.unwrap());
+    }
+    for (client, lock_client) in connected.iter().enumerate() {
+        for _ in 0..tasks {
+            let lock = lock_client.lock("contended").unwrap();
+            let ledger = ledger.clone();
+            handles.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    // Grants recorded before the call are not seen while waiting; at most one
+                    // grant (the holder's own, recorded just after its acquire returned) is
+                    // counted although it came before the call.
+                    let start = ledger.grants.lock().len();
+                    let guard = lock.acquire().await.unwrap();
+                    assert!(
+                        !ledger.inside.swap(true, Ordering::SeqCst),
+                        "two holders at once"
+                    );
+                    let seen = {
+                        let mut grants = ledger.grants.lock();
+                        grants.push(Grant {
+                            client,
+                            token: guard.token(),
+                        });
+                        grants[start..grants.len() - 1]
+                            .iter()
+                            .filter(|g| g.client != client)
+                            .count()
+                    };
+                    {
+                        let mut worst = ledger.worst.lock();
+                        *worst = (*worst).max(seen);
+                    }
+                    // Let the other tasks of every client reach their next attempt.
+                    tokio::task::yield_now().await;
+                    ledger.inside.store(false, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    let grants = ledger.grants.lock();
+    assert_eq!(grants.len(), clients * tasks * rounds);
+    assert!(
+        grants.windows(2).all(|w| w[0].token < w[1].token),
+        "tokens did not increase in grant order"
+    );
+    drop(grants);
+    ledger
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_handoff_serves_contending_clients_round_robin() {
+    let fx = Fixture::start();
+    const CLIENTS: usize = 4;
+    // One waiting task per client: while it waits, each other client is served at most once
+    // (it re-queues behind everyone when its turn ends), so at most CLIENTS - 1 grants to
+    // others, plus the one the measurement can count too early.
+    let ledger = contend(&fx, true, CLIENTS, 1, 12).await;
+    let worst = *ledger.worst.lock();
+    eprintln!("fair mode, one task per client: a waiter saw at most {worst} grants to others");
+    assert!(
+        worst <= CLIENTS,
+        "a waiter saw {worst} grants to other clients (bound {CLIENTS})"
+    );
+
+    // Several tasks per client: the client's local queue is FIFO and the client gets one
+    // grant per round, so a waiter behind `tasks - 1` local waiters waits `tasks` rounds of at
+    // most CLIENTS - 1 grants to others each.
+    const TASKS: usize = 3;
+    let ledger = contend(&fx, true, CLIENTS, TASKS, 6).await;
+    let worst = *ledger.worst.lock();
+    let bound = TASKS * (CLIENTS - 1) + 1;
+    eprintln!("fair mode, {TASKS} tasks per client: a waiter saw at most {worst} grants to others");
+    assert!(
+        worst <= bound,
+        "a waiter saw {worst} grants to other clients (bound {bound})"
+    );
+
+    // Every entry left the queue with its client's last grant; nothing is left behind.
+    assert!(fx.keys("fencelock:{*}queue:*").is_empty());
+    assert!(fx.lock_key("contended").is_none());
+
+    // The default mode on the same schedule: a race among the clients' heads, allowed to be
+    // unfair. Only its safety is checked (inside `contend`).
+    let ledger = contend(&fx, false, CLIENTS, TASKS, 6).await;
+    eprintln!(
+        "default mode: a waiter saw at most {} grants to other clients (fair bound {bound})",
+        *ledger.worst.lock()
+    );
+}
+
+async fn queue_of(fx: &Fixture) -> Vec<String> {
+    let keys = fx.keys("fencelock:{*}queue:*");
+    match keys.as_slice() {
+        [] => Vec::new(),
+        [key] => fx.raw().zrange(key, 0, -1).unwrap(),
+        more => panic!("several queues: {more:?}"),
+    }
+}
+
+/// Waits until the lock's queue in Redis is exactly `expected` (client ids, first first).
+async fn queue_becomes(fx: &Fixture, expected: &[&str]) {
+    let limit = std::time::Instant::now() + WAIT;
+    loop {
+        let seen = queue_of(fx).await;
+        if seen == expected {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < limit,
+            "queue is {seen:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn fair_client(fx: &Fixture, grace: Duration) -> LockClient {
+    fx.builder().fair_handoff(grace).connect().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_reserved_client_does_not_strand_the_lock() {
+    let fx = Fixture::start();
+    // Short: the test waits this out once per case.
+    let grace = Duration::from_millis(100);
+    for dies_by in ["cancelled waiter", "dropped client"] {
+        let holder = fair_client(&fx, grace).await;
+        let dead = fair_client(&fx, grace).await;
+        let next = fair_client(&fx, grace).await;
+        let guard = holder.lock("stranded").unwrap().acquire().await.unwrap();
+
+        let doomed = dead.lock("stranded").unwrap();
+        let doomed = tokio::spawn(async move { doomed.acquire().await.map(|_| ()) });
+        queue_becomes(&fx, &[dead.id()]).await;
+        let lock = next.lock("stranded").unwrap();
+        let waiting = tokio::spawn(async move { lock.acquire().await.unwrap().token() });
+        queue_becomes(&fx, &[dead.id(), next.id()]).await;
+
+        doomed.abort();
+        assert!(doomed.await.unwrap_err().is_cancelled());
+        if dies_by == "dropped client" {
+            drop(dead);
+        }
+        // The release reserves the lock for the first queued client, which will never claim
+        // it; after the grace the next client takes it.
+        let first = guard.token();
+        guard.release().await.unwrap();
+        let token = tokio::time::timeout(WAIT, waiting)
+            .await
+            .unwrap_or_else(|_| panic!("{dies_by}: the lock stayed stranded"))
+            .unwrap();
+        assert!(token > first, "{dies_by}");
+        assert!(queue_of(&fx).await.is_empty(), "{dies_by}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_is_held_for_everyone_else_shown_by_admin_and_force_releasable() {
+    let fx = Fixture::start();
+    let holder = fair_client(&fx, LONG_GRACE).await;
+    let reserved = fair_client(&fx, LONG_GRACE).await;
+    let other = fair_client(&fx, LONG_GRACE).await;
+    let plain = fx.client().await;
+
+    let lock = holder.lock("handoff").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let first = guard.token();
+    let gone = reserved.lock("handoff").unwrap();
+    let gone = tokio::spawn(async move { gone.acquire().await.map(|_| ()) });
+    queue_becomes(&fx, &[reserved.id()]).await;
+    gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
+    guard.release().await.unwrap();
+
+    // Reserved for a client with no waiter left, for the whole (long) grace.
+    let admin = Admin::connect(&fx.server.url()).await.unwrap();
+    let detail = admin.lock("handoff").await.unwrap();
+    assert_eq!(detail.lock.reserved_for.as_deref(), Some(reserved.id()));
+    assert!(!detail.lock.is_held());
+    assert!(detail.to_string().contains("handoff"), "{detail}");
+    let listed = admin.locks().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(
+        listed[0].to_string().contains(reserved.id()),
+        "{}",
+        listed[0]
+    );
+
+    // Held for everyone else, whatever their mode and method.
+    assert!(lock.try_acquire().await.unwrap().is_none());
+    assert!(other
+        .lock("handoff")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(plain
+        .lock("handoff")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    let timed_out = other
+        .lock("handoff")
+        .unwrap()
+        .acquire_timeout(Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(timed_out.is_timeout(), "{timed_out}");
+
+    // A waiter of another client is woken by the operator's force release and wins.
+    let lock = other.lock("handoff").unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await.unwrap() });
+    queue_becomes(&fx, &[other.id()]).await;
+    match admin.force_release("handoff", None).await.unwrap() {
+        fencelock::admin::ForceRelease::Evicted { holder, token, .. } => {
+            assert_eq!(holder.id, format!("~reserved:{}", reserved.id()));
+            assert_eq!(token, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    let guard = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    assert!(guard.token() > first);
+    guard.release().await.unwrap();
+    assert!(queue_of(&fx).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reserved_client_claims_with_a_fresh_token_and_guards_of_the_old_hold_are_not_held() {
+    let fx = Fixture::start();
+    let first_client = fair_client(&fx, LONG_GRACE).await;
+    let second_client = fair_client(&fx, LONG_GRACE).await;
+    let lock = first_client.lock("claimed").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let inner = guard.reenter().await.unwrap();
+    let waiting = second_client.lock("claimed").unwrap();
+    let waiting = tokio::spawn(async move { waiting.acquire().await.unwrap() });
+    queue_becomes(&fx, &[second_client.id()]).await;
+
+    let first = guard.token();
+    inner.release().await.unwrap();
+    guard.release().await.unwrap();
+    let claimed = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    assert!(claimed.token() > first);
+    // The new holder is an ordinary one: re-entry, extension, and a release that frees the
+    // lock (nobody queued: the hash is deleted).
+    let again = claimed.reenter().await.unwrap();
+    assert_eq!(again.token(), claimed.token());
+    again.release().await.unwrap();
+    claimed.extend(Duration::from_secs(5)).await.unwrap();
+    claimed.release().await.unwrap();
+    assert!(fx.lock_key("claimed").is_none());
+    assert!(queue_of(&fx).await.is_empty());
+}
+
+/// All clients of a lock should use one mode; mixing them loses the order, never safety.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixing_fair_and_default_clients_stays_safe() {
+    let fx = Fixture::start();
+    let ledger = Arc::new(Ledger::default());
+    let mut handles = Vec::new();
+    for client in 0..4 {
+        let builder = fx.builder();
+        let lock_client = if client % 2 == 0 {
+            builder.fair_handoff(Duration::from_millis(200))
+        } else {
+            builder
+        }
+        .connect()
+        .await
+        .unwrap();
+        for _ in 0..2 {
+            let lock = lock_client.lock("mixed").unwrap();
+            let ledger = ledger.clone();
+            handles.push(tokio::spawn(async move {
+                for _ in 0..8 {
+                    let guard = lock.acquire().await.unwrap();
+                    assert!(
+                        !ledger.inside.swap(true, Ordering::SeqCst),
+                        "two holders at once"
+                    );
+                    ledger.grants.lock().push(Grant {
+                        client,
+                        token: guard.token(),
+                    });
+                    tokio::task::yield_now().await;
+                    ledger.inside.store(false, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for handle in handles {
+        tokio::time::timeout(Duration::from_secs(120), handle)
+            .await
+            .expect("mixed clients stalled")
+            .unwrap();
+    }
+    let grants = ledger.grants.lock();
+    assert_eq!(grants.len(), 4 * 2 * 8);
+    assert!(grants.windows(2).all(|w| w[0].token < w[1].token));
+    // What a mixed run may leave: a reservation or queue entries, each with an expiry.
+    let mut raw = fx.raw();
+    for key in fx
+        .keys("fencelock:{*}queue:*")
+        .into_iter()
+        .chain(fx.lock_key("mixed"))
+    {
+        let ttl: i64 = raw.pttl(&key).unwrap();
+        assert!(ttl != -1, "{} has no expiry", String::from_utf8_lossy(&key));
+    }
+}
+
+#[tokio::test]
+async fn fair_mode_refuses_multi_locks_and_bad_graces() {
+    let fx = Fixture::start();
+    let client = fair_client(&fx, Duration::from_millis(100)).await;
+    assert_eq!(client.fair_handoff(), Some(Duration::from_millis(100)));
+    let err = client.multi_lock(["a", "b"]).unwrap_err();
+    assert!(
+        matches!(err, fencelock::Error::InvalidLockSet { .. }),
+        "{err:?}"
+    );
+    assert_eq!(fx.client().await.fair_handoff(), None);
+    for grace in [
+        Duration::ZERO,
+        Duration::from_micros(1500),
+        Duration::from_secs(61),
+    ] {
+        let err = fx
+            .builder()
+            .fair_handoff(grace)
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, fencelock::Error::InvalidConfig { .. }),
+            "{grace:?}: {err:?}"
+        );
+    }
+}
+
+/// Round trips: a waiter's failed attempt is one EVALSHA, as in the default mode (the queue
+/// entry rides on it), and a claim is one.
+#[tokio::test]
+async fn a_handoff_costs_the_same_round_trips_as_the_default_mode() {
+    let fx = Fixture::start();
+    let a = fair_client(&fx, LONG_GRACE).await;
+    let b = fair_client(&fx, LONG_GRACE).await;
+    // Every script loaded, so that the count has no NOSCRIPT round trip in it.
+    fx.warm_up(&a).await;
+    let guard = a.lock("trips").unwrap().acquire().await.unwrap();
+    let before = fx.calls("evalsha") + fx.calls("eval");
+    let lock = b.lock("trips").unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await.unwrap() });
+    queue_becomes(&fx, &[b.id()]).await;
+    guard.release().await.unwrap();
+    let claimed = waiting.await.unwrap();
+    let calls = fx.calls("evalsha") + fx.calls("eval") - before;
+    // b: the fast-path attempt, the head's attempt after subscribing (when it comes before the
+    // release), the claim; a: the release.
+    assert!(
+        (3..=4).contains(&calls),
+        "{calls} script calls for one contended handoff"
+    );
+    claimed.release().await.unwrap();
+    assert!(eventually(WAIT, || fx.lock_key("trips").is_none()).await);
+}
