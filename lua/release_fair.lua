@@ -28,8 +28,8 @@
 -- The reservation is the hash with the single field "~reserved" = client id and a lease of
 -- ARGV[5] ms: no holder field, so nobody holds it and every other client's attempt sees a held
 -- lock; only that client's acquire_fair.lua claims it (with a new token). A client that does
--- not claim in time (crashed, or its waiter left) costs one grace, then the lock is free for
--- anyone. Idempotency as release.lua: a re-sent copy of the freeing release finds no holder
+-- not claim in time (crashed) costs one grace, then the lock is free for anyone; a live client
+-- whose last waiter gave up passes the reservation on at once (leave_fair.lua). Idempotency as release.lua: a re-sent copy of the freeing release finds no holder
 -- field and replays {1, 0} from the "r:<op id>" mark; the reservation is made once.
 local done = redis.call('GET', KEYS[2])
 if done then

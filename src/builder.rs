@@ -192,9 +192,10 @@ impl LockClientBuilder {
     /// entry per client: only the head of a client's local FIFO queue ever goes to Redis). The
     /// release that frees the lock leaves it *reserved* for the first queued client for at
     /// most `grace`; that client's first waiter claims it with a fresh token, and everyone
-    /// else sees the lock held meanwhile. A reserved client that crashed or whose waiters left
-    /// costs at most `grace` (plus the waiters' random 0–20 ms timer jitter), after which the
-    /// lock is free for anyone. Choose `grace` well above the time a live process needs to
+    /// else sees the lock held meanwhile. A client whose last waiter gives up (timeout,
+    /// cancellation) leaves the queue and passes such a reservation on; a reserved client that
+    /// crashed costs at most `grace` (plus the waiters' random 0–20 ms timer jitter), after
+    /// which the lock is free for anyone. Choose `grace` well above the time a live process needs to
     /// answer a release message (tens of ms on a busy host); 100 ms to 1 s is typical.
     ///
     /// The mode is per client (the queue holds client ids), and **every client of a lock must

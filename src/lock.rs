@@ -9,7 +9,7 @@ use tracing::Instrument;
 use crate::holder::{Holder, PendingOp};
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
 use crate::replication::{self, OnShortfall, ReplicaAck};
-use crate::wait::Wake;
+use crate::wait::{FairExit, Wake};
 use crate::{lease, metrics, Error, LockClient, LockGuard};
 
 /// A handle to one named lock, made by [`LockClient::lock`].
@@ -344,7 +344,12 @@ impl Lock {
         let waiters = &self.client.inner.waiters;
         contended.store(true, Ordering::Relaxed);
         metrics::contended();
-        let entry = waiters.enter(&self.keys.lock).await?;
+        let fair = self.client.fair_handoff().map(|grace| FairExit {
+            keys: self.keys.clone(),
+            client: self.client.id().to_owned(),
+            grace,
+        });
+        let entry = waiters.enter(&self.keys.lock, fair).await?;
         loop {
             if entry.wait(deadline).await == Wake::Deadline {
                 return Err(Error::Timeout {

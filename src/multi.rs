@@ -320,7 +320,9 @@ impl MultiLock {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(timeout());
             }
-            let entry = waiters.enter(&self.members[index].keys().lock).await?;
+            let entry = waiters
+                .enter(&self.members[index].keys().lock, None)
+                .await?;
             if pttl.is_some() {
                 entry.observed_lease(pttl);
             }

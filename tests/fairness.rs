@@ -176,39 +176,89 @@ async fn fair_client(fx: &Fixture, grace: Duration) -> LockClient {
     fx.builder().fair_handoff(grace).connect().await.unwrap()
 }
 
+/// Puts `client` first in the queue of the held lock `name`, as a client that failed an
+/// attempt and then crashed leaves it (an entry nobody will claim or remove).
+fn queue_crashed(fx: &Fixture, name: &str, client: &str) {
+    let lock = fx.lock_key(name).expect("the lock is held");
+    let text = String::from_utf8(lock).unwrap();
+    let queue = text.replacen("}lock:", "}queue:", 1);
+    let mut raw = fx.raw();
+    let _: () = raw.zadd(&queue, client, 0).unwrap();
+    let _: () = raw.pexpire(&queue, 60_000).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_reserved_client_does_not_strand_the_lock() {
+async fn a_crashed_reserved_client_costs_one_grace_not_the_lock() {
     let fx = Fixture::start();
-    // Short: the test waits this out once per case.
+    // Short: the test waits this out once.
     let grace = Duration::from_millis(100);
-    for dies_by in ["cancelled waiter", "dropped client"] {
-        let holder = fair_client(&fx, grace).await;
-        let dead = fair_client(&fx, grace).await;
-        let next = fair_client(&fx, grace).await;
-        let guard = holder.lock("stranded").unwrap().acquire().await.unwrap();
+    let holder = fair_client(&fx, grace).await;
+    let next = fair_client(&fx, grace).await;
+    let guard = holder.lock("stranded").unwrap().acquire().await.unwrap();
+    queue_crashed(&fx, "stranded", "crashed-client");
+    let lock = next.lock("stranded").unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await.unwrap().token() });
+    queue_becomes(&fx, &["crashed-client", next.id()]).await;
 
-        let doomed = dead.lock("stranded").unwrap();
-        let doomed = tokio::spawn(async move { doomed.acquire().await.map(|_| ()) });
-        queue_becomes(&fx, &[dead.id()]).await;
-        let lock = next.lock("stranded").unwrap();
+    // The release reserves the lock for the crashed client, which will never claim it; when
+    // the grace ends the next client's head (its timer set to the reservation's pttl) takes it.
+    let first = guard.token();
+    guard.release().await.unwrap();
+    let token = tokio::time::timeout(WAIT, waiting)
+        .await
+        .expect("the lock stayed stranded")
+        .unwrap();
+    assert!(token > first);
+    assert!(queue_of(&fx).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_last_waiter_gives_up_leaves_the_queue() {
+    let fx = Fixture::start();
+    for gives_up_by in ["cancelled", "timed out", "client dropped"] {
+        let holder = fair_client(&fx, LONG_GRACE).await;
+        let quitter = fair_client(&fx, LONG_GRACE).await;
+        let next = fair_client(&fx, LONG_GRACE).await;
+        let guard = holder.lock("quit").unwrap().acquire().await.unwrap();
+
+        let lock = quitter.lock("quit").unwrap();
+        let quitting = if gives_up_by == "timed out" {
+            tokio::spawn(async move {
+                let err = lock
+                    .acquire_timeout(Duration::from_millis(300))
+                    .await
+                    .unwrap_err();
+                assert!(err.is_timeout(), "{err}");
+            })
+        } else {
+            tokio::spawn(async move {
+                let _ = lock.acquire().await;
+            })
+        };
+        queue_becomes(&fx, &[quitter.id()]).await;
+        let lock = next.lock("quit").unwrap();
         let waiting = tokio::spawn(async move { lock.acquire().await.unwrap().token() });
-        queue_becomes(&fx, &[dead.id(), next.id()]).await;
+        queue_becomes(&fx, &[quitter.id(), next.id()]).await;
 
-        doomed.abort();
-        assert!(doomed.await.unwrap_err().is_cancelled());
-        if dies_by == "dropped client" {
-            drop(dead);
+        if gives_up_by == "timed out" {
+            quitting.await.unwrap();
+        } else {
+            quitting.abort();
+            assert!(quitting.await.unwrap_err().is_cancelled());
         }
-        // The release reserves the lock for the first queued client, which will never claim
-        // it; after the grace the next client takes it.
+        if gives_up_by == "client dropped" {
+            drop(quitter);
+            queue_becomes(&fx, &[next.id()]).await;
+        } else {
+            queue_becomes(&fx, &[next.id()]).await;
+            drop(quitter);
+        }
+        // So the release reserves the lock for the client that still waits.
         let first = guard.token();
         guard.release().await.unwrap();
-        let token = tokio::time::timeout(WAIT, waiting)
-            .await
-            .unwrap_or_else(|_| panic!("{dies_by}: the lock stayed stranded"))
-            .unwrap();
-        assert!(token > first, "{dies_by}");
-        assert!(queue_of(&fx).await.is_empty(), "{dies_by}");
+        let token = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+        assert!(token > first, "{gives_up_by}");
+        assert!(queue_of(&fx).await.is_empty(), "{gives_up_by}");
     }
 }
 
@@ -223,11 +273,8 @@ async fn a_reservation_is_held_for_everyone_else_shown_by_admin_and_force_releas
     let lock = holder.lock("handoff").unwrap();
     let guard = lock.acquire().await.unwrap();
     let first = guard.token();
-    let gone = reserved.lock("handoff").unwrap();
-    let gone = tokio::spawn(async move { gone.acquire().await.map(|_| ()) });
-    queue_becomes(&fx, &[reserved.id()]).await;
-    gone.abort();
-    assert!(gone.await.unwrap_err().is_cancelled());
+    // First in the queue without a waiter (a crashed process leaves that).
+    queue_crashed(&fx, "handoff", reserved.id());
     guard.release().await.unwrap();
 
     // Reserved for a client with no waiter left, for the whole (long) grace.
@@ -267,6 +314,8 @@ async fn a_reservation_is_held_for_everyone_else_shown_by_admin_and_force_releas
         .await
         .unwrap_err();
     assert!(timed_out.is_timeout(), "{timed_out}");
+    // The timed-out waiter was its client's last: the client left the queue again.
+    queue_becomes(&fx, &[]).await;
 
     // A waiter of another client is woken by the operator's force release and wins.
     let lock = other.lock("handoff").unwrap();
@@ -425,4 +474,46 @@ async fn a_handoff_costs_the_same_round_trips_as_the_default_mode() {
     );
     claimed.release().await.unwrap();
     assert!(eventually(WAIT, || fx.lock_key("trips").is_none()).await);
+}
+
+on_topologies_multi_thread! {
+    /// Two clients queue one after the other behind a holder; the lock goes to them in that
+    /// order (their tokens say so), on one server and on a cluster (sharded pub/sub, the queue
+    /// in the lock's slot).
+    async fn queued_clients_are_served_in_queue_order(fx) {
+        let connect = || fx.builder().fair_handoff(LONG_GRACE).connect();
+        let (a, b, c) = (connect().await.unwrap(), connect().await.unwrap(), connect().await.unwrap());
+        let guard = a.lock("ordered").unwrap().acquire().await.unwrap();
+        let queued = |n: usize| {
+            let keys = fx.keys("fencelock:{*}queue:*");
+            let mut raw = fx.raw();
+            keys.iter()
+                .map(|k| raw.zcard::<_, usize>(k).unwrap())
+                .sum::<usize>()
+                == n
+        };
+        let mut waiting = Vec::new();
+        for (n, client) in [(1, &b), (2, &c)] {
+            let lock = client.lock("ordered").unwrap();
+            waiting.push(tokio::spawn(async move {
+                let guard = lock.acquire().await.unwrap();
+                let token = guard.token();
+                guard.release().await.unwrap();
+                token
+            }));
+            assert!(eventually(WAIT, || queued(n)).await, "client {n} never queued");
+        }
+        let first = guard.token();
+        guard.release().await.unwrap();
+        let mut tokens = vec![first];
+        for handle in waiting {
+            tokens.push(tokio::time::timeout(WAIT, handle).await.unwrap().unwrap());
+        }
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "not served in queue order: {tokens:?}"
+        );
+        assert!(eventually(WAIT, || fx.keys("fencelock:{*}queue:*").is_empty()).await);
+        assert!(fx.lock_key("ordered").is_none());
+    }
 }

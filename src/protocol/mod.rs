@@ -168,6 +168,44 @@ pub(crate) async fn release_fair<C: ConnectionLike>(
     owner_reply("release_fair", &reply)
 }
 
+/// Outcome of `leave_fair.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaveReply {
+    /// The client was neither queued nor reserved for.
+    Absent,
+    /// Its queue entry was removed.
+    Dequeued,
+    /// The lock was reserved for it and has been passed on (or freed).
+    PassedOn,
+}
+
+/// Takes `client` off the lock's fair queue and passes on a reservation made for it
+/// (`leave_fair.lua`): its last waiter gave up.
+pub(crate) async fn leave_fair<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    client: &str,
+    grace: Duration,
+    pubsub: PubSub,
+) -> Result<LeaveReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .leave_fair
+        .key(&keys.lock)
+        .key(keys.queue())
+        .arg(client)
+        .arg(millis(grace))
+        .arg(pubsub.script_arg())
+        .invoke_async(conn)
+        .await
+        .map_err(map_err)?;
+    match reply.as_slice() {
+        [0] => Ok(LeaveReply::Absent),
+        [1] => Ok(LeaveReply::Dequeued),
+        [2] => Ok(LeaveReply::PassedOn),
+        other => Err(unexpected("leave_fair", other)),
+    }
+}
+
 fn acquire_reply(script: &str, reply: &[i64]) -> Result<AcquireReply, Error> {
     match reply {
         [1, token, count] => Ok(AcquireReply::Acquired {

@@ -883,6 +883,56 @@ mod fair {
     }
 
     #[tokio::test]
+    async fn a_client_that_leaves_passes_its_reservation_on_and_leaves_others_alone() {
+        let (_server, mut conn, keys) = setup().await;
+        let leaver = conn.clone();
+        let leave = |client: &'static str| {
+            let (keys, mut conn) = (keys.clone(), leaver.clone());
+            async move {
+                leave_fair(&mut conn, &keys, client, GRACE, PubSub::Classic)
+                    .await
+                    .unwrap()
+            }
+        };
+        token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
+        for client in ["cb", "cc", "cd"] {
+            fair_acquire(&mut conn, &keys, &format!("{client}:1"), waiter(client)).await;
+        }
+        // A held lock is never touched; only the entry goes.
+        assert_eq!(leave("cd").await, LeaveReply::Dequeued);
+        assert_eq!(leave("cd").await, LeaveReply::Absent);
+        assert_eq!(count(&mut conn, &keys, "ca:1").await, Some(1));
+        fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE).await;
+        // Reserved for cb; cc leaving does not touch cb's reservation.
+        assert_eq!(leave("cc").await, LeaveReply::Dequeued);
+        let reservation = vec![("~reserved".to_owned(), "cb".to_owned())];
+        assert_eq!(reserved(&mut conn, &keys).await, reservation);
+        // cb leaves: nobody is queued any more, so the lock is free at once.
+        assert_eq!(leave("cb").await, LeaveReply::PassedOn);
+        let exists: bool = conn.exists(&keys.lock).await.unwrap();
+        assert!(!exists);
+
+        // With someone queued behind, the reservation passes to them.
+        token_of(fair_acquire(&mut conn, &keys, "ca:3", waiter("ca")).await);
+        fair_acquire(&mut conn, &keys, "cb:2", waiter("cb")).await;
+        fair_acquire(&mut conn, &keys, "cc:2", waiter("cc")).await;
+        fair_release(&mut conn, &keys, "ca:3", "ca:4", GRACE).await;
+        assert_eq!(leave("cb").await, LeaveReply::PassedOn);
+        let passed = vec![("~reserved".to_owned(), "cc".to_owned())];
+        assert_eq!(reserved(&mut conn, &keys).await, passed);
+        assert!(queue(&mut conn, &keys).await.is_empty());
+        token_of(fair_acquire(&mut conn, &keys, "cc:2", waiter("cc")).await);
+
+        // Foreign data: refused, nothing changed.
+        let _: () = conn.set(keys.queue(), "foreign").await.unwrap();
+        let err = leave_fair(&mut conn, &keys, "cc", GRACE, PubSub::Classic)
+            .await
+            .unwrap_err();
+        assert!(err.is_wrong_type(), "{err}");
+        assert_eq!(count(&mut conn, &keys, "cc:2").await, Some(1));
+    }
+
+    #[tokio::test]
     async fn force_release_frees_a_reservation_and_reports_it() {
         let (_server, mut conn, keys) = setup().await;
         let first = token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
