@@ -16,7 +16,8 @@
 -- ARGV[6]  client id to queue again at the back ("" for none): the releasing client, when it
 --          has more local waiters for this lock; done here, in the same step as the release,
 --          so that a client served just before cannot slip in ahead of it while its waiter's
---          own attempt is still on its way
+--          own attempt is still on its way (skipped when the lock is reserved for this very
+--          client: its waiter claims it)
 -- ARGV[7]  queue lifetime in ms after this release (when ARGV[6] queued a client)
 --
 -- Returns  {1, n}           released once; n entries remain (0: the lock is free or reserved
@@ -70,7 +71,9 @@ if first[1] then
   redis.call('HSET', KEYS[1], '~reserved', first[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
 end
-if ARGV[6] ~= '' then
+-- Not when the lock was just reserved for the releasing client itself: its waiter will claim
+-- it, and a second entry would outlive that waiter and cost the others a grace later.
+if ARGV[6] ~= '' and first[1] ~= ARGV[6] then
   local now = redis.call('TIME')
   local score = string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
   redis.call('ZADD', KEYS[4], 'NX', score, ARGV[6])

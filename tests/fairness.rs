@@ -450,9 +450,9 @@ async fn fair_mode_refuses_multi_locks_and_bad_graces() {
 }
 
 /// Round trips: a waiter's failed attempt is one EVALSHA, as in the default mode (the queue
-/// entry rides on it), and a claim is one.
+/// entry rides on it), a claim is one, the release that reserves is one.
 #[tokio::test]
-async fn a_handoff_costs_the_same_round_trips_as_the_default_mode() {
+async fn a_handoff_takes_no_extra_round_trip() {
     let fx = Fixture::start();
     let a = fair_client(&fx, LONG_GRACE).await;
     let b = fair_client(&fx, LONG_GRACE).await;

@@ -933,6 +933,41 @@ mod fair {
     }
 
     #[tokio::test]
+    async fn a_release_that_reserves_for_its_own_client_does_not_queue_it_twice() {
+        let (_server, mut conn, keys) = setup().await;
+        token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
+        // Another waiter of the same client queues the client behind its own holder.
+        fair_acquire(&mut conn, &keys, "ca:2", waiter("ca")).await;
+        assert_eq!(queue(&mut conn, &keys).await, ["ca"]);
+        let requeue = Some(("ca", Duration::from_secs(10)));
+        let released = release_fair(
+            &mut conn,
+            &keys,
+            "ca:1",
+            "ca:3",
+            OP_TTL,
+            PubSub::Classic,
+            GRACE,
+            requeue,
+        )
+        .await
+        .unwrap();
+        assert_eq!(released, OwnerReply::Done { remaining: 0 });
+        let reservation = vec![("~reserved".to_owned(), "ca".to_owned())];
+        assert_eq!(reserved(&mut conn, &keys).await, reservation);
+        assert!(queue(&mut conn, &keys).await.is_empty());
+        // The waiter claims; its release, with nobody left, frees the lock for good: no stale
+        // entry of the client is left to be reserved for later.
+        token_of(fair_acquire(&mut conn, &keys, "ca:2", waiter("ca")).await);
+        fair_release(&mut conn, &keys, "ca:2", "ca:4", GRACE).await;
+        let exists: bool = conn.exists(&keys.lock).await.unwrap();
+        assert!(
+            !exists,
+            "the lock was reserved for a client nobody waits in"
+        );
+    }
+
+    #[tokio::test]
     async fn force_release_frees_a_reservation_and_reports_it() {
         let (_server, mut conn, keys) = setup().await;
         let first = token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
