@@ -110,29 +110,32 @@ async fn contend(
 async fn fair_handoff_serves_contending_clients_round_robin() {
     let fx = Fixture::start();
     const CLIENTS: usize = 4;
-    // One waiting task per client: while it waits, each other client is served at most once
-    // (it re-queues behind everyone when its turn ends), so at most CLIENTS - 1 grants to
-    // others, plus the one the measurement can count too early.
-    let ledger = contend(&fx, true, CLIENTS, 1, 12).await;
-    let worst = *ledger.worst.lock();
-    eprintln!("fair mode, one task per client: a waiter saw at most {worst} grants to others");
-    assert!(
-        worst <= CLIENTS,
-        "a waiter saw {worst} grants to other clients (bound {CLIENTS})"
-    );
+    // The bound: while a client waits, every other client is served at most once per turn of
+    // the waiting client (it is queued again, behind everyone queued, by the release that
+    // ends its turn), so a waiter behind `k` local waiters of its own client sees at most
+    // (k + 1) x (CLIENTS - 1) grants to others. Plus two: one grant the waiter's first attempt
+    // can lose to another client in a race on a free lock before its client is queued (at the
+    // start, where every client finds the lock free), and one the measurement can count too
+    // early (the holder's own, recorded just after its acquire returned).
+    let slack = 2;
 
-    // Several tasks per client: the client's local queue is FIFO and the client gets one
-    // grant per round, so a waiter behind `tasks - 1` local waiters waits `tasks` rounds of at
-    // most CLIENTS - 1 grants to others each.
-    const TASKS: usize = 3;
-    let ledger = contend(&fx, true, CLIENTS, TASKS, 6).await;
-    let worst = *ledger.worst.lock();
-    let bound = TASKS * (CLIENTS - 1) + 1;
-    eprintln!("fair mode, {TASKS} tasks per client: a waiter saw at most {worst} grants to others");
-    assert!(
-        worst <= bound,
-        "a waiter saw {worst} grants to other clients (bound {bound})"
-    );
+    // Two and three waiting tasks per client: the client's local queue is FIFO and the client
+    // gets one grant per turn, so a waiter behind `tasks - 1` local waiters waits `tasks`
+    // turns. (With a single task per client, the task's next call comes after its release, so
+    // its client is queued only when that call's first attempt arrives, and on a loaded
+    // machine others may be served twice before it: that is not a wait the bound is about.)
+    let mut worst_seen = Vec::new();
+    for (tasks, rounds) in [(2, 8), (3, 6)] {
+        let ledger = contend(&fx, true, CLIENTS, tasks, rounds).await;
+        let worst = *ledger.worst.lock();
+        let bound = tasks * (CLIENTS - 1) + slack;
+        worst_seen.push(format!("{tasks} tasks: {worst} (bound {bound})"));
+        assert!(
+            worst <= bound,
+            "{tasks} tasks per client: a waiter saw {worst} grants to other clients (bound {bound})"
+        );
+    }
+    eprintln!("fair mode, most grants to other clients one waiter saw: {worst_seen:?}");
 
     // Every entry left the queue with its client's last grant; nothing is left behind.
     assert!(fx.keys("fencelock:{*}queue:*").is_empty());
@@ -140,9 +143,9 @@ async fn fair_handoff_serves_contending_clients_round_robin() {
 
     // The default mode on the same schedule: a race among the clients' heads, allowed to be
     // unfair. Only its safety is checked (inside `contend`).
-    let ledger = contend(&fx, false, CLIENTS, TASKS, 6).await;
+    let ledger = contend(&fx, false, CLIENTS, 3, 6).await;
     eprintln!(
-        "default mode: a waiter saw at most {} grants to other clients (fair bound {bound})",
+        "default mode, 3 tasks: a waiter saw at most {} grants to other clients",
         *ledger.worst.lock()
     );
 }
