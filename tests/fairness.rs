@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{eventually, Fixture};
 use fencelock::admin::Admin;
+use fencelock::testing::{Direction, FaultProxy};
 use fencelock::{FencingToken, LockClient};
 use parking_lot::Mutex;
 use redis::Commands;
@@ -519,4 +520,53 @@ on_topologies_multi_thread! {
         assert!(eventually(WAIT, || fx.keys("fencelock:{*}queue:*").is_empty()).await);
         assert!(fx.lock_key("ordered").is_none());
     }
+}
+
+/// A claim whose reply is lost is re-sent with the same holder id and applies once: the same
+/// token, one entry, no second reservation or queue entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_sent_claim_applies_once() {
+    let fx = Fixture::start();
+    let proxy = FaultProxy::start(fx.server.addr()).unwrap();
+    let holder = fair_client(&fx, LONG_GRACE).await;
+    let claimer = LockClient::builder(proxy.url())
+        .fair_handoff(LONG_GRACE)
+        .connect()
+        .await
+        .unwrap();
+    let guard = holder.lock("resent").unwrap().acquire().await.unwrap();
+    // The claimer is first in line (as after a failed attempt) and the lock is reserved for it.
+    queue_crashed(&fx, "resent", claimer.id());
+    let first = guard.token();
+    guard.release().await.unwrap();
+    let admin = Admin::connect(&fx.server.url()).await.unwrap();
+    let detail = admin.lock("resent").await.unwrap();
+    assert_eq!(detail.lock.reserved_for.as_deref(), Some(claimer.id()));
+
+    // The claim runs on Redis, its reply is lost with the connection; the client re-sends it
+    // on a new one.
+    let claiming = claimer.lock("resent").unwrap();
+    proxy.blackhole(Direction::Downstream);
+    let lock_key = fx.lock_key("resent").unwrap();
+    let claimed_on_redis = || {
+        let fields: Vec<(String, String)> = fx.raw().hgetall(&lock_key).unwrap();
+        fields.iter().any(|(f, _)| f.starts_with(claimer.id()))
+    };
+    let (claimed, ()) = tokio::join!(claiming.acquire(), async {
+        assert!(eventually(WAIT, claimed_on_redis).await, "no claim");
+        proxy.reset_all();
+        proxy.heal();
+    });
+    let claimed = claimed.unwrap();
+    assert!(claimed.token() > first);
+    let (holders, token) = fx.lock_state("resent").unwrap();
+    assert_eq!(holders, vec![(claimed.holder_id().to_owned(), 1)]);
+    assert_eq!(token, claimed.token().get());
+    assert!(
+        proxy.stats().downstream.bytes_dropped > 0,
+        "no reply was lost"
+    );
+    assert!(queue_of(&fx).await.is_empty());
+    claimed.release().await.unwrap();
+    assert!(fx.lock_key("resent").is_none());
 }
