@@ -158,7 +158,8 @@ impl Lock {
     }
 
     /// Takes the lock if it is free, and returns at once either way: `Ok(None)` when another
-    /// holder has it.
+    /// holder has it (or, with [`fair_handoff`](crate::LockClientBuilder::fair_handoff), when
+    /// it is reserved for another client). It never joins the fair-handoff queue.
     ///
     /// # Errors
     /// [`Error::WrongType`] when the lock's key holds foreign data, [`Error::Redis`] when Redis
