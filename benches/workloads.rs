@@ -884,7 +884,7 @@ async fn w3(cfg: &Cfg, report: &mut Report) {
     let tasks = 16;
     let mut runs = Vec::new();
     let mut longest = Vec::new();
-    for kind in [Kind::Ours, Kind::Rslock, Kind::Distkit] {
+    for kind in [Kind::Ours, Kind::OursFair, Kind::Rslock, Kind::Distkit] {
         let rtt_cycles = cfg.pick(300, 10);
         let rtt_before = raw_rtt(&contenders.limit, rtt_cycles).await;
         let shared = Arc::new(Shared {
@@ -895,7 +895,7 @@ async fn w3(cfg: &Cfg, report: &mut Report) {
             grants: parking_lot::Mutex::new(Vec::new()),
             handoffs: parking_lot::Mutex::new(Vec::new()),
         });
-        let duration = if kind == Kind::Ours {
+        let duration = if kind.is_ours() {
             cfg.secs(3.0, 0.3)
         } else {
             cfg.secs(4.0, 0.3)
@@ -1133,7 +1133,7 @@ async fn w4(cfg: &Cfg, report: &mut Report) {
     let mut runs = Vec::new();
     let mut windows = Vec::new();
     let mut starvation = Vec::new();
-    for kind in [Kind::Ours, Kind::Rslock, Kind::Distkit] {
+    for kind in [Kind::Ours, Kind::OursFair, Kind::Rslock, Kind::Distkit] {
         let rtt_cycles = cfg.pick(300, 10);
         let rtt_before = raw_rtt(&contenders.limit, rtt_cycles).await;
         let duration = cfg.secs(5.0, 0.5);
@@ -1207,7 +1207,7 @@ async fn w4(cfg: &Cfg, report: &mut Report) {
                 pair[0].process,
                 pair[1].process
             );
-            if kind == Kind::Ours {
+            if kind.is_ours() {
                 assert!(
                     pair[1].token > pair[0].token,
                     "W4: tokens not increasing in grant order"
@@ -1307,9 +1307,11 @@ async fn w4(cfg: &Cfg, report: &mut Report) {
         text,
         "\nTimestamps are wall-clock (CLOCK_REALTIME, shared by the processes); the holder's \
          interval [acquired, release started] of consecutive acquisitions never overlapped, and \
-         fencelock's tokens increased in grant order. Five processes (4 children + the \
+         fencelock's tokens increased in grant order. \"fencelock (fair)\" is the same library \
+         with `fair_handoff` (grace {} ms). Five processes (4 children + the \
          redis-server) share 2 cores. Statistics cover the window in which all four processes \
          competed ({}).\n",
+        common::FAIR_GRACE.as_millis(),
         runs.iter()
             .zip(&windows)
             .map(|(r, (kept, all))| format!("{}: {kept} of {all} acquisitions", r.kind.label()))
@@ -1334,6 +1336,16 @@ async fn w4(cfg: &Cfg, report: &mut Report) {
         "max wait < 10 × mean wait",
         format!("{:.1}×", ours.wait_ratio()),
         ours.wait_ratio() < 10.0,
+    );
+    let fair = runs
+        .iter()
+        .find(|r| r.kind == Kind::OursFair)
+        .expect("fair run");
+    report.target(
+        "W4b fair",
+        "max wait < 10 × mean wait, with `fair_handoff` (opt-in)",
+        format!("{:.1}×", fair.wait_ratio()),
+        fair.wait_ratio() < 10.0,
     );
     report.cdfs.push((
         "W4: 4 processes x 4 tasks".into(),

@@ -12,7 +12,8 @@
 --                           evicted: the hash is deleted, the counter is now
 --                           max(counter, token) = fence, and "force-released" was published on
 --                           KEYS[1]; holder and count are the evicted holder id ("" if the hash
---                           had no holder field) and its re-entry count
+--                           had no holder field; "~reserved:<client id>" and 0 for a fair-handoff
+--                           reservation, which has no token either) and its re-entry count
 --          {0}              the lock is not held; nothing changed
 --          {-1, token}      held, but with this token, not the expected one; nothing changed
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
@@ -57,6 +58,10 @@ local count = 0
 for i = 1, #fields, 2 do
   if fields[i] == '~token' then
     token = tonumber(fields[i + 1]) or 0
+  elseif fields[i] == '~reserved' then
+    -- A fair-handoff reservation (release_fair.lua): nobody holds it; evicting it frees the
+    -- lock now instead of after the grace. Reported as holder "~reserved:<client id>".
+    holder = '~reserved:' .. fields[i + 1]
   else
     holder = fields[i]
     count = tonumber(fields[i + 1]) or 0

@@ -115,9 +115,14 @@ pub struct LockInfo {
     pub holders: Vec<HolderEntry>,
     /// The current holder's fencing token; `None` when free.
     pub token: Option<FencingToken>,
-    /// The remaining lease; `None` when free or when the key has no expiry (which only an
-    /// operator's command can cause).
+    /// The remaining lease (or reservation); `None` when free or when the key has no expiry
+    /// (which only an operator's command can cause).
     pub ttl: Option<Duration>,
+    /// Fair handoff ([`LockClientBuilder::fair_handoff`](crate::LockClientBuilder::fair_handoff)):
+    /// the id of the client the lock is reserved for, between a release and that client's
+    /// claim (at most the grace, `ttl`). Nobody holds a reserved lock, and nobody but that
+    /// client can take it.
+    pub reserved_for: Option<String>,
 }
 
 /// A holder of a lock: its id (`<client id>:<sequence>`) and how often it entered.
@@ -145,6 +150,13 @@ impl LockInfo {
 impl fmt::Display for LockInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.display_name())?;
+        if let (Some(client), false) = (&self.reserved_for, self.is_held()) {
+            write!(f, "  reserved for client {client}")?;
+            if let Some(ttl) = self.ttl {
+                write!(f, "  grace {}", format_duration(ttl))?;
+            }
+            return Ok(());
+        }
         if !self.is_held() {
             return write!(f, "  free");
         }
@@ -208,6 +220,11 @@ impl fmt::Display for LockDetail {
                     f,
                     "lease left  no expiry (set by hand? it never frees itself)"
                 )?,
+            }
+        } else if let Some(client) = &lock.reserved_for {
+            writeln!(f, "state       reserved (fair handoff) for client {client}")?;
+            if let Some(ttl) = lock.ttl {
+                writeln!(f, "grace left  {}", format_duration(ttl))?;
             }
         } else {
             writeln!(f, "state       free")?;
@@ -330,7 +347,8 @@ impl Admin {
         &self.prefix
     }
 
-    /// Every held lock under the prefix, sorted by name. Uses `SCAN` (never `KEYS`), so it
+    /// Every held lock under the prefix (and every lock reserved by fair handoff,
+    /// [`LockInfo::reserved_for`]), sorted by name. Uses `SCAN` (never `KEYS`), so it
     /// does not block the server, and reads each lock atomically; a lock released between the
     /// scan and the read is left out.
     ///
@@ -345,7 +363,7 @@ impl Admin {
                 continue;
             };
             let lock = read_lock(&mut self.conn.clone(), name, key).await?;
-            if lock.is_held() {
+            if lock.is_held() || lock.reserved_for.is_some() {
                 locks.push(lock);
             }
         }
@@ -644,9 +662,12 @@ async fn read_lock(
     };
     let mut holders = Vec::new();
     let mut token = None;
+    let mut reserved_for = None;
     for (field, value) in fields {
         let value = String::from_utf8_lossy(&value).into_owned();
-        if field == b"~token" {
+        if field == b"~reserved" {
+            reserved_for = Some(value);
+        } else if field == b"~token" {
             token = Some(
                 value
                     .parse()
@@ -667,7 +688,7 @@ async fn read_lock(
         }
     }
     holders.sort_by(|a, b| a.id.cmp(&b.id));
-    let held = !holders.is_empty() || token.is_some();
+    let held = !holders.is_empty() || token.is_some() || reserved_for.is_some();
     Ok(LockInfo {
         name,
         key,
@@ -676,6 +697,7 @@ async fn read_lock(
         ttl: held
             .then(|| u64::try_from(pttl).ok().map(Duration::from_millis))
             .flatten(),
+        reserved_for,
     })
 }
 

@@ -184,6 +184,46 @@ impl LockClientBuilder {
         self
     }
 
+    /// Opt-in **fair handoff across clients**: a lock released while other clients wait goes
+    /// to the client that has waited longest, instead of to whichever process reaches Redis
+    /// first after the release message (usually the releasing one, which is awake).
+    ///
+    /// A waiting client whose attempt finds the lock held joins the lock's queue in Redis (one
+    /// entry per client: only the head of a client's local FIFO queue ever goes to Redis). The
+    /// release that frees the lock leaves it *reserved* for the first queued client for at
+    /// most `grace`; that client's first waiter claims it with a fresh token, and everyone
+    /// else sees the lock held meanwhile. A client whose last waiter gives up (timeout,
+    /// cancellation) leaves the queue and passes such a reservation on; a reserved client that
+    /// crashed costs at most `grace` (plus the waiters' random 0–20 ms timer jitter), after
+    /// which the lock is free for anyone. Choose `grace` well above the time a live process needs to
+    /// answer a release message (tens of ms on a busy host); 100 ms to 1 s is typical.
+    ///
+    /// The mode is per client (the queue holds client ids), and **every client of a lock must
+    /// use the same mode**: a default-mode client's release ignores the queue (nothing
+    /// unsafe happens: holders still exclude each other and tokens still increase, but the
+    /// order is a race again). [`try_acquire`](crate::Lock::try_acquire) never queues. The
+    /// default mode is untouched by this option: it runs other scripts. See "Fair handoff" in
+    /// DESIGN.md.
+    ///
+    /// `connect` fails with [`Error::InvalidConfig`] for a grace outside 1 ms..=60 s or not a
+    /// whole number of milliseconds. Multi-locks are single-lock only in this mode:
+    /// [`LockClient::multi_lock`](crate::LockClient::multi_lock) refuses them with
+    /// [`Error::InvalidLockSet`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
+    ///     .fair_handoff(Duration::from_millis(250))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_handoff(mut self, grace: Duration) -> Self {
+        self.config.fair_grace = Some(grace);
+        self
+    }
+
     /// What acquisitions with [`replica_ack`](Self::replica_ack) do when too few replicas
     /// confirm in time (default [`OnShortfall::Fail`]). Without `replica_ack` it has no effect.
     pub fn on_replica_shortfall(mut self, policy: OnShortfall) -> Self {
@@ -276,6 +316,18 @@ impl LockClientBuilder {
             return Err(Error::InvalidConfig {
                 reason: "renew_batch must be between 1 and 1000".into(),
             });
+        }
+        if let Some(grace) = c.fair_grace {
+            if grace < Duration::from_millis(1)
+                || grace > Duration::from_secs(60)
+                || grace.subsec_nanos() % 1_000_000 != 0
+            {
+                return Err(Error::InvalidConfig {
+                    reason: "the fair-handoff grace must be a whole number of milliseconds \
+                             between 1 ms and 60 s"
+                        .into(),
+                });
+            }
         }
         if let Some(ack) = c.replica_ack {
             ReplicaAck::new(ack.replicas, ack.timeout, ack.on_shortfall)?;

@@ -20,6 +20,17 @@ use crate::{Error, FencedResource, Lock};
 /// Default prefix of every key and channel.
 pub(crate) const DEFAULT_PREFIX: &str = "fencelock:";
 
+/// How long a fair-handoff queue outlives, beyond the holder's lease and twice the grace, the
+/// last failed attempt that refreshed it: waiting heads try again at least once per lease (their
+/// fallback timer) and on every release, so a live client's entry is refreshed well within it.
+const FAIR_QUEUE_SLACK: Duration = Duration::from_secs(1);
+
+/// How long a fair-handoff queue lives after a release that queued its client again: the
+/// grace plus the slack of a failed attempt (the waiters' next attempts refresh it).
+pub(crate) fn fair_queue_life(grace: Duration) -> Duration {
+    grace * 3 + FAIR_QUEUE_SLACK
+}
+
 /// Everything a client needs to know after it connected.
 #[derive(Debug, Clone)]
 pub(crate) struct ClientConfig {
@@ -36,6 +47,9 @@ pub(crate) struct ClientConfig {
     pub(crate) tls_root_ca: Option<Vec<u8>>,
     /// Replica acknowledgement every lock of the client requires unless it sets its own.
     pub(crate) replica_ack: Option<ReplicaAck>,
+    /// Fair handoff across clients (`acquire_fair.lua`, `release_fair.lua`) and the grace a
+    /// reservation waits for its client; `None`: the default mode.
+    pub(crate) fair_grace: Option<Duration>,
     /// A deliberately broken protocol variant (tests only; `None` is the real protocol).
     #[cfg(feature = "negative-controls")]
     pub(crate) control: Option<crate::testing::controls::Control>,
@@ -54,6 +68,7 @@ impl Default for ClientConfig {
             #[cfg(feature = "tls")]
             tls_root_ca: None,
             replica_ack: None,
+            fair_grace: None,
             #[cfg(feature = "negative-controls")]
             control: None,
         }
@@ -293,8 +308,9 @@ impl LockClient {
     ///
     /// # Errors
     /// [`Error::InvalidName`] for an empty or over-long name; [`Error::InvalidLockSet`] for no
-    /// names, more than [`MAX_MULTI_LOCKS`](crate::MAX_MULTI_LOCKS), or one name given twice.
-    /// Nothing is sent to Redis.
+    /// names, more than [`MAX_MULTI_LOCKS`](crate::MAX_MULTI_LOCKS), or one name given twice,
+    /// and on a client with [`fair_handoff`](LockClientBuilder::fair_handoff) (single-lock
+    /// only). Nothing is sent to Redis.
     pub fn multi_lock<I, N>(&self, names: I) -> Result<crate::MultiLock, Error>
     where
         I: IntoIterator<Item = N>,
@@ -358,6 +374,24 @@ impl LockClient {
     /// issues, so operators can tell which process holds a lock.
     pub fn id(&self) -> &str {
         &self.inner.id
+    }
+
+    /// The reservation grace of fair handoff
+    /// ([`LockClientBuilder::fair_handoff`]), or `None` when the client is in the default mode.
+    pub fn fair_handoff(&self) -> Option<Duration> {
+        self.inner.config.fair_grace
+    }
+
+    /// The fair-mode part of an acquire attempt, `None` in the default mode.
+    pub(crate) fn fair_attempt(&self, enqueue: bool) -> Option<crate::protocol::FairAttempt<'_>> {
+        self.inner
+            .config
+            .fair_grace
+            .map(|grace| crate::protocol::FairAttempt {
+                client: &self.inner.id,
+                enqueue,
+                queue_slack: grace * 2 + FAIR_QUEUE_SLACK,
+            })
     }
 
     /// The key prefix this client works under.

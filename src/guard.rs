@@ -359,7 +359,22 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
         .retrying(|mut conn| {
             let (keys, id) = (&holder.keys, &holder.id);
             let pubsub = conn.pubsub();
-            async move { protocol::release(&mut conn, keys, id, op, ttl, pubsub).await }
+            let fair = holder.client.inner.config.fair_grace;
+            // In fair mode a client with more waiters for this lock goes back to the end of
+            // the queue in the release itself (decided per send: a waiter that arrives later
+            // queues the client with its own first attempt).
+            let requeue = fair
+                .filter(|_| holder.client.inner.waiters.has_waiters(&keys.lock))
+                .map(|grace| (holder.client.id(), crate::client::fair_queue_life(grace)));
+            async move {
+                match fair {
+                    None => protocol::release(&mut conn, keys, id, op, ttl, pubsub).await,
+                    Some(grace) => {
+                        protocol::release_fair(&mut conn, keys, id, op, ttl, pubsub, grace, requeue)
+                            .await
+                    }
+                }
+            }
         })
         .await
 }

@@ -9,7 +9,7 @@ use tracing::Instrument;
 use crate::holder::{Holder, PendingOp};
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
 use crate::replication::{self, OnShortfall, ReplicaAck};
-use crate::wait::Wake;
+use crate::wait::{FairExit, Wake};
 use crate::{lease, metrics, Error, LockClient, LockGuard};
 
 /// A handle to one named lock, made by [`LockClient::lock`].
@@ -158,7 +158,8 @@ impl Lock {
     }
 
     /// Takes the lock if it is free, and returns at once either way: `Ok(None)` when another
-    /// holder has it.
+    /// holder has it (or, with [`fair_handoff`](crate::LockClientBuilder::fair_handoff), when
+    /// it is reserved for another client). It never joins the fair-handoff queue.
     ///
     /// # Errors
     /// [`Error::WrongType`] when the lock's key holds foreign data, [`Error::Redis`] when Redis
@@ -172,7 +173,7 @@ impl Lock {
         self.traced("try_acquire", &contended, || async {
             let holder = self.client.next_id();
             let mut pending = self.pending(&holder);
-            match self.attempt(&holder, &mut pending).await? {
+            match self.attempt(&holder, &mut pending, false).await? {
                 Attempt::Won(guard) => Ok(Some(guard)),
                 Attempt::Busy(_) => Ok(None),
             }
@@ -317,7 +318,7 @@ impl Lock {
         // The fast path: one round trip when the lock is free. Skipped when waiters of this
         // client are queued, so a newcomer cannot overtake them.
         if !waiters.has_waiters(&self.keys.lock) {
-            if let Attempt::Won(guard) = self.attempt(&holder, &mut pending).await? {
+            if let Attempt::Won(guard) = self.attempt(&holder, &mut pending, true).await? {
                 return Ok(guard);
             }
         }
@@ -344,14 +345,19 @@ impl Lock {
         let waiters = &self.client.inner.waiters;
         contended.store(true, Ordering::Relaxed);
         metrics::contended();
-        let entry = waiters.enter(&self.keys.lock).await?;
+        let fair = self.client.fair_handoff().map(|grace| FairExit {
+            keys: self.keys.clone(),
+            client: self.client.id().to_owned(),
+            grace,
+        });
+        let entry = waiters.enter(&self.keys.lock, fair).await?;
         loop {
             if entry.wait(deadline).await == Wake::Deadline {
                 return Err(Error::Timeout {
                     waited: started.elapsed(),
                 });
             }
-            match self.attempt(holder, pending).await? {
+            match self.attempt(holder, pending, true).await? {
                 Attempt::Won(guard) => {
                     entry.acquired(self.lease());
                     return Ok(guard);
@@ -373,37 +379,50 @@ impl Lock {
         )
     }
 
-    /// One acquire round trip (re-sent while its outcome is unknown).
-    async fn attempt(&self, holder: &str, pending: &mut PendingOp) -> Result<Attempt, Error> {
+    /// One acquire round trip (re-sent while its outcome is unknown). `waiting`: the attempt
+    /// of an acquirer that will wait, which a fair-mode client queues when the lock is held.
+    async fn attempt(
+        &self,
+        holder: &str,
+        pending: &mut PendingOp,
+        waiting: bool,
+    ) -> Result<Attempt, Error> {
+        let fair = self.client.fair_attempt(waiting);
         let lease = self.lease();
         let op_ttl = self.client.inner.config.op_record_ttl;
         let sent_at = Instant::now();
         pending.arm();
         let (reply, acks) = match self.replica_ack {
             None => {
-                let reply =
-                    self.client
-                        .retrying(|mut conn| {
-                            let keys = &self.keys;
-                            async move {
-                                protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await
-                            }
-                        })
-                        .await?;
+                let reply = self
+                    .client
+                    .retrying(|mut conn| {
+                        let keys = &self.keys;
+                        async move {
+                            protocol::acquire_with(&mut conn, keys, holder, lease, op_ttl, fair)
+                                .await
+                        }
+                    })
+                    .await?;
                 (reply, None)
             }
             // Boxed, so that the replicated path's state does not enlarge every acquire future.
-            Some(ack) => Box::pin(replication::acquire_acknowledged(
-                &self.client,
-                ack,
-                &self.keys,
-                |mut conn| {
-                    let keys = &self.keys;
-                    async move { protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await }
-                },
-                |reply| matches!(reply, AcquireReply::Acquired { .. }),
-            ))
-            .await?,
+            Some(ack) => {
+                Box::pin(replication::acquire_acknowledged(
+                    &self.client,
+                    ack,
+                    &self.keys,
+                    |mut conn| {
+                        let keys = &self.keys;
+                        async move {
+                            protocol::acquire_with(&mut conn, keys, holder, lease, op_ttl, fair)
+                                .await
+                        }
+                    },
+                    |reply| matches!(reply, AcquireReply::Acquired { .. }),
+                ))
+                .await?
+            }
         };
         if let (Some(acks), Some(ack)) = (acks, self.replica_ack) {
             if !acks.enough() && ack.on_shortfall == OnShortfall::Fail {

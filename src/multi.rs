@@ -99,6 +99,15 @@ impl MultiLock {
         I: IntoIterator<Item = N>,
         N: AsRef<[u8]>,
     {
+        if client.fair_handoff().is_some() {
+            // release_all.lua and acquire_all.lua know nothing of the fair queue: a set
+            // released there would free its members past the waiting clients.
+            return Err(Error::InvalidLockSet {
+                reason: "multi-locks are not available on a client with fair_handoff \
+                         (fair handoff is single-lock only)"
+                    .into(),
+            });
+        }
         let mut members = Vec::new();
         for name in names {
             if members.len() == MAX_MULTI_LOCKS {
@@ -311,7 +320,9 @@ impl MultiLock {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(timeout());
             }
-            let entry = waiters.enter(&self.members[index].keys().lock).await?;
+            let entry = waiters
+                .enter(&self.members[index].keys().lock, None)
+                .await?;
             if pttl.is_some() {
                 entry.observed_lease(pttl);
             }

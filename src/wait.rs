@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::connection::Conn;
+use crate::protocol::{self, LockKeys};
 use crate::Error;
 
 /// How long a head waits when the holder's lease is unknown (a key without expiry, which only
@@ -75,6 +76,15 @@ fn herd_jitter() -> Duration {
     Duration::from_micros(micros)
 }
 
+/// What a fair-handoff waiter's client must undo in Redis when its last waiter for a lock
+/// leaves without the lock: its queue entry, and a reservation made for it
+/// (`leave_fair.lua`).
+pub(crate) struct FairExit {
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) client: String,
+    pub(crate) grace: Duration,
+}
+
 /// What ended a wait.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Wake {
@@ -108,7 +118,11 @@ impl Waiters {
 
     /// Joins the queue of `channel`, subscribing to its release messages first if this client
     /// is not yet. The returned entry leaves the queue when dropped.
-    pub(crate) async fn enter(self: &Arc<Self>, channel: &[u8]) -> Result<WaitEntry, Error> {
+    pub(crate) async fn enter(
+        self: &Arc<Self>,
+        channel: &[u8],
+        fair: Option<FairExit>,
+    ) -> Result<WaitEntry, Error> {
         let slot = Arc::new(Slot {
             id: self.next_slot.fetch_add(1, Ordering::Relaxed),
             signal: AtomicU8::new(SIGNAL_NONE),
@@ -127,6 +141,7 @@ impl Waiters {
             channel: channel.to_vec(),
             slot,
             acquired_lease: None,
+            fair,
         };
         {
             let mut subscribed = self.subscribed.lock().await;
@@ -218,7 +233,13 @@ impl Waiters {
         });
     }
 
-    fn leave(self: &Arc<Self>, channel: &[u8], slot: &Slot, acquired_lease: Option<Duration>) {
+    fn leave(
+        self: &Arc<Self>,
+        channel: &[u8],
+        slot: &Slot,
+        acquired_lease: Option<Duration>,
+        fair: Option<FairExit>,
+    ) {
         let mut queues = self.queues.lock();
         let Some(queue) = queues.get_mut(channel) else {
             return;
@@ -241,9 +262,37 @@ impl Waiters {
             None => {
                 queues.remove(channel);
                 drop(queues);
+                if let (None, Some(fair)) = (acquired_lease, fair) {
+                    // Decided under the queue lock: no other waiter of this client is left.
+                    self.leave_fair_queue(fair);
+                }
                 self.unsubscribe_later(channel.to_vec());
             }
         }
+    }
+
+    /// The client's last waiter for a fair lock gave up: take the client off the lock's
+    /// queue and pass on a reservation made for it, in the background. Best effort: if it
+    /// fails, the entry or reservation costs the others one grace.
+    fn leave_fair_queue(self: &Arc<Self>, fair: FairExit) {
+        let (Ok(runtime), Ok(conn)) = (tokio::runtime::Handle::try_current(), self.connection())
+        else {
+            return;
+        };
+        let waiters = self.clone();
+        runtime.spawn(async move {
+            // A waiter that joined since then keeps the entry (and would claim a reservation).
+            // Checked right before the send: its own attempts go out on the same connection
+            // after this script, so they queue the client again after the removal.
+            if waiters.has_waiters(&fair.keys.lock) {
+                return;
+            }
+            let mut conn = conn;
+            let pubsub = conn.pubsub();
+            let reply =
+                protocol::leave_fair(&mut conn, &fair.keys, &fair.client, fair.grace, pubsub).await;
+            tracing::debug!(?reply, "left the fair-handoff queue");
+        });
     }
 
     fn unsubscribe_later(self: &Arc<Self>, channel: Vec<u8>) {
@@ -277,6 +326,7 @@ pub(crate) struct WaitEntry {
     channel: Vec<u8>,
     slot: Arc<Slot>,
     acquired_lease: Option<Duration>,
+    fair: Option<FairExit>,
 }
 
 impl WaitEntry {
@@ -367,8 +417,12 @@ impl WaitEntry {
 
 impl Drop for WaitEntry {
     fn drop(&mut self) {
-        self.waiters
-            .leave(&self.channel, &self.slot, self.acquired_lease);
+        self.waiters.leave(
+            &self.channel,
+            &self.slot,
+            self.acquired_lease,
+            self.fair.take(),
+        );
     }
 }
 

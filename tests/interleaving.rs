@@ -30,6 +30,21 @@ fn concurrent_histories_satisfy_every_property() {
     assert!(stats.granted > 0 && stats.accepted > 0, "{stats:?}");
 }
 
+/// The same check with every client in fair-handoff mode: reservations, the queue and claims
+/// under outside expiries, killed connections and partitions; no reservation or queue may be
+/// left without an expiry.
+#[test]
+fn fair_handoff_histories_satisfy_every_property() {
+    let cases = env_cases("FENCELOCK_INTERLEAVING_CASES", 16).div_ceil(2);
+    let world = World::with_fair_handoff(None, Some(Duration::from_millis(100)));
+    if let Err(failure) = run_cases(&world, 3..6, cases, Some(REGRESSIONS)) {
+        panic!("{failure}");
+    }
+    let stats = world.stats();
+    eprintln!("{cases} fair-handoff interleaving schedules passed: {stats:?}");
+    assert!(stats.granted > 0 && stats.accepted > 0, "{stats:?}");
+}
+
 // ---- Several OS processes feeding one history ----
 //
 // The test binary re-runs itself as child processes (as tests/processes.rs does). Each child

@@ -13,6 +13,10 @@ use fencelock::{LockClient, LockGuard};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, Script};
 
+/// The reservation grace of "fencelock (fair)": far above a scheduling delay on a loaded
+/// 2-core machine, so a live process never loses its turn; only a crashed one would cost it.
+pub const FAIR_GRACE: Duration = Duration::from_secs(1);
+
 /// The lease every contender asks for (fencelock's default).
 pub const LEASE: Duration = Duration::from_secs(30);
 
@@ -360,6 +364,8 @@ impl Raw {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     Ours,
+    /// fencelock with `fair_handoff` (W3, W4 only).
+    OursFair,
     Limit,
     OurScripts,
     Rslock,
@@ -370,6 +376,7 @@ impl Kind {
     pub fn label(self) -> &'static str {
         match self {
             Kind::Ours => "fencelock",
+            Kind::OursFair => "fencelock (fair)",
             Kind::Limit => "limit (raw EVALSHA)",
             Kind::OurScripts => "our scripts, raw",
             Kind::Rslock => "rslock 0.10 *",
@@ -380,6 +387,7 @@ impl Kind {
     pub fn slug(self) -> &'static str {
         match self {
             Kind::Ours => "ours",
+            Kind::OursFair => "ours_fair",
             Kind::Limit => "limit",
             Kind::OurScripts => "our_scripts",
             Kind::Rslock => "rslock",
@@ -390,6 +398,7 @@ impl Kind {
     pub fn from_slug(slug: &str) -> Option<Kind> {
         [
             Kind::Ours,
+            Kind::OursFair,
             Kind::Limit,
             Kind::OurScripts,
             Kind::Rslock,
@@ -397,6 +406,11 @@ impl Kind {
         ]
         .into_iter()
         .find(|k| k.slug() == slug)
+    }
+
+    /// fencelock in either mode (it has fencing tokens to check).
+    pub fn is_ours(self) -> bool {
+        matches!(self, Kind::Ours | Kind::OursFair)
     }
 
     /// Whether the contender can wait for a held lock (the raw baselines cannot).
@@ -410,6 +424,8 @@ impl Kind {
 #[derive(Clone)]
 pub struct Contenders {
     pub ours: LockClient,
+    /// fencelock with [`FAIR_GRACE`] fair handoff.
+    pub ours_fair: LockClient,
     pub limit: Arc<Raw>,
     pub scripts: Arc<Raw>,
     pub rslock: rslock::LockManager,
@@ -420,6 +436,11 @@ impl Contenders {
     pub async fn connect(url: &str) -> Contenders {
         Contenders {
             ours: LockClient::connect(url).await.expect("fencelock connect"),
+            ours_fair: LockClient::builder(url)
+                .fair_handoff(FAIR_GRACE)
+                .connect()
+                .await
+                .expect("fencelock connect (fair)"),
             limit: Arc::new(Raw::connect(url, RawKind::Limit).await),
             scripts: Arc::new(Raw::connect(url, RawKind::OurScripts).await),
             // rslock with one Redis server, its defaults otherwise (RESP2 multiplexed
@@ -438,6 +459,7 @@ impl Contenders {
     pub fn locker(&self, kind: Kind, name: &str) -> Locker {
         match kind {
             Kind::Ours => Locker::Ours(self.ours.lock(name).expect("lock name")),
+            Kind::OursFair => Locker::Ours(self.ours_fair.lock(name).expect("lock name")),
             Kind::Limit => Locker::Raw(self.limit.clone(), self.limit.keys(name)),
             Kind::OurScripts => Locker::Raw(self.scripts.clone(), self.scripts.keys(name)),
             Kind::Rslock => Locker::Rslock(self.rslock.clone(), name.as_bytes().to_vec()),

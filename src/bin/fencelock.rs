@@ -472,6 +472,9 @@ fn lock_json(lock: &LockInfo) -> Value {
         "token": lock.token.map(FencingToken::get),
         "pttl_ms": lock.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
     });
+    if let Some(client) = &lock.reserved_for {
+        value["reserved_for"] = Value::String(client.clone());
+    }
     if std::str::from_utf8(&lock.name).is_err() {
         value["name_hex"] = Value::String(lock.name.iter().map(|b| format!("{b:02x}")).collect());
     }

@@ -30,6 +30,9 @@ pub(crate) struct LockKeys {
     pub(crate) fence: Vec<u8>,
     /// Prefix of this slot's operation records; the operation id follows it.
     op_prefix: Vec<u8>,
+    /// Length of `prefix{tag}` at the start of `lock`, so the fair-handoff queue key can be
+    /// built on demand (the default mode never pays for it).
+    base_len: usize,
     /// The Redis Cluster hash slot of every key above.
     pub(crate) slot: u16,
 }
@@ -43,7 +46,15 @@ impl LockKeys {
             lock: [&base[..], b"lock:", name].concat(),
             fence: [&base[..], b"fence"].concat(),
             op_prefix: [&base[..], b"op:"].concat(),
+            base_len: base.len(),
         }
+    }
+
+    /// The fair-handoff queue of this lock (`prefix{tag}queue:NAME`, a sorted set of client
+    /// ids), in the lock's slot. Built on each call: only fair-mode clients use it.
+    pub(crate) fn queue(&self) -> Vec<u8> {
+        let name = &self.lock[self.base_len + b"lock:".len()..];
+        [&self.lock[..self.base_len], b"queue:", name].concat()
     }
 
     /// The record key of one operation on this lock.
@@ -226,6 +237,10 @@ mod tests {
             assert_eq!(usize::from(keys.slot), slot);
             assert_eq!(redis_key_slot(&keys.fence), slot);
             assert_eq!(redis_key_slot(&keys.op("c1-1")), slot);
+            assert_eq!(redis_key_slot(&keys.queue()), slot);
+            assert!(keys.queue().starts_with(b"app:{"));
+            assert!(keys.queue().ends_with(name));
+            assert_ne!(keys.queue(), keys.lock);
             assert!(keys.lock.starts_with(b"app:{"));
             assert!(keys.lock.ends_with(name));
         }

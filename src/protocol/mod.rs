@@ -79,7 +79,135 @@ pub(crate) async fn acquire<C: ConnectionLike>(
         .invoke_async(conn)
         .await
         .map_err(map_err)?;
+    acquire_reply("acquire", &reply)
+}
+
+/// What a fair-mode client adds to an acquire attempt (`acquire_fair.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FairAttempt<'a> {
+    /// The client's id: its queue entry, and what a reservation names.
+    pub(crate) client: &'a str,
+    /// A waiter (queue the client on failure), not a `try_acquire`.
+    pub(crate) enqueue: bool,
+    /// How long past the holder's lease the queue outlives the last failed attempt.
+    pub(crate) queue_slack: Duration,
+}
+
+/// One acquire attempt: `acquire.lua`, or `acquire_fair.lua` for a fair-mode client.
+pub(crate) async fn acquire_with<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    lease: Duration,
+    op_ttl: Duration,
+    fair: Option<FairAttempt<'_>>,
+) -> Result<AcquireReply, Error> {
+    match fair {
+        None => acquire(conn, keys, holder, lease, op_ttl).await,
+        Some(fair) => acquire_fair(conn, keys, holder, lease, op_ttl, fair).await,
+    }
+}
+
+/// `acquire.lua` with the fair-handoff queue: claims a reservation made for `fair.client`,
+/// queues the client when the lock is held (waiters only).
+pub(crate) async fn acquire_fair<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    lease: Duration,
+    op_ttl: Duration,
+    fair: FairAttempt<'_>,
+) -> Result<AcquireReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .acquire_fair
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(keys.op(holder))
+        .key(keys.queue())
+        .arg(holder)
+        .arg(millis(lease))
+        .arg(millis(op_ttl))
+        .arg(fair.client)
+        .arg(if fair.enqueue { "1" } else { "0" })
+        .arg(millis(fair.queue_slack))
+        .invoke_async(conn)
+        .await
+        .map_err(map_err)?;
+    acquire_reply("acquire_fair", &reply)
+}
+
+/// `release.lua` that hands a freed lock to the first queued client (`release_fair.lua`);
+/// `requeue`: the releasing client's id and the queue's lifetime, when it has more waiters.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn release_fair<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    op_id: &str,
+    op_ttl: Duration,
+    pubsub: PubSub,
+    grace: Duration,
+    requeue: Option<(&str, Duration)>,
+) -> Result<OwnerReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .release_fair
+        .key(&keys.lock)
+        .key(keys.op(op_id))
+        .key(keys.op(holder))
+        .key(keys.queue())
+        .arg(holder)
+        .arg(millis(op_ttl))
+        .arg(pubsub.script_arg())
+        .arg(op_id)
+        .arg(millis(grace))
+        .arg(requeue.map_or("", |(client, _)| client))
+        .arg(requeue.map_or(0, |(_, life)| millis(life)))
+        .invoke_async(conn)
+        .await
+        .map_err(map_err)?;
+    owner_reply("release_fair", &reply)
+}
+
+/// Outcome of `leave_fair.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaveReply {
+    /// The client was neither queued nor reserved for.
+    Absent,
+    /// Its queue entry was removed.
+    Dequeued,
+    /// The lock was reserved for it and has been passed on (or freed).
+    PassedOn,
+}
+
+/// Takes `client` off the lock's fair queue and passes on a reservation made for it
+/// (`leave_fair.lua`): its last waiter gave up.
+pub(crate) async fn leave_fair<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    client: &str,
+    grace: Duration,
+    pubsub: PubSub,
+) -> Result<LeaveReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .leave_fair
+        .key(&keys.lock)
+        .key(keys.queue())
+        .arg(client)
+        .arg(millis(grace))
+        .arg(pubsub.script_arg())
+        .invoke_async(conn)
+        .await
+        .map_err(map_err)?;
     match reply.as_slice() {
+        [0] => Ok(LeaveReply::Absent),
+        [1] => Ok(LeaveReply::Dequeued),
+        [2] => Ok(LeaveReply::PassedOn),
+        other => Err(unexpected("leave_fair", other)),
+    }
+}
+
+fn acquire_reply(script: &str, reply: &[i64]) -> Result<AcquireReply, Error> {
+    match reply {
         [1, token, count] => Ok(AcquireReply::Acquired {
             token: token_from(*token)?,
             count: count_from(*count)?,
@@ -88,7 +216,7 @@ pub(crate) async fn acquire<C: ConnectionLike>(
             pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
         }),
         [-2] => Ok(AcquireReply::Cancelled),
-        other => Err(unexpected("acquire", other)),
+        other => Err(unexpected(script, other)),
     }
 }
 

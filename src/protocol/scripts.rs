@@ -10,6 +10,9 @@ use redis::Script;
 /// Every script of the protocol. See `lua/` for each one's contract.
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
+    pub(crate) acquire_fair: Script,
+    pub(crate) release_fair: Script,
+    pub(crate) leave_fair: Script,
     pub(crate) acquire_all: Script,
     pub(crate) release_all: Script,
     pub(crate) reenter: Script,
@@ -29,6 +32,9 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
     let load = |name: &str, text: &str| Script::new(&source(name, text));
     Scripts {
         acquire: load("acquire", include_str!("../../lua/acquire.lua")),
+        acquire_fair: load("acquire_fair", include_str!("../../lua/acquire_fair.lua")),
+        release_fair: load("release_fair", include_str!("../../lua/release_fair.lua")),
+        leave_fair: load("leave_fair", include_str!("../../lua/leave_fair.lua")),
         acquire_all: load("acquire_all", include_str!("../../lua/acquire_all.lua")),
         release_all: load("release_all", include_str!("../../lua/release_all.lua")),
         reenter: load("reenter", include_str!("../../lua/reenter.lua")),

@@ -333,6 +333,15 @@ pub fn residue(conn: &mut redis::Connection, prefix: &str) -> redis::RedisResult
             .unwrap_or("");
         if after_tag.starts_with("lock:") {
             let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(conn)?;
+            // A fair-handoff reservation holds nobody and ends with its grace (a PEXPIRE set
+            // by the same script); only one without expiry is residue.
+            if fields.len() == 1 && fields[0].0 == "~reserved" {
+                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(conn)?;
+                if ttl == -1 {
+                    residue.stray.push(text);
+                }
+                continue;
+            }
             let entries = fields
                 .into_iter()
                 .filter(|(f, _)| f != "~token")
@@ -343,7 +352,8 @@ pub fn residue(conn: &mut redis::Connection, prefix: &str) -> redis::RedisResult
             || after_tag.starts_with("mark:")
             || after_tag.starts_with("data:")
         {
-        } else if after_tag.starts_with("op:") {
+        } else if after_tag.starts_with("op:") || after_tag.starts_with("queue:") {
+            // Op records and fair-handoff queues always carry an expiry.
             let ttl: i64 = redis::cmd("PTTL").arg(&key).query(conn)?;
             // -2: expired between KEYS and PTTL.
             if ttl == -1 {

@@ -111,6 +111,11 @@ pub struct Stats {
 
 impl World {
     pub fn new(control: Option<Control>) -> World {
+        World::with_fair_handoff(control, None)
+    }
+
+    /// As [`World::new`], with every client in fair-handoff mode when `fair` is a grace.
+    pub fn with_fair_handoff(control: Option<Control>, fair: Option<Duration>) -> World {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -128,6 +133,9 @@ impl World {
                     .retry_window(Duration::from_secs(2));
                 if let Some(control) = control {
                     builder = builder.negative_control(control);
+                }
+                if let Some(grace) = fair {
+                    builder = builder.fair_handoff(grace);
                 }
                 clients.push(builder.connect().await.unwrap());
             }
