@@ -454,8 +454,14 @@ mod tests {
         let t = token(7);
         let applied = fenced_outcome::<()>(1, t, || panic!("must not read")).unwrap();
         assert!(applied.is_applied());
+        assert!(!applied.is_stale());
         let stale = fenced_outcome::<()>(0, t, || Ok(Some(8))).unwrap();
         assert!(stale.is_stale());
+        assert!(!stale.is_applied());
+        for not_written in [FenceOutcome::Missing, FenceOutcome::NotMatched] {
+            assert!(!not_written.is_stale(), "{not_written:?}");
+            assert!(!not_written.is_applied(), "{not_written:?}");
+        }
         assert_eq!(fenced_outcome(0, t, || Err("db down")), Err("db down"));
     }
 

@@ -71,6 +71,17 @@ async fn hashes_and_lists_are_fenced_and_the_mark_outlives_the_data() {
         .is_stale_token());
     assert_eq!(ledger.peek_items().await.unwrap().len(), 3);
 
+    // Claiming reads return what was written, to the current and to a newer holder.
+    assert_eq!(
+        account.get_field(token(5), "cents").await.unwrap(),
+        Some(b"100".to_vec())
+    );
+    assert_eq!(account.get_field(token(5), "nope").await.unwrap(), None);
+    assert_eq!(
+        ledger.items(token(6)).await.unwrap(),
+        vec![b"open".to_vec(), b"debit 10".to_vec(), b"debit 5".to_vec()]
+    );
+
     // Deleting the data keeps the fence: old tokens stay refused.
     ledger.delete(token(7)).await.unwrap();
     assert!(ledger.peek_items().await.unwrap().is_empty());
