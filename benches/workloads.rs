@@ -1863,7 +1863,7 @@ fn plot(path: &Path, panels: &[Panel]) -> Result<(), Box<dyn std::error::Error>>
             "no TrueType font found (set FENCELOCK_BENCH_FONT); drawing the plot without text"
         );
     }
-    let (width, chart_height, legend_height) = (620u32, 440u32, 150u32);
+    let (width, chart_height, legend_height) = (620u32, 440u32, 175u32);
     let root = BitMapBackend::new(
         path,
         (
