@@ -205,3 +205,48 @@ async fn an_acquire_deadline_holds_while_redis_does_not_answer() {
     let guard = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
     guard.release().await.unwrap();
 }
+
+/// An ordered multi-lock (the member-by-member path a cluster takes) whose first member's
+/// replies never arrive gives up after the retry window and undoes that member too: its
+/// script ran on Redis, so it is held although the client never heard so.
+///
+/// The connection is restored halfway through the rollback's own retry window (the client
+/// cannot reconnect while every reply is lost): 1.5 windows after the member ran, when its
+/// acquisition has certainly given up (one window) and its rollback, or the drop guards that
+/// finish a failed rollback, are still retrying (two windows and more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_set_undoes_the_member_whose_reply_was_lost() {
+    const WINDOW: Duration = Duration::from_secs(3);
+    let faulty = Faulty::start();
+    let client = LockClient::builder(faulty.proxy.url())
+        .response_timeout(Duration::from_millis(200))
+        .retry_window(WINDOW)
+        .connect()
+        .await
+        .unwrap();
+    let set = client
+        .multi_lock(["lost:1", "lost:2"])
+        .unwrap()
+        .force_ordered_acquisition();
+    // Load the scripts first, so the lost requests are the acquisition and its rollback.
+    set.acquire().await.unwrap().release().await.unwrap();
+    let first = set.names().next().unwrap().to_owned();
+    let first = String::from_utf8(first).unwrap();
+
+    let fx = &faulty.fx;
+    faulty.proxy.blackhole(Direction::Downstream);
+    let (outcome, ()) = tokio::join!(set.try_acquire(), async {
+        let ran = eventually(WINDOW, || fx.lock_state(&first).is_some()).await;
+        assert!(ran, "the first member's acquisition never reached Redis");
+        tokio::time::sleep(WINDOW * 3 / 2).await;
+        faulty.proxy.reset_all();
+        faulty.proxy.heal();
+    });
+    assert!(outcome.is_err(), "{outcome:?}");
+    assert!(
+        eventually(Duration::from_secs(10), || fx.lock_state(&first).is_none()).await,
+        "the first member ran on Redis and was never undone: {:?}",
+        fx.lock_state(&first)
+    );
+    assert!(fx.lock_state("lost:1").is_none() && fx.lock_state("lost:2").is_none());
+}

@@ -282,6 +282,59 @@ async fn a_set_names_its_members_in_debug_output() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_set_shows_its_members_and_comes_apart_into_their_guards() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    for path in [Path::OneScript, Path::Ordered] {
+        let pair = set(&client, &["g:b", "g:a"], path);
+        let order: Vec<Vec<u8>> = pair.names().map(<[u8]>::to_vec).collect();
+        let guard = pair.acquire().await.unwrap();
+        let shown = format!("{guard:?}");
+        assert!(shown.starts_with("MultiGuard"), "{path:?}: {shown}");
+        assert!(shown.contains("g:a") && shown.contains("g:b"), "{shown}");
+        let tokens: Vec<_> = guard.tokens().map(|(_, t)| t).collect();
+        let members = guard.into_guards();
+        let names: Vec<Vec<u8>> = members.iter().map(|g| g.lock_name().to_vec()).collect();
+        assert_eq!(names, order, "{path:?}: the members, in the global order");
+        assert_eq!(
+            members.iter().map(|g| g.token()).collect::<Vec<_>>(),
+            tokens
+        );
+        // Each member guard releases its own lock.
+        for member in members {
+            member.release().await.unwrap();
+        }
+        assert!(fx.lock_state("g:a").is_none() && fx.lock_state("g:b").is_none());
+    }
+}
+
+/// A set that waits for a busy member sleeps in that member's queue like a single lock's
+/// waiter: it must not go back to Redis until the member is released (or its lease ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_set_sleeps_while_its_busy_member_is_held() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let other = fx.client().await;
+    for path in [Path::OneScript, Path::Ordered] {
+        let held = other.lock("z:2").unwrap().acquire().await.unwrap();
+        let pair = set(&client, &["z:1", "z:2"], path);
+        let waiting =
+            tokio::spawn(async move { pair.acquire_timeout(Duration::from_secs(30)).await });
+        // Its first attempt and the first look after subscribing are behind it by then.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = fx.calls("evalsha");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let during = fx.calls("evalsha") - before;
+        // At most a late first look and a watchdog renewal of `held`; a polling set would
+        // have made one attempt per round trip.
+        assert!(during <= 3, "{path:?}: {during} script calls while waiting");
+        held.release().await.unwrap();
+        let guard = waiting.await.unwrap().unwrap();
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_share_the_token_order_of_single_locks() {
     let fx = Fixture::start();
     let client = fx.client().await;

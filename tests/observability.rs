@@ -205,6 +205,42 @@ async fn busy_contended_and_timed_out_acquisitions_say_so() {
     );
 }
 
+/// A multi-lock that fails is warned about; one that only timed out is not (a timeout is
+/// the caller's own deadline, reported in the span like a single lock's).
+#[tokio::test]
+async fn a_failed_multi_lock_is_warned_about_and_a_timed_out_one_is_not() {
+    let capture = Capture::default();
+    let _subscriber = capture.install();
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let warnings = || {
+        capture
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.level == tracing::Level::WARN)
+            .map(|e| e.field("message").to_owned())
+            .collect::<Vec<_>>()
+    };
+
+    let held = client.lock("pair:2").unwrap().acquire().await.unwrap();
+    let pair = client.multi_lock(["pair:1", "pair:2"]).unwrap();
+    let err = pair
+        .acquire_timeout(Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!(warnings(), Vec::<String>::new());
+
+    let key = fx.lock_key("pair:2").unwrap();
+    held.release().await.unwrap();
+    let _: () = fx.raw().set(&key, "foreign").unwrap();
+    let err = pair.try_acquire().await.unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    assert_eq!(warnings(), ["multi-lock acquire failed"]);
+}
+
 #[tokio::test]
 async fn a_deleted_lock_is_reported_lost_by_the_watchdog() {
     let capture = Capture::default();

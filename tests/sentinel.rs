@@ -46,6 +46,16 @@ fn calls(node: &RedisServer, command: &str) -> u64 {
 }
 
 /// How many replicas `node` has online (`INFO replication`).
+/// Subscribers of `channel` on `node` (`PUBSUB NUMSUB`).
+fn subscribers(node: &RedisServer, channel: &[u8]) -> u64 {
+    let numsub: (Vec<u8>, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut con(node))
+        .unwrap();
+    numsub.1
+}
+
 fn online_replicas(node: &RedisServer) -> usize {
     redis::cmd("INFO")
         .arg("replication")
@@ -97,21 +107,24 @@ async fn a_killed_primary_is_replaced_and_holders_waiters_and_tokens_carry_on() 
         .unwrap()
         .pop()
         .expect("the lock is held");
-    let subscribed = eventually(Duration::from_secs(10), || {
-        let numsub: (Vec<u8>, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(&key)
-            .query(&mut con(primary))
-            .unwrap();
-        numsub.1 >= 1
-    })
-    .await;
+    let subscribed = eventually(Duration::from_secs(10), || subscribers(primary, &key) >= 1).await;
     assert!(subscribed, "the waiter never subscribed");
 
     let old = set.kill_primary().unwrap();
     let new = set.wait_for_failover(old, Duration::from_secs(30)).unwrap();
     let new_primary = set.primary().unwrap();
     assert_eq!(new_primary.port(), new);
+    // The waiter's client follows as well, and its new connection starts without
+    // subscriptions: it subscribes again there, so the release below reaches the waiter as a
+    // message instead of after the holder's lease.
+    let resubscribed = eventually(Duration::from_secs(30), || {
+        subscribers(new_primary, &key) >= 1
+    })
+    .await;
+    assert!(
+        resubscribed,
+        "the waiter never subscribed at the new primary"
+    );
 
     // The holder keeps its lock: the promoted replica has it with the same token, and the
     // watchdog renews it there.
