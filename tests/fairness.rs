@@ -286,6 +286,9 @@ async fn a_reservation_is_held_for_everyone_else_shown_by_admin_and_force_releas
     let detail = admin.lock("handoff").await.unwrap();
     assert_eq!(detail.lock.reserved_for.as_deref(), Some(reserved.id()));
     assert!(!detail.lock.is_held());
+    // The reservation's remaining grace is shown as the key's time to live.
+    let ttl = detail.lock.ttl.expect("a reservation has a time to live");
+    assert!(ttl > Duration::ZERO && ttl <= LONG_GRACE, "{ttl:?}");
     assert!(detail.to_string().contains("handoff"), "{detail}");
     let listed = admin.locks().await.unwrap();
     assert_eq!(listed.len(), 1);

@@ -146,6 +146,21 @@ async fn a_shortfall_rolls_the_acquisition_back_and_leaves_the_lock_free() {
     let err = set.try_acquire().await.unwrap_err();
     assert!(err.is_replication_timeout(), "{err}");
     assert!(primary.lock_state("acked").is_none() && primary.lock_state("acked:2").is_none());
+    // The member-by-member path (a cluster's) waits for the replicas once for the whole set,
+    // and rolls the whole set back just the same.
+    let ordered = set.force_ordered_acquisition();
+    let err = ordered.try_acquire().await.unwrap_err();
+    assert!(err.is_replication_timeout(), "{err}");
+    assert!(primary.lock_state("acked").is_none() && primary.lock_state("acked:2").is_none());
+    // By choice, a set comes back marked instead, on either path, and holds its members.
+    for set in [&set, &ordered] {
+        let lenient = set.on_replica_shortfall(OnShortfall::ReturnUnreplicated);
+        let guard = lenient.acquire().await.unwrap();
+        assert!(!guard.replicated());
+        assert!(guard.guards().iter().all(|g| g.replica_acks() == Some(0)));
+        assert!(primary.lock_state("acked").is_some() && primary.lock_state("acked:2").is_some());
+        guard.release().await.unwrap();
+    }
 
     // By choice, the guard comes back marked instead, and holds the lock.
     let lenient = one.on_replica_shortfall(OnShortfall::ReturnUnreplicated);
