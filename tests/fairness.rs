@@ -454,6 +454,11 @@ async fn fair_mode_refuses_multi_locks_and_bad_graces() {
             "{grace:?}: {err:?}"
         );
     }
+    // Both ends of the documented range are accepted.
+    for grace in [Duration::from_millis(1), Duration::from_secs(60)] {
+        let client = fair_client(&fx, grace).await;
+        assert_eq!(client.fair_handoff(), Some(grace));
+    }
 }
 
 /// Round trips: a waiter's failed attempt is one EVALSHA, as in the default mode (the queue

@@ -307,6 +307,29 @@ async fn passwords_are_required_and_used() {
 mod tls {
     use super::*;
 
+    /// redis-rs has no per-client root certificates for cluster and Sentinel connections, so
+    /// the option is refused there instead of being ignored (standalone clients use it above).
+    #[tokio::test]
+    async fn a_root_certificate_is_refused_for_cluster_and_sentinel_clients() {
+        let server = RedisServer::builder().tls(true).start().unwrap();
+        let url = server.tls_url().unwrap();
+        let pem = server.tls_ca_cert_pem().unwrap();
+        for builder in [
+            LockClient::cluster_builder([url.clone()]),
+            LockClient::sentinel_builder([url.clone()], "mymaster"),
+        ] {
+            let err = builder
+                .tls_root_ca(pem.clone())
+                .connect()
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, fencelock::Error::InvalidConfig { .. }),
+                "{err:?}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn locks_work_over_tls_with_the_servers_ca() {
         let server = RedisServer::builder().tls(true).start().unwrap();
