@@ -428,7 +428,7 @@ async fn mixing_fair_and_default_clients_stays_safe() {
 }
 
 #[tokio::test]
-async fn fair_mode_refuses_multi_locks_and_bad_graces() {
+async fn fair_mode_refuses_multi_locks_and_bad_graces_and_keeps_its_queue_past_the_lease() {
     let fx = Fixture::start();
     let client = fair_client(&fx, Duration::from_millis(100)).await;
     assert_eq!(client.fair_handoff(), Some(Duration::from_millis(100)));
@@ -454,6 +454,30 @@ async fn fair_mode_refuses_multi_locks_and_bad_graces() {
             "{grace:?}: {err:?}"
         );
     }
+    // The queue outlives the holder's lease by twice the grace plus a second of slack, so a
+    // waiter that sleeps out a long hold keeps its place.
+    let grace = Duration::from_secs(5);
+    let holder = fair_client(&fx, grace).await;
+    let waiter = fair_client(&fx, grace).await;
+    let guard = holder.lock("slack").unwrap().acquire().await.unwrap();
+    let lock = waiter.lock("slack").unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(30)).await });
+    let queued = eventually(Duration::from_secs(5), || {
+        !fx.keys("fencelock:{*}queue:slack").is_empty()
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    let mut raw = fx.raw();
+    let queue_ttl: i64 = raw.pttl(&fx.keys("fencelock:{*}queue:slack")[0]).unwrap();
+    let lock_ttl: i64 = raw.pttl(fx.lock_key("slack").unwrap()).unwrap();
+    let beyond = Duration::from_millis((queue_ttl - lock_ttl).max(0) as u64);
+    assert!(
+        beyond > grace * 2 && beyond <= grace * 2 + Duration::from_secs(1),
+        "the queue outlives the lease by {beyond:?}"
+    );
+    guard.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+
     // Both ends of the documented range are accepted.
     for grace in [Duration::from_millis(1), Duration::from_secs(60)] {
         let client = fair_client(&fx, grace).await;

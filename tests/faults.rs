@@ -250,3 +250,63 @@ async fn an_ordered_set_undoes_the_member_whose_reply_was_lost() {
     );
     assert!(fx.lock_state("lost:1").is_none() && fx.lock_state("lost:2").is_none());
 }
+
+/// A request that keeps failing with a transient error is re-sent with a growing pause
+/// (5 ms doubling up to 250 ms), not in a tight loop: a server that answers READONLY (a
+/// primary demoted to a replica) gets a handful of re-sends within the retry window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_sends_of_a_transient_failure_back_off() {
+    let fx = Fixture::start();
+    let elsewhere = fencelock::testing::RedisServer::start().unwrap();
+    let client = LockClient::builder(fx.server.url())
+        .retry_window(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    fx.warm_up(&client).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(elsewhere.port())
+        .query(&mut fx.raw())
+        .unwrap();
+    let before = evalsha_attempts(&fx);
+    let err = client
+        .lock("demoted")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    // The failed acquisition is undone by its drop guard, whose re-sends back off the same
+    // way; wait for its window to pass too, then count both.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let attempts = evalsha_attempts(&fx) - before;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut fx.raw())
+        .unwrap();
+    assert!(matches!(err, fencelock::Error::Redis(_)), "{err:?}");
+    // Pauses of 5, 10, 20, 40, 80, 160, 250, 250 ms fit 8 re-sends into a 1 s window, so
+    // the acquisition and its undo make at most 18 attempts; a tight loop makes thousands.
+    assert!(
+        (2..=20).contains(&attempts),
+        "{attempts} attempts within the retry window"
+    );
+}
+
+/// Every `EVALSHA` the server saw, whether it ran, failed or was refused.
+fn evalsha_attempts(fx: &Fixture) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut fx.raw())
+        .unwrap();
+    let line = info
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+        .unwrap_or("");
+    line.split(',')
+        .filter_map(|field| field.split_once('='))
+        .filter(|(name, _)| matches!(*name, "calls" | "rejected_calls"))
+        .map(|(_, n)| n.parse::<u64>().unwrap())
+        .sum()
+}

@@ -5,6 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, Fixture};
+use fencelock::testing::FaultProxy;
 use fencelock::LockClient;
 
 async fn watched_client(fx: &Fixture, lease: Duration) -> LockClient {
@@ -143,4 +144,53 @@ async fn killing_every_connection_keeps_the_holder_and_the_watchdog_resumes() {
     assert!(guard.is_valid(), "renewal resumed after the reconnects");
     assert!(fx.lock_key("resumed").is_some());
     guard.release().await.unwrap();
+}
+
+/// A release published while the waiter's connection is down reaches nobody. The
+/// disconnection itself sends the waiting head back to Redis once it can reconnect, instead of
+/// leaving it asleep until the holder's 60 s lease would have ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_missed_while_disconnected_does_not_strand_the_waiter() {
+    let fx = Fixture::start();
+    let proxy = FaultProxy::start(fx.server.addr()).unwrap();
+    let holder_client = fx.client().await;
+    let waiter_client = LockClient::connect(&proxy.url()).await.unwrap();
+    let guard = holder_client
+        .lock("missed")
+        .unwrap()
+        .with_lease(Duration::from_secs(60))
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let waiter_lock = waiter_client.lock("missed").unwrap();
+    let waiter =
+        tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
+    let key = fx.lock_key("missed").unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let numsub: (Vec<u8>, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&key)
+                .query(&mut fx.raw())
+                .unwrap();
+            numsub.1 == 1
+        })
+        .await,
+        "the waiter never subscribed"
+    );
+
+    // The waiter's connection goes down and stays down while the lock is released.
+    proxy.refuse_new(true);
+    proxy.reset_all();
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.refuse_new(false);
+
+    let acquired = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter slept on although the release it missed freed the lock")
+        .unwrap()
+        .unwrap();
+    acquired.release().await.unwrap();
 }
