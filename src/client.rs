@@ -610,18 +610,54 @@ async fn connect_cluster(
 
 /// Errors after which the request may or may not have run, and a re-send with the same
 /// operation id is safe and may succeed.
+///
+/// Every I/O failure counts, whatever its kind: a response timeout, a dropped or refused
+/// connection are all I/O errors in redis-rs (`is_timeout`, `is_connection_dropped` and
+/// `is_connection_refusal` only narrow `is_io_error` down; the unit test below pins that), and
+/// after any of them the request's fate is unknown.
 pub(crate) fn is_transient(err: &Error) -> bool {
     match err {
         Error::Redis(e) => {
             e.is_io_error()
-                || e.is_timeout()
-                || e.is_connection_dropped()
-                || e.is_connection_refusal()
                 || matches!(
                     e.code(),
                     Some("LOADING" | "TRYAGAIN" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN")
                 )
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_io_failure_is_transient_and_nothing_else_is() {
+        use std::io::ErrorKind as Io;
+        for kind in [
+            Io::TimedOut,
+            Io::WouldBlock,
+            Io::ConnectionReset,
+            Io::ConnectionRefused,
+            Io::ConnectionAborted,
+            Io::BrokenPipe,
+            Io::UnexpectedEof,
+            Io::NotConnected,
+            Io::Other,
+        ] {
+            let err = redis::RedisError::from(std::io::Error::from(kind));
+            // What the narrower checks of redis-rs see is an I/O error too.
+            assert!(err.is_io_error(), "{kind:?}");
+            assert!(is_transient(&Error::Redis(err)), "{kind:?}");
+        }
+        let dropped = redis::RedisError::from((redis::ErrorKind::Io, "driver terminated"));
+        assert!(dropped.is_connection_dropped() && dropped.is_io_error());
+        assert!(is_transient(&Error::Redis(dropped)));
+
+        let not_io = redis::RedisError::from((redis::ErrorKind::Client, "bad reply"));
+        assert!(!is_transient(&Error::Redis(not_io)));
+        assert!(!is_transient(&Error::Protocol("unexpected".into())));
+        assert!(!is_transient(&Error::NotHeld));
     }
 }
