@@ -532,16 +532,6 @@ async fn probe_key(fx: &Fixture, client: &LockClient, name: &str) -> Vec<u8> {
     key
 }
 
-/// Subscribers of `channel` on the server (`PUBSUB NUMSUB`).
-fn subscribers(fx: &Fixture, channel: &[u8]) -> u64 {
-    let reply: Vec<(Vec<u8>, u64)> = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query(&mut fx.raw())
-        .unwrap();
-    reply.first().map_or(0, |(_, n)| *n)
-}
-
 // One runtime thread: once the single waiter has been polled a few times it is certainly in the
 // queue behind the set before the release below.
 #[tokio::test(flavor = "current_thread")]
@@ -564,7 +554,7 @@ async fn a_set_that_moves_to_another_queue_hands_its_wake_up_on() {
 
     let set_task = tokio::spawn(async move { set.acquire_timeout(Duration::from_secs(60)).await });
     let channel = fx.lock_key(&first).unwrap();
-    assert!(eventually(Duration::from_secs(30), || subscribers(&fx, &channel) == 1).await);
+    assert!(eventually(Duration::from_secs(30), || fx.subscribers(&channel) == 1).await);
     let single = a.lock(&first).unwrap();
     let single_task =
         tokio::spawn(async move { single.acquire_timeout(Duration::from_secs(60)).await });

@@ -168,15 +168,7 @@ async fn a_release_missed_while_disconnected_does_not_strand_the_waiter() {
         tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
     let key = fx.lock_key("missed").unwrap();
     assert!(
-        eventually(Duration::from_secs(5), || {
-            let numsub: (Vec<u8>, u64) = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&key)
-                .query(&mut fx.raw())
-                .unwrap();
-            numsub.1 == 1
-        })
-        .await,
+        eventually(Duration::from_secs(5), || fx.subscribers(&key) == 1).await,
         "the waiter never subscribed"
     );
 

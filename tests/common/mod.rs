@@ -75,6 +75,16 @@ impl Fixture {
 }
 
 impl Fixture {
+    /// Subscribers of `channel` on the server (`PUBSUB NUMSUB`).
+    pub fn subscribers(&self, channel: &[u8]) -> u64 {
+        let reply: Vec<(Vec<u8>, u64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(&mut self.raw())
+            .expect("PUBSUB NUMSUB");
+        reply.first().map_or(0, |(_, n)| *n)
+    }
+
     /// Successful calls of `command` so far (`INFO commandstats`), e.g. "evalsha".
     pub fn calls(&self, command: &str) -> u64 {
         let info: String = redis::cmd("INFO")
