@@ -394,7 +394,8 @@ impl Admin {
     ///
     /// # Errors
     /// [`Error::InvalidName`] for an empty or over-long name; [`Error::WrongType`] when the
-    /// lock key holds foreign data; [`Error::Redis`] when the connection fails.
+    /// lock key holds foreign data; [`Error::PermissionDenied`] when the Redis user may not read
+    /// it; [`Error::Redis`] when the connection fails.
     pub async fn lock(&self, name: impl AsRef<[u8]>) -> Result<LockDetail, Error> {
         let name = name.as_ref();
         validate_name(name)?;
@@ -710,7 +711,7 @@ fn map_redis(err: redis::RedisError) -> Error {
                 .into(),
         }
     } else {
-        Error::Redis(err)
+        Error::from(err)
     }
 }
 

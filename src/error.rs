@@ -139,6 +139,17 @@ impl From<redis::RedisError> for Error {
                 detail: err.detail().unwrap_or_default().to_owned(),
             };
         }
+        // A command refused when queued in MULTI aborts the whole transaction; the refusal is
+        // one of the aborted transaction's errors, not the error's own code.
+        if let Some(refused) = err
+            .clone()
+            .into_server_errors()
+            .and_then(|errors| errors.iter().find(|(_, e)| e.code() == "NOPERM").cloned())
+        {
+            return Error::PermissionDenied {
+                detail: refused.1.details().unwrap_or_default().to_owned(),
+            };
+        }
         // A command refused inside a script comes back as a plain script error; Redis 7.0
         // and 7.2+ word it differently.
         let text = err.to_string();

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, Fixture};
+use fencelock::admin::Admin;
 use fencelock::testing::RedisServer;
 use fencelock::{LockClient, MAX_NAME_LEN};
 use redis::Commands;
@@ -240,6 +241,37 @@ async fn a_command_refused_inside_a_script_is_a_permission_error() {
     let client = LockClient::connect(&locks_url(&server)).await.unwrap();
     let err = client.lock("x").unwrap().acquire().await.unwrap_err();
     assert!(err.is_permission_denied(), "{err:?}");
+}
+
+/// An operator whose Redis user may not read hashes gets a permission error from `Admin`, not
+/// a claim that the lock key holds foreign data; foreign data is still named as such.
+#[tokio::test]
+async fn admin_tells_a_refused_read_from_foreign_data() {
+    let server = RedisServer::builder()
+        .acl_lines([
+            "user default off".to_owned(),
+            "user admin on >admin-pw ~* &* +@all".to_owned(),
+            "user viewer on >viewer-pw ~* &* +@all -hgetall".to_owned(),
+        ])
+        .credentials("admin", "admin-pw")
+        .start()
+        .unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let guard = client.lock("seen").unwrap().acquire().await.unwrap();
+    let mut raw = server.client().get_connection().unwrap();
+    let lock_key: Vec<Vec<u8>> = raw.keys("fencelock:*lock:seen").unwrap();
+    assert_eq!(lock_key.len(), 1, "{lock_key:?}");
+    let viewer_url = format!("redis://viewer:viewer-pw@127.0.0.1:{}/", server.port());
+    let admin = Admin::connect(&viewer_url).await.unwrap();
+
+    let err = admin.lock("seen").await.unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+    assert!(guard.is_valid(), "a refused read touches nothing");
+    guard.release().await.unwrap();
+
+    let _: () = raw.set(&lock_key[0], "foreign").unwrap();
+    let err = admin.lock("seen").await.unwrap_err();
+    assert!(matches!(err, fencelock::Error::WrongType { .. }), "{err:?}");
 }
 
 #[tokio::test]
