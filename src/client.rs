@@ -12,6 +12,7 @@ use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
 use crate::builder::{LockClientBuilder, NodeAuth, Target};
 use crate::connection::{Conn, SentinelConn};
 use crate::protocol::keys::{validate_name, LockKeys};
+use crate::protocol::{self, PermissionsReply};
 use crate::replication::{AckConnections, AckRoute, ClusterRoute, ReplicaAck};
 use crate::wait::Waiters;
 use crate::watchdog::{self, Watchdog};
@@ -24,6 +25,10 @@ pub(crate) const DEFAULT_PREFIX: &str = "fencelock:";
 /// last failed attempt that refreshed it: waiting heads try again at least once per lease (their
 /// fallback timer) and on every release, so a live client's entry is refreshed well within it.
 const FAIR_QUEUE_SLACK: Duration = Duration::from_secs(1);
+
+/// The lock name whose keys `permissions.lua` checks at connect. Nothing is written under it;
+/// any name would do, as an ACL grants by key pattern.
+const PERMISSIONS_PROBE: &[u8] = b"permissions-probe";
 
 /// How long a fair-handoff queue lives after a release that queued its client again: the
 /// grace plus the slack of a failed attempt (the waiters' next attempts refresh it).
@@ -275,6 +280,7 @@ impl LockClient {
         });
         tokio::spawn(watchdog::run(Arc::downgrade(&inner)));
         let client = LockClient { inner };
+        client.check_permissions().await?;
         match client.eviction_risk().await {
             Ok(Some(risk)) => tracing::warn!(name: "fencelock.eviction_risk", "{risk}"),
             Ok(None) => {}
@@ -287,6 +293,49 @@ impl LockClient {
             ),
         }
         Ok(client)
+    }
+
+    /// Refuses, at connect, a Redis user that may not run every command the scripts send on
+    /// this client's keys: a script refused midway keeps what it wrote before the refused
+    /// command (Redis does not roll scripts back), so without this a missing `+pexpire` would
+    /// leave a lock hash that never expires. One `permissions.lua` call on a probe lock's keys
+    /// (on a cluster, at the probe's slot). A server that cannot tell (Redis < 7.0), or a failed
+    /// call for any reason other than a refusal, leaves the check to the first real operation.
+    async fn check_permissions(&self) -> Result<(), Error> {
+        let keys = LockKeys::new(&self.inner.config.prefix, PERMISSIONS_PROBE);
+        let mut conn = self.conn();
+        let pubsub = conn.pubsub();
+        let fair = self.inner.config.fair_grace.is_some();
+        let reply = self
+            .controlled(protocol::permissions(&mut conn, &keys, pubsub, fair))
+            .await;
+        match reply {
+            Ok(PermissionsReply::Granted) => Ok(()),
+            Ok(PermissionsReply::Refused(commands)) => Err(Error::PermissionDenied {
+                detail: format!(
+                    "the Redis user may not run {} on the keys under prefix {:?} (and their \
+                     channels); grant every command the README's Security section lists",
+                    commands.join(", "),
+                    String::from_utf8_lossy(&self.inner.config.prefix),
+                ),
+            }),
+            Ok(PermissionsReply::Unknown) => {
+                tracing::debug!(
+                    name: "fencelock.permission_check_skipped",
+                    "the server has no redis.acl_check_cmd (Redis < 7.0)"
+                );
+                Ok(())
+            }
+            Err(err) if err.is_permission_denied() => Err(err),
+            Err(err) => {
+                tracing::debug!(
+                    name: "fencelock.permission_check_failed",
+                    error = %err,
+                    "could not check the user's permissions"
+                );
+                Ok(())
+            }
+        }
     }
 
     /// A handle to the lock called `name`. Names are arbitrary bytes (UTF-8, binary, braces

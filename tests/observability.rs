@@ -377,7 +377,10 @@ async fn a_user_without_config_permission_connects_with_a_debug_note_instead_of_
         .acl_lines([
             "user default off",
             "user admin on >admin-pw ~* &* +@all",
-            "user locks on >locks-pw ~fencelock:* &fencelock:* -@all +evalsha +script|load",
+            // The README's least-privilege user (no CONFIG): connect checks its grant first.
+            "user locks on >locks-pw resetkeys ~fencelock:* resetchannels &fencelock:* -@all \
+             +evalsha +script|load +subscribe +unsubscribe +get +hget +lrange +set +del +type \
+             +time +pttl +pexpire +hset +hexists +hincrby +incrby +rpush +publish +exists",
         ])
         .credentials("admin", "admin-pw")
         .start()

@@ -17,7 +17,7 @@ use redis::Commands;
 const FENCELOCK_ACL: &str = "resetkeys ~fencelock:* resetchannels &fencelock:* -@all \
     +evalsha +script|load +subscribe +unsubscribe \
     +get +hget +lrange \
-    +set +del +type +time +pttl +pexpire +hset +hexists +hincrby +incrby +rpush +publish";
+    +set +del +type +time +pttl +pexpire +hset +hexists +hincrby +incrby +rpush +publish +exists";
 
 /// A server with an `admin` user (the harness and the test's inspections), a `locks` user
 /// with exactly [`FENCELOCK_ACL`], and the `default` user off.
@@ -166,6 +166,12 @@ async fn the_least_privilege_acl_user_runs_the_whole_flow() {
         .is_stale_token());
     next.release().await.unwrap();
 
+    // A multi-lock (its script checks operation records with EXISTS), both paths.
+    let set = a.multi_lock(["acct:1", "acct:2"]).unwrap();
+    set.acquire().await.unwrap().release().await.unwrap();
+    let ordered = set.force_ordered_acquisition();
+    ordered.acquire().await.unwrap().release().await.unwrap();
+
     // Dropped guards release in the background through the same user.
     drop(lock.acquire().await.unwrap());
     assert!(
@@ -186,33 +192,19 @@ async fn the_least_privilege_acl_user_runs_the_whole_flow() {
 }
 
 #[tokio::test]
-async fn another_prefix_is_refused_with_a_typed_error_and_leaves_nothing() {
+async fn another_prefix_is_refused_at_connect_with_a_typed_error_and_leaves_nothing() {
     let server = acl_server();
-    let client = LockClient::builder(locks_url(&server))
+    let err = LockClient::builder(locks_url(&server))
         .prefix("other:")
         .connect()
         .await
-        .unwrap();
-    let lock = client.lock("acct:1").unwrap();
-    let err = lock.acquire().await.unwrap_err();
-    assert!(err.is_permission_denied(), "{err:?}");
-    let err = lock.try_acquire().await.unwrap_err();
-    assert!(err.is_permission_denied(), "{err:?}");
-    let token = {
-        let ok = LockClient::connect(&locks_url(&server)).await.unwrap();
-        let guard = ok.lock("acct:1").unwrap().acquire().await.unwrap();
-        let token = guard.token();
-        guard.release().await.unwrap();
-        token
-    };
-    let err = client
-        .resource("r")
-        .unwrap()
-        .set(token, "x")
-        .await
         .unwrap_err();
     assert!(err.is_permission_denied(), "{err:?}");
-    // What the right prefix left (a fence counter, operation records) is all there is.
+    assert!(all_keys(&server).is_empty(), "{:?}", all_keys(&server));
+    // The right prefix connects, and what it leaves is under it.
+    let ok = LockClient::connect(&locks_url(&server)).await.unwrap();
+    let guard = ok.lock("acct:1").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
     let keys = all_keys(&server);
     assert!(!keys.is_empty());
     for key in keys {
@@ -224,23 +216,112 @@ async fn another_prefix_is_refused_with_a_typed_error_and_leaves_nothing() {
     }
 }
 
+/// The documented rules without one command each: `connect` refuses the user and names the
+/// command, before anything is written. Without the check, a missing `PEXPIRE` let the acquire
+/// script write the lock hash and then fail, leaving a lock that never expires.
+#[tokio::test]
+async fn a_partial_grant_is_refused_at_connect_naming_what_is_missing() {
+    let missing = [
+        ("+pexpire", "PEXPIRE"),
+        ("+hset", "HSET"),
+        ("+hincrby", "HINCRBY"),
+        ("+exists", "EXISTS"),
+        ("+publish", "PUBLISH"),
+        ("+time", "TIME"),
+    ];
+    let users: Vec<String> = missing
+        .iter()
+        .enumerate()
+        .map(|(i, (grant, _))| {
+            let partial = FENCELOCK_ACL.replace(&format!(" {grant}"), "");
+            assert_ne!(partial, FENCELOCK_ACL, "{grant}");
+            format!("user partial{i} on >pw {partial}")
+        })
+        .collect();
+    let server = RedisServer::builder()
+        .acl_lines(
+            [
+                "user default off".to_owned(),
+                "user admin on >admin-pw ~* &* +@all".to_owned(),
+            ]
+            .into_iter()
+            .chain(users),
+        )
+        .credentials("admin", "admin-pw")
+        .start()
+        .unwrap();
+    for (i, (_, command)) in missing.iter().enumerate() {
+        let url = format!("redis://partial{i}:pw@127.0.0.1:{}/", server.port());
+        let err = LockClient::connect(&url).await.unwrap_err();
+        assert!(err.is_permission_denied(), "{command}: {err:?}");
+        assert!(err.to_string().contains(command), "{command}: {err}");
+    }
+    assert!(all_keys(&server).is_empty(), "{:?}", all_keys(&server));
+}
+
+/// A grant taken away after connect is not seen by the connect-time check: the script refused
+/// midway is still a typed permission error (and its partial write stays, as documented).
 #[tokio::test]
 async fn a_command_refused_inside_a_script_is_a_permission_error() {
-    // The documented rules without PEXPIRE: the acquire script is refused midway.
-    let partial = FENCELOCK_ACL.replace(" +pexpire", "");
-    assert_ne!(partial, FENCELOCK_ACL);
+    let server = acl_server();
+    let client = LockClient::connect(&locks_url(&server)).await.unwrap();
+    let mut admin = server.client().get_connection().unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("locks")
+        .arg("-pexpire")
+        .query(&mut admin)
+        .unwrap();
+    let err = client.lock("x").unwrap().acquire().await.unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+}
+
+/// Fair handoff's queue needs `ZADD`, `ZREM` and `ZPOPMIN` on top of the base rules: a fair
+/// client is refused at connect without them (a default client is not), and runs with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_handoff_needs_the_queue_commands_and_says_so() {
     let server = RedisServer::builder()
         .acl_lines([
             "user default off".to_owned(),
             "user admin on >admin-pw ~* &* +@all".to_owned(),
-            format!("user locks on >locks-pw {partial}"),
+            format!("user locks on >locks-pw {FENCELOCK_ACL}"),
+            format!("user fair on >fair-pw {FENCELOCK_ACL} +zadd +zrem +zpopmin"),
         ])
         .credentials("admin", "admin-pw")
         .start()
         .unwrap();
-    let client = LockClient::connect(&locks_url(&server)).await.unwrap();
-    let err = client.lock("x").unwrap().acquire().await.unwrap_err();
+    let grace = Duration::from_millis(500);
+    let err = LockClient::builder(locks_url(&server))
+        .fair_handoff(grace)
+        .connect()
+        .await
+        .unwrap_err();
     assert!(err.is_permission_denied(), "{err:?}");
+    for command in ["ZADD", "ZREM", "ZPOPMIN"] {
+        assert!(err.to_string().contains(command), "{command}: {err}");
+    }
+    LockClient::connect(&locks_url(&server)).await.unwrap();
+
+    let url = format!("redis://fair:fair-pw@127.0.0.1:{}/", server.port());
+    let connect = || LockClient::builder(&url).fair_handoff(grace).connect();
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let guard = a.lock("fair").unwrap().acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = b.lock("fair").unwrap();
+        async move { lock.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    let queued = eventually(Duration::from_secs(10), || {
+        all_keys(&server)
+            .iter()
+            .any(|k| String::from_utf8_lossy(k).contains("queue:fair"))
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    let first = guard.token();
+    guard.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    assert!(next.token() > first);
+    next.release().await.unwrap();
 }
 
 /// An operator whose Redis user may not read hashes gets a permission error from `Admin`, not

@@ -596,6 +596,44 @@ pub(crate) async fn force_release<C: ConnectionLike>(
     }
 }
 
+/// Outcome of `permissions.lua`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PermissionsReply {
+    /// The user may run every command the scripts send, on these keys and channel.
+    Granted,
+    /// The commands the user may not run on them.
+    Refused(Vec<String>),
+    /// The server cannot tell (Redis before 7.0 has no `redis.acl_check_cmd`).
+    Unknown,
+}
+
+/// Asks the server which of the protocol's commands the calling user may not run on the keys
+/// of `keys` (and their release channel), the fair-handoff queue's commands included when
+/// `fair`. Writes nothing.
+pub(crate) async fn permissions<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    pubsub: PubSub,
+    fair: bool,
+) -> Result<PermissionsReply, Error> {
+    let refused: Vec<String> = scripts()
+        .permissions
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(keys.op("permissions"))
+        .key(keys.queue())
+        .arg(pubsub.script_arg())
+        .arg(if fair { "1" } else { "0" })
+        .invoke_async(conn)
+        .await
+        .map_err(map_err)?;
+    Ok(match refused.as_slice() {
+        [] => PermissionsReply::Granted,
+        [unknown] if unknown == "?" => PermissionsReply::Unknown,
+        _ => PermissionsReply::Refused(refused),
+    })
+}
+
 fn owner_reply(script: &str, reply: &[i64]) -> Result<OwnerReply, Error> {
     match reply {
         [1] => Ok(OwnerReply::Done { remaining: 0 }),

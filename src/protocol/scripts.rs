@@ -23,6 +23,7 @@ pub(crate) struct Scripts {
     pub(crate) fenced_write: Script,
     pub(crate) fenced_read: Script,
     pub(crate) force_release: Script,
+    pub(crate) permissions: Script,
 }
 
 /// Builds the scripts from their sources, each passed through `source(name, text)` first
@@ -51,6 +52,7 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
             &[fence_mark, include_str!("../../lua/fenced_read.lua")].concat(),
         ),
         force_release: load("force_release", include_str!("../../lua/force_release.lua")),
+        permissions: load("permissions", include_str!("../../lua/permissions.lua")),
     }
 }
 
