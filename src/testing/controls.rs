@@ -55,11 +55,15 @@ pub enum Control {
     WatchdogIgnoresDrop,
     /// The holder's lease is measured from the reply instead of from the send.
     LeaseFromReply,
+    /// `acquire_fair.lua` (fair handoff) claims a reservation without deleting it: the held
+    /// lock keeps `~reserved`, so another waiter of the same client claims it again, over the
+    /// holder.
+    ClaimKeepsReservation,
 }
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 13] = [
+    pub const ALL: [Control; 14] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -73,6 +77,7 @@ impl Control {
         Control::CancelMissingOnDrop,
         Control::WatchdogIgnoresDrop,
         Control::LeaseFromReply,
+        Control::ClaimKeepsReservation,
     ];
 
     /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
@@ -134,6 +139,11 @@ impl Control {
                 "if token <= mark then",
             )],
             Control::FenceNoCheck => &[("fenced_write", "if token < mark then", "if false then")],
+            Control::ClaimKeepsReservation => &[(
+                "acquire_fair",
+                "if claim then\n  redis.call('DEL', KEYS[1])\nend\n",
+                "",
+            )],
             Control::CancelMissingOnDrop
             | Control::WatchdogIgnoresDrop
             | Control::LeaseFromReply => &[],
@@ -220,6 +230,8 @@ mod tests {
                 (&broken.extend, &correct.extend),
                 (&broken.renew, &correct.renew),
                 (&broken.fenced_write, &correct.fenced_write),
+                (&broken.acquire_fair, &correct.acquire_fair),
+                (&broken.release_fair, &correct.release_fair),
             ]
             .iter()
             .filter(|(b, c)| b.get_hash() != c.get_hash())
