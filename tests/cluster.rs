@@ -157,7 +157,8 @@ async fn renewals_are_batched_per_slot() {
     const HELD: usize = 300;
     const BATCH: usize = 100;
     let fx = Env::start(Topology::Cluster);
-    let lease = Duration::from_millis(1500);
+    // Ticks a second apart: 300 locks stay valid even when a loaded machine slows a tick.
+    let lease = Duration::from_secs(3);
     let client = fx
         .builder()
         .default_lease(lease)
@@ -174,10 +175,15 @@ async fn renewals_are_batched_per_slot() {
         guards.push(client.lock(&name).unwrap().acquire().await.unwrap());
     }
     let per_tick: u64 = per_slot.values().map(|n| n.div_ceil(BATCH) as u64).sum();
-    let calls_before = client.renewal_calls();
-    tokio::time::sleep(lease * 2).await;
-    let calls = client.renewal_calls() - calls_before;
-    assert!(calls >= per_tick, "at least one tick ran: {calls}");
+    // Both snapshots between ticks, so every tick in the window is counted whole.
+    let calls_before = quiet_renewal_calls(&client).await;
+    assert!(
+        common::eventually(LONG, || client.renewal_calls()
+            >= calls_before + 2 * per_tick)
+        .await,
+        "two ticks did not run"
+    );
+    let calls = quiet_renewal_calls(&client).await - calls_before;
     assert!(
         calls.is_multiple_of(per_tick),
         "{calls} renewal calls are not whole ticks of {per_tick} (one per slot)"
@@ -185,6 +191,19 @@ async fn renewals_are_batched_per_slot() {
     assert!(guards.iter().all(|g| g.is_valid()));
     for guard in guards {
         guard.release().await.unwrap();
+    }
+}
+
+/// `client.renewal_calls()` read between two watchdog ticks. A tick counts its calls all at
+/// once (no await between them) and ticks are a third of a lease apart, so a value that did
+/// not move for 100 ms was not read while a tick was half counted.
+async fn quiet_renewal_calls(client: &LockClient) -> u64 {
+    loop {
+        let calls = client.renewal_calls();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if client.renewal_calls() == calls {
+            return calls;
+        }
     }
 }
 
