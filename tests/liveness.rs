@@ -118,6 +118,7 @@ on_topologies_multi_thread! {
 
         let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
+        let base = fx.calls("evalsha");
         for i in 0..WAITERS {
             let lock = waiter_client
                 .lock("fifo")
@@ -125,13 +126,35 @@ on_topologies_multi_thread! {
                 .with_lease(LONG)
                 .unwrap();
             let order = order.clone();
+            let (polled_tx, polled_rx) = tokio::sync::oneshot::channel();
             tasks.push(tokio::spawn(async move {
-                let guard = lock.acquire().await.unwrap();
+                let mut acquire = std::pin::pin!(lock.acquire());
+                // One poll by hand, then tell the test: a waiter behind others joins the queue
+                // in its first poll (it skips the fast path and queues before any await).
+                let first = std::future::poll_fn(|cx| {
+                    std::task::Poll::Ready(std::future::Future::poll(acquire.as_mut(), cx))
+                })
+                .await;
+                let _ = polled_tx.send(());
+                let guard = match first {
+                    std::task::Poll::Ready(outcome) => outcome,
+                    std::task::Poll::Pending => acquire.await,
+                }
+                .unwrap();
                 order.lock().push(i);
                 guard.release().await.unwrap();
             }));
             // Let each waiter take its place in the queue before the next arrives.
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            polled_rx.await.unwrap();
+            if i == 0 {
+                // The first one queues once its fast-path attempt came back busy, and then
+                // asks once more (it is the head and just subscribed): two script calls.
+                assert!(
+                    eventually(Duration::from_secs(30), || fx.calls("evalsha") - base == 2)
+                        .await,
+                    "the first waiter did not queue"
+                );
+            }
         }
         let before = fx.calls("evalsha");
         guard.release().await.unwrap();
