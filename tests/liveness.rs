@@ -173,12 +173,14 @@ on_topologies_multi_thread! {
 
 on_topologies! {
     async fn the_watchdog_keeps_a_default_lease_lock_alive(fx) {
-        let lease = Duration::from_millis(600);
+        // Renewals a second apart: a loaded machine delaying one by a few hundred ms must not
+        // let the lock expire. The test outlives the lease, which only renewals can explain.
+        let lease = Duration::from_secs(3);
         let client = client_with_lease(fx.builder(), lease).await;
         let other = fx.client().await;
         let guard = client.lock("kept").unwrap().acquire().await.unwrap();
         assert_eq!(client.watched_locks(), 1);
-        tokio::time::sleep(lease * 3).await;
+        tokio::time::sleep(lease + lease / 6).await;
         assert!(guard.is_valid());
         assert!(other
             .lock("kept")
@@ -188,8 +190,8 @@ on_topologies! {
             .unwrap()
             .is_none());
         let pttl: i64 = fx.raw().pttl(fx.lock_key("kept").unwrap()).unwrap();
-        assert!(pttl > 0 && pttl <= 600, "{pttl}");
-        assert!(client.renewal_calls() >= 6, "{}", client.renewal_calls());
+        assert!(pttl > 0 && pttl <= 3000, "{pttl}");
+        assert!(client.renewal_calls() >= 2, "{}", client.renewal_calls());
         guard.release().await.unwrap();
         assert_eq!(client.watched_locks(), 0);
     }
