@@ -32,6 +32,7 @@ on_topologies! {
             .unwrap()
             .with_lease(LONG)
             .unwrap();
+        let base = fx.calls("evalsha");
         let waiter = tokio::spawn(async move {
             let guard = waiting.acquire().await.unwrap();
             let acquired_at = Instant::now();
@@ -39,7 +40,10 @@ on_topologies! {
             acquired_at
         });
         // The waiter asks twice (fast path, then once subscribed), then sleeps on the channel.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            eventually(Duration::from_secs(30), || fx.calls("evalsha") - base == 2).await,
+            "the waiter did not make its two attempts"
+        );
         let before_hold = fx.calls("evalsha");
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(fx.calls("evalsha"), before_hold, "a waiter must not poll");
