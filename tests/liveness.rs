@@ -290,7 +290,8 @@ on_topologies! {
 
 on_topologies! {
     async fn a_deleted_lock_fires_the_lost_signal_at_the_next_renewal(fx) {
-        let client = client_with_lease(fx.builder(), Duration::from_millis(900)).await;
+        // Renewals a second apart, and two more seconds of lease after the one that notices.
+        let client = client_with_lease(fx.builder(), Duration::from_secs(3)).await;
         let guard = client.lock("deleted").unwrap().acquire().await.unwrap();
         assert!(!futures_ready(&guard).await, "not lost while held");
         let _: () = fx.raw().del(fx.lock_key("deleted").unwrap()).unwrap();
