@@ -364,7 +364,8 @@ async fn members_share_the_token_order_of_single_locks() {
 async fn the_watchdog_keeps_every_member_and_losing_one_loses_the_set() {
     let fx = Fixture::start();
     let client = LockClient::builder(fx.server.url())
-        .default_lease(Duration::from_millis(300))
+        // Renewals a second apart, so a loaded machine delaying one cannot cost a member.
+        .default_lease(Duration::from_secs(3))
         .connect()
         .await
         .unwrap();
@@ -376,10 +377,12 @@ async fn the_watchdog_keeps_every_member_and_losing_one_loses_the_set() {
         .unwrap();
     assert_eq!(client.watched_locks(), 3);
     let calls = client.renewal_calls();
-    // Outlive the lease several times: only renewals keep the members.
+    // Outlive the lease: only renewals keep the members. One call renews the three, calls
+    // are a third of a lease apart, and the first may come right after the acquisition: five
+    // more calls are at least four thirds of a lease after it.
     assert!(
         eventually(Duration::from_secs(30), || client.renewal_calls()
-            >= calls + 6)
+            >= calls + 5)
         .await
     );
     assert!(guard.is_valid());
