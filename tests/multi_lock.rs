@@ -153,8 +153,10 @@ async fn a_busy_member_leaves_no_other_member_held() {
         let names = ["m:3", "m:1", "m:2", "m:4"];
         let three = set(&a, &names, path);
         assert!(three.try_acquire().await.unwrap().is_none(), "{path:?}");
+        // Long enough that the set's attempts (the first, and one after subscribing) are over
+        // by the deadline, so none is still being undone in the background when we look.
         let err = three
-            .acquire_timeout(Duration::from_millis(100))
+            .acquire_timeout(Duration::from_secs(2))
             .await
             .unwrap_err();
         assert!(err.is_timeout(), "{path:?}: {err}");
