@@ -319,20 +319,48 @@ async fn a_waiting_set_sleeps_while_its_busy_member_is_held() {
     let other = fx.client().await;
     for path in [Path::OneScript, Path::Ordered] {
         let held = other.lock("z:2").unwrap().acquire().await.unwrap();
+        let channel = fx.lock_key("z:2").unwrap();
+        // The previous round's set may not have unsubscribed yet.
+        assert!(
+            eventually(Duration::from_secs(30), || fx.subscribers(&channel) == 0).await,
+            "{path:?}: the previous waiter stayed subscribed"
+        );
         let pair = set(&client, &["z:1", "z:2"], path);
         let waiting =
             tokio::spawn(async move { pair.acquire_timeout(Duration::from_secs(30)).await });
-        // Its first attempt and the first look after subscribing are behind it by then.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = fx.calls("evalsha");
+        // Its first attempt, its subscription and the first look after subscribing are behind
+        // it once it is subscribed and its script calls stopped.
+        assert!(
+            eventually(Duration::from_secs(30), || fx.subscribers(&channel) == 1).await,
+            "{path:?}: the set never subscribed"
+        );
+        let before = settled_calls(&fx).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let during = fx.calls("evalsha") - before;
-        // At most a late first look and a watchdog renewal of `held`; a polling set would
-        // have made one attempt per round trip.
+        // At most a first look slowed past the settling and a watchdog renewal of `held`; a
+        // polling set would have made one attempt per round trip.
         assert!(during <= 3, "{path:?}: {during} script calls while waiting");
         held.release().await.unwrap();
         let guard = waiting.await.unwrap().unwrap();
         guard.release().await.unwrap();
+    }
+}
+
+/// The server's `EVALSHA` count once it stopped moving: unchanged over 200 ms (30 s limit).
+async fn settled_calls(fx: &Fixture) -> u64 {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = fx.calls("evalsha");
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = fx.calls("evalsha");
+        if now == last {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "script calls never stopped"
+        );
+        last = now;
     }
 }
 
