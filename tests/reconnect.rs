@@ -19,7 +19,10 @@ async fn watched_client(fx: &Fixture, lease: Duration) -> LockClient {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_with_persistence_keeps_the_holder_and_the_waiters_finish() {
     let mut fx = Fixture::with_persistence();
-    let holder_client = watched_client(&fx, Duration::from_secs(3)).await;
+    // What is left of the lease at the restart must outlast the kill, the AOF load, the
+    // reconnect and the watchdog's backoff on a loaded machine: at least two thirds of 10 s.
+    let lease = Duration::from_secs(10);
+    let holder_client = watched_client(&fx, lease).await;
     let waiter_client = fx.client().await;
     let guard = holder_client
         .lock("survivor")
@@ -38,11 +41,26 @@ async fn a_restart_with_persistence_keeps_the_holder_and_the_waiters_finish() {
         guard.release().await.unwrap();
         token
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let key = fx.lock_key("survivor").unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || fx.subscribers(&key) == 1).await,
+        "the waiter never subscribed"
+    );
 
     fx.server.restart().unwrap();
-    // The AOF brought the lock back; the watchdog reconnects and keeps renewing it.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let restarted = std::time::Instant::now();
+    // The AOF brought the lock back; the watchdog reconnects and keeps renewing it. Without a
+    // renewal by the restarted server, a third of a lease later less than two thirds of it
+    // would be left.
+    tokio::time::sleep_until((restarted + lease / 3 + Duration::from_millis(100)).into()).await;
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let pttl: i64 = redis::Commands::pttl(&mut fx.raw(), &key).unwrap();
+            pttl > 7000
+        })
+        .await,
+        "the watchdog did not renew the lease at the restarted server"
+    );
     assert!(
         guard.is_valid(),
         "the holder kept its lock across the restart"
