@@ -147,7 +147,9 @@ async fn killing_the_waiters_connection_does_not_strand_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_every_connection_keeps_the_holder_and_the_watchdog_resumes() {
     let fx = Fixture::start();
-    let client = watched_client(&fx, Duration::from_millis(900)).await;
+    // Enough lease for three kills 400 ms apart plus the reconnects on a loaded machine.
+    let lease = Duration::from_secs(3);
+    let client = watched_client(&fx, lease).await;
     let guard = client.lock("resumed").unwrap().acquire().await.unwrap();
     for _ in 0..3 {
         let _: i64 = redis::cmd("CLIENT")
@@ -158,7 +160,16 @@ async fn killing_every_connection_keeps_the_holder_and_the_watchdog_resumes() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // A renewal that succeeds moves the guard's deadline to more than 98 % of a lease past
+    // its send, so past this mark only by one sent at most 1 % of a lease (30 ms) before it:
+    // well after the last kill.
+    let killed = std::time::Instant::now();
+    assert!(
+        eventually(Duration::from_secs(60), || guard.valid_until()
+            > killed + lease * 49 / 50)
+        .await,
+        "renewal did not resume after the reconnects"
+    );
     assert!(guard.is_valid(), "renewal resumed after the reconnects");
     assert!(fx.lock_key("resumed").is_some());
     guard.release().await.unwrap();
