@@ -115,7 +115,11 @@ async fn killing_the_waiters_connection_does_not_strand_it() {
             .unwrap();
         guard.release().await.unwrap();
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let key = fx.lock_key("killed").unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || fx.subscribers(&key) == 1).await,
+        "the waiter never subscribed"
+    );
 
     // Kill every connection that has subscriptions: the waiter's.
     let killed: i64 = redis::cmd("CLIENT")
