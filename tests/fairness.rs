@@ -314,10 +314,13 @@ async fn a_reservation_is_held_for_everyone_else_shown_by_admin_and_force_releas
         .await
         .unwrap()
         .is_none());
+    // Long enough for the first attempt to come back (and queue the client) before the
+    // deadline, so the waiter gives up from the queue; the reservation lasts 30 s, so it does
+    // give up.
     let timed_out = other
         .lock("handoff")
         .unwrap()
-        .acquire_timeout(Duration::from_millis(50))
+        .acquire_timeout(Duration::from_secs(1))
         .await
         .unwrap_err();
     assert!(timed_out.is_timeout(), "{timed_out}");
