@@ -227,9 +227,11 @@ async fn a_client_whose_last_waiter_gives_up_leaves_the_queue() {
 
         let lock = quitter.lock("quit").unwrap();
         let quitting = if gives_up_by == "timed out" {
+            // Long enough for its attempts, the queue checks below and the next client's
+            // attempt to happen before it gives up; the holder keeps the lock far longer.
             tokio::spawn(async move {
                 let err = lock
-                    .acquire_timeout(Duration::from_millis(300))
+                    .acquire_timeout(Duration::from_secs(3))
                     .await
                     .unwrap_err();
                 assert!(err.is_timeout(), "{err}");
