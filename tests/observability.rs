@@ -170,8 +170,10 @@ async fn busy_contended_and_timed_out_acquisitions_say_so() {
     let guard = lock.acquire().await.unwrap();
 
     assert!(lock.try_acquire().await.unwrap().is_none());
+    // Long enough for the first attempt to come back busy, so the acquisition waits (and is
+    // contended) before the deadline; the lock stays held far longer.
     let err = lock
-        .acquire_timeout(Duration::from_millis(50))
+        .acquire_timeout(Duration::from_secs(2))
         .await
         .unwrap_err();
     assert!(err.is_timeout());
