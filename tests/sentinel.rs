@@ -16,12 +16,16 @@ fn con(node: &RedisServer) -> redis::Connection {
     node.client().get_connection().expect("node connection")
 }
 
+/// The clients' default lease: a failover may take more than one Sentinel election (a failed
+/// one is retried after the failover timeout), and a held lock must outlast all of it.
+const LEASE: Duration = Duration::from_secs(30);
+
 /// Long enough for a healthy replica on a loaded machine.
 const HEALTHY_ACK: Duration = Duration::from_secs(10);
 
 fn builder(set: &RedisSentinels) -> fencelock::LockClientBuilder {
     LockClient::sentinel_builder(set.sentinel_urls(), set.master_name())
-        .default_lease(Duration::from_secs(10))
+        .default_lease(LEASE)
         // A failover takes a few seconds (down-after 1 s, election, promotion): operations
         // caught in it are re-sent with their ids for longer than that.
         .retry_window(Duration::from_secs(10))
@@ -127,13 +131,15 @@ async fn a_killed_primary_is_replaced_and_holders_waiters_and_tokens_carry_on() 
     );
 
     // The holder keeps its lock: the promoted replica has it with the same token, and the
-    // watchdog renews it there.
+    // watchdog renews it there: less than a second after a renewal, which the failover (over
+    // a second: down-after alone is one) puts after the kill.
     let stored: u64 = con(new_primary).hget(&key, "~token").unwrap();
     assert_eq!(stored, token.get());
-    let renewed_there = eventually(Duration::from_secs(30), || {
+    let fresh = i64::try_from((LEASE - Duration::from_secs(1)).as_millis()).unwrap();
+    let renewed_there = eventually(LONG, || {
         con(new_primary)
             .pttl::<_, i64>(&key)
-            .is_ok_and(|pttl| pttl > 9_000)
+            .is_ok_and(|pttl| pttl > fresh)
     })
     .await;
     assert!(
