@@ -15,7 +15,7 @@
 mod support;
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fencelock::{Error, LockClient};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -37,7 +37,7 @@ async fn run() -> Result<(), BoxError> {
         let lock = lock.clone();
         tokio::spawn(
             async move {
-                let guard = lock.acquire_timeout(Duration::from_secs(5)).await?;
+                let guard = lock.acquire_timeout(Duration::from_secs(60)).await?;
                 let token = guard.token();
                 guard.release().await?;
                 Ok::<_, Error>(token)
@@ -48,7 +48,26 @@ async fn run() -> Result<(), BoxError> {
             )),
         )
     };
-    tokio::time::sleep(Duration::from_millis(50)).await; // let the waiter queue up
+    // Let the waiter queue up: it waits (contended) once it subscribed to the lock's release
+    // channel, which is the lock's key.
+    let key = redis
+        .scan("*lock:invoice:99")?
+        .pop()
+        .ok_or("the lock's key is missing")?;
+    let since = Instant::now();
+    loop {
+        let subscribers: Vec<(Vec<u8>, u64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&key)
+            .query(&mut redis.admin()?)?;
+        if subscribers.first().is_some_and(|(_, n)| *n >= 1) {
+            break;
+        }
+        if since.elapsed() > Duration::from_secs(30) {
+            return Err("the waiter never subscribed".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     first.release().await?;
     let new_token = waiter.await??;
     let invoice = client.resource("invoice:99:status")?;
