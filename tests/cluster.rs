@@ -9,7 +9,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use common::{key_slot_of_lock, Env, Topology};
+use common::{key_slot_of_lock, quiet_renewal_calls, Env, Topology};
 use fencelock::testing::{RedisCluster, RedisServer};
 use fencelock::LockClient;
 use redis::Commands;
@@ -191,19 +191,6 @@ async fn renewals_are_batched_per_slot() {
     assert!(guards.iter().all(|g| g.is_valid()));
     for guard in guards {
         guard.release().await.unwrap();
-    }
-}
-
-/// `client.renewal_calls()` read between two watchdog ticks. A tick counts its calls all at
-/// once (no await between them) and ticks are a third of a lease apart, so a value that did
-/// not move for 100 ms was not read while a tick was half counted.
-async fn quiet_renewal_calls(client: &LockClient) -> u64 {
-    loop {
-        let calls = client.renewal_calls();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if client.renewal_calls() == calls {
-            return calls;
-        }
     }
 }
 

@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, Fixture};
+use common::{eventually, quiet_renewal_calls, Fixture};
 use fencelock::LockClient;
 use redis::Commands;
 
@@ -275,19 +275,6 @@ async fn a_thousand_held_locks_are_renewed_in_batches() {
     assert!(guards.iter().all(|g| g.is_valid()));
     for guard in guards {
         guard.release().await.unwrap();
-    }
-}
-
-/// `client.renewal_calls()` read between two watchdog ticks. A tick counts its calls all at
-/// once (no await between them) and ticks are a third of a lease apart, so a value that did
-/// not move for 100 ms was not read while a tick was half counted.
-async fn quiet_renewal_calls(client: &LockClient) -> u64 {
-    loop {
-        let calls = client.renewal_calls();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if client.renewal_calls() == calls {
-            return calls;
-        }
     }
 }
 

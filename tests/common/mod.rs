@@ -126,6 +126,19 @@ pub async fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> b
     }
 }
 
+/// `client.renewal_calls()` read between two watchdog ticks. A tick counts its calls all at
+/// once (no await between them) and ticks are a third of a lease apart, so a value that did
+/// not move for 100 ms was not read while a tick was half counted.
+pub async fn quiet_renewal_calls(client: &LockClient) -> u64 {
+    loop {
+        let calls = client.renewal_calls();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if client.renewal_calls() == calls {
+            return calls;
+        }
+    }
+}
+
 /// Where a parametrised test runs: one server, or a Redis Cluster of three primaries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Topology {
