@@ -9,7 +9,7 @@ use tracing::Instrument;
 use crate::holder::{Holder, PendingOp};
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
 use crate::replication::{self, OnShortfall, ReplicaAck};
-use crate::wait::{FairExit, Wake};
+use crate::wait::{FairExit, FirstAttempt, Wake};
 use crate::{lease, metrics, Error, LockClient, LockGuard};
 
 /// A handle to one named lock, made by [`LockClient::lock`].
@@ -317,10 +317,14 @@ impl Lock {
 
         // The fast path: one round trip when the lock is free. Skipped when waiters of this
         // client are queued, so a newcomer cannot overtake them.
+        let mut first = None;
         if !waiters.has_waiters(&self.keys.lock) {
+            let attempt = FirstAttempt::new(waiters, self.fair_exit());
             if let Attempt::Won(guard) = self.attempt(&holder, &mut pending, true).await? {
+                attempt.settled();
                 return Ok(guard);
             }
+            first = Some(attempt);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(Error::Timeout {
@@ -329,7 +333,17 @@ impl Lock {
         }
         // Boxed: the waiting state is large, and inline it would make every acquire future
         // (moved a few times on its way to being polled) that much larger, also uncontended.
-        Box::pin(self.wait_and_acquire(&holder, &mut pending, deadline, started, contended)).await
+        Box::pin(self.wait_and_acquire(&holder, &mut pending, deadline, started, contended, first))
+            .await
+    }
+
+    /// What a fair-mode client must undo in Redis when an acquisition leaves without the lock.
+    fn fair_exit(&self) -> Option<FairExit> {
+        self.client.fair_handoff().map(|grace| FairExit {
+            keys: self.keys.clone(),
+            client: self.client.id().to_owned(),
+            grace,
+        })
     }
 
     /// The slow path of an acquisition: queue behind this client's other waiters and try
@@ -341,16 +355,16 @@ impl Lock {
         deadline: Option<Instant>,
         started: Instant,
         contended: &AtomicBool,
+        first: Option<FirstAttempt>,
     ) -> Result<LockGuard, Error> {
         let waiters = &self.client.inner.waiters;
         contended.store(true, Ordering::Relaxed);
         metrics::contended();
-        let fair = self.client.fair_handoff().map(|grace| FairExit {
-            keys: self.keys.clone(),
-            client: self.client.id().to_owned(),
-            grace,
-        });
-        let entry = waiters.enter(&self.keys.lock, fair).await?;
+        let entry = waiters.enter(&self.keys.lock, self.fair_exit()).await?;
+        // The local queue's last leaver takes the client off the Redis queue from here on.
+        if let Some(first) = first {
+            first.settled();
+        }
         loop {
             if entry.wait(deadline).await == Wake::Deadline {
                 return Err(Error::Timeout {

@@ -85,6 +85,36 @@ pub(crate) struct FairExit {
     pub(crate) grace: Duration,
 }
 
+/// Takes a fair-handoff client off a lock's Redis queue if dropped before [`settled`]: held
+/// over an acquisition's first attempt, which queues the client in Redis when the lock is
+/// held, before the acquirer has a place in the local queue (whose last leaver normally does
+/// it). Without it, a deadline that passes at the first attempt, or a future dropped during
+/// it, left an entry that cost the next handoff one grace. `None` inside for default clients.
+///
+/// [`settled`]: FirstAttempt::settled
+pub(crate) struct FirstAttempt(Option<Box<(Arc<Waiters>, FairExit)>>);
+
+impl FirstAttempt {
+    pub(crate) fn new(waiters: &Arc<Waiters>, fair: Option<FairExit>) -> Self {
+        FirstAttempt(fair.map(|fair| Box::new((waiters.clone(), fair))))
+    }
+
+    /// The acquisition won (its script left the queue) or has its place in the local queue.
+    pub(crate) fn settled(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for FirstAttempt {
+    fn drop(&mut self) {
+        if let Some(armed) = self.0.take() {
+            let (waiters, fair) = *armed;
+            // Checks for other waiters of this client itself, right before it sends.
+            waiters.leave_fair_queue(fair);
+        }
+    }
+}
+
 /// What ended a wait.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Wake {

@@ -268,6 +268,51 @@ async fn a_client_whose_last_waiter_gives_up_leaves_the_queue() {
     }
 }
 
+/// An acquisition that ends at its very first attempt (the deadline passed by the time it came
+/// back, or the future was dropped while it was in flight) has no place in the local queue yet,
+/// but that attempt queued its client in Redis: the client leaves the queue all the same,
+/// instead of leaving an entry that would get the next release's reservation and cost everyone
+/// a grace. The queue would otherwise live for the lease plus 2 x 30 s + 1 s, well past the
+/// 30 s `queue_becomes` waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_ending_at_its_first_attempt_leaves_the_queue() {
+    let fx = Fixture::start();
+    let holder = fair_client(&fx, LONG_GRACE).await;
+    let guard = holder.lock("first").unwrap().acquire().await.unwrap();
+
+    // The deadline has passed when the first attempt comes back busy.
+    let hasty = fair_client(&fx, LONG_GRACE).await;
+    let err = hasty
+        .lock("first")
+        .unwrap()
+        .acquire_timeout(Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    queue_becomes(&fx, &[]).await;
+
+    // Dropped while its first attempt is in flight: the script ran (the client is queued),
+    // the reply is held back by the network.
+    let proxy = FaultProxy::start(fx.server.addr()).unwrap();
+    let dropped = LockClient::builder(proxy.url())
+        .fair_handoff(LONG_GRACE)
+        .connect()
+        .await
+        .unwrap();
+    let lock = dropped.lock("first").unwrap();
+    proxy.blackhole(Direction::Downstream);
+    let attempt = tokio::spawn(async move { lock.acquire().await.map(drop) });
+    queue_becomes(&fx, &[dropped.id()]).await;
+    attempt.abort();
+    assert!(attempt.await.unwrap_err().is_cancelled());
+    queue_becomes(&fx, &[]).await;
+    proxy.heal();
+
+    // The lock was never reserved for either: the release frees it.
+    guard.release().await.unwrap();
+    assert!(eventually(WAIT, || fx.lock_key("first").is_none()).await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_is_held_for_everyone_else_shown_by_admin_and_force_releasable() {
     let fx = Fixture::start();
