@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{eventually, Fixture};
 use fencelock::admin::Admin;
-use fencelock::testing::RedisServer;
+use fencelock::testing::{RedisCluster, RedisServer};
 use fencelock::{LockClient, MAX_NAME_LEN};
 use redis::Commands;
 
@@ -544,6 +544,93 @@ mod tls {
     }
 }
 
+/// What a cluster client needs on top of [`FENCELOCK_ACL`], as README.md gives it: sharded
+/// pub/sub (releases publish with `SPUBLISH`, waiters listen with `SSUBSCRIBE`) and the
+/// topology query of redis-rs' cluster client (`CLUSTER SLOTS`; without it the connect fails
+/// with `Error::PermissionDenied`).
+const CLUSTER_ACL_EXTRA: &str = "+spublish +ssubscribe +sunsubscribe +cluster|slots";
+
+/// Creates `user` with password `pw` and `rules` on every node of `cluster` (a cluster's ACL is
+/// per node).
+fn cluster_user(cluster: &RedisCluster, user: &str, rules: &str) {
+    for node in cluster.nodes() {
+        let mut con = node.client().get_connection().unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(user)
+            .arg("on")
+            .arg(">pw")
+            .arg(rules.split_whitespace().collect::<Vec<_>>())
+            .query(&mut con)
+            .unwrap();
+    }
+}
+
+/// The least-privilege rules on a cluster: the whole flow (blocking acquire woken by a sharded
+/// release message, re-entry, fenced write, a multi-lock) through exactly the documented
+/// rules, and a user without the sharded pub/sub grant refused at connect, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_privilege_acl_user_runs_on_a_cluster() {
+    let cluster = RedisCluster::builder()
+        .replicas_per_primary(0)
+        .start()
+        .unwrap();
+    cluster_user(
+        &cluster,
+        "locks",
+        &format!("{FENCELOCK_ACL} {CLUSTER_ACL_EXTRA}"),
+    );
+    cluster_user(
+        &cluster,
+        "unsharded",
+        &format!("{FENCELOCK_ACL} +cluster|slots"),
+    );
+    let urls = |user: &str| -> Vec<String> {
+        cluster
+            .nodes()
+            .iter()
+            .map(|node| format!("redis://{user}:pw@127.0.0.1:{}/", node.port()))
+            .collect()
+    };
+
+    let err = LockClient::connect_cluster(urls("unsharded"))
+        .await
+        .unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+    assert!(err.to_string().contains("SPUBLISH"), "{err}");
+
+    let a = LockClient::connect_cluster(urls("locks")).await.unwrap();
+    let b = LockClient::connect_cluster(urls("locks")).await.unwrap();
+    let guard = a.lock("acct:1").unwrap().acquire().await.unwrap();
+    let inner = guard.reenter().await.unwrap();
+    let balance = a.resource("acct:1").unwrap();
+    assert_eq!(balance.incr_by(inner.token(), 5).await.unwrap(), 5);
+    // The waiter's deadline is far shorter than the lease (30 s): only the release's message
+    // can get it the lock in time.
+    let waiter = tokio::spawn({
+        let lock = b.lock("acct:1").unwrap();
+        async move { lock.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    inner.release().await.unwrap();
+    guard.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    next.release().await.unwrap();
+
+    let set = a.multi_lock(["acct:1", "acct:2", "acct:3"]).unwrap();
+    set.acquire().await.unwrap().release().await.unwrap();
+
+    for node in cluster.nodes() {
+        let keys: Vec<Vec<u8>> = node.client().get_connection().unwrap().keys("*").unwrap();
+        for key in keys {
+            assert!(
+                key.starts_with(b"fencelock:"),
+                "{}",
+                String::from_utf8_lossy(&key)
+            );
+        }
+    }
+}
+
 #[test]
 fn the_documented_acl_is_the_tested_one() {
     let line = format!("user fencelock on >PASSWORD {FENCELOCK_ACL}");
@@ -555,6 +642,9 @@ fn the_documented_acl_is_the_tested_one() {
         include_str!("../DESIGN.md").contains(&line),
         "DESIGN.md: {line}"
     );
+    for doc in [include_str!("../README.md"), include_str!("../DESIGN.md")] {
+        assert!(doc.contains(CLUSTER_ACL_EXTRA), "{CLUSTER_ACL_EXTRA}");
+    }
 }
 
 /// Replica acknowledgement needs `WAIT` on top of [`FENCELOCK_ACL`] (README). Without it the
