@@ -401,3 +401,54 @@ async fn a_user_without_config_permission_connects_with_a_debug_note_instead_of_
     assert_eq!(notes[0].level, tracing::Level::DEBUG);
     assert!(notes[0].field("error").contains("config|get"), "{notes:?}");
 }
+
+/// Connect checks the user's grant with one script call; when that call fails for another
+/// reason than a refusal (here the server is busy running someone's script), the connect still
+/// succeeds, with a DEBUG note, and the first real operation meets whatever the server says
+/// then. Failing the connect would turn a moment of `BUSY` into an outage of the service.
+#[tokio::test]
+async fn a_permission_check_that_cannot_run_leaves_the_connect_alone() {
+    let capture = Capture::default();
+    let _subscriber = capture.install();
+    let server = RedisServer::builder()
+        .config("busy-reply-threshold", "50")
+        .start()
+        .unwrap();
+    let busy = std::thread::spawn({
+        let client = server.client();
+        move || {
+            let mut con = client.get_connection().unwrap();
+            redis::cmd("EVAL")
+                .arg("while true do end")
+                .arg(0)
+                .query::<()>(&mut con)
+                .unwrap_err()
+        }
+    });
+    let mut admin = server.client().get_connection().unwrap();
+    let is_busy = |admin: &mut redis::Connection| {
+        redis::cmd("PING")
+            .query::<String>(admin)
+            .is_err_and(|e| e.code() == Some("BUSY"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !is_busy(&mut admin) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never got busy"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let notes = capture.named("fencelock.permission_check_failed");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0].level, tracing::Level::DEBUG);
+    assert!(notes[0].field("error").contains("BUSY"), "{notes:?}");
+
+    let _: () = redis::cmd("SCRIPT").arg("KILL").query(&mut admin).unwrap();
+    let killed = busy.join().unwrap();
+    assert!(killed.to_string().contains("killed"), "{killed}");
+    let guard = client.lock("after").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+}
