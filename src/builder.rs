@@ -280,7 +280,10 @@ impl LockClientBuilder {
     /// # Errors
     /// [`Error::InvalidConfig`] or [`Error::InvalidLease`] for unusable options (nothing is
     /// sent; with feature `tls`, also a root CA that is not PEM or is given for a URL that is
-    /// not `rediss://`, or for a cluster or Sentinel client), [`Error::Redis`] when the server cannot be reached or refuses the connection.
+    /// not `rediss://`, or for a cluster or Sentinel client); [`Error::Redis`] when the server
+    /// cannot be reached or refuses the connection; [`Error::PermissionDenied`] when the Redis
+    /// user lacks a command the scripts send (checked here, on Redis 7.0+; see
+    /// [`LockClient::connect`](crate::LockClient::connect)).
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped `connect` leaves nothing behind but a closed connection.

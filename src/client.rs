@@ -135,7 +135,10 @@ impl LockClient {
     /// `LockClientBuilder::tls_root_ca` for a private CA).
     ///
     /// # Errors
-    /// [`Error::Redis`] when the server cannot be reached or refuses the connection.
+    /// [`Error::Redis`] when the server cannot be reached or refuses the connection;
+    /// [`Error::PermissionDenied`] when the Redis user may not run every command the lock
+    /// scripts send on this client's keys (checked at connect on Redis 7.0+; the error names
+    /// the missing commands, README "Security" lists them).
     ///
     /// # Cancel safety
     /// Cancel safe.
@@ -151,7 +154,9 @@ impl LockClient {
     /// Connects to a Redis Cluster with default options; see [`LockClient::cluster_builder`].
     ///
     /// # Errors
-    /// [`Error::Redis`] when no node can be reached or the cluster refuses the connection.
+    /// [`Error::Redis`] when no node can be reached or the cluster refuses the connection;
+    /// [`Error::PermissionDenied`] when the Redis user lacks a command the scripts send (as
+    /// for [`LockClient::connect`]).
     ///
     /// # Cancel safety
     /// Cancel safe.
@@ -190,7 +195,9 @@ impl LockClient {
     /// Connects through Sentinel with default options; see [`LockClient::sentinel_builder`].
     ///
     /// # Errors
-    /// [`Error::Redis`] when no Sentinel answers or the primary they name cannot be reached.
+    /// [`Error::Redis`] when no Sentinel answers or the primary they name cannot be reached;
+    /// [`Error::PermissionDenied`] when the Redis user lacks a command the scripts send (as
+    /// for [`LockClient::connect`]).
     ///
     /// # Cancel safety
     /// Cancel safe.
