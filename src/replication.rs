@@ -857,4 +857,55 @@ mod tests {
         assert!(map.epoch > epoch);
         assert_eq!(map.nodes.len(), 3);
     }
+
+    /// Hosts come as bulk strings, as simple strings (RESP3 servers may answer either) or as
+    /// nil/empty (the node's own address is unknown to it: the seed's host is used).
+    #[test]
+    fn every_host_encoding_of_cluster_slots_is_read() {
+        let with_host = |host: Value, port: i64| Value::Array(vec![host, Value::Int(port)]);
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(9),
+                with_host(Value::SimpleString("10.0.0.1".into()), 7000),
+            ]),
+            Value::Array(vec![
+                Value::Int(10),
+                Value::Int(19),
+                with_host(Value::Nil, 7001),
+            ]),
+            Value::Array(vec![
+                Value::Int(20),
+                Value::Int(29),
+                with_host(Value::Int(1), 7002),
+            ]),
+        ]);
+        assert_eq!(
+            parse_cluster_slots(&reply, "seed.host"),
+            vec![
+                (0, 9, "10.0.0.1:7000".to_owned()),
+                (10, 19, "seed.host:7001".to_owned()),
+            ]
+        );
+    }
+
+    /// A rebuild replaces the whole map and counts as a change (a stale view asks for one
+    /// refresh only); a range reaching past the last slot is clipped, not a panic.
+    #[test]
+    fn a_rebuild_replaces_the_map_bumps_the_epoch_and_clips_ranges() {
+        let mut map = SlotMap::default();
+        map.rebuild(vec![(0, 16383, "a:1".to_owned())]);
+        let epoch = map.epoch;
+        assert!(epoch > 0);
+        map.rebuild(vec![
+            (0, 99, "b:2".to_owned()),
+            (16000, u16::MAX, "c:3".to_owned()),
+        ]);
+        assert!(map.epoch > epoch);
+        assert_eq!(map.nodes, ["b:2", "c:3"]);
+        assert_eq!(map.owner(99), Some("b:2"));
+        assert_eq!(map.owner(100), None);
+        assert_eq!(map.owner(16383), Some("c:3"));
+        assert_eq!(map.owners.len(), keys::SLOTS);
+    }
 }
