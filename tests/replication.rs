@@ -360,6 +360,66 @@ async fn a_replicated_acquire_dropped_during_its_wait_leaves_nothing_held() {
     guard.release().await.unwrap();
 }
 
+/// A `WAIT` whose connection is cut counts no acknowledgement: the acquisition is a
+/// shortfall (rolled back, `ReplicationTimeout`), not a connection error that would hide
+/// that the lock was taken and is being undone, nor a permission error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_cut_off_by_a_lost_connection_is_a_shortfall() {
+    let (primary, mut replicas) = topology(1);
+    let client = primary.client().await;
+    replicas[0].server.pause().unwrap();
+    let lock = client
+        .lock("cut")
+        .unwrap()
+        .with_replica_ack(1, Duration::from_secs(60))
+        .unwrap();
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await.map(drop) }
+    });
+    assert!(eventually(Duration::from_secs(30), || blocked_in_wait(&primary) == 1).await);
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut primary.raw())
+        .unwrap();
+    let id = list
+        .lines()
+        .find(|line| line.contains(" cmd=wait "))
+        .and_then(|line| line.strip_prefix("id="))
+        .and_then(|rest| rest.split(' ').next())
+        .expect("the connection blocked in WAIT")
+        .to_owned();
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(&id)
+        .query(&mut primary.raw())
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the acquisition ended")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ReplicationTimeout {
+                acked: 0,
+                required: 1
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || primary
+            .lock_state("cut")
+            .is_none())
+        .await,
+        "the shortfall was not rolled back"
+    );
+    replicas[0].server.resume().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_acquisitions_wait_for_replicas_and_a_set_waits_once() {
     let (primary, _replicas) = topology(1);
