@@ -322,3 +322,39 @@ fn evalsha_attempts(fx: &Fixture) -> u64 {
         .map(|(_, n)| n.parse::<u64>().unwrap())
         .sum()
 }
+
+/// A definite error (foreign data under the lock's key) is returned at once on the replicated
+/// path too: not re-sent for the retry window as a transient failure would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definite_error_on_the_replicated_path_is_not_re_sent() {
+    let fx = Fixture::start();
+    let plain = fx.client().await;
+    fx.warm_up(&plain).await;
+    let held = plain.lock("foreign").unwrap().acquire().await.unwrap();
+    let key = fx.lock_key("foreign").unwrap();
+    held.release().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("not a lock")
+        .query(&mut fx.raw())
+        .unwrap();
+    let client = LockClient::builder(fx.server.url())
+        .replica_ack(1, Duration::from_millis(100))
+        .retry_window(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let before = evalsha_attempts(&fx);
+    let err = client
+        .lock("foreign")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_wrong_type(), "{err:?}");
+    // The attempt, then the background undo of the failed attempt (whose first EVALSHA answers
+    // NOSCRIPT: cancel.lua is loaded on first use); re-sends would be ~10 in the window.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let attempts = evalsha_attempts(&fx) - before;
+    assert!((1..=3).contains(&attempts), "{attempts} attempts");
+}
