@@ -13,15 +13,28 @@ cargo mutants --in-place --no-shuffle --in-diff /tmp/s6.diff --features cli --ti
 date; echo "== done"
 
 # ---- s6-mutr.sh
-# Session 6 mutation run K: src/replication.rs (replica acknowledgement), in /work/wt/mutr (c5bf2bd),
+# Session 6 mutation run K: src/replication.rs (replica acknowledgement), in a worktree at c5bf2bd,
 # two mutants at a time. Test set: the unit tests of replication.rs and every replica-ack test of
 # tests/replication.rs and tests/security.rs (libtest filters, OR-ed). tests/cluster.rs (its
 # replica-ack tests start a 6-node cluster each, ~40 s per mutant) is not in the set: the
 # cluster-path survivors are classified in tests/RESULTS.md.
-cd /work/wt/mutr
+cd /work/wt/mutr  # at c5bf2bd
 export CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0 RUSTFLAGS="-C link-arg=-fuse-ld=mold"
 date; echo "== K replication.rs"
 cargo mutants --no-shuffle -j 2 -f src/replication.rs --timeout 120 --build-timeout 600 \
   -o /work/mutlogs/s6-replication -- --lib --test replication --test security -- \
   replica acknowledg shortfall unusable replication --skip tls
+date; echo "== done"
+
+# ---- s6-mutv.sh
+# Session 6 mutation run L: the 42 survivors of run K again, with the cluster and Sentinel
+# replica-ack tests added, in /work/wt/mutr (e0c9ba6: with the new replication.rs unit tests).
+cd /work/wt/mutr
+export CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_TEST_DEBUG=0 RUSTFLAGS="-C link-arg=-fuse-ld=mold"
+args=()
+while IFS= read -r re; do args+=(--re "^src/replication.rs:.*: ${re}\$"); done < /tmp/verify-re.txt  # the names in run-s6-K-missed.txt, regex-escaped
+date; echo "== L replication.rs survivors, cluster and Sentinel tests added"
+cargo mutants --no-shuffle -j 2 -f src/replication.rs "${args[@]}" --timeout 180 --build-timeout 600 \
+  -o /work/mutlogs/s6-replication-verify -- --lib --test replication --test cluster --test sentinel -- \
+  replica acknowledg shortfall unusable replication failover migration killed_primary
 date; echo "== done"
