@@ -55,6 +55,28 @@ fn blocked_in_wait(fx: &Fixture) -> usize {
         .count()
 }
 
+/// Closes, from the server side, the connection whose last command was `WAIT` (blocked in it,
+/// or idle in the pool after it).
+fn kill_wait_connection(fx: &Fixture) {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut fx.raw())
+        .expect("CLIENT LIST");
+    let id = list
+        .lines()
+        .find(|line| line.contains(" cmd=wait "))
+        .and_then(|line| line.strip_prefix("id="))
+        .and_then(|rest| rest.split(' ').next())
+        .expect("a connection whose last command was WAIT")
+        .to_owned();
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(&id)
+        .query(&mut fx.raw())
+        .expect("CLIENT KILL");
+}
+
 /// Every key fencelock left under its prefix, with the op records' values.
 fn residue(fx: &Fixture) -> (Vec<String>, Vec<String>) {
     let mut con = fx.raw();
@@ -378,23 +400,7 @@ async fn a_wait_cut_off_by_a_lost_connection_is_a_shortfall() {
         async move { lock.acquire().await.map(drop) }
     });
     assert!(eventually(Duration::from_secs(30), || blocked_in_wait(&primary) == 1).await);
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query(&mut primary.raw())
-        .unwrap();
-    let id = list
-        .lines()
-        .find(|line| line.contains(" cmd=wait "))
-        .and_then(|line| line.strip_prefix("id="))
-        .and_then(|rest| rest.split(' ').next())
-        .expect("the connection blocked in WAIT")
-        .to_owned();
-    let _: () = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(&id)
-        .query(&mut primary.raw())
-        .unwrap();
+    kill_wait_connection(&primary);
     let err = tokio::time::timeout(Duration::from_secs(30), waiting)
         .await
         .expect("the acquisition ended")
@@ -469,23 +475,7 @@ async fn an_acquisition_re_sent_on_a_new_connection_is_still_acknowledged_by_a_w
 
     // The server drops the pool's idle connection (the one whose last command was WAIT): the
     // next acquisition fails on it with its outcome unknown and is re-sent on a new one.
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query(&mut primary.raw())
-        .unwrap();
-    let id = list
-        .lines()
-        .find(|line| line.contains(" cmd=wait "))
-        .and_then(|line| line.strip_prefix("id="))
-        .and_then(|rest| rest.split(' ').next())
-        .expect("the pooled connection")
-        .to_owned();
-    let _: () = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(&id)
-        .query(&mut primary.raw())
-        .unwrap();
+    kill_wait_connection(&primary);
 
     let (waits, bumps) = (primary.calls("wait"), primary.calls("incrby"));
     let guard = client.lock("resent").unwrap().acquire().await.unwrap();
