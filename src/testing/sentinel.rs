@@ -12,15 +12,18 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use super::ports::PortReservation;
-use super::process::{find_redis_server, Probe, Process};
+use super::process::{find_redis_server, log_tail, Probe, Process};
 use super::{RedisServer, REDIS_SERVER_ENV};
 
 /// The name the Sentinels monitor the primary under.
 pub const SENTINEL_MASTER_NAME: &str = "fencelock";
 
-/// How long a Sentinel waits before it calls the primary down: short, so a failover completes
-/// in a few seconds.
-const DOWN_AFTER_MS: u64 = 1000;
+/// How long a Sentinel waits before it calls a node down: short, so a failover completes in a
+/// few seconds, but not 1 s. A Sentinel that switches to a promoted replica opens a new link to
+/// it and calls it down if no `PONG` comes back within this time; at 1 s on a loaded 2-core
+/// machine all three did, about a second after promoting it, and failed over a second time
+/// (seen in CI and reproduced here, about 1 run in 20 under load).
+const DOWN_AFTER_MS: u64 = 3000;
 /// Failover timeout: a stuck failover is retried by another Sentinel after this.
 const FAILOVER_TIMEOUT_MS: u64 = 5000;
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -29,7 +32,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 struct Sentinel {
     process: Option<Process>,
     port: PortReservation,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 /// A primary, its replicas and three Sentinels (quorum 2), each on its own free loopback port
@@ -238,6 +241,70 @@ impl RedisSentinels {
         }
     }
 
+    /// Waits until every running server other than the current primary replicates it with its
+    /// link up (`master_link_status:up` in `INFO replication`), as the Sentinels reconfigure the
+    /// remaining replicas after a failover. `WAIT` at the new primary counts only those.
+    ///
+    /// # Errors
+    ///
+    /// Fails if that does not happen within `timeout`; the error carries every server's role
+    /// and link and the tail of every Sentinel's log, which is what tells a slow resync from a
+    /// replica the Sentinels never reconfigured.
+    pub fn wait_for_replicas_to_follow(&self, timeout: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(port) = self.primary_port() {
+                let following = self
+                    .servers
+                    .iter()
+                    .filter(|s| s.port() != port && s.is_running())
+                    .all(|s| {
+                        replication_info(s).is_ok_and(|info| {
+                            info.contains(&format!("master_port:{port}\r\n"))
+                                && info.contains("master_link_status:up")
+                        })
+                    });
+                if following {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the replicas did not follow the new primary within {timeout:?}\n{}",
+                        self.diagnostics()
+                    ),
+                ));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Every server's `INFO replication` and the tail of every Sentinel's log, for a failing
+    /// test to print: it tells a slow resync from a replica the Sentinels never reconfigured
+    /// or a second failover.
+    pub fn diagnostics(&self) -> String {
+        let mut out = String::new();
+        for server in &self.servers {
+            let info = if server.is_running() {
+                replication_info(server).unwrap_or_else(|err| format!("<INFO failed: {err}>"))
+            } else {
+                "<stopped>".to_owned()
+            };
+            let _ = writeln!(out, "--- server :{} ---\n{}", server.port(), info.trim());
+        }
+        for sentinel in &self.sentinels {
+            let _ = writeln!(
+                out,
+                "--- sentinel :{} log ---\n{}",
+                sentinel.port.port(),
+                log_tail(&sentinel.dir.path().join("sentinel.log"))
+            );
+        }
+        out
+    }
+
     fn primary_port(&self) -> io::Result<u16> {
         let mut last = None;
         for sentinel in &self.sentinels {
@@ -342,7 +409,7 @@ fn start_sentinel(
                 return Ok(Sentinel {
                     process: Some(process),
                     port,
-                    _dir: dir,
+                    dir,
                 })
             }
             Err(err) if err.port_conflict && attempt < 3 => continue,
@@ -371,6 +438,17 @@ fn sentinel_master_fields(port: u16) -> io::Result<Vec<String>> {
         .arg("MASTER")
         .arg(SENTINEL_MASTER_NAME)
         .query(&mut sentinel_connection(port)?)
+        .map_err(io::Error::other)
+}
+
+fn replication_info(server: &RedisServer) -> io::Result<String> {
+    let mut con = server
+        .client()
+        .get_connection_with_timeout(Duration::from_secs(1))
+        .map_err(io::Error::other)?;
+    redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut con)
         .map_err(io::Error::other)
 }
 
@@ -406,5 +484,12 @@ mod tests {
         let new = set.wait_for_failover(old, Duration::from_secs(30)).unwrap();
         eprintln!("failover in {:?}", started.elapsed());
         assert_ne!(new, old);
+        set.wait_for_replicas_to_follow(Duration::from_secs(60))
+            .unwrap();
+        let remaining = set.replicas().unwrap();
+        assert_eq!(remaining.len(), 1, "the killed primary is not counted");
+        let info = replication_info(remaining[0]).unwrap();
+        assert!(info.contains(&format!("master_port:{new}\r\n")), "{info}");
+        assert!(set.diagnostics().contains("<stopped>"));
     }
 }
