@@ -908,4 +908,62 @@ mod tests {
         assert_eq!(map.owner(16383), Some("c:3"));
         assert_eq!(map.owners.len(), keys::SLOTS);
     }
+
+    /// A server's error reply as redis-rs hands it to us.
+    fn server_error(reply: &str) -> Error {
+        let value = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes()).unwrap();
+        Error::Redis(value.extract_error().unwrap_err())
+    }
+
+    fn io_error(kind: std::io::ErrorKind) -> Error {
+        Error::Redis(redis::RedisError::from(std::io::Error::new(kind, "cut")))
+    }
+
+    #[test]
+    fn moved_and_ask_replies_name_the_node_and_slot_to_go_to() {
+        assert_eq!(
+            redirect(&server_error("MOVED 3999 127.0.0.1:7001")),
+            Some((false, 3999, "127.0.0.1:7001".to_owned()))
+        );
+        assert_eq!(
+            redirect(&server_error("ASK 12 127.0.0.1:7002")),
+            Some((true, 12, "127.0.0.1:7002".to_owned()))
+        );
+        assert_eq!(redirect(&server_error("ERR unknown command")), None);
+        assert_eq!(redirect(&server_error("READONLY You can't write")), None);
+        assert_eq!(redirect(&io_error(std::io::ErrorKind::BrokenPipe)), None);
+        assert_eq!(redirect(&Error::NotHeld), None);
+    }
+
+    #[test]
+    fn lost_connections_and_demoted_or_down_nodes_send_us_looking_for_the_primary() {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionRefused, ConnectionReset, Other, TimedOut};
+        // `Other` is an I/O error and nothing more, so each `||` of the check is needed.
+        for kind in [
+            Other,
+            TimedOut,
+            BrokenPipe,
+            ConnectionReset,
+            ConnectionRefused,
+        ] {
+            assert!(primary_may_have_moved(&io_error(kind)), "{kind:?}");
+        }
+        for reply in [
+            "READONLY You can't write against a read only replica.",
+            "MASTERDOWN Link with MASTER is down",
+            "CLUSTERDOWN The cluster is down",
+        ] {
+            assert!(primary_may_have_moved(&server_error(reply)), "{reply}");
+        }
+        for reply in [
+            "ERR unknown command",
+            "NOSCRIPT No matching script",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "MOVED 3999 127.0.0.1:7001",
+        ] {
+            assert!(!primary_may_have_moved(&server_error(reply)), "{reply}");
+        }
+        assert!(!primary_may_have_moved(&Error::NotHeld));
+        assert!(!primary_may_have_moved(&Error::Cancelled));
+    }
 }
