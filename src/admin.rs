@@ -1093,14 +1093,7 @@ impl Check {
 fn settle(outcome: Result<Check, redis::RedisError>, name: &'static str) -> Result<Check, Error> {
     match outcome {
         Ok(check) => Ok(check),
-        Err(err)
-            if err.is_io_error()
-                || err.is_timeout()
-                || err.is_connection_dropped()
-                || err.is_connection_refusal() =>
-        {
-            Err(Error::Redis(err))
-        }
+        Err(err) if crate::error::connection_lost(&err) => Err(Error::Redis(err)),
         Err(err) => Ok(Check::bad(
             name,
             Status::Warn,

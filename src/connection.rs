@@ -314,11 +314,7 @@ impl ConnectionLike for SentinelConn {
 /// Errors after which the primary may be another server now: it cannot be reached, or it
 /// answers as a replica.
 fn primary_may_have_moved(err: &RedisError) -> bool {
-    err.is_io_error()
-        || err.is_connection_dropped()
-        || err.is_connection_refusal()
-        || err.is_timeout()
-        || err.code().is_some_and(server_error_says_moved)
+    crate::error::connection_lost(err) || err.code().is_some_and(server_error_says_moved)
 }
 
 fn server_error_says_moved(code: &str) -> bool {

@@ -207,13 +207,59 @@ impl Error {
     /// Redis could not be reached or the connection failed mid-request.
     pub fn is_connection(&self) -> bool {
         match self {
-            Error::Redis(e) => {
-                e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-            }
+            Error::Redis(e) => connection_lost(e),
             _ => false,
         }
+    }
+}
+
+/// The request's connection failed: not reached, cut, or no reply in time.
+///
+/// redis-rs (1.x) gives every one of those `ErrorKind::Io`: its `is_timeout`,
+/// `is_connection_dropped` and `is_connection_refusal` only narrow that kind down, so the
+/// kind alone decides (mutation testing showed the narrower checks `||`-ed to it could never
+/// change an answer). `tests::every_connection_failure_is_an_io_error` pins this per
+/// `io::ErrorKind`, so a redis-rs that classed them otherwise fails there.
+pub(crate) fn connection_lost(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_connection_failure_is_an_io_error() {
+        use std::io::ErrorKind::*;
+        for kind in [
+            TimedOut,
+            WouldBlock,
+            BrokenPipe,
+            ConnectionReset,
+            ConnectionRefused,
+            ConnectionAborted,
+            UnexpectedEof,
+            NotConnected,
+            NotFound,
+            Other,
+        ] {
+            let err = redis::RedisError::from(std::io::Error::from(kind));
+            assert!(connection_lost(&err), "{kind:?}");
+            assert!(
+                !(err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal())
+                    || err.is_io_error(),
+                "{kind:?}: a narrower check outside ErrorKind::Io"
+            );
+        }
+        let dropped = redis::RedisError::from((redis::ErrorKind::Io, "driver terminated"));
+        assert!(dropped.is_connection_dropped() && connection_lost(&dropped));
+        let reply = redis::parse_redis_value(b"-READONLY replica\r\n").unwrap();
+        assert!(!connection_lost(&reply.extract_error().unwrap_err()));
+        let parse = redis::RedisError::from((redis::ErrorKind::Parse, "bad reply"));
+        assert!(!connection_lost(&parse));
+        assert!(
+            Error::Redis(redis::RedisError::from(std::io::Error::from(BrokenPipe))).is_connection()
+        );
+        assert!(!Error::NotHeld.is_connection());
     }
 }

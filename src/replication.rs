@@ -781,17 +781,14 @@ fn redirect(err: &Error) -> Option<(bool, u16, String)> {
 
 /// A failure after which the script may or may not have run.
 fn outcome_unknown(err: &Error) -> bool {
-    matches!(err, Error::Redis(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
+    matches!(err, Error::Redis(e) if crate::error::connection_lost(e))
 }
 
 /// A failure after which the primary may be another node now.
 fn primary_may_have_moved(err: &Error) -> bool {
     match err {
         Error::Redis(e) => {
-            e.is_io_error()
-                || e.is_timeout()
-                || e.is_connection_dropped()
-                || e.is_connection_refusal()
+            crate::error::connection_lost(e)
                 || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "CLUSTERDOWN"))
         }
         _ => false,
@@ -938,7 +935,7 @@ mod tests {
     #[test]
     fn lost_connections_and_demoted_or_down_nodes_send_us_looking_for_the_primary() {
         use std::io::ErrorKind::{BrokenPipe, ConnectionRefused, ConnectionReset, Other, TimedOut};
-        // `Other` is an I/O error and nothing more, so each `||` of the check is needed.
+        // `Other` is an I/O error that is neither a timeout, a drop nor a refusal.
         for kind in [
             Other,
             TimedOut,
