@@ -963,4 +963,22 @@ mod tests {
         assert!(!primary_may_have_moved(&Error::NotHeld));
         assert!(!primary_may_have_moved(&Error::Cancelled));
     }
+
+    #[test]
+    fn only_a_lost_connection_leaves_a_sent_script_s_outcome_unknown() {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionReset, TimedOut, UnexpectedEof};
+        for kind in [TimedOut, BrokenPipe, ConnectionReset, UnexpectedEof] {
+            assert!(outcome_unknown(&io_error(kind)), "{kind:?}");
+        }
+        // A reply, even an error reply, says what happened: the script ran or was refused.
+        for reply in [
+            "READONLY You can't write against a read only replica.",
+            "MOVED 3999 127.0.0.1:7001",
+            "NOSCRIPT No matching script",
+            "BUSY Redis is busy running a script",
+        ] {
+            assert!(!outcome_unknown(&server_error(reply)), "{reply}");
+        }
+        assert!(!outcome_unknown(&Error::NotHeld));
+    }
 }
