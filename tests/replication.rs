@@ -341,21 +341,38 @@ async fn unusable_acknowledgement_settings_are_typed_errors() {
     assert!(plain.acquire().await.unwrap().replicated());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replicated_acquire_dropped_during_its_wait_leaves_nothing_held() {
-    let (primary, mut replicas) = topology(1);
+/// Pauses `replica` (the only one) and starts a replicated acquisition of `name` at `primary`,
+/// returning once its script has run and its `WAIT` is blocked. The task drops the guard if
+/// it ever gets one.
+async fn acquire_blocked_in_wait(
+    primary: &Fixture,
+    replica: &mut Fixture,
+    name: &str,
+) -> (
+    LockClient,
+    fencelock::Lock,
+    tokio::task::JoinHandle<Result<(), Error>>,
+) {
     let client = primary.client().await;
-    replicas[0].server.pause().unwrap();
+    replica.server.pause().unwrap();
     let lock = client
-        .lock("dropped")
+        .lock(name)
         .unwrap()
         .with_replica_ack(1, Duration::from_secs(60))
         .unwrap();
     let waiting = tokio::spawn({
         let lock = lock.clone();
-        async move { lock.acquire().await }
+        async move { lock.acquire().await.map(drop) }
     });
-    assert!(eventually(Duration::from_secs(30), || blocked_in_wait(&primary) == 1).await);
+    assert!(eventually(Duration::from_secs(30), || blocked_in_wait(primary) == 1).await);
+    (client, lock, waiting)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_acquire_dropped_during_its_wait_leaves_nothing_held() {
+    let (primary, mut replicas) = topology(1);
+    let (client, lock, waiting) =
+        acquire_blocked_in_wait(&primary, &mut replicas[0], "dropped").await;
     // The script ran (the lock is held) and its WAIT is blocked: the caller gives up.
     assert!(primary.lock_state("dropped").is_some());
     waiting.abort();
@@ -388,18 +405,8 @@ async fn a_replicated_acquire_dropped_during_its_wait_leaves_nothing_held() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_cut_off_by_a_lost_connection_is_a_shortfall() {
     let (primary, mut replicas) = topology(1);
-    let client = primary.client().await;
-    replicas[0].server.pause().unwrap();
-    let lock = client
-        .lock("cut")
-        .unwrap()
-        .with_replica_ack(1, Duration::from_secs(60))
-        .unwrap();
-    let waiting = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire().await.map(drop) }
-    });
-    assert!(eventually(Duration::from_secs(30), || blocked_in_wait(&primary) == 1).await);
+    let (_client, _lock, waiting) =
+        acquire_blocked_in_wait(&primary, &mut replicas[0], "cut").await;
     kill_wait_connection(&primary);
     let err = tokio::time::timeout(Duration::from_secs(30), waiting)
         .await
