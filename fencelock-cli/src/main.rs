@@ -1,0 +1,588 @@
+//! `fencelock`: the operator's tool for the locks of a Redis deployment (feature `cli`).
+//!
+//! ```text
+//! cargo run --features cli --bin fencelock -- --url redis://127.0.0.1:7000/ list
+//! fencelock list [--json]                  every held lock: name, holders, lease, token
+//! fencelock show NAME                      one lock, its fence counter and its waiters
+//! fencelock watch NAME [--count N] [--for 30s] [--interval 100ms]
+//! fencelock release NAME --force [--yes] [--token T]   evict the holder, wake the waiters
+//! fencelock doctor [--pings N]             the server settings that break locks
+//! ```
+//!
+//! The work is done by `fencelock::admin`; this file parses arguments, prints and chooses the
+//! exit code. Exit codes (also in `--help`): 0 done / doctor all OK, 1 doctor WARN, 2 usage
+//! (bad arguments, name, prefix or URL), 3 Redis unreachable or credentials refused, 4 nothing
+//! found (no key under the prefix, lock not held), 5 doctor FAIL, 6 release refused (not
+//! confirmed, or the lock changed hands), 7 any other error.
+
+use std::ffi::OsString;
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand};
+use fencelock::admin::{Admin, Check, ForceRelease, HolderEntry, LockEvent, LockInfo, Status};
+use fencelock::{Error, FencingToken};
+use serde_json::{json, Value};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  done; doctor: every check OK
+  1  doctor: at least one WARN, no FAIL
+  2  usage: bad arguments, lock name, prefix or URL
+  3  redis cannot be reached, or refused the credentials (WRONGPASS, NOAUTH)
+  4  nothing found: no fencelock key under the prefix (list), lock not held (show, release)
+  5  doctor: at least one FAIL
+  6  release refused: not confirmed, or the lock changed hands since it was shown
+  7  any other error (a redis error reply, foreign data at a lock key)";
+
+const USAGE: u8 = 2;
+const UNREACHABLE: u8 = 3;
+const NOT_FOUND: u8 = 4;
+const REFUSED: u8 = 6;
+const OTHER: u8 = 7;
+
+/// Inspect and repair the fencelock locks on a Redis server.
+#[derive(Parser)]
+#[command(name = "fencelock", version, after_help = EXIT_CODES)]
+struct Cli {
+    /// Redis URL: `redis://[user:password@]host:port/[db]` or `redis+unix:///path/to/socket`
+    #[arg(long, env = "REDIS_URL", hide_env_values = true, global = true)]
+    url: Option<String>,
+
+    /// Key prefix the services use (LockClientBuilder::prefix)
+    #[arg(long, default_value = "fencelock:", global = true)]
+    prefix: String,
+
+    /// Machine-readable output: one JSON document (watch: one JSON object per line)
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Every held lock under the prefix (SCAN, never KEYS): name, holders with re-entry
+    /// counts, remaining lease, token
+    List,
+    /// One lock in detail: holders, token, lease, the fence counter of its bucket, waiters
+    Show {
+        /// The lock name
+        name: OsString,
+    },
+    /// Print acquisitions, re-entries and releases of one lock as they happen, until Ctrl-C,
+    /// --count or --for. Polls the lock every --interval and listens to its release channel
+    Watch {
+        /// The lock name
+        name: OsString,
+        /// Stop after this many events
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop after this long (500ms, 30s, 5m, 1h)
+        #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// How often to read the lock
+        #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+        interval: Duration,
+    },
+    /// Evict the holder of a lock: delete it, raise its fence counter to the evicted token,
+    /// wake the waiters. Fenced storage refuses the evicted holder's token once the next
+    /// holder has claimed or written it
+    Release {
+        /// The lock name
+        name: OsString,
+        /// Required: an operator does not hold the lock, so a release is always forced
+        #[arg(long, required = true)]
+        force: bool,
+        /// Do not ask for confirmation on stdin
+        #[arg(long)]
+        yes: bool,
+        /// Evict only if the lock is still held with this token (as shown by list or show)
+        #[arg(long)]
+        token: Option<u64>,
+    },
+    /// Check the server for settings that break locks (eviction, persistence, replication,
+    /// cluster, version, latency, clock) and say what to change
+    Doctor {
+        /// How many PINGs measure the round trip
+        #[arg(long, default_value_t = 10)]
+        pings: usize,
+    },
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Some(url) = cli.url.as_deref() else {
+        return ExitCode::from(fail(USAGE, "no redis URL: pass --url or set REDIS_URL"));
+    };
+    let outcome = match Admin::connect_with_prefix(url, &cli.prefix).await {
+        Ok(admin) => run(&cli, &admin).await,
+        Err(err) => Err(err),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => report(&err, url),
+    }
+}
+
+async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
+    match &cli.command {
+        Command::List => list(cli, admin).await,
+        Command::Show { name } => show(cli, admin, &bytes(name)).await,
+        Command::Watch {
+            name,
+            count,
+            duration,
+            interval,
+        } => watch(cli, admin, &bytes(name), *count, *duration, *interval).await,
+        Command::Release {
+            name, yes, token, ..
+        } => release(cli, admin, &bytes(name), *yes, *token).await,
+        Command::Doctor { pings } => doctor(cli, admin, *pings).await,
+    }
+}
+
+async fn list(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
+    let locks = admin.locks().await?;
+    if locks.is_empty() && !admin.prefix_in_use().await? {
+        if cli.json {
+            println!("[]");
+        }
+        return Ok(fail(
+            NOT_FOUND,
+            &format!(
+                "no fencelock key under prefix {:?}: nothing ever locked there (is --prefix right?)",
+                cli.prefix
+            ),
+        ));
+    }
+    if cli.json {
+        let all: Vec<Value> = locks.iter().map(lock_json).collect();
+        println!("{}", Value::Array(all));
+    } else if locks.is_empty() {
+        println!("no lock is held under prefix {:?}", cli.prefix);
+    } else {
+        for lock in &locks {
+            println!("{lock}");
+        }
+    }
+    Ok(0)
+}
+
+async fn show(cli: &Cli, admin: &Admin, name: &[u8]) -> Result<u8, Error> {
+    let detail = admin.lock(name).await?;
+    if cli.json {
+        println!(
+            "{}",
+            json!({
+                "lock": lock_json(&detail.lock),
+                "held": detail.lock.is_held(),
+                "slot": detail.slot,
+                "fence_key": String::from_utf8_lossy(&detail.fence_key),
+                "fence": detail.fence,
+                "fence_shared_by": "every lock name in the same slot bucket",
+                "subscribers": detail.subscribers,
+            })
+        );
+    } else {
+        println!("{detail}");
+    }
+    Ok(if detail.lock.is_held() { 0 } else { NOT_FOUND })
+}
+
+async fn watch(
+    cli: &Cli,
+    admin: &Admin,
+    name: &[u8],
+    count: Option<u64>,
+    duration: Option<Duration>,
+    interval: Duration,
+) -> Result<u8, Error> {
+    // Registered before the header is printed: a Ctrl-C from then on ends the watch cleanly.
+    let mut stop = Stop::new();
+    let mut watch = admin.watch(name, interval).await?;
+    let current = watch.current();
+    if cli.json {
+        println!(
+            "{}",
+            json!({"at": now_rfc3339(), "event": "watching", "lock": lock_json(current)})
+        );
+    } else {
+        println!(
+            "watching {} (polling every {interval:?}): {current}",
+            current.display_name()
+        );
+    }
+    let deadline = duration.map(|d| tokio::time::Instant::now() + d);
+    let mut seen = 0u64;
+    while count.is_none_or(|c| seen < c) {
+        tokio::select! {
+            event = watch.next() => {
+                let event = event?;
+                if cli.json {
+                    println!("{}", event_json(&event));
+                } else {
+                    println!("{} {event}", now_rfc3339());
+                }
+                seen += 1;
+            }
+            () = stop.wait() => break,
+            () = sleep_until(deadline) => break,
+        }
+    }
+    eprintln!("fencelock: watch ended after {seen} event(s)");
+    Ok(0)
+}
+
+async fn release(
+    cli: &Cli,
+    admin: &Admin,
+    name: &[u8],
+    yes: bool,
+    expected: Option<u64>,
+) -> Result<u8, Error> {
+    let detail = admin.lock(name).await?;
+    let shown = detail.lock.display_name();
+    if !detail.lock.is_held() {
+        return Ok(fail(
+            NOT_FOUND,
+            &format!("lock {shown} is not held; nothing to release"),
+        ));
+    }
+    let held_with = detail.lock.token.map_or("?".into(), |t| t.to_string());
+    if let Some(expected) =
+        expected.filter(|e| detail.lock.token.map(FencingToken::get) != Some(*e))
+    {
+        return Ok(fail(
+            REFUSED,
+            &format!(
+                "lock {shown} is held with token {held_with}, not {expected}; nothing released"
+            ),
+        ));
+    }
+    if !yes {
+        eprint!(
+            "force-release {}? The holder is evicted at once and its token {} is fenced off \
+             once the next holder claims or writes its resources. [y/N] ",
+            detail.lock,
+            detail.lock.token.map_or("?".into(), |t| t.to_string())
+        );
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        // EOF or an unreadable stdin counts as "no".
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        // A terminal echoed the operator's Enter; piped input did not.
+        if !std::io::stdin().is_terminal() {
+            eprintln!();
+        }
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            return Ok(fail(REFUSED, &format!("lock {shown} not released")));
+        }
+    }
+    match admin.force_release(name, detail.lock.token).await? {
+        ForceRelease::Evicted {
+            holder,
+            token,
+            fence,
+        } => {
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({
+                        "released": true,
+                        "holder": holder_json(&holder),
+                        "token": token.map(FencingToken::get),
+                        "fence": fence,
+                    })
+                );
+            } else {
+                println!(
+                    "force-released {shown}: evicted holder {} (count {}, token {}); fence \
+                     counter now {fence}, so the next token is greater; waiters were notified. \
+                     Fenced resources refuse token {} once the next holder claims or writes them.",
+                    holder.id,
+                    holder.count,
+                    token.map_or("?".into(), |t| t.to_string()),
+                    token.map_or("?".into(), |t| t.to_string()),
+                );
+            }
+            Ok(0)
+        }
+        ForceRelease::NotHeld => Ok(fail(
+            NOT_FOUND,
+            &format!("lock {shown} was released in the meantime; nothing to release"),
+        )),
+        ForceRelease::OtherToken { token } => Ok(fail(
+            REFUSED,
+            &format!(
+                "lock {shown} changed hands since it was read (now token {}); nothing released, \
+                 look again",
+                token.map_or("?".into(), |t| t.to_string())
+            ),
+        )),
+        other => Ok(fail(OTHER, &format!("unexpected outcome {other:?}"))),
+    }
+}
+
+async fn doctor(cli: &Cli, admin: &Admin, pings: usize) -> Result<u8, Error> {
+    let checks = admin.doctor(pings).await?;
+    let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
+    if cli.json {
+        let all: Vec<Value> = checks.iter().map(check_json).collect();
+        println!("{}", json!({"status": worst.to_string(), "checks": all}));
+    } else {
+        for check in &checks {
+            println!("{check}");
+        }
+        println!("overall: {worst}");
+    }
+    Ok(match worst {
+        Status::Ok => 0,
+        Status::Warn => 1,
+        Status::Fail => 5,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Prints one line on stderr and gives the exit code to return.
+fn fail(code: u8, message: &str) -> u8 {
+    eprintln!("fencelock: {}", message.replace('\n', " "));
+    code
+}
+
+fn report(err: &Error, url: &str) -> ExitCode {
+    let url = redact(url);
+    let (code, message) = match err {
+        e if e.is_invalid_input() => (USAGE, e.to_string()),
+        Error::Redis(e) if is_auth(e) => (
+            UNREACHABLE,
+            format!("redis at {url} refused the credentials: {e} (check the user and password in the URL)"),
+        ),
+        e if e.is_connection() => (UNREACHABLE, format!("cannot reach redis at {url}: {e}")),
+        e => (OTHER, e.to_string()),
+    };
+    ExitCode::from(fail(code, &message))
+}
+
+fn is_auth(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
+/// The URL without its password, for error messages.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let rest = rest.split_once('?').map_or(rest, |(path, _)| path);
+    match rest.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}"),
+        None => format!("{scheme}://{rest}"),
+    }
+}
+
+#[cfg(unix)]
+fn bytes(name: &OsString) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    name.as_bytes().to_vec()
+}
+
+#[cfg(not(unix))]
+fn bytes(name: &OsString) -> Vec<u8> {
+    name.to_string_lossy().into_owned().into_bytes()
+}
+
+/// `500ms`, `30s`, `1.5s`, `5m`, `1h`; a bare number is seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 500ms, 30s, 5m"))?;
+    let scale = match unit.trim() {
+        "ms" => 1e-3,
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        other => return Err(format!("unknown unit {other:?}: use ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(number * scale).map_err(|e| e.to_string())
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Ctrl-C (and on unix SIGTERM), registered when created so that none is missed later.
+struct Stop {
+    #[cfg(unix)]
+    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Stop {
+    fn new() -> Stop {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Stop {
+                signals: signal(SignalKind::interrupt())
+                    .and_then(|i| Ok((i, signal(SignalKind::terminate())?)))
+                    .ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        Stop {}
+    }
+
+    async fn wait(&mut self) {
+        #[cfg(unix)]
+        match &mut self.signals {
+            Some((interrupt, terminate)) => {
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            None => std::future::pending().await,
+        }
+        #[cfg(not(unix))]
+        {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+fn lock_json(lock: &LockInfo) -> Value {
+    let mut value = json!({
+        "name": String::from_utf8_lossy(&lock.name),
+        "key": String::from_utf8_lossy(&lock.key),
+        "holders": lock.holders.iter().map(holder_json).collect::<Vec<_>>(),
+        "token": lock.token.map(FencingToken::get),
+        "pttl_ms": lock.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+    });
+    if let Some(client) = &lock.reserved_for {
+        value["reserved_for"] = Value::String(client.clone());
+    }
+    if std::str::from_utf8(&lock.name).is_err() {
+        value["name_hex"] = Value::String(lock.name.iter().map(|b| format!("{b:02x}")).collect());
+    }
+    value
+}
+
+fn holder_json(holder: &HolderEntry) -> Value {
+    json!({"id": holder.id, "count": holder.count})
+}
+
+fn check_json(check: &Check) -> Value {
+    json!({
+        "name": check.name,
+        "status": check.status.to_string(),
+        "finding": check.finding,
+        "fix": check.fix,
+    })
+}
+
+fn event_json(event: &LockEvent) -> Value {
+    let (kind, holder, token) = match event {
+        LockEvent::Acquired { holder, token } => ("acquired", Some(holder), *token),
+        LockEvent::Reentered { holder } => ("reentered", Some(holder), None),
+        LockEvent::Exited { holder } => ("exited", Some(holder), None),
+        LockEvent::Released { holder, token } => ("released", holder.as_ref(), *token),
+        LockEvent::ForceReleased { holder, token } => ("force-released", holder.as_ref(), *token),
+        LockEvent::Expired { holder, token } => ("expired", Some(holder), *token),
+        _ => ("other", None, None),
+    };
+    json!({
+        "at": now_rfc3339(),
+        "event": kind,
+        "holder": holder.map(holder_json),
+        "token": token.map(FencingToken::get),
+    })
+}
+
+/// The current UTC time, for event lines.
+fn now_rfc3339() -> String {
+    rfc3339(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
+}
+
+/// A time since the Unix epoch as `2026-01-02T03:04:05.678Z`.
+fn rfc3339(since: Duration) -> String {
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_the_usual_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("3 days").is_err());
+    }
+
+    #[test]
+    fn passwords_never_reach_the_error_message() {
+        assert_eq!(
+            redact("redis://user:secret@127.0.0.1:7000/0"),
+            "redis://***@127.0.0.1:7000/0"
+        );
+        assert_eq!(
+            redact("redis+unix:///tmp/r.sock?pass=secret"),
+            "redis+unix:///tmp/r.sock"
+        );
+        assert_eq!(redact("redis://127.0.0.1:7000/"), "redis://127.0.0.1:7000/");
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(rfc3339(Duration::ZERO), "1970-01-01T00:00:00.000Z");
+        // A leap day, and the last second of a century's year.
+        assert_eq!(
+            rfc3339(Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00.000Z"
+        );
+        assert_eq!(
+            rfc3339(Duration::from_millis(4_107_542_399_500)),
+            "2100-02-28T23:59:59.500Z"
+        );
+    }
+}

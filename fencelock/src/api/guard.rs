@@ -1,0 +1,411 @@
+//! Proof of holding a lock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::base::config::fair_queue_life;
+use crate::base::durations::validate_lease;
+use crate::base::error::Error;
+use crate::base::metrics;
+use crate::base::token::FencingToken;
+use crate::engine::holder::{Holder, LostReason};
+use crate::engine::pending::PendingOp;
+use crate::protocol::{self, CancelKind, EnterReply, OwnerReply};
+
+/// Proof that this holder holds a lock, with the fencing token to present to storage.
+///
+/// A guard is created by [`Lock::acquire`](crate::Lock::acquire) (and its siblings) or by
+/// [`LockGuard::reenter`]. Each guard accounts for one entry of its holder: the lock is free
+/// again when every guard of the holder is released.
+///
+/// Release it explicitly with [`LockGuard::release`] to learn whether you still held the lock
+/// up to that point. A guard that is dropped instead releases in the background on the runtime
+/// it was acquired on; if that runtime is gone, the lease frees the lock. Guards are `Send` and
+/// `Sync`: move one to another task and release it there.
+///
+/// ```no_run
+/// # async fn demo(lock: fencelock::Lock) -> Result<(), fencelock::Error> {
+/// let guard = lock.acquire().await?;
+/// let token = guard.token();          // write it with every change to the resource
+/// let inner = guard.reenter().await?; // a nested critical section of the same holder
+/// assert_eq!(inner.token(), token);
+/// inner.release().await?;
+/// guard.release().await?;             // the lock is free now
+/// # Ok(()) }
+/// ```
+#[must_use = "a guard releases the lock when dropped; bind it for as long as the critical section lasts"]
+pub struct LockGuard {
+    holder: Arc<Holder>,
+    /// The release's operation id, fixed on first use so that a release finished in the
+    /// background after a failed or cancelled `release()` is the same operation, not a second
+    /// decrement.
+    release_op: Option<String>,
+    released: bool,
+}
+
+impl LockGuard {
+    /// The shared holder state, for the holder's own unit tests.
+    #[cfg(test)]
+    pub(crate) fn holder(&self) -> &Arc<Holder> {
+        &self.holder
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lock", &String::from_utf8_lossy(&self.holder.name))
+            .field("holder", &self.holder.id)
+            .field("token", &self.holder.token)
+            .field("valid", &self.holder.is_valid())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(holder: Arc<Holder>) -> LockGuard {
+        holder.enter();
+        LockGuard {
+            holder,
+            release_op: None,
+            released: false,
+        }
+    }
+
+    /// The fencing token of this holder. The same for every re-entry; strictly greater than
+    /// every token issued for this lock before this holder's acquisition.
+    pub fn token(&self) -> FencingToken {
+        self.holder.token
+    }
+
+    /// Whether the acquisition reached the replicas it required: `true` when it required none
+    /// or enough confirmed it, `false` for a guard returned under
+    /// [`OnShortfall::ReturnUnreplicated`](crate::OnShortfall::ReturnUnreplicated) after too few
+    /// did. Re-entries share their holder's answer.
+    pub fn replicated(&self) -> bool {
+        self.holder.replication.is_none_or(|acks| acks.enough())
+    }
+
+    /// How many replicas confirmed the acquisition (`WAIT`'s answer), or `None` when the lock
+    /// did not require replica acknowledgement.
+    pub fn replica_acks(&self) -> Option<u32> {
+        self.holder.replication.map(|acks| acks.acked)
+    }
+
+    /// The name of the lock this guard holds.
+    pub fn lock_name(&self) -> &[u8] {
+        &self.holder.name
+    }
+
+    /// The holder id Redis knows this holder by (client id, then a sequence number).
+    pub fn holder_id(&self) -> &str {
+        &self.holder.id
+    }
+
+    /// When the lease ends by this process' monotonic clock. Measured from when the acquiring
+    /// (or extending) request was sent, so it never ends later than the server's lease.
+    pub fn valid_until(&self) -> Instant {
+        self.holder.deadline()
+    }
+
+    /// Whether this holder still holds the lock as far as this process knows: the lease has
+    /// not run out and no operation found the lock gone. A `true` is a belief, not a proof
+    /// (the process may pause right after asking); fence your writes with [`Self::token`].
+    pub fn is_valid(&self) -> bool {
+        self.holder.is_valid()
+    }
+
+    /// Resolves when this holder has lost the lock: a renewal found it gone or taken over, an
+    /// operation was refused as not held, renewals kept failing until the lease ran out, an
+    /// explicit lease reached its end, or the acquire's reply arrived after the lease was
+    /// already over. Never resolves while the lock is held and renewed.
+    ///
+    /// `select!` on it around a critical section to stop working the moment the lock is gone:
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: fencelock::Lock) -> Result<(), fencelock::Error> {
+    /// # async fn critical_section(_t: fencelock::FencingToken) {}
+    /// let guard = lock.acquire().await?;
+    /// tokio::select! {
+    ///     () = critical_section(guard.token()) => guard.release().await?,
+    ///     () = guard.lost() => eprintln!("lock lost; the work was abandoned"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits (for a lost signal or the lease's end by this process'
+    /// clock) and changes nothing; drop it and call it again at will.
+    pub async fn lost(&self) {
+        self.holder.lost().await;
+    }
+
+    /// Enters the lock once more as the same holder, for a nested critical section; the
+    /// returned guard carries the same token. The lease is unchanged. Release both guards (in
+    /// any order) to free the lock.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when this holder lost the lock (nothing changed on the server);
+    /// [`Error::Redis`] when Redis could not be reached within the retry window (the re-entry
+    /// is then undone in the background if it ran); [`Error::Protocol`] when the server answered
+    /// with another token than this holder's (a broken or mismatched script: the entry it
+    /// counted is undone in the background, and no guard with a foreign token is handed out).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped `reenter` whose request may have run is undone with exactly one
+    /// decrement, and a request still in flight is made a no-op.
+    pub async fn reenter(&self) -> Result<LockGuard, Error> {
+        let engine = &self.holder.engine;
+        let op = engine.next_id();
+        let mut pending = PendingOp::new(
+            engine,
+            &self.holder.keys,
+            &self.holder.id,
+            &op,
+            CancelKind::Reenter,
+        );
+        let ttl = engine.config.op_record_ttl;
+        pending.arm();
+        let reply = engine
+            .retrying(|mut conn| {
+                let (keys, holder, op) = (&self.holder.keys, &self.holder.id, &op);
+                async move { protocol::reenter(&mut conn, keys, holder, op, ttl).await }
+            })
+            .await?;
+        match reply {
+            EnterReply::Entered { token, .. } if token == self.holder.token => {
+                pending.disarm();
+                Ok(LockGuard::new(self.holder.clone()))
+            }
+            // A script that changed the token (a broken or mismatched `reenter.lua`) counted an
+            // entry that no guard will ever release: `pending` stays armed, so dropping it
+            // undoes that entry on the server.
+            EnterReply::Entered { token, .. } => Err(Error::Protocol(format!(
+                "re-entry returned token {token}, the holder has {}",
+                self.holder.token
+            ))),
+            EnterReply::NotHeld => {
+                pending.disarm();
+                self.holder.mark_lost(LostReason::NotHeld);
+                Err(Error::NotHeld)
+            }
+            EnterReply::Cancelled => {
+                pending.disarm();
+                Err(Error::Cancelled)
+            }
+        }
+    }
+
+    /// Sets the lease to `lease` from now (this can also shorten it). On a lock kept alive by
+    /// the client's watchdog (acquired without a lease of its own), the next renewal sets the
+    /// lease back to the client's default.
+    ///
+    /// # Errors
+    /// [`Error::InvalidLease`] for an unusable lease (nothing sent); [`Error::NotHeld`] when
+    /// this holder lost the lock (nothing changed); [`Error::Redis`] when Redis could not be
+    /// reached within the retry window.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an extension is an absolute re-set of the lease, so one that runs after its
+    /// caller stopped waiting only keeps the lock a little longer than the guard reports.
+    pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
+        let lease = validate_lease(lease)?;
+        let sent_at = Instant::now();
+        let reply = self
+            .holder
+            .engine
+            .retrying(|mut conn| {
+                let (keys, holder) = (&self.holder.keys, &self.holder.id);
+                async move { protocol::extend(&mut conn, keys, holder, lease).await }
+            })
+            .await?;
+        match reply {
+            OwnerReply::Done { .. } => {
+                self.holder.lease_renewed(sent_at, lease);
+                Ok(())
+            }
+            OwnerReply::NotHeld => {
+                self.holder.mark_lost(LostReason::NotHeld);
+                Err(Error::NotHeld)
+            }
+        }
+    }
+
+    /// Leaves the lock once; the last guard of a holder frees it and wakes waiters.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the lock was no longer this holder's (its lease ran out, it was
+    /// deleted or taken over): whatever you did under it may have overlapped another holder.
+    /// Nothing of the other holder's is touched. [`Error::Redis`] when Redis could not be
+    /// reached within the retry window; the release then goes on in the background with the
+    /// same operation id.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped `release` is finished in the background as the same operation,
+    /// so it decrements exactly once.
+    pub async fn release(mut self) -> Result<(), Error> {
+        let engine = self.holder.engine.clone();
+        if self.release_op.is_none() {
+            // The watchdog stops renewing as soon as the last entry starts leaving, so a
+            // release that fails or hangs cannot leave a lease renewed forever.
+            self.holder.exit();
+        }
+        let op = self
+            .release_op
+            .get_or_insert_with(|| engine.next_id())
+            .clone();
+        let reply = release(&self.holder, &op).await;
+        report_release(&self.holder, "release", &reply);
+        let reply = reply?;
+        self.released = true;
+        match reply {
+            OwnerReply::Done { .. } => Ok(()),
+            OwnerReply::NotHeld => {
+                self.holder.mark_lost(LostReason::NotHeld);
+                Err(Error::NotHeld)
+            }
+        }
+    }
+}
+
+/// The `fencelock.release` event and the release metrics, for explicit and background
+/// releases alike.
+fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerReply, Error>) {
+    // Every release passes here: the lossy name and the hold time are computed inside the
+    // event macros, which evaluate their fields only when a subscriber wants the event.
+    let held_us = || u64::try_from(holder.acquired_at.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let lock = || String::from_utf8_lossy(&holder.name);
+    let (holder_id, token) = (holder.id.as_str(), holder.token.get());
+    match reply {
+        Ok(OwnerReply::Done { remaining }) => {
+            let outcome = if *remaining == 0 {
+                metrics::hold(holder.acquired_at);
+                metrics::RELEASED
+            } else {
+                metrics::EXITED
+            };
+            metrics::release(outcome);
+            tracing::debug!(
+                name: "fencelock.release",
+                lock = %lock(),
+                holder = holder_id,
+                token,
+                method,
+                outcome,
+                remaining,
+                held_us = held_us(),
+                "lock released"
+            );
+        }
+        Ok(OwnerReply::NotHeld) => {
+            metrics::release(metrics::NOT_HELD);
+            tracing::warn!(
+                name: "fencelock.release",
+                lock = %lock(),
+                holder = holder_id,
+                token,
+                method,
+                outcome = metrics::NOT_HELD,
+                held_us = held_us(),
+                "released a lock that was no longer held"
+            );
+        }
+        Err(err) => {
+            metrics::release(metrics::ERROR);
+            tracing::warn!(
+                name: "fencelock.release",
+                lock = %lock(),
+                holder = holder_id,
+                token,
+                method,
+                outcome = metrics::ERROR,
+                held_us = held_us(),
+                error = %err,
+                "lock release failed; the lease will free the lock"
+            );
+        }
+    }
+}
+
+impl LockGuard {
+    /// Starts this guard's release as part of a set released in one script (multi-lock): the
+    /// holder leaves the watch list and the release gets its op id, the same one a background
+    /// release of this guard would re-send.
+    pub(crate) fn begin_release(&mut self) -> (Arc<Holder>, String) {
+        if self.release_op.is_none() {
+            self.holder.exit();
+        }
+        let engine = self.holder.engine.clone();
+        let op = self
+            .release_op
+            .get_or_insert_with(|| engine.next_id())
+            .clone();
+        (self.holder.clone(), op)
+    }
+
+    /// The set's release script answered for this guard.
+    pub(crate) fn finish_release(mut self, reply: OwnerReply) -> Result<(), Error> {
+        self.released = true;
+        let reply = Ok(reply);
+        report_release(&self.holder, "set", &reply);
+        match reply {
+            Ok(OwnerReply::Done { .. }) => Ok(()),
+            _ => {
+                self.holder.mark_lost(LostReason::NotHeld);
+                Err(Error::NotHeld)
+            }
+        }
+    }
+}
+
+async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
+    let ttl = holder.engine.config.op_record_ttl;
+    holder
+        .engine
+        .retrying(|mut conn| {
+            let (keys, id) = (&holder.keys, &holder.id);
+            let pubsub = conn.pubsub();
+            let fair = holder.engine.config.fair_grace;
+            // In fair mode a client with more waiters for this lock goes back to the end of
+            // the queue in the release itself (decided per send: a waiter that arrives later
+            // queues the client with its own first attempt).
+            let requeue = fair
+                .filter(|_| holder.engine.waiters.has_waiters(&keys.lock))
+                .map(|grace| (holder.engine.id.as_str(), fair_queue_life(grace)));
+            async move {
+                match fair {
+                    None => protocol::release(&mut conn, keys, id, op, ttl, pubsub).await,
+                    Some(grace) => {
+                        protocol::release_fair(&mut conn, keys, id, op, ttl, pubsub, grace, requeue)
+                            .await
+                    }
+                }
+            }
+        })
+        .await
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let holder = self.holder.clone();
+        let op = match self.release_op.take() {
+            Some(op) => op,
+            None => {
+                holder.exit();
+                holder.engine.next_id()
+            }
+        };
+        // Spawning on a runtime that has shut down drops the task without panicking; the
+        // lease then frees the lock.
+        self.holder.runtime.spawn(async move {
+            let reply = release(&holder, &op).await;
+            report_release(&holder, "drop", &reply);
+            if let Ok(OwnerReply::NotHeld) = reply {
+                holder.mark_lost(LostReason::NotHeld);
+            }
+        });
+    }
+}

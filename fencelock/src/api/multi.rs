@@ -1,0 +1,759 @@
+//! Several named locks taken as one (multi-lock): all or nothing, in one global order.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use super::client::LockClient;
+use super::guard::LockGuard;
+use super::lock::Lock;
+use crate::base::durations::validate_lease;
+use crate::base::error::Error;
+use crate::base::replica_ack::{Acks, OnShortfall, ReplicaAck};
+use crate::base::token::FencingToken;
+use crate::engine::holder::Holder;
+use crate::engine::pending::PendingOp;
+use crate::engine::wait::Wake;
+use crate::protocol::{self, AcquireAllReply, AcquireReply, CancelKind, LockKeys};
+use crate::transport::ack_pool;
+
+/// Most locks one [`MultiLock`] may take at once. A set this large is already one script
+/// call with 3 keys per lock; larger sets are more likely a bug than a need.
+pub const MAX_MULTI_LOCKS: usize = 64;
+
+/// Several named locks acquired as one, made by [`LockClient::multi_lock`]: the account
+/// transfer that needs both accounts.
+///
+/// The members are kept in one global order, the byte order of their Redis keys, which every
+/// client with the same prefix computes the same way. An acquisition takes every member or
+/// none: on a standalone server in one script (`acquire_all.lua`), so no partial set ever
+/// exists; when the members cannot be reached by one script (a cluster, members on different
+/// nodes) one member after the other in that order, rolling the taken ones back as soon as one
+/// is busy. Either way nothing is held while waiting, and two transfers in opposite directions
+/// cannot deadlock.
+///
+/// Each member is an ordinary lock with its own holder id and fencing token (write each
+/// resource with the token of the lock that guards it), renewed by the watchdog like any
+/// other; waiting uses the same release notifications as [`Lock::acquire`].
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+/// let both = client.multi_lock(["account:7", "account:3"])?;
+/// let guard = both.acquire_timeout(std::time::Duration::from_secs(2)).await?;
+/// let from = client.resource("balance:7")?;
+/// let to = client.resource("balance:3")?;
+/// from.incr_by(guard.token("account:7").unwrap(), -100).await?;
+/// to.incr_by(guard.token("account:3").unwrap(), 100).await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MultiLock {
+    client: LockClient,
+    /// Sorted by lock key: the global acquisition order.
+    members: Arc<[Lock]>,
+    lease: Option<Duration>,
+    replica_ack: Option<ReplicaAck>,
+    /// Take members one by one even where one script could take them all (tests of the
+    /// cluster path on a standalone server).
+    force_ordered: bool,
+}
+
+impl std::fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiLock")
+            .field(
+                "names",
+                &self
+                    .members
+                    .iter()
+                    .map(|m| String::from_utf8_lossy(m.name()))
+                    .collect::<Vec<_>>(),
+            )
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a set is acquired and released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// One `acquire_all.lua` / `release_all.lua` call reaches every member's keys: any
+    /// standalone server (keys in different hash slots are fine there).
+    OneScript,
+    /// One `acquire.lua` per member in the global order, rolling back the taken members when
+    /// one is busy. Needed where one script cannot reach every key: Redis Cluster, where each
+    /// member's keys live in their own slot.
+    Ordered,
+}
+
+enum Attempt {
+    Won(MultiGuard),
+    /// Member `index` (in the global order) was busy; its lease ends after `pttl`.
+    Busy {
+        index: usize,
+        pttl: Option<Duration>,
+    },
+}
+
+impl MultiLock {
+    pub(crate) fn new<I, N>(client: &LockClient, names: I) -> Result<MultiLock, Error>
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<[u8]>,
+    {
+        if client.fair_handoff().is_some() {
+            // release_all.lua and acquire_all.lua know nothing of the fair queue: a set
+            // released there would free its members past the waiting clients.
+            return Err(Error::InvalidLockSet {
+                reason: "multi-locks are not available on a client with fair_handoff \
+                         (fair handoff is single-lock only)"
+                    .into(),
+            });
+        }
+        let mut members = Vec::new();
+        for name in names {
+            if members.len() == MAX_MULTI_LOCKS {
+                return Err(Error::InvalidLockSet {
+                    reason: format!("a multi-lock takes at most {MAX_MULTI_LOCKS} locks"),
+                });
+            }
+            members.push(client.lock(name)?);
+        }
+        if members.is_empty() {
+            return Err(Error::InvalidLockSet {
+                reason: "a multi-lock needs at least one lock name".into(),
+            });
+        }
+        members.sort_by(|a, b| a.keys().lock.cmp(&b.keys().lock));
+        if let Some(pair) = members
+            .windows(2)
+            .find(|pair| pair[0].keys().lock == pair[1].keys().lock)
+        {
+            return Err(Error::InvalidLockSet {
+                reason: format!(
+                    "the lock {:?} is named twice",
+                    String::from_utf8_lossy(pair[0].name())
+                ),
+            });
+        }
+        Ok(MultiLock {
+            client: client.clone(),
+            members: members.into(),
+            lease: None,
+            replica_ack: client.engine.config.replica_ack,
+            force_ordered: false,
+        })
+    }
+
+    /// The names of the members, in the order they are acquired.
+    pub fn names(&self) -> impl Iterator<Item = &[u8]> {
+        self.members.iter().map(Lock::name)
+    }
+
+    /// The lease every member gets: its own, or the client's default.
+    pub fn lease(&self) -> Duration {
+        self.lease
+            .unwrap_or(self.client.engine.config.default_lease)
+    }
+
+    /// A handle to the same set whose acquisitions get `lease` instead of the client's default
+    /// (and are then not renewed by the watchdog), as [`Lock::with_lease`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidLease`], as [`Lock::with_lease`].
+    pub fn with_lease(&self, lease: Duration) -> Result<MultiLock, Error> {
+        let mut set = self.clone();
+        set.lease = Some(validate_lease(lease)?);
+        Ok(set)
+    }
+
+    /// A handle to the same set whose acquisitions return only after `replicas` replicas
+    /// confirmed every member, as [`Lock::with_replica_ack`]. On a shortfall the whole set is
+    /// rolled back ([`Error::ReplicationTimeout`]) or, after [`MultiLock::on_replica_shortfall`],
+    /// returned unreplicated.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`], as [`Lock::with_replica_ack`].
+    pub fn with_replica_ack(&self, replicas: u32, timeout: Duration) -> Result<MultiLock, Error> {
+        let on_shortfall = self
+            .replica_ack
+            .map(|ack| ack.on_shortfall)
+            .unwrap_or_default();
+        let mut set = self.clone();
+        set.replica_ack = Some(ReplicaAck::new(replicas, timeout, on_shortfall)?);
+        Ok(set)
+    }
+
+    /// A handle to the same set with another [`OnShortfall`] policy; no effect on a set that
+    /// requires no replica acknowledgement.
+    pub fn on_replica_shortfall(&self, policy: OnShortfall) -> MultiLock {
+        let mut set = self.clone();
+        if let Some(ack) = &mut set.replica_ack {
+            ack.on_shortfall = policy;
+        }
+        set
+    }
+
+    /// Test aid: acquire member by member in the global order with rollback, as a cluster
+    /// must, even where one script could take the whole set.
+    #[doc(hidden)]
+    pub fn force_ordered_acquisition(&self) -> MultiLock {
+        let mut set = self.clone();
+        set.force_ordered = true;
+        set
+    }
+
+    fn plan(&self) -> Plan {
+        // Every key of a standalone server (or of Sentinel's primary) is reachable by one
+        // script. On a cluster a script may touch one slot only, and the members' slots differ
+        // in general, so the set is taken member by member there.
+        if self.force_ordered || self.client.engine.conn.is_cluster() {
+            Plan::Ordered
+        } else {
+            Plan::OneScript
+        }
+    }
+
+    /// Takes every member if all are free, and returns at once either way: `Ok(None)` when any
+    /// member is held by another holder, and then none of them is held by this call.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when a member's key holds foreign data (nothing taken),
+    /// [`Error::ReplicationTimeout`] (see [`MultiLock::with_replica_ack`]), [`Error::Redis`]
+    /// when Redis could not be reached within the retry window (whatever may have been taken
+    /// is undone in the background).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped, every member whose acquisition may have run is
+    /// undone in the background (`cancel.lua` per member), so no member is left held.
+    pub async fn try_acquire(&self) -> Result<Option<MultiGuard>, Error> {
+        self.traced("try_acquire", async {
+            match self.attempt().await? {
+                Attempt::Won(guard) => Ok(Some(guard)),
+                Attempt::Busy { .. } => Ok(None),
+            }
+        })
+        .await
+    }
+
+    /// Takes every member, waiting as long as it takes. While waiting nothing is held: the
+    /// waiter queues on the first busy member (the same FIFO queues and release messages as
+    /// [`Lock::acquire`]) and tries the whole set again when it is released.
+    ///
+    /// # Errors
+    /// As [`MultiLock::try_acquire`]; never [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`MultiLock::try_acquire`].
+    pub async fn acquire(&self) -> Result<MultiGuard, Error> {
+        self.traced("acquire", self.acquire_within(None, Instant::now()))
+            .await
+    }
+
+    /// Takes every member, waiting at most `timeout`: [`Error::Timeout`] when some member was
+    /// still held then. Returns at the deadline at the latest; an attempt in flight then is
+    /// undone in the background.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`], or as [`MultiLock::try_acquire`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`MultiLock::try_acquire`].
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<MultiGuard, Error> {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let acquisition = async {
+            match tokio::time::timeout_at(
+                deadline.into(),
+                self.acquire_within(Some(deadline), started),
+            )
+            .await
+            {
+                Ok(outcome) => outcome,
+                Err(_elapsed) => Err(Error::Timeout {
+                    waited: started.elapsed(),
+                }),
+            }
+        };
+        self.traced("acquire_timeout", acquisition).await
+    }
+
+    async fn traced<T>(
+        &self,
+        method: &'static str,
+        acquisition: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let span = tracing::debug_span!(
+            "fencelock.multi_acquire",
+            locks = self.members.len(),
+            method
+        );
+        let outcome = acquisition.instrument(span.clone()).await;
+        if let Err(err) = &outcome {
+            let _entered = span.enter();
+            if !err.is_timeout() {
+                tracing::warn!(error = %err, "multi-lock acquire failed");
+            }
+        }
+        outcome
+    }
+
+    async fn acquire_within(
+        &self,
+        deadline: Option<Instant>,
+        started: Instant,
+    ) -> Result<MultiGuard, Error> {
+        let waiters = &self.client.engine.waiters;
+        let timeout = || Error::Timeout {
+            waited: started.elapsed(),
+        };
+        // Fast path unless local waiters queue for a member: then queue behind them.
+        let queued = self
+            .members
+            .iter()
+            .position(|m| waiters.has_waiters(&m.keys().lock));
+        let (mut index, mut pttl) = match queued {
+            Some(index) => (index, None),
+            None => match self.attempt().await? {
+                Attempt::Won(guard) => return Ok(guard),
+                Attempt::Busy { index, pttl } => (index, pttl),
+            },
+        };
+        loop {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(timeout());
+            }
+            let entry = waiters
+                .enter(&self.members[index].keys().lock, None)
+                .await?;
+            if pttl.is_some() {
+                entry.observed_lease(pttl);
+            }
+            loop {
+                if entry.wait(deadline).await == Wake::Deadline {
+                    return Err(timeout());
+                }
+                match self.attempt().await? {
+                    Attempt::Won(guard) => {
+                        entry.acquired(self.lease());
+                        return Ok(guard);
+                    }
+                    Attempt::Busy {
+                        index: busy,
+                        pttl: p,
+                    } if busy == index => entry.observed_lease(p),
+                    Attempt::Busy {
+                        index: busy,
+                        pttl: p,
+                    } => {
+                        // This member may be free now: the next local waiter for it should
+                        // not sleep until its timer because we move to another queue.
+                        entry.hand_on();
+                        index = busy;
+                        pttl = p;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One try at the whole set, with fresh holder ids (a rolled-back member's op record is
+    /// marked cancelled, so its holder id cannot be used again).
+    async fn attempt(&self) -> Result<Attempt, Error> {
+        let holders: Vec<String> = self
+            .members
+            .iter()
+            .map(|_| self.client.engine.next_id())
+            .collect();
+        let mut pending: Vec<PendingOp> = self
+            .members
+            .iter()
+            .zip(&holders)
+            .map(|(member, holder)| {
+                // As for one lock, an acquisition's op id is its holder id.
+                PendingOp::new(
+                    &self.client.engine,
+                    member.keys(),
+                    holder,
+                    holder,
+                    CancelKind::Acquire,
+                )
+            })
+            .collect();
+        let sent_at = Instant::now();
+        let won = match self.plan() {
+            Plan::OneScript => self.attempt_one_script(&holders, &mut pending).await?,
+            Plan::Ordered => self.attempt_ordered(&holders, &mut pending).await?,
+        };
+        let (tokens, acks) = match won {
+            Ok(won) => won,
+            Err((index, pttl)) => return Ok(Attempt::Busy { index, pttl }),
+        };
+        if let (Some(acks), Some(ack)) = (acks, self.replica_ack) {
+            if !acks.enough() && ack.on_shortfall == OnShortfall::Fail {
+                // Still armed: a failed or cancelled rollback is finished by the drop guards.
+                self.roll_back(&holders, self.members.len()).await?;
+                pending.iter_mut().for_each(PendingOp::disarm);
+                return Err(Error::ReplicationTimeout {
+                    acked: acks.acked,
+                    required: acks.required,
+                });
+            }
+        }
+        pending.iter_mut().for_each(PendingOp::disarm);
+        Ok(Attempt::Won(self.guard(holders, tokens, sent_at, acks)))
+    }
+
+    /// `Ok(Ok((tokens, acks)))`: every member taken; `Ok(Err((index, pttl)))`: member `index`
+    /// busy and nothing held.
+    #[allow(clippy::type_complexity)]
+    async fn attempt_one_script(
+        &self,
+        holders: &[String],
+        pending: &mut [PendingOp],
+    ) -> Result<Result<(Vec<FencingToken>, Option<Acks>), (usize, Option<Duration>)>, Error> {
+        let lease = self.lease();
+        let op_ttl = self.client.engine.config.op_record_ttl;
+        let members: Vec<(&LockKeys, &str)> = self
+            .members
+            .iter()
+            .zip(holders)
+            .map(|(m, h)| (&**m.keys(), h.as_str()))
+            .collect();
+        pending.iter_mut().for_each(PendingOp::arm);
+        // A closure is not generic over the connection type, so one per connection kind.
+        macro_rules! call {
+            () => {
+                |mut conn| {
+                    let members = &members;
+                    async move { protocol::acquire_all(&mut conn, members, lease, op_ttl).await }
+                }
+            };
+        }
+        let (reply, acks) = match self.replica_ack {
+            None => (self.client.engine.retrying(call!()).await?, None),
+            Some(ack) => {
+                // One script reaches every member here (not a cluster), so any member's keys
+                // route it; a set has at least one member.
+                let first = self.members[0].keys();
+                ack_pool::acquire_acknowledged(
+                    &self.client.engine.acks,
+                    ack,
+                    first,
+                    call!(),
+                    |reply| matches!(reply, AcquireAllReply::Acquired { .. }),
+                )
+                .await?
+            }
+        };
+        match reply {
+            AcquireAllReply::Acquired { tokens } => Ok(Ok((tokens, acks))),
+            AcquireAllReply::Held { index, pttl } => {
+                pending.iter_mut().for_each(PendingOp::disarm);
+                Ok(Err((index, pttl)))
+            }
+            AcquireAllReply::Cancelled => {
+                pending.iter_mut().for_each(PendingOp::disarm);
+                Err(Error::Cancelled)
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    async fn attempt_ordered(
+        &self,
+        holders: &[String],
+        pending: &mut [PendingOp],
+    ) -> Result<Result<(Vec<FencingToken>, Option<Acks>), (usize, Option<Duration>)>, Error> {
+        let lease = self.lease();
+        let op_ttl = self.client.engine.config.op_record_ttl;
+        let mut tokens = Vec::with_capacity(self.members.len());
+        // With replica acknowledgement, one session for the whole set: each member's script
+        // runs on the session's connection to its slot's primary, and once every member is
+        // taken, one WAIT per node covers all the members written there.
+        let mut session = match self.replica_ack {
+            Some(_) => Some(self.client.engine.acks.session().await?),
+            None => None,
+        };
+        for (index, (member, holder)) in self.members.iter().zip(holders).enumerate() {
+            macro_rules! call {
+                () => {
+                    |mut conn| {
+                        let keys = member.keys();
+                        let holder = holder.as_str();
+                        async move {
+                            protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await
+                        }
+                    }
+                };
+            }
+            // Members taken so far stay armed: an error or a drop here undoes them.
+            pending[index].arm();
+            let outcome = match &mut session {
+                None => self.client.engine.retrying(call!()).await,
+                Some(session) => {
+                    session
+                        .run(member.keys(), call!(), |reply| {
+                            matches!(reply, AcquireReply::Acquired { .. })
+                        })
+                        .await
+                }
+            };
+            let reply = match outcome {
+                Ok(reply) => reply,
+                Err(err) => {
+                    // Undo the members taken so far (and this one, should it have run) before
+                    // the caller sees the error; if that fails too, the drop guards finish it.
+                    self.roll_back(holders, index + 1).await?;
+                    pending[..=index].iter_mut().for_each(PendingOp::disarm);
+                    return Err(err);
+                }
+            };
+            match reply {
+                AcquireReply::Acquired { token, .. } => tokens.push(token),
+                AcquireReply::Held { pttl } => {
+                    pending[index].disarm();
+                    self.roll_back(holders, index).await?;
+                    pending[..index].iter_mut().for_each(PendingOp::disarm);
+                    if let Some(session) = session {
+                        session.finish();
+                    }
+                    return Ok(Err((index, pttl)));
+                }
+                AcquireReply::Cancelled => return Err(Error::Cancelled),
+            }
+        }
+        let acks = match (session, self.replica_ack) {
+            (Some(mut session), Some(ack)) => {
+                // A refused WAIT leaves every member armed: their drops undo the set.
+                let acks = session.wait(ack).await?.unwrap_or(Acks {
+                    acked: 0,
+                    required: ack.replicas,
+                });
+                session.finish();
+                Some(acks)
+            }
+            _ => None,
+        };
+        Ok(Ok((tokens, acks)))
+    }
+
+    /// Undoes the acquisitions of the first `count` members (`cancel.lua` each, which frees
+    /// the lock and wakes its waiters).
+    async fn roll_back(&self, holders: &[String], count: usize) -> Result<(), Error> {
+        for (member, holder) in self.members.iter().zip(holders).take(count) {
+            member.roll_back(holder).await?;
+        }
+        Ok(())
+    }
+
+    fn guard(
+        &self,
+        holders: Vec<String>,
+        tokens: Vec<FencingToken>,
+        sent_at: Instant,
+        acks: Option<Acks>,
+    ) -> MultiGuard {
+        let lease = self.lease();
+        let guards = self
+            .members
+            .iter()
+            .zip(holders)
+            .zip(tokens)
+            .map(|((member, holder), token)| {
+                let watched = self.lease.is_none();
+                let holder = Holder::new(
+                    self.client.engine.clone(),
+                    member.keys().clone(),
+                    member.name_arc().clone(),
+                    holder,
+                    token,
+                    sent_at,
+                    lease,
+                    watched,
+                    acks,
+                );
+                if watched {
+                    self.client.engine.watchdog.watch(&holder);
+                }
+                LockGuard::new(holder)
+            })
+            .collect();
+        MultiGuard {
+            client: self.client.clone(),
+            guards,
+            plan: self.plan(),
+        }
+    }
+}
+
+/// Proof of holding every lock of a [`MultiLock`], with one fencing token per lock.
+///
+/// Holds one [`LockGuard`] per member, in the global order; each is an ordinary guard (its own
+/// holder id, token and lease, renewed by the watchdog when the set has no lease of its own).
+/// [`MultiGuard::release`] releases the whole set in one script; dropping the guard releases
+/// every member in the background.
+#[must_use = "a guard releases its locks when dropped; bind it for as long as the critical section lasts"]
+pub struct MultiGuard {
+    client: LockClient,
+    guards: Vec<LockGuard>,
+    plan: Plan,
+}
+
+impl std::fmt::Debug for MultiGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiGuard")
+            .field("guards", &self.guards)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MultiGuard {
+    /// The fencing token of the member called `name`, or `None` if the set has no such
+    /// member.
+    pub fn token(&self, name: impl AsRef<[u8]>) -> Option<FencingToken> {
+        self.guard(name).map(LockGuard::token)
+    }
+
+    /// `(name, token)` of every member, in the global order.
+    pub fn tokens(&self) -> impl Iterator<Item = (&[u8], FencingToken)> {
+        self.guards.iter().map(|g| (g.lock_name(), g.token()))
+    }
+
+    /// The guard of the member called `name` (to re-enter or extend that one lock).
+    pub fn guard(&self, name: impl AsRef<[u8]>) -> Option<&LockGuard> {
+        let name = name.as_ref();
+        self.guards.iter().find(|g| g.lock_name() == name)
+    }
+
+    /// Every member's guard, in the global order.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// Takes the set apart into its members' guards (to release them one by one).
+    pub fn into_guards(self) -> Vec<LockGuard> {
+        self.guards
+    }
+
+    /// Whether every member is still held as far as this process knows; see
+    /// [`LockGuard::is_valid`].
+    pub fn is_valid(&self) -> bool {
+        self.guards.iter().all(LockGuard::is_valid)
+    }
+
+    /// When the first member's lease ends by this process' clock.
+    pub fn valid_until(&self) -> Instant {
+        self.guards
+            .iter()
+            .map(LockGuard::valid_until)
+            .min()
+            .expect("a multi-guard has at least one member")
+    }
+
+    /// Whether the acquisition reached the replicas it required, for every member; see
+    /// [`LockGuard::replicated`].
+    pub fn replicated(&self) -> bool {
+        self.guards.iter().all(LockGuard::replicated)
+    }
+
+    /// Resolves as soon as any member is lost (see [`LockGuard::lost`]): the set is only worth
+    /// holding whole.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits and changes nothing, as [`LockGuard::lost`].
+    pub async fn lost(&self) {
+        let mut members: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = self
+            .guards
+            .iter()
+            .map(|g| Box::pin(g.lost()) as Pin<Box<dyn Future<Output = ()> + Send + '_>>)
+            .collect();
+        std::future::poll_fn(|cx| {
+            for member in &mut members {
+                if member.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+
+    /// Releases every member once (one script on a standalone server); the members become
+    /// free unless re-entered guards of theirs are still alive.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when some member was no longer held by its holder (the others were
+    /// released all the same); [`Error::Redis`] when Redis could not be reached within the
+    /// retry window (each member's release then goes on in the background with the same
+    /// operation id).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped release is finished in the background per member, as the same
+    /// operations.
+    pub async fn release(self) -> Result<(), Error> {
+        let MultiGuard {
+            client,
+            mut guards,
+            plan,
+        } = self;
+        if plan == Plan::Ordered {
+            // Where one script cannot reach every member: one release per member. A member
+            // left unreleased by a cancelled future is released by its guard's drop.
+            let mut first_err = None;
+            for guard in guards {
+                if let Err(err) = guard.release().await {
+                    first_err.get_or_insert(err);
+                }
+            }
+            return first_err.map_or(Ok(()), Err);
+        }
+        let parts: Vec<_> = guards.iter_mut().map(LockGuard::begin_release).collect();
+        let members: Vec<(&LockKeys, &str, &str)> = parts
+            .iter()
+            .map(|(holder, op)| (&*holder.keys, holder.id.as_str(), op.as_str()))
+            .collect();
+        let ttl = client.engine.config.op_record_ttl;
+        // On an error the guards drop here and finish their releases in the background with
+        // the same op ids, which the script's op records make replays.
+        let replies = client
+            .engine
+            .retrying(|mut conn| {
+                let members = &members;
+                async move { protocol::release_all(&mut conn, members, ttl).await }
+            })
+            .await?;
+        let mut first_err = None;
+        for (guard, reply) in guards.into_iter().zip(replies) {
+            if let Err(err) = guard.finish_release(reply) {
+                first_err.get_or_insert(err);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl LockClient {
+    /// Several locks to be taken as one, all or nothing: see [`MultiLock`](crate::MultiLock).
+    /// The members are put in one global order (their keys' byte order), whatever order the
+    /// names come in, so sets acquired by different tasks in different orders cannot deadlock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or over-long name; [`Error::InvalidLockSet`] for no
+    /// names, more than [`MAX_MULTI_LOCKS`](crate::MAX_MULTI_LOCKS), or one name given twice,
+    /// and on a client with [`fair_handoff`](crate::LockClientBuilder::fair_handoff) (single-lock
+    /// only). Nothing is sent to Redis.
+    pub fn multi_lock<I, N>(&self, names: I) -> Result<MultiLock, Error>
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<[u8]>,
+    {
+        MultiLock::new(self, names)
+    }
+}

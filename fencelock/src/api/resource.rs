@@ -1,0 +1,347 @@
+//! A value in Redis that only accepts writes carrying a current fencing token.
+
+use std::sync::Arc;
+
+use redis::{AsyncCommands, FromRedisValue};
+
+use super::client::LockClient;
+use crate::base::error::Error;
+use crate::base::metrics;
+use crate::base::token::FencingToken;
+use crate::protocol::keys::validate_name;
+use crate::protocol::{self, Read, ReadReply, ResourceKeys, Write, WriteReply};
+
+/// A resource stored in Redis whose writes are fenced: a write carrying a token older than the
+/// newest token the resource has accepted is refused with [`Error::StaleToken`] and writes
+/// nothing. Made by [`LockClient::resource`].
+///
+/// This is the storage side of the lock: a holder that paused past its lease (GC, `SIGSTOP`)
+/// and wakes up after another holder took over still has its old token, so its late writes
+/// are rejected even though it believes it holds the lock. Each write checks and records the
+/// token atomically, in one script, next to the data (same cluster slot); the high-water mark
+/// never expires and survives deletion of the data.
+///
+/// Guard one resource with one lock (tokens of different locks are not ordered against each
+/// other), and send every read and write of a critical section with the guard's token: a read
+/// with a token *claims* the resource (raises its mark), which is what stops an older holder
+/// from writing between this holder's read and its write. A value, a number, a hash or a list
+/// are supported; each write is applied at most once even when the request is re-sent.
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+/// let lock = client.lock("account:42")?;
+/// let balance = client.resource("balance:42")?;
+///
+/// let guard = lock.acquire().await?;
+/// // Reading with the token claims the resource: no older holder can write after this.
+/// let cents = balance.get_i64(guard.token()).await?.unwrap_or(0);
+/// if cents >= 500 {
+///     // Refused with Error::StaleToken if a newer holder has claimed it meanwhile.
+///     balance.incr_by(guard.token(), -500).await?;
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FencedResource {
+    client: LockClient,
+    name: Arc<[u8]>,
+    keys: Arc<ResourceKeys>,
+}
+
+impl std::fmt::Debug for FencedResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedResource")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .finish_non_exhaustive()
+    }
+}
+
+impl FencedResource {
+    pub(crate) fn new(client: LockClient, name: &[u8]) -> FencedResource {
+        let keys = ResourceKeys::new(client.prefix(), name);
+        FencedResource {
+            client,
+            name: name.into(),
+            keys: Arc::new(keys),
+        }
+    }
+
+    /// The resource's name, as given to [`LockClient::resource`].
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// Sets the resource to `value` (a string value).
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when a newer token has written (nothing written);
+    /// [`Error::WrongType`] when the resource holds a hash or list.
+    ///
+    /// # Cancel safety
+    /// Dropping the future at its one await (the script call, re-sent with the same operation
+    /// id while its outcome is unknown) leaves the write applied or not, never twice: the
+    /// write's operation record makes every copy of it one write. Whether it was applied is
+    /// then unknown to the caller; a later claiming read with the same token tells.
+    pub async fn set(&self, token: FencingToken, value: impl AsRef<[u8]>) -> Result<(), Error> {
+        self.write(token, Write::Set(value.as_ref()))
+            .await
+            .map(drop)
+    }
+
+    /// Adds `delta` (negative to subtract) to the resource's integer value (absent counts as
+    /// 0) and returns the new value. A re-sent request is applied once, not twice.
+    ///
+    /// # Errors
+    /// As [`FencedResource::set`]; [`Error::Redis`] if the result would overflow `i64`.
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::set`].
+    pub async fn incr_by(&self, token: FencingToken, delta: i64) -> Result<i64, Error> {
+        self.write(token, Write::IncrBy(delta)).await
+    }
+
+    /// Sets fields of the resource's hash.
+    ///
+    /// # Errors
+    /// As [`FencedResource::set`]; [`Error::InvalidConfig`] for an empty field list (nothing
+    /// sent).
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::set`].
+    pub async fn set_fields(
+        &self,
+        token: FencingToken,
+        fields: &[(&[u8], &[u8])],
+    ) -> Result<(), Error> {
+        if fields.is_empty() {
+            return Err(Error::InvalidConfig {
+                reason: "set_fields needs at least one field".into(),
+            });
+        }
+        self.write(token, Write::SetFields(fields)).await.map(drop)
+    }
+
+    /// Appends items to the resource's list (a ledger) and returns its new length.
+    ///
+    /// # Errors
+    /// As [`FencedResource::set_fields`].
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::set`].
+    pub async fn push(&self, token: FencingToken, items: &[&[u8]]) -> Result<u64, Error> {
+        if items.is_empty() {
+            return Err(Error::InvalidConfig {
+                reason: "push needs at least one item".into(),
+            });
+        }
+        let len = self.write(token, Write::Push(items)).await?;
+        u64::try_from(len).map_err(|_| Error::Protocol(format!("list length {len}")))
+    }
+
+    /// Deletes the resource's data; the high-water mark stays, so older tokens remain refused.
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when a newer token has written (nothing deleted).
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::set`].
+    pub async fn delete(&self, token: FencingToken) -> Result<(), Error> {
+        self.write(token, Write::Delete).await.map(drop)
+    }
+
+    /// Claims the resource for `token` without reading it: from now on no older token can
+    /// write to it. Use it as the first step of a critical section that will write.
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when a newer token has claimed or written the resource.
+    ///
+    /// # Cancel safety
+    /// Dropping the future at its one await (the script call, re-sent while its outcome is
+    /// unknown) may leave the resource claimed for `token` or not. Claiming is idempotent and
+    /// only ever raises the mark to a token its holder presented, so a dropped claim changes
+    /// nothing a later call with the same token would not.
+    pub async fn claim(&self, token: FencingToken) -> Result<(), Error> {
+        self.read(token, Read::Claim).await.map(drop)
+    }
+
+    /// Reads the string value as the holder of `token`, and claims the resource for it.
+    ///
+    /// Read-modify-write under a lock must read this way: a read without the token does not
+    /// tell the resource that a newer holder exists, so a paused older holder could still
+    /// write between your read and your write, and your write (computed from the old read)
+    /// would then silently overwrite its update.
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when a newer token has claimed or written the resource (nothing
+    /// read); [`Error::WrongType`] when the resource holds a hash or list.
+    ///
+    /// # Cancel safety
+    /// Dropping the future at its one await (the script call, re-sent while its outcome is
+    /// unknown) may leave the resource claimed (the read itself is discarded) for `token` or not. Claiming is idempotent and
+    /// only ever raises the mark to a token its holder presented, so a dropped claim changes
+    /// nothing a later call with the same token would not.
+    pub async fn get(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> {
+        self.read_as(token, Read::Get).await
+    }
+
+    /// Reads the integer value as the holder of `token` (see [`FencedResource::get`]).
+    ///
+    /// # Errors
+    /// As [`FencedResource::get`]; [`Error::Redis`] when the value is not an integer.
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::get`].
+    pub async fn get_i64(&self, token: FencingToken) -> Result<Option<i64>, Error> {
+        self.read_as(token, Read::Get).await
+    }
+
+    /// Reads one hash field as the holder of `token` (see [`FencedResource::get`]).
+    ///
+    /// # Errors
+    /// As [`FencedResource::get`].
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::get`].
+    pub async fn get_field(
+        &self,
+        token: FencingToken,
+        field: impl AsRef<[u8]>,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        self.read_as(token, Read::Field(field.as_ref())).await
+    }
+
+    /// Reads the list as the holder of `token` (see [`FencedResource::get`]).
+    ///
+    /// # Errors
+    /// As [`FencedResource::get`].
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::get`].
+    pub async fn items(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> {
+        self.read_as(token, Read::Items).await
+    }
+
+    /// The string value, read without a token: for observers (reports, dashboards), never for
+    /// a read-modify-write (use [`FencedResource::get`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
+    pub async fn peek(&self) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.client.engine.conn().get(&self.keys.data).await?)
+    }
+
+    /// The integer value, read without a token (see [`FencedResource::peek`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
+    pub async fn peek_i64(&self) -> Result<Option<i64>, Error> {
+        Ok(self.client.engine.conn().get(&self.keys.data).await?)
+    }
+
+    /// One hash field, read without a token (see [`FencedResource::peek`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
+    pub async fn peek_field(&self, field: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self
+            .client
+            .engine
+            .conn()
+            .hget(&self.keys.data, field.as_ref())
+            .await?)
+    }
+
+    /// The list, read without a token (see [`FencedResource::peek`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
+    pub async fn peek_items(&self) -> Result<Vec<Vec<u8>>, Error> {
+        Ok(self
+            .client
+            .engine
+            .conn()
+            .lrange(&self.keys.data, 0, -1)
+            .await?)
+    }
+
+    /// The highest token the resource has accepted, if it has accepted any.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
+    pub async fn high_water_mark(&self) -> Result<Option<FencingToken>, Error> {
+        let raw: Option<u64> = self.client.engine.conn().get(&self.keys.mark).await?;
+        Ok(raw.and_then(FencingToken::new))
+    }
+
+    async fn read_as<T: FromRedisValue>(
+        &self,
+        token: FencingToken,
+        read: Read<'_>,
+    ) -> Result<T, Error> {
+        let value = self.read(token, read).await?;
+        redis::from_redis_value(value).map_err(|e| Error::Redis(redis::RedisError::from(e)))
+    }
+
+    async fn read(&self, token: FencingToken, read: Read<'_>) -> Result<redis::Value, Error> {
+        let reply = self
+            .client
+            .engine
+            .retrying(|mut conn| {
+                let keys = &self.keys;
+                async move { protocol::fenced_read(&mut conn, keys, token, read).await }
+            })
+            .await?;
+        match reply {
+            ReadReply::Read(value) => Ok(value),
+            ReadReply::Stale { latest } => Err(Error::StaleToken {
+                presented: token,
+                latest,
+            }),
+        }
+    }
+
+    async fn write(&self, token: FencingToken, write: Write<'_>) -> Result<i64, Error> {
+        let op = self.client.engine.next_id();
+        let ttl = self.client.engine.config.op_record_ttl;
+        let reply = self
+            .client
+            .engine
+            .retrying(|mut conn| {
+                let (keys, op) = (&self.keys, &op);
+                async move { protocol::fenced_write(&mut conn, keys, token, op, ttl, write).await }
+            })
+            .await?;
+        match reply {
+            WriteReply::Accepted(result) => Ok(result),
+            WriteReply::Stale { latest } => {
+                metrics::stale_write_rejected();
+                tracing::warn!(
+                    name: "fencelock.stale_write",
+                    resource = %String::from_utf8_lossy(&self.name),
+                    presented = token.get(),
+                    latest = latest.get(),
+                    "fenced write refused: a newer token has written"
+                );
+                Err(Error::StaleToken {
+                    presented: token,
+                    latest,
+                })
+            }
+        }
+    }
+}
+
+impl LockClient {
+    /// A fenced resource called `name`: a value, number, hash or list in Redis whose writes
+    /// are refused when they carry a token older than one it has already accepted. Names
+    /// follow the rules of [`LockClient::lock`]; a resource and a lock may share a name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or over-long name.
+    pub fn resource(&self, name: impl AsRef<[u8]>) -> Result<FencedResource, Error> {
+        let name = name.as_ref();
+        validate_name(name)?;
+        Ok(FencedResource::new(self.clone(), name))
+    }
+}

@@ -1,0 +1,89 @@
+//! A client's settings once its builder checked them, and what it connects to. Every layer
+//! reads them; only `api::builder` writes them.
+
+use std::time::Duration;
+
+use super::replica_ack::ReplicaAck;
+
+/// Default prefix of every key and channel.
+pub(crate) const DEFAULT_PREFIX: &str = "fencelock:";
+
+/// How long a fair-handoff queue outlives, beyond the holder's lease and twice the grace, the
+/// last failed attempt that refreshed it: waiting heads try again at least once per lease (their
+/// fallback timer) and on every release, so a live client's entry is refreshed well within it.
+pub(crate) const FAIR_QUEUE_SLACK: Duration = Duration::from_secs(1);
+
+/// How long a fair-handoff queue lives after a release that queued its client again: the
+/// grace plus the slack of a failed attempt (the waiters' next attempts refresh it).
+pub(crate) fn fair_queue_life(grace: Duration) -> Duration {
+    grace * 3 + FAIR_QUEUE_SLACK
+}
+
+/// Everything a client needs to know after it connected.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientConfig {
+    pub(crate) prefix: Vec<u8>,
+    pub(crate) default_lease: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connection_timeout: Duration,
+    pub(crate) retry_window: Duration,
+    pub(crate) op_record_ttl: Duration,
+    pub(crate) renew_batch: usize,
+    /// PEM certificates of the CAs a `rediss://` server's certificate must chain to, instead
+    /// of the system's roots.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root_ca: Option<Vec<u8>>,
+    /// Replica acknowledgement every lock of the client requires unless it sets its own.
+    pub(crate) replica_ack: Option<ReplicaAck>,
+    /// Fair handoff across clients (`acquire_fair.lua`, `release_fair.lua`) and the grace a
+    /// reservation waits for its client; `None`: the default mode.
+    pub(crate) fair_grace: Option<Duration>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            prefix: DEFAULT_PREFIX.as_bytes().to_vec(),
+            default_lease: Duration::from_secs(30),
+            response_timeout: Duration::from_secs(1),
+            connection_timeout: Duration::from_secs(1),
+            retry_window: Duration::from_secs(3),
+            op_record_ttl: Duration::from_secs(10),
+            renew_batch: 100,
+            #[cfg(feature = "tls")]
+            tls_root_ca: None,
+            replica_ack: None,
+            fair_grace: None,
+        }
+    }
+}
+
+/// Credentials for the data nodes of a Sentinel group (the Sentinels' own go in their URLs).
+#[derive(Clone)]
+pub(crate) struct NodeAuth {
+    pub(crate) username: Option<String>,
+    pub(crate) password: String,
+}
+
+impl std::fmt::Debug for NodeAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeAuth")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The deployment a client connects to.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// One server (or a primary reached by a fixed address).
+    Standalone(String),
+    /// A Redis Cluster, through any of these seed nodes.
+    Cluster(Vec<String>),
+    /// The primary that these Sentinels monitor under `master`.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
+}

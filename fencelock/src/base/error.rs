@@ -1,0 +1,463 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+use super::token::FencingToken;
+
+/// Everything that can go wrong when taking, holding or releasing a lock.
+///
+/// Match on the variants or use the predicates (`is_timeout()`, `is_not_held()`, ...), which stay
+/// stable when variants are added.
+///
+/// ```
+/// use fencelock::Error;
+///
+/// let err = Error::Timeout { waited: std::time::Duration::from_millis(250) };
+/// assert!(err.is_timeout());
+/// assert!(!err.is_not_held());
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock name is empty or too long.
+    #[error("invalid lock name: {reason}")]
+    InvalidName {
+        /// What is wrong with the name.
+        reason: String,
+    },
+
+    /// A lease is zero, too long, or not a whole number of milliseconds above zero.
+    #[error("invalid lease {lease:?}: {reason}")]
+    InvalidLease {
+        /// The lease that was asked for.
+        lease: Duration,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// A client option (prefix, timeouts, URL) is unusable.
+    #[error("invalid configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The deadline of an acquire passed while the lock was held by someone else.
+    #[error("lock still held by another holder after waiting {waited:?}")]
+    Timeout {
+        /// How long the acquire waited.
+        waited: Duration,
+    },
+
+    /// This guard's holder no longer holds the lock: its lease ran out, the key was deleted, or
+    /// another holder took over. Nothing was changed on the server.
+    #[error("the lock is not held by this holder any more (lease expired, deleted or taken over)")]
+    NotHeld,
+
+    /// A key where the lock (or its fence counter) lives holds a value fencelock did not write,
+    /// for example because someone ran `SET` on it. Nothing was changed.
+    #[error("a key of this lock holds foreign data: {detail}")]
+    WrongType {
+        /// The server's description.
+        detail: String,
+    },
+
+    /// A fenced write was refused because a newer token has already written to the resource:
+    /// the writer's lock was taken over while it still believed it held it. Nothing was
+    /// written.
+    #[error("stale fencing token {presented}: the resource has already accepted {latest}")]
+    StaleToken {
+        /// The token the refused write carried.
+        presented: FencingToken,
+        /// The highest token the resource has accepted.
+        latest: FencingToken,
+    },
+
+    /// The fence counter cannot issue another exact token (it reached 2^53).
+    #[error("the fence counter is exhausted: {detail}")]
+    TokenOverflow {
+        /// The server's description.
+        detail: String,
+    },
+
+    /// The operation had no effect because it was cancelled (a compensating cancel of the same
+    /// operation id), or because it is a late copy of an acquisition whose hold had already
+    /// ended (its reply was lost, it was re-sent after the lease ran out).
+    #[error("the operation was cancelled before it took effect")]
+    Cancelled,
+
+    /// The Redis user lacks a command fencelock needs (also one of the commands a
+    /// script calls), or may not touch a key or channel under this client's prefix (ACL). See
+    /// the README's Security section for the ACL rules a fencelock user needs. A client whose
+    /// prefix lies outside the user's key pattern gets this on its first operation, before
+    /// anything is written; a script refused midway keeps what it wrote before the refused
+    /// command.
+    #[error("redis refused the operation (ACL): {detail}")]
+    PermissionDenied {
+        /// The server's description.
+        detail: String,
+    },
+
+    /// An acquisition that required replica acknowledgement (`WAIT`) was confirmed by fewer
+    /// replicas than required within its timeout. The acquisition was rolled back before this
+    /// error was returned: the lock is free (unless someone else took it since).
+    #[error(
+        "acquisition reached {acked} of the {required} required replicas in time; rolled back"
+    )]
+    ReplicationTimeout {
+        /// Replicas that confirmed the acquisition.
+        acked: u32,
+        /// Replicas the acquisition required.
+        required: u32,
+    },
+
+    /// The set of names given to a multi-lock is unusable: empty, too many names, or the same
+    /// name twice. Nothing was sent.
+    #[error("invalid lock set: {reason}")]
+    InvalidLockSet {
+        /// What is wrong with the set.
+        reason: String,
+    },
+
+    /// Talking to Redis failed. The operation may or may not have taken effect; fencelock retries
+    /// mutating operations with the same operation id so that a retry never applies twice.
+    #[error("redis: {0}")]
+    Redis(redis::RedisError),
+
+    /// The server answered something the protocol does not define (a different script under our
+    /// SHA, a proxy that rewrites replies).
+    #[error("unexpected reply from redis: {0}")]
+    Protocol(String),
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        match Failure::of(&err) {
+            // ACL refusals are a configuration problem, not a flaky connection: typed, so
+            // callers and the retry policy never retry them.
+            Failure::PermissionDenied => Error::PermissionDenied {
+                detail: permission_detail(&err),
+            },
+            _ => Error::Redis(err),
+        }
+    }
+}
+
+impl Error {
+    /// The error of a request to one of fencelock's own keys (a script call, an inspection
+    /// read): as [`From`], and the scripts' own error replies typed. `WRONGTYPE` (and the
+    /// scripts' `FENCELOCK_WRONGTYPE`) says foreign data sits at one of our keys.
+    pub(crate) fn from_reply(err: redis::RedisError) -> Error {
+        let detail = || err.detail().unwrap_or_default().to_owned();
+        match err.code() {
+            Some("FENCELOCK_WRONGTYPE" | "WRONGTYPE") => Error::WrongType { detail: detail() },
+            Some("FENCELOCK_OVERFLOW") => Error::TokenOverflow { detail: detail() },
+            Some("FENCELOCK_BADARG") => Error::Protocol(detail()),
+            _ => Error::from(err),
+        }
+    }
+
+    /// What a failed request says about itself and the server, for a Redis error; `None` for
+    /// every error fencelock decided on by itself.
+    pub(crate) fn failure(&self) -> Option<Failure> {
+        match self {
+            Error::Redis(err) => Some(Failure::of(err)),
+            _ => None,
+        }
+    }
+}
+
+/// The server's words for an ACL refusal, wherever it sits in the error.
+fn permission_detail(err: &redis::RedisError) -> String {
+    if err.code() == Some("NOPERM") {
+        return err.detail().unwrap_or_default().to_owned();
+    }
+    if let Some((_, refused)) = refused_in_transaction(err) {
+        return refused.details().unwrap_or_default().to_owned();
+    }
+    err.to_string()
+}
+
+/// A command refused when queued in MULTI aborts the whole transaction; the refusal is one of
+/// the aborted transaction's errors, not the error's own code.
+fn refused_in_transaction(err: &redis::RedisError) -> Option<(usize, redis::ServerError)> {
+    err.clone()
+        .into_server_errors()
+        .and_then(|errors| errors.iter().find(|(_, e)| e.code() == "NOPERM").cloned())
+}
+
+/// What a failed request tells about itself and the server: the one place that reads
+/// redis-rs' error kinds and the server's error codes. Every retry, failover and
+/// redirection decision of the crate asks this, so they cannot disagree about an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The connection failed: not reached, cut, or no reply in time. The request may or may
+    /// not have run, and the primary may be another server now.
+    ///
+    /// redis-rs (1.x) gives every one of those `ErrorKind::Io`: its `is_timeout`,
+    /// `is_connection_dropped` and `is_connection_refusal` only narrow that kind down, so the
+    /// kind alone decides. `tests::every_connection_failure_is_an_io_error` pins this per
+    /// `io::ErrorKind`, so a redis-rs that classed them otherwise fails there.
+    ConnectionLost,
+    /// The server cannot serve the request yet (`LOADING` after a restart, `TRYAGAIN` during
+    /// a slot migration): it did not run; the same server may serve it soon.
+    NotReady,
+    /// The node is not the primary that may serve the request: `READONLY` (a replica, or a
+    /// demoted primary), `MASTERDOWN` (a replica cut off from its primary), `CLUSTERDOWN` (a
+    /// cluster without an owner for the slot). It did not run; the primary may have moved.
+    NotPrimary,
+    /// `MOVED` or `ASK`: another node serves the slot. It did not run.
+    Redirected,
+    /// The ACL refused a command (`NOPERM`, also inside a script or a transaction).
+    PermissionDenied,
+    /// The server refused the credentials (`WRONGPASS`, `NOAUTH`, a failed `AUTH`).
+    AuthRefused,
+    /// Anything else: a definite answer that a re-send would only repeat.
+    Other,
+}
+
+impl Failure {
+    /// Classifies a redis-rs error.
+    pub(crate) fn of(err: &redis::RedisError) -> Failure {
+        if err.is_io_error() {
+            return Failure::ConnectionLost;
+        }
+        if err.kind() == redis::ErrorKind::AuthenticationFailed {
+            return Failure::AuthRefused;
+        }
+        if err.redirect_node().is_some() {
+            return Failure::Redirected;
+        }
+        if let Some(code) = err.code() {
+            let failure = Failure::of_code(code);
+            if failure != Failure::Other {
+                return failure;
+            }
+        }
+        if refused_in_transaction(err).is_some() {
+            return Failure::PermissionDenied;
+        }
+        // A command refused inside a script comes back as a plain script error; Redis 7.0
+        // and 7.2+ word it differently.
+        let text = err.to_string();
+        if text.contains("can't run this command or subcommand")
+            || text.contains("ACL failure in script")
+        {
+            return Failure::PermissionDenied;
+        }
+        Failure::Other
+    }
+
+    /// Classifies a server error code (a reply's `-CODE`, also an error value inside a reply).
+    pub(crate) fn of_code(code: &str) -> Failure {
+        match code {
+            "LOADING" | "TRYAGAIN" => Failure::NotReady,
+            "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" => Failure::NotPrimary,
+            "MOVED" | "ASK" => Failure::Redirected,
+            "NOPERM" => Failure::PermissionDenied,
+            "WRONGPASS" | "NOAUTH" => Failure::AuthRefused,
+            _ => Failure::Other,
+        }
+    }
+
+    /// A re-send with the same operation id is safe and may succeed: the request may or may
+    /// not have run (a lost connection), or it did not run for a reason that passes.
+    pub(crate) fn is_transient(self) -> bool {
+        matches!(
+            self,
+            Failure::ConnectionLost | Failure::NotReady | Failure::NotPrimary
+        )
+    }
+
+    /// The primary may be another server now: ask the Sentinels or the cluster again.
+    pub(crate) fn primary_may_have_moved(self) -> bool {
+        matches!(self, Failure::ConnectionLost | Failure::NotPrimary)
+    }
+
+    /// Whether the request may have run although no reply says so.
+    pub(crate) fn outcome_unknown(self) -> bool {
+        self == Failure::ConnectionLost
+    }
+}
+
+impl Error {
+    /// The Redis user lacks a permission fencelock needs (ACL `NOPERM`).
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, Error::PermissionDenied { .. })
+    }
+
+    /// The deadline passed before the lock could be taken.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// A fenced write was refused because a newer holder has written.
+    pub fn is_stale_token(&self) -> bool {
+        matches!(self, Error::StaleToken { .. })
+    }
+
+    /// The guard's holder does not hold the lock any more.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld)
+    }
+
+    /// The input (name, lease, configuration) was rejected before anything was sent to Redis.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidName { .. }
+                | Error::InvalidLease { .. }
+                | Error::InvalidConfig { .. }
+                | Error::InvalidLockSet { .. }
+        )
+    }
+
+    /// Fewer replicas than required acknowledged an acquisition in time (it was rolled back).
+    pub fn is_replication_timeout(&self) -> bool {
+        matches!(self, Error::ReplicationTimeout { .. })
+    }
+
+    /// A lock key held data that fencelock did not write.
+    pub fn is_wrong_type(&self) -> bool {
+        matches!(self, Error::WrongType { .. })
+    }
+
+    /// Redis could not be reached or the connection failed mid-request.
+    pub fn is_connection(&self) -> bool {
+        self.failure() == Some(Failure::ConnectionLost)
+    }
+
+    /// Redis refused the credentials (wrong user or password, or none given where one is
+    /// required).
+    pub fn is_auth_refused(&self) -> bool {
+        self.failure() == Some(Failure::AuthRefused)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_connection_failure_is_an_io_error() {
+        use std::io::ErrorKind::*;
+        for kind in [
+            TimedOut,
+            WouldBlock,
+            BrokenPipe,
+            ConnectionReset,
+            ConnectionRefused,
+            ConnectionAborted,
+            UnexpectedEof,
+            NotConnected,
+            NotFound,
+            Other,
+        ] {
+            let err = redis::RedisError::from(std::io::Error::from(kind));
+            assert_eq!(Failure::of(&err), Failure::ConnectionLost, "{kind:?}");
+            assert!(Failure::of(&err).is_transient(), "{kind:?}");
+            assert!(
+                !(err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal())
+                    || err.is_io_error(),
+                "{kind:?}: a narrower check outside ErrorKind::Io"
+            );
+        }
+        let dropped = redis::RedisError::from((redis::ErrorKind::Io, "driver terminated"));
+        assert!(dropped.is_connection_dropped());
+        assert_eq!(Failure::of(&dropped), Failure::ConnectionLost);
+        let reply = redis::parse_redis_value(b"-READONLY replica\r\n").unwrap();
+        assert_eq!(
+            Failure::of(&reply.extract_error().unwrap_err()),
+            Failure::NotPrimary
+        );
+        let parse = redis::RedisError::from((redis::ErrorKind::Parse, "bad reply"));
+        assert_eq!(Failure::of(&parse), Failure::Other);
+        assert!(!Failure::of(&parse).is_transient());
+        let client = redis::RedisError::from((redis::ErrorKind::Client, "bad reply"));
+        assert!(!Failure::of(&client).is_transient());
+        assert!(
+            Error::Redis(redis::RedisError::from(std::io::Error::from(BrokenPipe))).is_connection()
+        );
+        assert!(!Error::NotHeld.is_connection());
+    }
+
+    fn server_error(reply: &[u8]) -> redis::RedisError {
+        redis::parse_redis_value(reply)
+            .unwrap()
+            .extract_error()
+            .unwrap_err()
+    }
+
+    #[test]
+    fn every_server_code_has_one_class_and_the_policies_follow_from_it() {
+        let cases: [(&[u8], Failure); 10] = [
+            (b"-LOADING Redis is loading the dataset in memory\r\n", Failure::NotReady),
+            (b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", Failure::NotReady),
+            (b"-READONLY You can't write against a read only replica.\r\n", Failure::NotPrimary),
+            (b"-MASTERDOWN Link with MASTER is down\r\n", Failure::NotPrimary),
+            (b"-CLUSTERDOWN The cluster is down\r\n", Failure::NotPrimary),
+            (b"-MOVED 3999 127.0.0.1:6381\r\n", Failure::Redirected),
+            (b"-ASK 3999 127.0.0.1:6381\r\n", Failure::Redirected),
+            (b"-NOPERM User x has no permissions to run the 'set' command\r\n", Failure::PermissionDenied),
+            (b"-WRONGPASS invalid username-password pair\r\n", Failure::AuthRefused),
+            (b"-ERR Error running script (call to f_x): @user_script:1: ACL failure in script\r\n", Failure::PermissionDenied),
+        ];
+        for (reply, class) in cases {
+            let err = server_error(reply);
+            assert_eq!(
+                Failure::of(&err),
+                class,
+                "{}",
+                String::from_utf8_lossy(reply)
+            );
+        }
+        assert_eq!(
+            Failure::of(&server_error(b"-ERR unknown command\r\n")),
+            Failure::Other
+        );
+        // Transient: may or may not have run, or did not run for a reason that passes.
+        for class in [
+            Failure::ConnectionLost,
+            Failure::NotReady,
+            Failure::NotPrimary,
+        ] {
+            assert!(class.is_transient(), "{class:?}");
+        }
+        for class in [
+            Failure::Redirected,
+            Failure::PermissionDenied,
+            Failure::AuthRefused,
+            Failure::Other,
+        ] {
+            assert!(!class.is_transient(), "{class:?}");
+            assert!(!class.primary_may_have_moved(), "{class:?}");
+        }
+        assert!(Failure::ConnectionLost.primary_may_have_moved());
+        assert!(Failure::NotPrimary.primary_may_have_moved());
+        assert!(!Failure::NotReady.primary_may_have_moved());
+        assert!(Failure::ConnectionLost.outcome_unknown());
+        assert!(!Failure::NotPrimary.outcome_unknown());
+        assert!(!Failure::NotReady.outcome_unknown());
+    }
+
+    #[test]
+    fn refusals_become_typed_errors_and_scripts_name_their_own() {
+        let noperm =
+            server_error(b"-NOPERM this user has no permissions to run the 'pexpire' command\r\n");
+        assert!(Error::from(noperm).is_permission_denied());
+        let wrongtype =
+            server_error(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
+        assert!(matches!(Error::from(wrongtype.clone()), Error::Redis(_)));
+        assert!(Error::from_reply(wrongtype).is_wrong_type());
+        let ours = server_error(b"-FENCELOCK_OVERFLOW the fence counter reached 2^53\r\n");
+        assert!(matches!(
+            Error::from_reply(ours),
+            Error::TokenOverflow { .. }
+        ));
+        let wrongpass = server_error(b"-WRONGPASS invalid username-password pair\r\n");
+        assert!(Error::from(wrongpass).is_auth_refused());
+        assert!(!Error::NotHeld.is_auth_refused());
+        assert_eq!(Error::NotHeld.failure(), None);
+        assert_eq!(Error::Protocol("x".into()).failure(), None);
+    }
+}

@@ -1,0 +1,278 @@
+//! What one acquisition holds, shared by its guard and every nested re-entry guard.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+
+use super::Engine;
+use crate::base::metrics;
+use crate::base::replica_ack::Acks;
+use crate::base::token::FencingToken;
+#[cfg(fencelock_negative_controls)]
+use crate::protocol::controls::Control;
+use crate::protocol::LockKeys;
+
+/// One holder: the identity Redis knows (`id`), the token it was issued, and its lease as this
+/// process sees it.
+pub(crate) struct Holder {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) name: Arc<[u8]>,
+    pub(crate) id: String,
+    pub(crate) token: FencingToken,
+    /// Renewed by the client's watchdog (acquired without a lease of its own).
+    pub(crate) watched: bool,
+    /// Replicas that confirmed the acquisition, when it required any.
+    pub(crate) replication: Option<Acks>,
+    /// End of the lease by this process' monotonic clock: measured from when the request that
+    /// set it was first sent (the server started the lease no earlier), minus a drift margin.
+    deadline: Mutex<Instant>,
+    lost: AtomicBool,
+    /// Guards of this holder that are alive and not being released. At zero the watchdog stops
+    /// renewing, even while the last release is still in flight or failed.
+    entries: AtomicUsize,
+    /// Wakes `lost()` waiters when the deadline moves or the holder is marked lost.
+    changed: Notify,
+    /// The runtime the lock was acquired on; a guard dropped anywhere releases through it.
+    pub(crate) runtime: Handle,
+    /// When the acquire's reply arrived, for the hold time reported on release.
+    pub(crate) acquired_at: Instant,
+}
+
+/// Why a holder was marked lost: the `reason` field of the `fencelock.lost` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostReason {
+    /// The lease ran out by this process' clock without a successful renewal or extension.
+    LeaseExpired,
+    /// A watchdog renewal found the lock gone or held by another holder.
+    RenewalRefused,
+    /// A re-entry, extension or release was refused because the lock is not this holder's.
+    NotHeld,
+}
+
+impl LostReason {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LostReason::LeaseExpired => "lease_expired",
+            LostReason::RenewalRefused => "renewal_refused",
+            LostReason::NotHeld => "not_held",
+        }
+    }
+}
+
+/// How much of a lease the holder may count on: 1 % plus 2 ms less than the lease, for clock
+/// rate differences between this process and the server and for timer granularity (the
+/// margin Redlock uses).
+pub(crate) fn validity(lease: Duration) -> Duration {
+    lease.saturating_sub(lease / 100 + Duration::from_millis(2))
+}
+
+impl Holder {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        keys: Arc<LockKeys>,
+        name: Arc<[u8]>,
+        id: String,
+        token: FencingToken,
+        sent_at: Instant,
+        lease: Duration,
+        watched: bool,
+        replication: Option<Acks>,
+    ) -> Arc<Holder> {
+        #[cfg(fencelock_negative_controls)]
+        let sent_at = if engine.broken(Control::LeaseFromReply) {
+            Instant::now()
+        } else {
+            sent_at
+        };
+        Arc::new(Holder {
+            engine,
+            keys,
+            name,
+            id,
+            token,
+            watched,
+            replication,
+            deadline: Mutex::new(sent_at + validity(lease)),
+            lost: AtomicBool::new(false),
+            entries: AtomicUsize::new(0),
+            changed: Notify::new(),
+            runtime: Handle::current(),
+            acquired_at: Instant::now(),
+        })
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        *self.deadline.lock()
+    }
+
+    /// A renewal or extension first sent at `sent_at` succeeded.
+    pub(crate) fn lease_renewed(&self, sent_at: Instant, lease: Duration) {
+        *self.deadline.lock() = sent_at + validity(lease);
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            metrics::lost_lease();
+            tracing::warn!(
+                name: "fencelock.lost",
+                lock = %String::from_utf8_lossy(&self.name),
+                holder = %self.id,
+                token = self.token.get(),
+                reason = reason.as_str(),
+                "lock lost"
+            );
+        }
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Held as far as this process knows: not reported lost, and the lease has not run out.
+    pub(crate) fn is_valid(&self) -> bool {
+        !self.is_lost() && Instant::now() < self.deadline()
+    }
+
+    /// Resolves once the holder is known to have lost the lock, or its lease ran out by this
+    /// process' clock.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the checks, so a change between check and await still wakes us.
+            changed.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            let deadline = self.deadline();
+            if Instant::now() >= deadline {
+                self.mark_lost(LostReason::LeaseExpired);
+                return;
+            }
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(deadline.into()) => {}
+            }
+        }
+    }
+
+    /// A guard of this holder came to life.
+    pub(crate) fn enter(&self) {
+        self.entries.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A guard of this holder is being released or dropped. The last one takes the holder off
+    /// the watch list before its release is even sent.
+    pub(crate) fn exit(&self) {
+        #[cfg(fencelock_negative_controls)]
+        if self.engine.broken(Control::WatchdogIgnoresDrop) {
+            return;
+        }
+        if self.entries.fetch_sub(1, Ordering::AcqRel) == 1 && self.watched {
+            self.engine.watchdog.forget(self);
+        }
+    }
+
+    /// Whether the watchdog should keep this holder's lease alive.
+    pub(crate) fn wants_renewal(&self) -> bool {
+        #[cfg(fencelock_negative_controls)]
+        if self.engine.broken(Control::WatchdogIgnoresDrop) {
+            return !self.is_lost();
+        }
+        self.entries.load(Ordering::Acquire) > 0 && !self.is_lost()
+    }
+}
+
+/// What keeps the watchdog renewing a holder: a live guard, and no lost signal. These rules are
+/// the holder's alone (the watchdog only asks), so they are pinned here where the counts are
+/// visible, against a real server.
+#[cfg(test)]
+mod tests {
+    use fencelock_testing::RedisServer;
+
+    use super::*;
+    use crate::LockClient;
+
+    async fn client(server: &RedisServer) -> LockClient {
+        LockClient::connect(&server.url()).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn dropping_an_inner_re_entry_keeps_the_outer_hold_watched() {
+        let server = RedisServer::start().unwrap();
+        let client = client(&server).await;
+        let outer = client.lock("nested").unwrap().acquire().await.unwrap();
+        let inner = outer.reenter().await.unwrap();
+        let holder = Arc::clone(outer.holder());
+        assert_eq!(holder.entries.load(Ordering::Acquire), 2);
+        assert_eq!(client.engine.watchdog.len(), 1);
+
+        drop(inner);
+        // The outer guard still holds the lock: it must stay on the watch list, or its lease
+        // would run out under it.
+        assert_eq!(holder.entries.load(Ordering::Acquire), 1);
+        assert!(holder.wants_renewal());
+        assert_eq!(client.engine.watchdog.len(), 1);
+
+        outer.release().await.unwrap();
+        assert_eq!(holder.entries.load(Ordering::Acquire), 0);
+        assert!(!holder.wants_renewal(), "no guard left, nothing to renew");
+        assert_eq!(client.engine.watchdog.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_lost_holder_is_not_renewed_even_while_its_guard_lives() {
+        let server = RedisServer::start().unwrap();
+        let client = client(&server).await;
+        let guard = client.lock("lost").unwrap().acquire().await.unwrap();
+        assert!(guard.holder().wants_renewal());
+        assert!(guard.holder().is_valid());
+
+        guard.holder().mark_lost(LostReason::NotHeld);
+        assert!(guard.holder().is_lost());
+        assert!(!guard.holder().is_valid());
+        assert!(
+            !guard.holder().wants_renewal(),
+            "renewing a lock its holder was told it lost keeps a dead lock alive"
+        );
+        // Losing is sticky: a second report changes nothing.
+        guard.holder().mark_lost(LostReason::LeaseExpired);
+        assert!(guard.holder().is_lost());
+    }
+
+    #[tokio::test]
+    async fn an_unwatched_holder_never_joins_the_watch_list() {
+        let server = RedisServer::start().unwrap();
+        let client = client(&server).await;
+        let guard = client
+            .lock("fixed")
+            .unwrap()
+            .with_lease(Duration::from_secs(30))
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        assert!(!guard.holder().watched);
+        assert_eq!(client.engine.watchdog.len(), 0);
+        let inner = guard.reenter().await.unwrap();
+        drop(inner);
+        assert_eq!(client.engine.watchdog.len(), 0);
+        guard.release().await.unwrap();
+    }
+
+    #[test]
+    fn lost_reasons_have_stable_names() {
+        // These names are the `reason` field of the documented `fencelock.lost` event.
+        assert_eq!(LostReason::LeaseExpired.as_str(), "lease_expired");
+        assert_eq!(LostReason::RenewalRefused.as_str(), "renewal_refused");
+        assert_eq!(LostReason::NotHeld.as_str(), "not_held");
+    }
+}

@@ -1,0 +1,172 @@
+//! The engine: the per-client machinery under the public API. One [`Engine`] per connected
+//! client holds its connection, its ids, its waiters ([`wait`]), its watchdog ([`watchdog`])
+//! and its pool for replicated acquisitions; a [`holder::Holder`] is what one acquisition
+//! holds, and a [`pending::PendingOp`] undoes an operation nobody waits for any more. Requests
+//! whose outcome is unknown are re-sent by [`Engine::retrying`], with the one retry policy
+//! (`base::retry`).
+//!
+//! Nothing here is public, and nothing here knows the public types: `LockClient`, `Lock`
+//! and the guards wrap these.
+
+pub(crate) mod holder;
+pub(crate) mod pending;
+pub(crate) mod wait;
+pub(crate) mod watchdog;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use crate::base::config::{ClientConfig, NodeAuth, Target};
+use crate::base::error::{Error, Failure};
+use crate::base::retry::Resends;
+#[cfg(fencelock_negative_controls)]
+use crate::protocol::controls::{self, Control};
+use crate::protocol::FairAttempt;
+use crate::transport::ack_pool::{AckConnections, AckRoute};
+use crate::transport::slot_map::ClusterRoute;
+use crate::transport::{cluster, standalone, Conn, PushListener, SentinelConn};
+use wait::Waiters;
+use watchdog::Watchdog;
+
+/// Everything one client shares between its clones, its locks and its holders.
+pub(crate) struct Engine {
+    pub(crate) conn: Conn,
+    pub(crate) config: ClientConfig,
+    pub(crate) waiters: Arc<Waiters>,
+    pub(crate) watchdog: Watchdog,
+    /// Connections reserved for replicated acquisitions (script + `WAIT`), per node, opened on
+    /// first use.
+    pub(crate) acks: AckConnections,
+    /// A random UUID v4: the first part of every holder and operation id of this client.
+    pub(crate) id: String,
+    next_seq: AtomicU64,
+    /// A deliberately broken protocol variant (test builds only; `None` is the real protocol).
+    #[cfg(fencelock_negative_controls)]
+    pub(crate) control: Option<Control>,
+}
+
+impl Engine {
+    /// Connects to `target` and starts the client's watchdog.
+    pub(crate) async fn connect(
+        target: &Target,
+        config: ClientConfig,
+        node_auth: Option<NodeAuth>,
+        #[cfg(fencelock_negative_controls)] control: Option<Control>,
+    ) -> Result<Arc<Engine>, Error> {
+        let waiters = Arc::new(Waiters::default());
+        let listener: Weak<dyn PushListener> = Arc::downgrade(&waiters) as Weak<dyn PushListener>;
+        if !matches!(target, Target::Standalone(_)) {
+            // The cluster and Sentinel clients take TLS settings from their URLs only; redis-rs
+            // has no per-client root certificates for them.
+            #[cfg(feature = "tls")]
+            if config.tls_root_ca.is_some() {
+                return Err(Error::InvalidConfig {
+                    reason: "tls_root_ca is available for standalone URLs only".into(),
+                });
+            }
+        }
+        let (conn, route) = match target {
+            Target::Standalone(url) => {
+                let (manager, client) = standalone::connect(url, &config, listener).await?;
+                (Conn::Standalone(manager), AckRoute::Standalone(client))
+            }
+            Target::Cluster(nodes) => {
+                let conn = cluster::connect(nodes, &config, listener).await?;
+                // cluster::connect refused an empty list.
+                let route = ClusterRoute::new(conn.clone(), &nodes[0], &config)?;
+                (Conn::Cluster(conn), AckRoute::Cluster(route))
+            }
+            Target::Sentinel { sentinels, master } => {
+                let conn =
+                    SentinelConn::connect(sentinels, master, node_auth, &config, listener).await?;
+                (Conn::Sentinel(conn.clone()), AckRoute::Sentinel(conn))
+            }
+        };
+        let acks = AckConnections::new(route, &config);
+        waiters.set_connection(conn.clone());
+        let engine = Arc::new(Engine {
+            conn,
+            config,
+            waiters,
+            watchdog: Watchdog::default(),
+            acks,
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            next_seq: AtomicU64::new(1),
+            #[cfg(fencelock_negative_controls)]
+            control,
+        });
+        tokio::spawn(watchdog::run(Arc::downgrade(&engine)));
+        Ok(engine)
+    }
+
+    /// A fresh id for a holder or an operation: unique across clients (random client id) and
+    /// within this one (sequence number).
+    pub(crate) fn next_id(&self) -> String {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{seq}", self.id)
+    }
+
+    /// The client's connection (a cheap clone of a multiplexed handle).
+    pub(crate) fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
+    /// The fair-mode part of an acquire attempt, `None` in the default mode.
+    pub(crate) fn fair_attempt(&self, enqueue: bool) -> Option<FairAttempt<'_>> {
+        self.config.fair_grace.map(|grace| FairAttempt {
+            client: &self.id,
+            enqueue,
+            queue_slack: grace * 2 + crate::base::config::FAIR_QUEUE_SLACK,
+        })
+    }
+
+    /// Runs one protocol call with this client's negative control in scope (test builds);
+    /// otherwise this is the call itself.
+    pub(crate) async fn controlled<T>(&self, call: impl Future<Output = T>) -> T {
+        #[cfg(fencelock_negative_controls)]
+        if let Some(control) = self.control {
+            return controls::scoped(control, call).await;
+        }
+        call.await
+    }
+
+    /// Whether this client runs `control` (test builds).
+    #[cfg(fencelock_negative_controls)]
+    pub(crate) fn broken(&self, control: Control) -> bool {
+        self.control == Some(control)
+    }
+
+    /// Runs one idempotent operation, re-sending it while its outcome is unknown (timeout,
+    /// dropped connection, server loading, a primary that moved) and the retry window is open.
+    /// Every caller passes the same operation id on each attempt, so the server applies it at
+    /// most once.
+    pub(crate) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let mut resends = Resends::new(self.config.retry_window);
+        loop {
+            // Not through `controlled`: an async fn keeps its argument and the future it
+            // awaits side by side, which would double this (hot, large) future.
+            let call = attempt(self.conn());
+            #[cfg(fencelock_negative_controls)]
+            let outcome = match self.control {
+                Some(control) => controls::scoped(control, call).await,
+                None => call.await,
+            };
+            #[cfg(not(fencelock_negative_controls))]
+            let outcome = call.await;
+            let err = match outcome {
+                Err(err) if err.failure().is_some_and(Failure::is_transient) => err,
+                outcome => return outcome,
+            };
+            let Some(pause) = resends.next_pause() else {
+                return Err(err);
+            };
+            tracing::debug!(error = %err, "retrying lock operation with the same id");
+            tokio::time::sleep(pause).await;
+        }
+    }
+}

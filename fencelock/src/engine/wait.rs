@@ -1,0 +1,679 @@
+//! Waiting for a lock without polling: per-lock FIFO queues of local waiters, woken by the
+//! release messages that `release.lua` publishes.
+//!
+//! Only the head of a lock's queue ever goes to Redis. A release message wakes the head alone;
+//! when it wins, the next waiter becomes head and waits for the next release (it does not go to
+//! Redis just to learn the lock is taken). When a message is lost, the head's timer, set to the
+//! holder's remaining lease, wakes it anyway: a lost message costs at most one lease, never a
+//! hang.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::base::error::Error;
+use crate::protocol::{self, LockKeys};
+use crate::transport::{Conn, PushListener};
+
+/// How long a head waits when the holder's lease is unknown (a key without expiry, which only
+/// an operator can create) before it asks Redis again.
+const UNKNOWN_LEASE_RECHECK: Duration = Duration::from_secs(1);
+
+/// Upper bound of the random delay before a waiter retries after its lease timer fired or the
+/// connection was re-established. Those wake-ups hit every process at once (the lease ends for
+/// all of them at the same moment; a restarted server drops every client together), so they
+/// are spread out. A release message is not delayed: it wakes one waiter per process, which is
+/// a handful of script calls, and every microsecond of delay is handoff latency.
+const HERD_JITTER: Duration = Duration::from_millis(20);
+
+const SIGNAL_NONE: u8 = 0;
+/// The lock may be free: go to Redis.
+const SIGNAL_RELEASED: u8 = 1;
+/// The connection was re-established and messages may have been lost: go to Redis, jittered.
+const SIGNAL_RECONNECTED: u8 = 2;
+
+/// The local waiters of one client, by lock channel.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    queues: Mutex<HashMap<Vec<u8>, Queue>>,
+    /// Channels this client is subscribed to. The async lock also serialises SUBSCRIBE and
+    /// UNSUBSCRIBE, so the last decision sent to the server is the one made last.
+    subscribed: tokio::sync::Mutex<HashSet<Vec<u8>>>,
+    /// The client's connection, set right after it is made (the connection's push handler
+    /// needs the `Waiters` first, so this cannot be a constructor argument).
+    conn: OnceLock<Conn>,
+    next_slot: AtomicU64,
+}
+
+#[derive(Default)]
+struct Queue {
+    slots: VecDeque<Arc<Slot>>,
+    /// When the current holder's lease ends, as last observed; the head's fallback timer.
+    lease_end: Option<Instant>,
+}
+
+struct Slot {
+    id: u64,
+    signal: AtomicU8,
+    notify: Notify,
+}
+
+impl Slot {
+    fn wake(&self, signal: u8) {
+        self.signal.store(signal, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+/// A uniformly random delay in `[0, HERD_JITTER)`.
+fn herd_jitter() -> Duration {
+    let random = uuid::Uuid::new_v4().as_u128();
+    let micros = (random % HERD_JITTER.as_micros()) as u64;
+    Duration::from_micros(micros)
+}
+
+/// What a fair-handoff waiter's client must undo in Redis when its last waiter for a lock
+/// leaves without the lock: its queue entry, and a reservation made for it
+/// (`leave_fair.lua`).
+pub(crate) struct FairExit {
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) client: String,
+    pub(crate) grace: Duration,
+}
+
+/// Takes a fair-handoff client off a lock's Redis queue if dropped before [`settled`]: held
+/// over an acquisition's first attempt, which queues the client in Redis when the lock is
+/// held, before the acquirer has a place in the local queue (whose last leaver normally does
+/// it). Without it, a deadline that passes at the first attempt, or a future dropped during
+/// it, left an entry that cost the next handoff one grace. `None` inside for default clients.
+///
+/// [`settled`]: FirstAttempt::settled
+pub(crate) struct FirstAttempt(Option<Box<(Arc<Waiters>, FairExit)>>);
+
+impl FirstAttempt {
+    pub(crate) fn new(waiters: &Arc<Waiters>, fair: Option<FairExit>) -> Self {
+        FirstAttempt(fair.map(|fair| Box::new((waiters.clone(), fair))))
+    }
+
+    /// The acquisition won (its script left the queue) or has its place in the local queue.
+    pub(crate) fn settled(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for FirstAttempt {
+    fn drop(&mut self) {
+        if let Some(armed) = self.0.take() {
+            let (waiters, fair) = *armed;
+            // Checks for other waiters of this client itself, right before it sends.
+            waiters.leave_fair_queue(fair);
+        }
+    }
+}
+
+/// What ended a wait.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The lock may be free (release message, lease ran out, reconnect): try to acquire.
+    Try,
+    /// The caller's deadline passed.
+    Deadline,
+}
+
+impl Waiters {
+    /// Is anyone of this client already waiting for `channel`? A newcomer then queues behind
+    /// them instead of barging to Redis.
+    pub(crate) fn has_waiters(&self, channel: &[u8]) -> bool {
+        self.queues
+            .lock()
+            .get(channel)
+            .is_some_and(|q| !q.slots.is_empty())
+    }
+
+    /// Hands the waiters the client's connection, once, right after it is made.
+    pub(crate) fn set_connection(&self, conn: Conn) {
+        let _ = self.conn.set(conn);
+    }
+
+    fn connection(&self) -> Result<Conn, Error> {
+        self.conn
+            .get()
+            .cloned()
+            .ok_or_else(|| Error::Protocol("waiters used before the client connected".into()))
+    }
+
+    /// Joins the queue of `channel`, subscribing to its release messages first if this client
+    /// is not yet. The returned entry leaves the queue when dropped.
+    pub(crate) async fn enter(
+        self: &Arc<Self>,
+        channel: &[u8],
+        fair: Option<FairExit>,
+    ) -> Result<WaitEntry, Error> {
+        let slot = Arc::new(Slot {
+            id: self.next_slot.fetch_add(1, Ordering::Relaxed),
+            signal: AtomicU8::new(SIGNAL_NONE),
+            notify: Notify::new(),
+        });
+        let is_head = {
+            let mut queues = self.queues.lock();
+            let queue = queues.entry(channel.to_vec()).or_default();
+            queue.slots.push_back(slot.clone());
+            queue.slots.len() == 1
+        };
+        // From here on the entry owns the slot, so an error or a cancellation below still
+        // removes it from the queue.
+        let entry = WaitEntry {
+            waiters: self.clone(),
+            channel: channel.to_vec(),
+            slot,
+            acquired_lease: None,
+            fair,
+        };
+        {
+            let mut subscribed = self.subscribed.lock().await;
+            if !subscribed.contains(channel) {
+                self.connection()?.subscribe(channel).await?;
+                subscribed.insert(channel.to_vec());
+            }
+        }
+        if is_head {
+            // The first waiter asks Redis once more now that it is subscribed: a release that
+            // happened before the subscription was not seen.
+            entry.slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
+        }
+        Ok(entry)
+    }
+
+    /// A release message for `channel`: wake the head of its queue.
+    pub(crate) fn on_release(&self, channel: &[u8]) {
+        let queues = self.queues.lock();
+        if let Some(head) = queues.get(channel).and_then(|q| q.slots.front()) {
+            head.wake(SIGNAL_RELEASED);
+        }
+    }
+
+    /// Subscribes again to every channel with waiters, on a connection that replaced the old
+    /// one (a Sentinel failover) and so has no subscriptions yet.
+    pub(crate) async fn resubscribe_all(&self) {
+        let subscribed = self.subscribed.lock().await;
+        let Ok(mut conn) = self.connection() else {
+            return;
+        };
+        for channel in subscribed.iter() {
+            if let Err(err) = conn.subscribe(channel).await {
+                // The head's lease timer stands in for the messages of this channel.
+                tracing::debug!(error = %err, "re-subscribing after a failover failed");
+            }
+        }
+    }
+
+    /// The connection dropped: messages may have been lost, so every head asks Redis again.
+    pub(crate) fn on_reconnect(&self) {
+        for queue in self.queues.lock().values() {
+            if let Some(head) = queue.slots.front() {
+                head.wake(SIGNAL_RECONNECTED);
+            }
+        }
+    }
+
+    /// The server dropped our subscription to `channel` by itself: on a cluster, the channel's
+    /// slot moved to another node (resharding, failover). If anyone still waits there, subscribe
+    /// again (redis-rs routes it to the slot's new owner) and only then send the head to Redis,
+    /// so a release between the move and the new subscription is not missed. The confirmation
+    /// of our own unsubscribe arrives here too; it finds no waiters and does nothing.
+    pub(crate) fn on_lost_subscription(self: &Arc<Self>, channel: &[u8]) {
+        if !self.has_waiters(channel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let waiters = self.clone();
+        let channel = channel.to_vec();
+        runtime.spawn(async move {
+            {
+                let mut subscribed = waiters.subscribed.lock().await;
+                if !waiters.has_waiters(&channel) {
+                    return;
+                }
+                let resubscribed = match waiters.connection() {
+                    Ok(mut conn) => conn.subscribe(&channel).await.map_err(Error::from),
+                    Err(err) => Err(err),
+                };
+                match resubscribed {
+                    Ok(()) => {
+                        subscribed.insert(channel.clone());
+                    }
+                    Err(err) => {
+                        // The next waiter to enter subscribes again; until then the head's lease
+                        // timer stands in for the lost messages.
+                        tracing::debug!(error = %err, "re-subscribing a moved channel failed");
+                        subscribed.remove(&channel);
+                    }
+                }
+            }
+            let queues = waiters.queues.lock();
+            if let Some(head) = queues.get(&channel).and_then(|q| q.slots.front()) {
+                head.wake(SIGNAL_RECONNECTED);
+            }
+        });
+    }
+
+    fn leave(
+        self: &Arc<Self>,
+        channel: &[u8],
+        slot: &Slot,
+        acquired_lease: Option<Duration>,
+        fair: Option<FairExit>,
+    ) {
+        let mut queues = self.queues.lock();
+        let Some(queue) = queues.get_mut(channel) else {
+            return;
+        };
+        let was_head = queue.slots.front().is_some_and(|s| s.id == slot.id);
+        queue.slots.retain(|s| s.id != slot.id);
+        if let Some(lease) = acquired_lease {
+            queue.lease_end = Some(Instant::now() + lease);
+        }
+        let unclaimed_wake = slot.signal.load(Ordering::Acquire);
+        match queue.slots.front() {
+            // A head that leaves with a wake it did not use (cancelled, timed out) hands it on,
+            // or that release would be lost for everyone behind it.
+            Some(next) if was_head && unclaimed_wake != SIGNAL_NONE && acquired_lease.is_none() => {
+                next.wake(unclaimed_wake);
+            }
+            // A new head re-arms its timer from the queue's lease estimate.
+            Some(next) if was_head => next.notify.notify_one(),
+            Some(_) => {}
+            None => {
+                queues.remove(channel);
+                drop(queues);
+                if let (None, Some(fair)) = (acquired_lease, fair) {
+                    // Decided under the queue lock: no other waiter of this client is left.
+                    self.leave_fair_queue(fair);
+                }
+                self.unsubscribe_later(channel.to_vec());
+            }
+        }
+    }
+
+    /// The client's last waiter for a fair lock gave up: take the client off the lock's
+    /// queue and pass on a reservation made for it, in the background. Best effort: if it
+    /// fails, the entry or reservation costs the others one grace.
+    fn leave_fair_queue(self: &Arc<Self>, fair: FairExit) {
+        let (Ok(runtime), Ok(conn)) = (tokio::runtime::Handle::try_current(), self.connection())
+        else {
+            return;
+        };
+        let waiters = self.clone();
+        runtime.spawn(async move {
+            // A waiter that joined since then keeps the entry (and would claim a reservation).
+            // Checked right before the send: its own attempts go out on the same connection
+            // after this script, so they queue the client again after the removal.
+            if waiters.has_waiters(&fair.keys.lock) {
+                return;
+            }
+            let mut conn = conn;
+            let pubsub = conn.pubsub();
+            let reply =
+                protocol::leave_fair(&mut conn, &fair.keys, &fair.client, fair.grace, pubsub).await;
+            tracing::debug!(?reply, "left the fair-handoff queue");
+        });
+    }
+
+    fn unsubscribe_later(self: &Arc<Self>, channel: Vec<u8>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let waiters = self.clone();
+        runtime.spawn(async move {
+            let mut subscribed = waiters.subscribed.lock().await;
+            // Decided under the subscription lock, so a waiter that arrived meanwhile (and saw
+            // the channel still subscribed) keeps its subscription.
+            if waiters.has_waiters(&channel) || !subscribed.contains(&channel) {
+                return;
+            }
+            subscribed.remove(&channel);
+            if let Ok(mut conn) = waiters.connection() {
+                // Still under the subscription lock: a SUBSCRIBE for the same channel cannot
+                // overtake this UNSUBSCRIBE on the wire. A failure only leaves an idle
+                // subscription behind, whose messages find no queue.
+                if let Err(err) = conn.unsubscribe(&channel).await {
+                    tracing::debug!(error = %err, "unsubscribe failed");
+                }
+            }
+        });
+    }
+}
+
+/// What the client's connection is told without asking, routed to the queues.
+impl PushListener for Waiters {
+    fn on_message(&self, channel: &[u8]) {
+        self.on_release(channel);
+    }
+
+    fn on_disconnect(&self) {
+        self.on_reconnect();
+    }
+
+    fn on_subscription_lost(self: Arc<Self>, channel: &[u8]) {
+        self.on_lost_subscription(channel);
+    }
+
+    fn on_new_primary(self: Arc<Self>) {
+        // Spawned: the request that noticed the failover may be dropped by its caller, but the
+        // waiters of every lock still need their channels on the new connection.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            self.resubscribe_all().await;
+            self.on_reconnect();
+        });
+    }
+}
+
+/// One waiter's place in a lock's queue. Dropping it leaves the queue.
+pub(crate) struct WaitEntry {
+    waiters: Arc<Waiters>,
+    channel: Vec<u8>,
+    slot: Arc<Slot>,
+    acquired_lease: Option<Duration>,
+    fair: Option<FairExit>,
+}
+
+impl WaitEntry {
+    /// Records what Redis said about the holder's lease, for the head's fallback timer.
+    pub(crate) fn observed_lease(&self, remaining: Option<Duration>) {
+        let mut queues = self.waiters.queues.lock();
+        if let Some(queue) = queues.get_mut(&self.channel) {
+            queue.lease_end = Some(Instant::now() + remaining.unwrap_or(UNKNOWN_LEASE_RECHECK));
+        }
+    }
+
+    /// The waiter won the lock; when it leaves, the next waiter waits for this lease.
+    pub(crate) fn acquired(mut self, lease: Duration) {
+        self.acquired_lease = Some(lease);
+    }
+
+    /// This waiter was woken and went to Redis, but leaves without the lock although the lock
+    /// may be free (a multi-lock whose other member was busy): the wake-up is handed on to the
+    /// next waiter when the entry leaves, as a cancelled head's is, or that waiter would sleep
+    /// until its lease timer.
+    pub(crate) fn hand_on(&self) {
+        self.slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
+    }
+
+    /// Waits until this waiter should try Redis, or until `deadline`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a wake-up that arrives while the future is dropped stays in the slot and
+    /// is handed on when the entry leaves the queue.
+    pub(crate) async fn wait(&self, deadline: Option<Instant>) -> Wake {
+        loop {
+            match self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel) {
+                SIGNAL_RELEASED => return Wake::Try,
+                SIGNAL_RECONNECTED => return self.jittered(deadline).await,
+                _ => {}
+            }
+            let timer = {
+                let queues = self.waiters.queues.lock();
+                queues.get(&self.channel).and_then(|q| {
+                    let is_head = q.slots.front().is_some_and(|s| s.id == self.slot.id);
+                    is_head.then(|| {
+                        q.lease_end
+                            .unwrap_or_else(|| Instant::now() + UNKNOWN_LEASE_RECHECK)
+                    })
+                })
+            };
+            let wake_at = match (timer, deadline) {
+                (Some(t), Some(d)) => Some(t.min(d)),
+                (t, d) => t.or(d),
+            };
+            let notified = self.slot.notify.notified();
+            match wake_at {
+                None => notified.await,
+                Some(at) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(at.into()) => {
+                            if deadline.is_some_and(|d| Instant::now() >= d) {
+                                return Wake::Deadline;
+                            }
+                            if timer.is_some_and(|t| Instant::now() >= t) {
+                                return self.jittered(deadline).await;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl WaitEntry {
+    /// Waits a random moment before trying, but never past the deadline.
+    async fn jittered(&self, deadline: Option<Instant>) -> Wake {
+        let at = Instant::now() + herd_jitter();
+        match deadline {
+            Some(d) if d <= at => {
+                tokio::time::sleep_until(d.into()).await;
+                Wake::Deadline
+            }
+            _ => {
+                tokio::time::sleep_until(at.into()).await;
+                Wake::Try
+            }
+        }
+    }
+}
+
+impl Drop for WaitEntry {
+    fn drop(&mut self) {
+        self.waiters.leave(
+            &self.channel,
+            &self.slot,
+            self.acquired_lease,
+            self.fair.take(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The queue's hand-offs, without Redis: the channels are marked subscribed up front, so
+    //! `enter` never needs a connection. Every timing assertion below compares two timers set
+    //! seconds apart (a deadline against a lease), or is a lower bound a timer guarantees; none
+    //! depends on how fast the machine is.
+    use super::*;
+
+    const CHANNEL: &[u8] = b"fencelock:{0}lock:test";
+    /// Far beyond every deadline used here: a head that wakes before a deadline did not wake
+    /// for this lease.
+    const LONG_LEASE: Duration = Duration::from_secs(30);
+
+    fn subscribed_to(channels: &[&[u8]]) -> Arc<Waiters> {
+        let waiters = Arc::new(Waiters::default());
+        let mut subscribed = waiters.subscribed.try_lock().unwrap();
+        subscribed.extend(channels.iter().map(|c| c.to_vec()));
+        drop(subscribed);
+        waiters
+    }
+
+    fn in_secs(secs: f64) -> Option<Instant> {
+        Some(Instant::now() + Duration::from_secs_f64(secs))
+    }
+
+    /// A head whose first look at Redis is behind it (the wake-up `enter` gives a first waiter).
+    async fn head(waiters: &Arc<Waiters>, channel: &[u8]) -> WaitEntry {
+        let head = waiters.enter(channel, None).await.unwrap();
+        assert_eq!(head.wait(None).await, Wake::Try, "a first waiter asks once");
+        head
+    }
+
+    async fn is_subscribed(waiters: &Arc<Waiters>, channel: &[u8]) -> bool {
+        // Let the spawned unsubscribe decision run first.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waiters.subscribed.lock().await.contains(channel)
+    }
+
+    #[tokio::test]
+    async fn only_the_first_waiter_asks_redis_on_entering() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let _first = head(&waiters, CHANNEL).await;
+        let second = waiters.enter(CHANNEL, None).await.unwrap();
+        assert_eq!(second.wait(in_secs(0.3)).await, Wake::Deadline);
+    }
+
+    #[tokio::test]
+    async fn a_head_that_leaves_with_an_unused_wake_hands_it_on() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let first = head(&waiters, CHANNEL).await;
+        let second = waiters.enter(CHANNEL, None).await.unwrap();
+        first.observed_lease(Some(LONG_LEASE));
+        waiters.on_release(CHANNEL);
+        drop(first); // cancelled before it used the wake
+        assert_eq!(second.wait(in_secs(2.0)).await, Wake::Try);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_tried_and_gave_up_hands_its_wake_on() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let first = head(&waiters, CHANNEL).await;
+        let second = waiters.enter(CHANNEL, None).await.unwrap();
+        first.observed_lease(Some(LONG_LEASE));
+        first.hand_on(); // a multi-lock whose other member was busy
+        drop(first);
+        assert_eq!(second.wait(in_secs(1.5)).await, Wake::Try);
+    }
+
+    #[tokio::test]
+    async fn a_winner_holds_the_next_waiter_for_its_lease() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let first = head(&waiters, CHANNEL).await;
+        let second = waiters.enter(CHANNEL, None).await.unwrap();
+        // A release message that arrived while the head was in Redis winning the lock: the
+        // lock is the head's now, so the wake must not pass to the next waiter.
+        waiters.on_release(CHANNEL);
+        first.acquired(LONG_LEASE);
+        assert_eq!(second.wait(in_secs(1.5)).await, Wake::Deadline);
+    }
+
+    #[tokio::test]
+    async fn a_new_head_rearms_its_timer_from_the_winners_lease() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let first = head(&waiters, CHANNEL).await;
+        let second = waiters.enter(CHANNEL, None).await.unwrap();
+        // Not the head and no deadline: parked with no timer at all.
+        let parked = tokio::spawn(async move {
+            let wake = second.wait(None).await;
+            (wake, second)
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!parked.is_finished());
+        first.acquired(Duration::from_millis(50));
+        let woken = tokio::time::timeout(Duration::from_secs(20), parked).await;
+        let (wake, _second) = woken.expect("the new head never woke").unwrap();
+        assert_eq!(wake, Wake::Try);
+    }
+
+    #[tokio::test]
+    async fn a_head_without_a_known_lease_asks_again_after_a_second() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let head = head(&waiters, CHANNEL).await;
+        assert_eq!(head.wait(in_secs(0.5)).await, Wake::Deadline);
+        assert_eq!(head.wait(in_secs(10.0)).await, Wake::Try);
+    }
+
+    #[tokio::test]
+    async fn a_head_sleeps_for_the_observed_lease() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let head = head(&waiters, CHANNEL).await;
+        head.observed_lease(Some(Duration::from_secs(3)));
+        assert_eq!(head.wait(in_secs(1.5)).await, Wake::Deadline);
+        head.observed_lease(Some(Duration::from_millis(10)));
+        assert_eq!(head.wait(in_secs(10.0)).await, Wake::Try);
+    }
+
+    #[tokio::test]
+    async fn a_reconnect_sends_every_head_to_redis_spread_over_the_jitter() {
+        let channels: Vec<Vec<u8>> = (0..32).map(|i| format!("lock:{i}").into_bytes()).collect();
+        let names: Vec<&[u8]> = channels.iter().map(Vec::as_slice).collect();
+        let waiters = subscribed_to(&names);
+        let mut heads = Vec::new();
+        for channel in &names {
+            let head = head(&waiters, channel).await;
+            head.observed_lease(Some(LONG_LEASE));
+            heads.push(head);
+        }
+        let started = Instant::now();
+        waiters.on_reconnect();
+        let mut waits = tokio::task::JoinSet::new();
+        for head in heads {
+            waits.spawn(async move { (head.wait(in_secs(5.0)).await, started.elapsed()) });
+        }
+        let mut waited = Vec::new();
+        while let Some(done) = waits.join_next().await {
+            let (wake, after) = done.unwrap();
+            assert_eq!(wake, Wake::Try);
+            waited.push(after);
+        }
+        // Each head sleeps its own draw in [0, 20 ms) and a sleep never ends early, so the
+        // longest wait is at least the largest draw; 32 draws all below 5 ms have odds of 4^-32.
+        let longest = waited.iter().max().unwrap();
+        assert!(*longest >= HERD_JITTER / 4, "no jitter: {waited:?}");
+    }
+
+    #[tokio::test]
+    async fn a_deadline_inside_the_jitter_ends_the_wait() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let head = head(&waiters, CHANNEL).await;
+        waiters.on_reconnect();
+        assert_eq!(head.wait(Some(Instant::now())).await, Wake::Deadline);
+    }
+
+    #[tokio::test]
+    async fn a_moved_channel_with_waiters_sends_its_head_to_redis() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let head = head(&waiters, CHANNEL).await;
+        head.observed_lease(Some(LONG_LEASE));
+        waiters.on_lost_subscription(CHANNEL);
+        assert_eq!(head.wait(in_secs(3.0)).await, Wake::Try);
+        // Re-subscribing failed (no connection here), so the channel is no longer counted as
+        // subscribed and the next waiter to enter subscribes again.
+        assert!(!is_subscribed(&waiters, CHANNEL).await);
+    }
+
+    #[tokio::test]
+    async fn the_last_waiter_to_leave_unsubscribes_unless_a_newcomer_arrived() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let first = waiters.enter(CHANNEL, None).await.unwrap();
+        drop(first);
+        // The newcomer enters before the unsubscribe decision runs, and relies on the
+        // subscription it found.
+        let newcomer = waiters.enter(CHANNEL, None).await.unwrap();
+        assert!(is_subscribed(&waiters, CHANNEL).await);
+        drop(newcomer);
+        assert!(!is_subscribed(&waiters, CHANNEL).await);
+    }
+
+    /// Timer and reconnect wake-ups of many processes land together; the jitter must spread
+    /// them over its whole window, never beyond it.
+    #[test]
+    fn herd_jitter_spreads_retries_over_its_window() {
+        let draws: Vec<Duration> = (0..200).map(|_| herd_jitter()).collect();
+        assert!(draws.iter().all(|d| *d < HERD_JITTER), "{draws:?}");
+        let distinct: HashSet<Duration> = draws.iter().copied().collect();
+        assert!(
+            distinct.len() > 100,
+            "only {} distinct delays",
+            distinct.len()
+        );
+        assert!(draws.iter().any(|d| *d < HERD_JITTER / 4));
+        assert!(draws.iter().any(|d| *d >= HERD_JITTER * 3 / 4));
+    }
+}

@@ -1,0 +1,67 @@
+//! What fencelock reports: tracing spans and events, and metrics. This module holds no code;
+//! the names and fields below are a stable interface (renaming one is a breaking change).
+//!
+//! # Tracing
+//!
+//! fencelock emits through the [`tracing`](https://docs.rs/tracing) facade, so any subscriber
+//! sees it (`tracing-subscriber`'s `fmt`, OpenTelemetry...). Targets are the crate's module
+//! paths, all under `fencelock` (`RUST_LOG=fencelock=debug` enables everything). Events carry
+//! the name in the table (`Metadata::name`), so a layer can match on it.
+//!
+//! The `fencelock.acquire` span is created as a child of the caller's current span: a trace id
+//! (or any field) on the request's span follows the request into the lock, and the
+//! acquisition's event sits under both.
+//!
+//! ```no_run
+//! # async fn demo(lock: fencelock::Lock) -> Result<(), fencelock::Error> {
+//! use tracing::Instrument;
+//!
+//! let request = tracing::info_span!("http_request", trace_id = "4bf92f3577b34da6");
+//! let guard = lock.acquire().instrument(request).await?; // fencelock.acquire is its child
+//! # guard.release().await }
+//! ```
+//!
+//! | name | kind, level | when | fields |
+//! | --- | --- | --- | --- |
+//! | `fencelock.acquire` | span, DEBUG | around each `acquire`, `acquire_timeout`, `try_acquire` call | `lock` (name, lossy UTF-8), `method` (`acquire` / `acquire_timeout` / `try_acquire`) |
+//! | `fencelock.acquire` | event, DEBUG (WARN for `error`) | when that call returns, inside the span | `outcome` (`acquired` / `busy` / `timeout` / `error`), `waited_us` (time in the call, µs), `contended` (the call found the lock held and queued for it), `token` and `holder` (when acquired), `error` (when `error`) |
+//! | `fencelock.release` | event, DEBUG (WARN unless released) | when a guard's release ends: `release()`, or the background release of a dropped guard | `lock`, `holder`, `token`, `method` (`release` / `drop` / `set`: released with its multi-lock set), `outcome` (`released`: the lock is free / `exited`: an inner re-entry left, the holder still holds it / `not_held`: it was no longer this holder's / `error`: Redis could not be reached, the lease will free it), `held_us` (since the holder acquired the lock, µs), `remaining` (entries left, when released or exited), `error` |
+//! | `fencelock.renew` | event, DEBUG (WARN for `error`) | after each watchdog renewal script call (one per batch of up to `renew_batch` locks) | `locks` (in the batch), `outcome` (`ok` / `error`), `renewed` and `lost` (when `ok`: leases extended, locks found gone or taken over), `error` |
+//! | `fencelock.lost` | event, WARN | once per holder, when it learns it lost the lock | `lock`, `holder`, `token`, `reason` (`renewal_refused`: a renewal found it gone or taken over / `lease_expired`: the lease ran out by this process' clock without a successful renewal / `not_held`: a re-entry, extension or release was refused) |
+//! | `fencelock.stale_write` | event, WARN | a [`FencedResource`](crate::FencedResource) write was refused for a stale token | `resource` (name), `presented` (the refused token), `latest` (the resource's high-water mark) |
+//! | `fencelock.eviction_risk` | event, WARN | once per `connect`, when the server's `maxmemory-policy` can evict lock data | `message` (the policy, what it can evict, the fix) |
+//! | `fencelock.eviction_check_failed` | event, DEBUG | once per `connect`, when `CONFIG GET maxmemory-policy` is refused (ACL, renamed command) | `error` |
+//!
+//! Tokens are integers; holder ids are `<client id>:<sequence>` ([`LockClient::id`](crate::LockClient::id)).
+//! Other DEBUG events (retries of an operation with the same id, undoing an abandoned
+//! operation) are diagnostics without a stable name.
+//!
+//! # Metrics
+//!
+//! With the cargo feature `metrics`, fencelock records through the
+//! [`metrics`](https://docs.rs/metrics) facade (0.24) into whatever recorder the application
+//! installed (Prometheus exporter, StatsD...). Without the feature nothing is recorded and the
+//! crate does not depend on `metrics`.
+//!
+//! | metric | type | labels | counts |
+//! | --- | --- | --- | --- |
+//! | `fencelock_acquisitions_total` | counter | `outcome` = `acquired` / `busy` / `timeout` / `error` | acquire calls (`acquire`, `acquire_timeout`, `try_acquire`), by how they ended |
+//! | `fencelock_contended_total` | counter | | acquire calls that found the lock held and had to wait |
+//! | `fencelock_wait_seconds` | histogram | | time spent in each acquire call, whatever its outcome |
+//! | `fencelock_hold_seconds` | histogram | | from acquisition to the release that freed the lock (one sample per holder that released; lost locks have none) |
+//! | `fencelock_renewals_total` | counter | | leases the watchdog renewed |
+//! | `fencelock_renewal_calls_total` | counter | | renewal script calls (each renews up to `renew_batch` locks); equals [`LockClient::renewal_calls`](crate::LockClient::renewal_calls) summed over clients |
+//! | `fencelock_lost_leases_total` | counter | | holders that learnt they lost their lock (the `fencelock.lost` event) |
+//! | `fencelock_stale_writes_rejected_total` | counter | | fenced writes refused for a stale token (claiming reads that are refused are not counted) |
+//! | `fencelock_releases_total` | counter | `outcome` = `released` / `exited` / `not_held` / `error` | releases, explicit and of dropped guards, by outcome (as the `fencelock.release` event) |
+//!
+//! Three gauges are read from the client rather than recorded, for an exporter to poll:
+//! [`LockClient::watched_locks`](crate::LockClient::watched_locks) (holds the watchdog keeps
+//! alive), [`LockClient::renewal_calls`](crate::LockClient::renewal_calls) (the watchdog's load
+//! on Redis) and [`LockClient::replica_ack_connections`](crate::LockClient::replica_ack_connections)
+//! (connections opened for replica acknowledgement).
+//!
+//! No metric is labelled by lock name, on purpose: names are data of unbounded variety (a
+//! lock per account or order), and every distinct label value is one more time series kept
+//! forever by the recorder and the monitoring system. Per-lock detail is in the events above,
+//! which carry the name; aggregate the metrics per client or per service instead.

@@ -1,0 +1,245 @@
+//! Negative controls: deliberately broken variants of the protocol, for proving that the
+//! property tests can fail.
+//!
+//! **Test builds only.** This module exists only when the crate is compiled with
+//! `--cfg fencelock_negative_controls` (the workspace's `.cargo/config.toml` sets it for the
+//! project's own builds; a dependent crate never gets it, and no cargo feature turns it on).
+//! Even then nothing changes unless a client is built with
+//! [`LockClientBuilder::negative_control`](crate::LockClientBuilder::negative_control): the
+//! broken variant is chosen per client, at run time, so tests of one binary running in
+//! parallel cannot affect each other, and a client without a control runs exactly the
+//! production scripts and code paths.
+//!
+//! A Lua control is derived from the real script text at load time by one exact textual
+//! substitution. If the pattern is no longer in the script (the script changed), loading the
+//! control panics: a control can never silently become the correct protocol.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+
+use super::scripts::{self, Scripts};
+
+/// One deliberately broken variant of the protocol. Each names what it breaks; the property
+/// that catches it is listed in DESIGN.md §10 and asserted by `tests/controls.rs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Control {
+    /// `acquire.lua` grants the lock even when another holder has it.
+    AcquireIgnoresHolder,
+    /// `acquire.lua` issues the previous token again instead of a new one.
+    AcquireReusesToken,
+    /// `reenter.lua` bumps the lock's token on every re-entry.
+    ReentryBumpsToken,
+    /// `release.lua` takes a non-holder's release for the last entry: it frees the lock,
+    /// whoever holds it.
+    ReleaseWithoutOwnerCheck,
+    /// `release.lua` frees the lock without publishing on its channel.
+    ReleaseDoesNotPublish,
+    /// `release.lua` and `reenter.lua` ignore their operation record, so a re-sent request
+    /// applies twice.
+    RetriesApplyTwice,
+    /// `extend.lua` extends for a holder that does not hold the lock.
+    ExtendWithoutOwnerCheck,
+    /// `renew.lua` renews every lock key (and reports it renewed), whoever holds it.
+    RenewWithoutOwnerCheck,
+    /// `fenced_write.lua` accepts only tokens strictly above the mark (`>` for `>=`).
+    FenceStrictlyGreater,
+    /// `fenced_write.lua` accepts every token.
+    FenceNoCheck,
+    /// An acquire or re-entry whose caller gave up is never undone (no compensating cancel).
+    CancelMissingOnDrop,
+    /// The watchdog keeps renewing a holder whose guards are all gone.
+    WatchdogIgnoresDrop,
+    /// The holder's lease is measured from the reply instead of from the send.
+    LeaseFromReply,
+    /// `acquire_fair.lua` (fair handoff) claims a reservation without deleting it: the held
+    /// lock keeps `~reserved`, so another waiter of the same client claims it again, over the
+    /// holder.
+    ClaimKeepsReservation,
+}
+
+impl Control {
+    /// Every control.
+    pub const ALL: [Control; 14] = [
+        Control::AcquireIgnoresHolder,
+        Control::AcquireReusesToken,
+        Control::ReentryBumpsToken,
+        Control::ReleaseWithoutOwnerCheck,
+        Control::ReleaseDoesNotPublish,
+        Control::RetriesApplyTwice,
+        Control::ExtendWithoutOwnerCheck,
+        Control::RenewWithoutOwnerCheck,
+        Control::FenceStrictlyGreater,
+        Control::FenceNoCheck,
+        Control::CancelMissingOnDrop,
+        Control::WatchdogIgnoresDrop,
+        Control::LeaseFromReply,
+        Control::ClaimKeepsReservation,
+    ];
+
+    /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
+    /// scripts; empty for controls that break Rust code instead.
+    fn substitutions(self) -> &'static [(&'static str, &'static str, &'static str)] {
+        match self {
+            Control::AcquireIgnoresHolder => &[(
+                "acquire",
+                "if kind == 'hash' then\n  return {0, redis.call('PTTL', KEYS[1])}",
+                "if kind == 'hash' then\n  redis.call('DEL', KEYS[1])",
+            )],
+            Control::AcquireReusesToken => &[(
+                "acquire",
+                "local token = math.max(last + 1, floor)",
+                "local token = (last > 0) and last or floor",
+            )],
+            Control::ReentryBumpsToken => &[(
+                "reenter",
+                "local token = redis.call('HGET', KEYS[1], '~token')",
+                "local token = tostring(redis.call('HINCRBY', KEYS[1], '~token', 1))",
+            )],
+            // A non-holder's release is taken for the last entry: it frees whoever's lock it
+            // is (as the old HINCRBY -1 without an owner check did).
+            Control::ReleaseWithoutOwnerCheck => &[(
+                "release",
+                "if not count then\n",
+                "if not count then\n  count = '1'\nend\nif false then\n",
+            )],
+            Control::ReleaseDoesNotPublish => &[(
+                "release",
+                "redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')\n",
+                "",
+            )],
+            // Both records a release replays from: its own, and the mark the freeing release
+            // leaves on the holder's acquire record.
+            Control::RetriesApplyTwice => &[
+                (
+                    "release",
+                    "local done = redis.call('GET', KEYS[2])",
+                    "local done = false",
+                ),
+                (
+                    "release",
+                    "if redis.call('GET', KEYS[3]) == 'r:' .. ARGV[4] then",
+                    "if false then",
+                ),
+                (
+                    "reenter",
+                    "local done = redis.call('GET', KEYS[2])",
+                    "local done = false",
+                ),
+            ],
+            Control::ExtendWithoutOwnerCheck => &[("extend", "if held == 0 then", "if false then")],
+            // Every key is renewed and reported renewed, whoever holds it.
+            Control::RenewWithoutOwnerCheck => &[("renew", "if held == 1 then", "if true then")],
+            Control::FenceStrictlyGreater => &[(
+                "fenced_write",
+                "if token < mark then",
+                "if token <= mark then",
+            )],
+            Control::FenceNoCheck => &[("fenced_write", "if token < mark then", "if false then")],
+            Control::ClaimKeepsReservation => &[(
+                "acquire_fair",
+                "if claim then\n  redis.call('DEL', KEYS[1])\nend\n",
+                "",
+            )],
+            Control::CancelMissingOnDrop
+            | Control::WatchdogIgnoresDrop
+            | Control::LeaseFromReply => &[],
+        }
+    }
+}
+
+/// Applies `control`'s substitutions for script `name` to `text`.
+///
+/// # Panics
+/// When a pattern does not occur exactly once in the script it names: the control no longer
+/// breaks what it claims to, and must be updated with the script.
+fn patch(control: Control, name: &str, text: &str) -> String {
+    let mut text = text.to_owned();
+    for (script, pattern, replacement) in control.substitutions() {
+        if *script != name {
+            continue;
+        }
+        let found = text.matches(pattern).count();
+        assert_eq!(
+            found, 1,
+            "negative control {control:?}: pattern {pattern:?} occurs {found} times in \
+             {script}.lua (expected once); update the control with the script"
+        );
+        text = text.replacen(pattern, replacement, 1);
+    }
+    text
+}
+
+/// The scripts a client with `control` runs: loaded once per control and kept for the
+/// process' life (a handful of small scripts).
+pub(crate) fn scripts_for(control: Control) -> &'static Scripts {
+    static BROKEN: OnceLock<Mutex<HashMap<Control, &'static Scripts>>> = OnceLock::new();
+    let mut broken = BROKEN.get_or_init(Default::default).lock();
+    broken.entry(control).or_insert_with(|| {
+        Box::leak(Box::new(scripts::build(|name, text| {
+            patch(control, name, text)
+        })))
+    })
+}
+
+tokio::task_local! {
+    /// The control of the client whose protocol call is running in this task, if any. Set
+    /// around each call by the client (not process-wide), read when a script is picked.
+    pub(crate) static CURRENT: Option<Control>;
+}
+
+/// Whether any client of this process has ever made a protocol call under a control. Until one
+/// has, no task-local can be set, so the script lookup skips the task-local access: the feature
+/// is compiled into every test and bench build (the dev-dependency on the crate itself), and a
+/// client without a control must cost what it costs without the feature.
+static ARMED: AtomicBool = AtomicBool::new(false);
+
+/// One protocol call of a client built with `control`, with the control in scope.
+pub(crate) fn scoped<F: Future>(control: Control, call: F) -> impl Future<Output = F::Output> {
+    // Relaxed is enough: the store happens before the scope is entered on this task, and the
+    // only reader that matters is this task's own script lookup inside `call`.
+    ARMED.store(true, Ordering::Relaxed);
+    CURRENT.scope(Some(control), call)
+}
+
+/// The control of the client making the current protocol call.
+pub(crate) fn current() -> Option<Control> {
+    if !ARMED.load(Ordering::Relaxed) {
+        return None;
+    }
+    CURRENT.try_with(|c| *c).ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_lua_control_applies_to_the_current_scripts() {
+        for control in Control::ALL {
+            // Panics if a pattern went missing.
+            let broken = scripts_for(control);
+            let correct = scripts::production();
+            let changed = [
+                (&broken.acquire, &correct.acquire),
+                (&broken.reenter, &correct.reenter),
+                (&broken.release, &correct.release),
+                (&broken.extend, &correct.extend),
+                (&broken.renew, &correct.renew),
+                (&broken.fenced_write, &correct.fenced_write),
+                (&broken.acquire_fair, &correct.acquire_fair),
+                (&broken.release_fair, &correct.release_fair),
+            ]
+            .iter()
+            .filter(|(b, c)| b.get_hash() != c.get_hash())
+            .count();
+            let expected: std::collections::HashSet<_> =
+                control.substitutions().iter().map(|s| s.0).collect();
+            assert_eq!(changed, expected.len(), "{control:?}");
+        }
+    }
+}

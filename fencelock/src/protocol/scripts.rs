@@ -1,0 +1,64 @@
+//! The Lua scripts, loaded once per process and invoked by SHA.
+//!
+//! [`redis::Script`] sends `EVALSHA` and, when the server answers `NOSCRIPT` (first use, after
+//! `SCRIPT FLUSH`, after a restart), loads the body and retries, so callers never see that error.
+
+use std::sync::OnceLock;
+
+use redis::Script;
+
+/// Every script of the protocol. See `lua/` for each one's contract.
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) acquire_fair: Script,
+    pub(crate) release_fair: Script,
+    pub(crate) leave_fair: Script,
+    pub(crate) acquire_all: Script,
+    pub(crate) release_all: Script,
+    pub(crate) reenter: Script,
+    pub(crate) release: Script,
+    pub(crate) extend: Script,
+    pub(crate) cancel: Script,
+    pub(crate) renew: Script,
+    pub(crate) fenced_write: Script,
+    pub(crate) fenced_read: Script,
+    pub(crate) force_release: Script,
+    pub(crate) permissions: Script,
+}
+
+/// Builds the scripts from their sources, each passed through `source(name, text)` first
+/// (the identity in production; the negative controls of test builds substitute broken
+/// lines).
+pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
+    let fence_mark = include_str!("../../lua/lib/fence_mark.lua");
+    let load = |name: &str, text: &str| Script::new(&source(name, text));
+    Scripts {
+        acquire: load("acquire", include_str!("../../lua/acquire.lua")),
+        acquire_fair: load("acquire_fair", include_str!("../../lua/acquire_fair.lua")),
+        release_fair: load("release_fair", include_str!("../../lua/release_fair.lua")),
+        leave_fair: load("leave_fair", include_str!("../../lua/leave_fair.lua")),
+        acquire_all: load("acquire_all", include_str!("../../lua/acquire_all.lua")),
+        release_all: load("release_all", include_str!("../../lua/release_all.lua")),
+        reenter: load("reenter", include_str!("../../lua/reenter.lua")),
+        release: load("release", include_str!("../../lua/release.lua")),
+        extend: load("extend", include_str!("../../lua/extend.lua")),
+        cancel: load("cancel", include_str!("../../lua/cancel.lua")),
+        renew: load("renew", include_str!("../../lua/renew.lua")),
+        fenced_write: load(
+            "fenced_write",
+            &[fence_mark, include_str!("../../lua/fenced_write.lua")].concat(),
+        ),
+        fenced_read: load(
+            "fenced_read",
+            &[fence_mark, include_str!("../../lua/fenced_read.lua")].concat(),
+        ),
+        force_release: load("force_release", include_str!("../../lua/force_release.lua")),
+        permissions: load("permissions", include_str!("../../lua/permissions.lua")),
+    }
+}
+
+/// The production scripts, hashed on first use.
+pub(crate) fn production() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| build(|_, text| text.to_owned()))
+}

@@ -1,0 +1,96 @@
+//! The transport layer: how requests reach the server that must run them, whatever the
+//! deployment, and how what the server pushes reaches the engine.
+//!
+//! [`Conn`] is the one connection type the layers above talk through. A standalone server is
+//! reached through a [`ConnectionManager`] (one multiplexed RESP3 connection that reconnects by
+//! itself, [`standalone`]); a Redis Cluster through redis-rs' cluster client ([`cluster`]); a
+//! primary under Sentinel through a [`SentinelConn`], which follows failovers ([`sentinel`]).
+//! All of them carry release messages as RESP3 push messages to a [`PushListener`]
+//! ([`push`]). Replicated acquisitions run on connections of their own ([`ack_pool`]), routed
+//! to the lock's primary (on a cluster by [`slot_map`]).
+
+pub(crate) mod ack_pool;
+pub(crate) mod cluster;
+pub(crate) mod push;
+pub(crate) mod sentinel;
+pub(crate) mod slot_map;
+pub(crate) mod standalone;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::protocol::PubSub;
+pub(crate) use push::PushListener;
+pub(crate) use sentinel::SentinelConn;
+
+/// A connection to a standalone server, a cluster, or the primary of a Sentinel group.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(SentinelConn),
+}
+
+impl Conn {
+    pub(crate) fn pubsub(&self) -> PubSub {
+        match self {
+            Conn::Standalone(_) | Conn::Sentinel(_) => PubSub::Classic,
+            Conn::Cluster(_) => PubSub::Sharded,
+        }
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+
+    /// Subscribes to a lock's release channel: `SUBSCRIBE` on one server, `SSUBSCRIBE` (routed
+    /// to the node owning the channel's slot, and re-sent by redis-rs after a topology change
+    /// or reconnect) on a cluster.
+    pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            Conn::Standalone(c) => c.subscribe(channel).await,
+            Conn::Cluster(c) => c.ssubscribe(channel).await,
+            Conn::Sentinel(c) => c.current().subscribe(channel).await,
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            Conn::Standalone(c) => c.unsubscribe(channel).await,
+            Conn::Cluster(c) => c.sunsubscribe(channel).await,
+            Conn::Sentinel(c) => c.current().unsubscribe(channel).await,
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Standalone(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Standalone(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.current().get_db(),
+        }
+    }
+}

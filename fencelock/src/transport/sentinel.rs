@@ -1,0 +1,220 @@
+//! The primary of a Sentinel-monitored group, followed across failovers.
+
+use std::sync::{Arc, Weak};
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+use redis::{
+    Cmd, ConnectionAddr, Pipeline, ProtocolVersion, RedisConnectionInfo, RedisFuture, Value,
+};
+
+use super::push::PushListener;
+use super::standalone::connect_manager;
+use crate::base::config::{ClientConfig, NodeAuth};
+use crate::base::error::{Error, Failure};
+
+/// The primary of a Sentinel-monitored group, followed across failovers.
+///
+/// redis-rs asks the Sentinels for the primary only when it connects, and a
+/// [`ConnectionManager`] reconnects to the address it was given: after a failover it would
+/// keep knocking on a dead server, or write to a demoted one and get `READONLY`. So every
+/// request that fails with a connection error or `READONLY` makes this ask the Sentinels
+/// again; when they name another (verified) primary, a new connection replaces the old one,
+/// the waiters' channels are subscribed on it and every waiting head goes back to Redis (a
+/// release may have been published while we were away). The failed request is returned as
+/// failed: the caller re-sends it with its operation id, now to the new primary.
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    shared: Arc<SentinelShared>,
+}
+
+struct SentinelShared {
+    sentinel: tokio::sync::Mutex<Sentinel>,
+    master_name: String,
+    node_info: SentinelNodeConnectionInfo,
+    config: ClientConfig,
+    listener: Weak<dyn PushListener>,
+    current: parking_lot::Mutex<Primary>,
+    /// Re-resolutions run one at a time; the others wait and see its result.
+    switching: tokio::sync::Mutex<()>,
+}
+
+struct Primary {
+    generation: u64,
+    addr: ConnectionAddr,
+    /// What the Sentinels handed out for this primary (address, credentials), for the
+    /// dedicated connections of replica acknowledgement.
+    client: redis::Client,
+    conn: ConnectionManager,
+}
+
+impl SentinelConn {
+    pub(crate) async fn connect(
+        sentinels: &[String],
+        master_name: &str,
+        node_auth: Option<NodeAuth>,
+        config: &ClientConfig,
+        listener: Weak<dyn PushListener>,
+    ) -> Result<SentinelConn, Error> {
+        if sentinels.is_empty() {
+            return Err(Error::InvalidConfig {
+                reason: "a Sentinel client needs at least one Sentinel URL".into(),
+            });
+        }
+        let mut sentinel = Sentinel::build(sentinels.to_vec())?;
+        let mut redis_info = RedisConnectionInfo::default().set_protocol(ProtocolVersion::RESP3);
+        if let Some(auth) = node_auth {
+            if let Some(username) = &auth.username {
+                redis_info = redis_info.set_username(username);
+            }
+            redis_info = redis_info.set_password(&auth.password);
+        }
+        let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
+        let client = sentinel
+            .async_master_for(master_name, Some(&node_info))
+            .await?;
+        let addr = client.get_connection_info().addr().clone();
+        let conn = connect_manager(client.clone(), config, listener.clone()).await?;
+        Ok(SentinelConn {
+            shared: Arc::new(SentinelShared {
+                sentinel: tokio::sync::Mutex::new(sentinel),
+                master_name: master_name.to_owned(),
+                node_info,
+                config: config.clone(),
+                listener,
+                current: parking_lot::Mutex::new(Primary {
+                    generation: 0,
+                    addr,
+                    client,
+                    conn,
+                }),
+                switching: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+
+    pub(crate) fn current(&self) -> ConnectionManager {
+        self.shared.current.lock().conn.clone()
+    }
+
+    /// The primary of the moment: its generation (bumped by every switch), its address and a
+    /// client to open more connections to it.
+    pub(crate) fn primary(&self) -> (u64, String, redis::Client) {
+        let current = self.shared.current.lock();
+        (
+            current.generation,
+            current.addr.to_string(),
+            current.client.clone(),
+        )
+    }
+
+    /// After a request on the connection of `generation` failed in a way that says the
+    /// primary may have moved, asks the Sentinels and switches to the primary they name, if it
+    /// is another one.
+    pub(crate) async fn follow_failover(&self, generation: u64) {
+        let _switching = self.shared.switching.lock().await;
+        if self.shared.current.lock().generation != generation {
+            return; // someone else switched meanwhile
+        }
+        let Some(listener) = self.shared.listener.upgrade() else {
+            return;
+        };
+        let client = {
+            let mut sentinel = self.shared.sentinel.lock().await;
+            match sentinel
+                .async_master_for(&self.shared.master_name, Some(&self.shared.node_info))
+                .await
+            {
+                Ok(client) => client,
+                Err(err) => {
+                    // Mid-failover the Sentinels may still name the dead primary, which fails
+                    // the role check: the next failed request asks again.
+                    tracing::debug!(error = %err, "no verified primary from the Sentinels yet");
+                    return;
+                }
+            }
+        };
+        let addr = client.get_connection_info().addr().clone();
+        if addr == self.shared.current.lock().addr {
+            return;
+        }
+        let conn = match connect_manager(
+            client.clone(),
+            &self.shared.config,
+            Arc::downgrade(&listener),
+        )
+        .await
+        {
+            Ok(conn) => conn,
+            Err(err) => {
+                tracing::debug!(error = %err, "connecting to the new primary failed");
+                return;
+            }
+        };
+        tracing::info!(primary = %addr, "following the Sentinels to a new primary");
+        {
+            let mut current = self.shared.current.lock();
+            current.generation += 1;
+            current.addr = addr;
+            current.client = client;
+            current.conn = conn;
+        }
+        // The listener subscribes its channels on the new connection in a task of its own:
+        // the request that noticed the failover may be dropped by its caller.
+        listener.on_new_primary();
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let (generation, mut conn) = {
+                let current = self.shared.current.lock();
+                (current.generation, current.conn.clone())
+            };
+            let outcome = conn.req_packed_command(cmd).await;
+            let moved = match &outcome {
+                Err(err) => Failure::of(err).primary_may_have_moved(),
+                // A script's error reply (READONLY from inside EVALSHA) arrives as a value.
+                Ok(Value::ServerError(err)) => {
+                    Failure::of_code(err.code()).primary_may_have_moved()
+                }
+                Ok(_) => false,
+            };
+            if moved {
+                self.follow_failover(generation).await;
+            }
+            outcome
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let (generation, mut conn) = {
+                let current = self.shared.current.lock();
+                (current.generation, current.conn.clone())
+            };
+            let outcome = conn.req_packed_commands(pipeline, offset, count).await;
+            let moved = match &outcome {
+                Err(err) => Failure::of(err).primary_may_have_moved(),
+                Ok(values) => values.iter().any(|v| {
+                    matches!(v, Value::ServerError(err)
+                        if Failure::of_code(err.code()).primary_may_have_moved())
+                }),
+            };
+            if moved {
+                self.follow_failover(generation).await;
+            }
+            outcome
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.current().get_db()
+    }
+}

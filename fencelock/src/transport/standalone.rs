@@ -1,0 +1,86 @@
+//! One server at a fixed address: a self-reconnecting RESP3 connection
+//! ([`ConnectionManager`]) whose push messages go to the client's [`PushListener`].
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, ProtocolVersion};
+
+use super::push::{push_handler, PushListener};
+use crate::base::config::ClientConfig;
+use crate::base::error::Error;
+
+/// Connects to the server at `url`; also returns the redis-rs client, for the dedicated
+/// connections of replica acknowledgement.
+pub(crate) async fn connect(
+    url: &str,
+    config: &ClientConfig,
+    listener: Weak<dyn PushListener>,
+) -> Result<(ConnectionManager, redis::Client), Error> {
+    let info = url.into_connection_info()?;
+    // RESP3 lets release notifications arrive as push messages on the same multiplexed
+    // connection as the commands, so there is no second connection to lose.
+    let redis_settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let info = info.set_redis_settings(redis_settings);
+    let client = open_client(info, config)?;
+    let manager = connect_manager(client.clone(), config, listener).await?;
+    Ok((manager, client))
+}
+
+/// A self-reconnecting RESP3 connection to one server whose push messages go to `listener`.
+pub(crate) async fn connect_manager(
+    client: redis::Client,
+    config: &ClientConfig,
+    listener: Weak<dyn PushListener>,
+) -> Result<ConnectionManager, Error> {
+    let manager_config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connection_timeout))
+        .set_number_of_retries(3)
+        .set_max_delay(Duration::from_millis(500))
+        .set_automatic_resubscription()
+        .set_push_sender(push_handler(listener));
+    Ok(ConnectionManager::new_with_config(client, manager_config).await?)
+}
+
+/// A redis-rs client for `info`, with the client's private CA when it has one.
+#[cfg(not(feature = "tls"))]
+pub(crate) fn open_client(
+    info: redis::ConnectionInfo,
+    _config: &ClientConfig,
+) -> Result<redis::Client, Error> {
+    Ok(redis::Client::open(info)?)
+}
+
+/// A redis-rs client for `info`, with the client's private CA when it has one.
+#[cfg(feature = "tls")]
+pub(crate) fn open_client(
+    info: redis::ConnectionInfo,
+    config: &ClientConfig,
+) -> Result<redis::Client, Error> {
+    let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+    if tls && rustls::crypto::CryptoProvider::get_default().is_none() {
+        // rustls needs a process-wide provider when the dependency graph enables more than
+        // one; ours is ring. An application that installed its own keeps it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let Some(root_ca) = &config.tls_root_ca else {
+        return Ok(redis::Client::open(info)?);
+    };
+    if !tls {
+        return Err(Error::InvalidConfig {
+            reason: "a TLS root CA needs a rediss:// URL".into(),
+        });
+    }
+    let certificates = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(root_ca.clone()),
+    };
+    redis::Client::build_with_tls(info, certificates).map_err(|err| Error::InvalidConfig {
+        reason: format!("unusable TLS root CA: {err}"),
+    })
+}

@@ -1,0 +1,314 @@
+//! Shared set-up for the integration tests: a throwaway redis-server per test.
+// Shared by several test binaries: `pub` means "for the files that include this module", and
+// each binary uses only a part of it.
+#![allow(dead_code, unreachable_pub)]
+
+mod fixture;
+pub mod ledger;
+
+use fencelock::LockClient;
+use fencelock_testing::RedisServer;
+#[allow(unused_imports)] // not every binary that includes this module uses it
+pub use fixture::Fixture;
+use redis::Commands;
+
+/// Polls `check` every 10 ms until it holds or `limit` passes; returns whether it held.
+pub async fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// `client.renewal_calls()` read between two watchdog ticks. A tick counts its calls all at
+/// once (no await between them) and ticks are a third of a lease apart, so a value that did
+/// not move for 100 ms was not read while a tick was half counted.
+pub async fn quiet_renewal_calls(client: &LockClient) -> u64 {
+    loop {
+        let calls = client.renewal_calls();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if client.renewal_calls() == calls {
+            return calls;
+        }
+    }
+}
+
+/// Where a parametrised test runs: one server, or a Redis Cluster of three primaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    Standalone,
+    Cluster,
+}
+
+/// The servers of one topology.
+#[allow(clippy::large_enum_variant)] // one per test
+pub enum Deployment {
+    Standalone(RedisServer),
+    Cluster(fencelock_testing::RedisCluster),
+}
+
+/// The [`Fixture`] of tests that run on every topology: the same inspection helpers, answered
+/// by whichever node holds the key.
+pub struct Env {
+    pub topology: Topology,
+    pub deployment: Deployment,
+}
+
+impl Env {
+    pub fn start(topology: Topology) -> Env {
+        let deployment = match topology {
+            Topology::Standalone => {
+                Deployment::Standalone(RedisServer::start().expect("start redis-server"))
+            }
+            // No replicas: these tests are about the protocol on a sharded keyspace, and every
+            // extra process slows the suite on a 2-core CI machine.
+            Topology::Cluster => Deployment::Cluster(
+                fencelock_testing::RedisCluster::builder()
+                    .replicas_per_primary(0)
+                    .start()
+                    .expect("start redis cluster"),
+            ),
+        };
+        Env {
+            topology,
+            deployment,
+        }
+    }
+
+    pub fn builder(&self) -> fencelock::LockClientBuilder {
+        match &self.deployment {
+            Deployment::Standalone(server) => LockClient::builder(server.url()),
+            Deployment::Cluster(cluster) => LockClient::cluster_builder(cluster.urls()),
+        }
+    }
+
+    pub async fn client(&self) -> LockClient {
+        self.builder().connect().await.expect("connect")
+    }
+
+    /// The servers that hold data: the one server, or every primary.
+    pub fn data_nodes(&self) -> Vec<&RedisServer> {
+        match &self.deployment {
+            Deployment::Standalone(server) => vec![server],
+            Deployment::Cluster(cluster) => cluster.primaries().expect("cluster primaries"),
+        }
+    }
+
+    /// A synchronous connection that sends each command to the node of its key.
+    pub fn raw(&self) -> Raw {
+        match &self.deployment {
+            Deployment::Standalone(server) => {
+                Raw::One(server.client().get_connection().expect("raw connection"))
+            }
+            Deployment::Cluster(cluster) => Raw::Cluster(Box::new(
+                redis::cluster::ClusterClient::new(cluster.urls())
+                    .expect("cluster client")
+                    .get_connection()
+                    .expect("raw cluster connection"),
+            )),
+        }
+    }
+
+    /// Every key matching `pattern` on every data node.
+    pub fn keys(&self, pattern: &str) -> Vec<Vec<u8>> {
+        self.data_nodes()
+            .into_iter()
+            .flat_map(|node| {
+                let mut con = node.client().get_connection().expect("raw connection");
+                let keys: Vec<Vec<u8>> = con.keys(pattern).expect("KEYS");
+                keys
+            })
+            .collect()
+    }
+
+    pub fn lock_key(&self, name: &str) -> Option<Vec<u8>> {
+        let mut found = self.keys(&format!("fencelock:{{*}}lock:{name}"));
+        assert!(found.len() <= 1, "several keys for one lock: {found:?}");
+        found.pop()
+    }
+
+    pub fn lock_state(&self, name: &str) -> Option<(Vec<(String, u64)>, u64)> {
+        let key = self.lock_key(name)?;
+        let fields: Vec<(String, String)> = self.raw().hgetall(&key).expect("HGETALL");
+        let mut holders = Vec::new();
+        let mut token = 0;
+        for (field, value) in fields {
+            if field == "~token" {
+                token = value.parse().expect("token");
+            } else {
+                holders.push((field, value.parse().expect("count")));
+            }
+        }
+        Some((holders, token))
+    }
+
+    /// Successful calls of `command` so far, summed over every data node.
+    pub fn calls(&self, command: &str) -> u64 {
+        self.data_nodes()
+            .into_iter()
+            .map(|node| {
+                let info: String = redis::cmd("INFO")
+                    .arg("commandstats")
+                    .query(&mut node.client().get_connection().expect("raw connection"))
+                    .expect("INFO commandstats");
+                let prefix = format!("cmdstat_{command}:calls=");
+                info.lines()
+                    .find_map(|line| line.strip_prefix(&prefix))
+                    .and_then(|rest| rest.split(',').next())
+                    .map(|n| n.parse::<u64>().expect("calls"))
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    /// Loads every script on every data node (one cycle on locks that land on each), so later
+    /// `EVALSHA` counts are exact.
+    pub async fn warm_up(&self, client: &LockClient) {
+        let nodes = self.data_nodes().len();
+        let mut warmed = std::collections::HashSet::new();
+        for i in 0.. {
+            let name = format!("warm-up-{i}");
+            let guard = client.lock(&name).unwrap().acquire().await.unwrap();
+            guard.reenter().await.unwrap().release().await.unwrap();
+            guard
+                .extend(std::time::Duration::from_secs(1))
+                .await
+                .unwrap();
+            guard.release().await.unwrap();
+            warmed.insert(self.node_of(&name));
+            if warmed.len() == nodes {
+                break;
+            }
+        }
+    }
+
+    /// The port of the data node that owns the slot of lock `name`.
+    pub fn node_of(&self, name: &str) -> u16 {
+        match &self.deployment {
+            Deployment::Standalone(server) => server.port(),
+            Deployment::Cluster(cluster) => {
+                let slot = key_slot_of_lock(name);
+                cluster.primary_for_slot(slot).expect("slot owner").port()
+            }
+        }
+    }
+}
+
+/// The cluster slot of every key of lock `name` under the default prefix, as Redis computes it.
+pub fn key_slot_of_lock(name: &str) -> u16 {
+    // The lock hash does not exist when the lock is free, but CLUSTER KEYSLOT needs no key:
+    // fencelock's tag is the name's own CRC16 slot, which is what KEYSLOT of the name gives.
+    crc16(name.as_bytes()) % 16384
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// A synchronous connection to one server or to a cluster.
+pub enum Raw {
+    One(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl redis::ConnectionLike for Raw {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        match self {
+            Raw::One(c) => c.req_packed_command(cmd),
+            Raw::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        match self {
+            Raw::One(c) => c.req_packed_commands(cmd, offset, count),
+            Raw::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        match self {
+            Raw::One(c) => c.req_command(cmd),
+            Raw::Cluster(c) => c.req_command(cmd),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+
+    fn supports_pipelining(&self) -> bool {
+        matches!(self, Raw::One(_))
+    }
+
+    fn check_connection(&mut self) -> bool {
+        match self {
+            Raw::One(c) => c.check_connection(),
+            Raw::Cluster(c) => c.check_connection(),
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            Raw::One(c) => c.is_open(),
+            Raw::Cluster(c) => c.is_open(),
+        }
+    }
+}
+
+/// Runs one async test body on every topology: `name::standalone` and `name::cluster`. The
+/// body gets a fresh [`Env`] of its topology as `fx`. The tests run on tokio's default
+/// (current-thread) test runtime; [`on_topologies_multi_thread!`] runs them on two workers.
+#[macro_export]
+macro_rules! on_topologies {
+    (@runtime $runtime:tt $( $(#[$meta:meta])* async fn $name:ident($fx:ident) $body:block )*) => { $(
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn body($fx: $crate::common::Env) $body
+
+            #[tokio::test $runtime]
+            async fn standalone() {
+                body($crate::common::Env::start($crate::common::Topology::Standalone)).await
+            }
+
+            #[tokio::test $runtime]
+            async fn cluster() {
+                body($crate::common::Env::start($crate::common::Topology::Cluster)).await
+            }
+        }
+    )* };
+    ($($tests:tt)*) => { $crate::on_topologies!(@runtime () $($tests)*); };
+}
+
+/// [`on_topologies!`] on a two-worker runtime, for tests about real parallelism.
+#[macro_export]
+macro_rules! on_topologies_multi_thread {
+    ($($tests:tt)*) => {
+        $crate::on_topologies!(@runtime (flavor = "multi_thread", worker_threads = 2) $($tests)*);
+    };
+}

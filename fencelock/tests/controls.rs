@@ -1,0 +1,298 @@
+//! Negative controls: the property tests must catch every deliberately broken variant of the
+//! protocol (`fencelock::negative_controls`), each by the property it breaks. A harness that
+//! cannot fail proves nothing.
+//!
+//! Each control runs the model-based harness (`tests/harness/model.rs`) with a client built
+//! with that control, with step weights that make its scenario likely, and must fail with the
+//! expected [`Property`]; the shrunk counterexample is printed (`--nocapture` shows it).
+
+mod common;
+mod harness;
+
+use std::time::Duration;
+
+use fencelock::negative_controls::Control;
+use fencelock_testing::check::Property;
+use harness::interleaving::{self, Op, Schedule};
+use harness::model::{run_cases, Weights, World};
+
+/// The most programs a control may survive; each is caught after a few dozen at most (the
+/// runner stops at the first failure), so this only bounds the cost of a regression.
+const CASES: u32 = 256;
+
+fn weights(focus: impl FnOnce(&mut Weights)) -> Weights {
+    let mut w = Weights {
+        acquire: 4,
+        reenter: 2,
+        release: 4,
+        extend: 1,
+        expire: 2,
+        write: 2,
+        crash: 0,
+        kill: 0,
+        restart: 0,
+        retried: 0,
+        cancelled: 0,
+        short_lease: 0,
+        takeover: 0,
+    };
+    focus(&mut w);
+    w
+}
+
+fn caught(control: Control, expected: Property, focus: impl FnOnce(&mut Weights)) {
+    let mut world = World::new(Some(control));
+    // Only a broken protocol waits this out; keep shrinking fast.
+    world.patience = Duration::from_secs(1);
+    let failure = run_cases(&mut world, weights(focus), 1..16, CASES, None)
+        .expect_err(&format!("{CASES} programs did not catch {control:?}"));
+    eprintln!("{control:?} caught by {failure}");
+    assert_eq!(
+        failure.violation.property, expected,
+        "{control:?} was caught, but by the wrong property:\n{failure}"
+    );
+}
+
+#[test]
+fn acquire_ignoring_the_holder_breaks_mutual_exclusion() {
+    caught(
+        Control::AcquireIgnoresHolder,
+        Property::MutualExclusion,
+        |_| {},
+    );
+}
+
+#[test]
+fn acquire_reusing_the_token_breaks_token_monotonicity() {
+    caught(
+        Control::AcquireReusesToken,
+        Property::TokensMonotonic,
+        |_| {},
+    );
+}
+
+#[test]
+fn reentry_bumping_the_token_breaks_reentry_same_token() {
+    caught(
+        Control::ReentryBumpsToken,
+        Property::ReentrySameToken,
+        |w| {
+            w.reenter = 6;
+        },
+    );
+}
+
+#[test]
+fn release_without_owner_check_breaks_mutual_exclusion() {
+    caught(
+        Control::ReleaseWithoutOwnerCheck,
+        Property::MutualExclusion,
+        |w| {
+            w.expire = 4;
+        },
+    );
+}
+
+#[test]
+fn release_without_publish_breaks_waking_waiters() {
+    caught(
+        Control::ReleaseDoesNotPublish,
+        Property::ReleaseWakesWaiters,
+        |_| {},
+    );
+}
+
+#[test]
+fn retries_without_operation_ids_apply_twice() {
+    caught(
+        Control::RetriesApplyTwice,
+        Property::RetriesApplyOnce,
+        |w| {
+            w.retried = 8;
+        },
+    );
+}
+
+#[test]
+fn extend_without_owner_check_breaks_mutual_exclusion() {
+    caught(
+        Control::ExtendWithoutOwnerCheck,
+        Property::MutualExclusion,
+        |w| {
+            w.extend = 6;
+            w.expire = 4;
+        },
+    );
+}
+
+#[test]
+fn renewal_without_owner_check_breaks_mutual_exclusion() {
+    caught(
+        Control::RenewWithoutOwnerCheck,
+        Property::MutualExclusion,
+        |w| {
+            w.takeover = 8;
+        },
+    );
+}
+
+#[test]
+fn fence_with_strictly_greater_rejects_valid_writes() {
+    caught(
+        Control::FenceStrictlyGreater,
+        Property::ValidWriteAccepted,
+        |w| {
+            w.write = 8;
+        },
+    );
+}
+
+#[test]
+fn fence_without_check_accepts_stale_writes() {
+    caught(Control::FenceNoCheck, Property::StaleWriteRejected, |w| {
+        *w = Weights {
+            acquire: 6,
+            expire: 6,
+            write: 8,
+            release: 1,
+            reenter: 0,
+            extend: 0,
+            ..*w
+        };
+    });
+}
+
+#[test]
+fn missing_compensating_cancel_leaves_counts_behind() {
+    caught(
+        Control::CancelMissingOnDrop,
+        Property::CountsReturnToZero,
+        |w| {
+            w.cancelled = 6;
+        },
+    );
+}
+
+#[test]
+fn watchdog_renewing_after_drop_leaves_counts_behind() {
+    caught(
+        Control::WatchdogIgnoresDrop,
+        Property::CountsReturnToZero,
+        |_| {},
+    );
+}
+
+#[test]
+fn lease_measured_from_the_reply_outlives_the_server_lease() {
+    caught(
+        Control::LeaseFromReply,
+        Property::ValidityWithinLease,
+        |w| {
+            w.short_lease = 8;
+        },
+    );
+}
+
+/// The concurrent check catches controls too: a holder paused past its lease writes late,
+/// and its write lands after a newer token in storage order.
+#[test]
+fn concurrently_fence_without_check_breaks_storage_order() {
+    caught_concurrently(Control::FenceNoCheck, Property::TokensMonotonic);
+}
+
+#[test]
+fn concurrently_acquire_ignoring_the_holder_breaks_mutual_exclusion() {
+    caught_concurrently(Control::AcquireIgnoresHolder, Property::MutualExclusion);
+}
+
+/// Fair handoff is checked by the same properties: a claim that leaves the reservation in the
+/// held lock lets a second waiter of the reserved client claim it over the holder.
+///
+/// Generated schedules find it in most runs of 32 (measured: 6 of 8), not all: the second claim
+/// must land between two watchdog ticks and before the first holder leaves, or the holder
+/// learns it lost the lock and is rightly not counted. So the test first runs the schedule that
+/// shows it (a holder on client 0; a waiter on client 1 that gets the reservation and claims
+/// it; a second task of client 1 arriving just before the first leaves), up to five times, and
+/// only if that timing never worked out on a loaded machine, generated schedules.
+#[test]
+fn concurrently_a_claim_keeping_the_reservation_breaks_mutual_exclusion() {
+    let section = |work_ms| Op::Section {
+        nested: 0,
+        writes: 1,
+        work_ms,
+        overstay: false,
+    };
+    // Tasks run on clients 0, 1, 2, 0, 1.
+    let shown = Schedule {
+        tasks: vec![
+            vec![section(100)],
+            vec![Op::Pause { ms: 10 }, section(200)],
+            vec![Op::Pause { ms: 1 }],
+            vec![Op::Pause { ms: 1 }],
+            vec![Op::Pause { ms: 290 }, section(100)],
+        ],
+        faults: vec![],
+    };
+    caught_concurrently_fair(
+        Control::ClaimKeepsReservation,
+        Property::MutualExclusion,
+        &shown,
+    );
+}
+
+fn caught_concurrently(control: Control, expected: Property) {
+    judge(
+        interleaving::World::new(Some(control)),
+        3..5,
+        control,
+        expected,
+    );
+}
+
+/// A fair-mode control: `shown` first (up to five runs, as its timing may not work out on a
+/// loaded machine), then generated schedules with more tasks than clients, so that every
+/// client runs two or more around a handoff between clients.
+fn caught_concurrently_fair(control: Control, expected: Property, shown: &Schedule) {
+    let world = interleaving::World::with_fair_handoff(Some(control), Some(FAIR_GRACE));
+    for _ in 0..5 {
+        if let Err(violation) = world.run(shown) {
+            eprintln!("{control:?} caught concurrently by {violation}");
+            assert_eq!(violation.property, expected, "{violation}");
+            return;
+        }
+        let stats = world.stats();
+        eprintln!("the shown schedule's timing did not work out: {stats:?}");
+    }
+    judge(world, 6..9, control, expected);
+}
+
+/// The grace of `tests/interleaving.rs`' fair-handoff check.
+const FAIR_GRACE: Duration = Duration::from_millis(100);
+
+fn judge(
+    world: interleaving::World,
+    tasks: std::ops::Range<usize>,
+    control: Control,
+    expected: Property,
+) {
+    let failure = interleaving::run_cases(&world, tasks, 32, None)
+        .expect_err(&format!("32 schedules did not catch {control:?}"));
+    eprintln!("{control:?} caught concurrently by {failure}");
+    assert_eq!(
+        failure.violation.property, expected,
+        "{control:?} was caught, but by the wrong property:\n{failure}"
+    );
+}
+
+/// Every control has a test above (a new control must get one).
+#[test]
+fn every_control_is_covered() {
+    let source = include_str!("controls.rs");
+    for control in Control::ALL {
+        let name = format!("Control::{control:?},");
+        assert!(
+            source.contains(&name),
+            "{control:?} has no negative-control test"
+        );
+    }
+}
