@@ -396,12 +396,8 @@ async fn watch_stops_on_ctrl_c_and_after_its_duration() {
     let url = fx.server.url();
 
     let (watch, _) = Watcher::start(&url, &["orders"]).await;
-    let pid = watch.child.id().expect("running").to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .expect("run kill");
-    assert!(status.success());
+    let pid = watch.child.id().expect("running");
+    fencelock_testing::send_signal(pid, fencelock_testing::Signal::Int).expect("SIGINT");
     let (run, rest) = watch.finish().await;
     assert_eq!(run.code, 0, "a Ctrl-C ends the watch cleanly: {run:?}");
     assert!(rest.is_empty(), "{rest:?}");

@@ -11,6 +11,7 @@ mod sentinel;
 
 pub use cluster::{ClusterNode, RedisCluster, RedisClusterBuilder};
 pub use postgres::{PostgresServer, POSTGRES_BIN_DIR_ENV};
+pub use process::{process_exists, send_signal, Signal};
 pub use proxy::{Direction, DirectionStats, Fault, FaultProxy, Stats};
 pub use redis_server::{RedisServer, RedisServerBuilder};
 pub use sentinel::{RedisSentinels, SENTINEL_MASTER_NAME};

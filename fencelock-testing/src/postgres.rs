@@ -2,8 +2,8 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, OpenOptions};
-use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::io::{self, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::ports::PortReservation;
-use crate::process::{log_tail, Process, StartError};
+use crate::process::{log_tail, Process, Signal, StartError};
 
 /// Environment variable naming the directory that holds PostgreSQL's `initdb` and `postgres`,
 /// overriding the search of `/usr/lib/postgresql/*/bin` and `PATH`.
@@ -58,8 +58,8 @@ const SERVER_SETTINGS: &[&str] = &[
 /// (`FENCELOCK_POSTGRES_BIN_DIR`) if it is set; otherwise from the newest
 /// `/usr/lib/postgresql/<version>/bin` (where Debian and Ubuntu put them, not on `PATH`);
 /// otherwise from `PATH`. Install them with `apt-get install -y postgresql` (the repository's
-/// `scripts/ensure-postgres` does it). No client library is needed: readiness is checked by
-/// speaking the protocol's startup handshake directly.
+/// `scripts/ensure-postgres` does it). Readiness is asked of PostgreSQL's own `pg_isready`,
+/// from the same directory.
 ///
 /// # Running as root
 ///
@@ -205,7 +205,13 @@ impl PostgresServer {
         let (program, args) = runner.command_line(&self.bin_dir.join("postgres"), args);
         let process = Process::spawn(&program, args, dir, &self.log_path).map_err(start_error)?;
         self.pid = process.pid();
-        match wait_ready(&process, self.addr(), &self.log_path, STARTUP_TIMEOUT) {
+        match wait_ready(
+            &process,
+            &self.bin_dir,
+            self.addr(),
+            &self.log_path,
+            STARTUP_TIMEOUT,
+        ) {
             Ok(()) => {
                 self.process = Some(process);
                 Ok(())
@@ -231,7 +237,7 @@ impl Drop for PostgresServer {
 /// little SysV memory and files in `/dev/shm` per server). Dropping the process then kills
 /// it if it is still there, and reaps it.
 fn shut_down(process: Process) {
-    if process.is_alive() && process.signal(&["QUIT", "CONT"]).is_ok() {
+    if process.is_alive() && process.signal(&[Signal::Quit, Signal::Cont]).is_ok() {
         let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
         while process.is_alive() && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(10));
@@ -336,6 +342,7 @@ fn init_cluster(runner: &Runner, bin_dir: &Path, dir: &Path, log_path: &Path) ->
 /// process exits (reporting whether another process had the port).
 fn wait_ready(
     process: &Process,
+    bin_dir: &Path,
     addr: SocketAddr,
     log_path: &Path,
     timeout: Duration,
@@ -374,7 +381,7 @@ fn wait_ready(
                 })
             }
         }
-        match probe(addr) {
+        match probe(bin_dir, addr) {
             // The liveness check guards against having talked to a stranger that holds the
             // port while ours failed to bind it (and is about to exit).
             Ok(Probe::Ready) if process.is_alive() => return Ok(()),
@@ -399,89 +406,46 @@ fn wait_ready(
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Probe {
-    /// A session started: authentication passed and the server sent `ReadyForQuery`.
+    /// The server accepts connections.
     Ready,
-    /// The server answers but refuses sessions while it starts up (SQLSTATE 57P03).
+    /// The server answers but refuses connections while it starts up.
     Starting,
 }
 
-/// Starts a session as `postgres` over the frontend/backend protocol (version 3.0), the way
-/// any client does, then ends it; independent of any client library.
-fn probe(addr: SocketAddr) -> io::Result<Probe> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(250))?;
-    stream.set_read_timeout(Some(Duration::from_secs(1)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(1)))?;
-    stream.write_all(&startup_message(SUPERUSER, SUPERUSER))?;
-    // A startup answers with a handful of messages; more means we are not talking to
-    // PostgreSQL.
-    for _ in 0..64 {
-        let mut header = [0; 5];
-        stream.read_exact(&mut header)?;
-        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
-        let body_len = usize::try_from(len)
-            .ok()
-            .and_then(|len| len.checked_sub(4))
-            .filter(|&len| len <= 1 << 16)
-            .ok_or_else(|| invalid(format!("message length {len}")))?;
-        let mut body = vec![0; body_len];
-        stream.read_exact(&mut body)?;
-        match header[0] {
-            b'R' if body.get(..4) == Some(&[0, 0, 0, 0]) => {} // AuthenticationOk
-            b'R' => return Err(invalid("the server asks for a password".into())),
-            b'S' | b'K' | b'N' => {} // parameter status, backend key, notice
-            b'Z' => {
-                // ReadyForQuery; say goodbye (Terminate) so the server logs no EOF warning.
-                let _ = stream.write_all(&[b'X', 0, 0, 0, 4]);
-                return Ok(Probe::Ready);
-            }
-            b'E' => {
-                let (code, message) = error_fields(&body);
-                return if code == "57P03" {
-                    Ok(Probe::Starting)
-                } else {
-                    Err(io::Error::other(format!(
-                        "the server refused a session: {code} {message}"
-                    )))
-                };
-            }
-            other => return Err(invalid(format!("unexpected message type {other:#04x}"))),
-        }
+/// Asks `pg_isready` (PostgreSQL's own readiness check, next to `postgres`) about `addr`.
+fn probe(bin_dir: &Path, addr: SocketAddr) -> io::Result<Probe> {
+    let status = Command::new(bin_dir.join("pg_isready"))
+        .args([
+            "--host",
+            &addr.ip().to_string(),
+            "--port",
+            &addr.port().to_string(),
+        ])
+        .args([
+            "--username",
+            SUPERUSER,
+            "--dbname",
+            SUPERUSER,
+            "--timeout",
+            "1",
+            "--quiet",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    // pg_isready's documented exit codes.
+    match status.code() {
+        Some(0) => Ok(Probe::Ready),
+        Some(1) => Ok(Probe::Starting),
+        Some(2) => Err(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            format!("no PostgreSQL answers on {addr}"),
+        )),
+        _ => Err(io::Error::other(format!(
+            "pg_isready could not check {addr} ({status})"
+        ))),
     }
-    Err(invalid("no ReadyForQuery after 64 messages".into()))
-}
-
-fn invalid(what: String) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("bad PostgreSQL reply: {what}"),
-    )
-}
-
-/// `StartupMessage`: length, protocol 3.0, then NUL-terminated name/value pairs and a NUL.
-fn startup_message(user: &str, database: &str) -> Vec<u8> {
-    let mut body = 196_608_u32.to_be_bytes().to_vec(); // 3 << 16
-    for part in ["user", user, "database", database] {
-        body.extend_from_slice(part.as_bytes());
-        body.push(0);
-    }
-    body.push(0);
-    let len = u32::try_from(body.len() + 4).expect("a startup message is short");
-    let mut message = len.to_be_bytes().to_vec();
-    message.extend(body);
-    message
-}
-
-/// The SQLSTATE (`C`) and message (`M`) fields of an `ErrorResponse` body.
-fn error_fields(body: &[u8]) -> (String, String) {
-    let (mut code, mut message) = (String::new(), String::new());
-    for field in body.split(|&b| b == 0) {
-        match field.split_first() {
-            Some((b'C', value)) => code = String::from_utf8_lossy(value).into_owned(),
-            Some((b'M', value)) => message = String::from_utf8_lossy(value).into_owned(),
-            _ => {}
-        }
-    }
-    (code, message)
 }
 
 /// Finds the directory holding both `initdb` and `postgres`: `env_override`, else the newest
@@ -500,7 +464,7 @@ fn find_bin_dir(
                 io::ErrorKind::NotFound,
                 format!(
                     "PostgreSQL not found: {POSTGRES_BIN_DIR_ENV}={} does not hold executable \
-                     initdb and postgres",
+                     initdb, postgres and pg_isready",
                     dir.display()
                 ),
             ))
@@ -532,10 +496,10 @@ fn find_bin_dir(
             io::Error::new(
                 io::ErrorKind::NotFound,
                 format!(
-                    "PostgreSQL not found (no initdb and postgres in {}/<version>/bin nor on \
-                     PATH): install it with `apt-get install -y postgresql` (Debian; \
+                    "PostgreSQL not found (no initdb, postgres and pg_isready in {}/<version>/bin nor \
+                     on PATH): install it with `apt-get install -y postgresql` (Debian; \
                      scripts/ensure-postgres does it) or set {POSTGRES_BIN_DIR_ENV} to the \
-                     directory holding initdb and postgres",
+                     directory holding initdb, postgres and pg_isready",
                     debian_root.display()
                 ),
             )
@@ -543,7 +507,7 @@ fn find_bin_dir(
 }
 
 fn has_binaries(dir: &Path) -> bool {
-    ["initdb", "postgres"]
+    ["initdb", "postgres", "pg_isready"]
         .iter()
         .all(|name| os::is_executable(&dir.join(name)))
 }
@@ -702,7 +666,10 @@ mod tests {
     fn starts_accepts_sessions_and_is_gone_after_drop() {
         let server = PostgresServer::start().unwrap();
         assert_ne!(server.port(), DEFAULT_PORT);
-        assert_eq!(probe(server.addr()).unwrap(), Probe::Ready);
+        assert_eq!(
+            probe(server.bin_dir(), server.addr()).unwrap(),
+            Probe::Ready
+        );
         assert!(server
             .url()
             .ends_with(&format!(":{}/postgres", server.port())));
@@ -719,8 +686,8 @@ mod tests {
         drop(server);
         assert!(!pid_exists(pid), "pid {pid} survived the drop");
         assert!(!dir.exists());
-        assert!(probe(addr).is_err());
-        assert_eq!(probe(other.addr()).unwrap(), Probe::Ready);
+        assert!(probe(other.bin_dir(), addr).is_err());
+        assert_eq!(probe(other.bin_dir(), other.addr()).unwrap(), Probe::Ready);
         let log = fs::read_to_string(other.log_path()).unwrap();
         assert!(log.contains("ready to accept connections"), "{log}");
     }
@@ -752,7 +719,7 @@ mod tests {
         for version in ["9.6", "15", "100-broken", "13"] {
             let bin = root.path().join(version).join("bin");
             fs::create_dir_all(&bin).unwrap();
-            for name in ["initdb", "postgres"] {
+            for name in ["initdb", "postgres", "pg_isready"] {
                 fs::copy("/bin/sh", bin.join(name)).unwrap();
             }
         }
@@ -782,21 +749,5 @@ mod tests {
         );
         assert_eq!(find_user(passwd, "post"), None);
         assert_eq!(find_user("broken:x:y:1\n", "broken"), None);
-    }
-
-    #[test]
-    fn protocol_messages() {
-        let message = startup_message("postgres", "db");
-        assert_eq!(&message[..4], &(message.len() as u32).to_be_bytes());
-        assert_eq!(&message[4..8], &[0, 3, 0, 0]);
-        assert!(message.ends_with(b"user\0postgres\0database\0db\0\0"));
-        let body = b"SFATAL\0VFATAL\0C57P03\0Mthe database system is starting up\0\0";
-        assert_eq!(
-            error_fields(body),
-            (
-                "57P03".to_owned(),
-                "the database system is starting up".to_owned()
-            )
-        );
     }
 }

@@ -19,6 +19,76 @@ use crate::REDIS_SERVER_ENV;
 /// Redis' own explanation, short enough to read in a test failure.
 const LOG_TAIL_LINES: usize = 40;
 
+/// A signal for [`send_signal`]: what a test does to a process it wants to freeze, resume,
+/// interrupt or crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Signal {
+    /// `SIGSTOP`: freeze the process (a GC pause, a stalled VM); it keeps its connections.
+    Stop,
+    /// `SIGCONT`: let a stopped process run on.
+    Cont,
+    /// `SIGTERM`: ask it to exit.
+    Term,
+    /// `SIGKILL`: a crash; no cleanup code runs.
+    Kill,
+    /// `SIGINT`: Ctrl-C.
+    Int,
+    /// `SIGQUIT`: PostgreSQL's immediate shutdown.
+    Quit,
+}
+
+impl Signal {
+    fn raw(self) -> rustix::process::Signal {
+        use rustix::process::Signal as S;
+        match self {
+            Signal::Stop => S::STOP,
+            Signal::Cont => S::CONT,
+            Signal::Term => S::TERM,
+            Signal::Kill => S::KILL,
+            Signal::Int => S::INT,
+            Signal::Quit => S::QUIT,
+        }
+    }
+}
+
+/// Sends `signal` to the process `pid` (for example a test's child process, from
+/// [`std::process::Child::id`]): freeze a lock holder with [`Signal::Stop`] past its lease,
+/// resume it with [`Signal::Cont`], crash it with [`Signal::Kill`].
+///
+/// ```no_run
+/// use fencelock_testing::{send_signal, Signal};
+///
+/// let child = std::process::Command::new("sleep").arg("60").spawn()?;
+/// send_signal(child.id(), Signal::Stop)?;
+/// send_signal(child.id(), Signal::Cont)?;
+/// send_signal(child.id(), Signal::Kill)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+/// When `pid` is not a process this user may signal (gone, never existed, another user's).
+pub fn send_signal(pid: u32, signal: Signal) -> io::Result<()> {
+    rustix::process::kill_process(pid_of(pid)?, signal.raw()).map_err(|err| {
+        io::Error::new(
+            io::Error::from(err).kind(),
+            format!("sending {signal:?} to pid {pid} failed: {err}"),
+        )
+    })
+}
+
+/// Whether a process `pid` exists (and this user may signal it): `kill -0`.
+pub fn process_exists(pid: u32) -> bool {
+    pid_of(pid).is_ok_and(|pid| rustix::process::test_kill_process(pid).is_ok())
+}
+
+fn pid_of(pid: u32) -> io::Result<rustix::process::Pid> {
+    i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no such pid {pid}")))
+}
+
 /// Resolves the `redis-server` binary: `env_override` (the value of
 /// [`REDIS_SERVER_ENV`]) wins, then `PATH`.
 pub(crate) fn find_redis_server(env_override: Option<&OsStr>) -> io::Result<PathBuf> {
@@ -172,11 +242,8 @@ impl Process {
         matches!(self.exit_status(), Ok(None))
     }
 
-    /// Sends signals by name (`"STOP"`, `"CONT"`, `"TERM"`, ...), in order.
-    ///
-    /// Goes through the `kill` utility because the crate has no libc
-    /// binding; `sh`'s builtin is the fallback where `kill` is not a binary.
-    pub(crate) fn signal(&self, signals: &[&str]) -> io::Result<()> {
+    /// Sends `signals`, in order.
+    pub(crate) fn signal(&self, signals: &[Signal]) -> io::Result<()> {
         // Holding the lock keeps anyone from reaping the process meanwhile,
         // so its pid cannot be recycled for an unrelated process before
         // the signals arrive.
@@ -187,25 +254,8 @@ impl Process {
                 self.pid
             )));
         }
-        let pid = self.pid.to_string();
         for signal in signals {
-            let flag = format!("-{signal}");
-            let status = match Command::new("kill")
-                .args([&flag, &pid])
-                .stderr(Stdio::null())
-                .status()
-            {
-                Err(err) if err.kind() == io::ErrorKind::NotFound => Command::new("sh")
-                    .args(["-c", "kill \"$0\" \"$1\"", &flag, &pid])
-                    .stderr(Stdio::null())
-                    .status()?,
-                other => other?,
-            };
-            if !status.success() {
-                return Err(io::Error::other(format!(
-                    "sending SIG{signal} to pid {pid} failed ({status})"
-                )));
-            }
+            send_signal(self.pid, *signal)?;
         }
         Ok(())
     }
@@ -214,7 +264,7 @@ impl Process {
     /// kills it if it does not comply.
     pub(crate) fn terminate(self, timeout: Duration) -> io::Result<ExitStatus> {
         // A stopped process only acts on SIGTERM once it runs again.
-        self.signal(&["TERM", "CONT"])?;
+        self.signal(&[Signal::Term, Signal::Cont])?;
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.exit_status()? {

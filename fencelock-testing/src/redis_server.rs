@@ -12,7 +12,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use crate::ports::PortReservation;
-use crate::process::{find_redis_server, log_tail, Probe, Process, StartError};
+use crate::process::{find_redis_server, log_tail, Probe, Process, Signal, StartError};
 use crate::REDIS_SERVER_ENV;
 
 /// Fresh ports to try when the first one is taken between our probe and
@@ -852,7 +852,7 @@ impl RedisServer {
     ///
     /// Fails if the server is not running or the signal cannot be sent.
     pub fn pause(&mut self) -> io::Result<()> {
-        self.running_process()?.signal(&["STOP"])?;
+        self.running_process()?.signal(&[Signal::Stop])?;
         self.paused = true;
         Ok(())
     }
@@ -863,7 +863,7 @@ impl RedisServer {
     ///
     /// Fails if the server is not running or the signal cannot be sent.
     pub fn resume(&mut self) -> io::Result<()> {
-        self.running_process()?.signal(&["CONT"])?;
+        self.running_process()?.signal(&[Signal::Cont])?;
         self.paused = false;
         Ok(())
     }
@@ -1028,7 +1028,6 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::net::TcpStream;
-    use std::process::{Command, Stdio};
 
     fn connection(server: &RedisServer) -> redis::Connection {
         server.client().get_connection().expect("connect")
@@ -1047,12 +1046,7 @@ mod tests {
     }
 
     fn pid_exists(pid: u32) -> bool {
-        Command::new("kill")
-            .args(["-0", &pid.to_string()])
-            .stderr(Stdio::null())
-            .status()
-            .expect("run kill")
-            .success()
+        crate::process_exists(pid)
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{key_slot_of_lock, quiet_renewal_calls, Env, Topology};
 use fencelock::LockClient;
-use fencelock_testing::{RedisCluster, RedisServer};
+use fencelock_testing::{send_signal, RedisCluster, RedisServer, Signal};
 use redis::Commands;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -480,24 +480,19 @@ struct Frozen(u32);
 
 impl Frozen {
     fn new(node: &RedisServer) -> Frozen {
-        signal(node.pid(), "STOP");
+        signal(node.pid(), Signal::Stop);
         Frozen(node.pid())
     }
 }
 
 impl Drop for Frozen {
     fn drop(&mut self) {
-        signal(self.0, "CONT");
+        signal(self.0, Signal::Cont);
     }
 }
 
-fn signal(pid: u32, name: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{name} {pid}");
+fn signal(pid: u32, signal: Signal) {
+    send_signal(pid, signal).unwrap_or_else(|err| panic!("{signal:?} to {pid}: {err}"));
 }
 
 /// The lock keys of `name` at `node` (at most one).

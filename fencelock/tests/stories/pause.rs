@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use fencelock::{FencingToken, LockClient};
-use fencelock_testing::RedisServer;
+use fencelock_testing::{RedisServer, Signal};
 use tokio::sync::oneshot;
 
 use crate::common::ledger::{Attempt, Backend, Journal, Ledger, LedgerError, Outcome, Write};
@@ -271,7 +271,7 @@ async fn cross_process(backend: Backend) {
                 events.iter().any(|e| e.starts_with("ready"))
             })
             .await;
-        child.signal(&ctx, "STOP");
+        child.signal(&ctx, Signal::Stop);
         let child_token = parse_token(&events, "held ");
         tokens.issued(&ctx, "the child", child_token);
         if events.iter().any(|e| e == "ready true") {
@@ -290,7 +290,7 @@ async fn cross_process(backend: Backend) {
         claim_and_write(&journal, &*ledger, &mut rng, "B", b.token(), 3).await;
 
         let go_at = std::time::Instant::now();
-        child.signal(&ctx, "CONT");
+        child.signal(&ctx, Signal::Cont);
         ctl.go().await;
         let (success, output) = child.finish(&ctx).await;
         assert!(success, "{ctx}: the child failed\n{output}");

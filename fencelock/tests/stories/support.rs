@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use fencelock::FencingToken;
-use fencelock_testing::RedisServer;
+use fencelock_testing::{send_signal, RedisServer, Signal};
 use redis::AsyncCommands;
 
 use crate::common::ledger::{self, Backend, Journal, Ledger, Summary};
@@ -466,17 +466,11 @@ impl ChildProcess {
         }
     }
 
-    /// Sends a signal by name (`STOP`, `CONT`, `KILL`) with the `kill` utility.
-    pub fn signal(&self, ctx: &Ctx, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .args([format!("-{signal}"), self.pid.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(
-            status.success(),
-            "{ctx}: kill -{signal} {} failed",
-            self.pid
-        );
+    /// Sends `signal` (freeze, resume, crash).
+    pub fn signal(&self, ctx: &Ctx, signal: Signal) {
+        if let Err(err) = send_signal(self.pid, signal) {
+            panic!("{ctx}: {signal:?} to {} failed: {err}", self.pid);
+        }
     }
 
     /// Kills the child with SIGKILL, as a crash would, and reaps it.
