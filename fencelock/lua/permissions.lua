@@ -2,7 +2,18 @@
 -- the protocol's keys. Run once at connect (LockClient::connect and friends), so that a partial
 -- ACL grant is refused up front, naming what is missing, instead of surfacing midway through a
 -- script: a script refused after its first write keeps that write (Redis does not roll scripts
--- back), and a lock hash whose PEXPIRE was refused would never expire. Writes nothing.
+-- back), and a lock hash whose PEXPIRE was refused would never expire. Leaves no trace.
+--
+-- Two ways to ask, one answer:
+-- * Redis 7.0+ and Valkey: redis.acl_check_cmd for each command with its real arguments;
+--   nothing is written.
+-- * Redis 6.2 (no redis.acl_check_cmd): each command runs once, under redis.pcall, on the probe
+--   keys, and an ACL refusal is read from its error. Every write is undone before the script
+--   ends: the probe's lock hash, op record and queue are deleted (DEL is checked first, and
+--   nothing is written when the user may not delete), and the bucket's fence counter gets back
+--   the value it had (or is deleted when it had none). A script is atomic, so no other client
+--   ever sees a probe key or a changed counter. The only effect is one 'released' message on
+--   the probe lock's channel, which no waiter listens to.
 --
 -- KEYS[1]  a lock hash        (a probe name's; the keys need not exist)
 -- KEYS[2]  its fence counter
@@ -13,20 +24,57 @@
 --
 -- Returns  {}                 every command is allowed on these keys and channel
 --          {"HSET", ...}      the commands (upper case) the user may not run on them
---          {"?"}              the server cannot tell (no redis.acl_check_cmd: Redis < 7.0)
 --
 -- Each probe passes the arguments a real call passes, so the key and channel rules of the ACL
--- are checked as well as the command rules (redis.acl_check_cmd checks all three).
-if not redis.acl_check_cmd then
-  return {'?'}
+-- are checked as well as the command rules.
+local refused = {}
+local run_probes = redis.acl_check_cmd == nil
+
+-- Redis 6.2 words a refusal inside a script "The user executing the script can't run this
+-- command or subcommand", "... can't access at least one of the keys ...", "... can't publish
+-- to the channel ..."; NOPERM covers the later wordings.
+local function acl_refusal(reply)
+  if type(reply) ~= 'table' or type(reply.err) ~= 'string' then
+    return false
+  end
+  return string.find(reply.err, "can't", 1, true) ~= nil
+      or string.find(reply.err, 'NOPERM', 1, true) ~= nil
 end
 
-local refused = {}
+-- Records `command` as refused when the user may not run it with these arguments.
 local function check(command, ...)
-  -- pcall: a command this server does not know (SPUBLISH before 7.0) is refused, not an error.
-  local ok, allowed = pcall(redis.acl_check_cmd, command, ...)
-  if not (ok and allowed) then
+  local allowed
+  if run_probes then
+    allowed = not acl_refusal(redis.pcall(command, ...))
+  else
+    -- pcall: a command this server does not know (SPUBLISH before 7.0) is refused, not an
+    -- error.
+    local ok, answer = pcall(redis.acl_check_cmd, command, ...)
+    allowed = ok and answer
+  end
+  if not allowed then
     table.insert(refused, command)
+  end
+  return allowed
+end
+
+local fence_before
+if run_probes then
+  -- Undoing the probes needs DEL on the probe keys and the counter's old value: without them
+  -- nothing is written, and the refusals found so far are the answer.
+  local deletable = check('DEL', KEYS[1])
+  deletable = check('DEL', KEYS[3]) and deletable
+  deletable = check('DEL', KEYS[4]) and deletable
+  fence_before = redis.pcall('GET', KEYS[2])
+  if acl_refusal(fence_before) then
+    table.insert(refused, 'GET')
+    deletable = false
+  elseif type(fence_before) ~= 'string' then
+    -- No counter yet: the probe's SET creates one, which must be deleted again.
+    deletable = check('DEL', KEYS[2]) and deletable
+  end
+  if not deletable then
+    return refused
   end
 end
 
@@ -45,7 +93,11 @@ else
   check('PUBLISH', KEYS[1], 'released')
 end
 check('GET', KEYS[2])
-check('SET', KEYS[2], '1')
+if run_probes and type(fence_before) == 'string' then
+  check('SET', KEYS[2], fence_before)
+else
+  check('SET', KEYS[2], '1')
+end
 check('GET', KEYS[3])
 check('EXISTS', KEYS[3])
 check('SET', KEYS[3], 'a', 'PX', '1')
@@ -54,6 +106,15 @@ if ARGV[2] == '1' then
   check('ZREM', KEYS[4], 'm')
   check('ZPOPMIN', KEYS[4])
   check('PEXPIRE', KEYS[4], '1')
+end
+
+if run_probes then
+  redis.pcall('DEL', KEYS[1], KEYS[3], KEYS[4])
+  if type(fence_before) == 'string' then
+    redis.pcall('SET', KEYS[2], fence_before)
+  else
+    redis.pcall('DEL', KEYS[2])
+  end
 end
 
 -- One entry per command, in first-refused order.

@@ -188,6 +188,7 @@ pub use base::error::Error;
 pub use base::replica_ack::OnShortfall;
 pub use base::token::FencingToken;
 pub use protocol::keys::MAX_NAME_LEN;
+pub use protocol::server::{ServerFlavour, ServerInfo};
 
 /// Deliberately broken protocol variants for the project's own property tests; compiled only
 /// with `--cfg fencelock_negative_controls`, never in a dependent's build.

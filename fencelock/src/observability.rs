@@ -30,6 +30,7 @@
 //! | `fencelock.lost` | event, WARN | once per holder, when it learns it lost the lock | `lock`, `holder`, `token`, `reason` (`renewal_refused`: a renewal found it gone or taken over / `lease_expired`: the lease ran out by this process' clock without a successful renewal / `not_held`: a re-entry, extension or release was refused) |
 //! | `fencelock.stale_write` | event, WARN | a [`FencedResource`](crate::FencedResource) write was refused for a stale token | `resource` (name), `presented` (the refused token), `latest` (the resource's high-water mark) |
 //! | `fencelock.eviction_risk` | event, WARN | once per `connect`, when the server's `maxmemory-policy` can evict lock data | `message` (the policy, what it can evict, the fix) |
+//! | `fencelock.untested_server` | event, WARN | once per `connect`, when the server is older than every tested release of its flavour (or of a flavour nobody tested) | `server` (flavour and version), `tested` (the tested releases) |
 //! | `fencelock.eviction_check_failed` | event, DEBUG | once per `connect`, when `CONFIG GET maxmemory-policy` is refused (ACL, renamed command) | `error` |
 //!
 //! Tokens are integers; holder ids are `<client id>:<sequence>` ([`LockClient::id`](crate::LockClient::id)).

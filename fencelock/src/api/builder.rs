@@ -12,6 +12,7 @@ use crate::engine::Engine;
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::Control;
 use crate::protocol::keys::{validate_prefix, LockKeys};
+use crate::protocol::server::ServerInfo;
 use crate::protocol::{self, PermissionsReply};
 
 /// The lock name whose keys `permissions.lua` checks at connect. Nothing is written under it;
@@ -267,7 +268,7 @@ impl LockClientBuilder {
     /// sent; with feature `tls`, also a root CA that is not PEM or is given for a URL that is
     /// not `rediss://`, or for a cluster or Sentinel client); [`Error::Redis`] when the server
     /// cannot be reached or refuses the connection; [`Error::PermissionDenied`] when the Redis
-    /// user lacks a command the scripts send (checked here, on Redis 7.0+; see
+    /// user lacks a command the scripts send (checked here; see
     /// [`LockClient::connect`](crate::LockClient::connect)).
     ///
     /// # Cancel safety
@@ -349,7 +350,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::Redis`] when the server cannot be reached or refuses the connection;
     /// [`Error::PermissionDenied`] when the Redis user may not run every command the lock
-    /// scripts send on this client's keys (checked at connect on Redis 7.0+; the error names
+    /// scripts send on this client's keys (checked at connect; the error names
     /// the missing commands, README "Security" lists them).
     ///
     /// # Cancel safety
@@ -469,6 +470,15 @@ impl LockClient {
         )
         .await?;
         let client = LockClient { engine };
+        let server = client.server();
+        if !server.is_at_least_tested() {
+            tracing::warn!(
+                name: "fencelock.untested_server",
+                server = %server,
+                tested = %ServerInfo::tested_matrix(),
+                "this server release is older than every tested one of its kind"
+            );
+        }
         client.check_permissions().await?;
         match client.eviction_risk().await {
             Ok(Some(risk)) => tracing::warn!(name: "fencelock.eviction_risk", "{risk}"),
@@ -488,8 +498,9 @@ impl LockClient {
     /// this client's keys: a script refused midway keeps what it wrote before the refused
     /// command (Redis does not roll scripts back), so without this a missing `+pexpire` would
     /// leave a lock hash that never expires. One `permissions.lua` call on a probe lock's keys
-    /// (on a cluster, at the probe's slot). A server that cannot tell (Redis < 7.0), or a failed
-    /// call for any reason other than a refusal, leaves the check to the first real operation.
+    /// (on a cluster, at the probe's slot): `redis.acl_check_cmd` where the server has it, probes
+    /// that are undone in the same script on Redis 6.2 (DESIGN.md §12). A failed call for any
+    /// reason other than a refusal leaves the check to the first real operation.
     async fn check_permissions(&self) -> Result<(), Error> {
         let keys = LockKeys::new(&self.engine.config.prefix, PERMISSIONS_PROBE);
         let mut conn = self.engine.conn();
@@ -509,13 +520,6 @@ impl LockClient {
                     String::from_utf8_lossy(&self.engine.config.prefix),
                 ),
             }),
-            Ok(PermissionsReply::Unknown) => {
-                tracing::debug!(
-                    name: "fencelock.permission_check_skipped",
-                    "the server has no redis.acl_check_cmd (Redis < 7.0)"
-                );
-                Ok(())
-            }
             Err(err) if err.is_permission_denied() => Err(err),
             Err(err) => {
                 tracing::debug!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::base::error::Error;
 use crate::engine::Engine;
-use crate::protocol::server::EvictionRisk;
+use crate::protocol::server::{EvictionRisk, ServerInfo};
 
 /// A connection to one Redis deployment, shared by every lock of a process.
 ///
@@ -90,6 +90,12 @@ impl LockClient {
     /// ([`LockClientBuilder::fair_handoff`](crate::LockClientBuilder::fair_handoff)), or `None` when the client is in the default mode.
     pub fn fair_handoff(&self) -> Option<Duration> {
         self.engine.config.fair_grace
+    }
+
+    /// What the server is: its flavour (Redis, Valkey) and version, from the `HELLO` it
+    /// answered at connect (on a cluster, the node that answered).
+    pub fn server(&self) -> &ServerInfo {
+        &self.engine.server
     }
 
     /// The key prefix this client works under.

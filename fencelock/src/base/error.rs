@@ -111,6 +111,17 @@ pub enum Error {
         required: u32,
     },
 
+    /// The server cannot do what this client needs: for example a cluster client on Redis 6.2,
+    /// which has no sharded pub/sub to wake waiters with. Refused at connect; nothing was
+    /// written. README's compatibility table lists what each server supports.
+    #[error("{server} cannot serve this client: it lacks {lacks}")]
+    UnsupportedServer {
+        /// The server and its version, as it reported them (`HELLO`).
+        server: String,
+        /// What it lacks, and which release has it.
+        lacks: String,
+    },
+
     /// The set of names given to a multi-lock is unusable: empty, too many names, or the same
     /// name twice. Nothing was sent.
     #[error("invalid lock set: {reason}")]
@@ -310,6 +321,11 @@ impl Error {
                 | Error::InvalidConfig { .. }
                 | Error::InvalidLockSet { .. }
         )
+    }
+
+    /// The server lacks something this client needs (refused at connect).
+    pub fn is_unsupported_server(&self) -> bool {
+        matches!(self, Error::UnsupportedServer { .. })
     }
 
     /// Fewer replicas than required acknowledged an acquisition in time (it was rolled back).

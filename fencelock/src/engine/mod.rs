@@ -22,6 +22,7 @@ use crate::base::error::{Error, Failure};
 use crate::base::retry::Resends;
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
+use crate::protocol::server::{self, ServerInfo};
 use crate::protocol::FairAttempt;
 use crate::transport::ack_pool::{AckConnections, AckRoute};
 use crate::transport::slot_map::ClusterRoute;
@@ -40,6 +41,8 @@ pub(crate) struct Engine {
     pub(crate) acks: AckConnections,
     /// A random UUID v4: the first part of every holder and operation id of this client.
     pub(crate) id: String,
+    /// What the server is (`HELLO` at connect).
+    pub(crate) server: ServerInfo,
     next_seq: AtomicU64,
     /// A deliberately broken protocol variant (test builds only; `None` is the real protocol).
     #[cfg(fencelock_negative_controls)]
@@ -83,6 +86,15 @@ impl Engine {
                 (Conn::Sentinel(conn.clone()), AckRoute::Sentinel(conn))
             }
         };
+        let server = server::hello(&mut conn.clone()).await?;
+        if matches!(target, Target::Cluster(_)) && !server.has_sharded_pubsub() {
+            return Err(Error::UnsupportedServer {
+                server: server.to_string(),
+                lacks: "sharded pub/sub (SPUBLISH, SSUBSCRIBE: Redis 7.0+, every Valkey), which \
+                        a cluster client needs to wake waiters on the node of a lock's slot"
+                    .into(),
+            });
+        }
         let acks = AckConnections::new(route, &config);
         waiters.set_connection(conn.clone());
         let engine = Arc::new(Engine {
@@ -92,6 +104,7 @@ impl Engine {
             watchdog: Watchdog::default(),
             acks,
             id: uuid::Uuid::new_v4().simple().to_string(),
+            server,
             next_seq: AtomicU64::new(1),
             #[cfg(fencelock_negative_controls)]
             control,

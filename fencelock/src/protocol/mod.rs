@@ -619,8 +619,6 @@ pub(crate) enum PermissionsReply {
     Granted,
     /// The commands the user may not run on them.
     Refused(Vec<String>),
-    /// The server cannot tell (Redis before 7.0 has no `redis.acl_check_cmd`).
-    Unknown,
 }
 
 /// Asks the server which of the protocol's commands the calling user may not run on the keys
@@ -643,10 +641,10 @@ pub(crate) async fn permissions<C: ConnectionLike>(
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;
-    Ok(match refused.as_slice() {
-        [] => PermissionsReply::Granted,
-        [unknown] if unknown == "?" => PermissionsReply::Unknown,
-        _ => PermissionsReply::Refused(refused),
+    Ok(if refused.is_empty() {
+        PermissionsReply::Granted
+    } else {
+        PermissionsReply::Refused(refused)
     })
 }
 
