@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod binary;
 pub mod check;
 mod cluster;
 mod ports;
@@ -9,6 +10,7 @@ mod proxy;
 mod redis_server;
 mod sentinel;
 
+pub use binary::{requires, Feature, ServerBinary, SKIP_LOG_ENV};
 pub use cluster::{ClusterNode, RedisCluster, RedisClusterBuilder};
 pub use postgres::{PostgresServer, POSTGRES_BIN_DIR_ENV};
 pub use process::{process_exists, send_signal, Signal};

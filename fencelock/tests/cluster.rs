@@ -79,8 +79,44 @@ fn migrate_slot_keys(
     }
 }
 
+/// A server without sharded pub/sub cannot wake a cluster client's waiters on the node of a
+/// lock's slot: connect refuses it with a typed error naming the server and what it lacks
+/// (Redis 6.2), and writes nothing. Every other server is accepted and named.
+#[tokio::test]
+async fn a_cluster_without_sharded_pubsub_is_refused_at_connect_and_others_are_named() {
+    let cluster = RedisCluster::builder()
+        .replicas_per_primary(0)
+        .start()
+        .unwrap();
+    let binary = fencelock_testing::ServerBinary::current().unwrap();
+    let outcome = LockClient::connect_cluster(cluster.urls()).await;
+    match binary.lacks(fencelock_testing::Feature::ShardedPubSub) {
+        Some(_) => {
+            let err = outcome.unwrap_err();
+            assert!(err.is_unsupported_server(), "{err:?}");
+            let text = err.to_string();
+            assert!(text.contains(&binary.to_string()), "{text}");
+            assert!(text.contains("sharded pub/sub"), "{text}");
+            for node in cluster.nodes() {
+                let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut con(node)).unwrap();
+                assert!(keys.is_empty(), "a refused connect wrote {keys:?}");
+            }
+        }
+        None => {
+            let client = outcome.unwrap();
+            assert_eq!(client.server().to_string(), binary.to_string());
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_names_spread_over_every_primary_and_leave_only_counters() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "ten_thousand_names_spread_over_every_primary_and_leave_only_counters",
+    ) {
+        return;
+    }
     const NAMES: usize = 10_000;
     const TASKS: usize = 50;
     let fx = Env::start(Topology::Cluster);
@@ -154,6 +190,12 @@ async fn ten_thousand_names_spread_over_every_primary_and_leave_only_counters() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_are_batched_per_slot() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "renewals_are_batched_per_slot",
+    ) {
+        return;
+    }
     const HELD: usize = 300;
     const BATCH: usize = 100;
     let fx = Env::start(Topology::Cluster);
@@ -241,6 +283,12 @@ async fn wait_for_subscriber(cluster: &RedisCluster, name: &str, stage: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_failover_keeps_the_lock_the_token_and_the_waiter() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "a_manual_failover_keeps_the_lock_the_token_and_the_waiter",
+    ) {
+        return;
+    }
     let cluster = RedisCluster::start().unwrap();
     // Long enough to outlast the failover, rerouting and backoff on a loaded machine: the test
     // is about keeping the lock, so it checks that renewals resumed, not how fast.
@@ -338,6 +386,12 @@ async fn a_manual_failover_keeps_the_lock_the_token_and_the_waiter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_migration_under_a_held_lock_does_not_strand_the_waiter() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "a_slot_migration_under_a_held_lock_does_not_strand_the_waiter",
+    ) {
+        return;
+    }
     let fx = Env::start(Topology::Cluster);
     let common::Deployment::Cluster(cluster) = &fx.deployment else {
         unreachable!()
@@ -394,6 +448,12 @@ async fn a_slot_migration_under_a_held_lock_does_not_strand_the_waiter() {
 /// holds nothing.
 #[tokio::test]
 async fn multi_lock_works_across_slots_and_replica_ack_without_replicas_holds_nothing() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "multi_lock_works_across_slots_and_replica_ack_without_replicas_holds_nothing",
+    ) {
+        return;
+    }
     let cluster = RedisCluster::builder()
         .replicas_per_primary(0)
         .start()
@@ -507,6 +567,12 @@ fn lock_keys_at(node: &RedisServer, name: &str) -> Vec<Vec<u8>> {
 /// acknowledge (frozen), the acquisition is rolled back (or, by choice, returned unreplicated).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_ack_waits_at_the_slot_primary_once_per_node_and_a_frozen_replica_is_a_shortfall() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "replica_ack_waits_at_the_slot_primary_once_per_node_and_a_frozen_replica_is_a_shortfall",
+    ) {
+        return;
+    }
     let cluster = RedisCluster::start().unwrap();
     let client = LockClient::cluster_builder(cluster.urls())
         .replica_ack(1, HEALTHY_ACK)
@@ -620,6 +686,12 @@ async fn replica_ack_waits_at_the_slot_primary_once_per_node_and_a_frozen_replic
 /// once the slot has moved is taken and acknowledged at its new owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replicated_acquisition_during_a_slot_migration_follows_ask_and_waits_at_the_new_owner() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "a_replicated_acquisition_during_a_slot_migration_follows_ask_and_waits_at_the_new_owner",
+    ) {
+        return;
+    }
     let cluster = RedisCluster::start().unwrap();
     let client = LockClient::cluster_builder(cluster.urls())
         .replica_ack(1, HEALTHY_ACK)

@@ -243,6 +243,12 @@ async fn warm_up(client: &LockClient, fx: &Proxied) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_re_sent_by_the_cluster_client_holds_once_with_one_token() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "an_acquire_re_sent_by_the_cluster_client_holds_once_with_one_token",
+    ) {
+        return;
+    }
     let fx = Proxied::start();
     let client = fx.builder().connect().await.unwrap();
     warm_up(&client, &fx).await;
@@ -281,6 +287,12 @@ async fn an_acquire_re_sent_by_the_cluster_client_holds_once_with_one_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_entry_and_releases_re_sent_by_the_cluster_client_apply_once() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "a_re_entry_and_releases_re_sent_by_the_cluster_client_apply_once",
+    ) {
+        return;
+    }
     let fx = Proxied::start();
     let client = fx.builder().connect().await.unwrap();
     warm_up(&client, &fx).await;
@@ -332,6 +344,12 @@ async fn a_re_entry_and_releases_re_sent_by_the_cluster_client_apply_once() {
 /// with the same operation id, and the exactly-once outcome is the op record's doing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_op_records_the_re_sent_re_entry_would_count_twice() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "without_op_records_the_re_sent_re_entry_would_count_twice",
+    ) {
+        return;
+    }
     let fx = Proxied::start();
     let client = fx
         .builder()
@@ -369,6 +387,12 @@ async fn without_op_records_the_re_sent_re_entry_would_count_twice() {
 /// every later reply is matched to the request before it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reply_on_an_open_connection_is_re_sent_by_fencelock_not_by_redis_rs() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "a_slow_reply_on_an_open_connection_is_re_sent_by_fencelock_not_by_redis_rs",
+    ) {
+        return;
+    }
     let fx = Proxied::start();
     let timeout = Duration::from_millis(500);
     // Longer than the response timeout, so the first reply comes too late; once healed, the

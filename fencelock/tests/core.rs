@@ -561,6 +561,23 @@ async fn ten_thousand_names_leave_a_bounded_number_of_counter_keys() {
     assert!(!tokens.is_empty());
 }
 
+/// A client knows what it talks to: the flavour and version the server reported at connect.
+#[tokio::test]
+async fn a_client_names_its_server() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let binary = fencelock_testing::ServerBinary::current().unwrap();
+    let server = client.server();
+    assert_eq!(server.version(), binary.version());
+    let flavour = if binary.is_valkey() {
+        fencelock::ServerFlavour::Valkey
+    } else {
+        fencelock::ServerFlavour::Redis
+    };
+    assert_eq!(server.flavour(), flavour);
+    assert_eq!(server.to_string(), binary.to_string());
+}
+
 #[tokio::test]
 async fn an_evicting_memory_policy_is_reported() {
     let fx = Fixture::start();

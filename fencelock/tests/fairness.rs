@@ -517,15 +517,17 @@ async fn fair_mode_refuses_multi_locks_and_bad_graces_and_keeps_its_queue_past_t
     })
     .await;
     assert!(queued, "the waiter never queued");
-    // Absolute expiry times (PEXPIRETIME), not two PTTLs read one after the other: the time
-    // between two reads would count against the slack (CI once saw 11.001 s this way). The
-    // script reads the lease and sets the queue's expiry a moment apart, so allow a few ms.
+    // Both PTTLs in one script, so at one instant: two reads one after the other would count
+    // the time between them against the slack (CI once saw 11.001 s this way). The script
+    // reads the lease and sets the queue's expiry a moment apart, so allow a few ms.
     let mut raw = fx.raw();
-    let expires_at = |raw: &mut redis::Connection, key: &[u8]| -> i64 {
-        redis::cmd("PEXPIRETIME").arg(key).query(raw).unwrap()
-    };
-    let queue_at = expires_at(&mut raw, &fx.keys("fencelock:{*}queue:slack")[0]);
-    let lock_at = expires_at(&mut raw, &fx.lock_key("slack").unwrap());
+    let queue_key = fx.keys("fencelock:{*}queue:slack")[0].clone();
+    let (queue_at, lock_at): (i64, i64) =
+        redis::Script::new("return {redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[2])}")
+            .key(&queue_key)
+            .key(fx.lock_key("slack").unwrap())
+            .invoke(&mut raw)
+            .unwrap();
     let beyond = Duration::from_millis((queue_at - lock_at).max(0) as u64);
     assert!(
         beyond > grace * 2 && beyond <= grace * 2 + Duration::from_millis(1_050),

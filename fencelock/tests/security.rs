@@ -110,6 +110,41 @@ async fn a_former_holder_cannot_release_extend_or_reenter_the_new_holders_lock()
     assert!(fx.lock_state("shared").is_none());
 }
 
+/// The permission check at connect leaves no trace: no key is created, and the fence counter of
+/// the probe's bucket keeps its value. On Redis 6.2, where the check runs every command on probe
+/// keys and undoes it in the same script, this is what makes it safe; elsewhere it only asks.
+#[tokio::test]
+async fn the_permission_check_leaves_no_trace() {
+    // The probe's fence counter key: the one a lock called `permissions-probe` uses, learnt by
+    // taking that lock once on a scratch server.
+    let scratch = RedisServer::start().unwrap();
+    let scratch_client = LockClient::connect(&scratch.url()).await.unwrap();
+    let probe_lock = scratch_client.lock("permissions-probe").unwrap();
+    probe_lock.acquire().await.unwrap().release().await.unwrap();
+    let fences: Vec<Vec<u8>> = scratch
+        .client()
+        .get_connection()
+        .unwrap()
+        .keys("*fence")
+        .unwrap();
+    assert_eq!(fences.len(), 1, "{fences:?}");
+    let probe_fence = fences[0].clone();
+
+    let server = acl_server();
+    let mut admin = server.client().get_connection().unwrap();
+    drop(LockClient::connect(&locks_url(&server)).await.unwrap());
+    assert!(all_keys(&server).is_empty(), "{:?}", all_keys(&server));
+    // A counter in the probe's bucket, as real locks of that bucket would leave.
+    let _: () = admin.set(&probe_fence, 12_345).unwrap();
+    let client = LockClient::connect(&locks_url(&server)).await.unwrap();
+    assert_eq!(all_keys(&server), vec![probe_fence.clone()]);
+    let kept: u64 = admin.get(&probe_fence).unwrap();
+    assert_eq!(kept, 12_345, "the check changed the bucket's fence counter");
+    // The client works: the grant was checked, not just left alone.
+    let guard = client.lock("after-check").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn the_least_privilege_acl_user_runs_the_whole_flow() {
     let server = acl_server();
@@ -424,6 +459,12 @@ mod tls {
     /// the option is refused there instead of being ignored (standalone clients use it above).
     #[tokio::test]
     async fn a_root_certificate_is_refused_for_cluster_and_sentinel_clients() {
+        if !fencelock_testing::requires(
+            fencelock_testing::Feature::Tls,
+            "a_root_certificate_is_refused_for_cluster_and_sentinel_clients",
+        ) {
+            return;
+        }
         let server = RedisServer::builder().tls(true).start().unwrap();
         let url = server.tls_url().unwrap();
         let pem = server.tls_ca_cert_pem().unwrap();
@@ -445,6 +486,12 @@ mod tls {
 
     #[tokio::test]
     async fn locks_work_over_tls_with_the_servers_ca() {
+        if !fencelock_testing::requires(
+            fencelock_testing::Feature::Tls,
+            "locks_work_over_tls_with_the_servers_ca",
+        ) {
+            return;
+        }
         let server = RedisServer::builder().tls(true).start().unwrap();
         let url = server.tls_url().unwrap();
         assert!(url.starts_with("rediss://127.0.0.1:"), "{url}");
@@ -484,6 +531,12 @@ mod tls {
 
     #[tokio::test]
     async fn a_tls_server_with_an_unknown_ca_is_refused() {
+        if !fencelock_testing::requires(
+            fencelock_testing::Feature::Tls,
+            "a_tls_server_with_an_unknown_ca_is_refused",
+        ) {
+            return;
+        }
         let server = RedisServer::builder().tls(true).start().unwrap();
         let url = server.tls_url().unwrap();
         // Without the CA: the system roots do not know the throwaway CA.
@@ -514,6 +567,12 @@ mod tls {
 
     #[tokio::test]
     async fn tls_with_an_acl_user_and_password() {
+        if !fencelock_testing::requires(
+            fencelock_testing::Feature::Tls,
+            "tls_with_an_acl_user_and_password",
+        ) {
+            return;
+        }
         let server = RedisServer::builder()
             .tls(true)
             .acl_lines([
@@ -571,6 +630,12 @@ fn cluster_user(cluster: &RedisCluster, user: &str, rules: &str) {
 /// rules, and a user without the sharded pub/sub grant refused at connect, naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_least_privilege_acl_user_runs_on_a_cluster() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "the_least_privilege_acl_user_runs_on_a_cluster",
+    ) {
+        return;
+    }
     let cluster = RedisCluster::builder()
         .replicas_per_primary(0)
         .start()

@@ -298,6 +298,10 @@ macro_rules! on_topologies {
 
             #[tokio::test $runtime]
             async fn cluster() {
+                let test = concat!(module_path!(), "::cluster");
+                if !fencelock_testing::requires(fencelock_testing::Feature::ShardedPubSub, test) {
+                    return;
+                }
                 body($crate::common::Env::start($crate::common::Topology::Cluster)).await
             }
         }
