@@ -2260,7 +2260,7 @@ fn machine(server_version: &str) -> String {
          - cores (nproc): {cores}\n\
          - CPU: {cpu}\n\
          - kernel: {}\n\
-         - redis-server: {server_version}\n\
+         - server: {server_version}\n\
          - {rustc}, release profile (`cargo bench`)\n\
          - fencelock at commit {commit}\n\
          - load average at start: {}\n",
@@ -2293,6 +2293,9 @@ fn main() {
         .collect();
     let out_dir = if smoke {
         std::env::temp_dir().join(format!("fencelock-bench-smoke-{}", std::process::id()))
+    } else if let Some(dir) = std::env::var_os("FENCELOCK_BENCH_RESULTS") {
+        // Another server's run (scripts/bench-servers) keeps the main results as they are.
+        PathBuf::from(dir)
     } else {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results")
     };
@@ -2307,11 +2310,10 @@ fn main() {
     let mut report = Report::default();
     let started = Instant::now();
     rt.block_on(async {
-        let version = {
-            let server = common::start_server();
-            let mut admin = Admin::new(&server).await;
-            admin.field("server", "redis_version").await
-        };
+        // The flavour and release as the binary names them (Valkey's INFO says 7.2.4).
+        let version = fencelock_testing::ServerBinary::current()
+            .expect("the server binary")
+            .to_string();
         let mode = if cfg.smoke {
             " (SMOKE: tiny sizes, numbers meaningless)"
         } else {
