@@ -1,43 +1,44 @@
-//! `fencelock`: the operator's tool for the locks of a Redis deployment (feature `cli`).
+//! `fencelock`: the operator's tool for the locks of a Redis deployment.
 //!
 //! ```text
-//! cargo run --features cli --bin fencelock -- --url redis://127.0.0.1:7000/ list
+//! cargo run -p fencelock-cli -- --url redis://127.0.0.1:7000/ list
 //! fencelock list [--json]                  every held lock: name, holders, lease, token
-//! fencelock show NAME                      one lock, its fence counter and its waiters
+//! fencelock show NAME                      one lock (held or free), its fence counter, waiters
 //! fencelock watch NAME [--count N] [--for 30s] [--interval 100ms]
 //! fencelock release NAME --force [--yes] [--token T]   evict the holder, wake the waiters
-//! fencelock doctor [--pings N]             the server settings that break locks
+//! fencelock doctor [--pings N] [--strict]  the server settings that break locks
 //! ```
 //!
 //! The work is done by `fencelock::admin`; this file parses arguments, prints and chooses the
-//! exit code. Exit codes (also in `--help`): 0 done / doctor all OK, 1 doctor WARN, 2 usage
-//! (bad arguments, name, prefix or URL), 3 Redis unreachable or credentials refused, 4 nothing
-//! found (no key under the prefix, lock not held), 5 doctor FAIL, 6 release refused (not
-//! confirmed, or the lock changed hands), 7 any other error.
+//! exit code (the table is [`EXIT_CODES`], also in `--help`).
 
 use std::ffi::OsString;
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
 use fencelock::admin::{Admin, Check, ForceRelease, HolderEntry, LockEvent, LockInfo, Status};
 use fencelock::{Error, FencingToken};
 use serde_json::{json, Value};
 
+/// The exit codes, as `--help` prints them.
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  done; doctor: every check OK
-  1  doctor: at least one WARN, no FAIL
+  0  done (an empty list and a free lock are answers too); doctor: no FAIL
+  1  doctor --strict: at least one WARN, no FAIL
   2  usage: bad arguments, lock name, prefix or URL
-  3  redis cannot be reached, or refused the credentials (WRONGPASS, NOAUTH)
-  4  nothing found: no fencelock key under the prefix (list), lock not held (show, release)
-  5  doctor: at least one FAIL
+  3  redis cannot be reached, refused the credentials (WRONGPASS, NOAUTH), or the user may
+     not read the keys under the prefix (ACL); the message names the rule to add
+  4  release: the lock is not held, nothing to release
+  5  doctor: at least one FAIL (a setting that breaks locks)
   6  release refused: not confirmed, or the lock changed hands since it was shown
   7  any other error (a redis error reply, foreign data at a lock key)";
 
 const USAGE: u8 = 2;
 const UNREACHABLE: u8 = 3;
+const STRICT_WARN: u8 = 1;
+const DOCTOR_FAIL: u8 = 5;
 const NOT_FOUND: u8 = 4;
 const REFUSED: u8 = 6;
 const OTHER: u8 = 7;
@@ -104,11 +105,15 @@ enum Command {
         token: Option<u64>,
     },
     /// Check the server for settings that break locks (eviction, persistence, replication,
-    /// cluster, version, latency, clock) and say what to change
+    /// cluster, version, latency, clock) and say what to change. FAIL: locks are not safe
+    /// (exit 5); WARN: a guarantee is weaker (exit 0, or 1 with --strict)
     Doctor {
         /// How many PINGs measure the round trip
         #[arg(long, default_value_t = 10)]
         pings: usize,
+        /// Exit 1 on a WARN too (a FAIL is always exit 5)
+        #[arg(long)]
+        strict: bool,
     },
 }
 
@@ -124,7 +129,7 @@ async fn main() -> ExitCode {
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
-        Err(err) => report(&err, url),
+        Err(err) => report(&err, url, &cli.prefix),
     }
 }
 
@@ -141,23 +146,19 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
         Command::Release {
             name, yes, token, ..
         } => release(cli, admin, &bytes(name), *yes, *token).await,
-        Command::Doctor { pings } => doctor(cli, admin, *pings).await,
+        Command::Doctor { pings, strict } => doctor(cli, admin, *pings, *strict).await,
     }
 }
 
 async fn list(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
     let locks = admin.locks().await?;
     if locks.is_empty() && !admin.prefix_in_use().await? {
-        if cli.json {
-            println!("[]");
-        }
-        return Ok(fail(
-            NOT_FOUND,
-            &format!(
-                "no fencelock key under prefix {:?}: nothing ever locked there (is --prefix right?)",
-                cli.prefix
-            ),
-        ));
+        // An answer, not an error; the hint goes to stderr so `--json` stays one document.
+        eprintln!(
+            "fencelock: no fencelock key at all under prefix {:?}: nothing was ever locked there \
+             (is --prefix right?)",
+            cli.prefix
+        );
     }
     if cli.json {
         let all: Vec<Value> = locks.iter().map(lock_json).collect();
@@ -190,7 +191,8 @@ async fn show(cli: &Cli, admin: &Admin, name: &[u8]) -> Result<u8, Error> {
     } else {
         println!("{detail}");
     }
-    Ok(if detail.lock.is_held() { 0 } else { NOT_FOUND })
+    // A free lock is an answer ("state free"), not something missing.
+    Ok(0)
 }
 
 async fn watch(
@@ -327,7 +329,7 @@ async fn release(
     }
 }
 
-async fn doctor(cli: &Cli, admin: &Admin, pings: usize) -> Result<u8, Error> {
+async fn doctor(cli: &Cli, admin: &Admin, pings: usize, strict: bool) -> Result<u8, Error> {
     let checks = admin.doctor(pings).await?;
     let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     if cli.json {
@@ -340,9 +342,9 @@ async fn doctor(cli: &Cli, admin: &Admin, pings: usize) -> Result<u8, Error> {
         println!("overall: {worst}");
     }
     Ok(match worst {
-        Status::Ok => 0,
-        Status::Warn => 1,
-        Status::Fail => 5,
+        Status::Fail => DOCTOR_FAIL,
+        Status::Warn if strict => STRICT_WARN,
+        _ => 0,
     })
 }
 
@@ -354,23 +356,28 @@ fn fail(code: u8, message: &str) -> u8 {
     code
 }
 
-fn report(err: &Error, url: &str) -> ExitCode {
+fn report(err: &Error, url: &str, prefix: &str) -> ExitCode {
     let url = redact(url);
     let (code, message) = match err {
         e if e.is_invalid_input() => (USAGE, e.to_string()),
-        Error::Redis(e) if is_auth(e) => (
+        e if e.is_auth_refused() => (
             UNREACHABLE,
             format!("redis at {url} refused the credentials: {e} (check the user and password in the URL)"),
+        ),
+        Error::PermissionDenied { detail } => (
+            UNREACHABLE,
+            format!(
+                "redis at {url} refused this user access to the locks under prefix {prefix:?}: \
+                 {detail}. Grant it the prefix and the tool's commands, for example: ACL SETUSER \
+                 <user> ~{prefix}* &{prefix}* +scan +hgetall +pttl +type +get +multi +exec \
+                 +pubsub|numsub +subscribe +unsubscribe +evalsha +script|load +info +config|get \
+                 +ping +time (or run it as an admin user)"
+            ),
         ),
         e if e.is_connection() => (UNREACHABLE, format!("cannot reach redis at {url}: {e}")),
         e => (OTHER, e.to_string()),
     };
     ExitCode::from(fail(code, &message))
-}
-
-fn is_auth(err: &redis::RedisError) -> bool {
-    err.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
 }
 
 /// The URL without its password, for error messages.
@@ -396,24 +403,14 @@ fn bytes(name: &OsString) -> Vec<u8> {
     name.to_string_lossy().into_owned().into_bytes()
 }
 
-/// `500ms`, `30s`, `1.5s`, `5m`, `1h`; a bare number is seconds.
+/// `500ms`, `30s`, `1.5s`, `5m`, `1h 30m` (humantime's forms); a bare number is seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 500ms, 30s, 5m"))?;
-    let scale = match unit.trim() {
-        "ms" => 1e-3,
-        "" | "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        other => return Err(format!("unknown unit {other:?}: use ms, s, m or h")),
-    };
-    Duration::try_from_secs_f64(number * scale).map_err(|e| e.to_string())
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string());
+    }
+    humantime::parse_duration(text)
+        .map_err(|err| format!("{text:?} is not a duration like 500ms, 30s, 5m ({err})"))
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
@@ -512,38 +509,10 @@ fn event_json(event: &LockEvent) -> Value {
     })
 }
 
-/// The current UTC time, for event lines.
+/// The current UTC time, for event lines (RFC 3339, milliseconds).
 fn now_rfc3339() -> String {
-    rfc3339(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default(),
-    )
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
-
-/// A time since the Unix epoch as `2026-01-02T03:04:05.678Z`.
-fn rfc3339(since: Duration) -> String {
-    let secs = since.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,8 +524,11 @@ mod tests {
         assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        // humantime's forms: several units, long unit names.
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("3 days"), Ok(Duration::from_secs(259_200)));
         assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("3 days").is_err());
+        assert!(parse_duration("3 fortnights").is_err());
     }
 
     #[test]
@@ -573,16 +545,9 @@ mod tests {
     }
 
     #[test]
-    fn timestamps_are_rfc3339_utc() {
-        assert_eq!(rfc3339(Duration::ZERO), "1970-01-01T00:00:00.000Z");
-        // A leap day, and the last second of a century's year.
-        assert_eq!(
-            rfc3339(Duration::from_secs(951_782_400)),
-            "2000-02-29T00:00:00.000Z"
-        );
-        assert_eq!(
-            rfc3339(Duration::from_millis(4_107_542_399_500)),
-            "2100-02-28T23:59:59.500Z"
-        );
+    fn timestamps_are_rfc3339_utc_with_milliseconds() {
+        let now = now_rfc3339();
+        assert_eq!(now.len(), "2026-01-02T03:04:05.678Z".len(), "{now}");
+        assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
     }
 }

@@ -212,20 +212,24 @@ async fn list_finds_locks_under_another_prefix_and_says_when_a_prefix_has_nothin
     assert_eq!(json(&found.stdout)[0]["name"], "invoice-7");
     assert_eq!(json(&found.stdout)[0]["token"], guard.token().get());
 
-    // The default prefix has no key at all: the operator most likely typed the wrong one.
+    // The default prefix has no key at all: an empty answer (exit 0), with a hint on stderr
+    // that the operator most likely typed the wrong prefix.
     let wrong = fencelock(&url, &["list"]).await;
-    assert_eq!(wrong.code, 4, "{wrong:?}");
-    assert_eq!(wrong.stdout, "");
+    assert_eq!(wrong.code, 0, "an empty list is an answer: {wrong:?}");
+    assert!(
+        wrong.stdout.contains("no lock is held under prefix"),
+        "{wrong:?}"
+    );
     assert_eq!(wrong.stderr.lines().count(), 1, "{wrong:?}");
     assert!(
         wrong
             .stderr
-            .contains("no fencelock key under prefix \"fencelock:\""),
+            .contains("no fencelock key at all under prefix \"fencelock:\""),
         "{wrong:?}"
     );
     let wrong = fencelock(&url, &["--prefix", "bill*", "list", "--json"]).await;
     assert_eq!(
-        wrong.code, 4,
+        wrong.code, 0,
         "a glob in the prefix is matched literally: {wrong:?}"
     );
     assert_eq!(json(&wrong.stdout), serde_json::json!([]));
@@ -291,12 +295,12 @@ async fn show_gives_holder_token_lease_fence_and_waiters() {
         .unwrap()
         .unwrap();
 
-    // A free lock is shown, with its fence, and "not found" as the exit code.
+    // A free lock is shown as free, with its fence: an answer, exit 0.
     let free = fencelock(&url, &["show", "orders"]).await;
-    assert_eq!(free.code, 4, "{free:?}");
+    assert_eq!(free.code, 0, "{free:?}");
     assert!(free.stdout.contains("state       free"), "{free:?}");
     let never = fencelock(&url, &["show", "never-used", "--json"]).await;
-    assert_eq!(never.code, 4, "{never:?}");
+    assert_eq!(never.code, 0, "{never:?}");
     assert_eq!(json(&never.stdout)["held"], false);
 }
 
@@ -579,8 +583,11 @@ async fn release_asks_first_and_an_answer_of_no_changes_nothing() {
 #[tokio::test]
 async fn doctor_on_a_default_test_server_warns_about_persistence_only() {
     let fx = Fixture::start();
+    // No persistence weakens a guarantee (WARN) but breaks no lock: `doctor && deploy` passes.
     let run = fencelock(&fx.server.url(), &["doctor", "--pings", "5"]).await;
-    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.code, 0, "{run:?}");
+    let strict = fencelock(&fx.server.url(), &["doctor", "--pings", "5", "--strict"]).await;
+    assert_eq!(strict.code, 1, "--strict fails on a WARN: {strict:?}");
     for name in [
         "version",
         "protocol",
@@ -632,7 +639,7 @@ async fn doctor_warns_about_an_eviction_policy_that_picks_held_locks() {
         .start()
         .unwrap();
     let run = fencelock(&server.url(), &["doctor"]).await;
-    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.code, 0, "a WARN alone passes: {run:?}");
     assert!(
         run.stdout
             .contains("WARN maxmemory-policy volatile-lru evicts keys with a TTL"),
@@ -645,7 +652,7 @@ async fn doctor_warns_about_an_eviction_policy_that_picks_held_locks() {
     );
     assert!(run.stdout.contains("OK   persistence"), "{run:?}");
 
-    let machine = fencelock(&server.url(), &["doctor", "--json"]).await;
+    let machine = fencelock(&server.url(), &["doctor", "--json", "--strict"]).await;
     assert_eq!(machine.code, 1, "{machine:?}");
     let verdicts = verdicts(&machine);
     assert_eq!(verdicts["maxmemory-policy"], "WARN");
@@ -664,12 +671,7 @@ async fn doctor_passes_a_well_configured_server_and_fails_a_replica() {
             assert_eq!(status, "OK", "{name}: {run:?}");
         }
     }
-    let expected = if verdicts_primary["latency"] == "OK" {
-        0
-    } else {
-        1
-    };
-    assert_eq!(run.code, expected, "{run:?}");
+    assert_eq!(run.code, 0, "{run:?}");
 
     let replica = RedisServer::builder()
         .persistence(true)
@@ -731,7 +733,28 @@ async fn bad_credentials_are_reported_without_the_password() {
     assert!(run.stderr.contains("refused the credentials"), "{run:?}");
 
     let run = fencelock(&server.url(), &["list"]).await;
-    assert_eq!(run.code, 4, "the right password gets in: {run:?}");
+    assert_eq!(run.code, 0, "the right password gets in: {run:?}");
+}
+
+/// A user whose ACL does not cover the prefix is told which prefix and which rule to add.
+#[tokio::test]
+async fn a_refused_prefix_names_the_prefix_and_the_acl_rule() {
+    let server = RedisServer::builder()
+        .acl_lines([
+            "user default off",
+            "user admin on >admin-pw ~* &* +@all",
+            "user other on >other-pw resetchannels ~other:* &other:* +@all",
+        ])
+        .credentials("admin", "admin-pw")
+        .start()
+        .unwrap();
+    let url = format!("redis://other:other-pw@127.0.0.1:{}/", server.port());
+    let run = fencelock(&url, &["--prefix", "billing:", "show", "invoice-7"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_eq!(run.stderr.lines().count(), 1, "{run:?}");
+    assert!(run.stderr.contains("prefix \"billing:\""), "{run:?}");
+    assert!(run.stderr.contains("~billing:* &billing:*"), "{run:?}");
+    assert!(!run.stderr.contains("other-pw"), "{run:?}");
 }
 
 #[tokio::test]
@@ -753,9 +776,21 @@ async fn bad_input_is_a_usage_error() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("must not contain '{'"), "{run:?}");
 
-    let run = fencelock("not a url", &["list"]).await;
-    assert_eq!(run.code, 2, "{run:?}");
-    assert!(run.stderr.contains("bad redis URL"), "{run:?}");
+    // A URL that does not parse says what is wrong with it and what is accepted.
+    for (bad, problem) in [
+        ("not a url", "no scheme"),
+        ("http://127.0.0.1:7000/", "unknown scheme"),
+        ("redis://127.0.0.1:99999/", "port \"99999\""),
+    ] {
+        let run = fencelock(bad, &["list"]).await;
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(run.stderr.contains("bad redis URL"), "{run:?}");
+        assert!(run.stderr.contains(problem), "{bad}: {run:?}");
+        assert!(
+            run.stderr.contains("redis://[user:password@]host"),
+            "{run:?}"
+        );
+    }
 
     let run = finish(command(&["list"]).spawn().unwrap()).await;
     assert_eq!(run.code, 2, "{run:?}");
@@ -767,7 +802,11 @@ async fn bad_input_is_a_usage_error() {
     let help = finish(command(&["--help"]).spawn().unwrap()).await;
     assert_eq!(help.code, 0);
     assert!(help.stdout.contains("Exit codes:"), "{help:?}");
-    assert!(help.stdout.contains("4  nothing found"), "{help:?}");
+    assert!(
+        help.stdout.contains("4  release: the lock is not held"),
+        "{help:?}"
+    );
+    assert!(help.stdout.contains("--strict"), "{help:?}");
 }
 
 #[tokio::test]
@@ -843,7 +882,10 @@ async fn doctor_says_which_checks_a_restricted_user_could_not_run() {
         .start()
         .unwrap();
     let run = fencelock(&server.url(), &["doctor", "--json"]).await;
-    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(
+        run.code, 0,
+        "unchecked settings are WARNs, not FAILs: {run:?}"
+    );
     let doc = json(&run.stdout);
     let checks = doc["checks"].as_array().unwrap();
     let eviction = checks
@@ -880,7 +922,7 @@ async fn a_server_without_hello_is_diagnosed_instead_of_refused() {
         "{run:?}"
     );
     let run = fencelock(&server.url(), &["list"]).await;
-    assert_eq!(run.code, 4, "inspection still works over RESP2: {run:?}");
+    assert_eq!(run.code, 0, "inspection still works over RESP2: {run:?}");
     let run = fencelock(&server.url(), &["watch", "orders"]).await;
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("watch needs RESP3"), "{run:?}");
@@ -897,5 +939,7 @@ async fn doctor_on_a_cluster_node_warns_that_clients_need_the_cluster_builder() 
     let verdicts = verdicts(&run);
     assert_eq!(verdicts["cluster"], "WARN", "{run:?}");
     assert!(run.stdout.contains("cluster_builder"), "{run:?}");
-    assert_ne!(run.code, 0, "{run:?}");
+    assert_eq!(run.code, 0, "a WARN alone passes: {run:?}");
+    let strict = fencelock(&url, &["doctor", "--strict"]).await;
+    assert_eq!(strict.code, 1, "{strict:?}");
 }

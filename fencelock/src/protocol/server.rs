@@ -52,24 +52,35 @@ pub struct ServerInfo {
 }
 
 impl ServerInfo {
-    /// Reads a `HELLO` reply (a map with `server` and `version`).
+    /// Reads a `HELLO` reply: a map with `server` and `version` (RESP3), or the same pairs
+    /// as a flat array (RESP2).
     pub(crate) fn from_hello(reply: &Value) -> ServerInfo {
+        let pairs: Vec<(&Value, &Value)> = match reply {
+            Value::Map(entries) => entries.iter().map(|(k, v)| (k, v)).collect(),
+            Value::Array(items) => items
+                .chunks_exact(2)
+                .map(|pair| (&pair[0], &pair[1]))
+                .collect(),
+            _ => Vec::new(),
+        };
         let field = |wanted: &str| -> Option<String> {
-            let Value::Map(entries) = reply else {
-                return None;
-            };
-            entries.iter().find_map(|(key, value)| {
+            pairs.iter().find_map(|(key, value)| {
                 let key = redis::from_redis_value_ref::<String>(key).ok()?;
                 (key == wanted)
                     .then(|| redis::from_redis_value_ref::<String>(value).ok())
                     .flatten()
             })
         };
-        let name = field("server").unwrap_or_else(|| "redis".to_owned());
-        let version = field("version")
-            .as_deref()
-            .map(parse_version)
-            .unwrap_or_default();
+        ServerInfo::named(
+            field("server").as_deref().unwrap_or("redis"),
+            field("version").as_deref().unwrap_or("0"),
+        )
+    }
+
+    /// A server called `name` (as `HELLO` spells it) at release `version`.
+    pub(crate) fn named(name: &str, version: &str) -> ServerInfo {
+        let version = parse_version(version);
+        let name = name.to_owned();
         let flavour = match name.to_ascii_lowercase().as_str() {
             "redis" => ServerFlavour::Redis,
             "valkey" => ServerFlavour::Valkey,

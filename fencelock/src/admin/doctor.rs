@@ -1,0 +1,443 @@
+//! The doctor: the server settings that break locks, each with what to change.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::aio::MultiplexedConnection;
+use redis::Value;
+
+use super::Admin;
+use crate::base::error::Failure;
+use crate::protocol::server::{EvictionRisk, ServerFlavour, ServerInfo};
+use crate::Error;
+
+/// The verdict of one [`Check`], ordered from good to bad.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Status {
+    /// Nothing to change.
+    Ok,
+    /// A setting that can break a guarantee under some fault; the check says which and what to
+    /// change.
+    Warn,
+    /// A setting under which locks do not work or are not safe at all.
+    Fail,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Status::Ok => "OK",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        })
+    }
+}
+
+/// One finding of [`Admin::doctor`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Check {
+    /// What was checked: `version`, `protocol`, `maxmemory-policy`, `persistence`,
+    /// `replication`, `cluster`, `latency`, `clock`.
+    pub name: &'static str,
+    /// The verdict.
+    pub status: Status,
+    /// What was found.
+    pub finding: String,
+    /// What to change, when the status is not OK.
+    pub fix: Option<String>,
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:<4} {:<16} {}", self.status, self.name, self.finding)?;
+        if let Some(fix) = &self.fix {
+            write!(f, "\n     {:<16} fix: {fix}", "")?;
+        }
+        Ok(())
+    }
+}
+
+impl Check {
+    fn ok(name: &'static str, finding: impl Into<String>) -> Check {
+        Check {
+            name,
+            status: Status::Ok,
+            finding: finding.into(),
+            fix: None,
+        }
+    }
+
+    fn bad(
+        name: &'static str,
+        status: Status,
+        finding: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
+        Check {
+            name,
+            status,
+            finding: finding.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// A check whose command failed: a broken connection is the caller's error, anything else (a
+/// refused or renamed command) is a WARN that says the setting could not be checked.
+fn settle(outcome: Result<Check, redis::RedisError>, name: &'static str) -> Result<Check, Error> {
+    match outcome {
+        Ok(check) => Ok(check),
+        Err(err) if Failure::of(&err) == Failure::ConnectionLost => Err(Error::Redis(err)),
+        Err(err) => Ok(Check::bad(
+            name,
+            Status::Warn,
+            format!(
+                "could not be checked: {}",
+                err.to_string().replace('\n', " ")
+            ),
+            "run the doctor as a user allowed CONFIG GET, INFO, PING and TIME",
+        )),
+    }
+}
+
+async fn info(
+    conn: &mut MultiplexedConnection,
+    section: &str,
+) -> Result<HashMap<String, String>, redis::RedisError> {
+    let text: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect())
+}
+
+async fn config(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+) -> Result<Option<String>, redis::RedisError> {
+    let reply: HashMap<String, String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(key)
+        .query_async(conn)
+        .await?;
+    Ok(reply.get(key).cloned())
+}
+
+/// The server's flavour and version, judged against the tested releases: `HELLO` (the source
+/// `LockClient::server` uses), or `INFO server` on a server too old to know `HELLO`.
+async fn check_version(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
+    const NAME: &str = "version";
+    let server = match redis::cmd("HELLO").query_async::<Value>(conn).await {
+        Ok(reply) => ServerInfo::from_hello(&reply),
+        Err(_) => {
+            let info = info(conn, "server").await?;
+            ServerInfo::named(
+                "redis",
+                info.get("redis_version").map_or("0", String::as_str),
+            )
+        }
+    };
+    let tested = ServerInfo::tested_matrix();
+    let redis_like = server.flavour() != ServerFlavour::Valkey;
+    Ok(if redis_like && server.version() < (6, 2, 0) {
+        Check::bad(
+            NAME,
+            Status::Fail,
+            format!("{server}: fencelock needs Redis 6.2 or newer (RESP3 push messages for waiting, the script commands it uses); tested on {tested}"),
+            "upgrade the server to a tested release",
+        )
+    } else if !server.is_at_least_tested() {
+        Check::bad(
+            NAME,
+            Status::Warn,
+            format!("{server}: older than every tested release of its kind (tested on {tested})"),
+            "upgrade the server to a tested release",
+        )
+    } else if !server.has_sharded_pubsub() {
+        Check::ok(
+            NAME,
+            format!("{server} (tested on {tested}); serves one server and Sentinel, not a cluster client (sharded pub/sub: Redis 7.0+)"),
+        )
+    } else {
+        Check::ok(NAME, format!("{server} (tested on {tested})"))
+    })
+}
+
+async fn check_eviction(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
+    const NAME: &str = "maxmemory-policy";
+    let policy = config(conn, "maxmemory-policy")
+        .await?
+        .unwrap_or_else(|| "noeviction".into());
+    let maxmemory: u64 = config(conn, "maxmemory")
+        .await?
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    let limit = if maxmemory == 0 {
+        "no maxmemory is set now, but the policy applies as soon as one is".to_owned()
+    } else {
+        format!("maxmemory is {maxmemory} bytes")
+    };
+    Ok(match EvictionRisk::of(&policy) {
+        None => Check::ok(
+            NAME,
+            "noeviction: locks and fence counters are never evicted",
+        ),
+        Some(risk) => Check::bad(
+            NAME,
+            // With a maxmemory the policy evicts under pressure now: a broken lock. Without
+            // one it applies the moment one is set.
+            if maxmemory == 0 {
+                Status::Warn
+            } else {
+                Status::Fail
+            },
+            format!("{policy} {} ({limit})", risk.evicts()),
+            EvictionRisk::FIX,
+        ),
+    })
+}
+
+async fn check_persistence(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
+    const NAME: &str = "persistence";
+    let aof = config(conn, "appendonly").await?.unwrap_or_default();
+    let fsync = config(conn, "appendfsync").await?.unwrap_or_default();
+    let save = config(conn, "save").await?.unwrap_or_default();
+    let fix = "CONFIG SET appendonly yes and appendfsync everysec or always (and in redis.conf)";
+    Ok(if aof == "yes" && fsync != "no" {
+        Check::ok(
+            NAME,
+            format!("append-only file on (appendfsync {fsync}): fence counters survive restarts"),
+        )
+    } else if aof == "yes" {
+        Check::bad(
+            NAME,
+            Status::Warn,
+            "append-only file on but appendfsync no: a crash can lose recent fence counter updates; tokens then stay increasing only through the server clock floor",
+            fix,
+        )
+    } else if !save.trim().is_empty() {
+        Check::bad(
+            NAME,
+            Status::Warn,
+            format!("RDB snapshots only (save {save:?}): a restart rolls fence counters back to the last snapshot and tokens stay increasing only through the server clock floor"),
+            fix,
+        )
+    } else {
+        Check::bad(
+            NAME,
+            Status::Warn,
+            "no persistence: a restart forgets held locks and fence counters; tokens stay increasing only through the server clock floor",
+            fix,
+        )
+    })
+}
+
+async fn check_replication(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
+    const NAME: &str = "replication";
+    let replication = info(conn, "replication").await?;
+    let role = replication.get("role").cloned().unwrap_or_default();
+    if role == "slave" || role == "replica" {
+        let primary = format!(
+            "{}:{}",
+            replication.get("master_host").map_or("?", String::as_str),
+            replication.get("master_port").map_or("?", String::as_str)
+        );
+        return Ok(Check::bad(
+            NAME,
+            Status::Fail,
+            format!("this server is a replica of {primary}: lock scripts write, so they fail with READONLY here"),
+            "point the services and --url at the primary",
+        ));
+    }
+    let replicas: u64 = replication
+        .get("connected_slaves")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let min_replicas: u64 = config(conn, "min-replicas-to-write")
+        .await?
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    Ok(if replicas == 0 {
+        Check::ok(
+            NAME,
+            "primary without replicas: no failover can lose an acquisition",
+        )
+    } else if min_replicas == 0 {
+        Check::bad(
+            NAME,
+            Status::Warn,
+            format!("primary with {replicas} replica(s), asynchronous: a failover can lose recent acquisitions and let a second holder in (fenced storage still refuses the old one)"),
+            "CONFIG SET min-replicas-to-write 1 and min-replicas-max-lag 10, so the primary refuses writes no replica follows (narrows the window; it is not consensus)",
+        )
+    } else {
+        Check::ok(
+            NAME,
+            format!("primary with {replicas} replica(s), min-replicas-to-write {min_replicas}"),
+        )
+    })
+}
+
+async fn check_cluster(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
+    const NAME: &str = "cluster";
+    let cluster = info(conn, "cluster").await?;
+    Ok(
+        if cluster.get("cluster_enabled").map(String::as_str) == Some("1")
+            && cluster_state(conn).await?.as_deref() != Some("ok")
+        {
+            Check::bad(
+                NAME,
+                Status::Fail,
+                "cluster mode is enabled but the cluster is not ok (CLUSTER INFO cluster_state): locks in slots without a serving primary cannot be taken or released",
+                "fix the cluster (CLUSTER INFO, CLUSTER NODES): every slot needs a reachable primary",
+            )
+        } else if cluster.get("cluster_enabled").map(String::as_str) == Some("1") {
+            Check::bad(
+                NAME,
+                Status::Warn,
+                "cluster mode is enabled: a client built with a plain URL gets MOVED for most locks, and this tool's list/show/watch/release see this node's slots only",
+                "connect lock clients with LockClient::cluster_builder(nodes); run this tool against the node that owns a lock's slot",
+            )
+        } else {
+            Check::ok(NAME, "standalone (cluster mode disabled)")
+        },
+    )
+}
+
+/// `cluster_state` from `CLUSTER INFO`.
+async fn cluster_state(
+    conn: &mut MultiplexedConnection,
+) -> Result<Option<String>, redis::RedisError> {
+    let text: String = redis::cmd("CLUSTER").arg("INFO").query_async(conn).await?;
+    Ok(text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("cluster_state:"))
+        .map(str::to_owned))
+}
+
+async fn check_latency(
+    conn: &mut MultiplexedConnection,
+    pings: usize,
+) -> Result<Check, redis::RedisError> {
+    const NAME: &str = "latency";
+    // Above this a lock operation eats a tenth of the client's 1 s response timeout.
+    const SLOW: Duration = Duration::from_millis(100);
+    let mut samples = Vec::with_capacity(pings);
+    for _ in 0..pings {
+        let start = Instant::now();
+        redis::cmd("PING").query_async::<()>(conn).await?;
+        samples.push(start.elapsed());
+    }
+    samples.sort();
+    let median = samples[samples.len() / 2];
+    let finding = format!(
+        "median round trip {:.3} ms over {pings} PINGs (max {:.3} ms)",
+        median.as_secs_f64() * 1e3,
+        samples[samples.len() - 1].as_secs_f64() * 1e3
+    );
+    Ok(if median > SLOW {
+        Check::bad(
+            NAME,
+            Status::Warn,
+            finding,
+            "every acquire and release is a round trip and the client gives up after 1 s: move the services closer to redis, or raise response_timeout and the lease",
+        )
+    } else {
+        Check::ok(NAME, finding)
+    })
+}
+
+async fn check_clock(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
+    const NAME: &str = "clock";
+    // More than this apart means one of the two machines is not synchronised.
+    const DRIFT: Duration = Duration::from_secs(1);
+    const SAMPLES: usize = 5;
+    // The sample with the shortest round trip bounds the error best.
+    let mut best: Option<(Duration, f64)> = None;
+    for _ in 0..SAMPLES {
+        let sent = SystemTime::now();
+        let start = Instant::now();
+        let (secs, micros): (String, String) = redis::cmd("TIME").query_async(conn).await?;
+        let rtt = start.elapsed();
+        let server =
+            secs.parse::<f64>().unwrap_or(0.0) + micros.parse::<f64>().unwrap_or(0.0) / 1e6;
+        let local = sent.duration_since(UNIX_EPOCH).unwrap_or_default() + rtt / 2;
+        let offset = server - local.as_secs_f64();
+        if best.is_none_or(|(r, _)| rtt < r) {
+            best = Some((rtt, offset));
+        }
+    }
+    let (rtt, offset) = best.unwrap_or_default();
+    let finding = format!(
+        "server clock is {:+.3} ms from this machine's (± {:.3} ms)",
+        offset * 1e3,
+        rtt.as_secs_f64() * 1e3 / 2.0
+    );
+    Ok(if offset.abs() > DRIFT.as_secs_f64() {
+        Check::bad(
+            NAME,
+            Status::Warn,
+            finding,
+            "run NTP (chrony, systemd-timesyncd) on both machines: the token's clock floor assumes server clocks do not step back, and leases run on the server's clock",
+        )
+    } else {
+        Check::ok(NAME, finding)
+    })
+}
+
+impl Admin {
+    /// Checks the server for the settings that break locks; `pings` round trips measure the
+    /// latency (at least 1). Every check gives OK, WARN or FAIL with what to change; a check
+    /// that cannot read its setting (a renamed `CONFIG`, an ACL) is a WARN saying so.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: fencelock::admin::Admin) -> Result<(), fencelock::Error> {
+    /// use fencelock::admin::Status;
+    ///
+    /// let checks = admin.doctor(10).await?;
+    /// for check in &checks {
+    ///     println!("{check}");
+    /// }
+    /// let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
+    /// assert!(worst <= Status::Fail);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] only when the connection fails; refused or unknown commands become
+    /// WARN findings.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only (`HELLO`, `INFO`, `CONFIG GET`, `PING`, `TIME`); a dropped call
+    /// changes nothing.
+    pub async fn doctor(&self, pings: usize) -> Result<Vec<Check>, Error> {
+        let mut conn = self.conn.clone();
+        let mut checks = Vec::new();
+        checks.push(settle(check_version(&mut conn).await, "version")?);
+        checks.push(if self.resp3 {
+            Check::ok(
+                "protocol",
+                "RESP3 (HELLO 3): waiters get release messages as push messages",
+            )
+        } else {
+            Check::bad(
+                "protocol",
+                Status::Fail,
+                "the server refused HELLO 3: LockClient needs RESP3 and cannot connect",
+                "use redis 6.2 or newer and do not rename or deny HELLO",
+            )
+        });
+        checks.push(settle(check_eviction(&mut conn).await, "maxmemory-policy")?);
+        checks.push(settle(check_persistence(&mut conn).await, "persistence")?);
+        checks.push(settle(check_replication(&mut conn).await, "replication")?);
+        checks.push(settle(check_cluster(&mut conn).await, "cluster")?);
+        checks.push(settle(
+            check_latency(&mut conn, pings.max(1)).await,
+            "latency",
+        )?);
+        checks.push(settle(check_clock(&mut conn).await, "clock")?);
+        Ok(checks)
+    }
+}

@@ -1,0 +1,319 @@
+//! Following one lock as it changes hands.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{PushKind, Value};
+use tokio::sync::mpsc;
+
+use super::inspect::{read_lock, HolderEntry, LockInfo};
+use super::{connection_config, Admin};
+use crate::protocol::keys::{validate_name, LockKeys};
+use crate::protocol::ReleaseMessage;
+use crate::{Error, FencingToken};
+
+/// A live view of one lock, from [`Admin::watch`]. Dropping it closes its connection.
+#[derive(Debug)]
+pub struct Watch {
+    conn: MultiplexedConnection,
+    name: Vec<u8>,
+    key: Vec<u8>,
+    pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+    /// Release messages not yet matched with a disappearance, in arrival order.
+    releases: VecDeque<ReleaseKind>,
+    current: LockInfo,
+    pending: VecDeque<LockEvent>,
+    interval: Duration,
+}
+
+/// How a hold ended, as the lock's channel told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReleaseKind {
+    Released,
+    Forced,
+}
+
+/// One change of a watched lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockEvent {
+    /// A new holder took the lock.
+    Acquired {
+        /// The new holder.
+        holder: HolderEntry,
+        /// Its token.
+        token: Option<FencingToken>,
+    },
+    /// The holder entered again (`reenter`); `holder.count` is the new count.
+    Reentered {
+        /// The holder with its new count.
+        holder: HolderEntry,
+    },
+    /// The holder left one level but still holds; `holder.count` is the new count.
+    Exited {
+        /// The holder with its new count.
+        holder: HolderEntry,
+    },
+    /// The lock was released (a release message was published). `holder` is `None` for a hold
+    /// that began and ended between two polls, which only its message revealed.
+    Released {
+        /// The holder that released, if it was seen.
+        holder: Option<HolderEntry>,
+        /// Its token, if it was seen.
+        token: Option<FencingToken>,
+    },
+    /// An operator force-released the lock (`force_release.lua`).
+    ForceReleased {
+        /// The evicted holder, if it was seen.
+        holder: Option<HolderEntry>,
+        /// Its token, if it was seen.
+        token: Option<FencingToken>,
+    },
+    /// The hold ended without a release message: the lease ran out, or the key was deleted or
+    /// evicted behind fencelock's back.
+    Expired {
+        /// The holder whose hold ended.
+        holder: HolderEntry,
+        /// Its token.
+        token: Option<FencingToken>,
+    },
+}
+
+impl fmt::Display for LockEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn token(t: &Option<FencingToken>) -> String {
+            t.map_or_else(|| "?".into(), |t| t.to_string())
+        }
+        match self {
+            LockEvent::Acquired { holder, token: t } => write!(
+                f,
+                "acquired holder={} token={} count={}",
+                holder.id,
+                token(t),
+                holder.count
+            ),
+            LockEvent::Reentered { holder } => {
+                write!(f, "reentered holder={} count={}", holder.id, holder.count)
+            }
+            LockEvent::Exited { holder } => {
+                write!(f, "exited holder={} count={}", holder.id, holder.count)
+            }
+            LockEvent::Released {
+                holder: Some(holder),
+                token: t,
+            } => write!(f, "released holder={} token={}", holder.id, token(t)),
+            LockEvent::Released { holder: None, .. } => {
+                write!(
+                    f,
+                    "released holder=? (a hold shorter than one poll interval)"
+                )
+            }
+            LockEvent::ForceReleased {
+                holder: Some(holder),
+                token: t,
+            } => write!(f, "force-released holder={} token={}", holder.id, token(t)),
+            LockEvent::ForceReleased { holder: None, .. } => {
+                write!(
+                    f,
+                    "force-released holder=? (a hold shorter than one poll interval)"
+                )
+            }
+            LockEvent::Expired { holder, token: t } => write!(
+                f,
+                "expired holder={} token={} (lease ran out, or the key was deleted)",
+                holder.id,
+                token(t)
+            ),
+        }
+    }
+}
+
+impl Watch {
+    /// The lock's state as of the last poll.
+    pub fn current(&self) -> &LockInfo {
+        &self.current
+    }
+
+    /// The watched lock's name.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// Waits for the next change.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the watch's connection fails (it does not reconnect: a watch that
+    /// missed time would report made-up events); [`Error::WrongType`] when the key is replaced
+    /// by foreign data.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an event found by a poll is queued before the next await point.
+    pub async fn next(&mut self) -> Result<LockEvent, Error> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Ok(event);
+            }
+            let due = tokio::select! {
+                () = tokio::time::sleep(self.interval) => true,
+                push = self.pushes.recv() => match push {
+                    Some(push) => self.take_push(push)?,
+                    None => return Err(disconnected()),
+                },
+            };
+            if due {
+                self.poll().await?;
+            }
+        }
+    }
+
+    /// Records a release message; `true` when it was one (a reason to look at the lock now),
+    /// `false` for the other pushes (subscription confirmations).
+    fn take_push(&mut self, push: redis::PushInfo) -> Result<bool, Error> {
+        match push.kind {
+            PushKind::Message => {
+                let message = match push.data.get(1) {
+                    Some(Value::BulkString(payload)) => ReleaseMessage::parse(payload),
+                    _ => ReleaseMessage::Released,
+                };
+                self.releases.push_back(match message {
+                    ReleaseMessage::ForceReleased => ReleaseKind::Forced,
+                    ReleaseMessage::Released => ReleaseKind::Released,
+                });
+                Ok(true)
+            }
+            PushKind::Disconnection => Err(disconnected()),
+            _ => Ok(false),
+        }
+    }
+
+    async fn poll(&mut self) -> Result<(), Error> {
+        let next = read_lock(&mut self.conn, self.name.clone(), self.key.clone()).await?;
+        // Replies and pushes share the connection in server order, so a release published
+        // before this read is in the channel by now.
+        while let Ok(push) = self.pushes.try_recv() {
+            self.take_push(push)?;
+        }
+        let before = std::mem::replace(&mut self.current, next);
+        let after = &self.current;
+        let same_hold = match (before.holders.first(), after.holders.first()) {
+            (Some(a), Some(b)) => a.id == b.id && before.token == after.token,
+            _ => false,
+        };
+        if same_hold {
+            let (a, b) = (&before.holders[0], &after.holders[0]);
+            if b.count > a.count {
+                self.pending
+                    .push_back(LockEvent::Reentered { holder: b.clone() });
+            } else if b.count < a.count {
+                self.pending
+                    .push_back(LockEvent::Exited { holder: b.clone() });
+            }
+            return Ok(());
+        }
+        if let Some(holder) = before.holders.first().cloned() {
+            let token = before.token;
+            self.pending.push_back(match self.releases.pop_front() {
+                Some(ReleaseKind::Released) => LockEvent::Released {
+                    holder: Some(holder),
+                    token,
+                },
+                Some(ReleaseKind::Forced) => LockEvent::ForceReleased {
+                    holder: Some(holder),
+                    token,
+                },
+                None => LockEvent::Expired { holder, token },
+            });
+        }
+        // While someone holds, a leftover message may be the current holder's release that came
+        // in just after the read; only a free lock proves the leftovers were unseen holds.
+        if after.holders.is_empty() {
+            for kind in self.releases.drain(..) {
+                self.pending.push_back(match kind {
+                    ReleaseKind::Released => LockEvent::Released {
+                        holder: None,
+                        token: None,
+                    },
+                    ReleaseKind::Forced => LockEvent::ForceReleased {
+                        holder: None,
+                        token: None,
+                    },
+                });
+            }
+        }
+        if let Some(holder) = after.holders.first() {
+            self.pending.push_back(LockEvent::Acquired {
+                holder: holder.clone(),
+                token: after.token,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn disconnected() -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        "the watch's connection to redis was closed",
+    )))
+}
+
+impl Admin {
+    /// Follows lock `name`: acquisitions, re-entries, releases, expiries. Polls the lock every
+    /// `interval` (and at once when a release is published); see the
+    /// [module documentation](crate::admin#how-watch-sees-acquisitions).
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: fencelock::admin::Admin) -> Result<(), fencelock::Error> {
+    /// let mut watch = admin.watch("account:42", std::time::Duration::from_millis(100)).await?;
+    /// println!("now: {}", watch.current());
+    /// loop {
+    ///     println!("{}", watch.next().await?);
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`]; [`Error::InvalidConfig`] for a zero interval; [`Error::Redis`]
+    /// when the second connection (the watch's own) cannot be opened.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call closes the watch's own connection (opened here) and changes
+    /// nothing on the server.
+    pub async fn watch(&self, name: impl AsRef<[u8]>, interval: Duration) -> Result<Watch, Error> {
+        let name = name.as_ref();
+        validate_name(name)?;
+        if !self.resp3 {
+            return Err(Error::InvalidConfig {
+                reason: "watch needs RESP3 (HELLO 3), which this server refused".into(),
+            });
+        }
+        if interval.is_zero() {
+            return Err(Error::InvalidConfig {
+                reason: "the watch interval must be above zero".into(),
+            });
+        }
+        let keys = LockKeys::new(&self.prefix, name);
+        let (sender, pushes) = mpsc::unbounded_channel();
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(
+                &connection_config().set_push_sender(sender),
+            )
+            .await?;
+        // Subscribed before the first read: a release after that read is then always seen.
+        conn.subscribe(&keys.lock).await?;
+        let current = read_lock(&mut conn, name.to_vec(), keys.lock.clone()).await?;
+        Ok(Watch {
+            conn,
+            name: name.to_vec(),
+            key: keys.lock,
+            pushes,
+            releases: VecDeque::new(),
+            current,
+            pending: VecDeque::new(),
+            interval,
+        })
+    }
+}
