@@ -177,7 +177,7 @@ impl LockClientBuilder {
     ///
     /// Turn it on when the longest wait across processes must stay bounded: in the benchmark
     /// of 4 processes × 4 tasks on one lock (BENCHMARKS.md, W4) the default mode's longest wait
-    /// was 13× the mean, this mode's 7×, at about 9 % fewer acquisitions per second.
+    /// was 12.7× the mean, this mode's 4.3×, at about 17 % fewer acquisitions per second.
     ///
     /// A waiting client whose attempt finds the lock held joins the lock's queue in Redis (one
     /// entry per client: only the head of a client's local FIFO queue ever goes to Redis). The
