@@ -34,6 +34,43 @@
 //! check(&history)?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Reaching the edges of your storage's fence
+//!
+//! Tokens come from the server clock in microseconds, so the holders of a real run almost never
+//! present a token equal to the storage's mark, or one away from it, and a fence that is off by
+//! one passes every such run. Present the edges on purpose: after a real holder wrote, write
+//! with `mark - 1` (must be refused), `mark` (accepted: one holder writes many times with one
+//! token) and `mark + 1` (accepted), and record each write so [`check`] judges it with the
+//! rest. The same for tokens after a lost fence counter (delete it, or restart the server
+//! without persistence): the next holder's token still exceeds every earlier one, and your
+//! storage must still refuse the old holder.
+//!
+//! ```no_run
+//! # async fn demo(account: fencelock::FencedResource, history: fencelock_testing::check::History)
+//! # -> Result<(), Box<dyn std::error::Error>> {
+//! use fencelock::{Error, FencingToken};
+//! use fencelock_testing::check::Event;
+//!
+//! let mark = account.high_water_mark().await?.expect("a holder wrote");
+//! for offset in [-1i64, 0, 1] {
+//!     let token = FencingToken::new(mark.get().saturating_add_signed(offset)).unwrap();
+//!     let holder = format!("edge({offset:+})");
+//!     let sent = history.now_us();
+//!     match account.incr_by(token, 1).await {
+//!         Ok(_) => history.record(Event::WriteAccepted { holder, token: token.get(), sent, seq: None }),
+//!         Err(Error::StaleToken { latest, .. }) => history.record(Event::WriteRejected {
+//!             holder, token: token.get(), sent, latest: latest.get(),
+//!         }),
+//!         Err(e) => return Err(e.into()),
+//!     }
+//! }
+//! fencelock_testing::check::check(&history)?; // a fence off by one fails here
+//! # Ok(()) }
+//! ```
+//!
+//! fencelock's own model and interleaving tests do exactly this (their `EdgeWrite` steps), and
+//! a fence that accepts one below the mark is caught by them.
 
 use std::collections::HashMap;
 use std::fmt;

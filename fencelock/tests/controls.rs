@@ -35,6 +35,9 @@ fn weights(focus: impl FnOnce(&mut Weights)) -> Weights {
         cancelled: 0,
         short_lease: 0,
         takeover: 0,
+        edge_write: 0,
+        lose_counter: 0,
+        counter_ahead: 0,
     };
     focus(&mut w);
     w

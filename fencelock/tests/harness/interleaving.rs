@@ -35,6 +35,11 @@ pub enum Op {
     },
     /// Think time outside the lock.
     Pause { ms: u16 },
+    /// A write to the resource with a token at the edge of its mark: the mark read just before,
+    /// plus `offset` (-1, 0 or +1), as a storage sees from writers whose tokens are adjacent.
+    /// Issued tokens come from the server clock in microseconds, so two holders almost never
+    /// present adjacent tokens; this presents them on purpose.
+    EdgeWrite { offset: i8 },
 }
 
 /// What the injector does to the lock or the network, `after_ms` after the start.
@@ -70,6 +75,7 @@ pub fn op() -> impl Strategy<Value = Op> {
             overstay: true,
         }),
         2 => (0..50u16).prop_map(|ms| Op::Pause { ms }),
+        1 => (-1i8..=1).prop_map(|offset| Op::EdgeWrite { offset }),
     ]
 }
 
@@ -249,6 +255,7 @@ async fn run_task(client: LockClient, ops: Vec<Op>, history: Arc<History>) {
     for op in ops {
         match op {
             Op::Pause { ms } => tokio::time::sleep(Duration::from_millis(ms.into())).await,
+            Op::EdgeWrite { offset } => edge_write(&resource, offset, &history).await,
             Op::Section {
                 nested,
                 writes,
@@ -308,6 +315,38 @@ async fn write(resource: &FencedResource, guard: &fencelock::LockGuard, history:
     match resource.push(guard.token(), &[item]).await {
         Ok(len) => history.write_accepted(guard, sent, Some(len)),
         Err(Error::StaleToken { latest, .. }) => history.write_rejected(guard, sent, latest),
+        // Unknown outcome (connection fault): not recorded.
+        Err(_) => {}
+    }
+}
+
+/// A write with the resource's current mark plus `offset`, recorded under a writer of its own.
+async fn edge_write(resource: &FencedResource, offset: i8, history: &History) {
+    let Ok(Some(mark)) = resource.high_water_mark().await else {
+        return;
+    };
+    let Some(token) = mark
+        .get()
+        .checked_add_signed(i64::from(offset))
+        .and_then(fencelock::FencingToken::new)
+    else {
+        return;
+    };
+    let holder = format!("edge-writer({offset:+})");
+    let sent = history.now_us();
+    match resource.push(token, &[holder.as_bytes()]).await {
+        Ok(len) => history.record(Event::WriteAccepted {
+            holder,
+            token: token.get(),
+            sent,
+            seq: Some(len),
+        }),
+        Err(Error::StaleToken { latest, .. }) => history.record(Event::WriteRejected {
+            holder,
+            token: token.get(),
+            sent,
+            latest: latest.get(),
+        }),
         // Unknown outcome (connection fault): not recorded.
         Err(_) => {}
     }

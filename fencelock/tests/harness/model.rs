@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use fencelock::negative_controls::Control;
-use fencelock::{Error, LockClient, LockGuard};
+use fencelock::{Error, FencingToken, LockClient, LockGuard};
 use fencelock_testing::check::{self, Property, Violation};
 use fencelock_testing::{Direction, FaultProxy};
 use futures_util::FutureExt;
@@ -64,6 +64,19 @@ pub enum Step {
     /// A holder of a watchdog-renewed client has its lock deleted and taken over; its next
     /// renewal must tell it that it lost the lock.
     Takeover,
+    /// A write to the fenced resource with a token right at its edge: the resource's mark
+    /// plus `offset` (-1, 0 or +1). Issued tokens come from the server clock in microseconds,
+    /// so two holders almost never present adjacent tokens; this step presents them on purpose
+    /// (equal: accepted, one holder writes many times with one token; one below: refused; one
+    /// above: accepted).
+    EdgeWrite { offset: i8 },
+    /// The lock's fence counter is lost (`DEL`, as by an operator or a restart without
+    /// persistence of that key alone): the next token must still exceed every earlier one.
+    LoseCounter,
+    /// The fence counter runs ahead of the server clock by `ms` (as after tokens issued by a
+    /// primary whose clock was ahead, within the documented bound): the next token must exceed
+    /// the counter.
+    CounterAhead { ms: u16 },
 }
 
 /// Relative weights of the steps (0 leaves a step out).
@@ -82,6 +95,9 @@ pub struct Weights {
     pub cancelled: u32,
     pub short_lease: u32,
     pub takeover: u32,
+    pub edge_write: u32,
+    pub lose_counter: u32,
+    pub counter_ahead: u32,
 }
 
 impl Default for Weights {
@@ -100,6 +116,9 @@ impl Default for Weights {
             cancelled: 1,
             short_lease: 1,
             takeover: 0,
+            edge_write: 3,
+            lose_counter: 1,
+            counter_ahead: 1,
         }
     }
 }
@@ -146,6 +165,19 @@ pub fn program(w: Weights, len: std::ops::Range<usize>) -> BoxedStrategy<Vec<Ste
         (w.cancelled, h.prop_map(Step::CancelledAcquire).boxed()),
         (w.short_lease, odd.prop_map(Step::ShortLease).boxed()),
         (w.takeover, Just(Step::Takeover).boxed()),
+        (
+            w.edge_write,
+            (-1i8..=1)
+                .prop_map(|offset| Step::EdgeWrite { offset })
+                .boxed(),
+        ),
+        (w.lose_counter, Just(Step::LoseCounter).boxed()),
+        (
+            w.counter_ahead,
+            (1u16..=300)
+                .prop_map(|ms| Step::CounterAhead { ms })
+                .boxed(),
+        ),
     ];
     // proptest refuses zero weights: a left-out step is simply not offered.
     let step = proptest::strategy::Union::new_weighted(
@@ -161,6 +193,9 @@ struct Model {
     owner: Option<(String, usize, u64)>,
     token: Option<u64>,
     highest_issued: Option<u64>,
+    /// The value the fence counter was set to by [`Step::CounterAhead`]: the next token must
+    /// be above it.
+    counter_floor: Option<u64>,
     /// The resource's high-water mark and list length.
     mark: Option<u64>,
     items: u64,
@@ -331,6 +366,12 @@ impl<'w> Program<'w> {
                 format!("token {token} after {prev} was issued"),
             ));
         }
+        if let Some(counter) = self.model.counter_floor.take().filter(|c| token <= *c) {
+            return Err((
+                Property::TokensMonotonic,
+                format!("token {token} with the fence counter at {counter}"),
+            ));
+        }
         self.zombies.append(&mut self.slots[h].guards);
         self.model.owner = Some((guard.holder_id().to_owned(), h, 1));
         self.model.token = Some(token);
@@ -412,6 +453,36 @@ impl<'w> Program<'w> {
                 self.lose_owner();
             }
             Step::Write(h) => self.write(h).await?,
+            Step::EdgeWrite { offset } => self.edge_write(offset).await?,
+            Step::LoseCounter => {
+                self.wait_past_issued().await;
+                let counters = self.fx().keys("fencelock:{*}fence");
+                for counter in counters {
+                    let _: i64 = redis::cmd("DEL")
+                        .arg(counter)
+                        .query(&mut self.fx().raw())
+                        .unwrap();
+                }
+            }
+            Step::CounterAhead { ms } => {
+                // The lock's counter exists once it was acquired (the one lock of the model).
+                let Some(key) = self.fx().keys("fencelock:{*}fence").pop() else {
+                    return Ok(());
+                };
+                let ahead = self.server_now_us() + u64::from(ms) * 1_000;
+                let current: Option<u64> = redis::cmd("GET")
+                    .arg(&key)
+                    .query(&mut self.fx().raw())
+                    .unwrap();
+                // Raised only: a counter is never lowered.
+                let value = current.unwrap_or(0).max(ahead);
+                let _: () = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(value)
+                    .query(&mut self.fx().raw())
+                    .unwrap();
+                self.model.counter_floor = Some(value);
+            }
             Step::Crash(h) => {
                 let guards = std::mem::take(&mut self.slots[h].guards);
                 if let Some(first) = guards.first() {
@@ -435,6 +506,9 @@ impl<'w> Program<'w> {
             }
             Step::Restart { wipe } => {
                 if wipe {
+                    // A lost counter keeps tokens increasing only through the clock floor, and
+                    // only when the clock has passed every token issued (the documented bound).
+                    self.wait_past_issued().await;
                     let _: () = redis::cmd("FLUSHALL").query(&mut self.fx().raw()).unwrap();
                     self.lose_owner();
                     self.model.mark = None;
@@ -677,6 +751,66 @@ impl<'w> Program<'w> {
             Err(e) => return Err((Property::ModelAgreement, format!("write: {e}"))),
         }
         Ok(())
+    }
+
+    /// A write with a token at the edge of the resource's mark: `mark + offset`.
+    async fn edge_write(&mut self, offset: i8) -> Result<(), (Property, String)> {
+        let Some(mark) = self.model.mark else {
+            return Ok(());
+        };
+        let Some(token) = mark
+            .checked_add_signed(i64::from(offset))
+            .and_then(FencingToken::new)
+        else {
+            return Ok(());
+        };
+        let resource = self.client(0).resource(RESOURCE).unwrap();
+        let fresh = token.get() >= mark;
+        match resource.push(token, &[b"edge"]).await {
+            Ok(len) if fresh => {
+                self.model.items += 1;
+                self.model.mark = Some(token.get());
+                if len != self.model.items {
+                    return Err((
+                        Property::RetriesApplyOnce,
+                        format!(
+                            "the list has {len} items, {} writes were accepted",
+                            self.model.items
+                        ),
+                    ));
+                }
+                Ok(())
+            }
+            Ok(_) => Err((
+                Property::StaleWriteRejected,
+                format!("token {token}, one below the mark {mark}, was accepted"),
+            )),
+            Err(Error::StaleToken { latest, .. }) if !fresh && latest.get() == mark => Ok(()),
+            Err(Error::StaleToken { latest, .. }) => Err((
+                Property::ValidWriteAccepted,
+                format!("token {token} (mark {mark}) was rejected for {latest}"),
+            )),
+            Err(e) => Err((Property::ModelAgreement, format!("edge write: {e}"))),
+        }
+    }
+
+    /// The server's clock (`TIME`), in microseconds.
+    fn server_now_us(&self) -> u64 {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut self.fx().raw()).unwrap();
+        secs * 1_000_000 + micros
+    }
+
+    /// Waits until the server clock has passed every token issued and the counter: then losing
+    /// the counter is within the documented bound (tokens stay increasing by the clock floor).
+    async fn wait_past_issued(&mut self) {
+        let past = self
+            .model
+            .highest_issued
+            .max(self.model.counter_floor)
+            .unwrap_or(0);
+        while self.server_now_us() <= past {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     async fn takeover(&mut self) -> Result<(), (Property, String)> {
