@@ -802,7 +802,7 @@ impl<'w> Program<'w> {
 
     /// Waits until the server clock has passed every token issued and the counter: then losing
     /// the counter is within the documented bound (tokens stay increasing by the clock floor).
-    async fn wait_past_issued(&mut self) {
+    async fn wait_past_issued(&self) {
         let past = self
             .model
             .highest_issued
