@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::deadline::HANDOFF;
 use common::Fixture;
 use fencelock::blocking::LockClient;
 
@@ -25,7 +26,11 @@ fn threads_exclude_each_other_and_tokens_follow_the_grant_order() {
             let (inside, overlaps, tokens) = (inside.clone(), overlaps.clone(), tokens.clone());
             std::thread::spawn(move || {
                 for _ in 0..30 {
-                    let guard = lock.acquire().unwrap();
+                    // Each handoff takes milliseconds; a missing wake-up would wait out the
+                    // holder's 30 s lease instead.
+                    let guard = lock.acquire_timeout(HANDOFF).unwrap_or_else(|err| {
+                        panic!("a release did not wake the next thread ({err}): missing wake-up?")
+                    });
                     if inside.fetch_add(1, Ordering::SeqCst) != 0 {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
@@ -129,9 +134,9 @@ fn opposite_transfers_with_the_blocking_multi_lock_never_deadlock_and_conserve_m
                     .multi_lock([format!("account:{from}"), format!("account:{to}")])
                     .unwrap();
                 for amount in 1..=TRANSFERS as i64 {
-                    let guard = set
-                        .acquire_timeout(Duration::from_secs(60))
-                        .expect("no transfer waits forever");
+                    let guard = set.acquire_timeout(HANDOFF).unwrap_or_else(|err| {
+                        panic!("a transfer was not woken by a release ({err}): deadlock or missing wake-up?")
+                    });
                     assert!(guard.token(format!("account:{from}")).is_some());
                     if inside.fetch_add(1, Ordering::SeqCst) != 0 {
                         overlaps.fetch_add(1, Ordering::SeqCst);

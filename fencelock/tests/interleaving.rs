@@ -86,7 +86,9 @@ fn encode(ops: &[Op]) -> String {
 }
 
 fn decode(text: &str) -> Vec<Op> {
+    // A program made only of edge writes encodes as the empty string: no ops, not one empty op.
     text.split(';')
+        .filter(|op| !op.is_empty())
         .map(|op| {
             if let Some(ms) = op.strip_prefix('P') {
                 return Op::Pause {
