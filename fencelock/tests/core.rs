@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::deadline::{woken, Progress};
 use common::Fixture;
 use fencelock::{Error, LockClient, MAX_NAME_LEN};
 use redis::Commands;
@@ -48,15 +49,18 @@ on_topologies_multi_thread! {
         let inside = Arc::new(AtomicUsize::new(0));
         let max_inside = Arc::new(AtomicUsize::new(0));
         let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let progress = Progress::new();
         let mut tasks = Vec::new();
         for _ in 0..CLIENTS {
             let client = fx.client().await;
             for _ in 0..TASKS {
                 let lock = client.lock("hot").unwrap();
                 let (inside, max_inside, order) = (inside.clone(), max_inside.clone(), order.clone());
+                let progress = progress.clone();
                 tasks.push(tokio::spawn(async move {
                     for _ in 0..ROUNDS {
                         let guard = lock.acquire().await.unwrap();
+                        progress.tick();
                         let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                         max_inside.fetch_max(now, Ordering::SeqCst);
                         order.lock().push(guard.token());
@@ -67,9 +71,7 @@ on_topologies_multi_thread! {
                 }));
             }
         }
-        for task in tasks {
-            task.await.unwrap();
-        }
+        progress.join("32 tasks of 4 clients taking turns", tasks).await;
         assert_eq!(max_inside.load(Ordering::SeqCst), 1);
         let order = order.lock();
         assert_eq!(order.len(), CLIENTS * TASKS * ROUNDS);
@@ -129,7 +131,7 @@ on_topologies! {
         let overlap = AtomicUsize::new(0);
         let branch = || async {
             for _ in 0..20 {
-                let guard = lock.acquire().await.unwrap();
+                let guard = woken("the other branch's release", lock.acquire()).await.unwrap();
                 if inside.fetch_add(1, Ordering::SeqCst) != 0 {
                     overlap.fetch_add(1, Ordering::SeqCst);
                 }

@@ -6,10 +6,14 @@
 //! the ones `src/sql.rs` documents, written with `$n` placeholders (PostgreSQL's), which the
 //! SQLite connection rewrites to `?n`.
 
+#[path = "common/deadline.rs"]
+mod deadline;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use deadline::Progress;
 use fencelock::sql::{fence_param, fenced_outcome_async, token_from_fence, FenceOutcome};
 use fencelock::{FencingToken, LockClient};
 use fencelock_testing::{PostgresServer, RedisServer};
@@ -526,7 +530,8 @@ async fn concurrent_fenced_read_modify_writes_end_with_the_serial_result<D: Db>(
     create_account(&mut conn, 7, 1_000).await;
     let second_client = LockClient::connect(&env.redis.url()).await.unwrap();
 
-    let mut tasks = tokio::task::JoinSet::new();
+    let progress = Progress::new();
+    let mut tasks = Vec::new();
     for task in 0..TASKS {
         let client = if task % 2 == 0 {
             env.client.clone()
@@ -534,12 +539,14 @@ async fn concurrent_fenced_read_modify_writes_end_with_the_serial_result<D: Db>(
             second_client.clone()
         };
         let db = Arc::clone(&env.db);
-        tasks.spawn(async move {
+        let progress = Arc::clone(&progress);
+        tasks.push(tokio::spawn(async move {
             let mut conn = db.connect().await;
             let lock = client.lock("account:7").unwrap();
             let mut tokens = Vec::new();
             for _ in 0..ROUNDS {
                 let guard = lock.acquire().await.unwrap();
+                progress.tick();
                 let token = guard.token();
                 let balance = claim(&mut conn, 7, token).await.unwrap();
                 // Let the others run: without the lock, they would read the same balance.
@@ -556,12 +563,14 @@ async fn concurrent_fenced_read_modify_writes_end_with_the_serial_result<D: Db>(
                 tokens.push(token);
             }
             tokens
-        });
+        }));
     }
-    let mut tokens: Vec<FencingToken> = Vec::new();
-    while let Some(result) = tasks.join_next().await {
-        tokens.extend(result.unwrap());
-    }
+    let mut tokens: Vec<FencingToken> = progress
+        .join("the account's read-modify-writes", tasks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     tokens.sort();
     tokens.dedup();
     assert_eq!(

@@ -49,3 +49,49 @@ pub fn join_within<T: Send + 'static>(
     }
     handle.join().expect("the thread panicked")
 }
+
+/// Progress of many contenders for one lock: every grant ticks it, and [`Progress::join`]
+/// fails when no contender was granted for [`HANDOFF`] while some were still waiting. Bounds
+/// the handoffs, not one contender's wait: an unfair lock may let one task wait behind many
+/// quick sections, but a release that wakes nobody stops every grant.
+pub struct Progress {
+    last_grant: parking_lot::Mutex<std::time::Instant>,
+}
+
+impl Progress {
+    pub fn new() -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Progress {
+            last_grant: parking_lot::Mutex::new(std::time::Instant::now()),
+        })
+    }
+
+    /// A contender was granted the lock.
+    pub fn tick(&self) {
+        *self.last_grant.lock() = std::time::Instant::now();
+    }
+
+    /// Joins every task; panics naming `what` when no grant happened for [`HANDOFF`] before
+    /// they all finished.
+    pub async fn join<T>(&self, what: &str, tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+        let mut out = Vec::with_capacity(tasks.len());
+        for mut task in tasks {
+            loop {
+                tokio::select! {
+                    done = &mut task => {
+                        out.push(done.expect("a contender panicked"));
+                        break;
+                    }
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {
+                        let idle = self.last_grant.lock().elapsed();
+                        assert!(
+                            idle < HANDOFF,
+                            "{what}: no contender was granted the lock for {idle:?} while \
+                             others waited (a missing wake-up: a release that woke nobody)"
+                        );
+                    }
+                }
+            }
+        }
+        out
+    }
+}
