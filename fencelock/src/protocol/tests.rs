@@ -27,6 +27,19 @@ async fn count(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) 
     conn.hget(&keys.lock, holder).await.unwrap()
 }
 
+/// The token of a fresh acquisition by `holder`; panics when the lock was not free.
+async fn acquired(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    lease: Duration,
+) -> FencingToken {
+    match acquire(conn, keys, holder, lease, OP_TTL).await.unwrap() {
+        AcquireReply::Acquired { token, .. } => token,
+        other => panic!("{holder} did not get a free lock: {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_replayed_acquire_returns_the_same_token_and_count() {
     let (_server, mut conn, keys) = setup().await;
@@ -306,6 +319,63 @@ async fn tokens_are_exact_past_the_time_floor() {
     assert!(matches!(err, crate::Error::TokenOverflow { .. }), "{err}");
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists);
+}
+
+#[tokio::test]
+async fn a_lost_fence_counter_is_replaced_by_the_clock_floor() {
+    let (_server, mut conn, keys) = setup().await;
+    let mut last = 0;
+    // Each holder id acquires once (a second acquire under the same id would be a late
+    // duplicate). Between acquisitions the counter is lost (restart without persistence,
+    // failover to a replica that missed it), then everything is (`FLUSHALL`).
+    for (holder, lose) in [("h1", None), ("h2", Some("DEL")), ("h3", Some("FLUSHALL"))] {
+        match lose {
+            Some("DEL") => conn.del::<_, ()>(&keys.fence).await.unwrap(),
+            Some(command) => redis::cmd(command)
+                .query_async::<()>(&mut conn)
+                .await
+                .unwrap(),
+            None => {}
+        }
+        let token = acquired(&mut conn, &keys, holder, LEASE).await;
+        assert!(
+            token.get() > last,
+            "after {lose:?}: token {} is not above {last}",
+            token.get()
+        );
+        last = token.get();
+        release(
+            &mut conn,
+            &keys,
+            holder,
+            &format!("rel-{holder}"),
+            OP_TTL,
+            PubSub::Classic,
+        )
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_lease_is_what_was_asked_and_ends_with_a_silent_holder() {
+    let (_server, mut conn, keys) = setup().await;
+    let lease = Duration::from_millis(200);
+    let first = acquired(&mut conn, &keys, "crashed", lease).await;
+    // Never longer than asked: a partitioned holder's own clock ends its lease first.
+    let pttl: i64 = conn.pttl(&keys.lock).await.unwrap();
+    assert!(pttl > 0 && pttl <= 200, "{pttl}");
+    match acquire(&mut conn, &keys, "next", LEASE, OP_TTL)
+        .await
+        .unwrap()
+    {
+        AcquireReply::Held { .. } => {}
+        other => panic!("a second holder while the lease holds: {other:?}"),
+    }
+    // A holder that says nothing more (crashed) loses the lock when the lease ends.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = acquired(&mut conn, &keys, "next-2", LEASE).await;
+    assert!(next > first);
 }
 
 #[tokio::test]
