@@ -331,7 +331,7 @@ on_topologies! {
         let lock = client.lock("dropped").unwrap();
         let guard = lock.acquire().await.unwrap();
         drop(guard);
-        let next = lock.acquire_timeout(Duration::from_secs(5)).await.unwrap();
+        let next = woken("the dropped guard's background release", lock.acquire()).await.unwrap();
         next.release().await.unwrap();
 
         // A guard moved to another task is released there.

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::deadline::{within, woken, Progress, HANDOFF};
 use common::{eventually, Fixture};
 use fencelock::admin::Admin;
 use fencelock::{FencingToken, LockClient};
@@ -45,6 +46,7 @@ async fn contend(
     rounds: usize,
 ) -> Arc<Ledger> {
     let ledger = Arc::new(Ledger::default());
+    let progress = Progress::new();
     let mut handles = Vec::new();
     let mut connected = Vec::new();
     for _ in 0..clients {
@@ -59,7 +61,7 @@ async fn contend(
     for (client, lock_client) in connected.iter().enumerate() {
         for _ in 0..tasks {
             let lock = lock_client.lock("contended").unwrap();
-            let ledger = ledger.clone();
+            let (ledger, progress) = (ledger.clone(), progress.clone());
             handles.push(tokio::spawn(async move {
                 for _ in 0..rounds {
                     // Grants recorded before the call are not seen while waiting; at most one
@@ -67,6 +69,7 @@ async fn contend(
                     // counted although it came before the call.
                     let start = ledger.grants.lock().len();
                     let guard = lock.acquire().await.unwrap();
+                    progress.tick();
                     assert!(
                         !ledger.inside.swap(true, Ordering::SeqCst),
                         "two holders at once"
@@ -94,9 +97,9 @@ async fn contend(
             }));
         }
     }
-    for handle in handles {
-        handle.await.unwrap();
-    }
+    progress
+        .join("clients taking turns on one lock", handles)
+        .await;
     let grants = ledger.grants.lock();
     assert_eq!(grants.len(), clients * tasks * rounds);
     assert!(
@@ -208,10 +211,13 @@ async fn a_crashed_reserved_client_costs_one_grace_not_the_lock() {
     // the grace ends the next client's head (its timer set to the reservation's pttl) takes it.
     let first = guard.token();
     guard.release().await.unwrap();
-    let token = tokio::time::timeout(WAIT, waiting)
-        .await
-        .expect("the lock stayed stranded")
-        .unwrap();
+    let token = within(
+        HANDOFF,
+        "the next client's takeover one grace after the crashed client's reservation",
+        waiting,
+    )
+    .await
+    .unwrap();
     assert!(token > first);
     assert!(queue_of(&fx).await.is_empty());
 }
@@ -262,7 +268,12 @@ async fn a_client_whose_last_waiter_gives_up_leaves_the_queue() {
         // So the release reserves the lock for the client that still waits.
         let first = guard.token();
         guard.release().await.unwrap();
-        let token = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+        let token = woken(
+            "the release reserving the lock for the client that still waits",
+            waiting,
+        )
+        .await
+        .unwrap();
         assert!(token > first, "{gives_up_by}");
         assert!(queue_of(&fx).await.is_empty(), "{gives_up_by}");
     }
@@ -385,7 +396,9 @@ async fn a_reservation_is_held_for_everyone_else_shown_by_admin_and_force_releas
         }
         other => panic!("{other:?}"),
     }
-    let guard = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    let guard = woken("the operator's force release", waiting)
+        .await
+        .unwrap();
     assert!(guard.token() > first);
     guard.release().await.unwrap();
     assert!(queue_of(&fx).await.is_empty());
@@ -406,7 +419,12 @@ async fn the_reserved_client_claims_with_a_fresh_token_and_guards_of_the_old_hol
     let first = guard.token();
     inner.release().await.unwrap();
     guard.release().await.unwrap();
-    let claimed = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    let claimed = woken(
+        "the release reserving the lock for the second client",
+        waiting,
+    )
+    .await
+    .unwrap();
     assert!(claimed.token() > first);
     // The new holder is an ordinary one: re-entry, extension, and a release that frees the
     // lock (nobody queued: the hash is deleted).
@@ -424,6 +442,7 @@ async fn the_reserved_client_claims_with_a_fresh_token_and_guards_of_the_old_hol
 async fn mixing_fair_and_default_clients_stays_safe() {
     let fx = Fixture::start();
     let ledger = Arc::new(Ledger::default());
+    let progress = Progress::new();
     let mut handles = Vec::new();
     for client in 0..4 {
         let builder = fx.builder();
@@ -437,10 +456,11 @@ async fn mixing_fair_and_default_clients_stays_safe() {
         .unwrap();
         for _ in 0..2 {
             let lock = lock_client.lock("mixed").unwrap();
-            let ledger = ledger.clone();
+            let (ledger, progress) = (ledger.clone(), progress.clone());
             handles.push(tokio::spawn(async move {
                 for _ in 0..8 {
                     let guard = lock.acquire().await.unwrap();
+                    progress.tick();
                     assert!(
                         !ledger.inside.swap(true, Ordering::SeqCst),
                         "two holders at once"
@@ -456,12 +476,9 @@ async fn mixing_fair_and_default_clients_stays_safe() {
             }));
         }
     }
-    for handle in handles {
-        tokio::time::timeout(Duration::from_secs(120), handle)
-            .await
-            .expect("mixed clients stalled")
-            .unwrap();
-    }
+    progress
+        .join("fair and default clients taking turns", handles)
+        .await;
     let grants = ledger.grants.lock();
     assert_eq!(grants.len(), 4 * 2 * 8);
     assert!(grants.windows(2).all(|w| w[0].token < w[1].token));
@@ -534,7 +551,13 @@ async fn fair_mode_refuses_multi_locks_and_bad_graces_and_keeps_its_queue_past_t
         "the queue outlives the lease by {beyond:?}"
     );
     guard.release().await.unwrap();
-    waiting.await.unwrap().unwrap().release().await.unwrap();
+    woken("the release of the long hold", waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 
     // Both ends of the documented range are accepted.
     for grace in [Duration::from_millis(1), Duration::from_secs(60)] {
@@ -558,7 +581,9 @@ async fn a_handoff_takes_no_extra_round_trip() {
     let waiting = tokio::spawn(async move { lock.acquire().await.unwrap() });
     queue_becomes(&fx, &[b.id()]).await;
     guard.release().await.unwrap();
-    let claimed = waiting.await.unwrap();
+    let claimed = woken("the release reserving the lock for b", waiting)
+        .await
+        .unwrap();
     let calls = fx.calls("evalsha") + fx.calls("eval") - before;
     // b: the fast-path attempt, the head's attempt after subscribing (when it comes before the
     // release), the claim; a: the release.
@@ -601,7 +626,7 @@ on_topologies_multi_thread! {
         guard.release().await.unwrap();
         let mut tokens = vec![first];
         for handle in waiting {
-            tokens.push(tokio::time::timeout(WAIT, handle).await.unwrap().unwrap());
+            tokens.push(woken("the release handing the lock down the queue", handle).await.unwrap());
         }
         assert!(
             tokens.windows(2).all(|w| w[0] < w[1]),

@@ -5,6 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::deadline::{woken, Progress};
 use common::{eventually, quiet_renewal_calls, Fixture};
 use fencelock::LockClient;
 use redis::Commands;
@@ -50,7 +51,7 @@ on_topologies! {
 
         let released_at = Instant::now();
         guard.release().await.unwrap();
-        let acquired_at = waiter.await.unwrap();
+        let acquired_at = woken("the holder's release", waiter).await.unwrap();
         // Woken by the message: long before the holder's 60 s lease would have freed the lock.
         assert!(acquired_at.duration_since(released_at) < Duration::from_secs(5));
         // The holder's release, the waiter's single attempt, and its release.
@@ -124,6 +125,7 @@ on_topologies_multi_thread! {
             .unwrap();
 
         let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let progress = Progress::new();
         let mut tasks = Vec::new();
         let base = fx.calls("evalsha");
         for i in 0..WAITERS {
@@ -132,7 +134,7 @@ on_topologies_multi_thread! {
                 .unwrap()
                 .with_lease(LONG)
                 .unwrap();
-            let order = order.clone();
+            let (order, progress) = (order.clone(), progress.clone());
             let (polled_tx, polled_rx) = tokio::sync::oneshot::channel();
             tasks.push(tokio::spawn(async move {
                 let mut acquire = std::pin::pin!(lock.acquire());
@@ -148,6 +150,7 @@ on_topologies_multi_thread! {
                     std::task::Poll::Pending => acquire.await,
                 }
                 .unwrap();
+                progress.tick();
                 order.lock().push(i);
                 guard.release().await.unwrap();
             }));
@@ -164,10 +167,9 @@ on_topologies_multi_thread! {
             }
         }
         let before = fx.calls("evalsha");
+        progress.tick();
         guard.release().await.unwrap();
-        for task in tasks {
-            task.await.unwrap();
-        }
+        progress.join("32 local waiters served one per release", tasks).await;
         assert_eq!(
             *order.lock(),
             (0..WAITERS).collect::<Vec<_>>(),
@@ -398,20 +400,24 @@ async fn the_subscription_ends_with_the_last_waiter() {
     let (holder_client, client) = (fx.client().await, fx.client().await);
     let guard = holder_client.lock("sub").unwrap().acquire().await.unwrap();
     let lock = client.lock("sub").unwrap();
+    let progress = Progress::new();
     let waiters: Vec<_> = (0..3)
         .map(|_| {
-            let lock = lock.clone();
-            tokio::spawn(async move { lock.acquire().await.unwrap().release().await.unwrap() })
+            let (lock, progress) = (lock.clone(), progress.clone());
+            tokio::spawn(async move {
+                let guard = lock.acquire().await.unwrap();
+                progress.tick();
+                guard.release().await.unwrap();
+            })
         })
         .collect();
     assert!(
         eventually(Duration::from_secs(30), || active_channels(&fx).len() == 1).await,
         "the waiters' client subscribes to the lock's channel"
     );
+    progress.tick();
     guard.release().await.unwrap();
-    for waiter in waiters {
-        waiter.await.unwrap();
-    }
+    progress.join("three waiters of one client", waiters).await;
     assert!(
         eventually(Duration::from_secs(30), || active_channels(&fx).is_empty()).await,
         "still subscribed after the last waiter left: {:?}",

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::deadline::{woken, Progress};
 use common::{eventually, Fixture};
 use fencelock::{Error, LockClient, MultiLock, MAX_MULTI_LOCKS};
 
@@ -64,7 +65,8 @@ async fn transfers(fx: &Fixture, accounts: &[&str], tasks_per_direction: usize, 
     setup.release().await.unwrap();
 
     let done = Arc::new(AtomicU64::new(0));
-    let mut tasks = tokio::task::JoinSet::new();
+    let progress = Progress::new();
+    let mut tasks = Vec::new();
     let mut n = 0;
     for (i, from) in accounts.iter().enumerate() {
         for (j, to) in accounts.iter().enumerate() {
@@ -75,17 +77,19 @@ async fn transfers(fx: &Fixture, accounts: &[&str], tasks_per_direction: usize, 
                 let client = clients[n % 2].clone();
                 n += 1;
                 let (from, to) = (from.to_string(), to.to_string());
-                let done = done.clone();
+                let (done, progress) = (done.clone(), progress.clone());
                 let both = set(&client, &[&from, &to], path);
-                tasks.spawn(async move {
+                tasks.push(tokio::spawn(async move {
                     let from_balance = client.resource(format!("balance:{from}")).unwrap();
                     let to_balance = client.resource(format!("balance:{to}")).unwrap();
                     for round in 0..ROUNDS {
-                        // Generous: a deadlock would show as a timeout, contention does not.
+                        // A deadlock or a missing wake-up stops every grant, which `progress`
+                        // reports; contention does not.
                         let guard = both
-                            .acquire_timeout(Duration::from_secs(60))
+                            .acquire()
                             .await
                             .unwrap_or_else(|e| panic!("{from}->{to} round {round}: {e}"));
+                        progress.tick();
                         let (t_from, t_to) =
                             (guard.token(&from).unwrap(), guard.token(&to).unwrap());
                         let have = from_balance.get_i64(t_from).await.unwrap().unwrap();
@@ -98,13 +102,11 @@ async fn transfers(fx: &Fixture, accounts: &[&str], tasks_per_direction: usize, 
                         guard.release().await.unwrap();
                         done.fetch_add(1, Ordering::Relaxed);
                     }
-                });
+                }));
             }
         }
     }
-    while let Some(joined) = tasks.join_next().await {
-        joined.expect("a transfer task failed");
-    }
+    progress.join("transfers between the accounts", tasks).await;
 
     let mut total = 0;
     for account in accounts {
@@ -208,7 +210,10 @@ async fn a_waiting_set_gets_the_locks_when_the_last_busy_member_is_released() {
         .await
     );
     second.release().await.unwrap();
-    let guard = waiting.await.unwrap().unwrap();
+    let guard = woken("the last busy member's release", waiting)
+        .await
+        .unwrap()
+        .unwrap();
     let t1 = fx.lock_state("w:1").unwrap().1;
     let t2 = fx.lock_state("w:2").unwrap().1;
     assert_eq!(guard.token("w:1").unwrap().get(), t1);
@@ -341,7 +346,10 @@ async fn a_waiting_set_sleeps_while_its_busy_member_is_held() {
         // polling set would have made one attempt per round trip.
         assert!(during <= 3, "{path:?}: {during} script calls while waiting");
         held.release().await.unwrap();
-        let guard = waiting.await.unwrap().unwrap();
+        let guard = woken("the busy member's release", waiting)
+            .await
+            .unwrap()
+            .unwrap();
         guard.release().await.unwrap();
     }
 }
@@ -598,7 +606,7 @@ async fn a_set_that_moves_to_another_queue_hands_its_wake_up_on() {
     // The set wakes first (head of the queue), finds the second member busy and moves to its
     // queue; the single waiter behind it must get the wake-up, not sleep out the lease.
     held_first.release().await.unwrap();
-    let single_guard = single_task
+    let single_guard = woken("the wake-up the set hands on", single_task)
         .await
         .unwrap()
         .expect("the wake-up was handed on");

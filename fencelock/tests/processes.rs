@@ -6,6 +6,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::deadline::HANDOFF;
 use common::Fixture;
 use fencelock::LockClient;
 use redis::Commands;
@@ -24,7 +25,15 @@ async fn child_competes_for_the_lock() {
     let mut raw = redis::Client::open(url).unwrap().get_connection().unwrap();
     let lock = client.lock("shared").unwrap();
     for _ in 0..ROUNDS {
-        let guard = lock.acquire_timeout(Duration::from_secs(30)).await.unwrap();
+        // Sections last 200 µs: a wait of seconds is a release that woke nobody (or a
+        // deadlock), never contention.
+        let guard = lock.acquire_timeout(HANDOFF).await.unwrap_or_else(|err| {
+            panic!(
+                "not granted within {HANDOFF:?} while the other processes hold the lock for \
+                 200 µs at a time (a missing wake-up: a release that woke nobody; or a \
+                 deadlock): {err}"
+            )
+        });
         // Inside the critical section: count who else is inside, and log our token in the
         // order the lock was granted.
         let inside: i64 = raw.incr("inside", 1).unwrap();

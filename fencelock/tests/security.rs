@@ -5,6 +5,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::deadline::woken;
 use common::{eventually, Fixture};
 use fencelock::admin::Admin;
 use fencelock::{LockClient, MAX_NAME_LEN};
@@ -190,7 +191,10 @@ async fn the_least_privilege_acl_user_runs_the_whole_flow() {
         .unwrap()
         .is_none());
     guard.release().await.unwrap();
-    let next = waiter.await.unwrap().unwrap();
+    let next = woken("the holder's release", waiter)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(next.token() > first_token);
     let balance_b = b.resource("acct:1").unwrap();
     assert_eq!(balance_b.incr_by(next.token(), -30).await.unwrap(), 70);
@@ -354,7 +358,10 @@ async fn fair_handoff_needs_the_queue_commands_and_says_so() {
     assert!(queued, "the waiter never queued");
     let first = guard.token();
     guard.release().await.unwrap();
-    let next = waiter.await.unwrap().unwrap();
+    let next = woken("the holder's release", waiter)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(next.token() > first);
     next.release().await.unwrap();
 }
@@ -515,7 +522,10 @@ mod tls {
         });
         inner.release().await.unwrap();
         guard.release().await.unwrap();
-        let next = waiter.await.unwrap().unwrap();
+        let next = woken("the holder's release", waiter)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(next.token() > first_token);
         next.release().await.unwrap();
 
@@ -678,7 +688,10 @@ async fn the_least_privilege_acl_user_runs_on_a_cluster() {
     });
     inner.release().await.unwrap();
     guard.release().await.unwrap();
-    let next = waiter.await.unwrap().unwrap();
+    let next = woken("the holder's release", waiter)
+        .await
+        .unwrap()
+        .unwrap();
     next.release().await.unwrap();
 
     let set = a.multi_lock(["acct:1", "acct:2", "acct:3"]).unwrap();

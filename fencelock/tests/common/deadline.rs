@@ -86,7 +86,8 @@ impl Progress {
                         assert!(
                             idle < HANDOFF,
                             "{what}: no contender was granted the lock for {idle:?} while \
-                             others waited (a missing wake-up: a release that woke nobody)"
+                             others waited (a missing wake-up: a release that woke nobody; or \
+                             a deadlock)"
                         );
                     }
                 }
