@@ -551,13 +551,10 @@ async fn fair_mode_refuses_multi_locks_and_bad_graces_and_keeps_its_queue_past_t
         "the queue outlives the lease by {beyond:?}"
     );
     guard.release().await.unwrap();
-    woken("the release of the long hold", waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
+    let next = woken("the release of the long hold", waiting)
         .await
         .unwrap();
+    next.unwrap().release().await.unwrap();
 
     // Both ends of the documented range are accepted.
     for grace in [Duration::from_millis(1), Duration::from_secs(60)] {
