@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::deadline::{woken, Progress};
+use common::deadline::{woken, Progress, HANDOFF};
 use common::{eventually, quiet_renewal_calls, Fixture};
 use fencelock::LockClient;
 use redis::Commands;
@@ -190,7 +190,7 @@ on_topologies! {
         let guard = client.lock("kept").unwrap().acquire().await.unwrap();
         assert_eq!(client.watched_locks(), 1);
         tokio::time::sleep(lease + lease / 6).await;
-        assert!(guard.is_valid());
+        assert!(guard.is_valid(), "the watchdog did not keep the lock alive past its lease");
         assert!(other
             .lock("kept")
             .unwrap()
@@ -258,10 +258,11 @@ async fn a_thousand_held_locks_are_renewed_in_batches() {
     let calls_before = quiet_renewal_calls(&client).await;
     let server_before = fx.calls("evalsha");
     assert!(
-        eventually(LONG, || client.renewal_calls()
+        eventually(lease + HANDOFF, || client.renewal_calls()
             >= calls_before + 2 * per_tick)
         .await,
-        "two ticks did not run"
+        "two ticks did not run within a lease (one every third of it) and a handoff's slack: \
+         the watchdog stopped renewing"
     );
     let server = fx.calls("evalsha") - server_before;
     let calls = quiet_renewal_calls(&client).await - calls_before;
@@ -308,7 +309,10 @@ on_topologies! {
             .await
             .expect("lost signal");
         // The renewal noticed, not the lease timer: the lease had time left by our clock.
-        assert!(Instant::now() < guard.valid_until());
+        assert!(
+            Instant::now() < guard.valid_until(),
+            "the loss was seen only when the lease ran out: no renewal noticed it"
+        );
         assert!(!guard.is_valid());
         assert_eq!(client.watched_locks(), 0);
         // The new holder is untouched by the old guard's release.

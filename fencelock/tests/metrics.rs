@@ -93,7 +93,10 @@ async fn a_scripted_scenario_is_counted_exactly() {
         .await
     );
     // The holder stays until the watchdog has renewed it at least once.
-    assert!(eventually(Duration::from_secs(10), || client.renewal_calls() >= 1).await);
+    assert!(
+        eventually(Duration::from_secs(10), || client.renewal_calls() >= 1).await,
+        "the watchdog never renewed the held lock"
+    );
     first.release().await.unwrap();
     let second = waiter.await.unwrap().unwrap();
 

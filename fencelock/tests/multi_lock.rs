@@ -421,7 +421,8 @@ async fn the_watchdog_keeps_every_member_and_losing_one_loses_the_set() {
     assert!(
         eventually(Duration::from_secs(30), || client.renewal_calls()
             >= calls + 5)
-        .await
+        .await,
+        "the watchdog stopped renewing the set's members"
     );
     assert!(guard.is_valid());
     for name in ["l:1", "l:2", "l:3"] {

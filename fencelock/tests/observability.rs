@@ -269,7 +269,11 @@ async fn a_deleted_lock_is_reported_lost_by_the_watchdog() {
     assert_eq!(lost.field("lock"), "doomed");
     assert_eq!(lost.field("holder"), guard.holder_id());
     assert_eq!(lost.field("token"), guard.token().get().to_string());
-    assert_eq!(lost.field("reason"), "renewal_refused");
+    assert_eq!(
+        lost.field("reason"),
+        "renewal_refused",
+        "the loss was not noticed by a renewal"
+    );
 
     let renewals = capture.named("fencelock.renew");
     let refused = renewals
