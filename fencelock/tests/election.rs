@@ -1,0 +1,374 @@
+//! Leadership election against real servers: terms, exclusion of leaders, handoff on
+//! resignation, reads of the leader, followers, fencing of a deposed leader and bad input. The
+//! topology tests run on one server and on a 3-primary cluster.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::deadline::{within, woken, Progress, HANDOFF};
+use common::{Env, Fixture};
+use fencelock::{Error, LeaderGuard, MAX_METADATA_LEN, MAX_NAME_LEN};
+use redis::Commands;
+
+/// The one key of election `name` under the default prefix, while it exists.
+fn election_key(fx: &Env, name: &str) -> Vec<u8> {
+    let mut found = fx.keys(&format!("fencelock:{{*}}leader:{name}"));
+    assert_eq!(found.len(), 1, "keys of election {name}: {found:?}");
+    found.pop().unwrap()
+}
+
+/// Subscribers of `channel` (classic and sharded) over every data node.
+fn subscribers(fx: &Env, channel: &[u8]) -> u64 {
+    fx.data_nodes()
+        .into_iter()
+        .map(|node| {
+            let mut con = node.client().get_connection().expect("raw connection");
+            let count = |kind: &str, con: &mut redis::Connection| -> u64 {
+                let reply: (Vec<u8>, u64) = redis::cmd("PUBSUB")
+                    .arg(kind)
+                    .arg(channel)
+                    .query(con)
+                    .expect("PUBSUB");
+                reply.1
+            };
+            count("NUMSUB", &mut con) + count("SHARDNUMSUB", &mut con)
+        })
+        .sum()
+}
+
+/// A leader that dies without resigning: its guard is never dropped, so nothing releases the
+/// election's lock and no watchdog renews it (an election with a lease of its own); only the
+/// lease ends it, as after a crash.
+fn crash(leader: LeaderGuard) {
+    std::mem::forget(leader);
+}
+
+on_topologies! {
+    async fn terms_increase_across_resignation_expiry_and_a_deleted_fence_counter(fx) {
+        let (a, b) = (fx.client().await, fx.client().await);
+        let (ea, eb) = (a.election("term").unwrap(), b.election("term").unwrap());
+        let mut terms = Vec::new();
+
+        let first = ea.campaign(b"a").await.unwrap();
+        terms.push(first.term());
+        first.resign().await.unwrap();
+
+        // A leader whose lease ran out behind it.
+        let lease = Duration::from_millis(300);
+        let second = eb.with_lease(lease).unwrap().campaign(b"b").await.unwrap();
+        terms.push(second.term());
+        crash(second);
+        let third = woken(
+            "a candidate after the crashed leader's lease ended",
+            ea.campaign(b"a"),
+        )
+        .await
+        .unwrap();
+        terms.push(third.term());
+        third.resign().await.unwrap();
+
+        // Even deleting every fence counter cannot make terms go back.
+        for counter in fx.keys("fencelock:{*}fence") {
+            let _: () = fx.raw().del(counter).unwrap();
+        }
+        let fourth = eb.campaign(b"b").await.unwrap();
+        terms.push(fourth.term());
+        fourth.resign().await.unwrap();
+
+        assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+    }
+}
+
+on_topologies_multi_thread! {
+    async fn at_most_one_valid_leader_among_four_candidates_taking_turns(fx) {
+        const CANDIDATES: usize = 4;
+        const ROUNDS: usize = 3;
+        let lease = Duration::from_millis(400);
+        let terms_seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let progress = Progress::new();
+        let mut tasks = Vec::new();
+        for candidate in 0..CANDIDATES {
+            let client = fx.client().await;
+            let election = client.election("turns").unwrap().with_lease(lease).unwrap();
+            let storage = client.resource("turns-state").unwrap();
+            let (terms_seen, progress) = (terms_seen.clone(), progress.clone());
+            tasks.push(tokio::spawn(async move {
+                for round in 0..ROUNDS {
+                    let meta = format!("candidate-{candidate}");
+                    let leader = election.campaign(meta.as_bytes()).await.unwrap();
+                    let (start, term) = (Instant::now(), leader.term());
+                    progress.tick();
+                    // Every leader writes with its term: no earlier leader's term was newer.
+                    storage.set(leader.term(), meta.as_bytes()).await.unwrap();
+                    let end = match (candidate + round) % 3 {
+                        0 => {
+                            // Leads until it resigns.
+                            let end = Instant::now();
+                            leader.resign().await.unwrap();
+                            end
+                        }
+                        1 => {
+                            let end = leader.valid_until();
+                            crash(leader);
+                            end
+                        }
+                        _ => {
+                            within(
+                                lease + HANDOFF,
+                                "a leader with a fixed lease learns it ended",
+                                leader.lost(),
+                            )
+                            .await;
+                            assert!(!leader.is_valid());
+                            leader.valid_until()
+                        }
+                    };
+                    terms_seen.lock().push((start, end.max(start), term));
+                }
+            }));
+        }
+        progress.join("4 candidates taking turns", tasks).await;
+
+        let mut terms = terms_seen.lock().clone();
+        assert_eq!(terms.len(), CANDIDATES * ROUNDS);
+        terms.sort_by_key(|(start, _, _)| *start);
+        for pair in terms.windows(2) {
+            let ((_, end, _), (next_start, _, _)) = (pair[0], pair[1]);
+            assert!(
+                end <= next_start,
+                "two leaders were valid at once: one until {end:?}, the next from {next_start:?}"
+            );
+        }
+        let by_start: Vec<_> = terms.iter().map(|(_, _, term)| *term).collect();
+        assert!(by_start.windows(2).all(|w| w[0] < w[1]), "{by_start:?}");
+    }
+}
+
+on_topologies! {
+    async fn resign_wakes_the_next_candidate_at_once(fx) {
+        let (a, b) = (fx.client().await, fx.client().await);
+        // The default lease: 30 s, renewed by the watchdog. Only the resignation's message
+        // can wake the candidate within the handoff deadline.
+        let leader = a.election("handoff").unwrap().campaign(b"a").await.unwrap();
+        let candidate = b.election("handoff").unwrap();
+        let waiting = tokio::spawn(async move { candidate.campaign(b"b").await });
+        let channel = election_key(&fx, "handoff");
+        assert!(
+            common::eventually(HANDOFF, || subscribers(&fx, &channel) == 1).await,
+            "the candidate never subscribed to the election's channel"
+        );
+        let (first_term, resigned) = (leader.term(), Instant::now());
+        leader.resign().await.unwrap();
+        let next = woken("the candidate after the leader resigned", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        let handoff = resigned.elapsed();
+        assert!(next.term() > first_term);
+        assert!(handoff < HANDOFF, "{handoff:?}");
+        eprintln!("resignation handed over in {handoff:?}");
+        next.resign().await.unwrap();
+    }
+}
+
+on_topologies! {
+    async fn leader_shows_the_current_leader_and_try_campaign_yields_to_it(fx) {
+        let (a, b) = (fx.client().await, fx.client().await);
+        let (ea, eb) = (a.election("read").unwrap(), b.election("read").unwrap());
+        assert_eq!(eb.leader().await.unwrap(), None, "nobody leads a fresh election");
+
+        let leader = ea.campaign(b"10.0.0.7:8080").await.unwrap();
+        let seen = eb.leader().await.unwrap().expect("a leads");
+        assert_eq!(seen.id(), leader.id());
+        assert!(seen.id().starts_with(a.id()));
+        assert_eq!(seen.term(), leader.term());
+        assert_eq!(seen.metadata(), b"10.0.0.7:8080");
+        assert_eq!(leader.metadata(), b"10.0.0.7:8080");
+
+        assert!(eb.try_campaign(b"b").await.unwrap().is_none());
+        let err = eb
+            .campaign_timeout(b"b", Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        assert_eq!(eb.leader().await.unwrap(), Some(seen), "yielding changed nothing");
+
+        leader.resign().await.unwrap();
+        assert_eq!(eb.leader().await.unwrap(), None, "nobody leads after a resignation");
+        let next = eb.try_campaign(b"b").await.unwrap().expect("the election is free");
+        assert_eq!(ea.leader().await.unwrap().unwrap().metadata(), b"b");
+        next.resign().await.unwrap();
+        assert!(fx.keys("fencelock:{*}leader:*").is_empty());
+    }
+}
+
+on_topologies! {
+    async fn observers_see_election_resignation_and_expiry_within_a_bound(fx) {
+        let (a, b, follower) = (fx.client().await, fx.client().await, fx.client().await);
+        let (ea, eb) = (a.election("observed").unwrap(), b.election("observed").unwrap());
+        let mut observer = follower.election("observed").unwrap().observe().await.unwrap();
+        assert_eq!(observer.current(), None);
+
+        let leader = ea.campaign(b"a").await.unwrap();
+        let elected = Instant::now();
+        let seen = within(HANDOFF, "the observer sees a elected", observer.changed())
+            .await
+            .unwrap()
+            .expect("a leader");
+        let elected_after = elected.elapsed();
+        assert_eq!((seen.id(), seen.term()), (leader.id(), leader.term()));
+        assert_eq!(seen.metadata(), b"a");
+        assert_eq!(observer.current(), Some(&seen));
+
+        let resigned = Instant::now();
+        leader.resign().await.unwrap();
+        let seen = within(HANDOFF, "the observer sees a resign", observer.changed()).await;
+        let resigned_after = resigned.elapsed();
+        assert_eq!(seen.unwrap(), None);
+
+        // A leader that dies silently: no message, only its lease's end. The observer's
+        // fallback without a leader is 30 s, so seeing it within the handoff deadline means
+        // the observer's timer followed the lease.
+        let lease = Duration::from_millis(800);
+        let doomed = eb.with_lease(lease).unwrap().campaign(b"b").await.unwrap();
+        let seen = within(HANDOFF, "the observer sees b elected", observer.changed())
+            .await
+            .unwrap()
+            .expect("b leads");
+        assert_eq!(seen.term(), doomed.term());
+        let valid_until = doomed.valid_until();
+        crash(doomed);
+        let seen = within(
+            lease + HANDOFF,
+            "the observer sees b's lease expire",
+            observer.changed(),
+        )
+        .await;
+        let expired_after = Instant::now().saturating_duration_since(valid_until);
+        assert_eq!(seen.unwrap(), None);
+        for delay in [elected_after, resigned_after, expired_after] {
+            assert!(delay < HANDOFF, "{delay:?}");
+        }
+        eprintln!(
+            "observer delays: elected {elected_after:?}, resigned {resigned_after:?}, \
+             expired {expired_after:?} after the leader's own validity ended"
+        );
+    }
+}
+
+on_topologies! {
+    async fn a_deposed_leaders_fenced_write_is_refused_after_the_next_leader_wrote(fx) {
+        let (a, b) = (fx.client().await, fx.client().await);
+        let (ea, eb) = (a.election("deposed").unwrap(), b.election("deposed").unwrap());
+        let state = a.resource("deposed-state").unwrap();
+
+        // The election's key deleted behind the leader.
+        let old = ea.campaign(b"a").await.unwrap();
+        state.set(old.term(), "a1").await.unwrap();
+        let _: () = fx.raw().del(election_key(&fx, "deposed")).unwrap();
+        let new = eb.try_campaign(b"b").await.unwrap().expect("free after the DEL");
+        assert!(new.term() > old.term());
+        state.set(new.term(), "b1").await.unwrap();
+        let err = state.set(old.term(), "a2").await.unwrap_err();
+        assert!(err.is_stale_token(), "{err}");
+        assert!(old.resign().await.unwrap_err().is_not_held());
+        assert_eq!(ea.leader().await.unwrap().unwrap().id(), new.id(), "the old leader's resignation touched the new one");
+        new.resign().await.unwrap();
+
+        // A fixed lease that ran out behind the leader.
+        let lease = Duration::from_millis(300);
+        let old = ea.with_lease(lease).unwrap().campaign(b"a").await.unwrap();
+        state.set(old.term(), "a3").await.unwrap();
+        let new = woken("the candidate after the leader's lease ended", eb.campaign(b"b"))
+            .await
+            .unwrap();
+        assert!(!old.is_valid());
+        state.set(new.term(), "b2").await.unwrap();
+        let err = state.set(old.term(), "a4").await.unwrap_err();
+        assert!(err.is_stale_token(), "{err}");
+        assert_eq!(state.peek().await.unwrap().as_deref(), Some(&b"b2"[..]));
+        new.resign().await.unwrap();
+        drop(old);
+    }
+}
+
+on_topologies! {
+    async fn an_election_and_a_lock_of_one_name_are_unrelated(fx) {
+        let client = fx.client().await;
+        let lock = client.lock("shared-name").unwrap().acquire().await.unwrap();
+        let leader = client
+            .election("shared-name")
+            .unwrap()
+            .try_campaign(b"m")
+            .await
+            .unwrap()
+            .expect("the lock of the same name does not block the election");
+        assert!(fx.lock_state("shared-name").is_some());
+        leader.resign().await.unwrap();
+        assert!(fx.lock_state("shared-name").is_some(), "resigning released the lock");
+        lock.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error_and_leaves_nothing_behind() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    assert!(matches!(
+        client.election(""),
+        Err(Error::InvalidName { .. })
+    ));
+    assert!(matches!(
+        client.election(vec![b'n'; MAX_NAME_LEN + 1]),
+        Err(Error::InvalidName { .. })
+    ));
+    let election = client.election("input").unwrap();
+    assert!(election
+        .with_lease(Duration::ZERO)
+        .unwrap_err()
+        .is_invalid_input());
+    let oversize = vec![b'm'; MAX_METADATA_LEN + 1];
+    let refusals = [
+        election.campaign(&oversize).await.unwrap_err(),
+        election.try_campaign(&oversize).await.unwrap_err(),
+        election
+            .campaign_timeout(&oversize, Duration::from_secs(1))
+            .await
+            .unwrap_err(),
+    ];
+    for err in refusals {
+        assert!(
+            matches!(err, Error::InvalidMetadata { len, max } if len == MAX_METADATA_LEN + 1 && max == MAX_METADATA_LEN),
+            "{err}"
+        );
+        assert!(err.is_invalid_input());
+    }
+    assert!(fx.keys("*").is_empty(), "a refused campaign sent something");
+
+    // The largest metadata is accepted and read back whole.
+    let largest = vec![b'm'; MAX_METADATA_LEN];
+    let leader = election.campaign(&largest).await.unwrap();
+    assert_eq!(
+        election.leader().await.unwrap().unwrap().metadata(),
+        largest
+    );
+    let key = fx
+        .keys("fencelock:{*}leader:input")
+        .pop()
+        .expect("the election's key");
+    leader.resign().await.unwrap();
+
+    // Foreign data at the election's key: typed, and left as it was.
+    let _: () = fx.raw().set(&key, "foreign").unwrap();
+    assert!(election
+        .try_campaign(b"m")
+        .await
+        .unwrap_err()
+        .is_wrong_type());
+    assert!(election.leader().await.unwrap_err().is_wrong_type());
+    assert!(election.observe().await.unwrap_err().is_wrong_type());
+    let value: String = fx.raw().get(&key).unwrap();
+    assert_eq!(value, "foreign");
+}
