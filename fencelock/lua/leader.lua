@@ -9,33 +9,27 @@
 --                                       after its acquisition; a winner that died in between
 --                                       blocks the election until pttl ends), or it is a
 --                                       fair-handoff reservation
---          {1, holder, term, meta, pttl} the leader: its holder id, its term ("~token"), its
---                                       metadata ("~meta") and the ms left of its lease
+--          {1, holder, term, meta, pttl} the leader: its holder id ("~leader", present as a
+--                                       holder field), its term ("~token"), its metadata
+--                                       ("~meta") and the ms left of its lease
 --          (pttl -1: the key has no expiry, which only an operator can cause)
 -- Errors   FENCELOCK_WRONGTYPE  the key holds a value this protocol did not write
-local fields = redis.pcall('HGETALL', KEYS[1])
-if type(fields) == 'table' and fields.err then
-  if string.sub(fields.err, 1, 9) == 'WRONGTYPE' then
+--
+-- Only HGET, HEXISTS and PTTL: the commands of the least-privilege ACL (README, Security).
+local term = redis.pcall('HGET', KEYS[1], '~token')
+if type(term) == 'table' and term.err then
+  if string.sub(term.err, 1, 9) == 'WRONGTYPE' then
     return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
   end
-  return fields
-end
-if #fields == 0 then
-  return {}
-end
-local holder, term, meta
-for i = 1, #fields, 2 do
-  local field = fields[i]
-  if field == '~token' then
-    term = fields[i + 1]
-  elseif field == '~meta' then
-    meta = fields[i + 1]
-  elseif string.sub(field, 1, 1) ~= '~' then
-    holder = field
-  end
+  return term
 end
 local pttl = redis.call('PTTL', KEYS[1])
-if holder and term and meta then
-  return {1, holder, tonumber(term), meta, pttl}
+if pttl == -2 then
+  return {}
+end
+local leader = redis.call('HGET', KEYS[1], '~leader')
+local meta = redis.call('HGET', KEYS[1], '~meta')
+if term and leader and meta and redis.call('HEXISTS', KEYS[1], leader) == 1 then
+  return {1, leader, tonumber(term), meta, pttl}
 end
 return {0, pttl}

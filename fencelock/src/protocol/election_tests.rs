@@ -1,5 +1,5 @@
 //! The election scripts' contracts (`announce.lua`, `leader.lua`) against a real redis-server,
-//! and the lock scripts on a hash that carries a leader's `~meta` field: every one of them must
+//! and the lock scripts on a hash that carries a leader's `~leader` and `~meta` fields: every one of them must
 //! treat it as the plain lock it is.
 
 use redis::aio::MultiplexedConnection;
@@ -123,6 +123,17 @@ async fn leader_reads_nobody_a_winner_not_yet_announced_and_the_leader() {
         })
     );
     assert!(matches!(led.lease_left, Some(Some(left)) if left <= LEASE));
+
+    // "~leader" must name a holder of the hash, or nobody leads.
+    let _: () = conn.hset(&keys.lock, "~leader", "ghost").await.unwrap();
+    assert_eq!(leader(&mut conn, &keys).await.unwrap().leader, None);
+    // A fair-handoff reservation: held by nobody, so led by nobody.
+    let _: () = conn.del(&keys.lock).await.unwrap();
+    let _: () = conn.hset(&keys.lock, "~reserved", "client").await.unwrap();
+    let _: () = conn.pexpire(&keys.lock, 5000).await.unwrap();
+    let reserved = leader(&mut conn, &keys).await.unwrap();
+    assert_eq!(reserved.leader, None);
+    assert!(matches!(reserved.lease_left, Some(Some(_))));
 
     let _: () = conn.set(&keys.lock, "foreign").await.unwrap();
     let err = leader(&mut conn, &keys).await.unwrap_err();
