@@ -312,6 +312,59 @@ on_topologies! {
     }
 }
 
+on_topologies! {
+    async fn a_campaign_dropped_at_any_point_leaves_nobody_leading(fx) {
+        const CASES: u64 = 100;
+        let (a, b) = (fx.client().await, fx.client().await);
+        let election = a.election("dropped").unwrap();
+        let mut won = 0;
+        for case in 0..CASES {
+            // Every third case another candidate leads and resigns inside the drop window, so
+            // drops also land while waiting and right after the wake-up.
+            let resigning = if case % 3 == 0 {
+                let other = b.election("dropped").unwrap().campaign(b"b").await.unwrap();
+                let delay = Duration::from_micros((case * 31) % 1500);
+                Some(tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    other.resign().await
+                }))
+            } else {
+                None
+            };
+            // Yields land before, during and after the acquisition's and the announcement's
+            // round trips; the occasional sleep lets the campaign finish first.
+            let yields = (case * 37) % 120;
+            let sleep = Duration::from_micros(if case % 4 == 0 { (case * 53) % 1500 } else { 0 });
+            let outcome = tokio::select! {
+                led = election.campaign(b"a") => Some(led.unwrap()),
+                () = async {
+                    for _ in 0..yields {
+                        tokio::task::yield_now().await;
+                    }
+                    tokio::time::sleep(sleep).await;
+                } => None,
+            };
+            if let Some(leader) = outcome {
+                won += 1;
+                leader.resign().await.unwrap();
+            }
+            if let Some(resigning) = resigning {
+                within(HANDOFF, "the other leader resigns", resigning)
+                    .await
+                    .unwrap()
+                    .unwrap();
+            }
+            assert!(
+                common::eventually(HANDOFF, || fx.keys("fencelock:{*}leader:dropped").is_empty())
+                    .await,
+                "case {case}: a dropped campaign left the election held"
+            );
+        }
+        assert!(won > 0 && won < CASES, "won {won} of {CASES}");
+        assert_eq!(b.election("dropped").unwrap().leader().await.unwrap(), None);
+    }
+}
+
 #[tokio::test]
 async fn bad_input_is_a_typed_error_and_leaves_nothing_behind() {
     let fx = Fixture::start();
