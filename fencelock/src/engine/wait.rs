@@ -769,6 +769,59 @@ mod tests {
         assert!(!is_subscribed(&waiters, CHANNEL).await);
     }
 
+    #[tokio::test]
+    async fn an_election_message_wakes_followers_and_no_waiter() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let head = head(&waiters, CHANNEL).await;
+        head.observed_lease(Some(LONG_LEASE));
+        let follower = waiters.observe(CHANNEL).await.unwrap();
+        let far = Instant::now() + LONG_LEASE;
+
+        waiters.on_message(CHANNEL, b"elected");
+        let woke = tokio::time::timeout(Duration::from_secs(2), follower.next_event(far)).await;
+        assert!(woke.is_ok(), "the follower slept through an election");
+        assert_eq!(
+            head.wait(in_secs(0.3)).await,
+            Wake::Deadline,
+            "an election woke a waiter"
+        );
+
+        // A release wakes both; a reconnect wakes both.
+        for reconnect in [false, true] {
+            if reconnect {
+                waiters.on_reconnect();
+            } else {
+                waiters.on_message(CHANNEL, b"released");
+            }
+            let woke = tokio::time::timeout(Duration::from_secs(2), follower.next_event(far)).await;
+            assert!(
+                woke.is_ok(),
+                "the follower slept through a release or reconnect"
+            );
+            assert_eq!(head.wait(in_secs(2.0)).await, Wake::Try);
+        }
+        // A follower woken by nothing waits until its own deadline.
+        let started = Instant::now();
+        follower
+            .next_event(Instant::now() + Duration::from_millis(200))
+            .await;
+        assert!(started.elapsed() >= Duration::from_millis(200));
+    }
+
+    #[tokio::test]
+    async fn a_follower_keeps_the_subscription_until_the_last_one_leaves() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let follower = waiters.observe(CHANNEL).await.unwrap();
+        let waiter = waiters.enter(CHANNEL, None).await.unwrap();
+        drop(waiter);
+        assert!(
+            is_subscribed(&waiters, CHANNEL).await,
+            "a follower still needs it"
+        );
+        drop(follower);
+        assert!(!is_subscribed(&waiters, CHANNEL).await);
+    }
+
     /// Timer and reconnect wake-ups of many processes land together; the jitter must spread
     /// them over its whole window, never beyond it.
     #[test]
