@@ -124,7 +124,7 @@
 //! let leader = election.campaign(b"10.0.0.7:8080").await?; // waits until this one leads
 //! let state = client.resource("scheduler-state")?;
 //! state.set(leader.term(), b"tick").await?; // a deposed leader's write is refused
-//! leader.resign().await?; // the next candidate leads one round trip later
+//! leader.resign().await?; // the next candidate is woken at once
 //! # Ok(()) }
 //! ```
 //!

@@ -474,7 +474,8 @@ impl LeaderGuard {
     }
 
     /// Steps down now: the election's lock is released and its channel tells the waiting
-    /// candidates (the next one leads one round trip later) and the followers.
+    /// candidates (the next one leads two round trips later: its acquisition and its
+    /// announcement) and the followers.
     ///
     /// # Errors
     /// [`Error::NotHeld`] when this instance had already lost the leadership (its lease ran
