@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::deadline::{within, woken, Progress, HANDOFF};
 use common::{Env, Fixture};
-use fencelock::{Error, LeaderGuard, MAX_METADATA_LEN, MAX_NAME_LEN};
+use fencelock::{Error, LeaderGuard, LockClient, MAX_METADATA_LEN, MAX_NAME_LEN};
+use fencelock_testing::{send_signal, Signal};
 use redis::Commands;
 
 /// The one key of election `name` under the default prefix, while it exists.
@@ -424,4 +425,176 @@ async fn bad_input_is_a_typed_error_and_leaves_nothing_behind() {
     assert!(election.observe().await.unwrap_err().is_wrong_type());
     let value: String = fx.raw().get(&key).unwrap();
     assert_eq!(value, "foreign");
+}
+
+/// Set by the parent of the process test: a child campaigns against this server.
+const CHILD_ENV: &str = "FENCELOCK_ELECTION_CHILD_URL";
+/// The children's lease: a frozen leader is replaced this long after its last renewal.
+const CHILD_LEASE: Duration = Duration::from_secs(1);
+/// The children's fenced log, and the refusals they met.
+const CHILD_LOG: &str = "processes-log";
+const CHILD_REFUSED: &str = "processes-refused";
+
+/// The child's work, a no-op unless the parent started this binary as a child: lead, then
+/// append `pid:term` to a fenced log every 20 ms until the log refuses the term, which it
+/// records before it exits.
+#[tokio::test]
+async fn election_child_leads_and_writes_until_fenced_off() {
+    let Ok(url) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let client = LockClient::builder(&url)
+        .default_lease(CHILD_LEASE)
+        .connect()
+        .await
+        .unwrap();
+    let pid = std::process::id();
+    let leader = client
+        .election("processes")
+        .unwrap()
+        .campaign(format!("pid:{pid}").as_bytes())
+        .await
+        .unwrap();
+    let log = client.resource(CHILD_LOG).unwrap();
+    let entry = format!("{pid}:{}", leader.term());
+    loop {
+        match log.push(leader.term(), &[entry.as_bytes()]).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(err) if err.is_stale_token() => {
+                let mut raw = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let _: () = raw.rpush(CHILD_REFUSED, &entry).unwrap();
+                return;
+            }
+            Err(err) => panic!("child {pid}: {err}"),
+        }
+    }
+}
+
+/// A child process of the test, killed if the test ends first.
+struct ChildProcess(std::process::Child);
+
+impl ChildProcess {
+    fn start(url: &str) -> ChildProcess {
+        let exe = std::env::current_exe().unwrap();
+        let child = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "election_child_leads_and_writes_until_fenced_off",
+                "--nocapture",
+            ])
+            .env(CHILD_ENV, url)
+            .spawn()
+            .unwrap();
+        ChildProcess(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Waits for the child to exit by itself, at most `limit`; whether it succeeded.
+    async fn exited(&mut self, limit: Duration, what: &str) -> bool {
+        within(limit, what, async {
+            loop {
+                if let Some(status) = self.0.try_wait().unwrap() {
+                    return status.success();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The next leader an observer sees, skipping a vacancy in between.
+async fn next_leader(observer: &mut fencelock::Observer) -> fencelock::Leader {
+    loop {
+        if let Some(leader) = observer.changed().await.unwrap() {
+            return leader;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_leader_process_frozen_with_sigstop_is_replaced_and_its_late_writes_refused() {
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    let client = fx.client().await;
+    let mut observer = client
+        .election("processes")
+        .unwrap()
+        .observe()
+        .await
+        .unwrap();
+
+    let mut first = ChildProcess::start(&url);
+    let leader = within(
+        HANDOFF,
+        "the first process leads",
+        next_leader(&mut observer),
+    )
+    .await;
+    assert_eq!(leader.metadata(), format!("pid:{}", first.pid()).as_bytes());
+    let second = ChildProcess::start(&url);
+
+    // Frozen: no renewal, no write; its lease ends and the waiting process takes over.
+    send_signal(first.pid(), Signal::Stop).unwrap();
+    let next = within(
+        CHILD_LEASE + HANDOFF,
+        "the second process leads after the frozen leader's lease",
+        next_leader(&mut observer),
+    )
+    .await;
+    assert_eq!(next.metadata(), format!("pid:{}", second.pid()).as_bytes());
+    assert!(next.term() > leader.term());
+    let log = client.resource(CHILD_LOG).unwrap();
+    let new_entry = format!("{}:{}", second.pid(), next.term()).into_bytes();
+    within(HANDOFF, "the new leader writes", async {
+        while !log.peek_items().await.unwrap().contains(&new_entry) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    // Thawed, the old leader writes with its old term: refused, and it stops.
+    send_signal(first.pid(), Signal::Cont).unwrap();
+    assert!(
+        first
+            .exited(HANDOFF, "the thawed leader meets the fence and stops")
+            .await,
+        "the thawed leader failed"
+    );
+    let refused: Vec<String> = fx.raw().lrange(CHILD_REFUSED, 0, -1).unwrap();
+    assert_eq!(refused, [format!("{}:{}", first.pid(), leader.term())]);
+    let terms: Vec<u64> = log
+        .peek_items()
+        .await
+        .unwrap()
+        .iter()
+        .map(|item| {
+            let item = String::from_utf8_lossy(item);
+            item.split(':').nth(1).unwrap().parse().unwrap()
+        })
+        .collect();
+    assert!(
+        terms.windows(2).all(|w| w[0] <= w[1]),
+        "an old term was written after a newer one: {terms:?}"
+    );
+
+    // A crash (SIGKILL): followers see the vacancy when its lease ends.
+    send_signal(second.pid(), Signal::Kill).unwrap();
+    let vacancy = within(
+        CHILD_LEASE + HANDOFF,
+        "the observer sees the crashed leader's lease end",
+        observer.changed(),
+    )
+    .await;
+    assert_eq!(vacancy.unwrap(), None);
 }
