@@ -260,6 +260,31 @@ on_topologies! {
 }
 
 on_topologies! {
+    async fn an_observer_dropped_during_its_read_still_reports_the_change(fx) {
+        let (a, follower) = (fx.client().await, fx.client().await);
+        let mut observer = follower.election("dropped-read").unwrap().observe().await.unwrap();
+        let leader = a.election("dropped-read").unwrap().campaign(b"a").await.unwrap();
+        // Let the election's message reach the follower's client.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // One poll takes the wake-up and sends the read; dropping the call there must not
+        // lose the change (nobody leads before, so nothing else would wake the observer for
+        // 30 s).
+        let polled_once = tokio::select! {
+            biased;
+            seen = observer.changed() => Some(seen),
+            () = std::future::ready(()) => None,
+        };
+        assert!(polled_once.is_none(), "a read finished within one poll");
+        let seen = within(HANDOFF, "the observer after a dropped read", observer.changed())
+            .await
+            .unwrap()
+            .expect("a leads");
+        assert_eq!(seen.term(), leader.term());
+        leader.resign().await.unwrap();
+    }
+}
+
+on_topologies! {
     async fn a_deposed_leaders_fenced_write_is_refused_after_the_next_leader_wrote(fx) {
         let (a, b) = (fx.client().await, fx.client().await);
         let (ea, eb) = (a.election("deposed").unwrap(), b.election("deposed").unwrap());
