@@ -321,6 +321,38 @@ on_topologies! {
 }
 
 on_topologies! {
+    async fn fair_clients_hand_the_leadership_to_the_queued_candidate(fx) {
+        let fair = || fx.builder().fair_handoff(Duration::from_secs(2)).connect();
+        let (a, b) = (fair().await.unwrap(), fair().await.unwrap());
+        let leader = a.election("fair").unwrap().campaign(b"a").await.unwrap();
+        let candidate = b.election("fair").unwrap();
+        let waiting = tokio::spawn(async move { candidate.campaign(b"b").await });
+        // The candidate's client queues under the election's own queue key.
+        assert!(
+            common::eventually(HANDOFF, || !fx.keys("fencelock:{*}leader-queue:fair").is_empty())
+                .await,
+            "the candidate was never queued for the election"
+        );
+        assert!(fx.keys("fencelock:{*}queue:fair").is_empty(), "queued as a lock");
+        let first_term = leader.term();
+        leader.resign().await.unwrap();
+        let next = woken("the queued candidate after the resignation", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(next.term() > first_term);
+        let seen = a.election("fair").unwrap().leader().await.unwrap().expect("b leads");
+        assert_eq!((seen.id(), seen.metadata()), (next.id(), &b"b"[..]));
+        next.resign().await.unwrap();
+        assert!(
+            common::eventually(HANDOFF, || fx.keys("fencelock:{*}leader*").is_empty()).await,
+            "the election left keys behind: {:?}",
+            fx.keys("fencelock:{*}leader*")
+        );
+    }
+}
+
+on_topologies! {
     async fn an_election_and_a_lock_of_one_name_are_unrelated(fx) {
         let client = fx.client().await;
         let lock = client.lock("shared-name").unwrap().acquire().await.unwrap();
