@@ -232,13 +232,13 @@ impl Waiters {
     /// Wakes every follower of `channel` (every channel for `None`) with `signal`.
     fn wake_observers(&self, channel: Option<&[u8]>, signal: u8) {
         let observers = self.observers.lock();
-        let followers = match channel {
-            Some(channel) => observers.get(channel).map_or(&[][..], Vec::as_slice),
-            None => &[],
-        };
-        let everyone = channel.is_none().then(|| observers.values().flatten());
-        for slot in followers.iter().chain(everyone.into_iter().flatten()) {
-            slot.wake(signal);
+        match channel {
+            Some(channel) => observers
+                .get(channel)
+                .into_iter()
+                .flatten()
+                .for_each(|s| s.wake(signal)),
+            None => observers.values().flatten().for_each(|s| s.wake(signal)),
         }
     }
 
