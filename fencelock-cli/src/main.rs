@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run -p fencelock-cli -- --url redis://127.0.0.1:7000/ list
 //! fencelock list [--json]                  every held lock: name, holders, lease, token
+//! fencelock elections [--json]             every led election: leader, term, metadata, lease
 //! fencelock show NAME                      one lock (held or free), its fence counter, waiters
 //! fencelock watch NAME [--count N] [--for 30s] [--interval 100ms]
 //! fencelock release NAME --force [--yes] [--token T]   evict the holder, wake the waiters
@@ -18,7 +19,9 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
-use fencelock::admin::{Admin, Check, ForceRelease, HolderEntry, LockEvent, LockInfo, Status};
+use fencelock::admin::{
+    Admin, Check, ElectionInfo, ForceRelease, HolderEntry, LockEvent, LockInfo, Status,
+};
 use fencelock::{Error, FencingToken};
 use serde_json::{json, Value};
 
@@ -68,6 +71,9 @@ enum Command {
     /// Every held lock under the prefix (SCAN, never KEYS): name, holders with re-entry
     /// counts, remaining lease, token
     List,
+    /// Every election under the prefix whose lock is held (SCAN, never KEYS): leader id, term,
+    /// metadata, remaining lease
+    Elections,
     /// One lock in detail: holders, token, lease, the fence counter of its bucket, waiters
     Show {
         /// The lock name
@@ -136,6 +142,7 @@ async fn main() -> ExitCode {
 async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
     match &cli.command {
         Command::List => list(cli, admin).await,
+        Command::Elections => elections(cli, admin).await,
         Command::Show { name } => show(cli, admin, &bytes(name)).await,
         Command::Watch {
             name,
@@ -160,16 +167,28 @@ async fn list(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
             cli.prefix
         );
     }
+    let none = format!("no lock is held under prefix {:?}", cli.prefix);
+    print_all(cli, &locks, lock_json, &none);
+    Ok(0)
+}
+
+/// Prints `items` as one JSON array (`--json`), or one per line, or `none` when there are none.
+fn print_all<T: std::fmt::Display>(cli: &Cli, items: &[T], to_json: fn(&T) -> Value, none: &str) {
     if cli.json {
-        let all: Vec<Value> = locks.iter().map(lock_json).collect();
-        println!("{}", Value::Array(all));
-    } else if locks.is_empty() {
-        println!("no lock is held under prefix {:?}", cli.prefix);
+        println!("{}", Value::Array(items.iter().map(to_json).collect()));
+    } else if items.is_empty() {
+        println!("{none}");
     } else {
-        for lock in &locks {
-            println!("{lock}");
+        for item in items {
+            println!("{item}");
         }
     }
+}
+
+async fn elections(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
+    let elections = admin.elections().await?;
+    let none = format!("no election is led under prefix {:?}", cli.prefix);
+    print_all(cli, &elections, election_json, &none);
     Ok(0)
 }
 
@@ -473,9 +492,37 @@ fn lock_json(lock: &LockInfo) -> Value {
         value["reserved_for"] = Value::String(client.clone());
     }
     if std::str::from_utf8(&lock.name).is_err() {
-        value["name_hex"] = Value::String(lock.name.iter().map(|b| format!("{b:02x}")).collect());
+        value["name_hex"] = Value::String(hex(&lock.name));
     }
     value
+}
+
+fn election_json(election: &ElectionInfo) -> Value {
+    let leader = election.leader.as_ref().map(|leader| {
+        let mut value = json!({
+            "id": leader.id(),
+            "term": leader.term().get(),
+            "metadata": String::from_utf8_lossy(leader.metadata()),
+        });
+        if std::str::from_utf8(leader.metadata()).is_err() {
+            value["metadata_hex"] = Value::String(hex(leader.metadata()));
+        }
+        value
+    });
+    let mut value = json!({
+        "name": String::from_utf8_lossy(&election.name),
+        "key": String::from_utf8_lossy(&election.key),
+        "leader": leader,
+        "pttl_ms": election.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+    });
+    if std::str::from_utf8(&election.name).is_err() {
+        value["name_hex"] = Value::String(hex(&election.name));
+    }
+    value
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn holder_json(holder: &HolderEntry) -> Value {

@@ -197,6 +197,80 @@ async fn list_shows_held_locks_as_text_and_json() {
 }
 
 #[tokio::test]
+async fn elections_show_each_leader_as_text_and_json_and_list_leaves_them_out() {
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    let client = fx.client().await;
+    let scheduler = client
+        .election("scheduler")
+        .unwrap()
+        .campaign(b"10.0.0.7:8080")
+        .await
+        .unwrap();
+    let binary = client
+        .election(b"shard-\xff")
+        .unwrap()
+        .campaign(b"\xfe\x01")
+        .await
+        .unwrap();
+    // A lock of the same name is a lock, not an election.
+    let lock = client.lock("scheduler").unwrap().acquire().await.unwrap();
+
+    let text = fencelock(&url, &["elections"]).await;
+    assert_eq!(text.code, 0, "{text:?}");
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{text:?}");
+    assert!(lines[0].starts_with("scheduler "), "{text:?}");
+    for part in [
+        format!("term {}", scheduler.term()),
+        format!("leader {}", scheduler.id()),
+        "metadata 10.0.0.7:8080".to_owned(),
+        "lease ".to_owned(),
+    ] {
+        assert!(lines[0].contains(&part), "{part}: {text:?}");
+    }
+    assert!(
+        lines[1].contains(&format!("term {}", binary.term())),
+        "{text:?}"
+    );
+
+    let machine = fencelock(&url, &["elections", "--json"]).await;
+    assert_eq!(machine.code, 0, "{machine:?}");
+    let elections = json(&machine.stdout);
+    let elections = elections.as_array().expect("an array");
+    assert_eq!(elections.len(), 2, "{machine:?}");
+    assert_eq!(elections[0]["name"], "scheduler");
+    assert_eq!(elections[0]["leader"]["id"], scheduler.id());
+    assert_eq!(elections[0]["leader"]["term"], scheduler.term().get());
+    assert_eq!(elections[0]["leader"]["metadata"], "10.0.0.7:8080");
+    assert!(elections[0]["leader"].get("metadata_hex").is_none());
+    let pttl = elections[0]["pttl_ms"].as_u64().expect("a lease");
+    assert!(pttl > 0 && pttl <= client.default_lease().as_millis() as u64);
+    assert_eq!(elections[1]["name_hex"], "73686172642dff");
+    assert_eq!(elections[1]["leader"]["metadata_hex"], "fe01");
+
+    // `list` shows the lock only; `elections` the elections only.
+    let locks = fencelock(&url, &["list", "--json"]).await;
+    let locks = json(&locks.stdout);
+    assert_eq!(locks.as_array().map(Vec::len), Some(1), "{locks}");
+    assert_eq!(locks[0]["token"], lock.token().get());
+
+    scheduler.resign().await.unwrap();
+    binary.resign().await.unwrap();
+    lock.release().await.unwrap();
+    let empty = fencelock(&url, &["elections"]).await;
+    assert_eq!(empty.code, 0, "{empty:?}");
+    assert!(
+        empty
+            .stdout
+            .contains("no election is led under prefix \"fencelock:\""),
+        "{empty:?}"
+    );
+    let empty = fencelock(&url, &["elections", "--json"]).await;
+    assert_eq!(json(&empty.stdout), serde_json::json!([]));
+}
+
+#[tokio::test]
 async fn list_finds_locks_under_another_prefix_and_says_when_a_prefix_has_nothing() {
     let fx = Fixture::start();
     let url = fx.server.url();

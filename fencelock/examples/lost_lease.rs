@@ -129,20 +129,5 @@ async fn run() -> Result<Vec<String>, BoxError> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(failures) if failures.is_empty() => {
-            println!("PASS");
-            ExitCode::SUCCESS
-        }
-        Ok(failures) => {
-            for failure in failures {
-                println!("FAIL: {failure}");
-            }
-            ExitCode::FAILURE
-        }
-        Err(err) => {
-            eprintln!("lost_lease: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    support::exit_status("lost_lease", run().await)
 }

@@ -1,7 +1,8 @@
 -- force_release.lua: the operator's escape hatch. Evicts whoever holds the lock, whatever its
 -- holder id, makes sure the next acquisition's token is above the evicted one, and wakes waiters.
 --
--- KEYS[1]  lock hash        fields: <holder id> -> re-entry count, "~token" -> fencing token
+-- KEYS[1]  lock hash        fields: <holder id> -> re-entry count, "~token" -> fencing token,
+--                           for an election "~leader", "~meta" (announce.lua; ignored here)
 --                           (also the name of the lock's release channel)
 -- KEYS[2]  fence counter    string: highest token issued in this slot (shared by every lock in it)
 -- ARGV[1]  expected token   "" evicts any holder; a decimal token evicts only the holder of that
@@ -62,6 +63,9 @@ for i = 1, #fields, 2 do
     -- A fair-handoff reservation (release_fair.lua): nobody holds it; evicting it frees the
     -- lock now instead of after the grace. Reported as holder "~reserved:<client id>".
     holder = '~reserved:' .. fields[i + 1]
+  elseif string.sub(fields[i], 1, 1) == '~' then
+    -- Any other protocol field (an election's "~leader" and "~meta") names no holder; holder
+    -- ids never start with "~".
   else
     holder = fields[i]
     count = tonumber(fields[i + 1]) or 0

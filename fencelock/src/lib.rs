@@ -110,6 +110,24 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Leadership election
+//!
+//! [`LockClient::election`] elects one leader per name among any number of candidates: the
+//! leader holds the election's lock (so leases, the watchdog, waiting and cancellation are the
+//! lock's), its [`LeaderGuard::term`] is that lock's fencing token, strictly increasing across
+//! leaders, and its metadata (an address, at most [`MAX_METADATA_LEN`] bytes) is recorded
+//! with it for everyone to read ([`Election::leader`]) or follow ([`Election::observe`]).
+//!
+//! ```no_run
+//! # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+//! let election = client.election("scheduler")?;
+//! let leader = election.campaign(b"10.0.0.7:8080").await?; // waits until this one leads
+//! let state = client.resource("scheduler-state")?;
+//! state.set(leader.term(), b"tick").await?; // a deposed leader's write is refused
+//! leader.resign().await?; // the next candidate is woken at once
+//! # Ok(()) }
+//! ```
+//!
 //! # Replicas
 //!
 //! [`LockClientBuilder::replica_ack`] and [`Lock::with_replica_ack`] make an acquisition wait
@@ -180,6 +198,7 @@ pub mod sql;
 
 pub use api::builder::LockClientBuilder;
 pub use api::client::LockClient;
+pub use api::election::{Election, Leader, LeaderGuard, Observer, MAX_METADATA_LEN};
 pub use api::guard::LockGuard;
 pub use api::lock::Lock;
 pub use api::multi::{MultiGuard, MultiLock, MAX_MULTI_LOCKS};

@@ -324,3 +324,49 @@ fn blocking_replica_acknowledgement_succeeds_and_a_paused_replica_fails_it_leavi
     unreplicated_set.release().unwrap();
     replica.resume().unwrap();
 }
+
+#[test]
+fn an_election_from_threads_hands_over_and_a_follower_sees_each_leader() {
+    let fx = Fixture::start();
+    let (a, b) = (
+        LockClient::connect(&fx.server.url()).unwrap(),
+        LockClient::connect(&fx.server.url()).unwrap(),
+    );
+    let mut observer = a.election("sync-election").unwrap().observe().unwrap();
+    assert_eq!(observer.current(), None);
+    let leader = a
+        .election("sync-election")
+        .unwrap()
+        .campaign(b"thread a")
+        .unwrap();
+    let seen = observer.changed_timeout(HANDOFF).unwrap().expect("a leads");
+    assert_eq!((seen.id(), seen.term()), (leader.id(), leader.term()));
+    assert_eq!(seen.metadata(), b"thread a");
+
+    let candidate = b.election("sync-election").unwrap();
+    assert!(candidate.try_campaign(b"thread b").unwrap().is_none());
+    let waiting = std::thread::spawn(move || candidate.campaign_timeout(b"thread b", HANDOFF));
+    // The candidate waits on the channel; the resignation hands over within the handoff
+    // deadline (the leader's lease is 30 s).
+    std::thread::sleep(Duration::from_millis(100));
+    let first_term = leader.term();
+    leader.resign().unwrap();
+    let next = common::deadline::join_within(HANDOFF, "the waiting candidate", waiting).unwrap();
+    assert!(next.term() > first_term);
+    let seen = loop {
+        // The vacancy between the two may or may not be seen.
+        match observer.changed_timeout(HANDOFF).unwrap() {
+            Some(seen) => break seen,
+            None => continue,
+        }
+    };
+    assert_eq!(seen.term(), next.term());
+    assert_eq!(
+        b.election("sync-election").unwrap().leader().unwrap(),
+        Some(seen)
+    );
+    next.resign().unwrap();
+    assert_eq!(observer.changed_timeout(HANDOFF).unwrap(), None);
+    let quiet = observer.changed_timeout(Duration::from_millis(200));
+    assert!(quiet.unwrap_err().is_timeout(), "nothing changed");
+}

@@ -230,6 +230,41 @@ async fn the_least_privilege_acl_user_runs_the_whole_flow() {
     }
 }
 
+/// An election needs no command beyond the lock's: its scripts read the leader with `HGET`
+/// (no `HGETALL`), and followers share the lock's subscription.
+#[tokio::test]
+async fn the_least_privilege_acl_user_runs_an_election() {
+    use common::deadline::{within, HANDOFF};
+    let server = acl_server();
+    let url = locks_url(&server);
+    let (a, b) = (
+        LockClient::connect(&url).await.unwrap(),
+        LockClient::connect(&url).await.unwrap(),
+    );
+    let (ea, eb) = (
+        a.election("primary").unwrap(),
+        b.election("primary").unwrap(),
+    );
+    let mut observer = eb.observe().await.unwrap();
+    let leader = ea.campaign(b"10.0.0.7:8080").await.unwrap();
+    let seen = within(HANDOFF, "the follower sees the leader", observer.changed())
+        .await
+        .unwrap()
+        .expect("a leader");
+    assert_eq!((seen.id(), seen.term()), (leader.id(), leader.term()));
+    assert_eq!(seen.metadata(), b"10.0.0.7:8080");
+    assert_eq!(eb.leader().await.unwrap(), Some(seen));
+    assert!(eb.try_campaign(b"b").await.unwrap().is_none());
+    leader.resign().await.unwrap();
+    let seen = within(
+        HANDOFF,
+        "the follower sees the resignation",
+        observer.changed(),
+    )
+    .await;
+    assert_eq!(seen.unwrap(), None);
+}
+
 #[tokio::test]
 async fn another_prefix_is_refused_at_connect_with_a_typed_error_and_leaves_nothing() {
     let server = acl_server();

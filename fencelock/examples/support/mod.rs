@@ -97,3 +97,27 @@ impl ExampleRedis {
             .query::<usize>(&mut self.admin()?)?)
     }
 }
+
+/// The exit status of an example that checks what it shows: success when `outcome` holds no
+/// failed check, after printing PASS or each failure (or the error that stopped it).
+pub fn exit_status(
+    example: &str,
+    outcome: Result<Vec<String>, BoxError>,
+) -> std::process::ExitCode {
+    match outcome {
+        Ok(failures) if failures.is_empty() => {
+            println!("PASS");
+            std::process::ExitCode::SUCCESS
+        }
+        Ok(failures) => {
+            for failure in failures {
+                println!("FAIL: {failure}");
+            }
+            std::process::ExitCode::FAILURE
+        }
+        Err(err) => {
+            eprintln!("{example}: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

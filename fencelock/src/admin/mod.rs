@@ -2,7 +2,8 @@
 //!
 //! [`Admin`] connects to the Redis deployment your services lock on and answers the questions an
 //! operator has during an incident: which locks are held, by whom, for how long, with which
-//! token ([`Admin::locks`], [`Admin::lock`]); what happens to one lock right now
+//! token ([`Admin::locks`], [`Admin::lock`]); who leads each election ([`Admin::elections`]);
+//! what happens to one lock right now
 //! ([`Admin::watch`]); how to get rid of a holder that is stuck ([`Admin::force_release`]); and
 //! whether the server is configured so that locks can be trusted at all ([`Admin::doctor`]).
 //!
@@ -17,7 +18,7 @@
 //! # The `fencelock` command
 //!
 //! `fencelock [--url URL | REDIS_URL=URL] [--prefix P] [--json] <command>` with the commands
-//! `list`, `show NAME`, `watch NAME [--count N] [--for DURATION]`,
+//! `list`, `elections`, `show NAME`, `watch NAME [--count N] [--for DURATION]`,
 //! `release NAME --force [--yes] [--token T]` and `doctor [--pings N] [--strict]`. Its exit
 //! codes:
 //!
@@ -62,6 +63,7 @@
 //! the force release and that first claim, a write with the old token is still accepted.
 
 mod doctor;
+mod elections;
 mod force;
 mod inspect;
 mod watch;
@@ -74,6 +76,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion};
 
 pub use doctor::{Check, Status};
+pub use elections::ElectionInfo;
 pub use force::ForceRelease;
 pub use inspect::{HolderEntry, LockDetail, LockInfo};
 pub use watch::{LockEvent, Watch};
@@ -354,6 +357,22 @@ mod tests {
             name_from_key(b"p:", &LockKeys::new(b"p:", b"x").fence),
             None
         );
+    }
+
+    #[test]
+    fn election_names_come_back_from_their_keys_and_never_from_a_locks() {
+        use super::inspect::name_laid_out;
+        let election = |key: &[u8]| name_laid_out(b"p:", key, b"leader:", LockKeys::election);
+        for name in [&b"scheduler"[..], b"a}leader:b", b"\xff"] {
+            let key = LockKeys::election(b"p:", name).lock;
+            assert_eq!(election(&key).as_deref(), Some(name));
+            assert_eq!(
+                name_from_key(b"p:", &key),
+                None,
+                "an election taken for a lock"
+            );
+            assert_eq!(election(&LockKeys::new(b"p:", name).lock), None);
+        }
     }
 
     #[test]

@@ -180,6 +180,9 @@ impl Watch {
                 self.releases.push_back(match message {
                     ReleaseMessage::ForceReleased => ReleaseKind::Forced,
                     ReleaseMessage::Released => ReleaseKind::Released,
+                    // Published on elections' channels only (announce.lua), which a watch of a
+                    // lock never subscribes to; a new holder, not a release: just look again.
+                    ReleaseMessage::Elected => return Ok(true),
                 });
                 Ok(true)
             }

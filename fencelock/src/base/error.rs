@@ -130,6 +130,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// The metadata given to an election campaign is larger than
+    /// [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN). Nothing was sent.
+    #[error("invalid leader metadata: {len} bytes, at most {max} are allowed")]
+    InvalidMetadata {
+        /// The length of the refused metadata.
+        len: usize,
+        /// The most an election accepts.
+        max: usize,
+    },
+
     /// Talking to Redis failed. The operation may or may not have taken effect; fencelock retries
     /// mutating operations with the same operation id so that a retry never applies twice.
     #[error("redis: {0}")]
@@ -312,7 +322,8 @@ impl Error {
         matches!(self, Error::NotHeld)
     }
 
-    /// The input (name, lease, configuration) was rejected before anything was sent to Redis.
+    /// The input (name, lease, configuration, lock set, leader metadata) was rejected before
+    /// anything was sent to Redis.
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self,
@@ -320,6 +331,7 @@ impl Error {
                 | Error::InvalidLease { .. }
                 | Error::InvalidConfig { .. }
                 | Error::InvalidLockSet { .. }
+                | Error::InvalidMetadata { .. }
         )
     }
 

@@ -6,6 +6,10 @@
 //! Redis just to learn the lock is taken). When a message is lost, the head's timer, set to the
 //! holder's remaining lease, wakes it anyway: a lost message costs at most one lease, never a
 //! hang.
+//!
+//! An election's followers ([`ObserveEntry`]) share the subscriptions: they are woken by every
+//! message on the channel (`elected` included, which wakes no waiter: the lock was just taken),
+//! by a reconnect and by a moved subscription, and they never compete for the lock.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -16,7 +20,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::base::error::Error;
-use crate::protocol::{self, LockKeys};
+use crate::protocol::{self, LockKeys, ReleaseMessage};
 use crate::transport::{Conn, PushListener};
 
 /// How long a head waits when the holder's lease is unknown (a key without expiry, which only
@@ -47,6 +51,8 @@ pub(crate) struct Waiters {
     /// needs the `Waiters` first, so this cannot be a constructor argument).
     conn: OnceLock<Conn>,
     next_slot: AtomicU64,
+    /// The followers of elections, by channel: each is woken by every message on it.
+    observers: Mutex<HashMap<Vec<u8>, Vec<Arc<Slot>>>>,
 }
 
 #[derive(Default)]
@@ -134,6 +140,12 @@ impl Waiters {
             .is_some_and(|q| !q.slots.is_empty())
     }
 
+    /// Does anyone of this client (a waiter or a follower) still need the messages of
+    /// `channel`? The subscription stays while someone does.
+    fn wants_messages(&self, channel: &[u8]) -> bool {
+        self.has_waiters(channel) || self.observers.lock().contains_key(channel)
+    }
+
     /// Hands the waiters the client's connection, once, right after it is made.
     pub(crate) fn set_connection(&self, conn: Conn) {
         let _ = self.conn.set(conn);
@@ -173,19 +185,70 @@ impl Waiters {
             acquired_lease: None,
             fair,
         };
-        {
-            let mut subscribed = self.subscribed.lock().await;
-            if !subscribed.contains(channel) {
-                self.connection()?.subscribe(channel).await?;
-                subscribed.insert(channel.to_vec());
-            }
-        }
+        self.subscribe(channel).await?;
         if is_head {
             // The first waiter asks Redis once more now that it is subscribed: a release that
             // happened before the subscription was not seen.
             entry.slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
         }
         Ok(entry)
+    }
+
+    /// Subscribes to `channel` unless this client already is.
+    async fn subscribe(&self, channel: &[u8]) -> Result<(), Error> {
+        let mut subscribed = self.subscribed.lock().await;
+        if !subscribed.contains(channel) {
+            self.connection()?.subscribe(channel).await?;
+            subscribed.insert(channel.to_vec());
+        }
+        Ok(())
+    }
+
+    /// Follows every message on `channel` (an election's), subscribing first if this client
+    /// is not yet. Registered before the subscription, so no message after it is missed. The
+    /// returned entry stops following when dropped.
+    pub(crate) async fn observe(self: &Arc<Self>, channel: &[u8]) -> Result<ObserveEntry, Error> {
+        let slot = Arc::new(Slot {
+            id: self.next_slot.fetch_add(1, Ordering::Relaxed),
+            signal: AtomicU8::new(SIGNAL_NONE),
+            notify: Notify::new(),
+        });
+        self.observers
+            .lock()
+            .entry(channel.to_vec())
+            .or_default()
+            .push(slot.clone());
+        // From here on the entry owns the registration, so an error or a cancellation below
+        // still removes it.
+        let entry = ObserveEntry {
+            waiters: self.clone(),
+            channel: channel.to_vec(),
+            slot,
+        };
+        self.subscribe(channel).await?;
+        Ok(entry)
+    }
+
+    /// Wakes every follower of `channel` (every channel for `None`) with `signal`.
+    fn wake_observers(&self, channel: Option<&[u8]>, signal: u8) {
+        let observers = self.observers.lock();
+        match channel {
+            Some(channel) => observers
+                .get(channel)
+                .into_iter()
+                .flatten()
+                .for_each(|s| s.wake(signal)),
+            None => observers.values().flatten().for_each(|s| s.wake(signal)),
+        }
+    }
+
+    /// A message on `channel`: followers look again; unless it only says a leader was elected
+    /// (the lock is taken), the head of the queue goes to Redis.
+    fn on_channel_message(&self, channel: &[u8], payload: &[u8]) {
+        self.wake_observers(Some(channel), SIGNAL_RELEASED);
+        if ReleaseMessage::parse(payload) != ReleaseMessage::Elected {
+            self.on_release(channel);
+        }
     }
 
     /// A release message for `channel`: wake the head of its queue.
@@ -211,13 +274,15 @@ impl Waiters {
         }
     }
 
-    /// The connection dropped: messages may have been lost, so every head asks Redis again.
+    /// The connection dropped: messages may have been lost, so every head asks Redis again,
+    /// and every follower looks again.
     pub(crate) fn on_reconnect(&self) {
         for queue in self.queues.lock().values() {
             if let Some(head) = queue.slots.front() {
                 head.wake(SIGNAL_RECONNECTED);
             }
         }
+        self.wake_observers(None, SIGNAL_RECONNECTED);
     }
 
     /// The server dropped our subscription to `channel` by itself: on a cluster, the channel's
@@ -226,7 +291,7 @@ impl Waiters {
     /// so a release between the move and the new subscription is not missed. The confirmation
     /// of our own unsubscribe arrives here too; it finds no waiters and does nothing.
     pub(crate) fn on_lost_subscription(self: &Arc<Self>, channel: &[u8]) {
-        if !self.has_waiters(channel) {
+        if !self.wants_messages(channel) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -237,7 +302,7 @@ impl Waiters {
         runtime.spawn(async move {
             {
                 let mut subscribed = waiters.subscribed.lock().await;
-                if !waiters.has_waiters(&channel) {
+                if !waiters.wants_messages(&channel) {
                     return;
                 }
                 let resubscribed = match waiters.connection() {
@@ -256,6 +321,7 @@ impl Waiters {
                     }
                 }
             }
+            waiters.wake_observers(Some(&channel), SIGNAL_RECONNECTED);
             let queues = waiters.queues.lock();
             if let Some(head) = queues.get(&channel).and_then(|q| q.slots.front()) {
                 head.wake(SIGNAL_RECONNECTED);
@@ -332,9 +398,9 @@ impl Waiters {
         let waiters = self.clone();
         runtime.spawn(async move {
             let mut subscribed = waiters.subscribed.lock().await;
-            // Decided under the subscription lock, so a waiter that arrived meanwhile (and saw
-            // the channel still subscribed) keeps its subscription.
-            if waiters.has_waiters(&channel) || !subscribed.contains(&channel) {
+            // Decided under the subscription lock, so a waiter or follower that arrived
+            // meanwhile (and saw the channel still subscribed) keeps its subscription.
+            if waiters.wants_messages(&channel) || !subscribed.contains(&channel) {
                 return;
             }
             subscribed.remove(&channel);
@@ -352,8 +418,8 @@ impl Waiters {
 
 /// What the client's connection is told without asking, routed to the queues.
 impl PushListener for Waiters {
-    fn on_message(&self, channel: &[u8]) {
-        self.on_release(channel);
+    fn on_message(&self, channel: &[u8], payload: &[u8]) {
+        self.on_channel_message(channel, payload);
     }
 
     fn on_disconnect(&self) {
@@ -467,6 +533,48 @@ impl WaitEntry {
             _ => {
                 tokio::time::sleep_until(at.into()).await;
                 Wake::Try
+            }
+        }
+    }
+}
+
+/// One follower of an election's channel. Dropping it stops following (and unsubscribes when
+/// nobody of this client needs the channel any more).
+pub(crate) struct ObserveEntry {
+    waiters: Arc<Waiters>,
+    channel: Vec<u8>,
+    slot: Arc<Slot>,
+}
+
+impl ObserveEntry {
+    /// Waits for the next message on the channel, a reconnect or a moved subscription (any of
+    /// which since the last call), or until `until`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a wake-up that arrives while the future is dropped stays in the slot for
+    /// the next call.
+    pub(crate) async fn next_event(&self, until: Instant) {
+        loop {
+            if self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel) != SIGNAL_NONE {
+                return;
+            }
+            tokio::select! {
+                () = self.slot.notify.notified() => {}
+                () = tokio::time::sleep_until(until.into()) => return,
+            }
+        }
+    }
+}
+
+impl Drop for ObserveEntry {
+    fn drop(&mut self) {
+        let mut observers = self.waiters.observers.lock();
+        if let Some(slots) = observers.get_mut(&self.channel) {
+            slots.retain(|s| s.id != self.slot.id);
+            if slots.is_empty() {
+                observers.remove(&self.channel);
+                drop(observers);
+                self.waiters.unsubscribe_later(self.channel.clone());
             }
         }
     }
@@ -658,6 +766,59 @@ mod tests {
         let newcomer = waiters.enter(CHANNEL, None).await.unwrap();
         assert!(is_subscribed(&waiters, CHANNEL).await);
         drop(newcomer);
+        assert!(!is_subscribed(&waiters, CHANNEL).await);
+    }
+
+    #[tokio::test]
+    async fn an_election_message_wakes_followers_and_no_waiter() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let head = head(&waiters, CHANNEL).await;
+        head.observed_lease(Some(LONG_LEASE));
+        let follower = waiters.observe(CHANNEL).await.unwrap();
+        let far = Instant::now() + LONG_LEASE;
+
+        waiters.on_message(CHANNEL, b"elected");
+        let woke = tokio::time::timeout(Duration::from_secs(2), follower.next_event(far)).await;
+        assert!(woke.is_ok(), "the follower slept through an election");
+        assert_eq!(
+            head.wait(in_secs(0.3)).await,
+            Wake::Deadline,
+            "an election woke a waiter"
+        );
+
+        // A release wakes both; a reconnect wakes both.
+        for reconnect in [false, true] {
+            if reconnect {
+                waiters.on_reconnect();
+            } else {
+                waiters.on_message(CHANNEL, b"released");
+            }
+            let woke = tokio::time::timeout(Duration::from_secs(2), follower.next_event(far)).await;
+            assert!(
+                woke.is_ok(),
+                "the follower slept through a release or reconnect"
+            );
+            assert_eq!(head.wait(in_secs(2.0)).await, Wake::Try);
+        }
+        // A follower woken by nothing waits until its own deadline.
+        let started = Instant::now();
+        follower
+            .next_event(Instant::now() + Duration::from_millis(200))
+            .await;
+        assert!(started.elapsed() >= Duration::from_millis(200));
+    }
+
+    #[tokio::test]
+    async fn a_follower_keeps_the_subscription_until_the_last_one_leaves() {
+        let waiters = subscribed_to(&[CHANNEL]);
+        let follower = waiters.observe(CHANNEL).await.unwrap();
+        let waiter = waiters.enter(CHANNEL, None).await.unwrap();
+        drop(waiter);
+        assert!(
+            is_subscribed(&waiters, CHANNEL).await,
+            "a follower still needs it"
+        );
+        drop(follower);
         assert!(!is_subscribed(&waiters, CHANNEL).await);
     }
 

@@ -33,28 +33,66 @@ pub(crate) struct LockKeys {
     /// Length of `prefix{tag}` at the start of `lock`, so the fair-handoff queue key can be
     /// built on demand (the default mode never pays for it).
     base_len: usize,
+    /// Which hash this is, a user's lock or an election's, and so which markers its keys use.
+    kind: HashKind,
     /// The Redis Cluster hash slot of every key above.
     pub(crate) slot: u16,
+}
+
+/// What a lock hash guards. An election's leadership is a lock too (the leader holds it), but
+/// under markers of its own, so that no lock name a user picks can reach an election's keys
+/// and no election name can reach a user's lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HashKind {
+    /// `prefix{tag}lock:NAME`, queue `prefix{tag}queue:NAME`.
+    Lock,
+    /// `prefix{tag}leader:NAME`, queue `prefix{tag}leader-queue:NAME`.
+    Election,
+}
+
+impl HashKind {
+    fn markers(self) -> (&'static [u8], &'static [u8]) {
+        match self {
+            HashKind::Lock => (b"lock:", b"queue:"),
+            HashKind::Election => (b"leader:", b"leader-queue:"),
+        }
+    }
 }
 
 impl LockKeys {
     /// Lays out the keys for `name` under `prefix`. Both must have been validated.
     pub(crate) fn new(prefix: &[u8], name: &[u8]) -> Self {
+        Self::laid_out(prefix, name, HashKind::Lock)
+    }
+
+    /// Lays out the keys of the election `name` under `prefix`: the lock its leader holds is
+    /// `prefix{tag}leader:NAME`, never equal to any `prefix{tag}lock:...` key; it shares the
+    /// slot's fence counter and op records with the locks of that slot, which is safe (tokens
+    /// stay strictly increasing per counter; op ids are unique).
+    pub(crate) fn election(prefix: &[u8], name: &[u8]) -> Self {
+        Self::laid_out(prefix, name, HashKind::Election)
+    }
+
+    fn laid_out(prefix: &[u8], name: &[u8], kind: HashKind) -> Self {
         let base = slot_base(prefix, name);
+        let (hash_marker, _) = kind.markers();
         LockKeys {
             slot: name_slot(name),
-            lock: [&base[..], b"lock:", name].concat(),
+            lock: [&base[..], hash_marker, name].concat(),
             fence: [&base[..], b"fence"].concat(),
             op_prefix: [&base[..], b"op:"].concat(),
             base_len: base.len(),
+            kind,
         }
     }
 
     /// The fair-handoff queue of this lock (`prefix{tag}queue:NAME`, a sorted set of client
-    /// ids), in the lock's slot. Built on each call: only fair-mode clients use it.
+    /// ids; `prefix{tag}leader-queue:NAME` for an election), in the lock's slot. Built on each
+    /// call: only fair-mode clients use it.
     pub(crate) fn queue(&self) -> Vec<u8> {
-        let name = &self.lock[self.base_len + b"lock:".len()..];
-        [&self.lock[..self.base_len], b"queue:", name].concat()
+        let (hash_marker, queue_marker) = self.kind.markers();
+        let name = &self.lock[self.base_len + hash_marker.len()..];
+        [&self.lock[..self.base_len], queue_marker, name].concat()
     }
 
     /// The record key of one operation on this lock.
@@ -244,6 +282,29 @@ mod tests {
             assert!(keys.lock.starts_with(b"app:{"));
             assert!(keys.lock.ends_with(name));
         }
+    }
+
+    #[test]
+    fn an_elections_keys_share_its_slot_and_never_meet_a_locks() {
+        for name in [&b"a"[..], b"{x}", b"}{", b"lock:a", b"\xff\x00"] {
+            let election = LockKeys::election(b"app:", name);
+            let lock = LockKeys::new(b"app:", name);
+            let slot = redis_key_slot(&election.lock);
+            assert_eq!(usize::from(election.slot), slot);
+            assert_eq!(redis_key_slot(&election.queue()), slot);
+            assert!(election.lock.ends_with(name) && election.queue().ends_with(name));
+            assert_eq!(election.fence, lock.fence, "one counter per slot bucket");
+            for other in [&lock.lock, &lock.queue()] {
+                assert_ne!(&election.lock, other);
+                assert_ne!(&election.queue(), other);
+            }
+        }
+        // No user lock name reaches an election's hash: after the tag, a lock key starts with
+        // `lock:` and an election's with `leader:`.
+        let election = LockKeys::election(b"p:", b"x");
+        let tagged = election.lock.iter().position(|b| *b == b'}').unwrap() + 1;
+        assert!(election.lock[tagged..].starts_with(b"leader:"));
+        assert_ne!(election.lock, LockKeys::new(b"p:", b"leader:x").lock);
     }
 
     #[test]

@@ -29,15 +29,17 @@ pub(crate) enum ReleaseMessage {
     Released,
     /// `force-released`: an operator evicted the holder (`force_release.lua`).
     ForceReleased,
+    /// `elected`: a new leader recorded its metadata (`announce.lua`); the lock is held.
+    Elected,
 }
 
 impl ReleaseMessage {
     /// Reads a message's payload; anything else is taken for a plain release.
     pub(crate) fn parse(payload: &[u8]) -> ReleaseMessage {
-        if payload == b"force-released" {
-            ReleaseMessage::ForceReleased
-        } else {
-            ReleaseMessage::Released
+        match payload {
+            b"force-released" => ReleaseMessage::ForceReleased,
+            b"elected" => ReleaseMessage::Elected,
+            _ => ReleaseMessage::Released,
         }
     }
 }
@@ -60,6 +62,8 @@ mod tests {
             assert!(script.contains("'released'"));
         }
         assert!(include_str!("../../lua/force_release.lua").contains("'force-released'"));
+        assert_eq!(ReleaseMessage::parse(b"elected"), ReleaseMessage::Elected);
+        assert!(include_str!("../../lua/announce.lua").contains("'elected'"));
         assert_eq!(PubSub::Sharded.script_arg(), "sharded");
         assert_eq!(PubSub::Classic.script_arg(), "classic");
     }

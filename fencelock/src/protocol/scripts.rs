@@ -24,6 +24,8 @@ pub(crate) struct Scripts {
     pub(crate) fenced_read: Script,
     pub(crate) force_release: Script,
     pub(crate) permissions: Script,
+    pub(crate) announce: Script,
+    pub(crate) leader: Script,
 }
 
 /// Builds the scripts from their sources, each passed through `source(name, text)` first
@@ -54,6 +56,8 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         ),
         force_release: load("force_release", include_str!("../../lua/force_release.lua")),
         permissions: load("permissions", include_str!("../../lua/permissions.lua")),
+        announce: load("announce", include_str!("../../lua/announce.lua")),
+        leader: load("leader", include_str!("../../lua/leader.lua")),
     }
 }
 

@@ -10,10 +10,11 @@ use fencelock_testing::RedisServer;
 
 use super::*;
 
-const LEASE: Duration = Duration::from_secs(30);
-const OP_TTL: Duration = Duration::from_secs(10);
+pub(super) const LEASE: Duration = Duration::from_secs(30);
+pub(super) const OP_TTL: Duration = Duration::from_secs(10);
 
-async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
+/// A server of its own, a connection to it, and the keys of the lock `res` on it.
+pub(super) async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
     let server = RedisServer::start().unwrap();
     let conn = server
         .client()

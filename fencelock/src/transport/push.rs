@@ -9,8 +9,8 @@ use redis::{PushInfo, PushKind, Value};
 
 /// Receives what a connection is told without asking.
 pub(crate) trait PushListener: Send + Sync + 'static {
-    /// A message arrived on `channel` (a lock's release channel).
-    fn on_message(&self, channel: &[u8]);
+    /// A message with `payload` arrived on `channel` (a lock's release channel).
+    fn on_message(&self, channel: &[u8], payload: &[u8]);
     /// The connection dropped: messages published meanwhile are lost for good.
     fn on_disconnect(&self);
     /// The server dropped the sharded subscription to `channel` by itself (its slot moved to
@@ -32,7 +32,11 @@ pub(crate) fn push_handler(
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
                 if let Some(Value::BulkString(channel)) = push.data.first() {
-                    listener.on_message(channel);
+                    let payload = match push.data.get(1) {
+                        Some(Value::BulkString(payload)) => payload.as_slice(),
+                        _ => &[],
+                    };
+                    listener.on_message(channel, payload);
                 }
             }
             // A release published while we were disconnected is lost for good: every

@@ -1,0 +1,102 @@
+//! Who leads: every election under the prefix whose lock is held.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::inspect::name_laid_out;
+use super::{display_bytes, format_duration, glob_escape, Admin};
+use crate::protocol::{self, LockKeys};
+use crate::{Error, Leader};
+
+/// One election whose lock is held, as its followers read it.
+///
+/// ```no_run
+/// # async fn demo(admin: fencelock::admin::Admin) -> Result<(), fencelock::Error> {
+/// for election in admin.elections().await? {
+///     match &election.leader {
+///         Some(leader) => println!("{} led in term {}", election.display_name(), leader.term()),
+///         None => println!("{} won, not announced yet", election.display_name()),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ElectionInfo {
+    /// The election name (arbitrary bytes).
+    pub name: Vec<u8>,
+    /// The Redis key of the election's lock hash, which is also its channel.
+    pub key: Vec<u8>,
+    /// The leader: its holder id, term and metadata. `None` while the winner has not recorded
+    /// its metadata yet (or, with fair handoff, while the lock is reserved for a client).
+    pub leader: Option<Leader>,
+    /// The remaining lease; `None` when the key has no expiry (an operator's doing).
+    pub ttl: Option<Duration>,
+}
+
+impl ElectionInfo {
+    /// The election name for display: UTF-8 as is, other bytes escaped.
+    pub fn display_name(&self) -> String {
+        display_bytes(&self.name)
+    }
+}
+
+impl fmt::Display for ElectionInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.display_name())?;
+        match &self.leader {
+            Some(leader) => write!(
+                f,
+                "  term {}  leader {}  metadata {}",
+                leader.term(),
+                leader.id(),
+                display_bytes(leader.metadata())
+            )?,
+            None => write!(f, "  held, no leader announced")?,
+        }
+        match self.ttl {
+            Some(ttl) => write!(f, "  lease {}", format_duration(ttl)),
+            None => write!(f, "  no expiry"),
+        }
+    }
+}
+
+impl Admin {
+    /// Every election under the prefix whose lock is held, sorted by name: its leader (id,
+    /// term, metadata) and remaining lease. Uses `SCAN` (never `KEYS`) for the keys
+    /// `{*}leader:*`, then reads each election the way its followers do (`leader.lua`, one
+    /// `EVALSHA`), so the id, term and metadata always belong to one leader. An election
+    /// resigned between the scan and the read is left out.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when an election's key holds foreign data;
+    /// [`Error::PermissionDenied`] when the Redis user may not run `EVALSHA` or read the key;
+    /// [`Error::Redis`] when the connection fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only (`SCAN`, then one read-only script per election).
+    pub async fn elections(&self) -> Result<Vec<ElectionInfo>, Error> {
+        let pattern = [glob_escape(&self.prefix), b"{*}leader:*".to_vec()].concat();
+        let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;
+        let mut elections = Vec::new();
+        for key in keys {
+            let Some(name) = name_laid_out(&self.prefix, &key, b"leader:", LockKeys::election)
+            else {
+                continue;
+            };
+            let election = LockKeys::election(&self.prefix, &name);
+            let read = protocol::leader(&mut self.conn.clone(), &election).await?;
+            // `None`: resigned or expired since the scan.
+            if let Some(ttl) = read.lease_left {
+                elections.push(ElectionInfo {
+                    name,
+                    key,
+                    leader: read.leader.map(Leader::from),
+                    ttl,
+                });
+            }
+        }
+        elections.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(elections)
+    }
+}

@@ -1,0 +1,219 @@
+//! The election scripts' contracts (`announce.lua`, `leader.lua`) against a real redis-server,
+//! and the lock scripts on a hash that carries a leader's `~leader` and `~meta` fields: every one of them must
+//! treat it as the plain lock it is.
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use fencelock_testing::RedisServer;
+
+use super::tests::{LEASE, OP_TTL};
+use super::*;
+
+/// A server of its own, a connection to it, and the keys of a free election.
+async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
+    let (server, conn, _lock) = super::tests::setup().await;
+    (server, conn, LockKeys::election(b"t:", b"scheduler"))
+}
+
+/// [`setup`], with the election held by `leader` that recorded `meta`.
+async fn led_by(
+    leader: &str,
+    meta: &[u8],
+) -> (RedisServer, MultiplexedConnection, LockKeys, FencingToken) {
+    let (server, mut conn, keys) = setup().await;
+    let AcquireReply::Acquired { token, .. } = acquire(&mut conn, &keys, leader, LEASE, OP_TTL)
+        .await
+        .unwrap()
+    else {
+        panic!("free election not won")
+    };
+    let announced = announce(&mut conn, &keys, leader, token, meta, PubSub::Classic).await;
+    assert_eq!(announced.unwrap(), OwnerReply::Done { remaining: 0 });
+    (server, conn, keys, token)
+}
+
+async fn publishes(conn: &mut MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_publish:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn announce_records_metadata_for_the_holder_of_that_term_only() {
+    let (_server, mut conn, keys, term) = led_by("h", b"10.0.0.7:8080").await;
+    let meta: Vec<u8> = conn.hget(&keys.lock, "~meta").await.unwrap();
+    assert_eq!(meta, b"10.0.0.7:8080");
+
+    let before = publishes(&mut conn).await;
+    // A replay writes the same bytes and publishes again.
+    let again = announce(
+        &mut conn,
+        &keys,
+        "h",
+        term,
+        b"10.0.0.7:8080",
+        PubSub::Classic,
+    )
+    .await;
+    assert_eq!(again.unwrap(), OwnerReply::Done { remaining: 0 });
+    assert_eq!(publishes(&mut conn).await, before + 1);
+
+    // Another holder, or the holder with another term: refused, nothing written or published.
+    let other_term = FencingToken::new(term.get() + 1).unwrap();
+    for (holder, term) in [("other", term), ("h", other_term)] {
+        let reply = announce(&mut conn, &keys, holder, term, b"x", PubSub::Classic).await;
+        assert_eq!(reply.unwrap(), OwnerReply::NotHeld, "{holder} {term}");
+    }
+    let meta: Vec<u8> = conn.hget(&keys.lock, "~meta").await.unwrap();
+    assert_eq!(meta, b"10.0.0.7:8080");
+    assert_eq!(publishes(&mut conn).await, before + 1);
+
+    // After the release the field is gone with the hash, and a late announce cannot bring
+    // it back.
+    let released = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic).await;
+    assert_eq!(released.unwrap(), OwnerReply::Done { remaining: 0 });
+    let late = announce(&mut conn, &keys, "h", term, b"late", PubSub::Classic).await;
+    assert_eq!(late.unwrap(), OwnerReply::NotHeld);
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists, "a late announce recreated the hash");
+}
+
+#[tokio::test]
+async fn leader_reads_nobody_a_winner_not_yet_announced_and_the_leader() {
+    let (_server, mut conn, keys) = setup().await;
+    let free = leader(&mut conn, &keys).await.unwrap();
+    assert_eq!(
+        free,
+        LeaderReply {
+            leader: None,
+            lease_left: None
+        }
+    );
+
+    let AcquireReply::Acquired { token, .. } =
+        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap()
+    else {
+        panic!("free election not won")
+    };
+    let won = leader(&mut conn, &keys).await.unwrap();
+    assert_eq!(
+        won.leader, None,
+        "a winner leads once its metadata is recorded"
+    );
+    assert!(matches!(won.lease_left, Some(Some(left)) if left <= LEASE));
+
+    // Empty metadata is metadata too.
+    announce(&mut conn, &keys, "h", token, b"", PubSub::Classic)
+        .await
+        .unwrap();
+    let led = leader(&mut conn, &keys).await.unwrap();
+    assert_eq!(
+        led.leader,
+        Some(LeaderRecord {
+            holder: "h".into(),
+            term: token,
+            metadata: Vec::new(),
+        })
+    );
+    assert!(matches!(led.lease_left, Some(Some(left)) if left <= LEASE));
+
+    // "~leader" must name a holder of the hash, or nobody leads.
+    let _: () = conn.hset(&keys.lock, "~leader", "ghost").await.unwrap();
+    assert_eq!(leader(&mut conn, &keys).await.unwrap().leader, None);
+    // A fair-handoff reservation: held by nobody, so led by nobody.
+    let _: () = conn.del(&keys.lock).await.unwrap();
+    let _: () = conn.hset(&keys.lock, "~reserved", "client").await.unwrap();
+    let _: () = conn.pexpire(&keys.lock, 5000).await.unwrap();
+    let reserved = leader(&mut conn, &keys).await.unwrap();
+    assert_eq!(reserved.leader, None);
+    assert!(matches!(reserved.lease_left, Some(Some(_))));
+
+    let _: () = conn.set(&keys.lock, "foreign").await.unwrap();
+    let err = leader(&mut conn, &keys).await.unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    let err = announce(&mut conn, &keys, "h", token, b"x", PubSub::Classic)
+        .await
+        .unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    let value: String = conn.get(&keys.lock).await.unwrap();
+    assert_eq!(value, "foreign");
+}
+
+#[tokio::test]
+async fn the_lock_scripts_treat_a_leaders_hash_as_a_plain_lock() {
+    let (_server, mut conn, keys, term) = led_by("h", b"meta").await;
+    // Another candidate finds it held; the leader's replay finds its own token.
+    assert!(matches!(
+        acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
+            .await
+            .unwrap(),
+        AcquireReply::Held { pttl: Some(_) }
+    ));
+    assert_eq!(
+        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap(),
+        AcquireReply::Acquired {
+            token: term,
+            count: 1
+        }
+    );
+    // Owner-checked scripts: the holder's work, a non-holder's is refused.
+    assert_eq!(
+        reenter(&mut conn, &keys, "h", "e", OP_TTL).await.unwrap(),
+        EnterReply::Entered {
+            token: term,
+            count: 2
+        }
+    );
+    assert_eq!(
+        extend(&mut conn, &keys, "h2", LEASE).await.unwrap(),
+        OwnerReply::NotHeld
+    );
+    assert_eq!(
+        extend(&mut conn, &keys, "h", LEASE).await.unwrap(),
+        OwnerReply::Done { remaining: 0 }
+    );
+    assert_eq!(
+        renew(&mut conn, &[(&keys, "h"), (&keys, "h2")], LEASE)
+            .await
+            .unwrap(),
+        vec![true, false]
+    );
+    let undone = cancel(
+        &mut conn,
+        &keys,
+        "h",
+        "e",
+        CancelKind::Reenter,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await;
+    assert_eq!(undone.unwrap(), CancelReply::Undone { remaining: 1 });
+    // A forced release names the holder, not the metadata field, however the hash orders
+    // its fields.
+    assert_eq!(
+        force_release(&mut conn, &keys, Some(term)).await.unwrap(),
+        ForceReleaseReply::Evicted {
+            token: Some(term),
+            fence: term.get(),
+            holder: b"h".to_vec(),
+            count: 1,
+        }
+    );
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists, "the metadata outlived the forced release");
+
+    // The release of a leader takes the metadata with the hash.
+    let (_server, mut conn, keys, _) = led_by("h", b"meta").await;
+    let released = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic).await;
+    assert_eq!(released.unwrap(), OwnerReply::Done { remaining: 0 });
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists, "the metadata outlived the release");
+}
