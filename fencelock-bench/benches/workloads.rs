@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench workloads                # full run, ~3 minutes on 2 cores
 //! cargo bench --bench workloads -- --smoke     # every workload tiny; asserts invariants only
-//! cargo bench --bench workloads -- w3 w4       # a subset (w1..w7, callgrind)
+//! cargo bench --bench workloads -- w3 w4       # a subset (w1..w8, callgrind)
 //! cargo bench --bench workloads -- --callgrind # instructions per cycle only (needs valgrind)
 //! ```
 //!
@@ -1555,6 +1555,36 @@ async fn w5(cfg: &Cfg, report: &mut Report) {
     );
 }
 
+/// `n` cycles of `ours` and `n` of `limit` per round, in alternating order from round to round
+/// (so warm-up and drift hit both alike): the per-cycle times of each, and per-round ratios.
+async fn interleaved(
+    rounds: usize,
+    n: u32,
+    mut ours: impl AsyncFnMut(),
+    mut limit: impl AsyncFnMut(),
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut ours_us, mut limit_us, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let mut pair = [0.0; 2];
+        for i in 0..2 {
+            let which = (i + round) % 2;
+            let started = Instant::now();
+            for _ in 0..n {
+                if which == 0 {
+                    ours().await;
+                } else {
+                    limit().await;
+                }
+            }
+            pair[which] = us(started.elapsed()) / f64::from(n);
+        }
+        ours_us.push(pair[0]);
+        limit_us.push(pair[1]);
+        ratios.push(pair[0] / pair[1]);
+    }
+    (ours_us, limit_us, ratios)
+}
+
 // ---------------------------------------------------------------------------------------------
 // W6: re-entry depth, interleaved with its limit.
 
@@ -1574,25 +1604,13 @@ async fn w6(cfg: &Cfg, report: &mut Report) {
     let mut base = f64::NAN;
     for depth in [0usize, 1, 4, 16] {
         let n = cfg.pick((64 / (depth + 1)).max(4) as u32, 2);
-        let (mut ours, mut limit, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..rounds {
-            let mut pair = [0.0; 2];
-            for i in 0..2 {
-                let which = (i + round) % 2;
-                let started = Instant::now();
-                for _ in 0..n {
-                    if which == 0 {
-                        common::reentry_cycle(&lock, depth).await;
-                    } else {
-                        common::limit_reentry_cycle(&contenders.limit, &keys, depth).await;
-                    }
-                }
-                pair[which] = us(started.elapsed()) / f64::from(n);
-            }
-            ours.push(pair[0]);
-            limit.push(pair[1]);
-            ratios.push(pair[0] / pair[1]);
-        }
+        let (ours, limit, ratios) = interleaved(
+            rounds,
+            n,
+            async || common::reentry_cycle(&lock, depth).await,
+            async || common::limit_reentry_cycle(&contenders.limit, &keys, depth).await,
+        )
+        .await;
         let t = median(&ours);
         if depth == 0 {
             base = t;
@@ -1615,6 +1633,96 @@ async fn w6(cfg: &Cfg, report: &mut Report) {
         text,
         "\n{rounds} interleaved rounds; ratio = median of per-round ratios. Peers have no \
          re-entry.\n"
+    );
+    report.section(text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// W8: leadership: a campaign on a free election, and a resignation's handoff to the next
+// candidate, against raw EVALSHA round trips measured interleaved with them.
+
+async fn w8(cfg: &Cfg, report: &mut Report) {
+    let server = common::start_server();
+    let contenders = Contenders::connect(&server.url()).await;
+    let follower = LockClient::connect(&server.url())
+        .await
+        .expect("connect the candidate");
+    let leading = contenders.ours.election("w8").expect("name");
+    let waiting = follower.election("w8").expect("name");
+    let limit = &contenders.limit;
+    let keys = limit.keys("w8");
+    let rounds = cfg.pick(40, 2);
+    let n: u32 = cfg.pick(32, 2);
+
+    // (a) campaign + resign on a free election: acquire, announce, release = 3 round trips;
+    // the limit is 3 raw EVALSHA one after another.
+    let (ours, raw, ratios) = interleaved(
+        rounds,
+        n,
+        async || {
+            let guard = leading.campaign(b"w8").await.expect("campaign");
+            guard.resign().await.expect("resign");
+        },
+        async || {
+            let first = limit.acquire(&keys).await;
+            let _second = limit.acquire(&keys).await;
+            limit.release(&keys, &first).await;
+        },
+    )
+    .await;
+    let (campaign, campaign_limit, campaign_ratio) = (median(&ours), median(&raw), median(&ratios));
+
+    // (b) handoff: a candidate of another client waits in `campaign`; the time from the
+    // leader's `resign()` call to the candidate's guard (release, the message, the candidate's
+    // acquisition and announcement), against one raw EVALSHA measured right after it.
+    let (mut handoffs, mut trips) = (Vec::new(), Vec::new());
+    for _ in 0..rounds * 4 {
+        let guard = leading.campaign(b"leader").await.expect("campaign");
+        let candidate = waiting.clone();
+        let next = tokio::spawn(async move { candidate.campaign(b"next").await });
+        // Let the candidate try once and subscribe; if it has not yet, its first attempt
+        // finds the election free, which only shortens this sample.
+        tokio::time::sleep(Duration::from_millis(cfg.pick(20, 5))).await;
+        let started = Instant::now();
+        guard.resign().await.expect("resign");
+        let next = next
+            .await
+            .expect("candidate task")
+            .expect("candidate campaign");
+        handoffs.push(us(started.elapsed()));
+        next.resign().await.expect("resign");
+        let started = Instant::now();
+        let holder = limit.acquire(&keys).await;
+        trips.push(us(started.elapsed()));
+        limit.release(&keys, &holder).await;
+    }
+    let trip = median(&trips);
+    let mut text = String::from(
+        "### W8: leadership (campaign on a free election; resignation handoff)\n\n\
+         | what | round trips | fencelock | limit | ratio |\n\
+         | --- | ---: | ---: | ---: | ---: |\n",
+    );
+    let _ = writeln!(
+        text,
+        "| campaign + resign, free election | 3 | {} | {} (3 raw EVALSHA) | {campaign_ratio:.2} |",
+        fmt_us(campaign),
+        fmt_us(campaign_limit),
+    );
+    for (label, p) in [("p50", 50.0), ("p99", 99.0)] {
+        let h = percentile(&handoffs, p);
+        let _ = writeln!(
+            text,
+            "| resign -> next leader's guard, {label} | 3 + a message | {} | {} (1 raw EVALSHA, p50) | {:.2} |",
+            fmt_us(h),
+            fmt_us(trip),
+            h / trip,
+        );
+    }
+    let _ = writeln!(
+        text,
+        "\n{rounds} interleaved rounds of {n} campaigns; {} handoffs, each followed by one raw \
+         round trip. Peers have no election.\n",
+        handoffs.len()
     );
     report.section(text);
 }
@@ -2328,7 +2436,7 @@ fn main() {
             &'a mut Report,
         )
             -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
-        let workloads: [(&str, Workload); 7] = [
+        let workloads: [(&str, Workload); 8] = [
             ("w1", |c, r| Box::pin(w1(c, r))),
             ("w2", |c, r| Box::pin(w2(c, r))),
             ("w3", |c, r| Box::pin(w3(c, r))),
@@ -2336,6 +2444,7 @@ fn main() {
             ("w5", |c, r| Box::pin(w5(c, r))),
             ("w6", |c, r| Box::pin(w6(c, r))),
             ("w7", |c, r| Box::pin(w7(c, r))),
+            ("w8", |c, r| Box::pin(w8(c, r))),
         ];
         for (name, run) in workloads {
             if cfg.runs(name) {
