@@ -64,11 +64,18 @@ pub enum Control {
     /// lock keeps `~reserved`, so another waiter of the same client claims it again, over the
     /// holder.
     ClaimKeepsReservation,
+    /// `announce.lua` records the caller's metadata whoever holds the election, and with any
+    /// term: a late announcement of a deposed leader lands next to the new leader's term.
+    AnnounceWithoutOwnerCheck,
+    /// `announce.lua` records the metadata without publishing `elected`.
+    AnnounceDoesNotPublish,
+    /// `leader.lua` trusts `~leader` without checking that it names a holder of the hash.
+    LeaderTrustsRecord,
 }
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 14] = [
+    pub const ALL: [Control; 17] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -83,6 +90,9 @@ impl Control {
         Control::WatchdogIgnoresDrop,
         Control::LeaseFromReply,
         Control::ClaimKeepsReservation,
+        Control::AnnounceWithoutOwnerCheck,
+        Control::AnnounceDoesNotPublish,
+        Control::LeaderTrustsRecord,
     ];
 
     /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
@@ -148,6 +158,21 @@ impl Control {
                 "acquire_fair",
                 "if claim then\n  redis.call('DEL', KEYS[1])\nend\n",
                 "",
+            )],
+            Control::AnnounceWithoutOwnerCheck => &[(
+                "announce",
+                "if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then",
+                "if false then",
+            )],
+            Control::AnnounceDoesNotPublish => &[(
+                "announce",
+                "redis.call(ARGV[4] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'elected')\n",
+                "",
+            )],
+            Control::LeaderTrustsRecord => &[(
+                "leader",
+                "redis.call('HEXISTS', KEYS[1], leader) == 1",
+                "true",
             )],
             Control::CancelMissingOnDrop
             | Control::WatchdogIgnoresDrop
@@ -280,6 +305,8 @@ mod tests {
                 (&broken.fenced_write, &correct.fenced_write),
                 (&broken.acquire_fair, &correct.acquire_fair),
                 (&broken.release_fair, &correct.release_fair),
+                (&broken.announce, &correct.announce),
+                (&broken.leader, &correct.leader),
             ]
             .iter()
             .filter(|(b, c)| b.get_hash() != c.get_hash())

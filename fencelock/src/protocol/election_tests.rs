@@ -217,3 +217,128 @@ async fn the_lock_scripts_treat_a_leaders_hash_as_a_plain_lock() {
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists, "the metadata outlived the release");
 }
+
+/// A deposed leader's late announcement (a re-send, or a copy delayed past its lease) changes
+/// nothing: the new leader is read with its own metadata.
+async fn a_late_announcement_leaves_the_new_leader_alone(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let won = |reply| match reply {
+        AcquireReply::Acquired { token, .. } => Ok(token),
+        other => Err(format!("free election not won: {other:?}")),
+    };
+    let old = won(acquire(conn, keys, "old", LEASE, OP_TTL).await.unwrap())?;
+    announce(conn, keys, "old", old, b"old", PubSub::Classic)
+        .await
+        .unwrap();
+    let _: () = conn.del(&keys.lock).await.unwrap();
+    let new = won(acquire(conn, keys, "new", LEASE, OP_TTL).await.unwrap())?;
+    announce(conn, keys, "new", new, b"new", PubSub::Classic)
+        .await
+        .unwrap();
+    let late = announce(conn, keys, "old", old, b"late", PubSub::Classic).await;
+    let read = leader(conn, keys).await.unwrap().leader;
+    let expected = LeaderRecord {
+        holder: "new".into(),
+        term: new,
+        metadata: b"new".to_vec(),
+    };
+    match (late, read) {
+        (Ok(OwnerReply::NotHeld), Some(read)) if read == expected => Ok(()),
+        (late, read) => Err(format!(
+            "the late announcement answered {late:?} and the leader reads as {read:?}"
+        )),
+    }
+}
+
+/// An announcement publishes `elected` once, so followers read the new leader at once.
+async fn an_announcement_tells_the_followers(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let AcquireReply::Acquired { token, .. } =
+        acquire(conn, keys, "h", LEASE, OP_TTL).await.unwrap()
+    else {
+        return Err("free election not won".into());
+    };
+    let before = publishes(conn).await;
+    announce(conn, keys, "h", token, b"h", PubSub::Classic)
+        .await
+        .unwrap();
+    match publishes(conn).await - before {
+        1 => Ok(()),
+        n => Err(format!("the announcement published {n} messages, not one")),
+    }
+}
+
+/// A `~leader` that names no holder of the hash (not the one who holds the lock) reads as
+/// nobody leading, never as that id with the holder's term.
+async fn a_record_naming_no_holder_is_nobody(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let AcquireReply::Acquired { token, .. } =
+        acquire(conn, keys, "h", LEASE, OP_TTL).await.unwrap()
+    else {
+        return Err("free election not won".into());
+    };
+    announce(conn, keys, "h", token, b"h", PubSub::Classic)
+        .await
+        .unwrap();
+    let _: () = conn.hset(&keys.lock, "~leader", "ghost").await.unwrap();
+    match leader(conn, keys).await.unwrap().leader {
+        None => Ok(()),
+        Some(read) => Err(format!("a record naming no holder reads as {read:?}")),
+    }
+}
+
+type Check = for<'a> fn(
+    &'a mut MultiplexedConnection,
+    &'a LockKeys,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>,
+>;
+
+/// The contract checks above, by name; each is also the check of one negative control.
+const CHECKS: [(&str, Check); 3] = [
+    ("a_late_announcement_leaves_the_new_leader_alone", |c, k| {
+        Box::pin(a_late_announcement_leaves_the_new_leader_alone(c, k))
+    }),
+    ("an_announcement_tells_the_followers", |c, k| {
+        Box::pin(an_announcement_tells_the_followers(c, k))
+    }),
+    ("a_record_naming_no_holder_is_nobody", |c, k| {
+        Box::pin(a_record_naming_no_holder_is_nobody(c, k))
+    }),
+];
+
+#[tokio::test]
+async fn the_election_contract_checks_hold() {
+    for (name, check) in CHECKS {
+        let (_server, mut conn, keys) = setup().await;
+        if let Err(why) = check(&mut conn, &keys).await {
+            panic!("{name}: {why}");
+        }
+    }
+}
+
+/// Each election control breaks exactly the contract check next to it (which holds on the
+/// production scripts: [`the_election_contract_checks_hold`]), each on a fresh server.
+#[cfg(fencelock_negative_controls)]
+#[tokio::test]
+async fn the_election_scripts_negative_controls_are_caught() {
+    use super::controls::{scoped, Control};
+    let controls = [
+        Control::AnnounceWithoutOwnerCheck,
+        Control::AnnounceDoesNotPublish,
+        Control::LeaderTrustsRecord,
+    ];
+    for (control, (name, check)) in controls.into_iter().zip(CHECKS) {
+        let (_server, mut conn, keys) = setup().await;
+        match scoped(control, check(&mut conn, &keys)).await {
+            Ok(()) => panic!("{control:?} was not caught by {name}"),
+            Err(why) => eprintln!("{control:?} caught by {name}: {why}"),
+        }
+    }
+}
