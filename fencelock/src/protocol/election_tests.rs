@@ -218,22 +218,30 @@ async fn the_lock_scripts_treat_a_leaders_hash_as_a_plain_lock() {
     assert!(!exists, "the metadata outlived the release");
 }
 
+/// The term `holder` wins a free election with (its acquisition, not yet announced).
+async fn won(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+) -> Result<FencingToken, String> {
+    match acquire(conn, keys, holder, LEASE, OP_TTL).await.unwrap() {
+        AcquireReply::Acquired { token, .. } => Ok(token),
+        other => Err(format!("{holder} did not win a free election: {other:?}")),
+    }
+}
+
 /// A deposed leader's late announcement (a re-send, or a copy delayed past its lease) changes
 /// nothing: the new leader is read with its own metadata.
 async fn a_late_announcement_leaves_the_new_leader_alone(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
 ) -> Result<(), String> {
-    let won = |reply| match reply {
-        AcquireReply::Acquired { token, .. } => Ok(token),
-        other => Err(format!("free election not won: {other:?}")),
-    };
-    let old = won(acquire(conn, keys, "old", LEASE, OP_TTL).await.unwrap())?;
+    let old = won(conn, keys, "old").await?;
     announce(conn, keys, "old", old, b"old", PubSub::Classic)
         .await
         .unwrap();
     let _: () = conn.del(&keys.lock).await.unwrap();
-    let new = won(acquire(conn, keys, "new", LEASE, OP_TTL).await.unwrap())?;
+    let new = won(conn, keys, "new").await?;
     announce(conn, keys, "new", new, b"new", PubSub::Classic)
         .await
         .unwrap();
@@ -257,11 +265,7 @@ async fn an_announcement_tells_the_followers(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
 ) -> Result<(), String> {
-    let AcquireReply::Acquired { token, .. } =
-        acquire(conn, keys, "h", LEASE, OP_TTL).await.unwrap()
-    else {
-        return Err("free election not won".into());
-    };
+    let token = won(conn, keys, "h").await?;
     let before = publishes(conn).await;
     announce(conn, keys, "h", token, b"h", PubSub::Classic)
         .await
@@ -278,11 +282,7 @@ async fn a_record_naming_no_holder_is_nobody(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
 ) -> Result<(), String> {
-    let AcquireReply::Acquired { token, .. } =
-        acquire(conn, keys, "h", LEASE, OP_TTL).await.unwrap()
-    else {
-        return Err("free election not won".into());
-    };
+    let token = won(conn, keys, "h").await?;
     announce(conn, keys, "h", token, b"h", PubSub::Classic)
         .await
         .unwrap();
