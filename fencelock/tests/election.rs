@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::child::ChildProcess;
 use common::deadline::{within, woken, Progress, HANDOFF};
 use common::{Env, Fixture};
 use fencelock::{Error, LeaderGuard, LockClient, MAX_METADATA_LEN, MAX_NAME_LEN};
@@ -537,49 +538,6 @@ async fn election_child_leads_and_writes_until_fenced_off() {
     }
 }
 
-/// A child process of the test, killed if the test ends first.
-struct ChildProcess(std::process::Child);
-
-impl ChildProcess {
-    fn start(url: &str) -> ChildProcess {
-        let exe = std::env::current_exe().unwrap();
-        let child = std::process::Command::new(exe)
-            .args([
-                "--exact",
-                "election_child_leads_and_writes_until_fenced_off",
-                "--nocapture",
-            ])
-            .env(CHILD_ENV, url)
-            .spawn()
-            .unwrap();
-        ChildProcess(child)
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-
-    /// Waits for the child to exit by itself, at most `limit`; whether it succeeded.
-    async fn exited(&mut self, limit: Duration, what: &str) -> bool {
-        within(limit, what, async {
-            loop {
-                if let Some(status) = self.0.try_wait().unwrap() {
-                    return status.success();
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The next leader an observer sees, skipping a vacancy in between.
 async fn next_leader(observer: &mut fencelock::Observer) -> fencelock::Leader {
     loop {
@@ -601,7 +559,11 @@ async fn a_leader_process_frozen_with_sigstop_is_replaced_and_its_late_writes_re
         .await
         .unwrap();
 
-    let mut first = ChildProcess::start(&url);
+    let mut first = ChildProcess::start(
+        "election_child_leads_and_writes_until_fenced_off",
+        CHILD_ENV,
+        &url,
+    );
     let leader = within(
         HANDOFF,
         "the first process leads",
@@ -609,7 +571,11 @@ async fn a_leader_process_frozen_with_sigstop_is_replaced_and_its_late_writes_re
     )
     .await;
     assert_eq!(leader.metadata(), format!("pid:{}", first.pid()).as_bytes());
-    let second = ChildProcess::start(&url);
+    let second = ChildProcess::start(
+        "election_child_leads_and_writes_until_fenced_off",
+        CHILD_ENV,
+        &url,
+    );
 
     // Frozen: no renewal, no write; its lease ends and the waiting process takes over.
     send_signal(first.pid(), Signal::Stop).unwrap();

@@ -340,3 +340,25 @@ async fn sentinel_node_auth_reaches_password_protected_data_nodes_across_a_failo
         "{err:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_instances_behind_sentinel_run_each_of_twenty_ticks_once() {
+    use common::ticks::{assert_each_tick_ran_once, drive, PERIOD};
+    let set = RedisSentinels::start(1).unwrap();
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        clients.push(client(&set).await);
+    }
+    let options = fencelock::JobOptions::new(PERIOD, Duration::from_secs(5));
+    let calls = drive(
+        &clients,
+        |client| client.job("report", options.clone()).unwrap(),
+        20,
+        Duration::from_millis(120),
+        Duration::from_millis(40),
+        Duration::from_millis(30),
+        "report-log",
+    )
+    .await;
+    assert_each_tick_ran_once(&clients[0], &calls, 20, "report-log").await;
+}

@@ -44,10 +44,20 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    /// The shared holder state, for the holder's own unit tests.
-    #[cfg(test)]
+    /// The shared holder state: for the holder's own unit tests, and for a job run's view of
+    /// its hold (`JobRun`), which outlives no guard but must not borrow one.
     pub(crate) fn holder(&self) -> &Arc<Holder> {
         &self.holder
+    }
+
+    /// Lets go of the guard without releasing the lock: it stays held until its lease ends on
+    /// the server, which is how a job keeps its tick from a late instance for `at_least_for`.
+    /// The holder leaves the watch list, so nobody renews the lease.
+    pub(crate) fn keep_until_lease_ends(mut self) {
+        if self.release_op.is_none() {
+            self.holder.exit();
+        }
+        self.released = true;
     }
 }
 

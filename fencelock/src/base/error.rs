@@ -140,6 +140,16 @@ pub enum Error {
         max: usize,
     },
 
+    /// The options of a scheduled job are unusable (a period of zero, `at_least_for` longer
+    /// than `at_most_for`, a retention shorter than the period...), or a tick given to
+    /// [`Job::run_exclusive`](crate::Job::run_exclusive) lies before the Unix epoch or too far
+    /// after it. Nothing was sent.
+    #[error("invalid job: {reason}")]
+    InvalidJob {
+        /// What is wrong.
+        reason: String,
+    },
+
     /// Talking to Redis failed. The operation may or may not have taken effect; fencelock retries
     /// mutating operations with the same operation id so that a retry never applies twice.
     #[error("redis: {0}")]
@@ -322,8 +332,8 @@ impl Error {
         matches!(self, Error::NotHeld)
     }
 
-    /// The input (name, lease, configuration, lock set, leader metadata) was rejected before
-    /// anything was sent to Redis.
+    /// The input (name, lease, configuration, lock set, leader metadata, job options or tick)
+    /// was rejected before anything was sent to Redis.
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self,
@@ -332,6 +342,7 @@ impl Error {
                 | Error::InvalidConfig { .. }
                 | Error::InvalidLockSet { .. }
                 | Error::InvalidMetadata { .. }
+                | Error::InvalidJob { .. }
         )
     }
 

@@ -17,6 +17,13 @@ pub(crate) const ERROR: &str = "error";
 pub(crate) const RELEASED: &str = "released";
 pub(crate) const EXITED: &str = "exited";
 pub(crate) const NOT_HELD: &str = "not_held";
+/// How a job's `run_exclusive` ended: ran here, or skipped (another instance runs it, the tick
+/// is done, its runner died and the policy gives it up, a newer tick has begun); or `error`.
+pub(crate) const JOB_RAN: &str = "ran";
+pub(crate) const JOB_RUNNING: &str = "skipped_running";
+pub(crate) const JOB_DONE: &str = "skipped_done";
+pub(crate) const JOB_ABANDONED: &str = "skipped_abandoned";
+pub(crate) const JOB_LATE: &str = "skipped_late";
 
 #[cfg(feature = "metrics")]
 mod imp {
@@ -49,6 +56,9 @@ mod imp {
     pub(super) fn release(outcome: &'static str) {
         ::metrics::counter!("fencelock_releases_total", "outcome" => outcome).increment(1);
     }
+    pub(super) fn job(outcome: &'static str) {
+        ::metrics::counter!("fencelock_job_ticks_total", "outcome" => outcome).increment(1);
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -61,6 +71,7 @@ mod imp {
     pub(super) fn lost_lease() {}
     pub(super) fn stale_write_rejected() {}
     pub(super) fn release(_outcome: &'static str) {}
+    pub(super) fn job(_outcome: &'static str) {}
 }
 
 /// One acquire call that started at `started` ended with `outcome`. The clock is read only
@@ -110,4 +121,9 @@ pub(crate) fn stale_write_rejected() {
 /// A release call ended with `outcome`.
 pub(crate) fn release(outcome: &'static str) {
     imp::release(outcome);
+}
+
+/// A job's `run_exclusive` for one tick ended with `outcome`.
+pub(crate) fn job(outcome: &'static str) {
+    imp::job(outcome);
 }

@@ -71,11 +71,20 @@ pub enum Control {
     AnnounceDoesNotPublish,
     /// `leader.lua` trusts `~leader` without checking that it names a holder of the hash.
     LeaderTrustsRecord,
+    /// `job_begin.lua` records a tick for a caller that does not hold the job's lock with its
+    /// token.
+    JobBeginWithoutOwnerCheck,
+    /// `job_finish.lua` records the tick done whoever took it over since.
+    JobFinishWithoutFence,
+    /// `job_begin.lua` runs a tick again that is recorded done.
+    JobRerunsDoneTick,
+    /// `job_begin.lua` runs a tick older than the newest one begun.
+    JobRunsOlderTick,
 }
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 17] = [
+    pub const ALL: [Control; 21] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -93,6 +102,10 @@ impl Control {
         Control::AnnounceWithoutOwnerCheck,
         Control::AnnounceDoesNotPublish,
         Control::LeaderTrustsRecord,
+        Control::JobBeginWithoutOwnerCheck,
+        Control::JobFinishWithoutFence,
+        Control::JobRerunsDoneTick,
+        Control::JobRunsOlderTick,
     ];
 
     /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
@@ -174,6 +187,18 @@ impl Control {
                 "redis.call('HEXISTS', KEYS[1], leader) == 1",
                 "true",
             )],
+            Control::JobBeginWithoutOwnerCheck => &[(
+                "job_begin",
+                "if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then",
+                "if false then",
+            )],
+            Control::JobFinishWithoutFence => &[(
+                "job_finish",
+                "if recorded and tonumber(recorded) > token then",
+                "if false then",
+            )],
+            Control::JobRerunsDoneTick => &[("job_begin", "return record(2)", "return begin(0)")],
+            Control::JobRunsOlderTick => &[("job_begin", "return record(4)", "return begin(0)")],
             Control::CancelMissingOnDrop
             | Control::WatchdogIgnoresDrop
             | Control::LeaseFromReply => &[],
@@ -307,6 +332,9 @@ mod tests {
                 (&broken.release_fair, &correct.release_fair),
                 (&broken.announce, &correct.announce),
                 (&broken.leader, &correct.leader),
+                (&broken.job_begin, &correct.job_begin),
+                (&broken.job_finish, &correct.job_finish),
+                (&broken.job_read, &correct.job_read),
             ]
             .iter()
             .filter(|(b, c)| b.get_hash() != c.get_hash())

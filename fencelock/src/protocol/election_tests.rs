@@ -7,7 +7,9 @@ use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-use super::tests::{LEASE, OP_TTL};
+#[cfg(fencelock_negative_controls)]
+use super::tests::assert_controls_caught;
+use super::tests::{assert_checks_hold, Check, LEASE, OP_TTL};
 use super::*;
 
 /// A server of its own, a connection to it, and the keys of a free election.
@@ -293,12 +295,10 @@ async fn a_record_naming_no_holder_is_nobody(
     }
 }
 
-type Check = for<'a> fn(
-    &'a mut MultiplexedConnection,
-    &'a LockKeys,
-) -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>,
->;
+/// The keys every check starts from.
+fn free_keys() -> LockKeys {
+    LockKeys::election(b"t:", b"scheduler")
+}
 
 /// The contract checks above, by name; each is also the check of one negative control.
 const CHECKS: [(&str, Check); 3] = [
@@ -315,12 +315,7 @@ const CHECKS: [(&str, Check); 3] = [
 
 #[tokio::test]
 async fn the_election_contract_checks_hold() {
-    for (name, check) in CHECKS {
-        let (_server, mut conn, keys) = setup().await;
-        if let Err(why) = check(&mut conn, &keys).await {
-            panic!("{name}: {why}");
-        }
-    }
+    assert_checks_hold(&CHECKS, free_keys).await;
 }
 
 /// Each election control breaks exactly the contract check next to it (which holds on the
@@ -328,17 +323,11 @@ async fn the_election_contract_checks_hold() {
 #[cfg(fencelock_negative_controls)]
 #[tokio::test]
 async fn the_election_scripts_negative_controls_are_caught() {
-    use super::controls::{scoped, Control};
+    use super::controls::Control;
     let controls = [
         Control::AnnounceWithoutOwnerCheck,
         Control::AnnounceDoesNotPublish,
         Control::LeaderTrustsRecord,
     ];
-    for (control, (name, check)) in controls.into_iter().zip(CHECKS) {
-        let (_server, mut conn, keys) = setup().await;
-        match scoped(control, check(&mut conn, &keys)).await {
-            Ok(()) => panic!("{control:?} was not caught by {name}"),
-            Err(why) => eprintln!("{control:?} caught by {name}: {why}"),
-        }
-    }
+    assert_controls_caught(&controls, &CHECKS, free_keys).await;
 }

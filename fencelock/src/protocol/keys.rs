@@ -48,6 +48,9 @@ enum HashKind {
     Lock,
     /// `prefix{tag}leader:NAME`, queue `prefix{tag}leader-queue:NAME`.
     Election,
+    /// `prefix{tag}job:NAME`, queue `prefix{tag}job-queue:NAME` (never used: a job's
+    /// instances skip a busy job instead of waiting); tick record `prefix{tag}job-tick:NAME`.
+    Job,
 }
 
 impl HashKind {
@@ -55,6 +58,7 @@ impl HashKind {
         match self {
             HashKind::Lock => (b"lock:", b"queue:"),
             HashKind::Election => (b"leader:", b"leader-queue:"),
+            HashKind::Job => (b"job:", b"job-queue:"),
         }
     }
 }
@@ -71,6 +75,13 @@ impl LockKeys {
     /// stay strictly increasing per counter; op ids are unique).
     pub(crate) fn election(prefix: &[u8], name: &[u8]) -> Self {
         Self::laid_out(prefix, name, HashKind::Election)
+    }
+
+    /// Lays out the keys of the scheduled job `name` under `prefix`: the lock its runner holds
+    /// is `prefix{tag}job:NAME` (see [`LockKeys::job_record`] for its tick record). Like an
+    /// election's, it shares the slot's fence counter and op records with the locks there.
+    pub(crate) fn job(prefix: &[u8], name: &[u8]) -> Self {
+        Self::laid_out(prefix, name, HashKind::Job)
     }
 
     fn laid_out(prefix: &[u8], name: &[u8], kind: HashKind) -> Self {
@@ -93,6 +104,14 @@ impl LockKeys {
         let (hash_marker, queue_marker) = self.kind.markers();
         let name = &self.lock[self.base_len + hash_marker.len()..];
         [&self.lock[..self.base_len], queue_marker, name].concat()
+    }
+
+    /// The tick record of a job's lock (`prefix{tag}job-tick:NAME`, in the lock's slot): the
+    /// newest tick begun, who runs or ran it, with which token. Built on each call.
+    pub(crate) fn job_record(&self) -> Vec<u8> {
+        let (hash_marker, _) = self.kind.markers();
+        let name = &self.lock[self.base_len + hash_marker.len()..];
+        [&self.lock[..self.base_len], b"job-tick:", name].concat()
     }
 
     /// The record key of one operation on this lock.
@@ -305,6 +324,31 @@ mod tests {
         let tagged = election.lock.iter().position(|b| *b == b'}').unwrap() + 1;
         assert!(election.lock[tagged..].starts_with(b"leader:"));
         assert_ne!(election.lock, LockKeys::new(b"p:", b"leader:x").lock);
+    }
+
+    #[test]
+    fn a_jobs_keys_share_its_slot_and_never_meet_a_locks_or_an_elections() {
+        for name in [&b"a"[..], b"{x}", b"}{", b"lock:a", b"\xff\x00"] {
+            let job = LockKeys::job(b"app:", name);
+            let (lock, election) = (
+                LockKeys::new(b"app:", name),
+                LockKeys::election(b"app:", name),
+            );
+            let slot = redis_key_slot(&job.lock);
+            assert_eq!(usize::from(job.slot), slot);
+            assert_eq!(redis_key_slot(&job.job_record()), slot);
+            assert!(job.lock.ends_with(name) && job.job_record().ends_with(name));
+            assert_eq!(job.fence, lock.fence, "one counter per slot bucket");
+            let others = [lock.queue(), lock.lock, election.queue(), election.lock];
+            for key in [&job.lock, &job.job_record(), &job.queue()] {
+                assert!(!others.contains(key));
+            }
+            assert_ne!(job.lock, job.job_record());
+        }
+        let job = LockKeys::job(b"p:", b"x");
+        let tagged = job.lock.iter().position(|b| *b == b'}').unwrap() + 1;
+        assert!(job.lock[tagged..].starts_with(b"job:"));
+        assert!(job.job_record()[tagged..].starts_with(b"job-tick:"));
     }
 
     #[test]

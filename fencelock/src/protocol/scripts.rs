@@ -26,6 +26,9 @@ pub(crate) struct Scripts {
     pub(crate) permissions: Script,
     pub(crate) announce: Script,
     pub(crate) leader: Script,
+    pub(crate) job_begin: Script,
+    pub(crate) job_finish: Script,
+    pub(crate) job_read: Script,
 }
 
 /// Builds the scripts from their sources, each passed through `source(name, text)` first
@@ -33,6 +36,7 @@ pub(crate) struct Scripts {
 /// lines).
 pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
     let fence_mark = include_str!("../../lua/lib/fence_mark.lua");
+    let hash_field = include_str!("../../lua/lib/hash_field.lua");
     let load = |name: &str, text: &str| Script::new(&source(name, text));
     Scripts {
         acquire: load("acquire", include_str!("../../lua/acquire.lua")),
@@ -58,6 +62,18 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         permissions: load("permissions", include_str!("../../lua/permissions.lua")),
         announce: load("announce", include_str!("../../lua/announce.lua")),
         leader: load("leader", include_str!("../../lua/leader.lua")),
+        job_begin: load(
+            "job_begin",
+            &[hash_field, include_str!("../../lua/job_begin.lua")].concat(),
+        ),
+        job_finish: load(
+            "job_finish",
+            &[hash_field, include_str!("../../lua/job_finish.lua")].concat(),
+        ),
+        job_read: load(
+            "job_read",
+            &[hash_field, include_str!("../../lua/job_read.lua")].concat(),
+        ),
     }
 }
 

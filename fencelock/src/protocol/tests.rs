@@ -13,6 +13,46 @@ use super::*;
 pub(super) const LEASE: Duration = Duration::from_secs(30);
 pub(super) const OP_TTL: Duration = Duration::from_secs(10);
 
+/// A contract check of a script family: `Ok` when the scripts keep the contract on a fresh
+/// server with `keys` free, `Err` saying how they broke it. Each check is also the check of one
+/// negative control.
+pub(super) type Check = for<'a> fn(
+    &'a mut MultiplexedConnection,
+    &'a LockKeys,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>,
+>;
+
+/// Runs every check, each on a server of its own with the keys `keys()` lays out; panics
+/// naming the first check the production scripts break.
+pub(super) async fn assert_checks_hold(checks: &[(&str, Check)], keys: fn() -> LockKeys) {
+    for (name, check) in checks {
+        let (_server, mut conn, _lock) = setup().await;
+        if let Err(why) = check(&mut conn, &keys()).await {
+            panic!("{name}: {why}");
+        }
+    }
+}
+
+/// Runs each control against the check next to it (as [`assert_checks_hold`]); panics naming
+/// a control its check does not catch.
+#[cfg(fencelock_negative_controls)]
+pub(super) async fn assert_controls_caught(
+    controls: &[super::controls::Control],
+    checks: &[(&str, Check)],
+    keys: fn() -> LockKeys,
+) {
+    assert_eq!(controls.len(), checks.len(), "one check per control");
+    for (control, (name, check)) in controls.iter().zip(checks) {
+        let (_server, mut conn, _lock) = setup().await;
+        let keys = keys();
+        match super::controls::scoped(*control, check(&mut conn, &keys)).await {
+            Ok(()) => panic!("{control:?} was not caught by {name}"),
+            Err(why) => eprintln!("{control:?} caught by {name}: {why}"),
+        }
+    }
+}
+
 /// A server of its own, a connection to it, and the keys of the lock `res` on it.
 pub(super) async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
     let server = RedisServer::start().unwrap();

@@ -3,9 +3,11 @@
 // each binary uses only a part of it.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod child;
 pub mod deadline;
 mod fixture;
 pub mod ledger;
+pub mod ticks;
 
 use fencelock::LockClient;
 use fencelock_testing::RedisServer;

@@ -1,0 +1,105 @@
+-- job_begin.lua: the instance that has just won a job's lock records that it runs the job for
+-- its tick, unless that tick is done, was abandoned by a runner that died, or is already past.
+--
+-- KEYS[1]  the job's lock hash (prefix{tag}job:NAME): fields as a lock's, <holder id> ->
+--          re-entry count and "~token" -> the holder's fencing token
+-- KEYS[2]  the job's tick record (prefix{tag}job-tick:NAME), a hash describing the newest
+--          tick begun: "tick" -> that tick as its first runner saw it (ms since the Unix
+--          epoch), "runner" -> the holder id that runs or ran it, "token" -> that runner's
+--          fencing token, "started" -> server time of the begin (ms), "finished" -> server time
+--          of the finish (ms; absent while the tick runs). Expires ARGV[5] ms after each write.
+-- ARGV[1]  holder id        the caller's: the id its lock acquisition was made with
+-- ARGV[2]  token            the token that acquisition was issued (decimal)
+-- ARGV[3]  tick             the caller's view of the tick (ms since the Unix epoch)
+-- ARGV[4]  period           ms; two views less than half a period apart are the same tick
+-- ARGV[5]  retention        ms the record is kept after this write
+-- ARGV[6]  policy for a tick whose runner's hold ended before it finished: "run-again" takes
+--          the tick over; anything else gives it up
+--
+-- Returns  {1, 0, started}  begun: the record now names the caller, with ARGV[3] as the tick
+--                           and server time `started`
+--          {1, old, started} begun by taking over the same tick from the runner with token
+--                           `old`, whose hold ended before it finished ("run-again")
+--          {1, 0, started}  also for a re-sent begin: the record already names this token
+--          {2, tick, runner, token, started, finished}  the same tick is done; nothing changed
+--          {3, tick, runner, token, started, 0}  the same tick's runner's hold ended before it
+--                           finished and the policy gives the tick up; nothing changed
+--          {4, tick, runner, token, started, finished or 0}  a newer tick has begun: this one
+--                           is past; nothing changed
+--          {-1}             ARGV[1] does not hold the lock with token ARGV[2]; nothing changed
+--          {-2, tick, runner, token, started, finished or 0}  the record carries a newer token
+--                           than the caller's (the fence counter went back); nothing changed
+-- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing
+--                           modified
+--
+-- Owner-checked by holder id and token, so only the job's current lock holder begins a tick,
+-- and at most one tick at a time. The record is the newest tick begun: a tick older than it
+-- by half a period or more is never begun again, which is what keeps a tick run at most once
+-- (its done record is replaced only by a newer tick's). The same tick is recognised by
+-- distance, not by rounding to a grid, so instance clocks that differ by less than half a
+-- period agree whatever the schedule's phase. A runner whose record still says running while
+-- the caller holds the lock has lost its hold (its lease `at_most_for` ran out, or it let go
+-- without finishing): the policy decides. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
+--
+-- Uses hash_field() from lib/hash_field.lua, which the loader prepends to this file.
+local held, held_err = hash_field(KEYS[1], ARGV[1], 'lock key')
+if held == nil then
+  return held_err
+end
+if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then
+  return {-1}
+end
+
+local recorded, recorded_err = hash_field(KEYS[2], 'token', 'tick record')
+if recorded == nil then
+  return recorded_err
+end
+
+local function record(code)
+  return {
+    code,
+    tonumber(redis.call('HGET', KEYS[2], 'tick')),
+    redis.call('HGET', KEYS[2], 'runner'),
+    tonumber(recorded),
+    tonumber(redis.call('HGET', KEYS[2], 'started')),
+    tonumber(redis.call('HGET', KEYS[2], 'finished') or '0'),
+  }
+end
+
+local function begin(previous)
+  local now = redis.call('TIME')
+  local started = now[1] * 1000 + math.floor(now[2] / 1000)
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], 'tick', ARGV[3], 'runner', ARGV[1], 'token', ARGV[2],
+    'started', started)
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  return {1, previous, started}
+end
+
+if not recorded then
+  return begin(0)
+end
+local token = tonumber(ARGV[2])
+if tonumber(recorded) == token then
+  return {1, 0, tonumber(redis.call('HGET', KEYS[2], 'started'))}
+end
+if tonumber(recorded) > token then
+  return record(-2)
+end
+
+-- Twice the distance against the period keeps the comparison in integers.
+local distance = 2 * (tonumber(ARGV[3]) - tonumber(redis.call('HGET', KEYS[2], 'tick')))
+local period = tonumber(ARGV[4])
+if distance >= period then
+  return begin(0)
+end
+if distance <= -period then
+  return record(4)
+end
+if redis.call('HGET', KEYS[2], 'finished') then
+  return record(2)
+end
+if ARGV[6] == 'run-again' then
+  return begin(tonumber(recorded))
+end
+return record(3)

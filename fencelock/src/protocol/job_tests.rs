@@ -1,0 +1,403 @@
+//! The job scripts' contracts (`job_begin.lua`, `job_finish.lua`, `job_read.lua`) against a
+//! real redis-server: who may begin a tick, which ticks count as the same, what a dead
+//! runner's tick becomes, and that a finish is fenced by its token.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use fencelock_testing::RedisServer;
+
+#[cfg(fencelock_negative_controls)]
+use super::tests::assert_controls_caught;
+use super::tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::*;
+
+const PERIOD: Duration = Duration::from_secs(10);
+const RETENTION: Duration = Duration::from_secs(60);
+/// A tick as an instance saw it (ms since the epoch).
+const TICK: u64 = 1_800_000_000_000;
+
+/// A server of its own, a connection to it, and the keys of a job nobody ran.
+async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
+    let (server, conn, _lock) = super::tests::setup().await;
+    (server, conn, LockKeys::job(b"t:", b"report"))
+}
+
+/// Takes the job's free lock for `holder`.
+async fn won(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> FencingToken {
+    match acquire(conn, keys, holder, LEASE, OP_TTL).await.unwrap() {
+        AcquireReply::Acquired { token, .. } => token,
+        other => panic!("the free job lock answered {other:?}"),
+    }
+}
+
+fn args(holder: &str, token: FencingToken, tick_ms: u64) -> TickArgs<'_> {
+    TickArgs {
+        holder,
+        token,
+        tick_ms,
+        retention: RETENTION,
+    }
+}
+
+async fn begin(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    token: FencingToken,
+    tick_ms: u64,
+    on_death: RunnerDeathArg,
+) -> BeginReply {
+    job_begin(conn, keys, args(holder, token, tick_ms), PERIOD, on_death)
+        .await
+        .unwrap()
+}
+
+/// Frees the job's lock as a lost hold would (the lease ran out, the process died).
+async fn hold_ends(conn: &mut MultiplexedConnection, keys: &LockKeys) {
+    let _: () = conn.del(&keys.lock).await.unwrap();
+}
+
+fn begun(reply: &BeginReply) -> bool {
+    matches!(reply, BeginReply::Begun { .. })
+}
+
+#[tokio::test]
+async fn a_run_begins_finishes_and_reads_back() {
+    let (_server, mut conn, keys) = setup().await;
+    let empty = job_read(&mut conn, &keys).await.unwrap();
+    assert_eq!(
+        empty,
+        JobRead {
+            record: None,
+            lock_token: None,
+            lease_left: None
+        }
+    );
+
+    let token = won(&mut conn, &keys, "a").await;
+    let reply = begin(&mut conn, &keys, "a", token, TICK, RunnerDeathArg::GiveUp).await;
+    let BeginReply::Begun {
+        took_over: None,
+        started_ms,
+    } = reply
+    else {
+        panic!("a free tick answered {reply:?}")
+    };
+    // A re-sent begin is the same begin.
+    let again = begin(&mut conn, &keys, "a", token, TICK, RunnerDeathArg::GiveUp).await;
+    assert_eq!(
+        again,
+        BeginReply::Begun {
+            took_over: None,
+            started_ms
+        }
+    );
+    let running = job_read(&mut conn, &keys).await.unwrap();
+    let record = running.record.clone().unwrap();
+    assert_eq!((record.tick_ms, record.runner.as_str()), (TICK, "a"));
+    assert_eq!((record.token, record.finished_ms), (token, None));
+    assert_eq!(running.lock_token, Some(token), "the runner holds the lock");
+    assert!(matches!(running.lease_left, Some(Some(left)) if left <= LEASE));
+    let ttl: i64 = conn.pttl(keys.job_record()).await.unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "the record expires: {ttl}");
+
+    let done = job_finish(&mut conn, &keys, args("a", token, TICK), started_ms)
+        .await
+        .unwrap();
+    let FinishReply::Done { finished_ms } = done else {
+        panic!("the runner's finish answered {done:?}")
+    };
+    assert!(finished_ms >= started_ms);
+    // A re-sent finish answers the first one's time.
+    let again = job_finish(&mut conn, &keys, args("a", token, TICK), started_ms).await;
+    assert_eq!(again.unwrap(), done);
+    let read = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
+    assert_eq!(read.finished_ms, Some(finished_ms));
+    assert_eq!(read.started_ms, started_ms);
+
+    // Foreign data at either key is refused and left alone.
+    let _: () = conn.set(keys.job_record(), "foreign").await.unwrap();
+    let err = job_begin(
+        &mut conn,
+        &keys,
+        args("a", token, TICK),
+        PERIOD,
+        RunnerDeathArg::GiveUp,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    let err = job_finish(&mut conn, &keys, args("a", token, TICK), started_ms)
+        .await
+        .unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    assert!(job_read(&mut conn, &keys)
+        .await
+        .unwrap_err()
+        .is_wrong_type());
+    let value: String = conn.get(keys.job_record()).await.unwrap();
+    assert_eq!(value, "foreign");
+    let _: () = conn.del(keys.job_record()).await.unwrap();
+    let _: () = conn.set(&keys.lock, "foreign").await.unwrap();
+    assert!(job_read(&mut conn, &keys)
+        .await
+        .unwrap_err()
+        .is_wrong_type());
+}
+
+#[tokio::test]
+async fn views_less_than_half_a_period_apart_are_one_tick() {
+    let (_server, mut conn, keys) = setup().await;
+    let half = u64::try_from(PERIOD.as_millis()).unwrap() / 2;
+    let first = won(&mut conn, &keys, "a").await;
+    assert!(begun(
+        &begin(&mut conn, &keys, "a", first, TICK, RunnerDeathArg::GiveUp).await
+    ));
+    job_finish(&mut conn, &keys, args("a", first, TICK), 0)
+        .await
+        .unwrap();
+    hold_ends(&mut conn, &keys).await;
+    // Both sides of the first view, up to a millisecond short of half a period: done.
+    for (i, view) in [TICK - half + 1, TICK + half - 1].into_iter().enumerate() {
+        let holder = format!("b{i}");
+        let token = won(&mut conn, &keys, &holder).await;
+        let reply = begin(
+            &mut conn,
+            &keys,
+            &holder,
+            token,
+            view,
+            RunnerDeathArg::GiveUp,
+        )
+        .await;
+        assert!(matches!(reply, BeginReply::Done(_)), "{view}: {reply:?}");
+        hold_ends(&mut conn, &keys).await;
+    }
+    // Half a period behind: an older tick, past. Half a period ahead: the next tick.
+    let token = won(&mut conn, &keys, "c").await;
+    let reply = begin(
+        &mut conn,
+        &keys,
+        "c",
+        token,
+        TICK - half,
+        RunnerDeathArg::GiveUp,
+    )
+    .await;
+    assert!(matches!(reply, BeginReply::Late(_)), "{reply:?}");
+    let reply = begin(
+        &mut conn,
+        &keys,
+        "c",
+        token,
+        TICK + half,
+        RunnerDeathArg::GiveUp,
+    )
+    .await;
+    assert!(begun(&reply), "{reply:?}");
+}
+
+#[tokio::test]
+async fn a_dead_runners_tick_is_given_up_or_taken_over_as_the_policy_says() {
+    let (_server, mut conn, keys) = setup().await;
+    let dead = won(&mut conn, &keys, "dead").await;
+    let BeginReply::Begun { started_ms, .. } =
+        begin(&mut conn, &keys, "dead", dead, TICK, RunnerDeathArg::GiveUp).await
+    else {
+        panic!("a free tick was not begun")
+    };
+    hold_ends(&mut conn, &keys).await;
+
+    let next = won(&mut conn, &keys, "next").await;
+    let reply = begin(
+        &mut conn,
+        &keys,
+        "next",
+        next,
+        TICK + 1,
+        RunnerDeathArg::GiveUp,
+    )
+    .await;
+    match reply {
+        BeginReply::Abandoned(record) => assert_eq!(
+            (record.runner.as_str(), record.token, record.finished_ms),
+            ("dead", dead, None)
+        ),
+        other => panic!("a dead runner's tick under give-up answered {other:?}"),
+    }
+    let reply = begin(
+        &mut conn,
+        &keys,
+        "next",
+        next,
+        TICK + 1,
+        RunnerDeathArg::RunAgain,
+    )
+    .await;
+    assert!(
+        matches!(reply, BeginReply::Begun { took_over: Some(t), .. } if t == dead),
+        "{reply:?}"
+    );
+    // The dead runner wakes up and finishes: refused, the record stays the new runner's.
+    let late = job_finish(&mut conn, &keys, args("dead", dead, TICK), started_ms).await;
+    assert_eq!(late.unwrap(), FinishReply::TakenOver { token: next });
+    let record = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
+    assert_eq!((record.runner.as_str(), record.token), ("next", next));
+    assert_eq!(record.finished_ms, None);
+}
+
+#[tokio::test]
+async fn a_finish_whose_record_expired_records_the_tick_again() {
+    let (_server, mut conn, keys) = setup().await;
+    let token = won(&mut conn, &keys, "a").await;
+    let BeginReply::Begun { started_ms, .. } =
+        begin(&mut conn, &keys, "a", token, TICK, RunnerDeathArg::GiveUp).await
+    else {
+        panic!("a free tick was not begun")
+    };
+    let _: () = conn.del(keys.job_record()).await.unwrap();
+    let done = job_finish(&mut conn, &keys, args("a", token, TICK), started_ms).await;
+    assert!(matches!(done.unwrap(), FinishReply::Done { .. }));
+    let record = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
+    assert_eq!(
+        (record.tick_ms, record.token, record.started_ms),
+        (TICK, token, started_ms)
+    );
+    assert!(record.finished_ms.is_some());
+}
+
+/// Only the job's lock holder, with its own token, begins a tick; anyone else changes nothing.
+async fn only_the_holder_begins(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let token = won(conn, keys, "holder").await;
+    let other = FencingToken::new(token.get() + 1).unwrap();
+    for (holder, token) in [("intruder", token), ("holder", other)] {
+        let reply = begin(conn, keys, holder, token, TICK, RunnerDeathArg::GiveUp).await;
+        if reply != BeginReply::NotHeld {
+            return Err(format!("{holder} with {token} began: {reply:?}"));
+        }
+    }
+    match job_read(conn, keys).await.unwrap().record {
+        None => Ok(()),
+        Some(record) => Err(format!("a refused begin left {record:?}")),
+    }
+}
+
+/// A runner whose tick was taken over cannot record it done over the newer runner.
+async fn a_taken_over_runner_cannot_finish(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let old = won(conn, keys, "old").await;
+    begin(conn, keys, "old", old, TICK, RunnerDeathArg::RunAgain).await;
+    hold_ends(conn, keys).await;
+    let new = won(conn, keys, "new").await;
+    begin(conn, keys, "new", new, TICK, RunnerDeathArg::RunAgain).await;
+    let late = job_finish(conn, keys, args("old", old, TICK), 0).await;
+    let record = job_read(conn, keys).await.unwrap().record.unwrap();
+    match late {
+        Ok(FinishReply::TakenOver { token }) if token == new && record.token == new => Ok(()),
+        late => Err(format!(
+            "the taken-over runner's finish answered {late:?}; the record is {record:?}"
+        )),
+    }
+}
+
+/// A tick recorded done is never begun again, by any instance, whatever its policy.
+async fn a_done_tick_is_never_run_again(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let first = won(conn, keys, "first").await;
+    begin(conn, keys, "first", first, TICK, RunnerDeathArg::RunAgain).await;
+    job_finish(conn, keys, args("first", first, TICK), 0)
+        .await
+        .unwrap();
+    hold_ends(conn, keys).await;
+    let second = won(conn, keys, "second").await;
+    match begin(
+        conn,
+        keys,
+        "second",
+        second,
+        TICK + 2000,
+        RunnerDeathArg::RunAgain,
+    )
+    .await
+    {
+        BeginReply::Done(record) if record.token == first => Ok(()),
+        other => Err(format!("a second instance for the done tick got {other:?}")),
+    }
+}
+
+/// A tick half a period or more older than the newest one begun is never begun.
+async fn an_older_tick_is_never_begun(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let newer = won(conn, keys, "newer").await;
+    begin(
+        conn,
+        keys,
+        "newer",
+        newer,
+        TICK + 10_000,
+        RunnerDeathArg::GiveUp,
+    )
+    .await;
+    job_finish(conn, keys, args("newer", newer, TICK + 10_000), 0)
+        .await
+        .unwrap();
+    hold_ends(conn, keys).await;
+    let late = won(conn, keys, "late").await;
+    match begin(conn, keys, "late", late, TICK, RunnerDeathArg::GiveUp).await {
+        BeginReply::Late(record) if record.token == newer => Ok(()),
+        other => Err(format!("a call for the older tick got {other:?}")),
+    }
+}
+
+/// The keys every check starts from.
+fn free_keys() -> LockKeys {
+    LockKeys::job(b"t:", b"report")
+}
+
+/// The contract checks above, by name; each is also the check of one negative control.
+const CHECKS: [(&str, Check); 4] = [
+    ("only_the_holder_begins", |c, k| {
+        Box::pin(only_the_holder_begins(c, k))
+    }),
+    ("a_taken_over_runner_cannot_finish", |c, k| {
+        Box::pin(a_taken_over_runner_cannot_finish(c, k))
+    }),
+    ("a_done_tick_is_never_run_again", |c, k| {
+        Box::pin(a_done_tick_is_never_run_again(c, k))
+    }),
+    ("an_older_tick_is_never_begun", |c, k| {
+        Box::pin(an_older_tick_is_never_begun(c, k))
+    }),
+];
+
+#[tokio::test]
+async fn the_job_contract_checks_hold() {
+    assert_checks_hold(&CHECKS, free_keys).await;
+}
+
+/// Each job control breaks exactly the contract check next to it (which holds on the
+/// production scripts: [`the_job_contract_checks_hold`]), each on a fresh server.
+#[cfg(fencelock_negative_controls)]
+#[tokio::test]
+async fn the_job_scripts_negative_controls_are_caught() {
+    use super::controls::Control;
+    let controls = [
+        Control::JobBeginWithoutOwnerCheck,
+        Control::JobFinishWithoutFence,
+        Control::JobRerunsDoneTick,
+        Control::JobRunsOlderTick,
+    ];
+    assert_controls_caught(&controls, &CHECKS, free_keys).await;
+}
