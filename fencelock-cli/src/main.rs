@@ -4,6 +4,7 @@
 //! cargo run -p fencelock-cli -- --url redis://127.0.0.1:7000/ list
 //! fencelock list [--json]                  every held lock: name, holders, lease, token
 //! fencelock elections [--json]             every led election: leader, term, metadata, lease
+//! fencelock jobs [--json]                  every scheduled job: last tick, state, runner, token
 //! fencelock show NAME                      one lock (held or free), its fence counter, waiters
 //! fencelock watch NAME [--count N] [--for 30s] [--interval 100ms]
 //! fencelock release NAME --force [--yes] [--token T]   evict the holder, wake the waiters
@@ -20,7 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
 use fencelock::admin::{
-    Admin, Check, ElectionInfo, ForceRelease, HolderEntry, LockEvent, LockInfo, Status,
+    Admin, Check, ElectionInfo, ForceRelease, HolderEntry, JobInfo, LockEvent, LockInfo, Status,
 };
 use fencelock::{Error, FencingToken};
 use serde_json::{json, Value};
@@ -74,6 +75,9 @@ enum Command {
     /// Every election under the prefix whose lock is held (SCAN, never KEYS): leader id, term,
     /// metadata, remaining lease
     Elections,
+    /// Every scheduled job under the prefix with a tick record (SCAN, never KEYS): the newest
+    /// tick, its state (running, done, abandoned), runner, token and run time
+    Jobs,
     /// One lock in detail: holders, token, lease, the fence counter of its bucket, waiters
     Show {
         /// The lock name
@@ -143,6 +147,7 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
     match &cli.command {
         Command::List => list(cli, admin).await,
         Command::Elections => elections(cli, admin).await,
+        Command::Jobs => jobs(cli, admin).await,
         Command::Show { name } => show(cli, admin, &bytes(name)).await,
         Command::Watch {
             name,
@@ -189,6 +194,13 @@ async fn elections(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
     let elections = admin.elections().await?;
     let none = format!("no election is led under prefix {:?}", cli.prefix);
     print_all(cli, &elections, election_json, &none);
+    Ok(0)
+}
+
+async fn jobs(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
+    let jobs = admin.jobs().await?;
+    let none = format!("no scheduled job has run under prefix {:?}", cli.prefix);
+    print_all(cli, &jobs, job_json, &none);
     Ok(0)
 }
 
@@ -517,6 +529,33 @@ fn election_json(election: &ElectionInfo) -> Value {
     });
     if std::str::from_utf8(&election.name).is_err() {
         value["name_hex"] = Value::String(hex(&election.name));
+    }
+    value
+}
+
+/// Milliseconds since the Unix epoch.
+fn epoch_ms(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+fn job_json(job: &JobInfo) -> Value {
+    let mut value = json!({
+        "name": String::from_utf8_lossy(&job.name),
+        "key": String::from_utf8_lossy(&job.key),
+        "state": job.state(),
+        "tick_ms": epoch_ms(job.last.tick()),
+        "runner": job.last.runner(),
+        "token": job.last.token().get(),
+        "started_ms": epoch_ms(job.last.started()),
+        "finished_ms": job.last.finished().map(epoch_ms),
+        "runner_holds": job.runner_holds,
+        "retained_ms": job.retained_for.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+    });
+    if std::str::from_utf8(&job.name).is_err() {
+        value["name_hex"] = Value::String(hex(&job.name));
     }
     value
 }

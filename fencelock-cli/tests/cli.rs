@@ -1017,3 +1017,72 @@ async fn doctor_on_a_cluster_node_warns_that_clients_need_the_cluster_builder() 
     let strict = fencelock(&url, &["doctor", "--strict"]).await;
     assert_eq!(strict.code, 1, "{strict:?}");
 }
+
+#[tokio::test]
+async fn jobs_show_the_last_tick_of_each_job_as_text_and_json() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    let client = fx.client().await;
+    let options = fencelock::JobOptions::new(Duration::from_secs(60), Duration::from_secs(30));
+    let empty = fencelock(&url, &["jobs"]).await;
+    assert_eq!(empty.code, 0, "{empty:?}");
+    assert!(empty.stdout.contains("no scheduled job"), "{empty:?}");
+
+    let tick = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let report = client.job("report", options.clone()).unwrap();
+    let token = report
+        .run_exclusive(tick, |run| async move { run.token() })
+        .await
+        .unwrap()
+        .into_output()
+        .unwrap();
+    // A job whose runner is still at it.
+    let (began_tx, began_rx) = tokio::sync::oneshot::channel();
+    let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+    let busy = client.job(b"busy-\xff", options).unwrap();
+    let running = tokio::spawn(async move {
+        busy.run_exclusive(tick, |run| async move {
+            began_tx.send(run.token()).unwrap();
+            end_rx.await.unwrap();
+        })
+        .await
+        .unwrap()
+    });
+    let busy_token = began_rx.await.unwrap();
+
+    let text = fencelock(&url, &["jobs"]).await;
+    assert_eq!(text.code, 0, "{text:?}");
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{text:?}");
+    assert!(lines[0].starts_with("busy-"), "{text:?}");
+    assert!(lines[0].contains("running"), "{text:?}");
+    assert!(lines[1].starts_with("report "), "{text:?}");
+    for part in [
+        "tick 1800000000000",
+        "done",
+        &format!("token {token}"),
+        "kept ",
+    ] {
+        assert!(lines[1].contains(part), "{part}: {text:?}");
+    }
+
+    let machine = fencelock(&url, &["jobs", "--json"]).await;
+    let jobs = json(&machine.stdout);
+    assert_eq!(jobs[0]["name_hex"], "627573792dff");
+    assert_eq!(jobs[0]["state"], "running");
+    assert_eq!(jobs[0]["token"], busy_token.get());
+    assert_eq!(jobs[0]["finished_ms"], serde_json::Value::Null);
+    assert_eq!(jobs[1]["name"], "report");
+    assert_eq!(jobs[1]["state"], "done");
+    assert_eq!(jobs[1]["tick_ms"], 1_800_000_000_000_u64);
+    assert_eq!(jobs[1]["token"], token.get());
+    assert_eq!(jobs[1]["runner_holds"], false);
+    assert!(jobs[1]["retained_ms"].as_u64().unwrap() <= 120_000);
+
+    end_tx.send(()).unwrap();
+    assert!(running.await.unwrap().ran());
+    // Jobs are not locks: `list` shows none of them.
+    let locks = json(&fencelock(&url, &["list", "--json"]).await.stdout);
+    assert_eq!(locks.as_array().map(Vec::len), Some(0), "{locks}");
+}

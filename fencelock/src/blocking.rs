@@ -25,16 +25,18 @@
 //! Multi-lock ([`LockClient::multi_lock`], [`MultiLock`], [`MultiGuard`]) and replica
 //! acknowledgement ([`Lock::with_replica_ack`], [`MultiLock::with_replica_ack`]) have the
 //! async API's semantics (DESIGN sections 13 and 14); so do elections ([`LockClient::election`],
-//! [`Election`], [`LeaderGuard`], [`Observer`]; DESIGN section 18). They run on the same client
+//! [`Election`], [`LeaderGuard`], [`Observer`]; DESIGN section 18) and scheduled jobs
+//! ([`LockClient::job`], [`Job`]; DESIGN section 19). They run on the same client
 //! runtime. Background work (the watchdog, releases of dropped guards, undoing
 //! abandoned acquisitions) runs on the client's own runtime threads; when the last client,
 //! lock and guard of a runtime are gone the runtime stops, and a release still pending then
 //! falls back to the lease.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::{Error, FencingToken, Leader, OnShortfall};
+use crate::api::job::Begun;
+use crate::{Error, FencingToken, JobOptions, JobOutcome, JobRun, Leader, OnShortfall, TickRecord};
 
 /// A blocking [`crate::LockClient`]. Cheap to clone; clones share the connection and runtime.
 #[derive(Clone, Debug)]
@@ -189,9 +191,86 @@ impl LockClient {
         })
     }
 
+    /// A handle to the scheduled job called `name`; see [`crate::LockClient::job`].
+    ///
+    /// ```no_run
+    /// use std::time::{Duration, SystemTime};
+    /// use fencelock::{blocking::LockClient, JobOptions};
+    ///
+    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+    /// let options = JobOptions::new(Duration::from_secs(3600), Duration::from_secs(600));
+    /// let report = client.job("hourly-report", options)?;
+    /// let outcome = report.run_exclusive(SystemTime::now(), |run| {
+    ///     println!("running with token {}", run.token()); // on this thread
+    /// })?;
+    /// println!("ran here: {}", outcome.ran());
+    /// # Ok::<(), fencelock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::job`].
+    pub fn job(&self, name: impl AsRef<[u8]>, options: JobOptions) -> Result<Job, Error> {
+        Ok(Job {
+            inner: self.inner.job(name, options)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
     /// The async client underneath, for code that mixes both.
     pub fn as_async(&self) -> &crate::LockClient {
         &self.inner
+    }
+}
+
+/// A blocking [`crate::Job`]: call [`Job::run_exclusive`] from every instance's scheduler;
+/// each tick runs on one instance, once, with the job on the calling thread.
+#[derive(Clone, Debug)]
+pub struct Job {
+    inner: crate::Job,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl Job {
+    /// The job's name.
+    pub fn name(&self) -> &[u8] {
+        self.inner.name()
+    }
+
+    /// The job's options.
+    pub fn options(&self) -> &JobOptions {
+        self.inner.options()
+    }
+
+    /// Runs `job` on the calling thread for `tick` if no instance has run or is running it,
+    /// and returns at once otherwise; see [`crate::Job::run_exclusive`] for what counts as the
+    /// same tick and what each outcome means. The run's hold is taken and its tick recorded
+    /// before `job` is called, and the tick recorded done after it returns; a `job` that
+    /// panics leaves the tick as one whose runner died (the lock is released as the panic
+    /// unwinds, and the policy decides).
+    ///
+    /// # Errors
+    /// As [`crate::Job::run_exclusive`].
+    pub fn run_exclusive<T>(
+        &self,
+        tick: SystemTime,
+        job: impl FnOnce(JobRun) -> T,
+    ) -> Result<JobOutcome<T>, Error> {
+        match self.runtime.block_on(self.inner.begin(tick))? {
+            Begun::Skipped(skip) => Ok(skip.outcome()),
+            Begun::Run(run) => {
+                let output = job(run.view());
+                let token = self.runtime.block_on(run.finish())?;
+                Ok(JobOutcome::Ran { token, output })
+            }
+        }
+    }
+
+    /// The newest tick begun; see [`crate::Job::last_tick`].
+    ///
+    /// # Errors
+    /// As [`crate::Job::last_tick`].
+    pub fn last_tick(&self) -> Result<Option<TickRecord>, Error> {
+        self.runtime.block_on(self.inner.last_tick())
     }
 }
 

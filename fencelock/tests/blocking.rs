@@ -370,3 +370,65 @@ fn an_election_from_threads_hands_over_and_a_follower_sees_each_leader() {
     let quiet = observer.changed_timeout(Duration::from_millis(200));
     assert!(quiet.unwrap_err().is_timeout(), "nothing changed");
 }
+
+#[test]
+fn a_job_from_threads_runs_each_tick_once_on_the_calling_thread() {
+    use std::time::UNIX_EPOCH;
+    let fx = Fixture::start();
+    let period = Duration::from_secs(60);
+    let options = fencelock::JobOptions::new(period, Duration::from_secs(5));
+    let runs = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let barrier = Arc::new(std::sync::Barrier::new(4));
+    let threads: Vec<_> = (0..4u32)
+        .map(|i| {
+            let client = LockClient::connect(&fx.server.url()).unwrap();
+            let job = client.job("blocking-job", options.clone()).unwrap();
+            let (runs, barrier) = (runs.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let caller = std::thread::current().id();
+                for tick in 0..5u32 {
+                    barrier.wait();
+                    // Clocks up to 3 s apart, far inside half a period.
+                    let view = UNIX_EPOCH
+                        + period * (30_000_000 + tick)
+                        + Duration::from_secs(u64::from(i));
+                    let outcome = job
+                        .run_exclusive(view, |run| {
+                            assert_eq!(std::thread::current().id(), caller);
+                            std::thread::sleep(Duration::from_millis(20));
+                            run.token()
+                        })
+                        .unwrap();
+                    if let Some(token) = outcome.into_output() {
+                        runs.lock().push((tick, token));
+                    }
+                }
+                // Before the epoch: a typed error, nothing sent.
+                let early = UNIX_EPOCH - Duration::from_secs(1);
+                assert!(job
+                    .run_exclusive(early, |_| ())
+                    .unwrap_err()
+                    .is_invalid_input());
+            })
+        })
+        .collect();
+    for thread in threads {
+        common::deadline::join_within(Duration::from_secs(60), "an instance thread", thread);
+    }
+    let runs = runs.lock();
+    let ticks: Vec<u32> = {
+        let mut ticks: Vec<u32> = runs.iter().map(|run| run.0).collect();
+        ticks.sort_unstable();
+        ticks
+    };
+    assert_eq!(ticks, [0, 1, 2, 3, 4], "each tick once: {runs:?}");
+    let client = LockClient::connect(&fx.server.url()).unwrap();
+    let last = client
+        .job("blocking-job", options)
+        .unwrap()
+        .last_tick()
+        .unwrap();
+    let last = last.expect("the last tick's record");
+    assert!(last.finished().is_some(), "{last:?}");
+    assert_eq!(Some(last.token()), runs.iter().map(|run| run.1).max());
+}

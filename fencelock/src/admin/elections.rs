@@ -80,8 +80,8 @@ impl Admin {
         let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;
         let mut elections = Vec::new();
         for key in keys {
-            let Some(name) = name_laid_out(&self.prefix, &key, b"leader:", LockKeys::election)
-            else {
+            let layout = |prefix: &[u8], name: &[u8]| LockKeys::election(prefix, name).lock;
+            let Some(name) = name_laid_out(&self.prefix, &key, b"leader:", layout) else {
                 continue;
             };
             let election = LockKeys::election(&self.prefix, &name);

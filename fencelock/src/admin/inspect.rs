@@ -235,21 +235,23 @@ pub(super) async fn read_lock(
 /// `prefix` (checking the tag too, so that a foreign key that merely matches the pattern is
 /// not taken for a lock).
 pub(super) fn name_from_key(prefix: &[u8], key: &[u8]) -> Option<Vec<u8>> {
-    name_laid_out(prefix, key, b"lock:", LockKeys::new)
+    name_laid_out(prefix, key, b"lock:", |prefix, name| {
+        LockKeys::new(prefix, name).lock
+    })
 }
 
-/// The name whose hash `layout` puts at `key` (after the slot tag, `marker` then the name),
-/// if it does: recomputing the key from the name must give `key` back.
+/// The name whose key `layout` puts at `key` (after the slot tag, `marker` then the name), if
+/// it does: recomputing the key from the name must give `key` back.
 pub(super) fn name_laid_out(
     prefix: &[u8],
     key: &[u8],
     marker: &[u8],
-    layout: fn(&[u8], &[u8]) -> LockKeys,
+    layout: fn(&[u8], &[u8]) -> Vec<u8>,
 ) -> Option<Vec<u8>> {
     let rest = key.strip_prefix(prefix)?.strip_prefix(b"{")?;
     let close = rest.iter().position(|b| *b == b'}')?;
     let name = rest[close + 1..].strip_prefix(marker)?;
-    (validate_name(name).is_ok() && layout(prefix, name).lock == key).then(|| name.to_vec())
+    (validate_name(name).is_ok() && layout(prefix, name) == key).then(|| name.to_vec())
 }
 
 impl Admin {

@@ -66,6 +66,7 @@ mod doctor;
 mod elections;
 mod force;
 mod inspect;
+mod jobs;
 mod watch;
 
 use std::collections::BTreeSet;
@@ -79,6 +80,7 @@ pub use doctor::{Check, Status};
 pub use elections::ElectionInfo;
 pub use force::ForceRelease;
 pub use inspect::{HolderEntry, LockDetail, LockInfo};
+pub use jobs::JobInfo;
 pub use watch::{LockEvent, Watch};
 
 use crate::base::config::DEFAULT_PREFIX;
@@ -362,7 +364,8 @@ mod tests {
     #[test]
     fn election_names_come_back_from_their_keys_and_never_from_a_locks() {
         use super::inspect::name_laid_out;
-        let election = |key: &[u8]| name_laid_out(b"p:", key, b"leader:", LockKeys::election);
+        let layout = |prefix: &[u8], name: &[u8]| LockKeys::election(prefix, name).lock;
+        let election = |key: &[u8]| name_laid_out(b"p:", key, b"leader:", layout);
         for name in [&b"scheduler"[..], b"a}leader:b", b"\xff"] {
             let key = LockKeys::election(b"p:", name).lock;
             assert_eq!(election(&key).as_deref(), Some(name));
@@ -372,6 +375,20 @@ mod tests {
                 "an election taken for a lock"
             );
             assert_eq!(election(&LockKeys::new(b"p:", name).lock), None);
+        }
+    }
+
+    #[test]
+    fn job_names_come_back_from_their_records_and_never_from_a_locks_key() {
+        use super::inspect::name_laid_out;
+        let layout = |prefix: &[u8], name: &[u8]| LockKeys::job(prefix, name).job_record();
+        let job = |key: &[u8]| name_laid_out(b"p:", key, b"job-tick:", layout);
+        for name in [&b"report"[..], b"a}job-tick:b", b"\xff"] {
+            let keys = LockKeys::job(b"p:", name);
+            assert_eq!(job(&keys.job_record()).as_deref(), Some(name));
+            assert_eq!(job(&keys.lock), None, "the job's lock taken for its record");
+            assert_eq!(name_from_key(b"p:", &keys.lock), None, "a job taken for a lock");
+            assert_eq!(job(&LockKeys::new(b"p:", name).lock), None);
         }
     }
 

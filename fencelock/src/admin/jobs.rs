@@ -1,0 +1,146 @@
+//! What each scheduled job did last: every job under the prefix with a tick record.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::inspect::name_laid_out;
+use super::{display_bytes, format_duration, glob_escape, Admin};
+use crate::protocol::{self, LockKeys};
+use crate::{Error, TickRecord};
+
+/// One scheduled job's newest tick, as [`Job::last_tick`](crate::Job::last_tick) reads it,
+/// and whether its runner still holds the job.
+///
+/// ```no_run
+/// # async fn demo(admin: fencelock::admin::Admin) -> Result<(), fencelock::Error> {
+/// for job in admin.jobs().await? {
+///     println!("{}: last run by {} with token {}, done: {}", job.display_name(),
+///         job.last.runner(), job.last.token(), job.last.finished().is_some());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// The job name (arbitrary bytes).
+    pub name: Vec<u8>,
+    /// The Redis key of the job's tick record.
+    pub key: Vec<u8>,
+    /// The newest tick begun: who ran it, with which token, when, and whether it finished.
+    pub last: TickRecord,
+    /// Whether that runner holds the job's lock now: running, or keeping the job for
+    /// `at_least_for` after a run. A record that is not finished and not held is a tick whose
+    /// runner lost its hold before finishing.
+    pub runner_holds: bool,
+    /// The time the tick record is kept for; `None` when it has no expiry (an operator's
+    /// doing).
+    pub retained_for: Option<Duration>,
+}
+
+impl JobInfo {
+    /// The job name for display: UTF-8 as is, other bytes escaped.
+    pub fn display_name(&self) -> String {
+        display_bytes(&self.name)
+    }
+
+    /// The state of the newest tick in one word: `running`, `done` or `abandoned` (its runner
+    /// lost its hold before finishing).
+    pub fn state(&self) -> &'static str {
+        match (self.last.finished().is_some(), self.runner_holds) {
+            (true, _) => "done",
+            (false, true) => "running",
+            (false, false) => "abandoned",
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch, for display.
+fn epoch_ms(time: SystemTime) -> u128 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis())
+}
+
+impl fmt::Display for JobInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}  tick {}  {}  runner {}  token {}",
+            self.display_name(),
+            epoch_ms(self.last.tick()),
+            self.state(),
+            self.last.runner(),
+            self.last.token()
+        )?;
+        if let (Some(finished), Ok(ran)) = (
+            self.last.finished(),
+            self.last
+                .finished()
+                .unwrap_or(UNIX_EPOCH)
+                .duration_since(self.last.started()),
+        ) {
+            write!(
+                f,
+                "  ran {} (finished {})",
+                format_duration(ran),
+                epoch_ms(finished)
+            )?;
+        }
+        match self.retained_for {
+            Some(ttl) => write!(f, "  kept {}", format_duration(ttl)),
+            None => write!(f, "  no expiry"),
+        }
+    }
+}
+
+impl Admin {
+    /// Every scheduled job under the prefix that has a tick record, sorted by name: its newest
+    /// tick, runner, token, and whether the runner holds the job now. Uses `SCAN` (never
+    /// `KEYS`) for the keys `{*}job-tick:*`, then reads each job the way its instances do
+    /// (`job_read.lua`, one `EVALSHA`), so the record and the lock's holder come from one
+    /// atomic read. A record that expired between the scan and the read is left out.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when a job's key holds foreign data;
+    /// [`Error::PermissionDenied`] when the Redis user may not run `EVALSHA` or read the key;
+    /// [`Error::Redis`] when the connection fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only (`SCAN`, then one read-only script per job).
+    pub async fn jobs(&self) -> Result<Vec<JobInfo>, Error> {
+        let pattern = [glob_escape(&self.prefix), b"{*}job-tick:*".to_vec()].concat();
+        let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;
+        let mut jobs = Vec::new();
+        for key in keys {
+            let layout = |prefix: &[u8], name: &[u8]| LockKeys::job(prefix, name).job_record();
+            let Some(name) = name_laid_out(&self.prefix, &key, b"job-tick:", layout) else {
+                continue;
+            };
+            let job = LockKeys::job(&self.prefix, &name);
+            let read = protocol::job_read(&mut self.conn.clone(), &job).await?;
+            let Some(record) = read.record else {
+                continue; // expired since the scan
+            };
+            let runner_holds = read.lock_token == Some(record.token);
+            let retained_for = self.record_ttl(&key).await?;
+            jobs.push(JobInfo {
+                name,
+                key,
+                last: record.into(),
+                runner_holds,
+                retained_for,
+            });
+        }
+        jobs.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(jobs)
+    }
+
+    /// The time left of a record's expiry (`None`: none set, or the key is gone).
+    async fn record_ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(Error::from_reply)?;
+        Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
+    }
+}
