@@ -29,6 +29,7 @@
 //! | `fencelock.renew` | event, DEBUG (WARN for `error`) | after each watchdog renewal script call (one per batch of up to `renew_batch` locks) | `locks` (in the batch), `outcome` (`ok` / `error`), `renewed` and `lost` (when `ok`: leases extended, locks found gone or taken over), `error` |
 //! | `fencelock.lost` | event, WARN | once per holder, when it learns it lost the lock | `lock`, `holder`, `token`, `reason` (`renewal_refused`: a renewal found it gone or taken over / `lease_expired`: the lease ran out by this process' clock without a successful renewal / `not_held`: a re-entry, extension or release was refused) |
 //! | `fencelock.stale_write` | event, WARN | a [`FencedResource`](crate::FencedResource) write was refused for a stale token | `resource` (name), `presented` (the refused token), `latest` (the resource's high-water mark) |
+//! | `fencelock.job` | event, DEBUG (WARN for `error`) | when a [`Job::run_exclusive`](crate::Job::run_exclusive) call decided a tick: skipped, ran, or failed | `job` (name, lossy UTF-8), `tick_ms` (the caller's view of the tick, ms since the epoch), `outcome` (`ran` / `skipped_running` / `skipped_done` / `skipped_abandoned` / `skipped_late` / `error`), `runner` and `runner_token` (when skipped: the record's runner, if any), `token`, `took_over` and `run_ms` (when ran: the run's token, the dead runner's token it took over, the run time by the server's clock), `error` |
 //! | `fencelock.eviction_risk` | event, WARN | once per `connect`, when the server's `maxmemory-policy` can evict lock data | `message` (the policy, what it can evict, the fix) |
 //! | `fencelock.untested_server` | event, WARN | once per `connect`, when the server is older than every tested release of its flavour (or of a flavour nobody tested) | `server` (flavour and version), `tested` (the tested releases) |
 //! | `fencelock.eviction_check_failed` | event, DEBUG | once per `connect`, when `CONFIG GET maxmemory-policy` is refused (ACL, renamed command) | `error` |
@@ -53,7 +54,8 @@
 //! | `fencelock_renewals_total` | counter | | leases the watchdog renewed |
 //! | `fencelock_renewal_calls_total` | counter | | renewal script calls (each renews up to `renew_batch` locks); equals [`LockClient::renewal_calls`](crate::LockClient::renewal_calls) summed over clients |
 //! | `fencelock_lost_leases_total` | counter | | holders that learnt they lost their lock (the `fencelock.lost` event) |
-//! | `fencelock_stale_writes_rejected_total` | counter | | fenced writes refused for a stale token (claiming reads that are refused are not counted) |
+//! | `fencelock_stale_writes_rejected_total` | counter | | fenced writes refused for a stale token, including a job run's finish refused because another runner took its tick over (claiming reads that are refused are not counted) |
+//! | `fencelock_job_ticks_total` | counter | `outcome` = `ran` / `skipped_running` / `skipped_done` / `skipped_abandoned` / `skipped_late` / `error` | [`Job::run_exclusive`](crate::Job::run_exclusive) calls, by outcome (as the `fencelock.job` event) |
 //! | `fencelock_releases_total` | counter | `outcome` = `released` / `exited` / `not_held` / `error` | releases, explicit and of dropped guards, by outcome (as the `fencelock.release` event) |
 //!
 //! Three gauges are read from the client rather than recorded, for an exporter to poll:

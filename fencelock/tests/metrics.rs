@@ -165,3 +165,69 @@ async fn a_scripted_scenario_is_counted_exactly() {
     assert_eq!(totals.counter("fencelock_renewal_calls_total"), calls);
     assert_eq!(totals.counter("fencelock_renewals_total"), calls - 1);
 }
+
+#[tokio::test]
+async fn job_ticks_are_counted_by_outcome() {
+    use fencelock::{JobOptions, OnRunnerDeath};
+    use std::time::UNIX_EPOCH;
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recorder = metrics::set_default_local_recorder(&recorder);
+    let mut totals = Totals::default();
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let period = Duration::from_secs(60);
+    let job = client
+        .job("counted", JobOptions::new(period, Duration::from_secs(5)))
+        .unwrap();
+    let tick = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    assert!(job
+        .run_exclusive(tick, |_run| async {})
+        .await
+        .unwrap()
+        .ran());
+    let done = job.run_exclusive(tick, |_run| async {}).await.unwrap();
+    assert!(!done.ran());
+    let late = job
+        .run_exclusive(tick - period, |_run| async {})
+        .await
+        .unwrap();
+    assert!(!late.ran());
+    // A runner dropped mid-job: the next call under GiveUp finds its tick abandoned.
+    let next = tick + period;
+    let dropped = job.run_exclusive(next, |_run| std::future::pending::<()>());
+    let _ = tokio::time::timeout(Duration::from_millis(200), dropped).await;
+    let give_up = client
+        .job(
+            "counted",
+            JobOptions::new(period, Duration::from_secs(5)).on_runner_death(OnRunnerDeath::GiveUp),
+        )
+        .unwrap();
+    let abandoned = loop {
+        // The dropped run's lock is released in the background.
+        let outcome = give_up.run_exclusive(next, |_run| async {}).await.unwrap();
+        if !matches!(outcome, fencelock::JobOutcome::SkippedRunning { .. }) {
+            break outcome;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(
+        matches!(abandoned, fencelock::JobOutcome::SkippedAbandoned { .. }),
+        "{abandoned:?}"
+    );
+
+    totals.update(&snapshotter);
+    assert_eq!(totals.counter("fencelock_job_ticks_total{outcome=ran}"), 1);
+    assert_eq!(
+        totals.counter("fencelock_job_ticks_total{outcome=skipped_done}"),
+        1
+    );
+    assert_eq!(
+        totals.counter("fencelock_job_ticks_total{outcome=skipped_late}"),
+        1
+    );
+    assert_eq!(
+        totals.counter("fencelock_job_ticks_total{outcome=skipped_abandoned}"),
+        1
+    );
+}

@@ -474,3 +474,35 @@ async fn a_permission_check_that_cannot_run_leaves_the_connect_alone() {
     let guard = client.lock("after").unwrap().acquire().await.unwrap();
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn job_ticks_report_ran_and_skipped_with_the_runner() {
+    use std::time::UNIX_EPOCH;
+    let capture = Capture::default();
+    let _subscriber = capture.install();
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let options = fencelock::JobOptions::new(Duration::from_secs(60), Duration::from_secs(5));
+    let job = client.job("nightly", options).unwrap();
+    let tick = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let token = job
+        .run_exclusive(tick, |run| async move { run.token() })
+        .await
+        .unwrap()
+        .into_output()
+        .unwrap();
+    let again = job.run_exclusive(tick, |_run| async {}).await.unwrap();
+    assert!(!again.ran());
+    // Bad input is refused before anything happens: no event.
+    let early = UNIX_EPOCH - Duration::from_secs(1);
+    assert!(job.run_exclusive(early, |_run| async {}).await.is_err());
+
+    let events = capture.named("fencelock.job");
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0].field("job"), "nightly");
+    assert_eq!(events[0].field("outcome"), "ran");
+    assert_eq!(events[0].field("token"), token.get().to_string());
+    assert_eq!(events[0].field("tick_ms"), "1800000000000");
+    assert_eq!(events[1].field("outcome"), "skipped_done");
+    assert_eq!(events[1].field("runner_token"), token.get().to_string());
+}

@@ -387,7 +387,11 @@ mod tests {
             let keys = LockKeys::job(b"p:", name);
             assert_eq!(job(&keys.job_record()).as_deref(), Some(name));
             assert_eq!(job(&keys.lock), None, "the job's lock taken for its record");
-            assert_eq!(name_from_key(b"p:", &keys.lock), None, "a job taken for a lock");
+            assert_eq!(
+                name_from_key(b"p:", &keys.lock),
+                None,
+                "a job taken for a lock"
+            );
             assert_eq!(job(&LockKeys::new(b"p:", name).lock), None);
         }
     }
