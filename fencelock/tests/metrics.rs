@@ -231,3 +231,37 @@ async fn job_ticks_are_counted_by_outcome() {
         1
     );
 }
+
+#[tokio::test]
+async fn leadership_changes_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recorder = metrics::set_default_local_recorder(&recorder);
+    let mut totals = Totals::default();
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let election = client.election("counted").unwrap();
+    for _ in 0..3 {
+        election
+            .campaign(b"x")
+            .await
+            .unwrap()
+            .resign()
+            .await
+            .unwrap();
+    }
+    assert!(election
+        .try_campaign(b"y")
+        .await
+        .unwrap()
+        .is_some_and(|l| l.term().get() > 0));
+    totals.update(&snapshotter);
+    assert_eq!(
+        totals.counter("fencelock_leadership_changes_total{change=elected}"),
+        4
+    );
+    assert_eq!(
+        totals.counter("fencelock_leadership_changes_total{change=resigned}"),
+        3
+    );
+}

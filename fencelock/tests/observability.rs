@@ -506,3 +506,28 @@ async fn job_ticks_report_ran_and_skipped_with_the_runner() {
     assert_eq!(events[1].field("outcome"), "skipped_done");
     assert_eq!(events[1].field("runner_token"), token.get().to_string());
 }
+
+#[tokio::test]
+async fn leadership_changes_are_reported_with_the_term() {
+    let capture = Capture::default();
+    let _subscriber = capture.install();
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let election = client.election("scheduler").unwrap();
+    let leader = election.campaign(b"a").await.unwrap();
+    let (id, term) = (leader.id().to_owned(), leader.term());
+    leader.resign().await.unwrap();
+    // A deposed leader's resignation is not a change: no event.
+    let deposed = election.campaign(b"b").await.unwrap();
+    let _: () =
+        redis::Commands::del(&mut fx.raw(), fx.keys("fencelock:{*}leader:scheduler")).unwrap();
+    assert!(deposed.resign().await.unwrap_err().is_not_held());
+
+    let events = capture.named("fencelock.leader");
+    let changes: Vec<&str> = events.iter().map(|e| e.field("change")).collect();
+    assert_eq!(changes, ["elected", "resigned", "elected"], "{events:?}");
+    assert_eq!(events[0].field("election"), "scheduler");
+    assert_eq!(events[0].field("leader"), id);
+    assert_eq!(events[0].field("term"), term.get().to_string());
+    assert_eq!(events[1].field("term"), term.get().to_string());
+}

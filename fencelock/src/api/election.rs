@@ -14,6 +14,7 @@ use super::client::LockClient;
 use super::guard::LockGuard;
 use super::lock::Lock;
 use crate::base::error::Error;
+use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::wait::ObserveEntry;
 use crate::protocol::keys::validate_name;
@@ -27,6 +28,19 @@ use crate::protocol::{self, LeaderReply, LockKeys, OwnerReply};
 /// assert_eq!(fencelock::MAX_METADATA_LEN, 4096);
 /// ```
 pub const MAX_METADATA_LEN: usize = 4096;
+
+/// The `fencelock.leader` event and the leadership metric for a leader elected.
+fn report_leadership(guard: &LockGuard, change: &'static str) {
+    metrics::leadership(change);
+    tracing::debug!(
+        name: "fencelock.leader",
+        election = %String::from_utf8_lossy(guard.lock_name()),
+        leader = guard.holder_id(),
+        term = guard.token().get(),
+        change,
+        "leader elected"
+    );
+}
 
 /// When a follower that saw no lease (nobody leads) reads the leader again without having
 /// been told anything: a stand-in for a message lost without a reconnect, which the lock's
@@ -256,10 +270,13 @@ impl Election {
             })
             .await?;
         match reply {
-            OwnerReply::Done { .. } => Ok(LeaderGuard {
-                guard,
-                metadata: metadata.to_vec(),
-            }),
+            OwnerReply::Done { .. } => {
+                report_leadership(&guard, metrics::ELECTED);
+                Ok(LeaderGuard {
+                    guard,
+                    metadata: metadata.to_vec(),
+                })
+            }
             OwnerReply::NotHeld => Err(Error::NotHeld),
         }
     }
@@ -492,7 +509,20 @@ impl LeaderGuard {
     /// # Ok(()) }
     /// ```
     pub async fn resign(self) -> Result<(), Error> {
-        self.guard.release().await
+        let (holder, term) = (self.guard.holder().clone(), self.term());
+        let resigned = self.guard.release().await;
+        if resigned.is_ok() {
+            metrics::leadership(metrics::RESIGNED);
+            tracing::debug!(
+                name: "fencelock.leader",
+                election = %String::from_utf8_lossy(&holder.name),
+                leader = holder.id.as_str(),
+                term = term.get(),
+                change = metrics::RESIGNED,
+                "leader resigned"
+            );
+        }
+        resigned
     }
 }
 

@@ -20,6 +20,9 @@ pub(crate) const NOT_HELD: &str = "not_held";
 /// How a job's `run_exclusive` ended: ran here, or skipped (another instance runs it, the tick
 /// is done, its runner died and the policy gives it up, a newer tick has begun); or `error`.
 pub(crate) const JOB_RAN: &str = "ran";
+/// A change of leader: one elected (its metadata recorded), one resigned.
+pub(crate) const ELECTED: &str = "elected";
+pub(crate) const RESIGNED: &str = "resigned";
 pub(crate) const JOB_RUNNING: &str = "skipped_running";
 pub(crate) const JOB_DONE: &str = "skipped_done";
 pub(crate) const JOB_ABANDONED: &str = "skipped_abandoned";
@@ -59,6 +62,9 @@ mod imp {
     pub(super) fn job(outcome: &'static str) {
         ::metrics::counter!("fencelock_job_ticks_total", "outcome" => outcome).increment(1);
     }
+    pub(super) fn leadership(change: &'static str) {
+        ::metrics::counter!("fencelock_leadership_changes_total", "change" => change).increment(1);
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -72,6 +78,7 @@ mod imp {
     pub(super) fn stale_write_rejected() {}
     pub(super) fn release(_outcome: &'static str) {}
     pub(super) fn job(_outcome: &'static str) {}
+    pub(super) fn leadership(_change: &'static str) {}
 }
 
 /// One acquire call that started at `started` ended with `outcome`. The clock is read only
@@ -126,4 +133,9 @@ pub(crate) fn release(outcome: &'static str) {
 /// A job's `run_exclusive` for one tick ended with `outcome`.
 pub(crate) fn job(outcome: &'static str) {
     imp::job(outcome);
+}
+
+/// A leader was elected or resigned (`change`).
+pub(crate) fn leadership(change: &'static str) {
+    imp::leadership(change);
 }
