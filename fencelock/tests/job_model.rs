@@ -245,7 +245,9 @@ impl World<'_> {
         });
         // Its hold ends behind it, as when at_most_for passes.
         let keys: Vec<Vec<u8>> = raw(self.server).keys("fencelock:{*}job:model").unwrap();
-        let _: () = raw(self.server).del(keys).unwrap();
+        if !keys.is_empty() {
+            let _: () = raw(self.server).del(keys).unwrap();
+        }
         self.call(taker, tick + step, 0, false).await?;
         go_tx.send(()).unwrap();
         let finished = within(HANDOFF, "the slow run finishes", slow)
@@ -362,10 +364,7 @@ fn run_cases(cases: u32, control: Option<Control>) -> Result<(), String> {
 }
 
 fn cases() -> u32 {
-    std::env::var("FENCELOCK_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64)
+    common::env_cases("FENCELOCK_PROPTEST_CASES", 64)
 }
 
 #[test]

@@ -15,6 +15,14 @@ use fencelock_testing::RedisServer;
 pub use fixture::Fixture;
 use redis::Commands;
 
+/// A number of random cases from the environment variable `var`, or `default`.
+pub fn env_cases(var: &str, default: u32) -> u32 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Polls `check` every 10 ms until it holds or `limit` passes; returns whether it held.
 pub async fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
     let until = std::time::Instant::now() + limit;

@@ -1018,9 +1018,4 @@ pub fn run_cases(
     }
 }
 
-pub fn env_cases(var: &str, default: u32) -> u32 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+pub use crate::common::env_cases;
