@@ -222,3 +222,55 @@ async fn a_release_missed_while_disconnected_does_not_strand_the_waiter() {
         .unwrap();
     acquired.release().await.unwrap();
 }
+
+/// A waiter waits for the lock, not for one request: an outage longer than the retry window
+/// (here four of them, with every connection attempt accepted and reset, as a server that
+/// is going away does) is ridden out until the waiter's own deadline, and the release that
+/// happened meanwhile is found once the connection is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_an_outage_longer_than_the_retry_window() {
+    let fx = Fixture::start();
+    let proxy = FaultProxy::start(fx.server.addr()).unwrap();
+    let window = Duration::from_millis(500);
+    let holder_client = fx.client().await;
+    let waiter_client = LockClient::builder(proxy.url())
+        .retry_window(window)
+        .connect()
+        .await
+        .unwrap();
+    let guard = holder_client
+        .lock("outage")
+        .unwrap()
+        .with_lease(Duration::from_secs(60))
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let waiter_lock = waiter_client.lock("outage").unwrap();
+    let waiter =
+        tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
+    let key = fx.lock_key("outage").unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || fx.subscribers(&key) == 1).await,
+        "the waiter never subscribed"
+    );
+
+    proxy.refuse_new(true);
+    proxy.reset_all();
+    tokio::time::sleep(window * 4).await;
+    if waiter.is_finished() {
+        panic!(
+            "the waiter gave up during the outage: {:?}",
+            waiter.await.unwrap().map(|guard| guard.token())
+        );
+    }
+    guard.release().await.unwrap();
+    proxy.refuse_new(false);
+
+    let acquired = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter found the lock free once the connection was back")
+        .unwrap()
+        .unwrap();
+    acquired.release().await.unwrap();
+}

@@ -194,7 +194,8 @@ impl Election {
     /// that died silently, when its lease ends.
     ///
     /// # Errors
-    /// As [`Election::try_campaign`]; never [`Error::Timeout`].
+    /// As [`Election::try_campaign`], except that while the candidate waits a lost connection
+    /// is retried for as long as it lasts (as in [`Lock::acquire`]); never [`Error::Timeout`].
     ///
     /// # Cancel safety
     /// Cancel safe. Dropped while waiting or winning: as [`Lock::acquire`], the candidate
@@ -222,7 +223,8 @@ impl Election {
     /// (the won lock is then released in the background).
     ///
     /// # Errors
-    /// [`Error::Timeout`], or as [`Election::try_campaign`].
+    /// [`Error::Timeout`], or as [`Election::campaign`] (a lost connection while waiting is
+    /// retried until the deadline).
     ///
     /// # Cancel safety
     /// Cancel safe, as [`Election::campaign`].

@@ -12,6 +12,7 @@ use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::replica_ack::{OnShortfall, ReplicaAck};
+use crate::base::retry::waiting_window;
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::{FairExit, FirstAttempt, Wake};
@@ -181,7 +182,8 @@ impl Lock {
         self.traced("try_acquire", &contended, || async {
             let holder = self.client.engine.next_id();
             let mut pending = self.pending(&holder);
-            match self.attempt(&holder, &mut pending, false).await? {
+            let window = self.client.engine.config.retry_window;
+            match self.attempt(&holder, &mut pending, false, window).await? {
                 Attempt::Won(guard) => Ok(Some(guard)),
                 Attempt::Busy(_) => Ok(None),
             }
@@ -196,8 +198,13 @@ impl Lock {
     /// costs at most that). Waiters of one client queue in FIFO order and only the first goes
     /// to Redis on each release.
     ///
+    /// A waiter waits for the lock, not for one request: once it is waiting, a lost connection
+    /// (a server restart, a network outage) is retried for as long as it lasts, not only for
+    /// the retry window, and the waiter goes on once Redis answers again.
+    ///
     /// # Errors
-    /// As [`Lock::try_acquire`]; never [`Error::Timeout`].
+    /// As [`Lock::try_acquire`], except that [`Error::Redis`] for an unreachable Redis comes
+    /// only from the first try, before the call starts waiting; never [`Error::Timeout`].
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves the queue and undoes an acquisition that may be
@@ -212,10 +219,12 @@ impl Lock {
 
     /// Takes the lock, waiting at most `timeout`; [`Error::Timeout`] when the lock was still
     /// held then, or Redis did not answer in time (an attempt still in flight at the deadline
-    /// is undone in the background). The call returns at the deadline at the latest.
+    /// is undone in the background). The call returns at the deadline at the latest. Once
+    /// waiting, a lost connection is retried until the deadline, as in [`Lock::acquire`].
     ///
     /// # Errors
-    /// [`Error::Timeout`], or as [`Lock::try_acquire`].
+    /// [`Error::Timeout`], or as [`Lock::acquire`]: [`Error::Redis`] for an unreachable Redis
+    /// only from the first try, before the call starts waiting.
     ///
     /// # Cancel safety
     /// Cancel safe, as [`Lock::acquire`].
@@ -328,7 +337,8 @@ impl Lock {
         let mut first = None;
         if !waiters.has_waiters(&self.keys.lock) {
             let attempt = FirstAttempt::new(waiters, self.fair_exit());
-            if let Attempt::Won(guard) = self.attempt(&holder, &mut pending, true).await? {
+            let window = self.client.engine.config.retry_window;
+            if let Attempt::Won(guard) = self.attempt(&holder, &mut pending, true, window).await? {
                 attempt.settled();
                 return Ok(guard);
             }
@@ -379,7 +389,8 @@ impl Lock {
                     waited: started.elapsed(),
                 });
             }
-            match self.attempt(holder, pending, true).await? {
+            let window = waiting_window(self.client.engine.config.retry_window, deadline);
+            match self.attempt(holder, pending, true, window).await? {
                 Attempt::Won(guard) => {
                     entry.acquired(self.lease());
                     return Ok(guard);
@@ -401,13 +412,15 @@ impl Lock {
         )
     }
 
-    /// One acquire round trip (re-sent while its outcome is unknown). `waiting`: the attempt
-    /// of an acquirer that will wait, which a fair-mode client queues when the lock is held.
+    /// One acquire round trip (re-sent while its outcome is unknown and `window` is open).
+    /// `waiting`: the attempt of an acquirer that will wait, which a fair-mode client queues
+    /// when the lock is held.
     async fn attempt(
         &self,
         holder: &str,
         pending: &mut PendingOp,
         waiting: bool,
+        window: Duration,
     ) -> Result<Attempt, Error> {
         let fair = self.client.engine.fair_attempt(waiting);
         let lease = self.lease();
@@ -419,7 +432,7 @@ impl Lock {
                 let reply = self
                     .client
                     .engine
-                    .retrying(|mut conn| {
+                    .retrying_within(window, |mut conn| {
                         let keys = &self.keys;
                         async move {
                             protocol::acquire_with(&mut conn, keys, holder, lease, op_ttl, fair)
@@ -435,6 +448,7 @@ impl Lock {
                     &self.client.engine.acks,
                     ack,
                     &self.keys,
+                    window,
                     |mut conn| {
                         let keys = &self.keys;
                         async move {

@@ -14,6 +14,7 @@ use super::lock::Lock;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::replica_ack::{Acks, OnShortfall, ReplicaAck};
+use crate::base::retry::waiting_window;
 use crate::base::token::FencingToken;
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
@@ -233,7 +234,7 @@ impl MultiLock {
     /// undone in the background (`cancel.lua` per member), so no member is left held.
     pub async fn try_acquire(&self) -> Result<Option<MultiGuard>, Error> {
         self.traced("try_acquire", async {
-            match self.attempt().await? {
+            match self.attempt(self.client.engine.config.retry_window).await? {
                 Attempt::Won(guard) => Ok(Some(guard)),
                 Attempt::Busy { .. } => Ok(None),
             }
@@ -243,10 +244,12 @@ impl MultiLock {
 
     /// Takes every member, waiting as long as it takes. While waiting nothing is held: the
     /// waiter queues on the first busy member (the same FIFO queues and release messages as
-    /// [`Lock::acquire`]) and tries the whole set again when it is released.
+    /// [`Lock::acquire`]) and tries the whole set again when it is released. As there, a lost
+    /// connection is retried for as long as it lasts once the call is waiting.
     ///
     /// # Errors
-    /// As [`MultiLock::try_acquire`]; never [`Error::Timeout`].
+    /// As [`MultiLock::try_acquire`], except that [`Error::Redis`] for an unreachable Redis
+    /// comes only from the first try, before the call starts waiting; never [`Error::Timeout`].
     ///
     /// # Cancel safety
     /// Cancel safe, as [`MultiLock::try_acquire`].
@@ -257,10 +260,11 @@ impl MultiLock {
 
     /// Takes every member, waiting at most `timeout`: [`Error::Timeout`] when some member was
     /// still held then. Returns at the deadline at the latest; an attempt in flight then is
-    /// undone in the background.
+    /// undone in the background. Once waiting, a lost connection is retried until the deadline.
     ///
     /// # Errors
-    /// [`Error::Timeout`], or as [`MultiLock::try_acquire`].
+    /// [`Error::Timeout`], or as [`MultiLock::acquire`]: [`Error::Redis`] for an unreachable
+    /// Redis only from the first try, before the call starts waiting.
     ///
     /// # Cancel safety
     /// Cancel safe, as [`MultiLock::try_acquire`].
@@ -319,7 +323,7 @@ impl MultiLock {
             .position(|m| waiters.has_waiters(&m.keys().lock));
         let (mut index, mut pttl) = match queued {
             Some(index) => (index, None),
-            None => match self.attempt().await? {
+            None => match self.attempt(self.client.engine.config.retry_window).await? {
                 Attempt::Won(guard) => return Ok(guard),
                 Attempt::Busy { index, pttl } => (index, pttl),
             },
@@ -338,7 +342,8 @@ impl MultiLock {
                 if entry.wait(deadline).await == Wake::Deadline {
                     return Err(timeout());
                 }
-                match self.attempt().await? {
+                let window = waiting_window(self.client.engine.config.retry_window, deadline);
+                match self.attempt(window).await? {
                     Attempt::Won(guard) => {
                         entry.acquired(self.lease());
                         return Ok(guard);
@@ -364,8 +369,9 @@ impl MultiLock {
     }
 
     /// One try at the whole set, with fresh holder ids (a rolled-back member's op record is
-    /// marked cancelled, so its holder id cannot be used again).
-    async fn attempt(&self) -> Result<Attempt, Error> {
+    /// marked cancelled, so its holder id cannot be used again), each request re-sent within
+    /// `window` while its outcome is unknown.
+    async fn attempt(&self, window: Duration) -> Result<Attempt, Error> {
         let holders: Vec<String> = self
             .members
             .iter()
@@ -388,8 +394,11 @@ impl MultiLock {
             .collect();
         let sent_at = Instant::now();
         let won = match self.plan() {
-            Plan::OneScript => self.attempt_one_script(&holders, &mut pending).await?,
-            Plan::Ordered => self.attempt_ordered(&holders, &mut pending).await?,
+            Plan::OneScript => {
+                self.attempt_one_script(&holders, &mut pending, window)
+                    .await?
+            }
+            Plan::Ordered => self.attempt_ordered(&holders, &mut pending, window).await?,
         };
         let (tokens, acks) = match won {
             Ok(won) => won,
@@ -417,6 +426,7 @@ impl MultiLock {
         &self,
         holders: &[String],
         pending: &mut [PendingOp],
+        window: Duration,
     ) -> Result<Result<(Vec<FencingToken>, Option<Acks>), (usize, Option<Duration>)>, Error> {
         let lease = self.lease();
         let op_ttl = self.client.engine.config.op_record_ttl;
@@ -437,7 +447,10 @@ impl MultiLock {
             };
         }
         let (reply, acks) = match self.replica_ack {
-            None => (self.client.engine.retrying(call!()).await?, None),
+            None => (
+                self.client.engine.retrying_within(window, call!()).await?,
+                None,
+            ),
             Some(ack) => {
                 // One script reaches every member here (not a cluster), so any member's keys
                 // route it; a set has at least one member.
@@ -446,6 +459,7 @@ impl MultiLock {
                     &self.client.engine.acks,
                     ack,
                     first,
+                    window,
                     call!(),
                     |reply| matches!(reply, AcquireAllReply::Acquired { .. }),
                 )
@@ -470,6 +484,7 @@ impl MultiLock {
         &self,
         holders: &[String],
         pending: &mut [PendingOp],
+        window: Duration,
     ) -> Result<Result<(Vec<FencingToken>, Option<Acks>), (usize, Option<Duration>)>, Error> {
         let lease = self.lease();
         let op_ttl = self.client.engine.config.op_record_ttl;
@@ -496,10 +511,10 @@ impl MultiLock {
             // Members taken so far stay armed: an error or a drop here undoes them.
             pending[index].arm();
             let outcome = match &mut session {
-                None => self.client.engine.retrying(call!()).await,
+                None => self.client.engine.retrying_within(window, call!()).await,
                 Some(session) => {
                     session
-                        .run(member.keys(), call!(), |reply| {
+                        .run(member.keys(), window, call!(), |reply| {
                             matches!(reply, AcquireReply::Acquired { .. })
                         })
                         .await

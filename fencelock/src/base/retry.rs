@@ -3,7 +3,8 @@
 //!
 //! Every loop that re-sends a request (an operation whose outcome is unknown, a replicated
 //! acquisition looking for its primary) and every loop that tries again after a failure (the
-//! watchdog's renewals) takes its pauses from here. The jitter matters: the failures that make
+//! watchdog's renewals) takes its pauses from here, and every window that bounds the re-sends
+//! of one operation ([`Resends`], [`waiting_window`]). The jitter matters: the failures that make
 //! clients retry (a restart, a failover, a network blip) hit every client at once, and pauses
 //! of exactly 5, 10, 20 ms would bring them back at once too.
 
@@ -27,6 +28,23 @@ pub(crate) fn backoff(first: Duration, max: Duration) -> ExponentialBackoff {
         .with_jitter()
         .without_max_times()
         .build()
+}
+
+/// The window for the attempts of an acquirer that is already waiting for the lock: until the
+/// caller's deadline (without one, no end), never shorter than the client's `retry_window`.
+///
+/// Such an acquirer waits for the lock, not for one request: a server restart or a network
+/// outage longer than the retry window would otherwise end a wait that had most of its time
+/// left, while the holder's watchdog rides out the same outage until its lease ends. Its
+/// re-sends also keep the connection reconnecting: redis-rs' connection manager gives up after
+/// its own few tries and starts again only when a request fails on it.
+pub(crate) fn waiting_window(retry_window: Duration, deadline: Option<Instant>) -> Duration {
+    match deadline {
+        Some(deadline) => deadline
+            .saturating_duration_since(Instant::now())
+            .max(retry_window),
+        None => Duration::MAX,
+    }
 }
 
 /// The re-sends of one operation: pauses from [`backoff`] for as long as the next attempt
@@ -72,6 +90,19 @@ mod tests {
             );
             nominal = (nominal * 2).min(ms(250));
         }
+    }
+
+    #[test]
+    fn a_waiter_retries_until_its_deadline_and_never_less_than_the_window() {
+        let window = Duration::from_secs(3);
+        let far = Instant::now() + Duration::from_secs(30);
+        assert!(waiting_window(window, Some(far)) > Duration::from_secs(29));
+        assert_eq!(waiting_window(window, Some(Instant::now())), window);
+        assert_eq!(waiting_window(window, None), Duration::MAX);
+        // An open-ended window never closes.
+        let mut resends = Resends::new(Duration::MAX);
+        resends.started -= Duration::from_secs(3600);
+        assert!(resends.next_pause().is_some());
     }
 
     #[test]

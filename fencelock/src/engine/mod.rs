@@ -16,6 +16,7 @@ pub(crate) mod watchdog;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use crate::base::config::{ClientConfig, NodeAuth, Target};
 use crate::base::error::{Error, Failure};
@@ -154,12 +155,33 @@ impl Engine {
     /// dropped connection, server loading, a primary that moved) and the retry window is open.
     /// Every caller passes the same operation id on each attempt, so the server applies it at
     /// most once.
-    pub(crate) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
+    ///
+    /// Not an async fn: that would wrap the (hot, large) future of [`Engine::retrying_within`]
+    /// in one more state machine.
+    pub(crate) fn retrying<'a, T, F, Fut>(
+        &'a self,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, Error>> + 'a
+    where
+        F: FnMut(Conn) -> Fut + 'a,
+        Fut: Future<Output = Result<T, Error>> + 'a,
+        T: 'a,
+    {
+        self.retrying_within(self.config.retry_window, attempt)
+    }
+
+    /// [`Engine::retrying`] with another window: a waiting acquirer's
+    /// ([`crate::base::retry::waiting_window`]).
+    pub(crate) async fn retrying_within<T, F, Fut>(
+        &self,
+        window: Duration,
+        mut attempt: F,
+    ) -> Result<T, Error>
     where
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
-        let mut resends = Resends::new(self.config.retry_window);
+        let mut resends = Resends::new(window);
         loop {
             // Not through `controlled`: an async fn keeps its argument and the future it
             // awaits side by side, which would double this (hot, large) future.

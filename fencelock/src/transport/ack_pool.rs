@@ -267,8 +267,9 @@ impl AckSession<'_> {
     ///
     /// Follows `MOVED` (the map learns the new owner) and `ASK` (`ASKING` then the script at the
     /// importing node), at most [`MAX_REDIRECTS`] times. A transient failure re-sends the script
-    /// (same ids, so a replay) within the retry window, after asking the Sentinels or the
-    /// cluster where the primary is now when the failure says it may have moved (connection
+    /// (same ids, so a replay) within `window` (the retry window, or a waiting acquirer's:
+    /// [`waiting_window`](crate::base::retry::waiting_window)), after asking the Sentinels or
+    /// the cluster where the primary is now when the failure says it may have moved (connection
     /// errors, `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`). After a failure that leaves the
     /// outcome unknown (a timeout or a lost connection after the script was sent), the write
     /// may have been made on the lost connection and the re-send may be a replay that writes
@@ -277,6 +278,7 @@ impl AckSession<'_> {
     pub(crate) async fn run<R, F, Fut>(
         &mut self,
         keys: &LockKeys,
+        window: Duration,
         mut attempt: F,
         acquired: impl Fn(&R) -> bool,
     ) -> Result<R, Error>
@@ -287,7 +289,7 @@ impl AckSession<'_> {
         let pool = self.pool;
         let slot = keys.slot;
         let response_timeout = pool.config.response_timeout;
-        let mut resends = Resends::new(pool.config.retry_window);
+        let mut resends = Resends::new(window);
         let mut resent = false;
         let mut redirects = 0;
         let mut ask: Option<String> = None;
@@ -478,6 +480,7 @@ pub(crate) async fn acquire_acknowledged<R, F, Fut>(
     pool: &AckConnections,
     ack: ReplicaAck,
     keys: &LockKeys,
+    window: Duration,
     attempt: F,
     acquired: impl Fn(&R) -> bool,
 ) -> Result<(R, Option<Acks>), Error>
@@ -486,7 +489,7 @@ where
     Fut: Future<Output = Result<R, Error>>,
 {
     let mut session = pool.session().await?;
-    let reply = session.run(keys, attempt, &acquired).await?;
+    let reply = session.run(keys, window, attempt, &acquired).await?;
     if !acquired(&reply) {
         session.finish();
         return Ok((reply, None));
