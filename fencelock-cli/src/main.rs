@@ -3,7 +3,8 @@
 //! ```text
 //! cargo run -p fencelock-cli -- --url redis://127.0.0.1:7000/ list
 //! fencelock list [--json]                  every held lock: name, holders, lease, token
-//! fencelock elections [--json]             every led election: leader, term, metadata, lease
+//! fencelock elections [--json]             every led election: leader, term, metadata, lease,
+//!                                          candidates
 //! fencelock jobs [--json]                  every scheduled job: last tick, state, runner, token
 //! fencelock show NAME                      one lock (held or free), its fence counter, waiters
 //! fencelock watch NAME [--count N] [--for 30s] [--interval 100ms]
@@ -73,7 +74,8 @@ enum Command {
     /// counts, remaining lease, token
     List,
     /// Every election under the prefix whose lock is held (SCAN, never KEYS): leader id, term,
-    /// metadata, remaining lease
+    /// metadata, remaining lease, queued candidates (fair handoff) and subscribed connections
+    /// (clients with waiting candidates or followers)
     Elections,
     /// Every scheduled job under the prefix with a tick record (SCAN, never KEYS): the newest
     /// tick, its state (running, done, abandoned), runner, token and run time
@@ -526,6 +528,8 @@ fn election_json(election: &ElectionInfo) -> Value {
         "key": String::from_utf8_lossy(&election.key),
         "leader": leader,
         "pttl_ms": election.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        "queued_candidates": election.queued_candidates,
+        "subscribers": election.subscribers,
     });
     if std::str::from_utf8(&election.name).is_err() {
         value["name_hex"] = Value::String(hex(&election.name));

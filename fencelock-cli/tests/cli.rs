@@ -1086,3 +1086,57 @@ async fn jobs_show_the_last_tick_of_each_job_as_text_and_json() {
     let locks = json(&fencelock(&url, &["list", "--json"]).await.stdout);
     assert_eq!(locks.as_array().map(Vec::len), Some(0), "{locks}");
 }
+
+#[tokio::test]
+async fn elections_show_their_candidates_queued_and_subscribed() {
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    let fair = |_| async {
+        LockClient::builder(fx.server.url())
+            .fair_handoff(Duration::from_millis(500))
+            .connect()
+            .await
+            .unwrap()
+    };
+    let (leading, waiting) = (fair(()).await, fair(()).await);
+    let leader = leading
+        .election("fair")
+        .unwrap()
+        .campaign(b"a")
+        .await
+        .unwrap();
+    let election = waiting.election("fair").unwrap();
+    let candidate = tokio::spawn(async move { election.campaign(b"b").await.unwrap() });
+    // The waiting candidate queues its client and subscribes to the election's channel.
+    let mut listed = Value::Null;
+    for _ in 0..200 {
+        listed = json(&fencelock(&url, &["elections", "--json"]).await.stdout);
+        if listed[0]["queued_candidates"]
+            .as_array()
+            .is_some_and(|q| !q.is_empty())
+            && listed[0]["subscribers"].as_u64() == Some(1)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(listed[0]["queued_candidates"][0], waiting.id(), "{listed}");
+    assert_eq!(listed[0]["subscribers"], 1, "{listed}");
+    let text = fencelock(&url, &["elections"]).await.stdout;
+    assert!(text.contains(&format!("queued {}", waiting.id())), "{text}");
+    assert!(text.contains("subscribed connections 1"), "{text}");
+
+    leader.resign().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), candidate)
+        .await
+        .expect("the queued candidate leads")
+        .unwrap();
+    let listed = json(&fencelock(&url, &["elections", "--json"]).await.stdout);
+    assert_eq!(listed[0]["leader"]["id"], next.id(), "{listed}");
+    assert_eq!(
+        listed[0]["queued_candidates"],
+        serde_json::json!([]),
+        "{listed}"
+    );
+    next.resign().await.unwrap();
+}

@@ -1,5 +1,6 @@
 //! Who leads: every election under the prefix whose lock is held.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -32,6 +33,14 @@ pub struct ElectionInfo {
     pub leader: Option<Leader>,
     /// The remaining lease; `None` when the key has no expiry (an operator's doing).
     pub ttl: Option<Duration>,
+    /// Candidates waiting to lead, by client id, in the order they will be served: the
+    /// election's fair-handoff queue (`LockClientBuilder::fair_handoff`). Empty without fair
+    /// handoff, where each client keeps its waiting candidates in a local queue that only
+    /// [`subscribers`](Self::subscribers) shows.
+    pub queued_candidates: Vec<String>,
+    /// Connections subscribed to the election's channel (`PUBSUB NUMSUB`): each is a client
+    /// with at least one waiting candidate or follower.
+    pub subscribers: u64,
 }
 
 impl ElectionInfo {
@@ -55,18 +64,23 @@ impl fmt::Display for ElectionInfo {
             None => write!(f, "  held, no leader announced")?,
         }
         match self.ttl {
-            Some(ttl) => write!(f, "  lease {}", format_duration(ttl)),
-            None => write!(f, "  no expiry"),
+            Some(ttl) => write!(f, "  lease {}", format_duration(ttl))?,
+            None => write!(f, "  no expiry")?,
         }
+        if !self.queued_candidates.is_empty() {
+            write!(f, "  queued {}", self.queued_candidates.join(","))?;
+        }
+        write!(f, "  subscribed connections {}", self.subscribers)
     }
 }
 
 impl Admin {
     /// Every election under the prefix whose lock is held, sorted by name: its leader (id,
-    /// term, metadata) and remaining lease. Uses `SCAN` (never `KEYS`) for the keys
+    /// term, metadata), remaining lease and candidates. Uses `SCAN` (never `KEYS`) for the keys
     /// `{*}leader:*`, then reads each election the way its followers do (`leader.lua`, one
-    /// `EVALSHA`), so the id, term and metadata always belong to one leader. An election
-    /// resigned between the scan and the read is left out.
+    /// `EVALSHA`), so the id, term and metadata always belong to one leader, then its fair
+    /// queue (`ZRANGE`) and its channel's subscribers (`PUBSUB NUMSUB`). An election resigned
+    /// between the scan and the read is left out.
     ///
     /// # Errors
     /// [`Error::WrongType`] when an election's key holds foreign data;
@@ -87,14 +101,30 @@ impl Admin {
             let election = LockKeys::election(&self.prefix, &name);
             let read = protocol::leader(&mut self.conn.clone(), &election).await?;
             // `None`: resigned or expired since the scan.
-            if let Some(ttl) = read.lease_left {
-                elections.push(ElectionInfo {
-                    name,
-                    key,
-                    leader: read.leader.map(Leader::from),
-                    ttl,
-                });
-            }
+            let Some(ttl) = read.lease_left else {
+                continue;
+            };
+            let mut conn = self.conn.clone();
+            let queued_candidates: Vec<String> = redis::cmd("ZRANGE")
+                .arg(election.queue())
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut conn)
+                .await
+                .map_err(Error::from_reply)?;
+            let subscribers: HashMap<Vec<u8>, u64> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await?;
+            elections.push(ElectionInfo {
+                subscribers: subscribers.get(&key).copied().unwrap_or(0),
+                name,
+                key,
+                leader: read.leader.map(Leader::from),
+                ttl,
+                queued_candidates,
+            });
         }
         elections.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(elections)
