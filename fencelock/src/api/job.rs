@@ -113,7 +113,7 @@ impl JobOptions {
     /// How long the tick record is kept after its last write. It must outlive the latest an
     /// instance may call for a tick: a call for a tick whose record has expired is not
     /// recognised as a repeat. At least the period and `at_most_for`; default twice the
-    /// larger of the two.
+    /// larger of the two (at most ten years).
     #[must_use]
     pub fn with_retention(mut self, retention: Duration) -> JobOptions {
         self.retention = Some(retention);
@@ -144,8 +144,10 @@ impl JobOptions {
 
     /// How long the tick record is kept after its last write.
     pub fn retention(&self) -> Duration {
+        // The default never exceeds the longest span accepted, so a period of up to ten
+        // years is usable without a retention of its own.
         self.retention
-            .unwrap_or_else(|| 2 * self.period.max(self.at_most_for))
+            .unwrap_or_else(|| (2 * self.period.max(self.at_most_for)).min(MAX_SPAN))
     }
 
     /// The policy for a dead runner's tick.
@@ -886,6 +888,13 @@ mod tests {
             assert!(err.is_invalid_input(), "{bad:?}: {err}");
             assert!(err.to_string().contains(why), "{bad:?}: {err}");
         }
+        // Ten years of 366 days is the longest span; a millisecond more is refused.
+        let ten_years = Duration::from_secs(316_224_000);
+        JobOptions::new(ten_years, ms(5)).validate().unwrap();
+        let err = JobOptions::new(ten_years + ms(1), ms(5))
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("ten years"), "{err}");
         let err = JobOptions::new(ms(10), Duration::ZERO)
             .validate()
             .unwrap_err();

@@ -269,6 +269,38 @@ async fn a_finish_whose_record_expired_records_the_tick_again() {
     assert!(record.finished_ms.is_some());
 }
 
+#[tokio::test]
+async fn a_record_with_a_newer_token_than_the_holders_is_left_alone() {
+    // The fence counter went back (restored from an old backup, say): the holder's token is
+    // older than the record's. Nothing of the record is overwritten.
+    let (_server, mut conn, keys) = setup().await;
+    let token = won(&mut conn, &keys, "holder").await;
+    let newer = token.get() + 1_000;
+    let record: [(&str, String); 4] = [
+        ("tick", (TICK - 20_000).to_string()),
+        ("runner", "future".into()),
+        ("token", newer.to_string()),
+        ("started", "5".into()),
+    ];
+    let _: () = conn
+        .hset_multiple(keys.job_record(), &record)
+        .await
+        .unwrap();
+    for policy in [RunnerDeathArg::GiveUp, RunnerDeathArg::RunAgain] {
+        match begin(&mut conn, &keys, "holder", token, TICK, policy).await {
+            BeginReply::Newer(record) => {
+                assert_eq!(
+                    (record.token.get(), record.runner.as_str()),
+                    (newer, "future")
+                );
+            }
+            other => panic!("a begin under a newer record answered {other:?}"),
+        }
+    }
+    let read = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
+    assert_eq!((read.token.get(), read.tick_ms), (newer, TICK - 20_000));
+}
+
 /// Only the job's lock holder, with its own token, begins a tick; anyone else changes nothing.
 async fn only_the_holder_begins(
     conn: &mut MultiplexedConnection,
