@@ -503,9 +503,12 @@ const CHILD_LEASE: Duration = Duration::from_secs(1);
 const CHILD_LOG: &str = "processes-log";
 const CHILD_REFUSED: &str = "processes-refused";
 
+/// Set by the parent for a child that should resign: the key `processes-resign:<pid>`.
+const CHILD_RESIGN: &str = "processes-resign";
+
 /// The child's work, a no-op unless the parent started this binary as a child: lead, then
-/// append `pid:term` to a fenced log every 20 ms until the log refuses the term, which it
-/// records before it exits.
+/// append `pid:term` to a fenced log every 20 ms until the log refuses the term (recorded in
+/// `CHILD_REFUSED` before it exits) or the parent asks it to resign (it resigns and exits).
 #[tokio::test]
 async fn election_child_leads_and_writes_until_fenced_off() {
     let Ok(url) = std::env::var(CHILD_ENV) else {
@@ -525,11 +528,16 @@ async fn election_child_leads_and_writes_until_fenced_off() {
         .unwrap();
     let log = client.resource(CHILD_LOG).unwrap();
     let entry = format!("{pid}:{}", leader.term());
+    let mut raw = redis::Client::open(url).unwrap().get_connection().unwrap();
     loop {
+        let asked: bool = raw.exists(format!("{CHILD_RESIGN}:{pid}")).unwrap();
+        if asked {
+            leader.resign().await.unwrap();
+            return;
+        }
         match log.push(leader.term(), &[entry.as_bytes()]).await {
             Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(err) if err.is_stale_token() => {
-                let mut raw = redis::Client::open(url).unwrap().get_connection().unwrap();
                 let _: () = raw.rpush(CHILD_REFUSED, &entry).unwrap();
                 return;
             }
@@ -547,8 +555,19 @@ async fn next_leader(observer: &mut fencelock::Observer) -> fencelock::Leader {
     }
 }
 
+/// The candidate process that leads, found by the metadata an observer reads.
+fn leading<'a>(
+    candidates: &'a mut [ChildProcess],
+    leader: &fencelock::Leader,
+) -> &'a mut ChildProcess {
+    candidates
+        .iter_mut()
+        .find(|child| leader.metadata() == format!("pid:{}", child.pid()).as_bytes())
+        .expect("the leader is one of the candidate processes")
+}
+
 #[tokio::test]
-async fn a_leader_process_frozen_with_sigstop_is_replaced_and_its_late_writes_refused() {
+async fn four_candidate_processes_hand_over_on_freeze_crash_and_resignation() {
     let fx = Fixture::start();
     let url = fx.server.url();
     let client = fx.client().await;
@@ -558,55 +577,99 @@ async fn a_leader_process_frozen_with_sigstop_is_replaced_and_its_late_writes_re
         .observe()
         .await
         .unwrap();
+    let test = "election_child_leads_and_writes_until_fenced_off";
+    let mut candidates: Vec<ChildProcess> = (0..4)
+        .map(|_| ChildProcess::start(test, CHILD_ENV, &url))
+        .collect();
+    let first = within(HANDOFF, "a candidate leads", next_leader(&mut observer)).await;
+    let mut terms = vec![first.term()];
 
-    let mut first = ChildProcess::start(
-        "election_child_leads_and_writes_until_fenced_off",
-        CHILD_ENV,
-        &url,
-    );
-    let leader = within(
-        HANDOFF,
-        "the first process leads",
-        next_leader(&mut observer),
-    )
-    .await;
-    assert_eq!(leader.metadata(), format!("pid:{}", first.pid()).as_bytes());
-    let second = ChildProcess::start(
-        "election_child_leads_and_writes_until_fenced_off",
-        CHILD_ENV,
-        &url,
-    );
-
-    // Frozen: no renewal, no write; its lease ends and the waiting process takes over.
-    send_signal(first.pid(), Signal::Stop).unwrap();
-    let next = within(
+    // 1. Frozen (SIGSTOP): no renewal, no write; a waiting candidate takes over when the
+    // lease ends, and the thawed leader's next write is refused.
+    let frozen_pid = leading(&mut candidates, &first).pid();
+    send_signal(frozen_pid, Signal::Stop).unwrap();
+    let frozen_at = Instant::now();
+    let second = within(
         CHILD_LEASE + HANDOFF,
-        "the second process leads after the frozen leader's lease",
+        "another candidate leads after the frozen leader's lease",
         next_leader(&mut observer),
     )
     .await;
-    assert_eq!(next.metadata(), format!("pid:{}", second.pid()).as_bytes());
-    assert!(next.term() > leader.term());
+    let seen_after_freeze = frozen_at.elapsed();
+    terms.push(second.term());
     let log = client.resource(CHILD_LOG).unwrap();
-    let new_entry = format!("{}:{}", second.pid(), next.term()).into_bytes();
+    let second_entry = format!(
+        "{}:{}",
+        leading(&mut candidates, &second).pid(),
+        second.term()
+    );
     within(HANDOFF, "the new leader writes", async {
-        while !log.peek_items().await.unwrap().contains(&new_entry) {
+        while !log
+            .peek_items()
+            .await
+            .unwrap()
+            .contains(&second_entry.clone().into_bytes())
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await;
-
-    // Thawed, the old leader writes with its old term: refused, and it stops.
-    send_signal(first.pid(), Signal::Cont).unwrap();
+    send_signal(frozen_pid, Signal::Cont).unwrap();
+    let thawed = candidates
+        .iter_mut()
+        .find(|c| c.pid() == frozen_pid)
+        .unwrap();
     assert!(
-        first
+        thawed
             .exited(HANDOFF, "the thawed leader meets the fence and stops")
             .await,
         "the thawed leader failed"
     );
     let refused: Vec<String> = fx.raw().lrange(CHILD_REFUSED, 0, -1).unwrap();
-    assert_eq!(refused, [format!("{}:{}", first.pid(), leader.term())]);
-    let terms: Vec<u64> = log
+    assert_eq!(refused, [format!("{frozen_pid}:{}", first.term())]);
+
+    // 2. Crashed (SIGKILL): the next candidate leads when the lease ends.
+    let killed_at = Instant::now();
+    send_signal(leading(&mut candidates, &second).pid(), Signal::Kill).unwrap();
+    let third = within(
+        CHILD_LEASE + HANDOFF,
+        "a candidate leads after the crashed leader's lease",
+        next_leader(&mut observer),
+    )
+    .await;
+    let seen_after_kill = killed_at.elapsed();
+    terms.push(third.term());
+
+    // 3. Resigned: the last candidate leads at once.
+    let resigning = leading(&mut candidates, &third).pid();
+    let asked_at = Instant::now();
+    let _: () = fx
+        .raw()
+        .set(format!("{CHILD_RESIGN}:{resigning}"), 1)
+        .unwrap();
+    let fourth = within(
+        HANDOFF,
+        "the last candidate leads after the resignation",
+        next_leader(&mut observer),
+    )
+    .await;
+    let seen_after_resign = asked_at.elapsed();
+    terms.push(fourth.term());
+    let resigned = candidates
+        .iter_mut()
+        .find(|c| c.pid() == resigning)
+        .unwrap();
+    assert!(resigned.exited(HANDOFF, "the resigned leader exits").await);
+
+    // Four leaders, four distinct processes, terms strictly increasing.
+    let pids: std::collections::HashSet<&[u8]> = [&first, &second, &third, &fourth]
+        .iter()
+        .map(|leader| leader.metadata())
+        .collect();
+    assert_eq!(pids.len(), 4, "each candidate led once");
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+    // At most one leader wrote at a time: the fenced log's terms never go back.
+    let logged: Vec<u64> = log
         .peek_items()
         .await
         .unwrap()
@@ -617,17 +680,19 @@ async fn a_leader_process_frozen_with_sigstop_is_replaced_and_its_late_writes_re
         })
         .collect();
     assert!(
-        terms.windows(2).all(|w| w[0] <= w[1]),
-        "an old term was written after a newer one: {terms:?}"
+        logged.windows(2).all(|w| w[0] <= w[1]),
+        "an old term was written after a newer one: {logged:?}"
     );
-
-    // A crash (SIGKILL): followers see the vacancy when its lease ends.
-    send_signal(second.pid(), Signal::Kill).unwrap();
-    let vacancy = within(
-        CHILD_LEASE + HANDOFF,
-        "the observer sees the crashed leader's lease end",
-        observer.changed(),
-    )
-    .await;
-    assert_eq!(vacancy.unwrap(), None);
+    eprintln!(
+        "observer saw the change: {seen_after_freeze:?} after the freeze, {seen_after_kill:?} \
+         after the kill (lease {CHILD_LEASE:?}), {seen_after_resign:?} after the resignation was \
+         asked for"
+    );
+    // The bounds the observer kept: the lease plus one handoff for a silent leader, one
+    // handoff for a resignation.
+    assert!(seen_after_freeze < CHILD_LEASE + HANDOFF);
+    assert!(seen_after_kill < CHILD_LEASE + HANDOFF);
+    assert!(seen_after_resign < HANDOFF);
+    let last = leading(&mut candidates, &fourth).pid();
+    send_signal(last, Signal::Kill).unwrap();
 }
