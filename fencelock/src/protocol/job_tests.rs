@@ -111,7 +111,10 @@ async fn a_run_begins_finishes_and_reads_back() {
         panic!("the runner's finish answered {done:?}")
     };
     assert!(finished_ms >= started_ms);
-    // A re-sent finish answers the first one's time.
+    let ttl: i64 = conn.pttl(keys.job_record()).await.unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "the done record expires: {ttl}");
+    // A re-sent finish, later, answers the first one's time and keeps it.
+    tokio::time::sleep(Duration::from_millis(5)).await;
     let again = job_finish(&mut conn, &keys, args("a", token, TICK), started_ms).await;
     assert_eq!(again.unwrap(), done);
     let read = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
