@@ -14,7 +14,7 @@ use common::ticks::{
 };
 use common::{Env, Fixture};
 use fencelock::{Error, JobOptions, JobOutcome, LockClient, OnRunnerDeath, MAX_NAME_LEN};
-use fencelock_testing::{send_signal, Signal};
+use fencelock_testing::{send_signal, RedisServer, Signal};
 use redis::Commands;
 
 const TICKS: u64 = 20;
@@ -296,25 +296,22 @@ async fn job_child_runs_its_schedule() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let mut parts = spec.split(' ');
-    let (url, instance, start_ms) = (
-        parts.next().unwrap().to_owned(),
-        parts.next().unwrap().parse::<usize>().unwrap(),
-        parts.next().unwrap().parse::<u64>().unwrap(),
-    );
-    let client = LockClient::builder(&url).connect().await.unwrap();
+    let spec = Spec::parse(&spec);
+    let client = spec.builder().connect().await.unwrap();
     let options = JobOptions::new(PERIOD, CHILD_AT_MOST).on_runner_death(OnRunnerDeath::RunAgain);
     let job = client.job("processes", options).unwrap();
     let log = client.resource(CHILD_LOG).unwrap();
-    let mut raw = redis::Client::open(url.as_str())
+    let report = spec.report.clone();
+    let mut raw = redis::Client::open(report.as_str())
         .unwrap()
         .get_connection()
         .unwrap();
+    let instance = spec.instance;
     let offset = common::ticks::OFFSETS_MS[instance];
     let pid = std::process::id();
     for tick in 0..TICKS {
         let fire = UNIX_EPOCH
-            + Duration::from_millis(start_ms)
+            + Duration::from_millis(spec.start_ms)
             + CHILD_SPACING * u32::try_from(tick).unwrap();
         if let Ok(wait) = fire.duration_since(SystemTime::now()) {
             tokio::time::sleep(wait + Duration::from_millis(instance as u64 * 7)).await;
@@ -324,9 +321,12 @@ async fn job_child_runs_its_schedule() {
             let outcome = job
                 .run_exclusive(tick_view(tick, offset), |run| {
                     let log = log.clone();
-                    let url = url.clone();
+                    let report = report.clone();
                     async move {
-                        let mut raw = redis::Client::open(url).unwrap().get_connection().unwrap();
+                        let mut raw = redis::Client::open(report)
+                            .unwrap()
+                            .get_connection()
+                            .unwrap();
                         let _: () = raw.rpush(CHILD_BEGUN, format!("{tick}:{pid}")).unwrap();
                         let work = if tick == TARGET_TICK && run.took_over().is_none() {
                             TARGET_WORK
@@ -363,13 +363,115 @@ async fn job_child_runs_its_schedule() {
     }
 }
 
-/// Starts five instance processes on `fx`, waits for the runner of [`TARGET_TICK`] to begin
-/// its work, and does `to_runner` to it; returns the processes and the runner's index.
+/// What an instance process is told: its number, when tick 0 fires, where to report, and the
+/// deployment to connect to (`standalone URL`, `cluster URL,URL,...`, `sentinel URL,... MASTER`).
+struct Spec {
+    instance: usize,
+    start_ms: u64,
+    report: String,
+    kind: String,
+    urls: Vec<String>,
+    master: Option<String>,
+}
+
+impl Spec {
+    fn parse(text: &str) -> Spec {
+        let parts: Vec<&str> = text.split(' ').collect();
+        Spec {
+            instance: parts[0].parse().unwrap(),
+            start_ms: parts[1].parse().unwrap(),
+            report: parts[2].to_owned(),
+            kind: parts[3].to_owned(),
+            urls: parts[4].split(',').map(str::to_owned).collect(),
+            master: parts.get(5).map(|m| (*m).to_owned()),
+        }
+    }
+
+    fn builder(&self) -> fencelock::LockClientBuilder {
+        match self.kind.as_str() {
+            "standalone" => LockClient::builder(&self.urls[0]),
+            "cluster" => LockClient::cluster_builder(self.urls.clone()),
+            "sentinel" => {
+                LockClient::sentinel_builder(self.urls.clone(), self.master.as_deref().unwrap())
+            }
+            other => panic!("unknown deployment {other}"),
+        }
+    }
+}
+
+/// The deployment a process test runs on, and how its children reach it.
+enum Deployment {
+    Standalone(RedisServer),
+    Cluster(fencelock_testing::RedisCluster),
+    Sentinel(fencelock_testing::RedisSentinels),
+}
+
+impl Deployment {
+    fn start(kind: &str) -> Deployment {
+        match kind {
+            "standalone" => Deployment::Standalone(RedisServer::start().unwrap()),
+            "cluster" => Deployment::Cluster(
+                fencelock_testing::RedisCluster::builder()
+                    .replicas_per_primary(0)
+                    .start()
+                    .unwrap(),
+            ),
+            "sentinel" => {
+                Deployment::Sentinel(fencelock_testing::RedisSentinels::start(1).unwrap())
+            }
+            other => panic!("unknown deployment {other}"),
+        }
+    }
+
+    /// `kind URLS [MASTER]` for a child's spec.
+    fn spec(&self) -> String {
+        match self {
+            Deployment::Standalone(server) => format!("standalone {}", server.url()),
+            Deployment::Cluster(cluster) => format!("cluster {}", cluster.urls().join(",")),
+            Deployment::Sentinel(set) => format!(
+                "sentinel {} {}",
+                set.sentinel_urls().join(","),
+                set.master_name()
+            ),
+        }
+    }
+}
+
+/// A process test's servers: the deployment under test, and a server of its own where the
+/// children report (their calls and begun runs), whatever the deployment.
+struct ProcessTest {
+    deployment: Deployment,
+    report: RedisServer,
+}
+
+impl ProcessTest {
+    fn start(kind: &str) -> ProcessTest {
+        ProcessTest {
+            deployment: Deployment::start(kind),
+            report: RedisServer::start().unwrap(),
+        }
+    }
+
+    fn raw(&self) -> redis::Connection {
+        self.report.client().get_connection().unwrap()
+    }
+
+    async fn client(&self) -> LockClient {
+        let spec = Spec::parse(&format!("0 0 - {}", self.deployment.spec()));
+        spec.builder().connect().await.unwrap()
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.raw().lrange(CHILD_CALLS, 0, -1).unwrap()
+    }
+}
+
+/// Starts five instance processes, waits for the runner of [`TARGET_TICK`] to begin its work,
+/// and does `to_runner` to it; returns the processes and the runner's index.
 async fn schedule_with_a_stricken_runner(
-    fx: &Fixture,
+    test: &ProcessTest,
     to_runner: impl FnOnce(u32),
 ) -> (Vec<ChildProcess>, usize) {
-    let url = fx.server.url();
     let start_ms = u64::try_from(
         (SystemTime::now() + Duration::from_secs(2))
             .duration_since(UNIX_EPOCH)
@@ -377,9 +479,11 @@ async fn schedule_with_a_stricken_runner(
             .as_millis(),
     )
     .unwrap();
+    let deployment = test.deployment.spec();
+    let report = test.report.url();
     let instances: Vec<ChildProcess> = (0..5)
         .map(|i| {
-            let spec = format!("{url} {i} {start_ms}");
+            let spec = format!("{i} {start_ms} {report} {deployment}");
             ChildProcess::start("job_child_runs_its_schedule", CHILD_ENV, &spec)
         })
         .collect();
@@ -389,7 +493,7 @@ async fn schedule_with_a_stricken_runner(
         "the target tick's runner begins",
         async {
             loop {
-                let begun: Vec<String> = fx.raw().lrange(CHILD_BEGUN, 0, -1).unwrap();
+                let begun: Vec<String> = test.raw().lrange(CHILD_BEGUN, 0, -1).unwrap();
                 if let Some(entry) = begun.iter().find(|entry| entry.starts_with(&target)) {
                     return entry[target.len()..].parse::<u32>().unwrap();
                 }
@@ -403,23 +507,19 @@ async fn schedule_with_a_stricken_runner(
     (instances, index)
 }
 
-fn calls(fx: &Fixture) -> Vec<String> {
-    fx.raw().lrange(CHILD_CALLS, 0, -1).unwrap()
-}
-
 fn ran_count(calls: &[String]) -> usize {
     calls.iter().filter(|call| call.ends_with(":ran")).count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runner_frozen_with_sigstop_is_taken_over_and_its_late_writes_refused() {
-    let fx = Fixture::start();
-    let (mut instances, frozen) = schedule_with_a_stricken_runner(&fx, |pid| {
+/// The runner of one tick frozen with SIGSTOP mid-job: another instance takes the tick over
+/// after the hold, the thawed runner's write and finish are refused, twenty runs in all.
+async fn a_frozen_runner_is_taken_over_and_its_late_writes_refused(kind: &str) {
+    let test = ProcessTest::start(kind);
+    let (mut instances, frozen) = schedule_with_a_stricken_runner(&test, |pid| {
         send_signal(pid, Signal::Stop).unwrap();
     })
     .await;
-    // Past its hold another instance takes the tick over (RunAgain) and writes first.
-    let client = fx.client().await;
+    let client = test.client().await;
     let log = client.resource(CHILD_LOG).unwrap();
     within(
         CHILD_AT_MOST + HANDOFF,
@@ -440,14 +540,12 @@ async fn a_runner_frozen_with_sigstop_is_taken_over_and_its_late_writes_refused(
     .await;
     send_signal(instances[frozen].pid(), Signal::Cont).unwrap();
     for instance in &mut instances {
-        assert!(
-            instance
-                .exited(Duration::from_secs(60), "an instance finishes its schedule")
-                .await,
-            "an instance failed"
-        );
+        let finished = instance
+            .exited(Duration::from_secs(60), "an instance finishes its schedule")
+            .await;
+        assert!(finished, "an instance failed");
     }
-    let calls = calls(&fx);
+    let calls = test.calls();
     let pid = instances[frozen].pid();
     let thawed: Vec<&String> = calls
         .iter()
@@ -466,31 +564,72 @@ async fn a_runner_frozen_with_sigstop_is_taken_over_and_its_late_writes_refused(
         usize::try_from(TICKS).unwrap(),
         "{calls:#?}"
     );
-    assert_log_has_each_tick_once(&fx.client().await, CHILD_LOG, TICKS).await;
+    assert_log_has_each_tick_once(&client, CHILD_LOG, TICKS).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runner_killed_with_sigkill_leaves_its_tick_to_another_instance() {
-    let fx = Fixture::start();
-    let (mut instances, killed) = schedule_with_a_stricken_runner(&fx, |pid| {
+/// The runner of one tick killed with SIGKILL mid-job: another instance runs the tick after
+/// the hold, twenty runs in all.
+async fn a_killed_runner_leaves_its_tick_to_another_instance(kind: &str) {
+    let test = ProcessTest::start(kind);
+    let (mut instances, killed) = schedule_with_a_stricken_runner(&test, |pid| {
         send_signal(pid, Signal::Kill).unwrap();
     })
     .await;
     for (i, instance) in instances.iter_mut().enumerate() {
         if i != killed {
-            assert!(
-                instance
-                    .exited(Duration::from_secs(60), "an instance finishes its schedule")
-                    .await,
-                "an instance failed"
-            );
+            let finished = instance
+                .exited(Duration::from_secs(60), "an instance finishes its schedule")
+                .await;
+            assert!(finished, "an instance failed");
         }
     }
-    let calls = calls(&fx);
+    let calls = test.calls();
     assert_eq!(
         ran_count(&calls),
         usize::try_from(TICKS).unwrap(),
         "{calls:#?}"
     );
-    assert_log_has_each_tick_once(&fx.client().await, CHILD_LOG, TICKS).await;
+    assert_log_has_each_tick_once(&test.client().await, CHILD_LOG, TICKS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_frozen_with_sigstop_is_taken_over_and_its_late_writes_refused() {
+    a_frozen_runner_is_taken_over_and_its_late_writes_refused("standalone").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_runner_frozen_with_sigstop_is_taken_over() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "on_a_cluster_a_runner_frozen_with_sigstop_is_taken_over",
+    ) {
+        return;
+    }
+    a_frozen_runner_is_taken_over_and_its_late_writes_refused("cluster").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_a_runner_frozen_with_sigstop_is_taken_over() {
+    a_frozen_runner_is_taken_over_and_its_late_writes_refused("sentinel").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_with_sigkill_leaves_its_tick_to_another_instance() {
+    a_killed_runner_leaves_its_tick_to_another_instance("standalone").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_runner_killed_with_sigkill_leaves_its_tick_to_another_instance() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "on_a_cluster_a_runner_killed_with_sigkill_leaves_its_tick_to_another_instance",
+    ) {
+        return;
+    }
+    a_killed_runner_leaves_its_tick_to_another_instance("cluster").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_a_runner_killed_with_sigkill_leaves_its_tick_to_another_instance() {
+    a_killed_runner_leaves_its_tick_to_another_instance("sentinel").await;
 }
