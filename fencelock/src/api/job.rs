@@ -902,6 +902,22 @@ mod tests {
     }
 
     #[test]
+    fn options_read_back_as_given() {
+        let options = JobOptions::new(Duration::from_secs(60), Duration::from_secs(50))
+            .at_least_for(Duration::from_secs(7))
+            .with_retention(Duration::from_secs(600))
+            .on_runner_death(OnRunnerDeath::RunAgain);
+        assert_eq!(options.period(), Duration::from_secs(60));
+        assert_eq!(options.at_most_for(), Duration::from_secs(50));
+        assert_eq!(options.minimum_hold(), Duration::from_secs(7));
+        assert_eq!(options.retention(), Duration::from_secs(600));
+        assert_eq!(options.runner_death_policy(), OnRunnerDeath::RunAgain);
+        let defaults = JobOptions::new(Duration::from_secs(60), Duration::from_secs(50));
+        assert_eq!(defaults.minimum_hold(), Duration::ZERO);
+        assert_eq!(defaults.runner_death_policy(), OnRunnerDeath::GiveUp);
+    }
+
+    #[test]
     fn the_default_retention_covers_the_next_tick_and_the_longest_hold() {
         assert_eq!(options().retention(), Duration::from_secs(20));
         let long_runs = JobOptions::new(Duration::from_secs(10), Duration::from_secs(60));
