@@ -888,6 +888,16 @@ mod tests {
             assert!(err.is_invalid_input(), "{bad:?}: {err}");
             assert!(err.to_string().contains(why), "{bad:?}: {err}");
         }
+        // The boundaries are accepted: a hold of exactly at_most_for after a run, a
+        // retention of exactly the period (or at_most_for).
+        options()
+            .at_least_for(Duration::from_secs(5))
+            .validate()
+            .unwrap();
+        options()
+            .with_retention(Duration::from_secs(10))
+            .validate()
+            .unwrap();
         // Ten years of 366 days is the longest span; a millisecond more is refused.
         let ten_years = Duration::from_secs(316_224_000);
         JobOptions::new(ten_years, ms(5)).validate().unwrap();
