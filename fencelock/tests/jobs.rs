@@ -282,7 +282,8 @@ const CHILD_CALLS: &str = "jobs-calls";
 const CHILD_BEGUN: &str = "jobs-begun";
 /// The tick whose runner the parent freezes or kills, and how long that tick's job works.
 const TARGET_TICK: u64 = 6;
-const TARGET_WORK: Duration = Duration::from_millis(1500);
+/// Long enough for the parent to freeze or kill the runner mid-job on a loaded machine.
+const TARGET_WORK: Duration = Duration::from_millis(3000);
 const CHILD_AT_MOST: Duration = Duration::from_millis(800);
 /// Real time between two ticks.
 const CHILD_SPACING: Duration = Duration::from_millis(300);
