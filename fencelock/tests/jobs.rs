@@ -234,6 +234,11 @@ async fn bad_input_is_a_typed_error_and_leaves_nothing_behind() {
         assert!(err.is_invalid_input(), "{bad:?}: {err}");
     }
     let job = client.job("bad", ok()).unwrap();
+    let shown = format!("{job:?}");
+    assert!(
+        shown.starts_with("Job") && shown.contains("\"bad\""),
+        "{shown}"
+    );
     let before_epoch = UNIX_EPOCH - Duration::from_secs(1);
     let err = job
         .run_exclusive(before_epoch, |_run| async { panic!("must not run") })

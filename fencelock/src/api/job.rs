@@ -927,6 +927,71 @@ mod tests {
         assert_eq!(defaults.runner_death_policy(), OnRunnerDeath::GiveUp);
     }
 
+    fn record(token: u64, finished: Option<u64>) -> TickRecord {
+        TickRecord::from(protocol::TickRecord {
+            tick_ms: 1_000,
+            runner: "client:7".into(),
+            token: FencingToken::new(token).unwrap(),
+            started_ms: 2_000,
+            finished_ms: finished,
+        })
+    }
+
+    #[test]
+    fn a_tick_record_reads_back_what_the_scripts_answered() {
+        let done = record(42, Some(3_000));
+        assert_eq!(done.tick(), UNIX_EPOCH + Duration::from_secs(1));
+        assert_eq!(done.runner(), "client:7");
+        assert_eq!(done.token().get(), 42);
+        assert_eq!(done.started(), UNIX_EPOCH + Duration::from_secs(2));
+        assert_eq!(done.finished(), Some(UNIX_EPOCH + Duration::from_secs(3)));
+        assert_eq!(record(42, None).finished(), None);
+    }
+
+    #[test]
+    fn outcomes_say_whether_it_ran_with_which_token_and_why_not() {
+        let token = FencingToken::new(9).unwrap();
+        let ran = JobOutcome::Ran {
+            token,
+            output: "out",
+        };
+        assert!(ran.ran());
+        assert_eq!(ran.token(), Some(token));
+        assert_eq!(ran.record(), None);
+        assert_eq!(ran.into_output(), Some("out"));
+        let skips = [
+            (Skip::Running(Some(record(1, None))), metrics::JOB_RUNNING),
+            (Skip::Running(None), metrics::JOB_RUNNING),
+            (Skip::Done(record(2, Some(5))), metrics::JOB_DONE),
+            (Skip::Abandoned(record(3, None)), metrics::JOB_ABANDONED),
+            (Skip::Late(record(4, Some(5))), metrics::JOB_LATE),
+        ];
+        for (skip, label) in skips {
+            assert_eq!(skip.label(), label);
+            let expected = skip.record().map(TickRecord::token);
+            let outcome: JobOutcome<()> = skip.outcome();
+            assert!(!outcome.ran());
+            assert_eq!(outcome.token(), None);
+            assert_eq!(outcome.record().map(TickRecord::token), expected);
+            assert_eq!(outcome.into_output(), None);
+        }
+        let labels = [
+            metrics::JOB_RUNNING,
+            metrics::JOB_DONE,
+            metrics::JOB_ABANDONED,
+            metrics::JOB_LATE,
+        ];
+        assert_eq!(
+            labels,
+            [
+                "skipped_running",
+                "skipped_done",
+                "skipped_abandoned",
+                "skipped_late"
+            ]
+        );
+    }
+
     #[test]
     fn the_default_retention_covers_the_next_tick_and_the_longest_hold() {
         assert_eq!(options().retention(), Duration::from_secs(20));
