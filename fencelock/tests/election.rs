@@ -447,6 +447,16 @@ async fn bad_input_is_a_typed_error_and_leaves_nothing_behind() {
         Err(Error::InvalidName { .. })
     ));
     let election = client.election("input").unwrap();
+    // The handle names itself and the lease its leaders get.
+    assert_eq!(election.name(), b"input");
+    assert_eq!(election.lease(), client.default_lease());
+    let fixed = election.with_lease(Duration::from_millis(1500)).unwrap();
+    assert_eq!(fixed.lease(), Duration::from_millis(1500));
+    let shown = format!("{election:?}");
+    assert!(
+        shown.starts_with("Election") && shown.contains("\"input\""),
+        "{shown}"
+    );
     assert!(election
         .with_lease(Duration::ZERO)
         .unwrap_err()
@@ -708,4 +718,37 @@ async fn four_candidate_processes_hand_over_on_freeze_crash_and_resignation() {
     assert!(seen_after_resign < HANDOFF);
     let last = leading(&mut candidates, &fourth).pid();
     send_signal(last, Signal::Kill).unwrap();
+}
+
+#[tokio::test]
+async fn an_idle_follower_reads_the_leader_only_when_its_lease_could_have_ended() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let election = client.election("quiet").unwrap();
+    let leader = election
+        .with_lease(Duration::from_secs(3))
+        .unwrap()
+        .campaign(b"a")
+        .await
+        .unwrap();
+    let mut observer = election.observe().await.unwrap();
+    let before = fx.calls("evalsha");
+    // Nothing changes for a second: the follower waits for a message or the lease's end
+    // (3 s away), and reads nothing meanwhile.
+    let quiet = tokio::time::timeout(Duration::from_secs(1), observer.changed()).await;
+    assert!(quiet.is_err(), "no change happened: {quiet:?}");
+    let reads = fx.calls("evalsha") - before;
+    assert!(
+        reads <= 1,
+        "an idle follower read {reads} times in a second"
+    );
+    // When the fixed lease runs out, the follower sees nobody leading.
+    let vacancy = within(
+        Duration::from_secs(3) + HANDOFF,
+        "the follower sees the lease end",
+        observer.changed(),
+    )
+    .await;
+    assert_eq!(vacancy.unwrap(), None);
+    drop(leader);
 }

@@ -110,8 +110,11 @@ on_topologies_multi_thread! {
         let overrunning = tokio::spawn(async move {
             slow_job
                 .run_exclusive(tick, |run| async move {
+                    assert!(run.is_valid() && run.valid_until() > std::time::Instant::now());
+                    assert!(format!("{run:?}").starts_with("JobRun"));
                     began_tx.send(run.token()).unwrap();
                     run.lost().await; // the hold ends while the job still runs
+                    assert!(!run.is_valid(), "the hold ended");
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 })
                 .await
@@ -234,6 +237,7 @@ async fn bad_input_is_a_typed_error_and_leaves_nothing_behind() {
         assert!(err.is_invalid_input(), "{bad:?}: {err}");
     }
     let job = client.job("bad", ok()).unwrap();
+    assert_eq!(job.name(), b"bad");
     let shown = format!("{job:?}");
     assert!(
         shown.starts_with("Job") && shown.contains("\"bad\""),
