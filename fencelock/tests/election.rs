@@ -752,3 +752,24 @@ async fn an_idle_follower_reads_the_leader_only_when_its_lease_could_have_ended(
     assert_eq!(vacancy.unwrap(), None);
     drop(leader);
 }
+
+#[tokio::test]
+async fn a_leader_knows_it_leads_and_handles_describe_themselves() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let election = client.election("shown").unwrap();
+    let leader = election.campaign(b"me").await.unwrap();
+    assert!(leader.is_valid() && leader.valid_until() > Instant::now());
+    let observer = election.observe().await.unwrap();
+    let shown = format!("{observer:?}");
+    assert!(
+        shown.starts_with("Observer") && shown.contains("current"),
+        "{shown}"
+    );
+    let shown = format!("{leader:?}");
+    assert!(
+        shown.contains("\"shown\"") && shown.contains("valid: true"),
+        "{shown}"
+    );
+    leader.resign().await.unwrap();
+}

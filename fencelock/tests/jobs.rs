@@ -147,6 +147,58 @@ on_topologies_multi_thread! {
         assert_eq!(record.token(), token);
     }
 
+    async fn a_busy_job_says_for_each_tick_why_it_skips(fx) {
+        let (runner, other) = (fx.client().await, fx.client().await);
+        let at_least = Duration::from_secs(2);
+        let options = JobOptions::new(PERIOD, Duration::from_secs(30)).at_least_for(at_least);
+        let job = runner.job("busy", options.clone()).unwrap();
+        let asker = other.job("busy", options).unwrap();
+        let tick = tick_view(5, 0);
+        let (began_tx, began_rx) = tokio::sync::oneshot::channel();
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(async move {
+            job.run_exclusive(tick, |run| async move {
+                began_tx.send(run.token()).unwrap();
+                end_rx.await.unwrap();
+            })
+            .await
+            .unwrap()
+        });
+        let token = within(HANDOFF, "the run begins", began_rx).await.unwrap();
+        let skip = |view| {
+            let asker = asker.clone();
+            async move { asker.run_exclusive(view, |_run| async {}).await.unwrap() }
+        };
+        // While it runs: the same tick (seen up to just under half a period either way) is
+        // running, a tick half a period older is late, a newer tick waits for the runner.
+        let half = PERIOD / 2;
+        for view in [tick, tick + half - Duration::from_millis(1), tick - half + Duration::from_millis(1)] {
+            let outcome = skip(view).await;
+            assert!(
+                matches!(&outcome, JobOutcome::SkippedRunning { runner: Some(run) }
+                    if run.token() == token && run.finished().is_none()),
+                "{view:?}: {outcome:?}"
+            );
+        }
+        let late = skip(tick - half).await;
+        assert!(matches!(&late, JobOutcome::SkippedLate { newest } if newest.token() == token), "{late:?}");
+        let newer = skip(tick + PERIOD).await;
+        assert!(matches!(&newer, JobOutcome::SkippedRunning { runner: Some(run) } if run.token() == token), "{newer:?}");
+
+        // Finished and kept for at_least_for: the same tick is done, a newer one still waits
+        // for the hold (the runner is named, finished).
+        end_tx.send(()).unwrap();
+        assert!(running.await.unwrap().ran());
+        let done = skip(tick + half - Duration::from_millis(1)).await;
+        assert!(matches!(&done, JobOutcome::SkippedDone { run } if run.token() == token), "{done:?}");
+        let held = skip(tick + PERIOD).await;
+        assert!(
+            matches!(&held, JobOutcome::SkippedRunning { runner: Some(run) }
+                if run.token() == token && run.finished().is_some()),
+            "{held:?}"
+        );
+    }
+
     async fn a_cancelled_run_frees_the_job_at_once_and_its_tick_follows_the_policy(fx) {
         let client = fx.client().await;
         let options = JobOptions::new(PERIOD, Duration::from_secs(30));
