@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -431,4 +431,52 @@ fn a_job_from_threads_runs_each_tick_once_on_the_calling_thread() {
     let last = last.expect("the last tick's record");
     assert!(last.finished().is_some(), "{last:?}");
     assert_eq!(Some(last.token()), runs.iter().map(|run| run.1).max());
+}
+
+/// Threads share a semaphore's permits: never more holders than permits, a blocked thread is
+/// let in by a release, and bad input is refused.
+#[test]
+fn threads_share_a_semaphores_permits() {
+    let fx = Fixture::start();
+    let client = LockClient::connect(&fx.server.url()).unwrap();
+    assert!(client.semaphore("pool", 0).unwrap_err().is_invalid_input());
+    let pool = client.semaphore("pool", 2).unwrap();
+    assert_eq!((pool.name(), pool.limit()), (&b"pool"[..], 2));
+    let in_use = Arc::new(AtomicU32::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (pool, in_use) = (pool.clone(), in_use.clone());
+            std::thread::spawn(move || {
+                for _ in 0..5 {
+                    let permit = pool.acquire(1).unwrap();
+                    assert!(permit.is_valid() && permit.permits() == 1 && permit.limit() == 2);
+                    let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
+                    assert!(now <= 2, "{now} holders of 2 permits");
+                    std::thread::sleep(Duration::from_millis(3));
+                    in_use.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let both = pool.acquire(2).unwrap();
+    assert!(pool.try_acquire(1).unwrap().is_none());
+    let err = pool
+        .acquire_timeout(1, Duration::from_millis(100))
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert!(pool.try_acquire(3).unwrap_err().is_invalid_input());
+    let short = pool.with_lease(Duration::from_millis(300)).unwrap();
+    both.release().unwrap();
+    let held = short.acquire(2).unwrap();
+    assert!(held.valid_until() > std::time::Instant::now());
+    let token = held.token();
+    // Not released: the fixed lease gives the permits back.
+    std::mem::forget(held);
+    let next = pool.acquire_timeout(2, Duration::from_secs(5)).unwrap();
+    assert!(next.token() > token);
+    next.release().unwrap();
 }

@@ -314,12 +314,13 @@ fn judge(
 /// Every control has a test above (a new control must get one).
 #[test]
 fn every_control_is_covered() {
-    // The election and job scripts' controls are caught by their contract checks, which call
-    // the scripts directly (`src/protocol/election_tests.rs`, `src/protocol/job_tests.rs`).
+    // The election, job and semaphore scripts' controls are caught by their contract checks,
+    // which call the scripts directly (`src/protocol/{election,job,semaphore}_tests.rs`).
     let source = [
         include_str!("controls.rs"),
         include_str!("../src/protocol/election_tests.rs"),
         include_str!("../src/protocol/job_tests.rs"),
+        include_str!("../src/protocol/semaphore_tests.rs"),
     ]
     .concat();
     for control in Control::ALL {

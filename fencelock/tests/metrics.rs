@@ -265,3 +265,35 @@ async fn leadership_changes_are_counted() {
         3
     );
 }
+
+#[tokio::test]
+async fn semaphore_acquisitions_are_counted_by_outcome() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recorder = metrics::set_default_local_recorder(&recorder);
+    let mut totals = Totals::default();
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let pool = client.semaphore("counted", 2).unwrap();
+    let held = pool.acquire(2).await.unwrap();
+    assert!(pool.try_acquire(1).await.unwrap().is_none());
+    let timed_out = pool.acquire_timeout(1, Duration::from_millis(50)).await;
+    assert!(timed_out.unwrap_err().is_timeout());
+    assert!(pool.try_acquire(0).await.is_err());
+    held.release().await.unwrap();
+    totals.update(&snapshotter);
+    for (outcome, count) in [("acquired", 1), ("busy", 1), ("timeout", 1), ("error", 1)] {
+        assert_eq!(
+            totals.counter(&format!(
+                "fencelock_semaphore_acquisitions_total{{outcome={outcome}}}"
+            )),
+            count,
+            "{outcome}"
+        );
+    }
+    // The permit's release counts as a release.
+    assert_eq!(
+        totals.counter("fencelock_releases_total{outcome=released}"),
+        1
+    );
+}

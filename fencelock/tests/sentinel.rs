@@ -362,3 +362,38 @@ async fn five_instances_behind_sentinel_run_each_of_twenty_ticks_once() {
     .await;
     assert_each_tick_ran_once(&clients[0], &calls, 20, "report-log").await;
 }
+
+/// A semaphore behind Sentinel: three permits, six contenders on two clients, never more than
+/// three held, and a waiter woken by each release (pub/sub through the discovered primary).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_behind_sentinel_never_exceeds_its_permits() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let set = RedisSentinels::start(1).unwrap();
+    let clients = [client(&set).await, client(&set).await];
+    let in_use = std::sync::Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for contender in 0..6usize {
+        let pool = clients[contender % 2].semaphore("pool", 3).unwrap();
+        let in_use = in_use.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..6 {
+                let permit = pool.acquire(1).await.unwrap();
+                let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(now <= 3, "{now} permits held at once");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                in_use.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.unwrap();
+            }
+        }));
+    }
+    common::deadline::within(Duration::from_secs(60), "six contenders finish", async {
+        for task in tasks {
+            task.await.unwrap();
+        }
+    })
+    .await;
+    let left: Vec<Vec<u8>> = con(set.primary().unwrap())
+        .keys("fencelock:{*}sem*")
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -375,7 +375,12 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
         .retrying(|mut conn| {
             let (keys, id) = (&holder.keys, &holder.id);
             let pubsub = conn.pubsub();
-            let fair = holder.engine.config.fair_grace;
+            // Semaphores have no fair mode: their holds leave by their own script.
+            let fair = holder
+                .engine
+                .config
+                .fair_grace
+                .filter(|_| !keys.is_semaphore());
             // In fair mode a client with more waiters for this lock goes back to the end of
             // the queue in the release itself (decided per send: a waiter that arrives later
             // queues the client with its own first attempt).

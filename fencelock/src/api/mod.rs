@@ -10,3 +10,4 @@ pub(crate) mod job;
 pub(crate) mod lock;
 pub(crate) mod multi;
 pub(crate) mod resource;
+pub(crate) mod semaphore;

@@ -150,6 +150,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// A semaphore request asks for no permits, or for more than the semaphore has in all (its
+    /// handle's limit, or the limit recorded in Redis while the semaphore is in use, which an
+    /// operator may have lowered). Nothing is held.
+    #[error("invalid permit request: {reason}")]
+    InvalidPermits {
+        /// What is wrong.
+        reason: String,
+    },
+
     /// Talking to Redis failed. The operation may or may not have taken effect; fencelock retries
     /// mutating operations with the same operation id so that a retry never applies twice.
     #[error("redis: {0}")]
@@ -343,6 +352,7 @@ impl Error {
                 | Error::InvalidLockSet { .. }
                 | Error::InvalidMetadata { .. }
                 | Error::InvalidJob { .. }
+                | Error::InvalidPermits { .. }
         )
     }
 

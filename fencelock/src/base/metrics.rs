@@ -65,6 +65,11 @@ mod imp {
     pub(super) fn leadership(change: &'static str) {
         ::metrics::counter!("fencelock_leadership_changes_total", "change" => change).increment(1);
     }
+
+    pub(super) fn semaphore(outcome: &'static str) {
+        ::metrics::counter!("fencelock_semaphore_acquisitions_total", "outcome" => outcome)
+            .increment(1);
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -79,6 +84,7 @@ mod imp {
     pub(super) fn release(_outcome: &'static str) {}
     pub(super) fn job(_outcome: &'static str) {}
     pub(super) fn leadership(_change: &'static str) {}
+    pub(super) fn semaphore(_outcome: &'static str) {}
 }
 
 /// One acquire call that started at `started` ended with `outcome`. The clock is read only
@@ -138,4 +144,9 @@ pub(crate) fn job(outcome: &'static str) {
 /// A leader was elected or resigned (`change`).
 pub(crate) fn leadership(change: &'static str) {
     imp::leadership(change);
+}
+
+/// A semaphore acquire call ended with `outcome` (the labels of [`acquisition`]).
+pub(crate) fn semaphore(outcome: &'static str) {
+    imp::semaphore(outcome);
 }

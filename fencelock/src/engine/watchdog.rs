@@ -148,16 +148,18 @@ async fn tick(engine: &Arc<Engine>) -> bool {
     }
     let lease = engine.config.default_lease;
     // On a cluster one script call may only touch keys of one slot, so the batches are cut per
-    // slot; on one server any locks can share a call.
-    let groups: Vec<Vec<Arc<Holder>>> = if engine.conn.is_cluster() {
-        let mut by_slot: HashMap<u16, Vec<Arc<Holder>>> = HashMap::new();
-        for holder in due {
-            by_slot.entry(holder.keys.slot).or_default().push(holder);
-        }
-        by_slot.into_values().collect()
-    } else {
-        vec![due]
-    };
+    // slot; on one server any locks can share a call. Lock holds and semaphore holds are
+    // renewed by different scripts, so they never share a batch.
+    let is_cluster = engine.conn.is_cluster();
+    let mut grouped: HashMap<(u16, bool), Vec<Arc<Holder>>> = HashMap::new();
+    for holder in due {
+        let slot = if is_cluster { holder.keys.slot } else { 0 };
+        grouped
+            .entry((slot, holder.keys.is_semaphore()))
+            .or_default()
+            .push(holder);
+    }
+    let groups: Vec<Vec<Arc<Holder>>> = grouped.into_values().collect();
     let mut batches = JoinSet::new();
     for batch in groups
         .iter()

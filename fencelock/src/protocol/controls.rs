@@ -80,11 +80,25 @@ pub enum Control {
     JobRerunsDoneTick,
     /// `job_begin.lua` runs a tick older than the newest one begun.
     JobRunsOlderTick,
+    /// `sem_acquire.lua` grants permits however many are held already.
+    SemAcquireIgnoresLimit,
+    /// The semaphore scripts never drop an expired hold: a crashed holder's permits stay
+    /// counted until the whole semaphore expires.
+    SemKeepsExpiredHolds,
+    /// `sem_acquire.lua` does not recognise its own hold: a re-sent acquisition whose first
+    /// copy ran is answered as a late duplicate, and the permits it holds are orphaned.
+    SemResendNotRecognised,
+    /// `sem_renew.lua` renews a hold whose lease has already passed.
+    SemRenewRevivesExpired,
 }
+
+/// The line of `lib/sem_holds.lua` that finds the expired holds, and its broken form.
+const SEM_PURGE: &str = "redis.call('ZRANGEBYSCORE', leases, '-inf', now)";
+const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 21] = [
+    pub const ALL: [Control; 25] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -106,6 +120,10 @@ impl Control {
         Control::JobFinishWithoutFence,
         Control::JobRerunsDoneTick,
         Control::JobRunsOlderTick,
+        Control::SemAcquireIgnoresLimit,
+        Control::SemKeepsExpiredHolds,
+        Control::SemResendNotRecognised,
+        Control::SemRenewRevivesExpired,
     ];
 
     /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
@@ -199,6 +217,28 @@ impl Control {
             )],
             Control::JobRerunsDoneTick => &[("job_begin", "return record(2)", "return begin(0)")],
             Control::JobRunsOlderTick => &[("job_begin", "return record(4)", "return begin(0)")],
+            Control::SemAcquireIgnoresLimit => &[(
+                "sem_acquire",
+                "if wanted > limit or used + wanted > limit then",
+                "if wanted > limit then",
+            )],
+            // The shared purge is prepended to every semaphore script: break it in each.
+            Control::SemKeepsExpiredHolds => &[
+                ("sem_acquire", SEM_PURGE, SEM_NO_PURGE),
+                ("sem_release", SEM_PURGE, SEM_NO_PURGE),
+                ("sem_cancel", SEM_PURGE, SEM_NO_PURGE),
+                ("sem_renew", SEM_PURGE, SEM_NO_PURGE),
+            ],
+            Control::SemResendNotRecognised => &[(
+                "sem_acquire",
+                "if held and tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0) > now then",
+                "if false then",
+            )],
+            Control::SemRenewRevivesExpired => &[(
+                "sem_renew",
+                "if type(deadline) == 'string' and tonumber(deadline) > now",
+                "if type(deadline) == 'string'",
+            )],
             Control::CancelMissingOnDrop
             | Control::WatchdogIgnoresDrop
             | Control::LeaseFromReply => &[],
@@ -335,6 +375,10 @@ mod tests {
                 (&broken.job_begin, &correct.job_begin),
                 (&broken.job_finish, &correct.job_finish),
                 (&broken.job_read, &correct.job_read),
+                (&broken.sem_acquire, &correct.sem_acquire),
+                (&broken.sem_release, &correct.sem_release),
+                (&broken.sem_cancel, &correct.sem_cancel),
+                (&broken.sem_renew, &correct.sem_renew),
             ]
             .iter()
             .filter(|(b, c)| b.get_hash() != c.get_hash())

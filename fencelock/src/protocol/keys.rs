@@ -51,6 +51,9 @@ enum HashKind {
     /// `prefix{tag}job:NAME`, queue `prefix{tag}job-queue:NAME` (never used: a job's
     /// instances skip a busy job instead of waiting); tick record `prefix{tag}job-tick:NAME`.
     Job,
+    /// `prefix{tag}sem:NAME` (the semaphore hash), lease zset `prefix{tag}sem-leases:NAME`;
+    /// queue `prefix{tag}sem-queue:NAME` (never used: semaphores have no fair mode yet).
+    Semaphore,
 }
 
 impl HashKind {
@@ -59,6 +62,7 @@ impl HashKind {
             HashKind::Lock => (b"lock:", b"queue:"),
             HashKind::Election => (b"leader:", b"leader-queue:"),
             HashKind::Job => (b"job:", b"job-queue:"),
+            HashKind::Semaphore => (b"sem:", b"sem-queue:"),
         }
     }
 }
@@ -82,6 +86,27 @@ impl LockKeys {
     /// election's, it shares the slot's fence counter and op records with the locks there.
     pub(crate) fn job(prefix: &[u8], name: &[u8]) -> Self {
         Self::laid_out(prefix, name, HashKind::Job)
+    }
+
+    /// Lays out the keys of the semaphore `name` under `prefix`: its hash
+    /// `prefix{tag}sem:NAME` (see [`LockKeys::sem_leases`] for its lease zset). It shares the
+    /// slot's fence counter and op records with the locks there.
+    pub(crate) fn semaphore(prefix: &[u8], name: &[u8]) -> Self {
+        Self::laid_out(prefix, name, HashKind::Semaphore)
+    }
+
+    /// Whether these are a semaphore's keys, whose holds the semaphore scripts renew, release
+    /// and undo (a lock's, an election's or a job's use the lock scripts).
+    pub(crate) fn is_semaphore(&self) -> bool {
+        self.kind == HashKind::Semaphore
+    }
+
+    /// The lease zset of a semaphore (`prefix{tag}sem-leases:NAME`, in its hash's slot):
+    /// holder id -> deadline in server milliseconds. Built on each call.
+    pub(crate) fn sem_leases(&self) -> Vec<u8> {
+        let (hash_marker, _) = self.kind.markers();
+        let name = &self.lock[self.base_len + hash_marker.len()..];
+        [&self.lock[..self.base_len], b"sem-leases:", name].concat()
     }
 
     fn laid_out(prefix: &[u8], name: &[u8], kind: HashKind) -> Self {

@@ -9,6 +9,7 @@ pub(crate) mod controls;
 pub(crate) mod keys;
 mod pubsub;
 mod scripts;
+pub(crate) mod semaphore;
 pub(crate) mod server;
 
 use std::time::Duration;
@@ -365,6 +366,9 @@ pub(crate) async fn release<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
+    if keys.is_semaphore() {
+        return semaphore::sem_release(conn, keys, holder, op_id, op_ttl, pubsub).await;
+    }
     let reply: Vec<i64> = scripts()
         .release
         .key(&keys.lock)
@@ -406,6 +410,11 @@ pub(crate) async fn cancel<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<CancelReply, Error> {
+    if keys.is_semaphore() {
+        // A semaphore hold has no re-entries: its only operation to undo is the acquisition,
+        // whose op id is its holder id.
+        return semaphore::sem_cancel(conn, keys, holder, op_ttl, pubsub).await;
+    }
     let reply: Vec<i64> = scripts()
         .cancel
         .key(&keys.lock)
@@ -430,12 +439,16 @@ pub(crate) async fn cancel<C: ConnectionLike>(
 }
 
 /// Renews a batch of leases in one call; one `bool` per `(keys, holder)` pair, `true` when
-/// that holder still held that lock and its lease was set again.
+/// that holder still held that lock and its lease was set again. A batch is all locks or all
+/// semaphore holds (the watchdog groups them), whose script it picks.
 pub(crate) async fn renew<C: ConnectionLike>(
     conn: &mut C,
     batch: &[(&LockKeys, &str)],
     lease: Duration,
 ) -> Result<Vec<bool>, Error> {
+    if batch.first().is_some_and(|(keys, _)| keys.is_semaphore()) {
+        return semaphore::sem_renew(conn, batch, lease).await;
+    }
     let script = &scripts().renew;
     let mut call = script.prepare_invoke();
     call.arg(millis(lease));
@@ -986,3 +999,6 @@ mod election_tests;
 
 #[cfg(test)]
 mod job_tests;
+
+#[cfg(test)]
+mod semaphore_tests;

@@ -29,6 +29,10 @@ pub(crate) struct Scripts {
     pub(crate) job_begin: Script,
     pub(crate) job_finish: Script,
     pub(crate) job_read: Script,
+    pub(crate) sem_acquire: Script,
+    pub(crate) sem_release: Script,
+    pub(crate) sem_cancel: Script,
+    pub(crate) sem_renew: Script,
 }
 
 /// Builds the scripts from their sources, each passed through `source(name, text)` first
@@ -37,6 +41,7 @@ pub(crate) struct Scripts {
 pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
     let fence_mark = include_str!("../../lua/lib/fence_mark.lua");
     let hash_field = include_str!("../../lua/lib/hash_field.lua");
+    let sem_holds = include_str!("../../lua/lib/sem_holds.lua");
     let load = |name: &str, text: &str| Script::new(&source(name, text));
     Scripts {
         acquire: load("acquire", include_str!("../../lua/acquire.lua")),
@@ -73,6 +78,22 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         job_read: load(
             "job_read",
             &[hash_field, include_str!("../../lua/job_read.lua")].concat(),
+        ),
+        sem_acquire: load(
+            "sem_acquire",
+            &[sem_holds, include_str!("../../lua/sem_acquire.lua")].concat(),
+        ),
+        sem_release: load(
+            "sem_release",
+            &[sem_holds, include_str!("../../lua/sem_release.lua")].concat(),
+        ),
+        sem_cancel: load(
+            "sem_cancel",
+            &[sem_holds, include_str!("../../lua/sem_cancel.lua")].concat(),
+        ),
+        sem_renew: load(
+            "sem_renew",
+            &[sem_holds, include_str!("../../lua/sem_renew.lua")].concat(),
         ),
     }
 }

@@ -1,0 +1,97 @@
+-- sem_acquire.lua: take permits of a semaphore for a new hold and issue its fencing token.
+--
+-- KEYS[1]  semaphore hash   (layout in lib/sem_holds.lua; also its release channel)
+-- KEYS[2]  lease zset       holder id -> deadline in server ms
+-- KEYS[3]  fence counter    string: highest token issued in this slot (shared with the locks)
+-- KEYS[4]  op record        string, keyed by the holder id: "a" once this acquisition ran, "c"
+--                           when it was cancelled (sem_cancel.lua), "r:<op id>" once released;
+--                           kept ARGV[5] ms
+-- ARGV[1]  holder id        unique per acquisition, never reused
+-- ARGV[2]  permits wanted   positive integer
+-- ARGV[3]  limit            permits in all, used when the semaphore has none recorded (first
+--                           use, or every earlier hold ended); a recorded limit wins
+-- ARGV[4]  lease in ms      positive integer
+-- ARGV[5]  op record lifetime in ms
+-- ARGV[6]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
+--
+-- Returns  {1, token, permits, limit, free}
+--                           acquired: the hold takes `permits` until its lease ends; `free`
+--                           permits are left; or a replay: this holder already holds them (the
+--                           same request ran before and its reply was lost); nothing changes
+--          {0, wait_ms, free, limit}
+--                           too few permits free; wait_ms: until the earliest lease of a
+--                           holder ends (when permits may come back without a release)
+--          {-2}             this acquisition was cancelled, or it ran and its hold has ended
+--                           since: a late duplicate of the request; nothing done
+--          {-3, limit}      more permits wanted than the semaphore has in all; nothing held
+-- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
+--          FENCELOCK_OVERFLOW   the next token would not be exact in a Lua double; nothing modified
+--
+-- Expired holds are dropped first (sem_purge); when that frees permits that this acquisition
+-- leaves free, it publishes on KEYS[1] so that other waiters try again. The token is
+-- max(counter + 1, server TIME in microseconds), as in acquire.lua.
+local err = sem_check(KEYS[1], KEYS[2])
+if err then
+  return err
+end
+local done = redis.call('GET', KEYS[4])
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+local now = now_ms()
+if held and tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0) > now then
+  local permits, token = string.match(held, '^(%d+):(%d+)$')
+  local limit = tonumber(redis.call('HGET', KEYS[1], '~limit'))
+  local used = tonumber(redis.call('HGET', KEYS[1], '~used'))
+  return {1, tonumber(token), tonumber(permits), limit, limit - used}
+end
+if done then
+  return {-2}
+end
+
+-- Read (and type-check) the counter and compute the token before the first write, so an
+-- error leaves nothing done.
+local counter = redis.pcall('GET', KEYS[3])
+if type(counter) == 'table' and counter.err then
+  if string.sub(counter.err, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter is not a string')
+  end
+  return counter
+end
+local last = 0
+if counter then
+  last = tonumber(counter)
+  if last == nil then
+    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
+  end
+end
+local micros = redis.call('TIME')
+local token = math.max(last + 1, tonumber(micros[1]) * 1000000 + tonumber(micros[2]))
+if token >= 9007199254740992 then
+  return redis.error_reply('FENCELOCK_OVERFLOW fence counter reached 2^53')
+end
+local token_text = string.format('%.0f', token)
+
+local freed = sem_purge(KEYS[1], KEYS[2], now)
+local limit = tonumber(redis.call('HGET', KEYS[1], '~limit')) or tonumber(ARGV[3])
+local used = tonumber(redis.call('HGET', KEYS[1], '~used')) or 0
+local wanted = tonumber(ARGV[2])
+if wanted > limit or used + wanted > limit then
+  local earliest = sem_settle(KEYS[1], KEYS[2])
+  if freed > 0 then
+    sem_publish(KEYS[1], ARGV[6])
+  end
+  if wanted > limit then
+    return {-3, limit}
+  end
+  return {0, earliest and (earliest - now) or -1, limit - used, limit}
+end
+
+redis.call('SET', KEYS[3], token_text)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. token_text, '~limit', limit, '~used', used + wanted)
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])
+sem_settle(KEYS[1], KEYS[2])
+redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])
+local free = limit - used - wanted
+if freed > 0 and free > 0 then
+  sem_publish(KEYS[1], ARGV[6])
+end
+return {1, token, wanted, limit, free}

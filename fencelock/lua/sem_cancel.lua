@@ -1,0 +1,33 @@
+-- sem_cancel.lua: undo exactly one semaphore acquisition whose caller gave up on it
+-- (cancelled future, ambiguous error), whether or not it has run yet.
+--
+-- KEYS[1]  semaphore hash   (layout in lib/sem_holds.lua; also its release channel)
+-- KEYS[2]  lease zset
+-- KEYS[3]  op record of the acquisition (keyed by its holder id)
+-- ARGV[1]  holder id
+-- ARGV[2]  op record lifetime in ms
+-- ARGV[3]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
+--
+-- Returns  {1, 0}           the acquisition had run and was undone: its permits are free and
+--                           a message was published on KEYS[1]
+--          {0}              it had not run (or was already undone or released); it never will
+--
+-- The op record is set to "c" first, so if the undone request is still on its way (a re-send,
+-- a slow network) it finds "c" when it arrives and does nothing (sem_acquire.lua).
+if redis.call('GET', KEYS[3]) == 'c' then
+  return {0}
+end
+redis.call('SET', KEYS[3], 'c', 'PX', ARGV[2])
+if sem_check(KEYS[1], KEYS[2]) then
+  return {0}
+end
+local freed = sem_purge(KEYS[1], KEYS[2], now_ms())
+local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1])
+sem_settle(KEYS[1], KEYS[2])
+if permits + freed > 0 then
+  sem_publish(KEYS[1], ARGV[3])
+end
+if permits == 0 then
+  return {0}
+end
+return {1, 0}

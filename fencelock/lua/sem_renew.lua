@@ -1,0 +1,33 @@
+-- sem_renew.lua: the watchdog's batched renewal of semaphore holds, owner-checked.
+--
+-- KEYS[2i-1]  semaphore hash i, KEYS[2i] its lease zset (on a cluster, every key of one call
+--             is in one slot)
+-- ARGV[1]     lease in ms for every hold
+-- ARGV[1+i]   holder id of hold i
+--
+-- Returns  {r1, r2, ...}  ri = 1: hold i is live and its deadline is now ARGV[1] ms from now
+--                         (both keys expire no earlier); ri = 0: it is not (its lease ended,
+--                         it was released, or a key holds foreign data); nothing changed for it
+--
+-- A hold whose deadline passed is not revived, even if no script has purged it yet: its
+-- permits may already have been counted free by an acquirer. No op record: setting a deadline
+-- again is idempotent. A WRONGTYPE counts as not held; any other error (an ACL refusal) fails
+-- the whole call, so that the watchdog retries instead of taking every hold for lost.
+local now = now_ms()
+local renewed = {}
+for i = 1, #ARGV - 1 do
+  local hash, leases, holder = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
+  local deadline = redis.pcall('ZSCORE', leases, holder)
+  if type(deadline) == 'table' and deadline.err and string.sub(deadline.err, 1, 9) ~= 'WRONGTYPE' then
+    return deadline
+  end
+  if type(deadline) == 'string' and tonumber(deadline) > now
+      and redis.call('TYPE', hash)['ok'] == 'hash' and redis.call('HEXISTS', hash, holder) == 1 then
+    redis.call('ZADD', leases, now + tonumber(ARGV[1]), holder)
+    sem_settle(hash, leases)
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed

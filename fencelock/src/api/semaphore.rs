@@ -1,0 +1,530 @@
+//! A named semaphore: a number of permits shared by every process, each hold with its own
+//! lease.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::client::LockClient;
+use super::guard::LockGuard;
+use crate::base::durations::validate_lease;
+use crate::base::error::Error;
+use crate::base::metrics;
+use crate::base::retry::waiting_window;
+use crate::base::token::FencingToken;
+use crate::engine::holder::Holder;
+use crate::engine::pending::PendingOp;
+use crate::engine::wait::Wake;
+use crate::protocol::keys::validate_name;
+use crate::protocol::semaphore::{sem_acquire, SemAcquireReply};
+use crate::protocol::{CancelKind, LockKeys};
+
+/// A handle to one named semaphore, made by [`LockClient::semaphore`]: `limit` permits shared
+/// by every client of the same Redis.
+///
+/// Each acquisition is one **hold** of one or more permits, with a lease of its own that the
+/// client's watchdog renews while the [`SemaphorePermit`] lives (or a fixed lease, after
+/// [`Semaphore::with_lease`]). A holder that crashes or hangs gives its permits back when its
+/// lease ends, without a sweeper and without anyone's help: every semaphore script first drops
+/// the holds whose lease has passed. Each hold gets a fencing token from the same strictly
+/// increasing sequence as the locks of its slot, for audit and for storage that refuses a
+/// late holder's writes ([`FencedResource`](crate::FencedResource)).
+///
+/// **The limit.** The first acquisition of an idle semaphore records its handle's limit in
+/// Redis; while any hold is live, that recorded limit is the one every acquisition is judged
+/// by, whatever its handle says (so that all holders agree on it), and each permit reports it
+/// ([`SemaphorePermit::limit`]). When the last hold ends the record goes with it, and the
+/// next acquisition records its own handle's limit: a change of configuration takes effect
+/// once the semaphore has been idle.
+///
+/// Cheap to clone; it holds nothing by itself.
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+/// // At most 4 exports run at once, across every instance.
+/// let exports = client.semaphore("exports", 4)?;
+/// let permit = exports.acquire(1).await?;
+/// println!("export with token {}", permit.token());
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    client: LockClient,
+    name: Arc<[u8]>,
+    keys: Arc<LockKeys>,
+    limit: u32,
+    lease: Option<Duration>,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("limit", &self.limit)
+            .field("lease", &self.lease())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// A handle to the semaphore called `name` with `limit` permits in all (the limit an idle
+    /// semaphore takes on its first acquisition: see [`Semaphore`]). Semaphore names are their
+    /// own namespace: a semaphore and a lock of the same name are unrelated. Nothing is sent to
+    /// Redis until a permit is acquired.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or over-long name; [`Error::InvalidPermits`] for a
+    /// limit of zero.
+    ///
+    /// ```
+    /// # fn demo(client: fencelock::LockClient) {
+    /// assert!(client.semaphore("pool", 0).unwrap_err().is_invalid_input());
+    /// # }
+    /// ```
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, limit: u32) -> Result<Semaphore, Error> {
+        let name = name.as_ref();
+        validate_name(name)?;
+        if limit == 0 {
+            return Err(Error::InvalidPermits {
+                reason: "a semaphore needs at least one permit".into(),
+            });
+        }
+        Ok(Semaphore {
+            client: self.clone(),
+            keys: Arc::new(LockKeys::semaphore(&self.engine.config.prefix, name)),
+            name: name.into(),
+            limit,
+            lease: None,
+        })
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name, as given to [`LockClient::semaphore`].
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// The limit this handle records when the semaphore is idle (see [`Semaphore`] for the
+    /// limit in force while it is in use).
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The lease each hold gets: this handle's own, or the client's default (renewed by the
+    /// watchdog).
+    pub fn lease(&self) -> Duration {
+        self.lease
+            .unwrap_or(self.client.engine.config.default_lease)
+    }
+
+    /// A handle to the same semaphore whose holds get a fixed `lease` that the watchdog does
+    /// not renew: a hold ends at the latest when it runs out, released or not.
+    ///
+    /// # Errors
+    /// [`Error::InvalidLease`] for a lease under 1 ms, over 7 days, or not a whole number of
+    /// milliseconds.
+    ///
+    /// ```
+    /// # fn demo(pool: fencelock::Semaphore) -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// let short = pool.with_lease(Duration::from_secs(5))?;
+    /// assert!(pool.with_lease(Duration::ZERO).unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(&self, lease: Duration) -> Result<Semaphore, Error> {
+        let mut semaphore = self.clone();
+        semaphore.lease = Some(validate_lease(lease)?);
+        Ok(semaphore)
+    }
+
+    /// Takes `permits` permits if that many are free, and returns at once either way
+    /// (`Ok(None)` when they are not).
+    ///
+    /// # Errors
+    /// [`Error::InvalidPermits`] for zero permits or more than the limit; [`Error::WrongType`]
+    /// when the semaphore's keys hold foreign data; [`Error::Redis`] when Redis could not be
+    /// reached within the retry window.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped after the request was sent, the acquisition is
+    /// undone in the background whether it already ran or not, so no permit is left held.
+    pub async fn try_acquire(&self, permits: u32) -> Result<Option<SemaphorePermit>, Error> {
+        let outcome = async {
+            self.check(permits)?;
+            let holder = self.client.engine.next_id();
+            let mut pending = self.pending(&holder);
+            let window = self.client.engine.config.retry_window;
+            match self.attempt(&holder, &mut pending, permits, window).await? {
+                Attempt::Won(permit, _) => Ok(Some(permit)),
+                Attempt::Busy(_) => Ok(None),
+            }
+        }
+        .await;
+        self.report("try_acquire", permits, outcome.as_ref().map(Option::as_ref));
+        outcome
+    }
+
+    /// Takes `permits` permits, waiting as long as it takes.
+    ///
+    /// Waiting does not poll: the waiter subscribes to the semaphore's channel and goes back
+    /// to Redis when a holder releases, or when the earliest lease among the holders ends
+    /// (a crashed holder's permits come back then). Waiters of one client queue in FIFO order,
+    /// so a request for many permits is not overtaken by later requests for few from the same
+    /// client; across clients there is no queue (see DESIGN.md). Once waiting, a lost
+    /// connection is retried for as long as it lasts.
+    ///
+    /// # Errors
+    /// As [`Semaphore::try_acquire`], except that [`Error::Redis`] for an unreachable Redis
+    /// comes only from the first try, before the call starts waiting.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves the queue and undoes an acquisition that may be
+    /// in flight; no permit is left held by an acquire nobody waits for.
+    pub async fn acquire(&self, permits: u32) -> Result<SemaphorePermit, Error> {
+        let outcome = self.acquire_until(permits, None).await;
+        self.report("acquire", permits, outcome.as_ref().map(Some));
+        outcome
+    }
+
+    /// Takes `permits` permits, waiting at most `timeout`; [`Error::Timeout`] when too few
+    /// were free until then. The call returns at the deadline at the latest.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`], or as [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn acquire_timeout(
+        &self,
+        permits: u32,
+        timeout: Duration,
+    ) -> Result<SemaphorePermit, Error> {
+        let deadline = Instant::now() + timeout;
+        let outcome = self.acquire_until(permits, Some(deadline)).await;
+        self.report("acquire_timeout", permits, outcome.as_ref().map(Some));
+        outcome
+    }
+
+    fn check(&self, permits: u32) -> Result<(), Error> {
+        if permits == 0 || permits > self.limit {
+            return Err(Error::InvalidPermits {
+                reason: format!(
+                    "asked for {permits} permits of semaphore {:?}, which has {} in all \
+                     (at least 1 must be asked for)",
+                    String::from_utf8_lossy(&self.name),
+                    self.limit
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// One `fencelock.semaphore` event and the acquisition metric for an acquire call.
+    fn report(
+        &self,
+        method: &'static str,
+        permits: u32,
+        outcome: Result<Option<&SemaphorePermit>, &Error>,
+    ) {
+        let name = || String::from_utf8_lossy(&self.name);
+        let label = match outcome {
+            Ok(Some(permit)) => {
+                tracing::debug!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
+                    outcome = metrics::ACQUIRED, token = permit.token().get(),
+                    holder = permit.holder_id(), limit = permit.limit(), "permits acquired");
+                metrics::ACQUIRED
+            }
+            Ok(None) => {
+                tracing::debug!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
+                    outcome = metrics::BUSY, "too few permits free");
+                metrics::BUSY
+            }
+            Err(err) if err.is_timeout() => {
+                tracing::debug!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
+                    outcome = metrics::TIMEOUT, "permit acquire timed out");
+                metrics::TIMEOUT
+            }
+            Err(err) => {
+                tracing::warn!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
+                    outcome = metrics::ERROR, error = %err, "permit acquire failed");
+                metrics::ERROR
+            }
+        };
+        metrics::semaphore(label);
+    }
+
+    async fn acquire_until(
+        &self,
+        permits: u32,
+        deadline: Option<Instant>,
+    ) -> Result<SemaphorePermit, Error> {
+        self.check(permits)?;
+        let started = Instant::now();
+        let Some(deadline) = deadline else {
+            return self.acquire_within(permits, None, started).await;
+        };
+        // The deadline bounds everything, also an attempt being retried because Redis does not
+        // answer: at the deadline the attempt is dropped, and its pending op undoes it.
+        match tokio::time::timeout_at(
+            deadline.into(),
+            self.acquire_within(permits, Some(deadline), started),
+        )
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(_elapsed) => Err(Error::Timeout {
+                waited: started.elapsed(),
+            }),
+        }
+    }
+
+    async fn acquire_within(
+        &self,
+        permits: u32,
+        deadline: Option<Instant>,
+        started: Instant,
+    ) -> Result<SemaphorePermit, Error> {
+        let engine = &self.client.engine;
+        let holder = engine.next_id();
+        let mut pending = self.pending(&holder);
+        // The fast path: one round trip when permits are free. Skipped when waiters of this
+        // client are queued, so a newcomer cannot overtake them.
+        if !engine.waiters.has_waiters(&self.keys.lock) {
+            let window = engine.config.retry_window;
+            if let Attempt::Won(permit, _) =
+                self.attempt(&holder, &mut pending, permits, window).await?
+            {
+                return Ok(permit);
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::Timeout {
+                waited: started.elapsed(),
+            });
+        }
+        // Boxed: the waiting state is large, and the uncontended path should not carry it.
+        Box::pin(self.wait_and_acquire(&holder, &mut pending, permits, deadline, started)).await
+    }
+
+    /// The slow path: queue behind this client's other waiters and try again on each wake-up
+    /// until the permits are won or the deadline passes.
+    async fn wait_and_acquire(
+        &self,
+        holder: &str,
+        pending: &mut PendingOp,
+        permits: u32,
+        deadline: Option<Instant>,
+        started: Instant,
+    ) -> Result<SemaphorePermit, Error> {
+        let engine = &self.client.engine;
+        metrics::contended();
+        let entry = engine.waiters.enter(&self.keys.lock, None).await?;
+        loop {
+            if entry.wait(deadline).await == Wake::Deadline {
+                return Err(Error::Timeout {
+                    waited: started.elapsed(),
+                });
+            }
+            let window = waiting_window(engine.config.retry_window, deadline);
+            match self.attempt(holder, pending, permits, window).await? {
+                Attempt::Won(permit, free) => {
+                    // Permits are left: the next waiter of this client may fit, so it tries
+                    // now instead of waiting for the next release.
+                    if free > 0 {
+                        entry.hand_on();
+                    }
+                    return Ok(permit);
+                }
+                Attempt::Busy(wait) => entry.observed_lease(wait),
+            }
+        }
+    }
+
+    fn pending(&self, holder: &str) -> PendingOp {
+        // An acquisition's operation id is its holder id, as for a lock.
+        PendingOp::new(
+            &self.client.engine,
+            &self.keys,
+            holder,
+            holder,
+            CancelKind::Acquire,
+        )
+    }
+
+    /// One acquire round trip (re-sent while its outcome is unknown and `window` is open).
+    async fn attempt(
+        &self,
+        holder: &str,
+        pending: &mut PendingOp,
+        permits: u32,
+        window: Duration,
+    ) -> Result<Attempt, Error> {
+        let engine = &self.client.engine;
+        let lease = self.lease();
+        let op_ttl = engine.config.op_record_ttl;
+        let limit = self.limit;
+        let sent_at = Instant::now();
+        pending.arm();
+        let reply = engine
+            .retrying_within(window, |mut conn| {
+                let keys = &self.keys;
+                let pubsub = conn.pubsub();
+                async move {
+                    sem_acquire(
+                        &mut conn, keys, holder, permits, limit, lease, op_ttl, pubsub,
+                    )
+                    .await
+                }
+            })
+            .await?;
+        pending.disarm();
+        match reply {
+            SemAcquireReply::Acquired {
+                token,
+                permits,
+                limit,
+                free,
+            } => {
+                let holder = Holder::new(
+                    engine.clone(),
+                    self.keys.clone(),
+                    self.name.clone(),
+                    holder.to_owned(),
+                    token,
+                    sent_at,
+                    lease,
+                    self.lease.is_none(),
+                    None,
+                );
+                if holder.watched {
+                    engine.watchdog.watch(&holder);
+                }
+                let permit = SemaphorePermit {
+                    guard: LockGuard::new(holder),
+                    permits,
+                    limit,
+                };
+                Ok(Attempt::Won(permit, free))
+            }
+            SemAcquireReply::Busy { wait, .. } => Ok(Attempt::Busy(wait)),
+            SemAcquireReply::Cancelled => Err(Error::Cancelled),
+            SemAcquireReply::OverLimit { limit } => Err(Error::InvalidPermits {
+                reason: format!(
+                    "asked for {permits} permits of semaphore {:?}, whose limit in force is \
+                     {limit} (recorded in Redis while it is in use)",
+                    String::from_utf8_lossy(&self.name)
+                ),
+            }),
+        }
+    }
+}
+
+enum Attempt {
+    /// The permit, and how many permits the semaphore has left free.
+    Won(SemaphorePermit, u32),
+    Busy(Option<Duration>),
+}
+
+/// Proof of holding permits of a [`Semaphore`]: one hold, with its fencing token and lease.
+///
+/// Dropping it gives the permits back in the background (as dropping a
+/// [`LockGuard`] releases a lock); [`SemaphorePermit::release`] does it and reports the
+/// outcome. While it lives, the watchdog renews its lease (unless the semaphore handle has a
+/// fixed lease); if renewal fails until the lease ends, or Redis no longer has the hold,
+/// [`SemaphorePermit::lost`] resolves and [`SemaphorePermit::is_valid`] turns false: the
+/// permits may be someone else's by then.
+///
+/// ```no_run
+/// # async fn demo(pool: fencelock::Semaphore) -> Result<(), fencelock::Error> {
+/// let permit = pool.acquire(2).await?;
+/// tokio::select! {
+///     () = permit.lost() => eprintln!("lease lost; stop working"),
+///     () = async { /* the work the permits allow */ } => permit.release().await?,
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "a permit is given back when dropped; bind it for as long as the work lasts"]
+pub struct SemaphorePermit {
+    guard: LockGuard,
+    permits: u32,
+    limit: u32,
+}
+
+impl std::fmt::Debug for SemaphorePermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemaphorePermit")
+            .field("semaphore", &String::from_utf8_lossy(self.semaphore_name()))
+            .field("holder", &self.holder_id())
+            .field("permits", &self.permits)
+            .field("limit", &self.limit)
+            .field("token", &self.token())
+            .field("valid", &self.is_valid())
+            .finish()
+    }
+}
+
+impl SemaphorePermit {
+    /// The hold's fencing token: greater than every token issued before it to any hold of this
+    /// semaphore (and any lock of its slot).
+    pub fn token(&self) -> FencingToken {
+        self.guard.token()
+    }
+
+    /// How many permits this hold has.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The limit in force when the permits were acquired (see [`Semaphore`]).
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The semaphore's name.
+    pub fn semaphore_name(&self) -> &[u8] {
+        self.guard.lock_name()
+    }
+
+    /// The id Redis knows this hold by (in the semaphore's hash and lease set).
+    pub fn holder_id(&self) -> &str {
+        self.guard.holder_id()
+    }
+
+    /// Until when this process may count on the hold, by its own clock (the lease minus a
+    /// margin for clock drift, from when the last successful renewal was sent).
+    pub fn valid_until(&self) -> Instant {
+        self.guard.valid_until()
+    }
+
+    /// Whether the hold is still this process's as far as it knows: not reported lost and
+    /// its lease not run out.
+    pub fn is_valid(&self) -> bool {
+        self.guard.is_valid()
+    }
+
+    /// Resolves once the hold is lost: a renewal found it gone, or its lease ran out by this
+    /// process's clock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits; dropping it changes nothing.
+    pub async fn lost(&self) {
+        self.guard.lost().await;
+    }
+
+    /// Gives the permits back and wakes waiters.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the hold had already ended (its lease ran out, or an operator
+    /// released it): the permits were not this holder's any more, and nothing else changed.
+    /// [`Error::Redis`] when Redis could not be reached within the retry window; the lease
+    /// then frees the permits.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in outcome, safe in effect: if the future is dropped, the release may
+    /// or may not have run, and the watchdog has already stopped renewing, so the lease frees
+    /// the permits at the latest.
+    pub async fn release(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+}

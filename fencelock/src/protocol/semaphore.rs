@@ -1,0 +1,158 @@
+//! The semaphore's scripts: one function each (`lua/sem_*.lua`), typed replies, no policy.
+//! Release, undo and renewal of a semaphore hold are reached through [`super::release`],
+//! [`super::cancel`] and [`super::renew`], which pick these by the keys' kind, so that the
+//! engine's guards, pending operations and watchdog serve semaphore holds unchanged.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use super::{
+    count_from, millis, owner_reply, scripts, token_from, unexpected, CancelReply, LockKeys,
+    OwnerReply, PubSub,
+};
+use crate::base::error::Error;
+use crate::base::token::FencingToken;
+
+/// Outcome of `sem_acquire.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SemAcquireReply {
+    /// The hold has `permits` with this token (fresh, or a replay of the same request); the
+    /// semaphore has `limit` in all and `free` left.
+    Acquired {
+        token: FencingToken,
+        permits: u32,
+        limit: u32,
+        free: u32,
+    },
+    /// Too few permits free. `wait`: until the earliest lease of a holder ends (`None`: no
+    /// hold is live, which happens only when the limit is below what was asked, see
+    /// `OverLimit`).
+    Busy {
+        wait: Option<Duration>,
+        free: u32,
+        limit: u32,
+    },
+    /// This acquisition was cancelled before it ran (or ran and its hold ended).
+    Cancelled,
+    /// More permits were asked for than the semaphore has in all.
+    OverLimit { limit: u32 },
+}
+
+/// One semaphore acquire attempt.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn sem_acquire<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    permits: u32,
+    limit: u32,
+    lease: Duration,
+    op_ttl: Duration,
+    pubsub: PubSub,
+) -> Result<SemAcquireReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .sem_acquire
+        .key(&keys.lock)
+        .key(keys.sem_leases())
+        .key(&keys.fence)
+        .key(keys.op(holder))
+        .arg(holder)
+        .arg(permits)
+        .arg(limit)
+        .arg(millis(lease))
+        .arg(millis(op_ttl))
+        .arg(pubsub.script_arg())
+        .invoke_async(conn)
+        .await
+        .map_err(Error::from_reply)?;
+    let permits_from = |raw: i64| {
+        u32::try_from(raw.max(0))
+            .map_err(|_| Error::Protocol(format!("sem_acquire.lua answered {raw} permits")))
+    };
+    match reply.as_slice() {
+        [1, token, permits, limit, free] => Ok(SemAcquireReply::Acquired {
+            token: token_from(*token)?,
+            permits: permits_from(*permits)?,
+            limit: permits_from(*limit)?,
+            free: permits_from(*free)?,
+        }),
+        [0, wait, free, limit] => Ok(SemAcquireReply::Busy {
+            wait: u64::try_from(*wait).ok().map(Duration::from_millis),
+            free: permits_from(*free)?,
+            limit: permits_from(*limit)?,
+        }),
+        [-2] => Ok(SemAcquireReply::Cancelled),
+        [-3, limit] => Ok(SemAcquireReply::OverLimit {
+            limit: permits_from(*limit)?,
+        }),
+        other => Err(unexpected("sem_acquire", other)),
+    }
+}
+
+pub(super) async fn sem_release<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    op_id: &str,
+    op_ttl: Duration,
+    pubsub: PubSub,
+) -> Result<OwnerReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .sem_release
+        .key(&keys.lock)
+        .key(keys.sem_leases())
+        .key(keys.op(holder))
+        .arg(holder)
+        .arg(millis(op_ttl))
+        .arg(pubsub.script_arg())
+        .arg(op_id)
+        .invoke_async(conn)
+        .await
+        .map_err(Error::from_reply)?;
+    owner_reply("sem_release", &reply)
+}
+
+pub(super) async fn sem_cancel<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    op_ttl: Duration,
+    pubsub: PubSub,
+) -> Result<CancelReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .sem_cancel
+        .key(&keys.lock)
+        .key(keys.sem_leases())
+        .key(keys.op(holder))
+        .arg(holder)
+        .arg(millis(op_ttl))
+        .arg(pubsub.script_arg())
+        .invoke_async(conn)
+        .await
+        .map_err(Error::from_reply)?;
+    match reply.as_slice() {
+        [1, remaining] => Ok(CancelReply::Undone {
+            remaining: count_from(*remaining)?,
+        }),
+        [0] => Ok(CancelReply::NotRun),
+        other => Err(unexpected("sem_cancel", other)),
+    }
+}
+
+pub(super) async fn sem_renew<C: ConnectionLike>(
+    conn: &mut C,
+    batch: &[(&LockKeys, &str)],
+    lease: Duration,
+) -> Result<Vec<bool>, Error> {
+    let mut call = scripts().sem_renew.prepare_invoke();
+    call.arg(millis(lease));
+    for (keys, holder) in batch {
+        call.key(&keys.lock).key(keys.sem_leases()).arg(*holder);
+    }
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
+    if reply.len() != batch.len() {
+        return Err(unexpected("sem_renew", &reply));
+    }
+    Ok(reply.into_iter().map(|r| r == 1).collect())
+}

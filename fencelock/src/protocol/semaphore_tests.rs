@@ -1,0 +1,350 @@
+//! The semaphore scripts' contracts (`sem_acquire.lua`, `sem_release.lua`, `sem_cancel.lua`,
+//! `sem_renew.lua`) against a real redis-server: never more permits held than the limit,
+//! expired holds give their permits back, re-sent requests apply once, renewals are
+//! owner-checked and never revive an expired hold, and nothing stays behind.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use super::semaphore::{sem_acquire, SemAcquireReply};
+#[cfg(fencelock_negative_controls)]
+use super::tests::assert_controls_caught;
+use super::tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::*;
+
+const LIMIT: u32 = 3;
+/// A lease that runs out during a check.
+const SHORT: Duration = Duration::from_millis(60);
+
+fn sem_keys() -> LockKeys {
+    LockKeys::semaphore(b"t:", b"pool")
+}
+
+async fn take(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    permits: u32,
+    lease: Duration,
+) -> SemAcquireReply {
+    sem_acquire(
+        conn,
+        keys,
+        holder,
+        permits,
+        LIMIT,
+        lease,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap()
+}
+
+fn token_of(reply: SemAcquireReply) -> Result<FencingToken, String> {
+    match reply {
+        SemAcquireReply::Acquired { token, .. } => Ok(token),
+        other => Err(format!("expected an acquisition, got {other:?}")),
+    }
+}
+
+async fn used(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Option<u32> {
+    conn.hget(&keys.lock, "~used").await.unwrap()
+}
+
+/// However the requests interleave, the holds never have more permits than the limit.
+async fn never_more_than_the_limit(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    token_of(take(conn, keys, "a", 2, LEASE).await)?;
+    match take(conn, keys, "b", 2, LEASE).await {
+        SemAcquireReply::Busy {
+            free: 1,
+            limit: 3,
+            wait: Some(wait),
+        } if wait <= LEASE => {}
+        other => return Err(format!("2 of 3 held, a request for 2 got {other:?}")),
+    }
+    token_of(take(conn, keys, "c", 1, LEASE).await)?;
+    match take(conn, keys, "d", 1, LEASE).await {
+        SemAcquireReply::Busy { free: 0, .. } => {}
+        other => return Err(format!("3 of 3 held, a request for 1 got {other:?}")),
+    }
+    match used(conn, keys).await {
+        Some(3) => Ok(()),
+        other => Err(format!("~used is {other:?} with 3 permits held")),
+    }
+}
+
+/// A hold whose lease passed gives its permits back at the next script, without a release.
+async fn an_expired_hold_gives_its_permits_back(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    token_of(take(conn, keys, "crashed", 2, SHORT).await)?;
+    token_of(take(conn, keys, "alive", 1, LEASE).await)?;
+    tokio::time::sleep(SHORT * 2).await;
+    token_of(take(conn, keys, "next", 2, LEASE).await)
+        .map_err(|e| format!("after the crashed hold's lease: {e}"))?;
+    let stale: Option<String> = conn.hget(&keys.lock, "crashed").await.unwrap();
+    let release = release(conn, keys, "crashed", "r1", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    match (stale, release, used(conn, keys).await) {
+        (None, OwnerReply::NotHeld, Some(3)) => Ok(()),
+        other => Err(format!(
+            "the expired hold's field, its late release and ~used: {other:?}"
+        )),
+    }
+}
+
+/// A re-sent acquisition is answered from the hold it made, a re-sent release from its mark;
+/// each applies once, and a copy of the acquisition arriving after the release does nothing.
+async fn resent_requests_apply_once(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let first = token_of(take(conn, keys, "a", 2, LEASE).await)?;
+    let again = token_of(take(conn, keys, "a", 2, LEASE).await)
+        .map_err(|e| format!("the re-sent acquisition: {e}"))?;
+    if again != first || used(conn, keys).await != Some(2) {
+        return Err(format!(
+            "re-sent acquisition: token {again} (first {first}), ~used {:?}",
+            used(conn, keys).await
+        ));
+    }
+    for attempt in 0..2 {
+        let reply = release(conn, keys, "a", "r1", OP_TTL, PubSub::Classic)
+            .await
+            .unwrap();
+        if reply != (OwnerReply::Done { remaining: 0 }) {
+            return Err(format!("release copy {attempt} answered {reply:?}"));
+        }
+    }
+    let other_op = release(conn, keys, "a", "r2", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    let late = take(conn, keys, "a", 2, LEASE).await;
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    match (other_op, late, exists) {
+        (OwnerReply::NotHeld, SemAcquireReply::Cancelled, false) => Ok(()),
+        other => Err(format!(
+            "another release, a late acquisition copy, and the hash exists: {other:?}"
+        )),
+    }
+}
+
+/// Renewal sets a live hold's deadline again, refuses a stranger, and never revives a hold
+/// whose lease passed (its permits may have been counted free already).
+async fn renewal_is_owner_checked_and_never_revives(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    token_of(take(conn, keys, "short", 1, SHORT).await)?;
+    token_of(take(conn, keys, "long", 1, LEASE).await)?;
+    tokio::time::sleep(SHORT * 2).await;
+    let renewed = renew(
+        conn,
+        &[(keys, "short"), (keys, "long"), (keys, "stranger")],
+        LEASE,
+    )
+    .await
+    .unwrap();
+    if renewed != [false, true, false] {
+        return Err(format!(
+            "short (expired), long, stranger renewed: {renewed:?}"
+        ));
+    }
+    let pttl: i64 = conn.pttl(&keys.lock).await.unwrap();
+    if pttl <= (LEASE - Duration::from_secs(1)).as_millis() as i64 {
+        return Err(format!("after the renewal the hash expires in {pttl} ms"));
+    }
+    Ok(())
+}
+
+/// The keys every check starts from.
+fn free_keys() -> LockKeys {
+    sem_keys()
+}
+
+/// The contract checks above, by name; each is also the check of one negative control.
+const CHECKS: [(&str, Check); 4] = [
+    ("never_more_than_the_limit", |c, k| {
+        Box::pin(never_more_than_the_limit(c, k))
+    }),
+    ("an_expired_hold_gives_its_permits_back", |c, k| {
+        Box::pin(an_expired_hold_gives_its_permits_back(c, k))
+    }),
+    ("resent_requests_apply_once", |c, k| {
+        Box::pin(resent_requests_apply_once(c, k))
+    }),
+    ("renewal_is_owner_checked_and_never_revives", |c, k| {
+        Box::pin(renewal_is_owner_checked_and_never_revives(c, k))
+    }),
+];
+
+#[tokio::test]
+async fn the_semaphore_contract_checks_hold() {
+    assert_checks_hold(&CHECKS, free_keys).await;
+}
+
+/// Each semaphore control breaks exactly the contract check next to it (which holds on the
+/// production scripts: [`the_semaphore_contract_checks_hold`]), each on a fresh server.
+#[cfg(fencelock_negative_controls)]
+#[tokio::test]
+async fn the_semaphore_scripts_negative_controls_are_caught() {
+    use super::controls::Control;
+    let controls = [
+        Control::SemAcquireIgnoresLimit,
+        Control::SemKeepsExpiredHolds,
+        Control::SemResendNotRecognised,
+        Control::SemRenewRevivesExpired,
+    ];
+    assert_controls_caught(&controls, &CHECKS, free_keys).await;
+}
+
+/// The layout DESIGN.md gives: the hash with the limit, the sum and one field per hold, the
+/// zset of deadlines, both expiring with the latest lease; nothing left after the release.
+#[tokio::test]
+async fn a_hold_is_laid_out_as_documented_and_leaves_nothing_behind() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = sem_keys();
+    let token = token_of(take(&mut conn, &keys, "h", 2, LEASE).await).unwrap();
+    let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    assert_eq!(hash.get("~limit").map(String::as_str), Some("3"));
+    assert_eq!(hash.get("~used").map(String::as_str), Some("2"));
+    assert_eq!(hash.get("h"), Some(&format!("2:{token}")));
+    assert_eq!(hash.len(), 3, "{hash:?}");
+    let deadline: Option<f64> = conn.zscore(keys.sem_leases(), "h").await.unwrap();
+    assert!(deadline.is_some());
+    for key in [keys.lock.clone(), keys.sem_leases()] {
+        let pttl: i64 = conn.pttl(&key).await.unwrap();
+        assert!(pttl > 0 && pttl <= LEASE.as_millis() as i64, "{pttl}");
+    }
+    let reply = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+    let left: usize = conn
+        .exists(&[keys.lock.clone(), keys.sem_leases()])
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+/// A recorded limit wins over the caller's; a request above it is refused, not queued.
+#[tokio::test]
+async fn the_recorded_limit_wins_and_a_request_above_it_is_refused() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = sem_keys();
+    token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
+    let _: () = conn.hset(&keys.lock, "~limit", 2).await.unwrap();
+    let wider = sem_acquire(&mut conn, &keys, "b", 1, 10, LEASE, OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            wider,
+            SemAcquireReply::Acquired {
+                limit: 2,
+                free: 0,
+                ..
+            }
+        ),
+        "{wider:?}"
+    );
+    let over = take(&mut conn, &keys, "c", 3, LEASE).await;
+    assert_eq!(over, SemAcquireReply::OverLimit { limit: 2 });
+}
+
+/// Cancelling undoes a hold that ran, once; cancelling first makes the late request a no-op.
+#[tokio::test]
+async fn a_cancel_undoes_a_hold_or_forestalls_it() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = sem_keys();
+    let ps = PubSub::Classic;
+    token_of(take(&mut conn, &keys, "ran", 2, LEASE).await).unwrap();
+    let undone = cancel(
+        &mut conn,
+        &keys,
+        "ran",
+        "ran",
+        CancelKind::Acquire,
+        OP_TTL,
+        ps,
+    )
+    .await
+    .unwrap();
+    assert_eq!(undone, CancelReply::Undone { remaining: 0 });
+    let again = cancel(
+        &mut conn,
+        &keys,
+        "ran",
+        "ran",
+        CancelKind::Acquire,
+        OP_TTL,
+        ps,
+    )
+    .await
+    .unwrap();
+    assert_eq!(again, CancelReply::NotRun);
+    let early = cancel(
+        &mut conn,
+        &keys,
+        "early",
+        "early",
+        CancelKind::Acquire,
+        OP_TTL,
+        ps,
+    )
+    .await
+    .unwrap();
+    assert_eq!(early, CancelReply::NotRun);
+    assert_eq!(
+        take(&mut conn, &keys, "early", 1, LEASE).await,
+        SemAcquireReply::Cancelled
+    );
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists, "nothing held after both cancels");
+}
+
+/// Foreign data under a semaphore key fails every script with a typed error, and nothing is
+/// written: not the fence counter, not an op record.
+#[tokio::test]
+async fn foreign_data_is_refused_and_nothing_is_written() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = sem_keys();
+    for key in [keys.lock.clone(), keys.sem_leases()] {
+        let _: () = conn.set(&key, "foreign").await.unwrap();
+        let err = sem_acquire(
+            &mut conn,
+            &keys,
+            "h",
+            1,
+            LIMIT,
+            LEASE,
+            OP_TTL,
+            PubSub::Classic,
+        )
+        .await
+        .unwrap_err();
+        assert!(err.is_wrong_type(), "{err:?}");
+        let err = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+            .await
+            .unwrap_err();
+        assert!(err.is_wrong_type(), "{err:?}");
+        assert_eq!(
+            renew(&mut conn, &[(&keys, "h")], LEASE).await.unwrap(),
+            [false]
+        );
+        let _: () = conn.del(&key).await.unwrap();
+    }
+    let written: usize = conn
+        .exists(&[keys.fence.clone(), keys.op("h"), keys.op("r")])
+        .await
+        .unwrap();
+    assert_eq!(written, 0);
+}

@@ -1,0 +1,436 @@
+//! The semaphore against real servers: never more holders than permits under contention,
+//! waiters woken by releases in their client's order, a crashed holder's permits back within
+//! its lease (a task that stops renewing, and a process killed with SIGKILL), cancellation at
+//! random points, lost holds, and bad input. The topology tests run on one server and on a
+//! 3-primary cluster.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::child::ChildProcess;
+use common::deadline::{within, woken, HANDOFF};
+use common::{eventually, Env, Fixture};
+use fencelock::{LockClient, Semaphore, SemaphorePermit, MAX_NAME_LEN};
+use fencelock_testing::{send_signal, Signal};
+use redis::Commands;
+
+/// The permits held right now by the semaphore `name`, as Redis counts them (0 when it has no
+/// record).
+fn used(fx: &Env, name: &str) -> u32 {
+    let keys = fx.keys(&format!("fencelock:{{*}}sem:{name}"));
+    let Some(key) = keys.first() else {
+        return 0;
+    };
+    let used: Option<u32> = fx.raw().hget(key, "~used").unwrap();
+    used.unwrap_or(0)
+}
+
+/// Every key of the semaphore `name` (its hash and its lease zset).
+fn sem_keys(fx: &Env, name: &str) -> Vec<Vec<u8>> {
+    let mut keys = fx.keys(&format!("fencelock:{{*}}sem:{name}"));
+    keys.extend(fx.keys(&format!("fencelock:{{*}}sem-leases:{name}")));
+    keys
+}
+
+/// A small deterministic generator, so a failing case replays from its printed seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+on_topologies_multi_thread! {
+    /// Three permits, ten contenders on three clients asking for one or two permits each: the
+    /// permits held never exceed three, by the holders' own count and by Redis's, and every
+    /// hold's token is new.
+    async fn three_permits_and_ten_contenders_never_exceed_three(fx) {
+        let clients = [fx.client().await, fx.client().await, fx.client().await];
+        let in_use = Arc::new(AtomicU32::new(0));
+        let peak = Arc::new(AtomicU32::new(0));
+        let tokens = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for contender in 0..10u32 {
+            let pool = clients[contender as usize % 3].semaphore("pool", 3).unwrap();
+            let (in_use, peak, tokens) = (in_use.clone(), peak.clone(), tokens.clone());
+            tasks.push(tokio::spawn(async move {
+                for round in 0..8u32 {
+                    let permits = 1 + (contender + round) % 2;
+                    let permit = pool.acquire(permits).await.unwrap();
+                    let now = in_use.fetch_add(permits, Ordering::SeqCst) + permits;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    assert!(now <= 3, "{now} permits held at once");
+                    tokens.lock().push(permit.token());
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    in_use.fetch_sub(permits, Ordering::SeqCst);
+                    permit.release().await.unwrap();
+                }
+            }));
+        }
+        let watcher = {
+            let fx_used = || used(&fx, "pool");
+            async move {
+                let mut seen = 0;
+                for _ in 0..50 {
+                    seen = seen.max(fx_used());
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                seen
+            }
+        };
+        let redis_peak = watcher.await;
+        within(Duration::from_secs(60), "ten contenders finish eight rounds each", async {
+            for task in tasks {
+                task.await.unwrap();
+            }
+        })
+        .await;
+        assert!(redis_peak <= 3, "Redis counted {redis_peak} permits in use");
+        assert!(peak.load(Ordering::SeqCst) >= 2, "the permits were never shared");
+        let mut tokens = tokens.lock().clone();
+        let count = tokens.len();
+        tokens.sort();
+        tokens.dedup();
+        assert_eq!(tokens.len(), count, "a token was issued twice");
+        assert!(sem_keys(&fx, "pool").is_empty(), "the semaphore left keys behind");
+    }
+
+    /// A request for many permits waits at the head of its client's queue: a later request for
+    /// one, from the same client, does not overtake it when one permit comes back; each
+    /// waiter is woken by the release that lets it in.
+    async fn waiters_are_woken_in_their_clients_order(fx) {
+        let (holder, waiter) = (fx.client().await, fx.client().await);
+        let held: Vec<SemaphorePermit> = {
+            let pool = holder.semaphore("order", 3).unwrap();
+            let mut held = Vec::new();
+            for _ in 0..3 {
+                held.push(pool.acquire(1).await.unwrap());
+            }
+            held
+        };
+        let pool = waiter.semaphore("order", 3).unwrap();
+        let big = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.acquire(3).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let small = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.acquire(1).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut held = held.into_iter();
+        held.next().unwrap().release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!small.is_finished(), "the small request overtook the big one");
+        assert!(!big.is_finished());
+        for permit in held {
+            permit.release().await.unwrap();
+        }
+        let big = woken("the request for three, after three releases", big).await.unwrap();
+        assert_eq!((big.permits(), big.limit()), (3, 3));
+        assert!(!small.is_finished());
+        big.release().await.unwrap();
+        let small = woken("the request for one, after the big hold's release", small)
+            .await
+            .unwrap();
+        small.release().await.unwrap();
+    }
+
+    /// A holder that stops renewing (a fixed lease, never released: a crash as the server sees
+    /// it) gives its permits back when its lease ends; a waiter gets them then, and the dead
+    /// holder's late release is refused.
+    async fn a_dead_holders_permits_come_back_within_its_lease(fx) {
+        let client = fx.client().await;
+        let lease = Duration::from_millis(700);
+        let pool = client.semaphore("crash", 2).unwrap();
+        let dead = pool.with_lease(lease).unwrap().acquire(2).await.unwrap();
+        let started = Instant::now();
+        let next = within(lease + HANDOFF, "the waiter gets the dead holder's permits", pool.acquire(1))
+            .await
+            .unwrap();
+        assert!(started.elapsed() >= lease / 2, "took permits a live hold had");
+        assert!(!dead.is_valid());
+        assert!(dead.release().await.unwrap_err().is_not_held());
+        next.release().await.unwrap();
+    }
+
+    /// A hold removed behind its holder's back (an operator) is reported lost by the next
+    /// renewal.
+    async fn a_hold_removed_in_redis_is_reported_lost(fx) {
+        let client = fx.builder().default_lease(Duration::from_millis(600)).connect().await.unwrap();
+        let permit = client.semaphore("gone", 1).unwrap().acquire(1).await.unwrap();
+        for key in sem_keys(&fx, "gone") {
+            let _: () = fx.raw().del(key).unwrap();
+        }
+        within(Duration::from_millis(600) + HANDOFF, "the lost hold is reported", permit.lost()).await;
+        assert!(!permit.is_valid());
+    }
+
+    /// Acquisitions dropped at random points (before sending, in flight, after they ran),
+    /// with and without another holder letting go meanwhile: no permit is ever left held.
+    async fn cancelled_acquisitions_never_leave_a_permit_held(fx) {
+        let (a, b) = (fx.client().await, fx.client().await);
+        let seed = 0x5e3a_0001;
+        let mut rng = Rng(seed);
+        let cases = common::env_cases("FENCELOCK_CANCEL_CASES", 500);
+        let mut won = 0;
+        for case in 0..cases {
+            let pool: Semaphore = a.semaphore("cancel", 2).unwrap();
+            let other = if rng.below(2) == 0 {
+                Some(b.semaphore("cancel", 2).unwrap().acquire(2).await.unwrap())
+            } else {
+                None
+            };
+            let releaser = other.map(|permit| {
+                let delay = rng.below(2_000);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_micros(delay)).await;
+                    permit.release().await.unwrap();
+                })
+            });
+            let permits = 1 + u32::try_from(rng.below(2)).unwrap();
+            let yields = rng.below(120);
+            let sleep_us = if rng.below(4) == 0 { rng.below(1500) } else { 0 };
+            let acquire = async {
+                if rng.below(2) == 0 {
+                    Some(pool.acquire(permits).await.unwrap())
+                } else {
+                    pool.try_acquire(permits).await.unwrap()
+                }
+            };
+            let outcome = tokio::select! {
+                out = acquire => out,
+                () = async {
+                    for _ in 0..yields {
+                        tokio::task::yield_now().await;
+                    }
+                    tokio::time::sleep(Duration::from_micros(sleep_us)).await;
+                } => None,
+            };
+            if let Some(permit) = outcome {
+                won += 1;
+                permit.release().await.unwrap();
+            }
+            if let Some(releaser) = releaser {
+                releaser.await.unwrap();
+            }
+            assert!(
+                eventually(HANDOFF, || sem_keys(&fx, "cancel").is_empty()).await,
+                "case {case} (seed {seed:#x}): a permit stayed held: {} in use",
+                used(&fx, "cancel")
+            );
+        }
+        assert!(won > 0 && won < cases, "won {won} of {cases}");
+        // Some cancels hit a request already on its way (they leave a "c" op record).
+        let mut raw = fx.raw();
+        let cancelled = fx
+            .keys("fencelock:{*}op:*")
+            .into_iter()
+            .filter(|k| raw.get::<_, Option<String>>(k).unwrap().as_deref() == Some("c"))
+            .count();
+        assert!(cancelled > 0, "no cancel ever ran against an in-flight request");
+    }
+}
+
+/// The recorded limit governs while the semaphore is in use; the next idle acquisition
+/// records its own handle's limit. Releases and expiry leave nothing behind.
+#[tokio::test]
+async fn the_limit_in_force_is_the_one_recorded_while_in_use() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let three = client.semaphore("limits", 3).unwrap();
+    let five = client.semaphore("limits", 5).unwrap();
+    let first = three.acquire(2).await.unwrap();
+    let second = five.try_acquire(1).await.unwrap().unwrap();
+    assert_eq!((first.limit(), second.limit()), (3, 3));
+    assert!(five.try_acquire(1).await.unwrap().is_none(), "3 of 3 held");
+    let err = five.try_acquire(4).await.unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(second.token() > first.token());
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    let later = five.acquire(5).await.unwrap();
+    assert_eq!(later.limit(), 5);
+    later.release().await.unwrap();
+    assert!(fx.keys("fencelock:{*}sem*").is_empty());
+}
+
+/// Bad input is refused before anything is sent; foreign data is a typed error that leaves
+/// the data as it was.
+#[tokio::test]
+async fn bad_input_is_refused_and_leaves_nothing_behind() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    assert!(client.semaphore("", 1).unwrap_err().is_invalid_input());
+    assert!(client
+        .semaphore(vec![b'x'; MAX_NAME_LEN + 1], 1)
+        .unwrap_err()
+        .is_invalid_input());
+    assert!(client.semaphore("zero", 0).unwrap_err().is_invalid_input());
+    let pool = client.semaphore("bad", 2).unwrap();
+    for permits in [0, 3] {
+        assert!(pool
+            .try_acquire(permits)
+            .await
+            .unwrap_err()
+            .is_invalid_input());
+        assert!(pool.acquire(permits).await.unwrap_err().is_invalid_input());
+        assert!(pool
+            .acquire_timeout(permits, Duration::from_millis(10))
+            .await
+            .unwrap_err()
+            .is_invalid_input());
+    }
+    assert!(pool
+        .with_lease(Duration::ZERO)
+        .unwrap_err()
+        .is_invalid_input());
+    assert!(
+        fx.keys("*").is_empty(),
+        "a refused request wrote {:?}",
+        fx.keys("*")
+    );
+
+    // Foreign data where the semaphore's hash goes (its key learnt from a hold).
+    let real_key = {
+        let permit = pool.acquire(1).await.unwrap();
+        let key = fx.keys("fencelock:{*}sem:bad").pop().unwrap();
+        permit.release().await.unwrap();
+        key
+    };
+    let _: () = fx.raw().set(&real_key, "foreign").unwrap();
+    let err = pool.try_acquire(1).await.unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    let value: String = fx.raw().get(&real_key).unwrap();
+    assert_eq!(value, "foreign");
+}
+
+/// `acquire_timeout` gives up at its deadline while the permits stay held, and leaves no
+/// hold or queue entry behind.
+#[tokio::test]
+async fn acquire_timeout_gives_up_and_leaves_nothing() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let pool = client.semaphore("timeout", 1).unwrap();
+    let held = pool.acquire(1).await.unwrap();
+    let err = pool
+        .acquire_timeout(1, Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    let used: Option<u32> = fx
+        .raw()
+        .hget(fx.keys("fencelock:{*}sem:timeout").pop().unwrap(), "~used")
+        .unwrap();
+    assert_eq!(used, Some(1));
+    held.release().await.unwrap();
+    assert!(fx.keys("fencelock:{*}sem*").is_empty());
+}
+
+const CHILD_ENV: &str = "FENCELOCK_SEMAPHORE_CHILD";
+const CHILD_HOLDS: &str = "semaphore-child-holds";
+/// The child's lease: its watchdog renews it while the child runs.
+const CHILD_LEASE: Duration = Duration::from_millis(1000);
+
+/// A permit holder process, a no-op unless the parent started this binary as a child: takes
+/// one permit of `killed`, says so on a list, and holds it (renewed) until it is killed.
+#[tokio::test]
+async fn semaphore_child_holds_a_permit() {
+    let Ok(url) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let client = LockClient::builder(url.as_str())
+        .default_lease(CHILD_LEASE)
+        .connect()
+        .await
+        .unwrap();
+    let permit = client
+        .semaphore("killed", 3)
+        .unwrap()
+        .acquire(1)
+        .await
+        .unwrap();
+    let mut raw = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = raw.rpush(CHILD_HOLDS, permit.holder_id()).unwrap();
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    drop(permit);
+}
+
+/// A permit holder killed with SIGKILL: its permit comes back within its lease (after it had
+/// been renewed past the first lease, so the renewals were real), and a waiter gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_holder_killed_with_sigkill_gives_its_permit_back_within_its_lease() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let pool = client.semaphore("killed", 3).unwrap();
+    let mine = [
+        pool.acquire(1).await.unwrap(),
+        pool.acquire(1).await.unwrap(),
+    ];
+    let child = ChildProcess::start(
+        "semaphore_child_holds_a_permit",
+        CHILD_ENV,
+        &fx.server.url(),
+    );
+    let holder: String = within(
+        Duration::from_secs(30),
+        "the child takes its permit",
+        async {
+            loop {
+                let holds: Vec<String> = fx.raw().lrange(CHILD_HOLDS, 0, -1).unwrap();
+                if let Some(holder) = holds.first() {
+                    return holder.clone();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    // Past its first lease: only the child's watchdog keeps the hold alive now.
+    tokio::time::sleep(CHILD_LEASE * 2).await;
+    assert!(
+        pool.try_acquire(1).await.unwrap().is_none(),
+        "the child's renewed hold"
+    );
+    let waiter = tokio::spawn({
+        let pool = pool.clone();
+        async move { pool.acquire(1).await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    send_signal(child.pid(), Signal::Kill).unwrap();
+    let killed_at = Instant::now();
+    let permit = within(
+        CHILD_LEASE + HANDOFF,
+        "the waiter gets the killed holder's permit",
+        waiter,
+    )
+    .await
+    .unwrap();
+    let back_after = killed_at.elapsed();
+    eprintln!(
+        "the killed holder's permit came back {back_after:?} after SIGKILL (lease {CHILD_LEASE:?})"
+    );
+    let key = fx.keys("fencelock:{*}sem:killed").pop().unwrap();
+    let field: Option<String> = fx.raw().hget(&key, &holder).unwrap();
+    assert!(
+        field.is_none(),
+        "the killed holder's hold is still recorded"
+    );
+    drop(child);
+    permit.release().await.unwrap();
+    for permit in mine {
+        permit.release().await.unwrap();
+    }
+    assert!(fx.keys("fencelock:{*}sem*").is_empty());
+}
