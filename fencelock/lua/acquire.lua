@@ -19,12 +19,8 @@
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
 --          FENCELOCK_OVERFLOW   the next token would not be exact in a Lua double; nothing modified
 --
--- The token is max(counter + 1, server TIME in microseconds): the counter makes tokens strictly
--- increasing while Redis keeps its data, the clock floor keeps them increasing when the counter
--- was lost (restart without persistence, failover to a replica that missed the last write,
--- someone deleting the counter), as long as the server clock did not step back further than the
--- time that passed. Every read that can fail comes before the first write, so an error leaves
--- nothing half-done.
+-- The token is max(counter + 1, server TIME in microseconds) (lib/next_token.lua says why).
+-- Every read that can fail comes before the first write, so an error leaves nothing half-done.
 local done = redis.call('GET', KEYS[3])
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'hash' then
@@ -42,32 +38,10 @@ elseif kind ~= 'none' then
   return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
 end
 
--- One read checks the counter's type too: GET of a non-string fails (WRONGTYPE), caught here
--- before anything is written, instead of a TYPE call before the GET. Any other error (an ACL
--- refusal) is returned as it is.
-local counter = redis.pcall('GET', KEYS[2])
-if type(counter) == 'table' and counter.err then
-  if string.sub(counter.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter is not a string')
-  end
-  return counter
+local token, token_text = next_token(KEYS[2])
+if not token then
+  return token_text -- the error reply
 end
-local last = 0
-if counter then
-  last = tonumber(counter)
-  if last == nil then
-    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
-  end
-end
-
-local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local token = math.max(last + 1, floor)
-if token >= 9007199254740992 then
-  return redis.error_reply('FENCELOCK_OVERFLOW fence counter reached 2^53')
-end
-
-local token_text = string.format('%.0f', token)
 redis.call('SET', KEYS[2], token_text)
 redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -82,25 +82,11 @@ elseif kind ~= 'none' then
   return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
 end
 
-local counter = redis.pcall('GET', KEYS[2])
-local failed = wrongtype(counter, 'fence counter is not a string')
-if failed then
-  return failed
+local token, token_text = next_token(KEYS[2])
+if not token then
+  return token_text -- the error reply
 end
-local last = 0
-if counter then
-  last = tonumber(counter)
-  if last == nil then
-    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
-  end
-end
-
-local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local token = math.max(last + 1, floor)
-if token >= 9007199254740992 then
-  return redis.error_reply('FENCELOCK_OVERFLOW fence counter reached 2^53')
-end
+local failed
 
 if not claim then
   -- A claim's entry was taken off the queue by the release that reserved the lock. Otherwise
@@ -110,7 +96,6 @@ if not claim then
     return failed
   end
 end
-local token_text = string.format('%.0f', token)
 redis.call('SET', KEYS[2], token_text)
 if claim then
   redis.call('DEL', KEYS[1])

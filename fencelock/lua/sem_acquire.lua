@@ -29,7 +29,7 @@
 --
 -- Expired holds are dropped first (sem_purge); when that frees permits that this acquisition
 -- leaves free, it publishes on KEYS[1] so that other waiters try again. The token is
--- max(counter + 1, server TIME in microseconds), as in acquire.lua.
+-- max(counter + 1, server TIME in microseconds) (lib/next_token.lua).
 local err = sem_check(KEYS[1], KEYS[2])
 if err then
   return err
@@ -49,26 +49,10 @@ end
 
 -- Read (and type-check) the counter and compute the token before the first write, so an
 -- error leaves nothing done.
-local counter = redis.pcall('GET', KEYS[3])
-if type(counter) == 'table' and counter.err then
-  if string.sub(counter.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter is not a string')
-  end
-  return counter
+local token, token_text = next_token(KEYS[3])
+if not token then
+  return token_text -- the error reply
 end
-local last = 0
-if counter then
-  last = tonumber(counter)
-  if last == nil then
-    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
-  end
-end
-local micros = redis.call('TIME')
-local token = math.max(last + 1, tonumber(micros[1]) * 1000000 + tonumber(micros[2]))
-if token >= 9007199254740992 then
-  return redis.error_reply('FENCELOCK_OVERFLOW fence counter reached 2^53')
-end
-local token_text = string.format('%.0f', token)
 
 local freed = sem_purge(KEYS[1], KEYS[2], now)
 local limit = tonumber(redis.call('HGET', KEYS[1], '~limit')) or tonumber(ARGV[3])
@@ -77,7 +61,7 @@ local wanted = tonumber(ARGV[2])
 if wanted > limit or used + wanted > limit then
   local earliest = sem_settle(KEYS[1], KEYS[2])
   if freed > 0 then
-    sem_publish(KEYS[1], ARGV[6])
+    sem_publish(KEYS[1], ARGV[6], nil)
   end
   if wanted > limit then
     return {-3, limit}
@@ -92,6 +76,6 @@ sem_settle(KEYS[1], KEYS[2])
 redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])
 local free = limit - used - wanted
 if freed > 0 and free > 0 then
-  sem_publish(KEYS[1], ARGV[6])
+  sem_publish(KEYS[1], ARGV[6], nil)
 end
 return {1, token, wanted, limit, free}

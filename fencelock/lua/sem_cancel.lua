@@ -4,12 +4,15 @@
 -- KEYS[1]  semaphore hash   (layout in lib/sem_holds.lua; also its release channel)
 -- KEYS[2]  lease zset
 -- KEYS[3]  op record of the acquisition (keyed by its holder id)
+-- KEYS[4]  a read-write lock's waiting writers (zset; also their channel): the acquisition's
+--          mark there is removed too (a writer that gave up waiting); absent for a semaphore
 -- ARGV[1]  holder id
 -- ARGV[2]  op record lifetime in ms
 -- ARGV[3]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
 --
 -- Returns  {1, 0}           the acquisition had run and was undone: its permits are free and
---                           a message was published on KEYS[1]
+--                           a message was published on KEYS[1] (and KEYS[4]); the same message
+--                           goes out when only a waiting writer's mark was removed
 --          {0}              it had not run (or was already undone or released); it never will
 --
 -- The op record is set to "c" first, so if the undone request is still on its way (a re-send,
@@ -24,8 +27,12 @@ end
 local freed = sem_purge(KEYS[1], KEYS[2], now_ms())
 local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1])
 sem_settle(KEYS[1], KEYS[2])
-if permits + freed > 0 then
-  sem_publish(KEYS[1], ARGV[3])
+local unmarked = 0
+if KEYS[4] and redis.call('TYPE', KEYS[4])['ok'] == 'zset' then
+  unmarked = redis.call('ZREM', KEYS[4], ARGV[1])
+end
+if permits + freed + unmarked > 0 then
+  sem_publish(KEYS[1], ARGV[3], KEYS[4])
 end
 if permits == 0 then
   return {0}

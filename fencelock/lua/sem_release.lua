@@ -5,13 +5,15 @@
 -- KEYS[3]  acquire record   string: the holder's own op record (keyed by the holder id, "a"
 --                           since sem_acquire.lua); the release overwrites it with
 --                           "r:" .. ARGV[4], which is this release's record
+-- KEYS[4]  a read-write lock's waiting writers (zset; also their channel): also published
+--          on; absent for a semaphore
 -- ARGV[1]  holder id
 -- ARGV[2]  op record lifetime in ms
 -- ARGV[3]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
 -- ARGV[4]  op id            this release's operation id
 --
 -- Returns  {1, 0}           released (the permits are free and a message was published on
---                           KEYS[1]), or a replay of this same release (its mark is found)
+--                           KEYS[1], and KEYS[4] if given), or a replay of this same release (its mark is found)
 --          {-1}             the holder holds nothing here (its lease ended, it was released
 --                           by another op or an operator); nothing of another hold is touched
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
@@ -33,6 +35,6 @@ if permits == 0 then
   end
   return {-1}
 end
-sem_publish(KEYS[1], ARGV[3])
+sem_publish(KEYS[1], ARGV[3], KEYS[4])
 redis.call('SET', KEYS[3], 'r:' .. ARGV[4], 'PX', ARGV[2])
 return {1, 0}

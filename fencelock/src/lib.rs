@@ -204,6 +204,7 @@ pub use api::job::{Job, JobOptions, JobOutcome, JobRun, OnRunnerDeath, TickRecor
 pub use api::lock::Lock;
 pub use api::multi::{MultiGuard, MultiLock, MAX_MULTI_LOCKS};
 pub use api::resource::FencedResource;
+pub use api::rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use api::semaphore::{Semaphore, SemaphorePermit};
 pub use base::error::Error;
 pub use base::replica_ack::OnShortfall;

@@ -480,3 +480,37 @@ fn threads_share_a_semaphores_permits() {
     assert!(next.token() > token);
     next.release().unwrap();
 }
+
+/// Threads share a read-write lock: readers together, a writer alone, a downgrade with no
+/// writer between, a timeout.
+#[test]
+fn threads_read_together_and_write_alone() {
+    let fx = Fixture::start();
+    let client = LockClient::connect(&fx.server.url()).unwrap();
+    let lock = client.rwlock("catalogue").unwrap();
+    assert_eq!(lock.name(), b"catalogue");
+    let reads = [lock.read().unwrap(), lock.read().unwrap()];
+    assert!(reads.iter().all(|r| r.is_valid()));
+    assert!(lock.try_write().unwrap().is_none());
+    let err = lock.write_timeout(Duration::from_millis(100)).unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    let writer = {
+        let lock = lock.clone();
+        std::thread::spawn(move || lock.write().unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let newest = reads.iter().map(|r| r.token()).max().unwrap();
+    for read in reads {
+        read.release().unwrap();
+    }
+    let write = writer.join().unwrap();
+    assert!(write.is_valid() && write.token() > newest);
+    assert!(lock.try_read().unwrap().is_none());
+    let read = write.downgrade().unwrap();
+    let other = lock.read_timeout(HANDOFF).unwrap();
+    assert!(lock.try_write().unwrap().is_none());
+    read.release().unwrap();
+    other.release().unwrap();
+    let short = lock.with_lease(Duration::from_secs(5)).unwrap();
+    short.try_write().unwrap().unwrap().release().unwrap();
+}

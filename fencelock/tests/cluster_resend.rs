@@ -22,7 +22,11 @@ use fencelock_testing::{Direction, FaultProxy, RedisCluster, RedisServer};
 use redis::Commands;
 
 const LONG: Duration = Duration::from_secs(60);
-const ACQUIRE: &str = include_str!("../lua/acquire.lua");
+// As the loader builds it: the shared token issuance prepended.
+const ACQUIRE: &str = concat!(
+    include_str!("../lua/lib/next_token.lua"),
+    include_str!("../lua/acquire.lua")
+);
 const REENTER: &str = include_str!("../lua/reenter.lua");
 const RELEASE: &str = include_str!("../lua/release.lua");
 const CANCEL: &str = include_str!("../lua/cancel.lua");

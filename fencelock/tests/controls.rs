@@ -315,12 +315,13 @@ fn judge(
 #[test]
 fn every_control_is_covered() {
     // The election, job and semaphore scripts' controls are caught by their contract checks,
-    // which call the scripts directly (`src/protocol/{election,job,semaphore}_tests.rs`).
+    // which call the scripts directly (`src/protocol/{election,job,semaphore,rwlock}_tests.rs`).
     let source = [
         include_str!("controls.rs"),
         include_str!("../src/protocol/election_tests.rs"),
         include_str!("../src/protocol/job_tests.rs"),
         include_str!("../src/protocol/semaphore_tests.rs"),
+        include_str!("../src/protocol/rwlock_tests.rs"),
     ]
     .concat();
     for control in Control::ALL {

@@ -297,3 +297,31 @@ async fn semaphore_acquisitions_are_counted_by_outcome() {
         1
     );
 }
+
+#[tokio::test]
+async fn rwlock_acquisitions_are_counted_by_mode_and_outcome() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recorder = metrics::set_default_local_recorder(&recorder);
+    let mut totals = Totals::default();
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let lock = client.rwlock("counted").unwrap();
+    let read = lock.read().await.unwrap();
+    assert!(lock.try_write().await.unwrap().is_none());
+    let timed_out = lock.write_timeout(Duration::from_millis(50)).await;
+    assert!(timed_out.unwrap_err().is_timeout());
+    read.release().await.unwrap();
+    totals.update(&snapshotter);
+    for (labels, count) in [
+        ("mode=read,outcome=acquired", 1),
+        ("mode=write,outcome=busy", 1),
+        ("mode=write,outcome=timeout", 1),
+    ] {
+        assert_eq!(
+            totals.counter(&format!("fencelock_rwlock_acquisitions_total{{{labels}}}")),
+            count,
+            "{labels}"
+        );
+    }
+}

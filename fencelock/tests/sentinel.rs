@@ -397,3 +397,41 @@ async fn a_semaphore_behind_sentinel_never_exceeds_its_permits() {
         .unwrap();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A read-write lock behind Sentinel: readers share, a writer waits for them and gets a
+/// greater token, and readers waiting behind it are woken when it leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_lock_behind_sentinel_orders_readers_and_writers() {
+    let set = RedisSentinels::start(1).unwrap();
+    let (a, b) = (client(&set).await, client(&set).await);
+    let lock = a.rwlock("catalogue").unwrap();
+    let reads = [lock.read().await.unwrap(), lock.read().await.unwrap()];
+    let writer = tokio::spawn({
+        let lock = b.rwlock("catalogue").unwrap();
+        async move { lock.write().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let late_reader = tokio::spawn({
+        let lock = b.rwlock("catalogue").unwrap();
+        async move { lock.read().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!writer.is_finished() && !late_reader.is_finished());
+    let newest = reads.iter().map(|r| r.token()).max().unwrap();
+    for read in reads {
+        read.release().await.unwrap();
+    }
+    let write = common::deadline::woken("the writer after the readers", writer)
+        .await
+        .unwrap();
+    assert!(write.token() > newest);
+    assert!(
+        !late_reader.is_finished(),
+        "a reader entered during the write"
+    );
+    write.release().await.unwrap();
+    let read = common::deadline::woken("the late reader after the writer", late_reader)
+        .await
+        .unwrap();
+    read.release().await.unwrap();
+}

@@ -55,7 +55,11 @@ pub async fn resp3_manager(url: &str) -> ConnectionManager {
         .expect("connection manager")
 }
 
-pub const OUR_ACQUIRE: &str = include_str!("../../../fencelock/lua/acquire.lua");
+/// As the loader builds it: the shared token issuance prepended.
+pub const OUR_ACQUIRE: &str = concat!(
+    include_str!("../../../fencelock/lua/lib/next_token.lua"),
+    include_str!("../../../fencelock/lua/acquire.lua")
+);
 pub const OUR_RELEASE: &str = include_str!("../../../fencelock/lua/release.lua");
 
 /// Our scripts with one server call taken out each, to price every call (`--callgrind`). The

@@ -1,7 +1,9 @@
--- lib/sem_holds.lua: shared by the semaphore scripts (sem_acquire.lua, sem_release.lua,
--- sem_cancel.lua, sem_renew.lua); the loader (src/protocol/scripts.rs) prepends it to each.
+-- lib/sem_holds.lua: shared by the scripts of holds with leases of their own (sem_acquire.lua,
+-- sem_release.lua, sem_cancel.lua, sem_renew.lua, rw_acquire.lua, rw_downgrade.lua); the
+-- loader (src/protocol/scripts.rs) prepends it to each.
 --
--- A semaphore is two keys in one slot:
+-- A semaphore is two keys in one slot (a read-write lock is a semaphore whose writer takes
+-- every permit, plus the zset of its waiting writers: rw_acquire.lua):
 --   hash  "~limit" -> permits in all, "~used" -> permits held now (the sum over the holds),
 --         <holder id> -> "<permits>:<token>", one field per live hold
 --   zset  <holder id> -> the hold's lease deadline, in server milliseconds
@@ -66,7 +68,12 @@ local function sem_settle(hash, leases)
   return tonumber(redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')[2])
 end
 
--- Announces that permits came back, so that waiters go to Redis again.
-local function sem_publish(hash, mode)
-  redis.call(mode == 'sharded' and 'SPUBLISH' or 'PUBLISH', hash, 'released')
+-- Announces that permits came back, so that waiters go to Redis again: on the hash's channel,
+-- and on the waiting writers' channel `writers` of a read-write lock (nil for a semaphore).
+local function sem_publish(hash, mode, writers)
+  local command = mode == 'sharded' and 'SPUBLISH' or 'PUBLISH'
+  redis.call(command, hash, 'released')
+  if writers then
+    redis.call(command, writers, 'released')
+  end
 end

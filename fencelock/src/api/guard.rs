@@ -380,7 +380,7 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
                 .engine
                 .config
                 .fair_grace
-                .filter(|_| !keys.is_semaphore());
+                .filter(|_| !keys.has_hold_leases());
             // In fair mode a client with more waiters for this lock goes back to the end of
             // the queue in the release itself (decided per send: a waiter that arrives later
             // queues the client with its own first attempt).

@@ -10,4 +10,5 @@ pub(crate) mod job;
 pub(crate) mod lock;
 pub(crate) mod multi;
 pub(crate) mod resource;
+pub(crate) mod rwlock;
 pub(crate) mod semaphore;

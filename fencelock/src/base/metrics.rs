@@ -70,6 +70,11 @@ mod imp {
         ::metrics::counter!("fencelock_semaphore_acquisitions_total", "outcome" => outcome)
             .increment(1);
     }
+
+    pub(super) fn rwlock(mode: &'static str, outcome: &'static str) {
+        ::metrics::counter!("fencelock_rwlock_acquisitions_total", "mode" => mode, "outcome" => outcome)
+            .increment(1);
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -85,6 +90,7 @@ mod imp {
     pub(super) fn job(_outcome: &'static str) {}
     pub(super) fn leadership(_change: &'static str) {}
     pub(super) fn semaphore(_outcome: &'static str) {}
+    pub(super) fn rwlock(_mode: &'static str, _outcome: &'static str) {}
 }
 
 /// One acquire call that started at `started` ended with `outcome`. The clock is read only
@@ -149,4 +155,10 @@ pub(crate) fn leadership(change: &'static str) {
 /// A semaphore acquire call ended with `outcome` (the labels of [`acquisition`]).
 pub(crate) fn semaphore(outcome: &'static str) {
     imp::semaphore(outcome);
+}
+
+/// A read-write lock acquire call for `mode` (`read` or `write`) ended with `outcome` (the
+/// labels of [`acquisition`]).
+pub(crate) fn rwlock(mode: &'static str, outcome: &'static str) {
+    imp::rwlock(mode, outcome);
 }

@@ -155,7 +155,7 @@ async fn tick(engine: &Arc<Engine>) -> bool {
     for holder in due {
         let slot = if is_cluster { holder.keys.slot } else { 0 };
         grouped
-            .entry((slot, holder.keys.is_semaphore()))
+            .entry((slot, holder.keys.has_hold_leases()))
             .or_default()
             .push(holder);
     }

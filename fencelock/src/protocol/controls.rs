@@ -90,6 +90,12 @@ pub enum Control {
     SemResendNotRecognised,
     /// `sem_renew.lua` renews a hold whose lease has already passed.
     SemRenewRevivesExpired,
+    /// `rw_acquire.lua` lets new readers in while a writer waits (no writer preference).
+    RwReadersIgnoreWaitingWriter,
+    /// `rw_acquire.lua` grants the write hold while readers hold the lock.
+    RwWriterIgnoresReaders,
+    /// `rw_downgrade.lua` answers done but leaves the hold a writer's, so readers stay out.
+    RwDowngradeKeepsWriting,
 }
 
 /// The line of `lib/sem_holds.lua` that finds the expired holds, and its broken form.
@@ -98,7 +104,7 @@ const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 25] = [
+    pub const ALL: [Control; 28] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -124,6 +130,9 @@ impl Control {
         Control::SemKeepsExpiredHolds,
         Control::SemResendNotRecognised,
         Control::SemRenewRevivesExpired,
+        Control::RwReadersIgnoreWaitingWriter,
+        Control::RwWriterIgnoresReaders,
+        Control::RwDowngradeKeepsWriting,
     ];
 
     /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
@@ -234,6 +243,17 @@ impl Control {
                 "if held and tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0) > now then",
                 "if false then",
             )],
+            Control::RwReadersIgnoreWaitingWriter => &[(
+                "rw_acquire",
+                "or (not writing and #marked > 0)",
+                "or false",
+            )],
+            Control::RwWriterIgnoresReaders => &[(
+                "rw_acquire",
+                "local wanted = writing and LIMIT or 1",
+                "local wanted = writing and 1 or 1",
+            )],
+            Control::RwDowngradeKeepsWriting => &[("rw_downgrade", "if permits > 1 then", "if false then")],
             Control::SemRenewRevivesExpired => &[(
                 "sem_renew",
                 "if type(deadline) == 'string' and tonumber(deadline) > now",
@@ -379,6 +399,8 @@ mod tests {
                 (&broken.sem_release, &correct.sem_release),
                 (&broken.sem_cancel, &correct.sem_cancel),
                 (&broken.sem_renew, &correct.sem_renew),
+                (&broken.rw_acquire, &correct.rw_acquire),
+                (&broken.rw_downgrade, &correct.rw_downgrade),
             ]
             .iter()
             .filter(|(b, c)| b.get_hash() != c.get_hash())

@@ -54,6 +54,10 @@ enum HashKind {
     /// `prefix{tag}sem:NAME` (the semaphore hash), lease zset `prefix{tag}sem-leases:NAME`;
     /// queue `prefix{tag}sem-queue:NAME` (never used: semaphores have no fair mode yet).
     Semaphore,
+    /// `prefix{tag}rw:NAME` (a read-write lock's hash), lease zset `prefix{tag}rw-leases:NAME`,
+    /// waiting writers `prefix{tag}rw-writers:NAME`; queue `prefix{tag}rw-queue:NAME` (never
+    /// used).
+    RwLock,
 }
 
 impl HashKind {
@@ -63,6 +67,7 @@ impl HashKind {
             HashKind::Election => (b"leader:", b"leader-queue:"),
             HashKind::Job => (b"job:", b"job-queue:"),
             HashKind::Semaphore => (b"sem:", b"sem-queue:"),
+            HashKind::RwLock => (b"rw:", b"rw-queue:"),
         }
     }
 }
@@ -95,18 +100,42 @@ impl LockKeys {
         Self::laid_out(prefix, name, HashKind::Semaphore)
     }
 
-    /// Whether these are a semaphore's keys, whose holds the semaphore scripts renew, release
-    /// and undo (a lock's, an election's or a job's use the lock scripts).
-    pub(crate) fn is_semaphore(&self) -> bool {
-        self.kind == HashKind::Semaphore
+    /// Lays out the keys of the read-write lock `name` under `prefix`: its hash
+    /// `prefix{tag}rw:NAME`, lease zset [`LockKeys::sem_leases`] and waiting writers
+    /// [`LockKeys::rw_writers`]. It shares the slot's fence counter and op records.
+    pub(crate) fn rwlock(prefix: &[u8], name: &[u8]) -> Self {
+        Self::laid_out(prefix, name, HashKind::RwLock)
     }
 
-    /// The lease zset of a semaphore (`prefix{tag}sem-leases:NAME`, in its hash's slot):
-    /// holder id -> deadline in server milliseconds. Built on each call.
+    /// Whether these are the keys of holds with leases of their own (a semaphore's or a
+    /// read-write lock's), which the semaphore scripts renew, release and undo (a lock's, an
+    /// election's or a job's use the lock scripts).
+    pub(crate) fn has_hold_leases(&self) -> bool {
+        matches!(self.kind, HashKind::Semaphore | HashKind::RwLock)
+    }
+
+    /// The lease zset of a semaphore or read-write lock (`prefix{tag}sem-leases:NAME`,
+    /// `prefix{tag}rw-leases:NAME`, in its hash's slot): holder id -> deadline in server
+    /// milliseconds. Built on each call.
     pub(crate) fn sem_leases(&self) -> Vec<u8> {
+        let marker: &[u8] = match self.kind {
+            HashKind::RwLock => b"rw-leases:",
+            _ => b"sem-leases:",
+        };
+        [&self.lock[..self.base_len], marker, self.name()].concat()
+    }
+
+    /// The waiting writers of a read-write lock (`prefix{tag}rw-writers:NAME`, a zset that is
+    /// also their channel); `None` for every other kind.
+    pub(crate) fn rw_writers(&self) -> Option<Vec<u8>> {
+        (self.kind == HashKind::RwLock)
+            .then(|| [&self.lock[..self.base_len], b"rw-writers:", self.name()].concat())
+    }
+
+    /// The name these keys were laid out for.
+    fn name(&self) -> &[u8] {
         let (hash_marker, _) = self.kind.markers();
-        let name = &self.lock[self.base_len + hash_marker.len()..];
-        [&self.lock[..self.base_len], b"sem-leases:", name].concat()
+        &self.lock[self.base_len + hash_marker.len()..]
     }
 
     fn laid_out(prefix: &[u8], name: &[u8], kind: HashKind) -> Self {

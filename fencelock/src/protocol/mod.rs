@@ -366,7 +366,7 @@ pub(crate) async fn release<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
-    if keys.is_semaphore() {
+    if keys.has_hold_leases() {
         return semaphore::sem_release(conn, keys, holder, op_id, op_ttl, pubsub).await;
     }
     let reply: Vec<i64> = scripts()
@@ -410,7 +410,7 @@ pub(crate) async fn cancel<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<CancelReply, Error> {
-    if keys.is_semaphore() {
+    if keys.has_hold_leases() {
         // A semaphore hold has no re-entries: its only operation to undo is the acquisition,
         // whose op id is its holder id.
         return semaphore::sem_cancel(conn, keys, holder, op_ttl, pubsub).await;
@@ -446,7 +446,10 @@ pub(crate) async fn renew<C: ConnectionLike>(
     batch: &[(&LockKeys, &str)],
     lease: Duration,
 ) -> Result<Vec<bool>, Error> {
-    if batch.first().is_some_and(|(keys, _)| keys.is_semaphore()) {
+    if batch
+        .first()
+        .is_some_and(|(keys, _)| keys.has_hold_leases())
+    {
         return semaphore::sem_renew(conn, batch, lease).await;
     }
     let script = &scripts().renew;
@@ -1002,3 +1005,6 @@ mod job_tests;
 
 #[cfg(test)]
 mod semaphore_tests;
+
+#[cfg(test)]
+mod rwlock_tests;

@@ -33,6 +33,8 @@ pub(crate) struct Scripts {
     pub(crate) sem_release: Script,
     pub(crate) sem_cancel: Script,
     pub(crate) sem_renew: Script,
+    pub(crate) rw_acquire: Script,
+    pub(crate) rw_downgrade: Script,
 }
 
 /// Builds the scripts from their sources, each passed through `source(name, text)` first
@@ -42,10 +44,17 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
     let fence_mark = include_str!("../../lua/lib/fence_mark.lua");
     let hash_field = include_str!("../../lua/lib/hash_field.lua");
     let sem_holds = include_str!("../../lua/lib/sem_holds.lua");
+    let next_token = include_str!("../../lua/lib/next_token.lua");
     let load = |name: &str, text: &str| Script::new(&source(name, text));
     Scripts {
-        acquire: load("acquire", include_str!("../../lua/acquire.lua")),
-        acquire_fair: load("acquire_fair", include_str!("../../lua/acquire_fair.lua")),
+        acquire: load(
+            "acquire",
+            &[next_token, include_str!("../../lua/acquire.lua")].concat(),
+        ),
+        acquire_fair: load(
+            "acquire_fair",
+            &[next_token, include_str!("../../lua/acquire_fair.lua")].concat(),
+        ),
         release_fair: load("release_fair", include_str!("../../lua/release_fair.lua")),
         leave_fair: load("leave_fair", include_str!("../../lua/leave_fair.lua")),
         acquire_all: load("acquire_all", include_str!("../../lua/acquire_all.lua")),
@@ -81,7 +90,12 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         ),
         sem_acquire: load(
             "sem_acquire",
-            &[sem_holds, include_str!("../../lua/sem_acquire.lua")].concat(),
+            &[
+                sem_holds,
+                next_token,
+                include_str!("../../lua/sem_acquire.lua"),
+            ]
+            .concat(),
         ),
         sem_release: load(
             "sem_release",
@@ -94,6 +108,19 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         sem_renew: load(
             "sem_renew",
             &[sem_holds, include_str!("../../lua/sem_renew.lua")].concat(),
+        ),
+        rw_acquire: load(
+            "rw_acquire",
+            &[
+                sem_holds,
+                next_token,
+                include_str!("../../lua/rw_acquire.lua"),
+            ]
+            .concat(),
+        ),
+        rw_downgrade: load(
+            "rw_downgrade",
+            &[sem_holds, include_str!("../../lua/rw_downgrade.lua")].concat(),
         ),
     }
 }

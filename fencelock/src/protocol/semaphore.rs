@@ -1,7 +1,8 @@
-//! The semaphore's scripts: one function each (`lua/sem_*.lua`), typed replies, no policy.
-//! Release, undo and renewal of a semaphore hold are reached through [`super::release`],
-//! [`super::cancel`] and [`super::renew`], which pick these by the keys' kind, so that the
-//! engine's guards, pending operations and watchdog serve semaphore holds unchanged.
+//! The scripts of holds with leases of their own (`lua/sem_*.lua`, `lua/rw_*.lua`): one
+//! function each, typed replies, no policy. A semaphore's and a read-write lock's holds are
+//! released, undone and renewed by the same scripts, reached through [`super::release`],
+//! [`super::cancel`] and [`super::renew`], which pick them by the keys' kind, so that the
+//! engine's guards, pending operations and watchdog serve these holds unchanged.
 
 use std::time::Duration;
 
@@ -98,18 +99,19 @@ pub(super) async fn sem_release<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .sem_release
-        .key(&keys.lock)
+    let mut call = scripts().sem_release.prepare_invoke();
+    call.key(&keys.lock)
         .key(keys.sem_leases())
-        .key(keys.op(holder))
-        .arg(holder)
+        .key(keys.op(holder));
+    // A read-write lock's release also tells its waiting writers.
+    if let Some(writers) = keys.rw_writers() {
+        call.key(writers);
+    }
+    call.arg(holder)
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
-        .arg(op_id)
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+        .arg(op_id);
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     owner_reply("sem_release", &reply)
 }
 
@@ -120,17 +122,18 @@ pub(super) async fn sem_cancel<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<CancelReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .sem_cancel
-        .key(&keys.lock)
+    let mut call = scripts().sem_cancel.prepare_invoke();
+    call.key(&keys.lock)
         .key(keys.sem_leases())
-        .key(keys.op(holder))
-        .arg(holder)
+        .key(keys.op(holder));
+    // A writer of a read-write lock that gave up waiting also takes its mark back.
+    if let Some(writers) = keys.rw_writers() {
+        call.key(writers);
+    }
+    call.arg(holder)
         .arg(millis(op_ttl))
-        .arg(pubsub.script_arg())
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+        .arg(pubsub.script_arg());
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     match reply.as_slice() {
         [1, remaining] => Ok(CancelReply::Undone {
             remaining: count_from(*remaining)?,
@@ -155,4 +158,88 @@ pub(super) async fn sem_renew<C: ConnectionLike>(
         return Err(unexpected("sem_renew", &reply));
     }
     Ok(reply.into_iter().map(|r| r == 1).collect())
+}
+
+/// Outcome of `rw_acquire.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RwAcquireReply {
+    /// Held, with this token (fresh, or a replay of the same request).
+    Acquired { token: FencingToken },
+    /// Busy; `wait`: until the earliest deadline that could end it (`None`: unknown).
+    Busy { wait: Option<Duration> },
+    /// This acquisition was cancelled before it ran (or ran and its hold ended).
+    Cancelled,
+}
+
+/// Which side of a read-write lock an acquisition takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RwMode {
+    Read,
+    Write,
+}
+
+/// One read-write lock acquire attempt; `wait`: a writer that will wait (marks itself
+/// waiting when busy, which stops new readers).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn rw_acquire<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    mode: RwMode,
+    lease: Duration,
+    wait: bool,
+    op_ttl: Duration,
+    pubsub: PubSub,
+) -> Result<RwAcquireReply, Error> {
+    let writers = keys
+        .rw_writers()
+        .ok_or_else(|| Error::Protocol("rw_acquire.lua called with keys of another kind".into()))?;
+    let reply: Vec<i64> = scripts()
+        .rw_acquire
+        .key(&keys.lock)
+        .key(keys.sem_leases())
+        .key(writers)
+        .key(&keys.fence)
+        .key(keys.op(holder))
+        .arg(holder)
+        .arg(match mode {
+            RwMode::Read => "r",
+            RwMode::Write => "w",
+        })
+        .arg(millis(lease))
+        .arg(if wait { "1" } else { "0" })
+        .arg(millis(op_ttl))
+        .arg(pubsub.script_arg())
+        .invoke_async(conn)
+        .await
+        .map_err(Error::from_reply)?;
+    match reply.as_slice() {
+        [1, token] => Ok(RwAcquireReply::Acquired {
+            token: token_from(*token)?,
+        }),
+        [0, wait] => Ok(RwAcquireReply::Busy {
+            wait: u64::try_from(*wait).ok().map(Duration::from_millis),
+        }),
+        [-2] => Ok(RwAcquireReply::Cancelled),
+        other => Err(unexpected("rw_acquire", other)),
+    }
+}
+
+/// A writer becomes a reader of the same lock (`rw_downgrade.lua`).
+pub(crate) async fn rw_downgrade<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    pubsub: PubSub,
+) -> Result<OwnerReply, Error> {
+    let reply: Vec<i64> = scripts()
+        .rw_downgrade
+        .key(&keys.lock)
+        .key(keys.sem_leases())
+        .arg(holder)
+        .arg(pubsub.script_arg())
+        .invoke_async(conn)
+        .await
+        .map_err(Error::from_reply)?;
+    owner_reply("rw_downgrade", &reply)
 }

@@ -1,0 +1,100 @@
+-- rw_acquire.lua: take a read-write lock for reading or for writing, with writer preference.
+--
+-- KEYS[1]  lock hash        (layout in lib/sem_holds.lua: a writer holds every permit,
+--                           "~limit" is 1000000000, a reader holds one; also the readers'
+--                           channel)
+-- KEYS[2]  lease zset       holder id -> deadline in server ms
+-- KEYS[3]  waiting writers  zset: holder id of a writer that waits -> until when its mark
+--                           keeps new readers out (server ms); also the writers' channel
+-- KEYS[4]  fence counter    string: highest token issued in this slot (shared with the locks)
+-- KEYS[5]  op record        string, keyed by the holder id: "a" once this acquisition ran, "c"
+--                           when it was cancelled (sem_cancel.lua), "r:<op id>" once released;
+--                           kept ARGV[5] ms
+-- ARGV[1]  holder id        unique per acquisition, never reused
+-- ARGV[2]  mode             "r" to read, "w" to write
+-- ARGV[3]  lease in ms      positive integer
+-- ARGV[4]  "1": a writer that will wait (it marks itself waiting when the lock is busy);
+--          anything else: a try, which never marks
+-- ARGV[5]  op record lifetime in ms
+-- ARGV[6]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH (when dropping
+--                           expired holds freed the lock for others)
+--
+-- Returns  {1, token}       acquired (or a replay: this holder already holds it; nothing
+--                           changes). A writer's token is greater than every token issued
+--                           before in the slot; so is a reader's, which is also below every
+--                           later writer's: it places the read between two writes
+--          {0, wait_ms}     busy: a writer holds it, or (to read) a writer waits, or (to
+--                           write) readers hold it. wait_ms: until the earliest deadline that
+--                           could end that (a hold's lease, a waiting writer's mark); -1 when
+--                           none is known
+--          {-2}             this acquisition was cancelled, or it ran and its hold has ended
+--                           since: a late duplicate of the request; nothing done
+-- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
+--          FENCELOCK_OVERFLOW   the next token would not be exact in a Lua double; nothing modified
+--
+-- Writer preference: a waiting writer's mark stops new readers; readers already inside keep
+-- their holds until they release or their leases end. A mark lasts until the earliest
+-- deadline among the holds plus the writer's lease, and every attempt of the writer sets it
+-- again, so it outlives the writer's next attempt (which its waiting timer makes at that
+-- deadline at the latest) but not a writer that died: a crashed writer keeps readers out for
+-- at most that long. A writer that gives up removes its mark (sem_cancel.lua).
+local LIMIT = 1000000000
+local err = sem_check(KEYS[1], KEYS[2])
+if err then
+  return err
+end
+local marks_kind = redis.call('TYPE', KEYS[3])['ok']
+if marks_kind ~= 'zset' and marks_kind ~= 'none' then
+  return redis.error_reply('FENCELOCK_WRONGTYPE waiting writers key holds a ' .. marks_kind .. ', not a sorted set')
+end
+local done = redis.call('GET', KEYS[5])
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+local now = now_ms()
+if held and tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0) > now then
+  return {1, tonumber(string.match(held, ':(%d+)$'))}
+end
+if done then
+  return {-2}
+end
+
+-- Read (and type-check) the counter and compute the token before the first write, so an
+-- error leaves nothing done.
+local token, token_text = next_token(KEYS[4])
+if not token then
+  return token_text -- the error reply
+end
+
+local freed = sem_purge(KEYS[1], KEYS[2], now)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local used = tonumber(redis.call('HGET', KEYS[1], '~used')) or 0
+local writing = ARGV[2] == 'w'
+local wanted = writing and LIMIT or 1
+local marked = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+local blocked = used + wanted > LIMIT or (not writing and #marked > 0)
+if blocked then
+  local earliest = sem_settle(KEYS[1], KEYS[2])
+  if writing and ARGV[4] == '1' then
+    redis.call('ZADD', KEYS[3], (earliest or now) + tonumber(ARGV[3]), ARGV[1])
+    local latest = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+    redis.call('PEXPIREAT', KEYS[3], latest[2])
+  end
+  if freed > 0 then
+    sem_publish(KEYS[1], ARGV[6], KEYS[3])
+  end
+  local until_ms = earliest
+  if not writing and #marked > 0 then
+    local mark = tonumber(marked[2])
+    if not until_ms or mark < until_ms then
+      until_ms = mark
+    end
+  end
+  return {0, until_ms and (until_ms - now) or -1}
+end
+
+redis.call('SET', KEYS[4], token_text)
+redis.call('HSET', KEYS[1], ARGV[1], wanted .. ':' .. token_text, '~limit', LIMIT, '~used', used + wanted)
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+sem_settle(KEYS[1], KEYS[2])
+redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5])
+return {1, token}

@@ -1,0 +1,34 @@
+-- rw_downgrade.lua: a writer becomes a reader of the same read-write lock, with no moment in
+-- between where another writer could take it.
+--
+-- KEYS[1]  lock hash        (layout in lib/sem_holds.lua and rw_acquire.lua; readers' channel)
+-- KEYS[2]  lease zset
+-- ARGV[1]  holder id        the writer's
+-- ARGV[2]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
+--
+-- Returns  {1}              the holder now holds one permit (a read) with its writer's token
+--                           and lease; waiting readers were told on KEYS[1]. Also the reply
+--                           when it already was a reader (a re-sent downgrade)
+--          {-1}             the holder holds nothing here (its lease ended, an operator
+--                           released it); nothing changed
+-- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
+--
+-- Idempotent by state, without an op record: a second copy finds the hold already at one
+-- permit. Waiting writers are not woken: a reader still holds the lock.
+local err = sem_check(KEYS[1], KEYS[2])
+if err then
+  return err
+end
+sem_purge(KEYS[1], KEYS[2], now_ms())
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if not held then
+  return {-1}
+end
+local permits, token = string.match(held, '^(%d+):(%d+)$')
+permits = tonumber(permits)
+if permits > 1 then
+  redis.call('HSET', KEYS[1], ARGV[1], '1:' .. token)
+  redis.call('HINCRBY', KEYS[1], '~used', 1 - permits)
+  redis.call(ARGV[2] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
+end
+return {1}

@@ -1,0 +1,581 @@
+//! A named read-write lock: many readers or one writer, every hold with its own lease, writers
+//! fenced, readers placed between writers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::client::LockClient;
+use super::guard::LockGuard;
+use crate::base::durations::validate_lease;
+use crate::base::error::Error;
+use crate::base::metrics;
+use crate::base::retry::waiting_window;
+use crate::base::token::FencingToken;
+use crate::engine::holder::{Holder, LostReason};
+use crate::engine::pending::PendingOp;
+use crate::engine::wait::Wake;
+use crate::protocol::keys::validate_name;
+use crate::protocol::semaphore::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
+use crate::protocol::{CancelKind, LockKeys, OwnerReply};
+
+/// A handle to one named read-write lock, made by [`LockClient::rwlock`]: any number of
+/// readers at once, or one writer.
+///
+/// Every acquisition is a hold with its own lease, renewed by the client's watchdog while its
+/// guard lives (or fixed, after [`RwLock::with_lease`]): a crashed reader frees its share
+/// within its lease and never blocks writers for longer. Every hold gets a token from the
+/// strictly increasing sequence of its slot (the locks' fencing tokens): a writer's token
+/// fences its writes like a lock's; a reader's token is greater than every writer's before the
+/// read and less than every writer's after it, so it is the read's *write epoch*: data written
+/// with a token below it was written before the read, and a claiming read with it
+/// ([`FencedResource`](crate::FencedResource)) refuses every earlier writer's late write.
+///
+/// **Writer preference.** A writer that waits stops new readers from entering; readers
+/// already inside keep their holds until they release (or their leases end, if they crash),
+/// which bounds how long they keep the writer out. Waiting readers are woken together when the
+/// writer leaves. Upgrading a read to a write is not offered: two readers upgrading at once
+/// would wait for each other forever. A writer can [`downgrade`](WriteGuard::downgrade) to a
+/// reader with no gap in between.
+///
+/// Cheap to clone; it holds nothing by itself.
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+/// let catalogue = client.rwlock("catalogue")?;
+/// let read = catalogue.read().await?;
+/// println!("reading at epoch {}", read.token());
+/// read.release().await?;
+/// let write = catalogue.write().await?;
+/// println!("rebuilding with token {}", write.token());
+/// write.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    client: LockClient,
+    name: Arc<[u8]>,
+    keys: Arc<LockKeys>,
+    lease: Option<Duration>,
+}
+
+impl std::fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RwLock")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("lease", &self.lease())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// A handle to the read-write lock called `name`. Read-write lock names are their own
+    /// namespace: unrelated to a lock or a semaphore of the same name. Nothing is sent to Redis
+    /// until an acquisition.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or over-long name.
+    pub fn rwlock(&self, name: impl AsRef<[u8]>) -> Result<RwLock, Error> {
+        let name = name.as_ref();
+        validate_name(name)?;
+        Ok(RwLock {
+            client: self.clone(),
+            keys: Arc::new(LockKeys::rwlock(&self.engine.config.prefix, name)),
+            name: name.into(),
+            lease: None,
+        })
+    }
+}
+
+impl RwLock {
+    /// The lock's name, as given to [`LockClient::rwlock`].
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// The lease each hold gets: this handle's own, or the client's default (renewed by the
+    /// watchdog).
+    pub fn lease(&self) -> Duration {
+        self.lease
+            .unwrap_or(self.client.engine.config.default_lease)
+    }
+
+    /// A handle to the same lock whose holds get a fixed `lease` that the watchdog does not
+    /// renew.
+    ///
+    /// # Errors
+    /// [`Error::InvalidLease`] for a lease under 1 ms, over 7 days, or not a whole number of
+    /// milliseconds.
+    pub fn with_lease(&self, lease: Duration) -> Result<RwLock, Error> {
+        let mut lock = self.clone();
+        lock.lease = Some(validate_lease(lease)?);
+        Ok(lock)
+    }
+
+    /// Takes a read hold if no writer holds the lock or waits for it; `Ok(None)` otherwise.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the lock's keys hold foreign data; [`Error::Redis`] when Redis
+    /// could not be reached within the retry window.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call's acquisition is undone in the background whether it ran or
+    /// not.
+    pub async fn try_read(&self) -> Result<Option<ReadGuard>, Error> {
+        let outcome = self.try_hold(RwMode::Read).await;
+        self.report(
+            RwMode::Read,
+            "try_read",
+            outcome.as_ref().map(Option::is_some),
+        );
+        Ok(outcome?.map(|guard| ReadGuard { guard }))
+    }
+
+    /// Takes the write hold if nobody holds the lock; `Ok(None)` otherwise. A try never marks
+    /// itself waiting, so it does not hold readers back.
+    ///
+    /// # Errors
+    /// As [`RwLock::try_read`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`RwLock::try_read`].
+    pub async fn try_write(&self) -> Result<Option<WriteGuard>, Error> {
+        let outcome = self.try_hold(RwMode::Write).await;
+        self.report(
+            RwMode::Write,
+            "try_write",
+            outcome.as_ref().map(Option::is_some),
+        );
+        Ok(outcome?.map(|guard| WriteGuard { guard }))
+    }
+
+    /// Takes a read hold, waiting (pub/sub, no polling) while a writer holds the lock or waits
+    /// for it.
+    ///
+    /// # Errors
+    /// As [`RwLock::try_read`], except that [`Error::Redis`] for an unreachable Redis comes only
+    /// from the first try; once waiting, a lost connection is retried for as long as it lasts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves the queue and undoes an acquisition in flight.
+    pub async fn read(&self) -> Result<ReadGuard, Error> {
+        let outcome = self.hold_until(RwMode::Read, None).await;
+        self.report(RwMode::Read, "read", outcome.as_ref().map(|_| true));
+        Ok(ReadGuard { guard: outcome? })
+    }
+
+    /// Takes the write hold, waiting while anyone holds the lock. While it waits, new readers
+    /// wait behind it.
+    ///
+    /// # Errors
+    /// As [`RwLock::read`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves the queue, undoes an acquisition in flight and
+    /// takes back the mark that holds new readers back, so readers go on at once.
+    pub async fn write(&self) -> Result<WriteGuard, Error> {
+        let outcome = self.hold_until(RwMode::Write, None).await;
+        self.report(RwMode::Write, "write", outcome.as_ref().map(|_| true));
+        Ok(WriteGuard { guard: outcome? })
+    }
+
+    /// [`RwLock::read`], waiting at most `timeout` ([`Error::Timeout`] then).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`], or as [`RwLock::read`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`RwLock::read`].
+    pub async fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard, Error> {
+        let deadline = Instant::now() + timeout;
+        let outcome = self.hold_until(RwMode::Read, Some(deadline)).await;
+        self.report(RwMode::Read, "read_timeout", outcome.as_ref().map(|_| true));
+        Ok(ReadGuard { guard: outcome? })
+    }
+
+    /// [`RwLock::write`], waiting at most `timeout` ([`Error::Timeout`] then; the mark that
+    /// held new readers back is taken back).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`], or as [`RwLock::write`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`RwLock::write`].
+    pub async fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard, Error> {
+        let deadline = Instant::now() + timeout;
+        let outcome = self.hold_until(RwMode::Write, Some(deadline)).await;
+        self.report(
+            RwMode::Write,
+            "write_timeout",
+            outcome.as_ref().map(|_| true),
+        );
+        Ok(WriteGuard { guard: outcome? })
+    }
+
+    /// One `fencelock.rwlock` event and the acquisition metric for an acquire call.
+    fn report(&self, mode: RwMode, method: &'static str, outcome: Result<bool, &Error>) {
+        let lock = || String::from_utf8_lossy(&self.name);
+        let mode = match mode {
+            RwMode::Read => "read",
+            RwMode::Write => "write",
+        };
+        let label = match outcome {
+            Ok(true) => metrics::ACQUIRED,
+            Ok(false) => metrics::BUSY,
+            Err(err) if err.is_timeout() => metrics::TIMEOUT,
+            Err(err) => {
+                tracing::warn!(name: "fencelock.rwlock", lock = %lock(), mode, method,
+                    outcome = metrics::ERROR, error = %err, "read-write lock acquire failed");
+                metrics::rwlock(mode, metrics::ERROR);
+                return;
+            }
+        };
+        tracing::debug!(name: "fencelock.rwlock", lock = %lock(), mode, method, outcome = label,
+            "read-write lock acquire ended");
+        metrics::rwlock(mode, label);
+    }
+
+    fn channel(&self, mode: RwMode) -> Vec<u8> {
+        match mode {
+            RwMode::Read => self.keys.lock.clone(),
+            // Laid out for this kind: never `None`.
+            RwMode::Write => self.keys.rw_writers().unwrap_or_default(),
+        }
+    }
+
+    async fn try_hold(&self, mode: RwMode) -> Result<Option<LockGuard>, Error> {
+        let engine = &self.client.engine;
+        let holder = engine.next_id();
+        let mut pending = self.pending(&holder);
+        let window = engine.config.retry_window;
+        match self
+            .attempt(&holder, &mut pending, mode, false, window)
+            .await?
+        {
+            Attempt::Won(guard) => Ok(Some(guard)),
+            Attempt::Busy(_) => Ok(None),
+        }
+    }
+
+    async fn hold_until(
+        &self,
+        mode: RwMode,
+        deadline: Option<Instant>,
+    ) -> Result<LockGuard, Error> {
+        let started = Instant::now();
+        let Some(deadline) = deadline else {
+            return self.hold_within(mode, None, started).await;
+        };
+        // The deadline bounds everything, also an attempt being retried; at the deadline the
+        // attempt is dropped and its pending op undoes it (and a writer's waiting mark).
+        match tokio::time::timeout_at(
+            deadline.into(),
+            self.hold_within(mode, Some(deadline), started),
+        )
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(_elapsed) => Err(Error::Timeout {
+                waited: started.elapsed(),
+            }),
+        }
+    }
+
+    async fn hold_within(
+        &self,
+        mode: RwMode,
+        deadline: Option<Instant>,
+        started: Instant,
+    ) -> Result<LockGuard, Error> {
+        let engine = &self.client.engine;
+        let holder = engine.next_id();
+        let mut pending = self.pending(&holder);
+        let channel = self.channel(mode);
+        // The fast path, skipped when this client's waiters of the same side are queued.
+        if !engine.waiters.has_waiters(&channel) {
+            let window = engine.config.retry_window;
+            if let Attempt::Won(guard) = self
+                .attempt(&holder, &mut pending, mode, true, window)
+                .await?
+            {
+                return Ok(guard);
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::Timeout {
+                waited: started.elapsed(),
+            });
+        }
+        Box::pin(self.wait_and_hold(&holder, &mut pending, mode, &channel, deadline, started)).await
+    }
+
+    /// The slow path: queue behind this client's other waiters of the same side (readers and
+    /// writers wait on channels of their own, so neither blocks the other's local queue) and
+    /// try again on each wake-up.
+    async fn wait_and_hold(
+        &self,
+        holder: &str,
+        pending: &mut PendingOp,
+        mode: RwMode,
+        channel: &[u8],
+        deadline: Option<Instant>,
+        started: Instant,
+    ) -> Result<LockGuard, Error> {
+        let engine = &self.client.engine;
+        metrics::contended();
+        let entry = engine.waiters.enter(channel, None).await?;
+        loop {
+            if entry.wait(deadline).await == Wake::Deadline {
+                return Err(Error::Timeout {
+                    waited: started.elapsed(),
+                });
+            }
+            let window = waiting_window(engine.config.retry_window, deadline);
+            match self.attempt(holder, pending, mode, true, window).await? {
+                Attempt::Won(guard) => {
+                    // Readers do not exclude each other: the next waiting reader of this client
+                    // tries at once.
+                    if mode == RwMode::Read {
+                        entry.hand_on();
+                    }
+                    return Ok(guard);
+                }
+                Attempt::Busy(wait) => entry.observed_lease(wait),
+            }
+        }
+    }
+
+    fn pending(&self, holder: &str) -> PendingOp {
+        PendingOp::new(
+            &self.client.engine,
+            &self.keys,
+            holder,
+            holder,
+            CancelKind::Acquire,
+        )
+    }
+
+    /// One acquire round trip. `wait`: the attempt of a caller that will wait, which for a
+    /// writer marks it waiting; that mark stays until the writer wins or gives up, so the
+    /// pending op stays armed after a busy reply, and dropping it takes the mark back.
+    async fn attempt(
+        &self,
+        holder: &str,
+        pending: &mut PendingOp,
+        mode: RwMode,
+        wait: bool,
+        window: Duration,
+    ) -> Result<Attempt, Error> {
+        let engine = &self.client.engine;
+        let lease = self.lease();
+        let op_ttl = engine.config.op_record_ttl;
+        let sent_at = Instant::now();
+        pending.arm();
+        let reply = engine
+            .retrying_within(window, |mut conn| {
+                let keys = &self.keys;
+                let pubsub = conn.pubsub();
+                async move {
+                    rw_acquire(&mut conn, keys, holder, mode, lease, wait, op_ttl, pubsub).await
+                }
+            })
+            .await?;
+        match reply {
+            RwAcquireReply::Acquired { token } => {
+                pending.disarm();
+                let holder = Holder::new(
+                    engine.clone(),
+                    self.keys.clone(),
+                    self.name.clone(),
+                    holder.to_owned(),
+                    token,
+                    sent_at,
+                    lease,
+                    self.lease.is_none(),
+                    None,
+                );
+                if holder.watched {
+                    engine.watchdog.watch(&holder);
+                }
+                Ok(Attempt::Won(LockGuard::new(holder)))
+            }
+            RwAcquireReply::Busy { wait: until } => {
+                if !(wait && mode == RwMode::Write) {
+                    pending.disarm();
+                }
+                Ok(Attempt::Busy(until))
+            }
+            RwAcquireReply::Cancelled => {
+                pending.disarm();
+                Err(Error::Cancelled)
+            }
+        }
+    }
+}
+
+enum Attempt {
+    Won(LockGuard),
+    Busy(Option<Duration>),
+}
+
+/// Proof of a read hold on an [`RwLock`]. Dropping it releases in the background;
+/// [`ReadGuard::release`] releases and reports.
+#[must_use = "a read guard releases when dropped; bind it for as long as the read lasts"]
+pub struct ReadGuard {
+    guard: LockGuard,
+}
+
+/// Proof of the write hold on an [`RwLock`]. Dropping it releases in the background;
+/// [`WriteGuard::release`] releases and reports.
+#[must_use = "a write guard releases when dropped; bind it for as long as the write lasts"]
+pub struct WriteGuard {
+    guard: LockGuard,
+}
+
+impl std::fmt::Debug for ReadGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadGuard")
+            .field("lock", &String::from_utf8_lossy(self.guard.lock_name()))
+            .field("holder", &self.guard.holder_id())
+            .field("token", &self.guard.token())
+            .field("valid", &self.guard.is_valid())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for WriteGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteGuard")
+            .field("lock", &String::from_utf8_lossy(self.guard.lock_name()))
+            .field("holder", &self.guard.holder_id())
+            .field("token", &self.guard.token())
+            .field("valid", &self.guard.is_valid())
+            .finish()
+    }
+}
+
+impl ReadGuard {
+    /// The read's write epoch: greater than the token of every writer before this read (and
+    /// every token issued before it in the slot), less than the token of every writer after it.
+    /// For a read that began as a write ([`WriteGuard::downgrade`]), that writer's token.
+    pub fn token(&self) -> FencingToken {
+        self.guard.token()
+    }
+
+    /// The id Redis knows this hold by.
+    pub fn holder_id(&self) -> &str {
+        self.guard.holder_id()
+    }
+
+    /// The lock's name.
+    pub fn lock_name(&self) -> &[u8] {
+        self.guard.lock_name()
+    }
+
+    /// Until when this process may count on the hold, by its own clock.
+    pub fn valid_until(&self) -> Instant {
+        self.guard.valid_until()
+    }
+
+    /// Whether the hold is still this process's as far as it knows.
+    pub fn is_valid(&self) -> bool {
+        self.guard.is_valid()
+    }
+
+    /// Resolves once the hold is lost (a renewal found it gone, or its lease ran out by this
+    /// process's clock).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lost(&self) {
+        self.guard.lost().await;
+    }
+
+    /// Releases the read hold; a waiting writer goes to Redis when the last reader left.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the hold had already ended; [`Error::Redis`] when Redis could
+    /// not be reached within the retry window (the lease then frees it).
+    ///
+    /// # Cancel safety
+    /// Safe in effect: if dropped, the release may or may not have run, and the lease frees the
+    /// hold at the latest (the watchdog has stopped renewing it).
+    pub async fn release(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+}
+
+impl WriteGuard {
+    /// The writer's fencing token: greater than every token issued before it in the slot (so
+    /// greater than every earlier writer's and reader's of this lock). Pass it to every write.
+    pub fn token(&self) -> FencingToken {
+        self.guard.token()
+    }
+
+    /// The id Redis knows this hold by.
+    pub fn holder_id(&self) -> &str {
+        self.guard.holder_id()
+    }
+
+    /// The lock's name.
+    pub fn lock_name(&self) -> &[u8] {
+        self.guard.lock_name()
+    }
+
+    /// Until when this process may count on the hold, by its own clock.
+    pub fn valid_until(&self) -> Instant {
+        self.guard.valid_until()
+    }
+
+    /// Whether the hold is still this process's as far as it knows.
+    pub fn is_valid(&self) -> bool {
+        self.guard.is_valid()
+    }
+
+    /// Resolves once the hold is lost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lost(&self) {
+        self.guard.lost().await;
+    }
+
+    /// Turns the write hold into a read hold in one step: no other writer can get in between,
+    /// and waiting readers may enter at once. The read keeps the writer's token and lease.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the write hold had already ended (the guard is gone then, and
+    /// nothing is held); [`Error::Redis`] when Redis could not be reached within the retry
+    /// window (the hold is released in the background).
+    ///
+    /// # Cancel safety
+    /// Safe in effect: a dropped call releases the hold in the background, downgraded or not.
+    pub async fn downgrade(self) -> Result<ReadGuard, Error> {
+        let holder = self.guard.holder().clone();
+        let reply = holder
+            .engine
+            .retrying(|mut conn| {
+                let (keys, id) = (&holder.keys, &holder.id);
+                let pubsub = conn.pubsub();
+                async move { rw_downgrade(&mut conn, keys, id, pubsub).await }
+            })
+            .await?;
+        match reply {
+            OwnerReply::Done { .. } => Ok(ReadGuard { guard: self.guard }),
+            OwnerReply::NotHeld => {
+                holder.mark_lost(LostReason::NotHeld);
+                Err(Error::NotHeld)
+            }
+        }
+    }
+
+    /// Releases the write hold and wakes waiting readers and writers.
+    ///
+    /// # Errors
+    /// As [`ReadGuard::release`].
+    ///
+    /// # Cancel safety
+    /// As [`ReadGuard::release`].
+    pub async fn release(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+}

@@ -1,0 +1,299 @@
+//! The read-write lock scripts' contracts (`rw_acquire.lua`, `rw_downgrade.lua`, and the
+//! semaphore scripts that release, undo and renew its holds) against a real redis-server:
+//! readers share and writers exclude, a waiting writer stops new readers, tokens place every
+//! read between two writes, a downgrade lets readers in with no writer between, and a dead
+//! writer's mark ends by itself.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use super::semaphore::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
+#[cfg(fencelock_negative_controls)]
+use super::tests::assert_controls_caught;
+use super::tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::*;
+
+/// A lease that runs out during a check.
+const SHORT: Duration = Duration::from_millis(60);
+
+fn rw_keys() -> LockKeys {
+    LockKeys::rwlock(b"t:", b"catalogue")
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn take(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    mode: RwMode,
+    lease: Duration,
+    wait: bool,
+) -> RwAcquireReply {
+    rw_acquire(
+        conn,
+        keys,
+        holder,
+        mode,
+        lease,
+        wait,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap()
+}
+
+async fn read(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> RwAcquireReply {
+    take(conn, keys, holder, RwMode::Read, LEASE, false).await
+}
+
+async fn write(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    wait: bool,
+) -> RwAcquireReply {
+    take(conn, keys, holder, RwMode::Write, LEASE, wait).await
+}
+
+fn token_of(what: &str, reply: RwAcquireReply) -> Result<FencingToken, String> {
+    match reply {
+        RwAcquireReply::Acquired { token } => Ok(token),
+        other => Err(format!("{what}: expected a hold, got {other:?}")),
+    }
+}
+
+fn busy(what: &str, reply: RwAcquireReply) -> Result<(), String> {
+    match reply {
+        RwAcquireReply::Busy { .. } => Ok(()),
+        other => Err(format!("{what}: expected busy, got {other:?}")),
+    }
+}
+
+async fn leave(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
+    let reply = release(
+        conn,
+        keys,
+        holder,
+        &format!("{holder}-r"),
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        reply,
+        OwnerReply::Done { remaining: 0 },
+        "{holder}'s release"
+    );
+}
+
+/// Readers hold together; a writer is refused while any reader holds, and holds alone.
+async fn readers_share_and_writers_exclude(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    token_of("first reader", read(conn, keys, "r1").await)?;
+    token_of("second reader", read(conn, keys, "r2").await)?;
+    busy(
+        "a writer while two read",
+        write(conn, keys, "w", false).await,
+    )?;
+    leave(conn, keys, "r1").await;
+    busy(
+        "a writer while one reads",
+        write(conn, keys, "w", false).await,
+    )?;
+    leave(conn, keys, "r2").await;
+    token_of("the writer alone", write(conn, keys, "w", false).await)?;
+    busy(
+        "a reader while the writer holds",
+        read(conn, keys, "r3").await,
+    )?;
+    busy("a second writer", write(conn, keys, "w2", false).await)
+}
+
+/// A writer that waits keeps new readers out; once it gives up (its cancel), they enter.
+async fn a_waiting_writer_stops_new_readers(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    token_of("the reader inside", read(conn, keys, "inside").await)?;
+    busy("the writer", write(conn, keys, "w", true).await)?;
+    busy(
+        "a new reader behind the waiting writer",
+        read(conn, keys, "late").await,
+    )?;
+    let undone = cancel(
+        conn,
+        keys,
+        "w",
+        "w",
+        CancelKind::Acquire,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap();
+    if undone != CancelReply::NotRun {
+        return Err(format!("the waiting writer's cancel answered {undone:?}"));
+    }
+    token_of(
+        "the reader after the writer gave up",
+        read(conn, keys, "late").await,
+    )
+    .map(|_| ())
+}
+
+/// The writer's and readers' tokens place every read between two writes, and a downgrade
+/// keeps the writer's token while it lets readers in and keeps writers out.
+async fn a_downgrade_lets_readers_in_and_keeps_writers_out(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let w1 = token_of("the first writer", write(conn, keys, "w1", false).await)?;
+    busy("a reader during the write", read(conn, keys, "r").await)?;
+    let reply = rw_downgrade(conn, keys, "w1", PubSub::Classic)
+        .await
+        .unwrap();
+    if reply != (OwnerReply::Done { remaining: 0 }) {
+        return Err(format!("the downgrade answered {reply:?}"));
+    }
+    let r = token_of("a reader after the downgrade", read(conn, keys, "r").await)?;
+    busy(
+        "a writer while both read",
+        write(conn, keys, "w2", false).await,
+    )?;
+    leave(conn, keys, "w1").await;
+    leave(conn, keys, "r").await;
+    let w2 = token_of("the next writer", write(conn, keys, "w2", false).await)?;
+    if w1 < r && r < w2 {
+        Ok(())
+    } else {
+        Err(format!(
+            "tokens: first writer {w1}, reader {r}, next writer {w2}"
+        ))
+    }
+}
+
+/// A crashed reader's share ends with its lease; so does a dead writer's waiting mark.
+async fn crashed_holds_and_marks_end_by_themselves(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    token_of(
+        "a reader",
+        take(conn, keys, "crashed", RwMode::Read, SHORT, false).await,
+    )?;
+    busy(
+        "a writer that then dies",
+        take(conn, keys, "dead", RwMode::Write, SHORT, true).await,
+    )?;
+    busy("a reader behind the mark", read(conn, keys, "r").await)?;
+    tokio::time::sleep(SHORT * 3).await;
+    token_of(
+        "a reader after the dead writer's mark",
+        read(conn, keys, "r").await,
+    )?;
+    leave(conn, keys, "r").await;
+    token_of(
+        "a writer after the crashed reader's lease",
+        write(conn, keys, "w", false).await,
+    )
+    .map(|_| ())
+}
+
+/// The contract checks above, by name; each is also the check of one negative control.
+const CHECKS: [(&str, Check); 4] = [
+    ("a_waiting_writer_stops_new_readers", |c, k| {
+        Box::pin(a_waiting_writer_stops_new_readers(c, k))
+    }),
+    ("readers_share_and_writers_exclude", |c, k| {
+        Box::pin(readers_share_and_writers_exclude(c, k))
+    }),
+    (
+        "a_downgrade_lets_readers_in_and_keeps_writers_out",
+        |c, k| Box::pin(a_downgrade_lets_readers_in_and_keeps_writers_out(c, k)),
+    ),
+    ("crashed_holds_and_marks_end_by_themselves", |c, k| {
+        Box::pin(crashed_holds_and_marks_end_by_themselves(c, k))
+    }),
+];
+
+#[tokio::test]
+async fn the_rwlock_contract_checks_hold() {
+    assert_checks_hold(&CHECKS, rw_keys).await;
+}
+
+/// Each read-write lock control breaks the contract check next to it (the last check has no
+/// control of its own: `SemKeepsExpiredHolds` breaks the shared purge, caught by the
+/// semaphore's checks).
+#[cfg(fencelock_negative_controls)]
+#[tokio::test]
+async fn the_rwlock_scripts_negative_controls_are_caught() {
+    use super::controls::Control;
+    let controls = [
+        Control::RwReadersIgnoreWaitingWriter,
+        Control::RwWriterIgnoresReaders,
+        Control::RwDowngradeKeepsWriting,
+    ];
+    assert_controls_caught(&controls, &CHECKS[..3], rw_keys).await;
+}
+
+/// A re-sent acquisition replays its hold; a release leaves nothing behind, waiting marks
+/// included; foreign data is a typed error.
+#[tokio::test]
+async fn replays_apply_once_and_nothing_stays_behind() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = rw_keys();
+    let first = token_of("write", write(&mut conn, &keys, "w", true).await).unwrap();
+    let again = token_of("re-sent write", write(&mut conn, &keys, "w", true).await).unwrap();
+    assert_eq!(first, again);
+    busy(
+        "a waiting writer",
+        write(&mut conn, &keys, "w2", true).await,
+    )
+    .unwrap();
+    let writers = keys.rw_writers().unwrap();
+    let marks: usize = conn.zcard(&writers).await.unwrap();
+    assert_eq!(marks, 1);
+    leave(&mut conn, &keys, "w").await;
+    let second = token_of(
+        "the waiting writer",
+        write(&mut conn, &keys, "w2", true).await,
+    )
+    .unwrap();
+    assert!(second > first);
+    leave(&mut conn, &keys, "w2").await;
+    assert_eq!(
+        read(&mut conn, &keys, "w").await,
+        RwAcquireReply::Cancelled,
+        "a late copy of a released acquisition"
+    );
+    let left: usize = conn
+        .exists(&[keys.lock.clone(), keys.sem_leases(), writers.clone()])
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    let _: () = conn.set(&writers, "foreign").await.unwrap();
+    let err = rw_acquire(
+        &mut conn,
+        &keys,
+        "x",
+        RwMode::Read,
+        LEASE,
+        false,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_wrong_type(), "{err:?}");
+    let counter: bool = conn.exists(&keys.fence).await.unwrap();
+    assert!(
+        counter,
+        "the fence counter was written by the earlier holds"
+    );
+}
