@@ -6,9 +6,14 @@
 //! fencelock elections [--json]             every led election: leader, term, metadata, lease,
 //!                                          candidates
 //! fencelock jobs [--json]                  every scheduled job: last tick, state, runner, token
+//! fencelock semaphores [--json]            every semaphore in use: limit, permits, holders
+//! fencelock rwlocks [--json]               every read-write lock in use: writer, readers,
+//!                                          waiting writers
 //! fencelock show NAME                      one lock (held or free), its fence counter, waiters
 //! fencelock watch NAME [--count N] [--for 30s] [--interval 100ms]
 //! fencelock release NAME --force [--yes] [--token T]   evict the holder, wake the waiters
+//! fencelock release NAME --force (--semaphore | --rwlock) --holder ID [--yes]
+//!                                          release one stuck permit holder, reader or writer
 //! fencelock doctor [--pings N] [--strict]  the server settings that break locks
 //! ```
 //!
@@ -22,7 +27,8 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
 use fencelock::admin::{
-    Admin, Check, ElectionInfo, ForceRelease, HolderEntry, JobInfo, LockEvent, LockInfo, Status,
+    Admin, Check, ElectionInfo, ForceRelease, HoldEntry, HoldKind, HoldRelease, HolderEntry,
+    JobInfo, LockEvent, LockInfo, RwLockInfo, SemaphoreInfo, Status,
 };
 use fencelock::{Error, FencingToken};
 use serde_json::{json, Value};
@@ -80,6 +86,12 @@ enum Command {
     /// Every scheduled job under the prefix with a tick record (SCAN, never KEYS): the newest
     /// tick, its state (running, done, abandoned), runner, token and run time
     Jobs,
+    /// Every semaphore in use under the prefix (SCAN, never KEYS): its limit, the permits in
+    /// use, and each hold's holder id, permits, token and remaining lease
+    Semaphores,
+    /// Every read-write lock in use under the prefix (SCAN, never KEYS): its writer, readers
+    /// (holder id, token, remaining lease) and waiting writers
+    Rwlocks,
     /// One lock in detail: holders, token, lease, the fence counter of its bucket, waiters
     Show {
         /// The lock name
@@ -113,8 +125,18 @@ enum Command {
         #[arg(long)]
         yes: bool,
         /// Evict only if the lock is still held with this token (as shown by list or show)
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["semaphore", "rwlock"])]
         token: Option<u64>,
+        /// NAME is a semaphore: release the hold --holder (as shown by semaphores)
+        #[arg(long, requires = "holder", conflicts_with = "rwlock")]
+        semaphore: bool,
+        /// NAME is a read-write lock: release the reader or writer --holder (as shown by
+        /// rwlocks)
+        #[arg(long, requires = "holder")]
+        rwlock: bool,
+        /// The holder id of the hold to release (with --semaphore or --rwlock)
+        #[arg(long)]
+        holder: Option<String>,
     },
     /// Check the server for settings that break locks (eviction, persistence, replication,
     /// cluster, version, latency, clock) and say what to change. FAIL: locks are not safe
@@ -150,6 +172,8 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
         Command::List => list(cli, admin).await,
         Command::Elections => elections(cli, admin).await,
         Command::Jobs => jobs(cli, admin).await,
+        Command::Semaphores => semaphores(cli, admin).await,
+        Command::Rwlocks => rwlocks(cli, admin).await,
         Command::Show { name } => show(cli, admin, &bytes(name)).await,
         Command::Watch {
             name,
@@ -157,6 +181,21 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
             duration,
             interval,
         } => watch(cli, admin, &bytes(name), *count, *duration, *interval).await,
+        Command::Release {
+            name,
+            yes,
+            semaphore,
+            rwlock,
+            holder: Some(holder),
+            ..
+        } if *semaphore || *rwlock => {
+            let kind = if *semaphore {
+                HoldKind::Semaphore
+            } else {
+                HoldKind::RwLock
+            };
+            release_hold(cli, admin, kind, &bytes(name), holder, *yes).await
+        }
         Command::Release {
             name, yes, token, ..
         } => release(cli, admin, &bytes(name), *yes, *token).await,
@@ -204,6 +243,76 @@ async fn jobs(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
     let none = format!("no scheduled job has run under prefix {:?}", cli.prefix);
     print_all(cli, &jobs, job_json, &none);
     Ok(0)
+}
+
+async fn semaphores(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
+    let semaphores = admin.semaphores().await?;
+    let none = format!("no semaphore is in use under prefix {:?}", cli.prefix);
+    print_all(cli, &semaphores, semaphore_json, &none);
+    Ok(0)
+}
+
+async fn rwlocks(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
+    let rwlocks = admin.rwlocks().await?;
+    let none = format!("no read-write lock is in use under prefix {:?}", cli.prefix);
+    print_all(cli, &rwlocks, rwlock_json, &none);
+    Ok(0)
+}
+
+/// Asks on stdin whether to go ahead; EOF or an unreadable stdin counts as "no".
+fn confirmed(question: &str) -> bool {
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    // A terminal echoed the operator's Enter; piped input did not.
+    if !std::io::stdin().is_terminal() {
+        eprintln!();
+    }
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+async fn release_hold(
+    cli: &Cli,
+    admin: &Admin,
+    kind: HoldKind,
+    name: &[u8],
+    holder: &str,
+    yes: bool,
+) -> Result<u8, Error> {
+    let shown = String::from_utf8_lossy(name);
+    let what = match kind {
+        HoldKind::Semaphore => "semaphore",
+        _ => "read-write lock",
+    };
+    if !yes
+        && !confirmed(&format!(
+            "release hold {holder} of {what} {shown}? Its permits go to the waiters at once; the \
+             holder learns at its next renewal."
+        ))
+    {
+        return Ok(fail(
+            REFUSED,
+            &format!("hold {holder} of {shown} not released"),
+        ));
+    }
+    match admin.release_hold(kind, name, holder).await? {
+        HoldRelease::Released => {
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"released": true, "name": shown, "holder": holder})
+                );
+            } else {
+                println!("released hold {holder} of {what} {shown}");
+            }
+            Ok(0)
+        }
+        _ => Ok(fail(
+            NOT_FOUND,
+            &format!("{what} {shown} has no hold {holder}; nothing released"),
+        )),
+    }
 }
 
 async fn show(cli: &Cli, admin: &Admin, name: &[u8]) -> Result<u8, Error> {
@@ -562,6 +671,33 @@ fn job_json(job: &JobInfo) -> Value {
         value["name_hex"] = Value::String(hex(&job.name));
     }
     value
+}
+
+fn hold_json(hold: &HoldEntry) -> Value {
+    json!({
+        "holder": hold.holder,
+        "permits": hold.permits,
+        "token": hold.token.map(FencingToken::get),
+        "lease_ms": hold.lease_left.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+    })
+}
+
+fn semaphore_json(semaphore: &SemaphoreInfo) -> Value {
+    json!({
+        "name": String::from_utf8_lossy(&semaphore.name),
+        "limit": semaphore.limit,
+        "used": semaphore.used,
+        "holds": semaphore.holds.iter().map(hold_json).collect::<Vec<_>>(),
+    })
+}
+
+fn rwlock_json(rwlock: &RwLockInfo) -> Value {
+    json!({
+        "name": String::from_utf8_lossy(&rwlock.name),
+        "writer": rwlock.writer.as_ref().map(hold_json),
+        "readers": rwlock.readers.iter().map(hold_json).collect::<Vec<_>>(),
+        "waiting_writers": rwlock.waiting_writers,
+    })
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -1140,3 +1140,119 @@ async fn elections_show_their_candidates_queued_and_subscribed() {
     );
     next.resign().await.unwrap();
 }
+
+#[tokio::test]
+async fn semaphores_and_rwlocks_are_listed_and_a_stuck_hold_released() {
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    let client = fx.client().await;
+    let empty = fencelock(&url, &["semaphores"]).await;
+    assert_eq!(empty.code, 0, "{empty:?}");
+    assert!(empty.stdout.contains("no semaphore"), "{empty:?}");
+    let empty = fencelock(&url, &["rwlocks"]).await;
+    assert!(empty.stdout.contains("no read-write lock"), "{empty:?}");
+
+    let pool = client.semaphore("pool", 3).unwrap();
+    let two = pool.acquire(2).await.unwrap();
+    let one = pool.acquire(1).await.unwrap();
+    let catalogue = client.rwlock("catalogue").unwrap();
+    let read = catalogue.read().await.unwrap();
+    let waiting = tokio::spawn({
+        let catalogue = catalogue.clone();
+        async move { catalogue.write().await.unwrap() }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+
+    let text = fencelock(&url, &["semaphores"]).await;
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(
+        text.stdout.starts_with("pool  3 of 3 permits in use"),
+        "{text:?}"
+    );
+    assert!(text.stdout.contains(two.holder_id()) && text.stdout.contains(one.holder_id()));
+    let json = fencelock(&url, &["--json", "semaphores"]).await;
+    let value: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(value[0]["limit"], 3);
+    assert_eq!(value[0]["used"], 3);
+    assert_eq!(value[0]["holds"].as_array().unwrap().len(), 2);
+
+    let json = fencelock(&url, &["--json", "rwlocks"]).await;
+    let value: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(value[0]["name"], "catalogue");
+    assert_eq!(value[0]["readers"][0]["holder"], read.holder_id());
+    assert_eq!(value[0]["readers"][0]["token"], read.token().get());
+    assert!(value[0]["writer"].is_null());
+    assert_eq!(value[0]["waiting_writers"].as_array().unwrap().len(), 1);
+
+    // The stuck reader is released by the operator; the waiting writer gets the lock.
+    let released = fencelock(
+        &url,
+        &[
+            "release",
+            "catalogue",
+            "--force",
+            "--rwlock",
+            "--holder",
+            read.holder_id(),
+            "--yes",
+        ],
+    )
+    .await;
+    assert_eq!(released.code, 0, "{released:?}");
+    let write = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+        .await
+        .expect("the writer after the operator's release")
+        .unwrap();
+    assert!(read.release().await.unwrap_err().is_not_held());
+    let again = fencelock(
+        &url,
+        &[
+            "release",
+            "catalogue",
+            "--force",
+            "--rwlock",
+            "--holder",
+            "nobody:1",
+            "--yes",
+        ],
+    )
+    .await;
+    assert_ne!(again.code, 0, "{again:?}");
+    // A permit holder too, after a confirmation on stdin.
+    let refused = fencelock_with_input(
+        &url,
+        &[
+            "release",
+            "pool",
+            "--force",
+            "--semaphore",
+            "--holder",
+            one.holder_id(),
+        ],
+        "n\n",
+    )
+    .await;
+    assert_ne!(refused.code, 0, "{refused:?}");
+    let released = fencelock_with_input(
+        &url,
+        &[
+            "release",
+            "pool",
+            "--force",
+            "--semaphore",
+            "--holder",
+            one.holder_id(),
+        ],
+        "y\n",
+    )
+    .await;
+    assert_eq!(released.code, 0, "{released:?}");
+    assert!(pool
+        .try_acquire(1)
+        .await
+        .unwrap()
+        .is_some_and(|p| p.permits() == 1));
+    assert!(one.release().await.unwrap_err().is_not_held());
+    two.release().await.unwrap();
+    write.release().await.unwrap();
+}

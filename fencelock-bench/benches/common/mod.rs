@@ -55,7 +55,9 @@ pub async fn resp3_manager(url: &str) -> ConnectionManager {
         .expect("connection manager")
 }
 
-/// As the loader builds it: the shared token issuance prepended.
+/// `acquire.lua` as written: its header is its contract.
+const OUR_ACQUIRE_SOURCE: &str = include_str!("../../../fencelock/lua/acquire.lua");
+/// `acquire.lua` as the loader builds it: the shared token issuance prepended.
 pub const OUR_ACQUIRE: &str = concat!(
     include_str!("../../../fencelock/lua/lib/next_token.lua"),
     include_str!("../../../fencelock/lua/acquire.lua")
@@ -102,7 +104,7 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
         (
             "acquire: GET fence counter",
             acquire(&[(
-                "local counter = redis.pcall('GET', KEYS[2])",
+                "local counter = redis.pcall('GET', fence_key)",
                 "local counter = false",
             )]),
         ),
@@ -263,7 +265,7 @@ impl Raw {
             ),
         };
         // Both kinds send exactly the KEYS and ARGV our scripts take.
-        let acquire_contract = contract(OUR_ACQUIRE, "acquire.lua");
+        let acquire_contract = contract(OUR_ACQUIRE_SOURCE, "acquire.lua");
         let release_contract = contract(OUR_RELEASE, "release.lua");
         assert_eq!(acquire_contract.1.first(), Some(&Slot::Holder));
         assert_eq!(acquire_contract.1.get(1), Some(&Slot::LeaseMs));

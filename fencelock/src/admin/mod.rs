@@ -65,6 +65,7 @@
 mod doctor;
 mod elections;
 mod force;
+mod holds;
 mod inspect;
 mod jobs;
 mod watch;
@@ -79,6 +80,7 @@ use redis::{AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion};
 pub use doctor::{Check, Status};
 pub use elections::ElectionInfo;
 pub use force::ForceRelease;
+pub use holds::{HoldEntry, HoldKind, HoldRelease, RwLockInfo, SemaphoreInfo};
 pub use inspect::{HolderEntry, LockDetail, LockInfo};
 pub use jobs::JobInfo;
 pub use watch::{LockEvent, Watch};

@@ -1,0 +1,345 @@
+//! Semaphores and read-write locks: who holds what, and evicting one stuck hold.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::inspect::name_laid_out;
+use super::{display_bytes, format_duration, glob_escape, Admin};
+use crate::protocol::keys::{validate_name, LockKeys};
+use crate::protocol::{self, OwnerReply};
+use crate::{Error, FencingToken};
+
+/// The permits a writer holds in a read-write lock's layout (DESIGN section 21).
+const WRITER_PERMITS: u32 = 1_000_000_000;
+
+/// One hold of a semaphore or a read-write lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HoldEntry {
+    /// The holder id (`<client id>:<sequence>`).
+    pub holder: String,
+    /// Its permits (a read-write lock's reader holds 1).
+    pub permits: u32,
+    /// Its token.
+    pub token: Option<FencingToken>,
+    /// The time left of its lease by the server clock; `None` when it has passed (the next
+    /// script drops the hold).
+    pub lease_left: Option<Duration>,
+}
+
+impl fmt::Display for HoldEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}  permits {}", self.holder, self.permits)?;
+        if let Some(token) = self.token {
+            write!(f, "  token {token}")?;
+        }
+        match self.lease_left {
+            Some(left) => write!(f, "  lease {}", format_duration(left)),
+            None => write!(f, "  expired"),
+        }
+    }
+}
+
+/// A semaphore in use, as [`Admin::semaphores`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SemaphoreInfo {
+    /// The semaphore's name (arbitrary bytes).
+    pub name: Vec<u8>,
+    /// The limit recorded while it is in use.
+    pub limit: u32,
+    /// The permits its live holds have.
+    pub used: u32,
+    /// Its holds, oldest lease first.
+    pub holds: Vec<HoldEntry>,
+}
+
+impl SemaphoreInfo {
+    /// The name for display: UTF-8 as is, other bytes escaped.
+    pub fn display_name(&self) -> String {
+        display_bytes(&self.name)
+    }
+}
+
+impl fmt::Display for SemaphoreInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}  {} of {} permits in use",
+            self.display_name(),
+            self.used,
+            self.limit
+        )?;
+        for hold in &self.holds {
+            write!(f, "\n  {hold}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A read-write lock in use, as [`Admin::rwlocks`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwLockInfo {
+    /// The lock's name (arbitrary bytes).
+    pub name: Vec<u8>,
+    /// The writer, if one holds it.
+    pub writer: Option<HoldEntry>,
+    /// The readers, oldest lease first.
+    pub readers: Vec<HoldEntry>,
+    /// Writers waiting (their holder ids), whose marks keep new readers out.
+    pub waiting_writers: Vec<String>,
+}
+
+impl RwLockInfo {
+    /// The name for display: UTF-8 as is, other bytes escaped.
+    pub fn display_name(&self) -> String {
+        display_bytes(&self.name)
+    }
+}
+
+impl fmt::Display for RwLockInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}  {} readers  writer {}  {} waiting writers",
+            self.display_name(),
+            self.readers.len(),
+            if self.writer.is_some() { "yes" } else { "no" },
+            self.waiting_writers.len()
+        )?;
+        if let Some(writer) = &self.writer {
+            write!(f, "\n  writer {writer}")?;
+        }
+        for reader in &self.readers {
+            write!(f, "\n  reader {reader}")?;
+        }
+        for waiting in &self.waiting_writers {
+            write!(f, "\n  waiting writer {waiting}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`Admin::release_hold`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldRelease {
+    /// The hold was released (its permits freed, waiters woken).
+    Released,
+    /// No such hold: released, expired, or never there.
+    NotHeld,
+}
+
+/// Which primitive a hold belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldKind {
+    /// A [`Semaphore`](crate::Semaphore)'s permits.
+    Semaphore,
+    /// A reader or writer of an [`RwLock`](crate::RwLock).
+    RwLock,
+}
+
+/// What one atomic read of a hold hash and its lease zset gives.
+struct Holds {
+    limit: u32,
+    used: u32,
+    holds: Vec<HoldEntry>,
+    waiting: Vec<String>,
+}
+
+impl Admin {
+    /// Every semaphore in use under the prefix, sorted by name, with each hold's permits,
+    /// token and remaining lease. `SCAN` (never `KEYS`), then one `MULTI ... EXEC` of reads per
+    /// semaphore; one that went idle between the two is left out.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] for a key that holds foreign data; [`Error::Redis`] when the
+    /// connection fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only.
+    pub async fn semaphores(&self) -> Result<Vec<SemaphoreInfo>, Error> {
+        let mut found = Vec::new();
+        let hash: fn(&[u8], &[u8]) -> Vec<u8> = |p, n| LockKeys::semaphore(p, n).lock;
+        for (name, keys) in self.hold_keys(b"sem:", hash, LockKeys::semaphore).await? {
+            let Some(read) = self.read_holds(&keys).await? else {
+                continue;
+            };
+            found.push(SemaphoreInfo {
+                name,
+                limit: read.limit,
+                used: read.used,
+                holds: read.holds,
+            });
+        }
+        Ok(found)
+    }
+
+    /// Every read-write lock in use under the prefix, sorted by name: its writer, readers and
+    /// waiting writers. Reads as [`Admin::semaphores`].
+    ///
+    /// # Errors
+    /// As [`Admin::semaphores`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only.
+    pub async fn rwlocks(&self) -> Result<Vec<RwLockInfo>, Error> {
+        let mut found = Vec::new();
+        let hash: fn(&[u8], &[u8]) -> Vec<u8> = |p, n| LockKeys::rwlock(p, n).lock;
+        for (name, keys) in self.hold_keys(b"rw:", hash, LockKeys::rwlock).await? {
+            let Some(read) = self.read_holds(&keys).await? else {
+                continue;
+            };
+            let (writers, readers): (Vec<_>, Vec<_>) = read
+                .holds
+                .into_iter()
+                .partition(|hold| hold.permits >= WRITER_PERMITS);
+            found.push(RwLockInfo {
+                name,
+                writer: writers.into_iter().next(),
+                readers,
+                waiting_writers: read.waiting,
+            });
+        }
+        Ok(found)
+    }
+
+    /// Releases one hold of a semaphore or read-write lock by its holder id (a stuck reader,
+    /// a permit holder that hangs), with the holder's own release script: its permits are
+    /// freed and waiters woken, and every other hold is untouched. The holder learns at its
+    /// next renewal (`lost()`); its late release is refused.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an unusable name; [`Error::WrongType`] when the keys hold
+    /// foreign data; [`Error::Redis`] when the connection fails.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in outcome: a dropped call may or may not have released the hold (run
+    /// it again: a second run answers `NotHeld`).
+    pub async fn release_hold(
+        &self,
+        kind: HoldKind,
+        name: impl AsRef<[u8]>,
+        holder: &str,
+    ) -> Result<HoldRelease, Error> {
+        let name = name.as_ref();
+        validate_name(name)?;
+        let keys = match kind {
+            HoldKind::Semaphore => LockKeys::semaphore(&self.prefix, name),
+            HoldKind::RwLock => LockKeys::rwlock(&self.prefix, name),
+        };
+        // An operator's op id: never a client's (those start with a client's UUID).
+        let op = format!("operator:{}", uuid::Uuid::new_v4().simple());
+        let mut conn = self.conn.clone();
+        let pubsub = protocol::PubSub::Classic;
+        let ttl = Duration::from_secs(10);
+        match protocol::release(&mut conn, &keys, holder, &op, ttl, pubsub).await? {
+            OwnerReply::Done { .. } => Ok(HoldRelease::Released),
+            OwnerReply::NotHeld => Ok(HoldRelease::NotHeld),
+        }
+    }
+
+    /// The names and keys of every hash of one kind under the prefix, sorted by name.
+    async fn hold_keys(
+        &self,
+        marker: &[u8],
+        hash: fn(&[u8], &[u8]) -> Vec<u8>,
+        layout: fn(&[u8], &[u8]) -> LockKeys,
+    ) -> Result<Vec<(Vec<u8>, LockKeys)>, Error> {
+        let pattern = [
+            glob_escape(&self.prefix),
+            b"{*}".to_vec(),
+            marker.to_vec(),
+            b"*".to_vec(),
+        ]
+        .concat();
+        let mut found = Vec::new();
+        for key in self.scan(&pattern, Some("hash"), usize::MAX).await? {
+            if let Some(name) = name_laid_out(&self.prefix, &key, marker, hash) {
+                let keys = layout(&self.prefix, &name);
+                found.push((name, keys));
+            }
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(found)
+    }
+
+    /// One atomic read of a hold hash, its lease zset, the server clock and (for a read-write
+    /// lock) its live waiting writers; `None` when the hash is gone.
+    async fn read_holds(&self, keys: &LockKeys) -> Result<Option<Holds>, Error> {
+        let writers = keys.rw_writers();
+        // A semaphore has no waiting writers: its lease zset stands in (same slot, ignored).
+        let marks_key = writers.clone().unwrap_or_else(|| keys.sem_leases());
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HGETALL")
+            .arg(&keys.lock)
+            .cmd("ZRANGE")
+            .arg(keys.sem_leases())
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .cmd("TIME")
+            .cmd("ZRANGE")
+            .arg(&marks_key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES");
+        type Reply = (
+            Vec<(Vec<u8>, Vec<u8>)>,
+            Vec<(String, f64)>,
+            (u64, u64),
+            Vec<(String, f64)>,
+        );
+        let (fields, deadlines, (secs, micros), marks): Reply = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(Error::from_reply)?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let now_ms = (secs * 1000 + micros / 1000) as f64;
+        let number = |field: &[u8]| -> u32 {
+            fields
+                .iter()
+                .find(|(f, _)| f == field)
+                .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+                .unwrap_or(0)
+        };
+        let mut holds = Vec::new();
+        for (holder, deadline) in deadlines {
+            let Some((_, value)) = fields.iter().find(|(f, _)| f == holder.as_bytes()) else {
+                continue;
+            };
+            let value = String::from_utf8_lossy(value);
+            let (permits, token) = value.split_once(':').unwrap_or((&value, ""));
+            let left = deadline - now_ms;
+            holds.push(HoldEntry {
+                holder,
+                permits: permits.parse().unwrap_or(0),
+                token: token.parse().ok().and_then(FencingToken::new),
+                lease_left: (left > 0.0)
+                    .then(|| Duration::try_from_secs_f64(left / 1000.0).ok())
+                    .flatten(),
+            });
+        }
+        let used = holds
+            .iter()
+            .filter(|h| h.lease_left.is_some())
+            .map(|h| h.permits)
+            .fold(0u32, u32::saturating_add);
+        let waiting = marks
+            .into_iter()
+            .filter(|(_, until)| writers.is_some() && *until > now_ms)
+            .map(|(holder, _)| holder)
+            .collect();
+        Ok(Some(Holds {
+            limit: number(b"~limit"),
+            used,
+            holds,
+            waiting,
+        }))
+    }
+}
