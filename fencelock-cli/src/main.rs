@@ -9,6 +9,7 @@
 //! fencelock semaphores [--json]            every semaphore in use: limit, permits, holders
 //! fencelock rwlocks [--json]               every read-write lock in use: writer, readers,
 //!                                          waiting writers
+//! fencelock set-limit NAME N               the limit of a semaphore in use, at once
 //! fencelock show NAME                      one lock (held or free), its fence counter, waiters
 //! fencelock watch NAME [--count N] [--for 30s] [--interval 100ms]
 //! fencelock release NAME --force [--yes] [--token T]   evict the holder, wake the waiters
@@ -92,6 +93,15 @@ enum Command {
     /// Every read-write lock in use under the prefix (SCAN, never KEYS): its writer, readers
     /// (holder id, token, remaining lease) and waiting writers
     Rwlocks,
+    /// Change the limit of a semaphore in use at once (every acquisition from now on is judged
+    /// by it; holds above a lowered limit keep their permits until they leave). An idle
+    /// semaphore has no limit recorded: its next acquisition records its own
+    SetLimit {
+        /// The semaphore name
+        name: OsString,
+        /// The new limit (at least 1)
+        limit: u32,
+    },
     /// One lock in detail: holders, token, lease, the fence counter of its bucket, waiters
     Show {
         /// The lock name
@@ -174,6 +184,7 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
         Command::Jobs => jobs(cli, admin).await,
         Command::Semaphores => semaphores(cli, admin).await,
         Command::Rwlocks => rwlocks(cli, admin).await,
+        Command::SetLimit { name, limit } => set_limit(cli, admin, &bytes(name), *limit).await,
         Command::Show { name } => show(cli, admin, &bytes(name)).await,
         Command::Watch {
             name,
@@ -257,6 +268,27 @@ async fn rwlocks(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
     let none = format!("no read-write lock is in use under prefix {:?}", cli.prefix);
     print_all(cli, &rwlocks, rwlock_json, &none);
     Ok(0)
+}
+
+async fn set_limit(cli: &Cli, admin: &Admin, name: &[u8], limit: u32) -> Result<u8, Error> {
+    let shown = String::from_utf8_lossy(name);
+    match admin.set_semaphore_limit(name, limit).await? {
+        Some(old) => {
+            if cli.json {
+                println!("{}", json!({"name": shown, "limit": limit, "was": old}));
+            } else {
+                println!("semaphore {shown}: limit {limit} (was {old})");
+            }
+            Ok(0)
+        }
+        None => Ok(fail(
+            NOT_FOUND,
+            &format!(
+                "semaphore {shown} is not in use: no limit is recorded; its next acquisition \
+                 records its handle's"
+            ),
+        )),
+    }
 }
 
 /// Asks on stdin whether to go ahead; EOF or an unreadable stdin counts as "no".

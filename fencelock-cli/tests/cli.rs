@@ -1256,3 +1256,32 @@ async fn semaphores_and_rwlocks_are_listed_and_a_stuck_hold_released() {
     two.release().await.unwrap();
     write.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn set_limit_changes_a_semaphore_in_use_and_refuses_an_idle_one() {
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    let client = fx.client().await;
+    let idle = fencelock(&url, &["set-limit", "pool", "5"]).await;
+    assert_ne!(idle.code, 0, "{idle:?}");
+    assert!(idle.stderr.contains("not in use"), "{idle:?}");
+    let pool = client.semaphore("pool", 2).unwrap();
+    let held = pool.acquire(2).await.unwrap();
+    let waiter = tokio::spawn({
+        let pool = client.semaphore("pool", 2).unwrap();
+        async move { pool.acquire(1).await.unwrap() }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let set = fencelock(&url, &["set-limit", "pool", "3"]).await;
+    assert_eq!(set.code, 0, "{set:?}");
+    assert!(set.stdout.contains("limit 3 (was 2)"), "{set:?}");
+    let permit = tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+        .await
+        .expect("the raised limit lets the waiter in")
+        .unwrap();
+    assert_eq!(permit.limit(), 3);
+    let zero = fencelock(&url, &["set-limit", "pool", "0"]).await;
+    assert_ne!(zero.code, 0, "{zero:?}");
+    permit.release().await.unwrap();
+    held.release().await.unwrap();
+}

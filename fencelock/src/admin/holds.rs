@@ -241,6 +241,43 @@ impl Admin {
         }
     }
 
+    /// Changes the limit of a semaphore in use, atomically: every acquisition from now on is
+    /// judged by `limit`, whatever its handle says, until the semaphore goes idle (then the
+    /// next acquisition records its own handle's limit; make a lasting change in the
+    /// services' configuration too). Holds above a lowered limit keep their permits until they
+    /// leave; waiters are woken, since a raised limit may let them in. Returns the limit it
+    /// had, or `None` when the semaphore is not in use (nothing changed).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an unusable name; [`Error::InvalidPermits`] for a limit of
+    /// zero; [`Error::WrongType`] when the keys hold foreign data; [`Error::Redis`] when the
+    /// connection fails.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in outcome: a dropped call may or may not have set the limit (run it
+    /// again: setting the same limit twice is the same as once).
+    pub async fn set_semaphore_limit(
+        &self,
+        name: impl AsRef<[u8]>,
+        limit: u32,
+    ) -> Result<Option<u32>, Error> {
+        let name = name.as_ref();
+        validate_name(name)?;
+        if limit == 0 {
+            return Err(Error::InvalidPermits {
+                reason: "a semaphore needs at least one permit".into(),
+            });
+        }
+        let keys = LockKeys::semaphore(&self.prefix, name);
+        protocol::semaphore::sem_limit(
+            &mut self.conn.clone(),
+            &keys,
+            limit,
+            protocol::PubSub::Classic,
+        )
+        .await
+    }
+
     /// The names and keys of every hash of one kind under the prefix, sorted by name.
     async fn hold_keys(
         &self,

@@ -34,7 +34,8 @@ use crate::protocol::{CancelKind, LockKeys};
 /// by, whatever its handle says (so that all holders agree on it), and each permit reports it
 /// ([`SemaphorePermit::limit`]). When the last hold ends the record goes with it, and the
 /// next acquisition records its own handle's limit: a change of configuration takes effect
-/// once the semaphore has been idle.
+/// once the semaphore has been idle, or at once through
+/// [`Admin::set_semaphore_limit`](crate::admin::Admin::set_semaphore_limit).
 ///
 /// Cheap to clone; it holds nothing by itself.
 ///

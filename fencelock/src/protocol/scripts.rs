@@ -33,6 +33,7 @@ pub(crate) struct Scripts {
     pub(crate) sem_release: Script,
     pub(crate) sem_cancel: Script,
     pub(crate) sem_renew: Script,
+    pub(crate) sem_limit: Script,
     pub(crate) rw_acquire: Script,
     pub(crate) rw_downgrade: Script,
 }
@@ -108,6 +109,10 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         sem_renew: load(
             "sem_renew",
             &[sem_holds, include_str!("../../lua/sem_renew.lua")].concat(),
+        ),
+        sem_limit: load(
+            "sem_limit",
+            &[sem_holds, include_str!("../../lua/sem_limit.lua")].concat(),
         ),
         rw_acquire: load(
             "rw_acquire",

@@ -160,6 +160,32 @@ pub(super) async fn sem_renew<C: ConnectionLike>(
     Ok(reply.into_iter().map(|r| r == 1).collect())
 }
 
+/// An operator sets the recorded limit of a semaphore in use (`sem_limit.lua`); the limit it
+/// had, or `None` when the semaphore is not in use (nothing recorded).
+pub(crate) async fn sem_limit<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    limit: u32,
+    pubsub: PubSub,
+) -> Result<Option<u32>, Error> {
+    let reply: Vec<i64> = scripts()
+        .sem_limit
+        .key(&keys.lock)
+        .key(keys.sem_leases())
+        .arg(limit)
+        .arg(pubsub.script_arg())
+        .invoke_async(conn)
+        .await
+        .map_err(Error::from_reply)?;
+    match reply.as_slice() {
+        [1, old] => u32::try_from(*old)
+            .map(Some)
+            .map_err(|_| Error::Protocol(format!("sem_limit.lua answered the limit {old}"))),
+        [0] => Ok(None),
+        other => Err(unexpected("sem_limit", other)),
+    }
+}
+
 /// Outcome of `rw_acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RwAcquireReply {

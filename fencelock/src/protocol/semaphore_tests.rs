@@ -348,3 +348,55 @@ async fn foreign_data_is_refused_and_nothing_is_written() {
         .unwrap();
     assert_eq!(written, 0);
 }
+
+/// An operator's new limit governs a semaphore in use at once (a raised one lets a waiter in,
+/// and tells it); an idle semaphore records nothing.
+#[tokio::test]
+async fn an_operator_changes_the_limit_of_a_semaphore_in_use() {
+    use super::semaphore::sem_limit;
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = sem_keys();
+    assert_eq!(
+        sem_limit(&mut conn, &keys, 5, PubSub::Classic)
+            .await
+            .unwrap(),
+        None
+    );
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!exists, "an idle semaphore's limit is not recorded");
+    token_of(take(&mut conn, &keys, "a", 3, LEASE).await).unwrap();
+    assert!(matches!(
+        take(&mut conn, &keys, "b", 2, LEASE).await,
+        SemAcquireReply::Busy { .. }
+    ));
+    assert_eq!(
+        sem_limit(&mut conn, &keys, 5, PubSub::Classic)
+            .await
+            .unwrap(),
+        Some(3)
+    );
+    let reply = take(&mut conn, &keys, "b", 2, LEASE).await;
+    assert!(
+        matches!(
+            reply,
+            SemAcquireReply::Acquired {
+                limit: 5,
+                free: 0,
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+    // Lowered under what is held: nothing is revoked, nothing new fits.
+    assert_eq!(
+        sem_limit(&mut conn, &keys, 1, PubSub::Classic)
+            .await
+            .unwrap(),
+        Some(5)
+    );
+    assert!(matches!(
+        take(&mut conn, &keys, "c", 1, LEASE).await,
+        SemAcquireReply::Busy { .. }
+    ));
+    assert_eq!(used(&mut conn, &keys).await, Some(5));
+}
