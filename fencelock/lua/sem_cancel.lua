@@ -1,28 +1,52 @@
--- sem_cancel.lua: undo exactly one semaphore acquisition whose caller gave up on it
--- (cancelled future, ambiguous error), whether or not it has run yet.
+-- sem_cancel.lua: undo exactly one acquisition or re-entry of a hold whose caller gave up on
+-- it (cancelled future, ambiguous error), whether or not it has run yet.
 --
 -- KEYS[1]  semaphore hash   (layout in lib/sem_holds.lua; also its release channel)
 -- KEYS[2]  lease zset
--- KEYS[3]  op record of the acquisition (keyed by its holder id)
+-- KEYS[3]  op record of the operation being undone (an acquisition's is keyed by its holder
+--          id; a re-entry's by its own op id)
 -- KEYS[4]  a read-write lock's waiting writers (zset; also their channel): the acquisition's
 --          mark there is removed too (a writer that gave up waiting); absent for a semaphore
 -- ARGV[1]  holder id
 -- ARGV[2]  op record lifetime in ms
 -- ARGV[3]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
+-- ARGV[4]  "acquire" or "reenter": which operation KEYS[3] belongs to
 --
--- Returns  {1, 0}           the acquisition had run and was undone: its permits are free and
+-- Returns  {1, n}           a re-entry had run and was undone: n entries remain (0: it was the
+--                           hold's last, the hold ended and a message was published)
+--          {1, 0}           the acquisition had run and was undone: its permits are free and
 --                           a message was published on KEYS[1] (and KEYS[4]); the same message
 --                           goes out when only a waiting writer's mark was removed
 --          {0}              it had not run (or was already undone or released); it never will
 --
 -- The op record is set to "c" first, so if the undone request is still on its way (a re-send,
 -- a slow network) it finds "c" when it arrives and does nothing (sem_acquire.lua).
-if redis.call('GET', KEYS[3]) == 'c' then
+local done = redis.call('GET', KEYS[3])
+if done == 'c' then
   return {0}
 end
 redis.call('SET', KEYS[3], 'c', 'PX', ARGV[2])
 if sem_check(KEYS[1], KEYS[2]) then
   return {0}
+end
+if ARGV[4] == 'reenter' then
+  -- A re-entry that ran left its reply in its record; undo its entry once.
+  if not done or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+    return {0}
+  end
+  local field = '~entries:' .. ARGV[1]
+  local remaining = tonumber(redis.call('HGET', KEYS[1], field) or 1) - 1
+  if remaining > 1 then
+    redis.call('HSET', KEYS[1], field, remaining)
+  elseif remaining == 1 then
+    redis.call('HDEL', KEYS[1], field)
+  else
+    -- The other entries were released first: this was the hold's last entry.
+    sem_drop(KEYS[1], KEYS[2], ARGV[1])
+    sem_settle(KEYS[1], KEYS[2])
+    sem_publish(KEYS[1], ARGV[3], KEYS[4])
+  end
+  return {1, remaining}
 end
 local freed = sem_purge(KEYS[1], KEYS[2], now_ms())
 local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1])

@@ -1,40 +1,64 @@
--- sem_release.lua: a holder gives its permits back; waiters are woken.
+-- sem_release.lua: a holder leaves its hold once; the last entry gives its permits back and
+-- wakes waiters.
 --
 -- KEYS[1]  semaphore hash   (layout in lib/sem_holds.lua; also its release channel)
 -- KEYS[2]  lease zset
--- KEYS[3]  acquire record   string: the holder's own op record (keyed by the holder id, "a"
---                           since sem_acquire.lua); the release overwrites it with
---                           "r:" .. ARGV[4], which is this release's record
--- KEYS[4]  a read-write lock's waiting writers (zset; also their channel): also published
+-- KEYS[3]  op record        string: this release's reply when it left entries ("remaining"),
+--                           kept ARGV[2] ms so a re-sent copy replays it
+-- KEYS[4]  acquire record   string: the holder's own op record (keyed by the holder id, "a"
+--                           since the acquisition); the release that ends the hold overwrites
+--                           it with "r:" .. ARGV[4] instead of writing KEYS[3]
+-- KEYS[5]  a read-write lock's waiting writers (zset; also their channel): also published
 --          on; absent for a semaphore
 -- ARGV[1]  holder id
 -- ARGV[2]  op record lifetime in ms
 -- ARGV[3]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
 -- ARGV[4]  op id            this release's operation id
 --
--- Returns  {1, 0}           released (the permits are free and a message was published on
---                           KEYS[1], and KEYS[4] if given), or a replay of this same release (its mark is found)
+-- Returns  {1, n}           left once; n entries remain (a read-write lock's hold entered again
+--                           through its guard); nothing else changed
+--          {1, 0}           released (the permits are free and a message was published on
+--                           KEYS[1], and KEYS[5] if given), or a replay of this same release
+--                           (its mark is found)
 --          {-1}             the holder holds nothing here (its lease ended, it was released
 --                           by another op or an operator); nothing of another hold is touched
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
 --
--- A hold is released whole (a semaphore hold has no re-entries), so one record per hold is
--- enough, as in release.lua: the holder's acquire record becomes the release's mark, and a
--- late copy of the acquisition finds it and does nothing. Expired holds are dropped first, so
--- a holder whose lease ended is told {-1} even before anyone else purged it.
+-- As in release.lua, one record per hold: a release that leaves entries records its reply
+-- under its own op id (KEYS[3]); the release that ends the hold marks the holder's acquire
+-- record (KEYS[4]) instead, and a late copy of the acquisition finds that mark and does
+-- nothing. Expired holds are dropped first, so a holder whose lease ended is told {-1} even
+-- before anyone else purged it.
 local err = sem_check(KEYS[1], KEYS[2])
 if err then
   return err
 end
+local done = redis.call('GET', KEYS[3])
+if done then
+  return {1, tonumber(done)}
+end
 sem_purge(KEYS[1], KEYS[2], now_ms())
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  local entries = tonumber(redis.call('HGET', KEYS[1], '~entries:' .. ARGV[1]) or 1)
+  if entries > 1 then
+    local remaining = entries - 1
+    if remaining > 1 then
+      redis.call('HSET', KEYS[1], '~entries:' .. ARGV[1], remaining)
+    else
+      redis.call('HDEL', KEYS[1], '~entries:' .. ARGV[1])
+    end
+    redis.call('SET', KEYS[3], remaining, 'PX', ARGV[2])
+    return {1, remaining}
+  end
+end
 local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1])
 sem_settle(KEYS[1], KEYS[2])
 if permits == 0 then
-  if redis.call('GET', KEYS[3]) == 'r:' .. ARGV[4] then
+  if redis.call('GET', KEYS[4]) == 'r:' .. ARGV[4] then
     return {1, 0}
   end
   return {-1}
 end
-sem_publish(KEYS[1], ARGV[3], KEYS[4])
-redis.call('SET', KEYS[3], 'r:' .. ARGV[4], 'PX', ARGV[2])
+sem_publish(KEYS[1], ARGV[3], KEYS[5])
+redis.call('SET', KEYS[4], 'r:' .. ARGV[4], 'PX', ARGV[2])
 return {1, 0}

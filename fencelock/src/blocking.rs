@@ -1356,6 +1356,18 @@ impl RwLock {
 }
 
 impl ReadGuard {
+    /// Enters the read hold once more; see [`crate::ReadGuard::reenter`].
+    ///
+    /// # Errors
+    /// As [`crate::ReadGuard::reenter`].
+    pub fn reenter(&self) -> Result<ReadGuard, Error> {
+        let inner = self.runtime.block_on(self.inner.reenter())?;
+        Ok(ReadGuard {
+            inner,
+            runtime: self.runtime.clone(),
+        })
+    }
+
     /// The read's write epoch; see [`crate::ReadGuard::token`].
     pub fn token(&self) -> FencingToken {
         self.inner.token()
@@ -1376,6 +1388,18 @@ impl ReadGuard {
 }
 
 impl WriteGuard {
+    /// Enters the write hold once more; see [`crate::WriteGuard::reenter`].
+    ///
+    /// # Errors
+    /// As [`crate::WriteGuard::reenter`].
+    pub fn reenter(&self) -> Result<WriteGuard, Error> {
+        let inner = self.runtime.block_on(self.inner.reenter())?;
+        Ok(WriteGuard {
+            inner,
+            runtime: self.runtime.clone(),
+        })
+    }
+
     /// The writer's fencing token.
     pub fn token(&self) -> FencingToken {
         self.inner.token()

@@ -506,7 +506,16 @@ fn threads_read_together_and_write_alone() {
     let write = writer.join().unwrap();
     assert!(write.is_valid() && write.token() > newest);
     assert!(lock.try_read().unwrap().is_none());
+    let nested = write.reenter().unwrap();
+    assert_eq!(nested.token(), write.token());
+    nested.release().unwrap();
+    assert!(
+        lock.try_read().unwrap().is_none(),
+        "one write entry remains"
+    );
     let read = write.downgrade().unwrap();
+    let nested_read = read.reenter().unwrap();
+    nested_read.release().unwrap();
     let other = lock.read_timeout(HANDOFF).unwrap();
     assert!(lock.try_write().unwrap().is_none());
     read.release().unwrap();

@@ -435,3 +435,55 @@ async fn a_writer_frozen_with_sigstop_past_its_lease_is_fenced_off_after_sigcont
     drop(child);
     write.release().await.unwrap();
 }
+
+/// Re-entries of a read and of a write dropped at random points, each case ending with every
+/// guard released: no entry is ever left behind (the lock is free after each case).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_reentries_never_leave_an_entry_behind() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let lock = client.rwlock("nested").unwrap();
+    let mut rng = Rng(0x5e3a_0003);
+    let cases = common::env_cases("FENCELOCK_CANCEL_CASES", 500) / 2;
+    let mut entered = 0;
+    for case in 0..cases {
+        let yields = rng.below(120);
+        let dropped_after = async {
+            for _ in 0..yields {
+                tokio::task::yield_now().await;
+            }
+        };
+        if rng.below(2) == 0 {
+            let outer = lock.read().await.unwrap();
+            let inner = tokio::select! {
+                inner = outer.reenter() => Some(inner.unwrap()),
+                () = dropped_after => None,
+            };
+            if let Some(inner) = inner {
+                entered += 1;
+                inner.release().await.unwrap();
+            }
+            outer.release().await.unwrap();
+        } else {
+            let outer = lock.write().await.unwrap();
+            let inner = tokio::select! {
+                inner = outer.reenter() => Some(inner.unwrap()),
+                () = dropped_after => None,
+            };
+            assert!(inner.as_ref().is_none_or(|i| i.token() == outer.token()));
+            if let Some(inner) = inner {
+                entered += 1;
+                inner.release().await.unwrap();
+            }
+            outer.release().await.unwrap();
+        }
+        assert!(
+            eventually(HANDOFF, || fx.keys("fencelock:{*}rw*").is_empty()).await,
+            "case {case}: an entry was left behind"
+        );
+    }
+    assert!(
+        entered > 0 && entered < cases,
+        "entered {entered} of {cases}"
+    );
+}

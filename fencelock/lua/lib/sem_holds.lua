@@ -6,6 +6,8 @@
 -- every permit, plus the zset of its waiting writers: rw_acquire.lua):
 --   hash  "~limit" -> permits in all, "~used" -> permits held now (the sum over the holds),
 --         <holder id> -> "<permits>:<token>", one field per live hold
+--         "~entries:<holder id>" -> its entries, only while a hold was entered again through
+--         its guard (hold_reenter.lua): at least 2; absent means 1
 --   zset  <holder id> -> the hold's lease deadline, in server milliseconds
 -- A hold is live while its deadline is in the future by the server clock. Every script that
 -- reads or changes the holds first drops the holds whose deadline passed (sem_purge), so a
@@ -41,7 +43,7 @@ local function sem_drop(hash, leases, holder)
     return 0
   end
   local permits = tonumber(string.match(held, '^(%d+):'))
-  redis.call('HDEL', hash, holder)
+  redis.call('HDEL', hash, holder, '~entries:' .. holder)
   redis.call('HINCRBY', hash, '~used', -permits)
   return permits
 end

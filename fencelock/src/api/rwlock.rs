@@ -35,7 +35,8 @@ use crate::protocol::{CancelKind, LockKeys, OwnerReply};
 /// which bounds how long they keep the writer out. Waiting readers are woken together when the
 /// writer leaves. Upgrading a read to a write is not offered: two readers upgrading at once
 /// would wait for each other forever. A writer can [`downgrade`](WriteGuard::downgrade) to a
-/// reader with no gap in between.
+/// reader with no gap in between; a reader or writer re-enters through its guard
+/// ([`ReadGuard::reenter`], [`WriteGuard::reenter`]).
 ///
 /// Cheap to clone; it holds nothing by itself.
 ///
@@ -490,6 +491,22 @@ impl ReadGuard {
         self.guard.lost().await;
     }
 
+    /// Enters the read hold once more (a nested read): the same hold, token and lease; each
+    /// entry is released on its own, and the hold ends with its last entry. Never waits, not
+    /// even behind a waiting writer: the hold is already this reader's.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the hold has ended (its lease ran out, an operator released
+    /// it); [`Error::Redis`] when Redis could not be reached within the retry window.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call's entry is undone in the background whether it ran or not.
+    pub async fn reenter(&self) -> Result<ReadGuard, Error> {
+        Ok(ReadGuard {
+            guard: self.guard.reenter().await?,
+        })
+    }
+
     /// Releases the read hold; a waiting writer goes to Redis when the last reader left.
     ///
     /// # Errors
@@ -537,6 +554,20 @@ impl WriteGuard {
     /// Cancel safe: it only waits.
     pub async fn lost(&self) {
         self.guard.lost().await;
+    }
+
+    /// Enters the write hold once more (a nested write): the same hold, token and lease; each
+    /// entry is released on its own, and the hold ends with its last entry.
+    ///
+    /// # Errors
+    /// As [`ReadGuard::reenter`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`ReadGuard::reenter`].
+    pub async fn reenter(&self) -> Result<WriteGuard, Error> {
+        Ok(WriteGuard {
+            guard: self.guard.reenter().await?,
+        })
     }
 
     /// Turns the write hold into a read hold in one step: no other writer can get in between,

@@ -338,15 +338,19 @@ pub(crate) async fn reenter<C: ConnectionLike>(
     op_id: &str,
     op_ttl: Duration,
 ) -> Result<EnterReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .reenter
-        .key(&keys.lock)
-        .key(keys.op(op_id))
-        .arg(holder)
-        .arg(millis(op_ttl))
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+    let script = if keys.has_hold_leases() {
+        &scripts().hold_reenter
+    } else {
+        &scripts().reenter
+    };
+    let mut call = script.prepare_invoke();
+    call.key(&keys.lock);
+    // A hold with a lease of its own (a read-write lock's) is checked against its deadline.
+    if keys.has_hold_leases() {
+        call.key(keys.sem_leases());
+    }
+    call.key(keys.op(op_id)).arg(holder).arg(millis(op_ttl));
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     match reply.as_slice() {
         [1, token, count] => Ok(EnterReply::Entered {
             token: token_from(*token)?,
@@ -411,9 +415,7 @@ pub(crate) async fn cancel<C: ConnectionLike>(
     pubsub: PubSub,
 ) -> Result<CancelReply, Error> {
     if keys.has_hold_leases() {
-        // A semaphore hold has no re-entries: its only operation to undo is the acquisition,
-        // whose op id is its holder id.
-        return semaphore::sem_cancel(conn, keys, holder, op_ttl, pubsub).await;
+        return semaphore::sem_cancel(conn, keys, holder, op_id, kind, op_ttl, pubsub).await;
     }
     let reply: Vec<i64> = scripts()
         .cancel

@@ -297,3 +297,75 @@ async fn replays_apply_once_and_nothing_stays_behind() {
         "the fence counter was written by the earlier holds"
     );
 }
+
+/// A hold entered again through its guard keeps its token and is left entry by entry; a
+/// re-sent re-entry or release applies once; a cancelled re-entry is undone once, or
+/// forestalled; a hold whose lease passed is not entered again.
+#[tokio::test]
+async fn a_hold_entered_again_is_left_entry_by_entry() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = rw_keys();
+    let ps = PubSub::Classic;
+    let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
+    for _ in 0..2 {
+        let again = reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
+        assert_eq!(again, EnterReply::Entered { token, count: 2 });
+    }
+    let third = reenter(&mut conn, &keys, "w", "e2", OP_TTL).await.unwrap();
+    assert_eq!(third, EnterReply::Entered { token, count: 3 });
+    let undone = cancel(&mut conn, &keys, "w", "e2", CancelKind::Reenter, OP_TTL, ps)
+        .await
+        .unwrap();
+    assert_eq!(undone, CancelReply::Undone { remaining: 2 });
+    let twice = cancel(&mut conn, &keys, "w", "e2", CancelKind::Reenter, OP_TTL, ps)
+        .await
+        .unwrap();
+    assert_eq!(twice, CancelReply::NotRun);
+    let early = cancel(&mut conn, &keys, "w", "e3", CancelKind::Reenter, OP_TTL, ps)
+        .await
+        .unwrap();
+    assert_eq!(early, CancelReply::NotRun);
+    assert_eq!(
+        reenter(&mut conn, &keys, "w", "e3", OP_TTL).await.unwrap(),
+        EnterReply::Cancelled
+    );
+    for _ in 0..2 {
+        let left = release(&mut conn, &keys, "w", "r1", OP_TTL, ps)
+            .await
+            .unwrap();
+        assert_eq!(left, OwnerReply::Done { remaining: 1 });
+    }
+    busy(
+        "a reader while one write entry remains",
+        read(&mut conn, &keys, "r").await,
+    )
+    .unwrap();
+    let last = release(&mut conn, &keys, "w", "r2", OP_TTL, ps)
+        .await
+        .unwrap();
+    assert_eq!(last, OwnerReply::Done { remaining: 0 });
+    token_of(
+        "a reader after the last entry",
+        read(&mut conn, &keys, "r").await,
+    )
+    .unwrap();
+    leave(&mut conn, &keys, "r").await;
+    let left: usize = conn
+        .exists(&[keys.lock.clone(), keys.sem_leases()])
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "nothing left, entries included");
+
+    token_of(
+        "a short read",
+        take(&mut conn, &keys, "short", RwMode::Read, SHORT, false).await,
+    )
+    .unwrap();
+    tokio::time::sleep(SHORT * 2).await;
+    assert_eq!(
+        reenter(&mut conn, &keys, "short", "e4", OP_TTL)
+            .await
+            .unwrap(),
+        EnterReply::NotHeld
+    );
+}

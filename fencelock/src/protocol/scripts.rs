@@ -34,6 +34,7 @@ pub(crate) struct Scripts {
     pub(crate) sem_cancel: Script,
     pub(crate) sem_renew: Script,
     pub(crate) sem_limit: Script,
+    pub(crate) hold_reenter: Script,
     pub(crate) rw_acquire: Script,
     pub(crate) rw_downgrade: Script,
 }
@@ -113,6 +114,10 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         sem_limit: load(
             "sem_limit",
             &[sem_holds, include_str!("../../lua/sem_limit.lua")].concat(),
+        ),
+        hold_reenter: load(
+            "hold_reenter",
+            &[sem_holds, include_str!("../../lua/hold_reenter.lua")].concat(),
         ),
         rw_acquire: load(
             "rw_acquire",

@@ -9,8 +9,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    count_from, millis, owner_reply, scripts, token_from, unexpected, CancelReply, LockKeys,
-    OwnerReply, PubSub,
+    count_from, millis, owner_reply, scripts, token_from, unexpected, CancelKind, CancelReply,
+    LockKeys, OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -102,6 +102,7 @@ pub(super) async fn sem_release<C: ConnectionLike>(
     let mut call = scripts().sem_release.prepare_invoke();
     call.key(&keys.lock)
         .key(keys.sem_leases())
+        .key(keys.op(op_id))
         .key(keys.op(holder));
     // A read-write lock's release also tells its waiting writers.
     if let Some(writers) = keys.rw_writers() {
@@ -119,20 +120,26 @@ pub(super) async fn sem_cancel<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
     holder: &str,
+    op_id: &str,
+    kind: CancelKind,
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<CancelReply, Error> {
     let mut call = scripts().sem_cancel.prepare_invoke();
     call.key(&keys.lock)
         .key(keys.sem_leases())
-        .key(keys.op(holder));
+        .key(keys.op(op_id));
     // A writer of a read-write lock that gave up waiting also takes its mark back.
     if let Some(writers) = keys.rw_writers() {
         call.key(writers);
     }
     call.arg(holder)
         .arg(millis(op_ttl))
-        .arg(pubsub.script_arg());
+        .arg(pubsub.script_arg())
+        .arg(match kind {
+            CancelKind::Acquire => "acquire",
+            CancelKind::Reenter => "reenter",
+        });
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     match reply.as_slice() {
         [1, remaining] => Ok(CancelReply::Undone {

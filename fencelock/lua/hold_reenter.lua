@@ -1,0 +1,39 @@
+-- hold_reenter.lua: the holder of a read-write lock's hold enters it once more through its
+-- guard (a nested read, or a nested write), with the same token and lease.
+--
+-- KEYS[1]  lock hash        (layout in lib/sem_holds.lua)
+-- KEYS[2]  lease zset
+-- KEYS[3]  op record        string: this operation's reply ("token:entries"), kept ARGV[2] ms
+--                           so a re-sent request replays it instead of counting twice; "c" when
+--                           cancelled (sem_cancel.lua)
+-- ARGV[1]  holder id
+-- ARGV[2]  op record lifetime in ms
+--
+-- Returns  {1, token, n}    entered: the hold now has n entries (its "~entries:<holder>" field);
+--                           token is the hold's own, never a new one
+--          {-1}             the holder holds nothing here (its lease ended, it was released)
+--          {-2}             this operation was cancelled before it ran; nothing done
+-- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
+--
+-- A hold whose lease passed is not entered again, even before any script dropped it.
+local done = redis.call('GET', KEYS[3])
+if done == 'c' then
+  return {-2}
+elseif done then
+  local token, entries = string.match(done, '^(%d+):(%d+)$')
+  return {1, tonumber(token), tonumber(entries)}
+end
+local err = sem_check(KEYS[1], KEYS[2])
+if err then
+  return err
+end
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if not held or tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0) <= now_ms() then
+  return {-1}
+end
+local token = string.match(held, ':(%d+)$')
+local field = '~entries:' .. ARGV[1]
+local entries = tonumber(redis.call('HGET', KEYS[1], field) or 1) + 1
+redis.call('HSET', KEYS[1], field, entries)
+redis.call('SET', KEYS[3], token .. ':' .. entries, 'PX', ARGV[2])
+return {1, tonumber(token), entries}
