@@ -35,6 +35,9 @@ struct Ledger {
     inside: AtomicBool,
     /// The most grants to other clients one waiter saw between its call and its grant.
     worst: Mutex<usize>,
+    /// That waiter's client and the clients granted during its wait, in grant order (for the
+    /// failure message: which clients were served while it waited).
+    worst_window: Mutex<(usize, Vec<usize>)>,
 }
 
 /// `clients` clients, each with `tasks` tasks that take the lock `rounds` times each.
@@ -74,20 +77,22 @@ async fn contend(
                         !ledger.inside.swap(true, Ordering::SeqCst),
                         "two holders at once"
                     );
-                    let seen = {
+                    let (seen, window) = {
                         let mut grants = ledger.grants.lock();
                         grants.push(Grant {
                             client,
                             token: guard.token(),
                         });
-                        grants[start..grants.len() - 1]
-                            .iter()
-                            .filter(|g| g.client != client)
-                            .count()
+                        let window = &grants[start..grants.len() - 1];
+                        let seen = window.iter().filter(|g| g.client != client).count();
+                        (seen, window.iter().map(|g| g.client).collect::<Vec<_>>())
                     };
                     {
                         let mut worst = ledger.worst.lock();
-                        *worst = (*worst).max(seen);
+                        if seen > *worst {
+                            *worst = seen;
+                            *ledger.worst_window.lock() = (client, window);
+                        }
                     }
                     // Let the other tasks of every client reach their next attempt.
                     tokio::task::yield_now().await;
@@ -136,7 +141,9 @@ async fn fair_handoff_serves_contending_clients_round_robin() {
         worst_seen.push(format!("{tasks} tasks: {worst} (bound {bound})"));
         assert!(
             worst <= bound,
-            "{tasks} tasks per client: a waiter saw {worst} grants to other clients (bound {bound})"
+            "{tasks} tasks per client: a waiter saw {worst} grants to other clients (bound {bound}); \
+             (its client, the clients served while it waited): {:?}",
+            *ledger.worst_window.lock()
         );
     }
     eprintln!("fair mode, most grants to other clients one waiter saw: {worst_seen:?}");
