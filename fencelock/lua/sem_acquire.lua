@@ -13,6 +13,12 @@
 -- ARGV[4]  lease in ms      positive integer
 -- ARGV[5]  op record lifetime in ms
 -- ARGV[6]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
+-- KEYS[5]  queue            fair mode only (a fair-handoff client): zset of the waiting
+--                           acquisitions, holder id -> server time (µs) of its first busy
+--                           attempt
+-- KEYS[6]  waiting          fair mode only: hash, holder id -> "<permits>:<deadline ms>": what
+--                           each queued acquisition asks for, and until when its entry lives
+-- ARGV[7]  "1": the caller will wait (fair mode: a busy attempt queues it); else a try
 --
 -- Returns  {1, token, permits, limit, free}
 --                           acquired: the hold takes `permits` until its lease ends; `free`
@@ -28,11 +34,28 @@
 --          FENCELOCK_OVERFLOW   the next token would not be exact in a Lua double; nothing modified
 --
 -- Expired holds are dropped first (sem_purge); when that frees permits that this acquisition
--- leaves free, it publishes on KEYS[1] so that other waiters try again. The token is
+-- leaves free, it publishes on KEYS[1] so that other waiters try again.
+--
+-- Fair mode (KEYS[5] and KEYS[6] given): the oldest live queued acquisition, the head, is
+-- protected: any other acquisition is granted only if it leaves the head's permits free, so a
+-- request for many permits is not starved by a stream of small ones. An entry lives until the
+-- earliest deadline among the holds plus the waiter's lease and is set again by every attempt
+-- of its waiter, so it outlives the waiter's next attempt but not a waiter that died; a waiter
+-- that gives up takes it out (sem_cancel.lua). A head that wins with permits left publishes,
+-- so the acquisitions it held back try again. The token is
 -- max(counter + 1, server TIME in microseconds) (lib/next_token.lua).
 local err = sem_check(KEYS[1], KEYS[2])
 if err then
   return err
+end
+local fair = KEYS[5] ~= nil
+if fair then
+  for _, key in ipairs({KEYS[5], KEYS[6]}) do
+    local kind = redis.call('TYPE', key)['ok']
+    if kind ~= 'none' and kind ~= (key == KEYS[5] and 'zset' or 'hash') then
+      return redis.error_reply('FENCELOCK_WRONGTYPE semaphore queue key holds a ' .. kind)
+    end
+  end
 end
 local done = redis.call('GET', KEYS[4])
 local held = redis.call('HGET', KEYS[1], ARGV[1])
@@ -58,13 +81,40 @@ local freed = sem_purge(KEYS[1], KEYS[2], now)
 local limit = tonumber(redis.call('HGET', KEYS[1], '~limit')) or tonumber(ARGV[3])
 local used = tonumber(redis.call('HGET', KEYS[1], '~used')) or 0
 local wanted = tonumber(ARGV[2])
-if wanted > limit or used + wanted > limit then
+-- Fair mode: drop dead queue entries; the first live one is the head.
+local head, head_need, last_entry = nil, 0, 0
+if fair then
+  for _, waiter in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+    local need, until_ms = string.match(redis.call('HGET', KEYS[6], waiter) or '', '^(%d+):(%d+)$')
+    if not need or tonumber(until_ms) <= now then
+      redis.call('ZREM', KEYS[5], waiter)
+      redis.call('HDEL', KEYS[6], waiter)
+    else
+      last_entry = math.max(last_entry, tonumber(until_ms))
+      if not head then
+        head = waiter
+        if waiter ~= ARGV[1] then
+          head_need = tonumber(need)
+        end
+      end
+    end
+  end
+end
+if wanted > limit or used + wanted + head_need > limit then
   local earliest = sem_settle(KEYS[1], KEYS[2])
   if freed > 0 then
     sem_publish(KEYS[1], ARGV[6], nil)
   end
   if wanted > limit then
     return {-3, limit}
+  end
+  if fair and ARGV[7] == '1' then
+    local until_ms = (earliest or now) + tonumber(ARGV[4])
+    redis.call('ZADD', KEYS[5], 'NX', micros_now(), ARGV[1])
+    redis.call('HSET', KEYS[6], ARGV[1], wanted .. ':' .. until_ms)
+    last_entry = math.max(last_entry, until_ms)
+    redis.call('PEXPIREAT', KEYS[5], last_entry)
+    redis.call('PEXPIREAT', KEYS[6], last_entry)
   end
   return {0, earliest and (earliest - now) or -1, limit - used, limit}
 end
@@ -75,7 +125,11 @@ redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])
 sem_settle(KEYS[1], KEYS[2])
 redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])
 local free = limit - used - wanted
-if freed > 0 and free > 0 then
+if fair then
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  redis.call('HDEL', KEYS[6], ARGV[1])
+end
+if (freed > 0 or (head and head == ARGV[1])) and free > 0 then
   sem_publish(KEYS[1], ARGV[6], nil)
 end
 return {1, token, wanted, limit, free}

@@ -5,8 +5,11 @@
 -- KEYS[2]  lease zset
 -- KEYS[3]  op record of the operation being undone (an acquisition's is keyed by its holder
 --          id; a re-entry's by its own op id)
--- KEYS[4]  a read-write lock's waiting writers (zset; also their channel): the acquisition's
---          mark there is removed too (a writer that gave up waiting); absent for a semaphore
+-- KEYS[4]  the waiting acquisitions: a read-write lock's waiting writers (zset; also their
+--          channel), or a semaphore's fair queue (zset); the acquisition's entry there is
+--          removed too (a waiter that gave up)
+-- KEYS[5]  a semaphore's fair-queue entries (hash: holder id -> "<permits>:<deadline>"): its
+--          entry is removed too; absent for a read-write lock
 -- ARGV[1]  holder id
 -- ARGV[2]  op record lifetime in ms
 -- ARGV[3]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
@@ -55,8 +58,12 @@ local unmarked = 0
 if KEYS[4] and redis.call('TYPE', KEYS[4])['ok'] == 'zset' then
   unmarked = redis.call('ZREM', KEYS[4], ARGV[1])
 end
+if KEYS[5] and redis.call('TYPE', KEYS[5])['ok'] == 'hash' then
+  redis.call('HDEL', KEYS[5], ARGV[1])
+end
 if permits + freed + unmarked > 0 then
-  sem_publish(KEYS[1], ARGV[3], KEYS[4])
+  -- The waiting writers' key is a channel of its own; a semaphore's queue is not.
+  sem_publish(KEYS[1], ARGV[3], (not KEYS[5]) and KEYS[4] or nil)
 end
 if permits == 0 then
   return {0}

@@ -178,65 +178,16 @@ on_topologies_multi_thread! {
     /// with and without another holder letting go meanwhile: no permit is ever left held.
     async fn cancelled_acquisitions_never_leave_a_permit_held(fx) {
         let (a, b) = (fx.client().await, fx.client().await);
-        let seed = 0x5e3a_0001;
-        let mut rng = Rng(seed);
-        let cases = common::env_cases("FENCELOCK_CANCEL_CASES", 500);
-        let mut won = 0;
-        for case in 0..cases {
-            let pool: Semaphore = a.semaphore("cancel", 2).unwrap();
-            let other = if rng.below(2) == 0 {
-                Some(b.semaphore("cancel", 2).unwrap().acquire(2).await.unwrap())
-            } else {
-                None
-            };
-            let releaser = other.map(|permit| {
-                let delay = rng.below(2_000);
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_micros(delay)).await;
-                    permit.release().await.unwrap();
-                })
-            });
-            let permits = 1 + u32::try_from(rng.below(2)).unwrap();
-            let yields = rng.below(120);
-            let sleep_us = if rng.below(4) == 0 { rng.below(1500) } else { 0 };
-            let acquire = async {
-                if rng.below(2) == 0 {
-                    Some(pool.acquire(permits).await.unwrap())
-                } else {
-                    pool.try_acquire(permits).await.unwrap()
-                }
-            };
-            let outcome = tokio::select! {
-                out = acquire => out,
-                () = async {
-                    for _ in 0..yields {
-                        tokio::task::yield_now().await;
-                    }
-                    tokio::time::sleep(Duration::from_micros(sleep_us)).await;
-                } => None,
-            };
-            if let Some(permit) = outcome {
-                won += 1;
-                permit.release().await.unwrap();
-            }
-            if let Some(releaser) = releaser {
-                releaser.await.unwrap();
-            }
-            assert!(
-                eventually(HANDOFF, || sem_keys(&fx, "cancel").is_empty()).await,
-                "case {case} (seed {seed:#x}): a permit stayed held: {} in use",
-                used(&fx, "cancel")
-            );
-        }
-        assert!(won > 0 && won < cases, "won {won} of {cases}");
-        // Some cancels hit a request already on its way (they leave a "c" op record).
-        let mut raw = fx.raw();
-        let cancelled = fx
-            .keys("fencelock:{*}op:*")
-            .into_iter()
-            .filter(|k| raw.get::<_, Option<String>>(k).unwrap().as_deref() == Some("c"))
-            .count();
-        assert!(cancelled > 0, "no cancel ever ran against an in-flight request");
+        cancel_at_random_points(&fx, &a, &b, common::env_cases("FENCELOCK_CANCEL_CASES", 500)).await;
+    }
+
+    /// The same with fair-handoff clients, whose waiters queue in Redis: no queue entry is left
+    /// behind either.
+    async fn cancelled_fair_acquisitions_never_leave_a_queue_entry(fx) {
+        let fair = || fx.builder().fair_handoff(Duration::from_secs(30)).connect();
+        let (a, b) = (fair().await.unwrap(), fair().await.unwrap());
+        cancel_at_random_points(&fx, &a, &b, common::env_cases("FENCELOCK_CANCEL_CASES", 500) / 2)
+            .await;
     }
 }
 
@@ -433,4 +384,130 @@ async fn a_permit_holder_killed_with_sigkill_gives_its_permit_back_within_its_le
         permit.release().await.unwrap();
     }
     assert!(fx.keys("fencelock:{*}sem*").is_empty());
+}
+
+on_topologies_multi_thread! {
+    /// With fair handoff, a request for every permit gets in although small requests from
+    /// other clients keep the semaphore busy all the time (each re-acquires as soon as it
+    /// left); once it is the oldest waiter, no small one is granted ahead of it.
+    async fn with_fair_handoff_a_big_request_is_not_starved_by_small_ones(fx) {
+        let fair = || async {
+            fx.builder()
+                .fair_handoff(Duration::from_secs(30))
+                .connect()
+                .await
+                .unwrap()
+        };
+        let smalls = [fair().await, fair().await];
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cycles = Arc::new(AtomicU32::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..6usize {
+            let pool = smalls[i % 2].semaphore("fair", 4).unwrap();
+            let (stop, cycles) = (stop.clone(), cycles.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let permit = pool.acquire(1).await.unwrap();
+                    cycles.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                    permit.release().await.unwrap();
+                }
+            }));
+        }
+        assert!(eventually(HANDOFF, || cycles.load(Ordering::SeqCst) > 20).await);
+        let big = fair().await.semaphore("fair", 4).unwrap();
+        let started = Instant::now();
+        let all = within(HANDOFF, "the request for every permit gets in", big.acquire(4))
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        assert_eq!(all.permits(), 4);
+        let during = cycles.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(cycles.load(Ordering::SeqCst), during, "a small request got in beside all 4");
+        all.release().await.unwrap();
+        stop.store(true, Ordering::SeqCst);
+        within(HANDOFF, "the small requests stop", async {
+            for task in tasks {
+                task.await.unwrap();
+            }
+        })
+        .await;
+        eprintln!("the request for 4 permits waited {waited:?} among 6 requests for 1");
+        assert!(sem_keys(&fx, "fair").is_empty(), "{:?}", sem_keys(&fx, "fair"));
+        let queue = fx.keys("fencelock:{*}sem-*:fair");
+        assert!(queue.is_empty(), "the fair queue left {queue:?}");
+    }
+}
+
+/// `cases` acquisitions by `a` dropped at random points, half of them while `b` holds every
+/// permit and lets go at a random moment; after each case nothing of the semaphore is left.
+async fn cancel_at_random_points(fx: &Env, a: &LockClient, b: &LockClient, cases: u32) {
+    let seed = 0x5e3a_0001;
+    let mut rng = Rng(seed);
+    let mut won = 0;
+    for case in 0..cases {
+        let pool: Semaphore = a.semaphore("cancel", 2).unwrap();
+        let other = if rng.below(2) == 0 {
+            Some(b.semaphore("cancel", 2).unwrap().acquire(2).await.unwrap())
+        } else {
+            None
+        };
+        let releaser = other.map(|permit| {
+            let delay = rng.below(2_000);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_micros(delay)).await;
+                permit.release().await.unwrap();
+            })
+        });
+        let permits = 1 + u32::try_from(rng.below(2)).unwrap();
+        let yields = rng.below(120);
+        let sleep_us = if rng.below(4) == 0 {
+            rng.below(1500)
+        } else {
+            0
+        };
+        let acquire = async {
+            if rng.below(2) == 0 {
+                Some(pool.acquire(permits).await.unwrap())
+            } else {
+                pool.try_acquire(permits).await.unwrap()
+            }
+        };
+        let outcome = tokio::select! {
+            out = acquire => out,
+            () = async {
+                for _ in 0..yields {
+                    tokio::task::yield_now().await;
+                }
+                tokio::time::sleep(Duration::from_micros(sleep_us)).await;
+            } => None,
+        };
+        if let Some(permit) = outcome {
+            won += 1;
+            permit.release().await.unwrap();
+        }
+        if let Some(releaser) = releaser {
+            releaser.await.unwrap();
+        }
+        assert!(
+            eventually(HANDOFF, || sem_keys(fx, "cancel").is_empty()
+                && fx.keys("fencelock:{*}sem-*:cancel").is_empty())
+            .await,
+            "case {case} (seed {seed:#x}): a permit or queue entry stayed: {} in use",
+            used(fx, "cancel")
+        );
+    }
+    assert!(won > 0 && won < cases, "won {won} of {cases}");
+    // Some cancels hit a request already on its way (they leave a "c" op record).
+    let mut raw = fx.raw();
+    let cancelled = fx
+        .keys("fencelock:{*}op:*")
+        .into_iter()
+        .filter(|k| raw.get::<_, Option<String>>(k).unwrap().as_deref() == Some("c"))
+        .count();
+    assert!(
+        cancelled > 0,
+        "no cancel ever ran against an in-flight request"
+    );
 }

@@ -21,6 +21,12 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The server clock in microseconds, as decimal text (a fair queue's order).
+local function micros_now()
+  local t = redis.call('TIME')
+  return string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+end
+
 -- nil when both keys are absent or of the types above; else an error reply (nothing read or
 -- written yet).
 local function sem_check(hash, leases)

@@ -3,7 +3,10 @@
 //! [`Admin`] connects to the Redis deployment your services lock on and answers the questions an
 //! operator has during an incident: which locks are held, by whom, for how long, with which
 //! token ([`Admin::locks`], [`Admin::lock`]); who leads each election ([`Admin::elections`]);
-//! what happens to one lock right now
+//! what each scheduled job did last ([`Admin::jobs`]); who holds the permits of each semaphore
+//! and the shares of each read-write lock ([`Admin::semaphores`], [`Admin::rwlocks`]), how to
+//! release one stuck hold ([`Admin::release_hold`]) or change a semaphore's limit
+//! ([`Admin::set_semaphore_limit`]); what happens to one lock right now
 //! ([`Admin::watch`]); how to get rid of a holder that is stuck ([`Admin::force_release`]); and
 //! whether the server is configured so that locks can be trusted at all ([`Admin::doctor`]).
 //!
@@ -18,9 +21,10 @@
 //! # The `fencelock` command
 //!
 //! `fencelock [--url URL | REDIS_URL=URL] [--prefix P] [--json] <command>` with the commands
-//! `list`, `elections`, `show NAME`, `watch NAME [--count N] [--for DURATION]`,
-//! `release NAME --force [--yes] [--token T]` and `doctor [--pings N] [--strict]`. Its exit
-//! codes:
+//! `list`, `elections`, `jobs`, `semaphores`, `rwlocks`, `set-limit NAME N`, `show NAME`,
+//! `watch NAME [--count N] [--for DURATION]`, `release NAME --force [--yes] [--token T]`,
+//! `release NAME --force (--semaphore | --rwlock) --holder ID [--yes]` and
+//! `doctor [--pings N] [--strict]`. Its exit codes:
 //!
 //! | code | meaning |
 //! | --- | --- |

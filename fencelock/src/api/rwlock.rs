@@ -36,7 +36,10 @@ use crate::protocol::{CancelKind, LockKeys, OwnerReply};
 /// writer leaves. Upgrading a read to a write is not offered: two readers upgrading at once
 /// would wait for each other forever. A writer can [`downgrade`](WriteGuard::downgrade) to a
 /// reader with no gap in between; a reader or writer re-enters through its guard
-/// ([`ReadGuard::reenter`], [`WriteGuard::reenter`]).
+/// ([`ReadGuard::reenter`], [`WriteGuard::reenter`]). A task that holds a read and asks
+/// [`RwLock::read`] again (instead of re-entering) waits behind any waiting writer, which waits
+/// for that very read: a deadlock, as with any lock that prefers writers. Nest reads with
+/// `reenter`.
 ///
 /// Cheap to clone; it holds nothing by itself.
 ///

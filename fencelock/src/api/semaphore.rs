@@ -156,7 +156,10 @@ impl Semaphore {
             let holder = self.client.engine.next_id();
             let mut pending = self.pending(&holder);
             let window = self.client.engine.config.retry_window;
-            match self.attempt(&holder, &mut pending, permits, window).await? {
+            match self
+                .attempt(&holder, &mut pending, permits, false, window)
+                .await?
+            {
                 Attempt::Won(permit, _) => Ok(Some(permit)),
                 Attempt::Busy(_) => Ok(None),
             }
@@ -172,8 +175,11 @@ impl Semaphore {
     /// to Redis when a holder releases, or when the earliest lease among the holders ends
     /// (a crashed holder's permits come back then). Waiters of one client queue in FIFO order,
     /// so a request for many permits is not overtaken by later requests for few from the same
-    /// client; across clients there is no queue (see DESIGN.md). Once waiting, a lost
-    /// connection is retried for as long as it lasts.
+    /// client. Across clients, a client built with
+    /// [`fair_handoff`](crate::LockClientBuilder::fair_handoff) queues its waiting acquisitions
+    /// in Redis, and the oldest one is protected: no other acquisition (a try included) is
+    /// granted unless it leaves that one's permits free, so a stream of small requests cannot
+    /// starve a big one. Once waiting, a lost connection is retried for as long as it lasts.
     ///
     /// # Errors
     /// As [`Semaphore::try_acquire`], except that [`Error::Redis`] for an unreachable Redis
@@ -293,8 +299,9 @@ impl Semaphore {
         // client are queued, so a newcomer cannot overtake them.
         if !engine.waiters.has_waiters(&self.keys.lock) {
             let window = engine.config.retry_window;
-            if let Attempt::Won(permit, _) =
-                self.attempt(&holder, &mut pending, permits, window).await?
+            if let Attempt::Won(permit, _) = self
+                .attempt(&holder, &mut pending, permits, true, window)
+                .await?
             {
                 return Ok(permit);
             }
@@ -328,7 +335,7 @@ impl Semaphore {
                 });
             }
             let window = waiting_window(engine.config.retry_window, deadline);
-            match self.attempt(holder, pending, permits, window).await? {
+            match self.attempt(holder, pending, permits, true, window).await? {
                 Attempt::Won(permit, free) => {
                     // Permits are left: the next waiter of this client may fit, so it tries
                     // now instead of waiting for the next release.
@@ -354,17 +361,22 @@ impl Semaphore {
     }
 
     /// One acquire round trip (re-sent while its outcome is unknown and `window` is open).
+    /// `wait`: the attempt of a caller that will wait, which a fair-handoff client queues when
+    /// busy; that entry stays until the waiter wins or gives up, so the pending op stays armed
+    /// after a busy reply, and dropping it takes the entry out.
     async fn attempt(
         &self,
         holder: &str,
         pending: &mut PendingOp,
         permits: u32,
+        wait: bool,
         window: Duration,
     ) -> Result<Attempt, Error> {
         let engine = &self.client.engine;
         let lease = self.lease();
         let op_ttl = engine.config.op_record_ttl;
         let limit = self.limit;
+        let fair = engine.config.fair_grace.map(|_| wait);
         let sent_at = Instant::now();
         pending.arm();
         let reply = engine
@@ -373,13 +385,16 @@ impl Semaphore {
                 let pubsub = conn.pubsub();
                 async move {
                     sem_acquire(
-                        &mut conn, keys, holder, permits, limit, lease, op_ttl, pubsub,
+                        &mut conn, keys, holder, permits, limit, lease, op_ttl, pubsub, fair,
                     )
                     .await
                 }
             })
             .await?;
-        pending.disarm();
+        let queued = fair == Some(true) && matches!(reply, SemAcquireReply::Busy { .. });
+        if !queued {
+            pending.disarm();
+        }
         match reply {
             SemAcquireReply::Acquired {
                 token,

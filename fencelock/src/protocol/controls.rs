@@ -90,6 +90,8 @@ pub enum Control {
     SemResendNotRecognised,
     /// `sem_renew.lua` renews a hold whose lease has already passed.
     SemRenewRevivesExpired,
+    /// `sem_acquire.lua` (fair mode) grants a request that leaves the queue head short.
+    SemIgnoresQueueHead,
     /// `rw_acquire.lua` lets new readers in while a writer waits (no writer preference).
     RwReadersIgnoreWaitingWriter,
     /// `rw_acquire.lua` grants the write hold while readers hold the lock.
@@ -104,7 +106,7 @@ const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 28] = [
+    pub const ALL: [Control; 29] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -130,6 +132,7 @@ impl Control {
         Control::SemKeepsExpiredHolds,
         Control::SemResendNotRecognised,
         Control::SemRenewRevivesExpired,
+        Control::SemIgnoresQueueHead,
         Control::RwReadersIgnoreWaitingWriter,
         Control::RwWriterIgnoresReaders,
         Control::RwDowngradeKeepsWriting,
@@ -228,7 +231,7 @@ impl Control {
             Control::JobRunsOlderTick => &[("job_begin", "return record(4)", "return begin(0)")],
             Control::SemAcquireIgnoresLimit => &[(
                 "sem_acquire",
-                "if wanted > limit or used + wanted > limit then",
+                "if wanted > limit or used + wanted + head_need > limit then",
                 "if wanted > limit then",
             )],
             // The shared purge is prepended to every semaphore script: break it in each.
@@ -242,6 +245,11 @@ impl Control {
                 "sem_acquire",
                 "if held and tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0) > now then",
                 "if false then",
+            )],
+            Control::SemIgnoresQueueHead => &[(
+                "sem_acquire",
+                "if wanted > limit or used + wanted + head_need > limit then",
+                "if wanted > limit or used + wanted > limit then",
             )],
             Control::RwReadersIgnoreWaitingWriter => &[(
                 "rw_acquire",

@@ -52,7 +52,8 @@ enum HashKind {
     /// instances skip a busy job instead of waiting); tick record `prefix{tag}job-tick:NAME`.
     Job,
     /// `prefix{tag}sem:NAME` (the semaphore hash), lease zset `prefix{tag}sem-leases:NAME`;
-    /// queue `prefix{tag}sem-queue:NAME` (never used: semaphores have no fair mode yet).
+    /// fair mode: queue `prefix{tag}sem-queue:NAME` and its entries
+    /// `prefix{tag}sem-waiting:NAME`.
     Semaphore,
     /// `prefix{tag}rw:NAME` (a read-write lock's hash), lease zset `prefix{tag}rw-leases:NAME`,
     /// waiting writers `prefix{tag}rw-writers:NAME`; queue `prefix{tag}rw-queue:NAME` (never
@@ -123,6 +124,13 @@ impl LockKeys {
             _ => b"sem-leases:",
         };
         [&self.lock[..self.base_len], marker, self.name()].concat()
+    }
+
+    /// The entries of a semaphore's fair queue (`prefix{tag}sem-waiting:NAME`, a hash of holder
+    /// id -> `<permits>:<deadline ms>`; the queue's order is [`LockKeys::queue`]). Built on each
+    /// call.
+    pub(crate) fn sem_waiting(&self) -> Vec<u8> {
+        [&self.lock[..self.base_len], b"sem-waiting:", self.name()].concat()
     }
 
     /// The waiting writers of a read-write lock (`prefix{tag}rw-writers:NAME`, a zset that is

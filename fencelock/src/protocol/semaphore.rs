@@ -40,7 +40,8 @@ pub(crate) enum SemAcquireReply {
     OverLimit { limit: u32 },
 }
 
-/// One semaphore acquire attempt.
+/// One semaphore acquire attempt. `fair`: `Some(wait)` for a fair-handoff client (the oldest
+/// queued acquisition is protected; `wait`: a busy attempt queues this one), `None` otherwise.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn sem_acquire<C: ConnectionLike>(
     conn: &mut C,
@@ -51,22 +52,24 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
     lease: Duration,
     op_ttl: Duration,
     pubsub: PubSub,
+    fair: Option<bool>,
 ) -> Result<SemAcquireReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .sem_acquire
-        .key(&keys.lock)
+    let mut call = scripts().sem_acquire.prepare_invoke();
+    call.key(&keys.lock)
         .key(keys.sem_leases())
         .key(&keys.fence)
-        .key(keys.op(holder))
-        .arg(holder)
+        .key(keys.op(holder));
+    if fair.is_some() {
+        call.key(keys.queue()).key(keys.sem_waiting());
+    }
+    call.arg(holder)
         .arg(permits)
         .arg(limit)
         .arg(millis(lease))
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+        .arg(if fair == Some(true) { "1" } else { "0" });
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     let permits_from = |raw: i64| {
         u32::try_from(raw.max(0))
             .map_err(|_| Error::Protocol(format!("sem_acquire.lua answered {raw} permits")))
@@ -129,10 +132,12 @@ pub(super) async fn sem_cancel<C: ConnectionLike>(
     call.key(&keys.lock)
         .key(keys.sem_leases())
         .key(keys.op(op_id));
-    // A writer of a read-write lock that gave up waiting also takes its mark back.
-    if let Some(writers) = keys.rw_writers() {
-        call.key(writers);
-    }
+    // A writer of a read-write lock that gave up waiting also takes its mark back; a
+    // semaphore's waiter its fair-queue entry.
+    match keys.rw_writers() {
+        Some(writers) => call.key(writers),
+        None => call.key(keys.queue()).key(keys.sem_waiting()),
+    };
     call.arg(holder)
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())

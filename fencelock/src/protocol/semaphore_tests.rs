@@ -38,6 +38,7 @@ async fn take(
         lease,
         OP_TTL,
         PubSub::Classic,
+        None,
     )
     .await
     .unwrap()
@@ -165,13 +166,86 @@ async fn renewal_is_owner_checked_and_never_revives(
     Ok(())
 }
 
+/// In fair mode the oldest queued request is protected: a small one that would fit is refused
+/// while it would leave the head short; the head then gets in; an entry whose waiter died
+/// stops protecting, and a waiter's cancel takes its entry out.
+async fn the_queue_head_is_protected(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let fair = |wait| Some(wait);
+    let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, wait, lease| {
+        sem_acquire(
+            conn,
+            keys,
+            holder,
+            permits,
+            4,
+            lease,
+            OP_TTL,
+            PubSub::Classic,
+            fair(wait),
+        )
+        .await
+        .unwrap()
+    };
+    token_of(ask(conn, "held", 3, false, LEASE).await)?;
+    if !matches!(
+        ask(conn, "big", 4, true, LEASE).await,
+        SemAcquireReply::Busy { .. }
+    ) {
+        return Err("4 permits while 3 are held".into());
+    }
+    match ask(conn, "small", 1, false, LEASE).await {
+        SemAcquireReply::Busy { .. } => {}
+        other => {
+            return Err(format!(
+                "a small request ahead of the queued big one got {other:?}"
+            ))
+        }
+    }
+    release(conn, keys, "held", "r1", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    match ask(conn, "small", 1, false, LEASE).await {
+        SemAcquireReply::Busy { .. } => {}
+        other => return Err(format!("with all 4 free, the small request got {other:?}")),
+    }
+    token_of(ask(conn, "big", 4, true, LEASE).await).map_err(|e| format!("the queue head: {e}"))?;
+    release(conn, keys, "big", "r2", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    // A head whose waiter died (its entry's deadline passed) protects nobody.
+    token_of(ask(conn, "held-again", 3, false, SHORT).await)?;
+    let _ = ask(conn, "dead", 4, true, SHORT).await;
+    tokio::time::sleep(SHORT * 3).await;
+    token_of(ask(conn, "small", 1, false, LEASE).await)
+        .map_err(|e| format!("after the dead head's entry ended: {e}"))?;
+    // A waiter that gives up takes its entry out.
+    let _ = ask(conn, "quitter", 4, true, LEASE).await;
+    cancel(
+        conn,
+        keys,
+        "quitter",
+        "quitter",
+        CancelKind::Acquire,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap();
+    token_of(ask(conn, "small2", 1, false, LEASE).await)
+        .map_err(|e| format!("after the waiter gave up: {e}"))
+        .map(|_| ())
+}
+
 /// The keys every check starts from.
 fn free_keys() -> LockKeys {
     sem_keys()
 }
 
 /// The contract checks above, by name; each is also the check of one negative control.
-const CHECKS: [(&str, Check); 4] = [
+const CHECKS: [(&str, Check); 5] = [
     ("never_more_than_the_limit", |c, k| {
         Box::pin(never_more_than_the_limit(c, k))
     }),
@@ -183,6 +257,9 @@ const CHECKS: [(&str, Check); 4] = [
     }),
     ("renewal_is_owner_checked_and_never_revives", |c, k| {
         Box::pin(renewal_is_owner_checked_and_never_revives(c, k))
+    }),
+    ("the_queue_head_is_protected", |c, k| {
+        Box::pin(the_queue_head_is_protected(c, k))
     }),
 ];
 
@@ -202,6 +279,7 @@ async fn the_semaphore_scripts_negative_controls_are_caught() {
         Control::SemKeepsExpiredHolds,
         Control::SemResendNotRecognised,
         Control::SemRenewRevivesExpired,
+        Control::SemIgnoresQueueHead,
     ];
     assert_controls_caught(&controls, &CHECKS, free_keys).await;
 }
@@ -242,9 +320,19 @@ async fn the_recorded_limit_wins_and_a_request_above_it_is_refused() {
     let keys = sem_keys();
     token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
     let _: () = conn.hset(&keys.lock, "~limit", 2).await.unwrap();
-    let wider = sem_acquire(&mut conn, &keys, "b", 1, 10, LEASE, OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let wider = sem_acquire(
+        &mut conn,
+        &keys,
+        "b",
+        1,
+        10,
+        LEASE,
+        OP_TTL,
+        PubSub::Classic,
+        None,
+    )
+    .await
+    .unwrap();
     assert!(
         matches!(
             wider,
@@ -328,6 +416,7 @@ async fn foreign_data_is_refused_and_nothing_is_written() {
             LEASE,
             OP_TTL,
             PubSub::Classic,
+            None,
         )
         .await
         .unwrap_err();
