@@ -487,3 +487,38 @@ async fn cancelled_reentries_never_leave_an_entry_behind() {
         "entered {entered} of {cases}"
     );
 }
+
+/// Handles and guards describe themselves.
+#[tokio::test]
+async fn handles_and_guards_describe_themselves() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let lock = client.rwlock("described").unwrap();
+    assert_eq!(lock.name(), b"described");
+    let shown = format!("{lock:?}");
+    assert!(
+        shown.contains("described") && shown.contains("lease"),
+        "{shown}"
+    );
+    let write = lock.write().await.unwrap();
+    let shown = format!("{write:?}");
+    assert!(shown.starts_with("WriteGuard"), "{shown}");
+    for part in [
+        "described",
+        write.holder_id(),
+        &write.token().get().to_string(),
+    ] {
+        assert!(shown.contains(part), "{part} not in {shown}");
+    }
+    assert_eq!(write.lock_name(), b"described");
+    assert!(write.is_valid() && write.valid_until() > Instant::now());
+    let read = write.downgrade().await.unwrap();
+    let shown = format!("{read:?}");
+    assert!(
+        shown.starts_with("ReadGuard") && shown.contains(read.holder_id()),
+        "{shown}"
+    );
+    assert_eq!(read.lock_name(), b"described");
+    assert!(read.is_valid() && read.valid_until() > Instant::now());
+    read.release().await.unwrap();
+}

@@ -511,3 +511,78 @@ async fn cancel_at_random_points(fx: &Env, a: &LockClient, b: &LockClient, cases
         "no cancel ever ran against an in-flight request"
     );
 }
+
+/// Within one client, waiters are served in order: a newcomer asking for one permit does not
+/// take a free permit ahead of a waiter for three; and a waiter that wins with permits left
+/// hands the wake-up on, so the next waiter of its client gets in on the same release.
+#[tokio::test]
+async fn a_client_serves_its_waiters_in_order_and_hands_on_what_is_left() {
+    let fx = Fixture::start();
+    let (holder, waiter) = (fx.client().await, fx.client().await);
+    let theirs = holder.semaphore("order", 3).unwrap();
+    let two = theirs.acquire(2).await.unwrap();
+    let pool = waiter.semaphore("order", 3).unwrap();
+    let big = tokio::spawn({
+        let pool = pool.clone();
+        async move { pool.acquire(3).await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // One permit is free, but the client's head waits for three.
+    let err = pool
+        .acquire_timeout(1, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_timeout(),
+        "the newcomer overtook the waiting head: {err}"
+    );
+    two.release().await.unwrap();
+    let big = woken("the waiter for three", big).await.unwrap();
+    // Two waiters for one permit each; one release of all three frees both at once.
+    let first = tokio::spawn({
+        let pool = pool.clone();
+        async move { pool.acquire(1).await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = tokio::spawn({
+        let pool = pool.clone();
+        async move { pool.acquire(1).await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    big.release().await.unwrap();
+    let first = woken("the first waiter", first).await.unwrap();
+    let second = woken("the second waiter, by the first one's hand-on", second)
+        .await
+        .unwrap();
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+}
+
+/// Handles and permits describe themselves.
+#[tokio::test]
+async fn handles_and_permits_describe_themselves() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let pool = client.semaphore("described", 3).unwrap();
+    let shown = format!("{pool:?}");
+    assert!(
+        shown.contains("described") && shown.contains("limit: 3"),
+        "{shown}"
+    );
+    assert_eq!((pool.name(), pool.limit()), (&b"described"[..], 3));
+    let permit = pool.acquire(2).await.unwrap();
+    let shown = format!("{permit:?}");
+    for part in [
+        "described",
+        permit.holder_id(),
+        "permits: 2",
+        "limit: 3",
+        &permit.token().get().to_string(),
+        "valid: true",
+    ] {
+        assert!(shown.contains(part), "{part} not in {shown}");
+    }
+    assert_eq!(permit.semaphore_name(), b"described");
+    assert!(permit.valid_until() > Instant::now());
+    permit.release().await.unwrap();
+}
