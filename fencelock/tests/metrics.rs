@@ -312,11 +312,27 @@ async fn rwlock_acquisitions_are_counted_by_mode_and_outcome() {
     let timed_out = lock.write_timeout(Duration::from_millis(50)).await;
     assert!(timed_out.unwrap_err().is_timeout());
     read.release().await.unwrap();
+    // A writer that waits behind another writer until its timeout.
+    let write = lock.write().await.unwrap();
+    let waited = lock.write_timeout(Duration::from_millis(100)).await;
+    assert!(waited.unwrap_err().is_timeout());
+    write.release().await.unwrap();
+    // Foreign data at the lock's key: an error, not a timeout.
+    let key = {
+        let read = lock.read().await.unwrap();
+        let key = fx.keys("fencelock:{*}rw:counted").pop().unwrap();
+        read.release().await.unwrap();
+        key
+    };
+    let _: () = redis::Commands::set(&mut fx.raw(), &key, "foreign").unwrap();
+    assert!(lock.try_read().await.unwrap_err().is_wrong_type());
     totals.update(&snapshotter);
     for (labels, count) in [
-        ("mode=read,outcome=acquired", 1),
+        ("mode=read,outcome=acquired", 2),
+        ("mode=read,outcome=error", 1),
+        ("mode=write,outcome=acquired", 1),
         ("mode=write,outcome=busy", 1),
-        ("mode=write,outcome=timeout", 1),
+        ("mode=write,outcome=timeout", 2),
     ] {
         assert_eq!(
             totals.counter(&format!("fencelock_rwlock_acquisitions_total{{{labels}}}")),

@@ -217,6 +217,38 @@ on_topologies_multi_thread! {
     }
 }
 
+/// `read_timeout` and `write_timeout` wait for the lock up to their deadline and return the
+/// guard when it comes within it.
+#[tokio::test]
+async fn timeouts_wait_for_a_release_within_them() {
+    let fx = Fixture::start();
+    let (a, b) = (fx.client().await, fx.client().await);
+    let read = a.rwlock("bounded").unwrap().read().await.unwrap();
+    let writer = tokio::spawn({
+        let lock = b.rwlock("bounded").unwrap();
+        async move { lock.write_timeout(HANDOFF).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    read.release().await.unwrap();
+    let write = writer
+        .await
+        .unwrap()
+        .expect("the writer within its timeout");
+    let reader = tokio::spawn({
+        let lock = a.rwlock("bounded").unwrap();
+        async move { lock.read_timeout(HANDOFF).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    write.release().await.unwrap();
+    reader
+        .await
+        .unwrap()
+        .expect("the reader within its timeout")
+        .release()
+        .await
+        .unwrap();
+}
+
 /// A writer that gives up waiting (timeout) takes its mark back: readers enter at once.
 #[tokio::test]
 async fn a_writer_that_times_out_lets_readers_in_at_once() {
@@ -521,4 +553,58 @@ async fn handles_and_guards_describe_themselves() {
     assert_eq!(read.lock_name(), b"described");
     assert!(read.is_valid() && read.valid_until() > Instant::now());
     read.release().await.unwrap();
+}
+
+/// An uncontended read or write is one script call each way and never subscribes; waiting
+/// readers of one client all get in when the writer they wait behind leaves (each winner hands
+/// the wake-up on); a hold whose lease ran out says so.
+#[tokio::test]
+async fn uncontended_holds_do_not_subscribe_and_waiting_readers_enter_together() {
+    let fx = Fixture::start();
+    let (a, b) = (fx.client().await, fx.client().await);
+    let lock = a.rwlock("together").unwrap();
+    lock.read().await.unwrap().release().await.unwrap();
+    let subscribes = fx.calls("subscribe");
+    let evalsha = fx.calls("evalsha");
+    lock.read().await.unwrap().release().await.unwrap();
+    lock.write().await.unwrap().release().await.unwrap();
+    assert_eq!(
+        fx.calls("subscribe"),
+        subscribes,
+        "an uncontended hold subscribed"
+    );
+    assert_eq!(fx.calls("evalsha"), evalsha + 4, "two round trips per hold");
+
+    let write = b.rwlock("together").unwrap().write().await.unwrap();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.read().await.unwrap() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    write.release().await.unwrap();
+    for reader in readers {
+        woken("every waiting reader, on the writer's one release", reader)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+
+    let short = lock.with_lease(Duration::from_millis(300)).unwrap();
+    let read = short.read().await.unwrap();
+    let live = tokio::time::timeout(Duration::from_millis(50), read.lost()).await;
+    assert!(live.is_err(), "lost() resolved for a live read");
+    within(HANDOFF, "the read's lost signal", read.lost()).await;
+    assert!(!read.is_valid(), "a read whose lease ran out");
+    // (The client counts the lease as over a margin before the server does.)
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(read.release().await.unwrap_err().is_not_held());
+    let write = short.write().await.unwrap();
+    let live = tokio::time::timeout(Duration::from_millis(50), write.lost()).await;
+    assert!(live.is_err(), "lost() resolved for a live write");
+    within(HANDOFF, "the write's lost signal", write.lost()).await;
+    assert!(!write.is_valid(), "a write whose lease ran out");
 }
