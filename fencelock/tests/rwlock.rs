@@ -584,13 +584,17 @@ async fn uncontended_holds_do_not_subscribe_and_waiting_readers_enter_together()
         .collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
     write.release().await.unwrap();
+    // All three hold at once before any leaves: a reader's release would wake the next.
+    let mut reads = Vec::new();
     for reader in readers {
-        woken("every waiting reader, on the writer's one release", reader)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        reads.push(
+            woken("every waiting reader, on the writer's one release", reader)
+                .await
+                .unwrap(),
+        );
+    }
+    for read in reads {
+        read.release().await.unwrap();
     }
 
     let short = lock.with_lease(Duration::from_millis(300)).unwrap();
