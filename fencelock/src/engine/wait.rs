@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::base::error::Error;
+use crate::base::error::{Error, Failure};
 use crate::protocol::{self, LockKeys, ReleaseMessage};
 use crate::transport::{Conn, PushListener};
 
@@ -185,7 +185,16 @@ impl Waiters {
             acquired_lease: None,
             fair,
         };
-        self.subscribe(channel).await?;
+        if let Err(err) = self.subscribe(channel).await {
+            // A connection lost while subscribing (the server may even have the subscription)
+            // does not end the wait: the reconnect sends every head to Redis again and the
+            // head's timer stands in for messages, as for any wait across an outage. Any other
+            // failure does.
+            if !err.failure().is_some_and(Failure::is_transient) {
+                return Err(err);
+            }
+            tracing::debug!(error = %err, "subscribing failed on a lost connection; waiting on");
+        }
         if is_head {
             // The first waiter asks Redis once more now that it is subscribed: a release that
             // happened before the subscription was not seen.
