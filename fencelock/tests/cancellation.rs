@@ -6,23 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, Env};
+use common::{eventually, Env, Rng};
 use fencelock::{Lock, LockGuard};
-
-/// A small deterministic generator, so a failing case replays from its printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn cases() -> u64 {
     std::env::var("FENCELOCK_CANCEL_CASES")

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::child::ChildProcess;
 use common::deadline::{within, woken, HANDOFF};
-use common::{eventually, Env, Fixture};
+use common::{eventually, Env, Fixture, Rng};
 use fencelock::{LockClient, ReadGuard, MAX_NAME_LEN};
 use fencelock_testing::{send_signal, Signal};
 use redis::Commands;
@@ -28,18 +28,6 @@ fn rw_keys(fx: &Env, name: &str) -> Vec<Vec<u8>> {
 enum Held {
     Read(ReadGuard),
     Write(fencelock::WriteGuard),
-}
-
-/// A small deterministic generator, so a failing case replays from its printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 on_topologies_multi_thread! {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::child::ChildProcess;
 use common::deadline::{within, woken, HANDOFF};
-use common::{eventually, Env, Fixture};
+use common::{eventually, Env, Fixture, Rng};
 use fencelock::{LockClient, Semaphore, SemaphorePermit, MAX_NAME_LEN};
 use fencelock_testing::{send_signal, Signal};
 use redis::Commands;
@@ -33,18 +33,6 @@ fn sem_keys(fx: &Env, name: &str) -> Vec<Vec<u8>> {
     let mut keys = fx.keys(&format!("fencelock:{{*}}sem:{name}"));
     keys.extend(fx.keys(&format!("fencelock:{{*}}sem-leases:{name}")));
     keys
-}
-
-/// A small deterministic generator, so a failing case replays from its printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 on_topologies_multi_thread! {

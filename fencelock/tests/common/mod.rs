@@ -327,3 +327,20 @@ macro_rules! on_topologies_multi_thread {
         $crate::on_topologies!(@runtime (flavor = "multi_thread", worker_threads = 2) $($tests)*);
     };
 }
+
+/// A small deterministic generator (xorshift64) for the cancellation tests, so a failing case
+/// replays from its printed seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
