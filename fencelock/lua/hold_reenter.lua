@@ -27,13 +27,13 @@ local err = sem_check(KEYS[1], KEYS[2])
 if err then
   return err
 end
+sem_mode(KEYS[1], nil)
 local held = redis.call('HGET', KEYS[1], ARGV[1])
-if not held or tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0) <= now_ms() then
+if not held or (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) <= now_ms() then
   return {-1}
 end
 local token = string.match(held, ':(%d+)$')
-local field = '~entries:' .. ARGV[1]
-local entries = tonumber(redis.call('HGET', KEYS[1], field) or 1) + 1
-redis.call('HSET', KEYS[1], field, entries)
+local entries = tonumber(redis.call('HGET', KEYS[1], '~entries:' .. ARGV[1]) or 1) + 1
+sem_set_entries(KEYS[1], KEYS[2], ARGV[1], entries)
 redis.call('SET', KEYS[3], token .. ':' .. entries, 'PX', ARGV[2])
 return {1, tonumber(token), entries}

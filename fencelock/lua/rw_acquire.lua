@@ -18,6 +18,9 @@
 -- ARGV[5]  op record lifetime in ms
 -- ARGV[6]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH (when dropping
 --                           expired holds freed the lock for others)
+-- ARGV[7]  "fields": a lock this creates keeps its deadlines as hash-field expiry (the server
+--                           must have HPEXPIREAT); else in the lease zset. An existing lock
+--                           keeps its own way (lib/sem_holds.lua)
 --
 -- Returns  {1, token}       acquired (or a replay: this holder already holds it; nothing
 --                           changes). A writer's token is greater than every token issued
@@ -47,10 +50,11 @@ local marks_kind = redis.call('TYPE', KEYS[3])['ok']
 if marks_kind ~= 'zset' and marks_kind ~= 'none' then
   return redis.error_reply('FENCELOCK_WRONGTYPE waiting writers key holds a ' .. marks_kind .. ', not a sorted set')
 end
+sem_mode(KEYS[1], ARGV[7])
 local done = redis.call('GET', KEYS[5])
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 local now = now_ms()
-if held and tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0) > now then
+if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then
   return {1, tonumber(string.match(held, ':(%d+)$'))}
 end
 if done then
@@ -66,7 +70,7 @@ end
 
 local freed = sem_purge(KEYS[1], KEYS[2], now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local used = tonumber(redis.call('HGET', KEYS[1], '~used')) or 0
+local used = sem_used(KEYS[1])
 local writing = ARGV[2] == 'w'
 local wanted = writing and LIMIT or 1
 local marked = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
@@ -92,8 +96,7 @@ if blocked then
 end
 
 redis.call('SET', KEYS[4], token_text)
-redis.call('HSET', KEYS[1], ARGV[1], wanted .. ':' .. token_text, '~limit', LIMIT, '~used', used + wanted)
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, LIMIT, used, now + tonumber(ARGV[3]))
 redis.call('ZREM', KEYS[3], ARGV[1])
 sem_settle(KEYS[1], KEYS[2])
 redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5])

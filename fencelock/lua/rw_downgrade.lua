@@ -19,6 +19,7 @@ local err = sem_check(KEYS[1], KEYS[2])
 if err then
   return err
 end
+sem_mode(KEYS[1], nil)
 sem_purge(KEYS[1], KEYS[2], now_ms())
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if not held then
@@ -27,8 +28,7 @@ end
 local permits, token = string.match(held, '^(%d+):(%d+)$')
 permits = tonumber(permits)
 if permits > 1 then
-  redis.call('HSET', KEYS[1], ARGV[1], '1:' .. token)
-  redis.call('HINCRBY', KEYS[1], '~used', 1 - permits)
+  sem_change_permits(KEYS[1], KEYS[2], ARGV[1], permits, 1, token)
   redis.call(ARGV[2] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
 end
 return {1}

@@ -19,6 +19,9 @@
 -- KEYS[6]  waiting          fair mode only: hash, holder id -> "<permits>:<deadline ms>": what
 --                           each queued acquisition asks for, and until when its entry lives
 -- ARGV[7]  "1": the caller will wait (fair mode: a busy attempt queues it); else a try
+-- ARGV[8]  "fields": a semaphore this creates keeps its deadlines as hash-field expiry (the
+--                           server must have HPEXPIREAT); else in the lease zset. An existing
+--                           semaphore keeps its own way (lib/sem_holds.lua)
 --
 -- Returns  {1, token, permits, limit, free}
 --                           acquired: the hold takes `permits` until its lease ends; `free`
@@ -57,13 +60,14 @@ if fair then
     end
   end
 end
+sem_mode(KEYS[1], ARGV[8])
 local done = redis.call('GET', KEYS[4])
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 local now = now_ms()
-if held and tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0) > now then
+if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then
   local permits, token = string.match(held, '^(%d+):(%d+)$')
   local limit = tonumber(redis.call('HGET', KEYS[1], '~limit'))
-  local used = tonumber(redis.call('HGET', KEYS[1], '~used'))
+  local used = sem_used(KEYS[1])
   return {1, tonumber(token), tonumber(permits), limit, limit - used}
 end
 if done then
@@ -79,7 +83,7 @@ end
 
 local freed = sem_purge(KEYS[1], KEYS[2], now)
 local limit = tonumber(redis.call('HGET', KEYS[1], '~limit')) or tonumber(ARGV[3])
-local used = tonumber(redis.call('HGET', KEYS[1], '~used')) or 0
+local used = sem_used(KEYS[1])
 local wanted = tonumber(ARGV[2])
 -- Fair mode: drop dead queue entries; the first live one is the head.
 local head, head_need, last_entry = nil, 0, 0
@@ -120,8 +124,7 @@ if wanted > limit or used + wanted + head_need > limit then
 end
 
 redis.call('SET', KEYS[3], token_text)
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. token_text, '~limit', limit, '~used', used + wanted)
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])
+sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, limit, used, now + tonumber(ARGV[4]))
 sem_settle(KEYS[1], KEYS[2])
 redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])
 local free = limit - used - wanted

@@ -32,17 +32,15 @@ redis.call('SET', KEYS[3], 'c', 'PX', ARGV[2])
 if sem_check(KEYS[1], KEYS[2]) then
   return {0}
 end
+sem_mode(KEYS[1], nil)
 if ARGV[4] == 'reenter' then
   -- A re-entry that ran left its reply in its record; undo its entry once.
   if not done or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
     return {0}
   end
-  local field = '~entries:' .. ARGV[1]
-  local remaining = tonumber(redis.call('HGET', KEYS[1], field) or 1) - 1
-  if remaining > 1 then
-    redis.call('HSET', KEYS[1], field, remaining)
-  elseif remaining == 1 then
-    redis.call('HDEL', KEYS[1], field)
+  local remaining = tonumber(redis.call('HGET', KEYS[1], '~entries:' .. ARGV[1]) or 1) - 1
+  if remaining >= 1 then
+    sem_set_entries(KEYS[1], KEYS[2], ARGV[1], remaining)
   else
     -- The other entries were released first: this was the hold's last entry.
     sem_drop(KEYS[1], KEYS[2], ARGV[1])

@@ -16,6 +16,7 @@ local err = sem_check(KEYS[1], KEYS[2])
 if err then
   return err
 end
+sem_mode(KEYS[1], nil)
 sem_purge(KEYS[1], KEYS[2], now_ms())
 if not sem_settle(KEYS[1], KEYS[2]) then
   return {0}

@@ -33,6 +33,7 @@ local err = sem_check(KEYS[1], KEYS[2])
 if err then
   return err
 end
+sem_mode(KEYS[1], nil)
 local done = redis.call('GET', KEYS[3])
 if done then
   return {1, tonumber(done)}
@@ -42,11 +43,7 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   local entries = tonumber(redis.call('HGET', KEYS[1], '~entries:' .. ARGV[1]) or 1)
   if entries > 1 then
     local remaining = entries - 1
-    if remaining > 1 then
-      redis.call('HSET', KEYS[1], '~entries:' .. ARGV[1], remaining)
-    else
-      redis.call('HDEL', KEYS[1], '~entries:' .. ARGV[1])
-    end
+    sem_set_entries(KEYS[1], KEYS[2], ARGV[1], remaining)
     redis.call('SET', KEYS[3], remaining, 'PX', ARGV[2])
     return {1, remaining}
   end

@@ -11,23 +11,21 @@
 --
 -- A hold whose deadline passed is not revived, even if no script has purged it yet: its
 -- permits may already have been counted free by an acquirer. No op record: setting a deadline
--- again is idempotent. A WRONGTYPE counts as not held; any other error (an ACL refusal) fails
--- the whole call, so that the watchdog retries instead of taking every hold for lost.
+-- again is idempotent. A key of another type counts as not held; any error (an ACL refusal)
+-- fails the whole call, so that the watchdog retries instead of taking every hold for lost.
 local now = now_ms()
 local renewed = {}
 for i = 1, #ARGV - 1 do
   local hash, leases, holder = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
-  local deadline = redis.pcall('ZSCORE', leases, holder)
-  if type(deadline) == 'table' and deadline.err and string.sub(deadline.err, 1, 9) ~= 'WRONGTYPE' then
-    return deadline
-  end
-  if type(deadline) == 'string' and tonumber(deadline) > now
-      and redis.call('TYPE', hash)['ok'] == 'hash' and redis.call('HEXISTS', hash, holder) == 1 then
-    redis.call('ZADD', leases, now + tonumber(ARGV[1]), holder)
-    sem_settle(hash, leases)
-    renewed[i] = 1
-  else
-    renewed[i] = 0
+  renewed[i] = 0
+  if not sem_check(hash, leases) then
+    sem_mode(hash, nil)
+    local deadline = sem_deadline(hash, leases, holder)
+    if deadline and deadline > now and redis.call('HEXISTS', hash, holder) == 1 then
+      sem_set_deadline(hash, leases, holder, now + tonumber(ARGV[1]))
+      sem_settle(hash, leases)
+      renewed[i] = 1
+    end
   end
 end
 return renewed

@@ -206,6 +206,7 @@ pub use api::multi::{MultiGuard, MultiLock, MAX_MULTI_LOCKS};
 pub use api::resource::FencedResource;
 pub use api::rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use api::semaphore::{Semaphore, SemaphorePermit};
+pub use base::config::HoldExpiry;
 pub use base::error::Error;
 pub use base::replica_ack::OnShortfall;
 pub use base::token::FencingToken;

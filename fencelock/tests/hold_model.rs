@@ -5,13 +5,17 @@
 //! model's; never more than the limit, never a writer beside another holder; every hold's token
 //! is greater than every token before it (so every read sits between the writes around it); and
 //! when the program ends and everyone left, nothing stays behind. The negative controls that a
-//! program can reach must each fail it.
+//! program can reach must each fail it. On a server with hash-field expiry, one client keeps
+//! its deadlines in the lease zset and the other two as field expiry: a semaphore is created
+//! either way, depending on the program, and shared by clients of both.
 //!
 //! `FENCELOCK_PROPTEST_CASES` sets the number of programs (default 64).
 
 mod common;
 
-use fencelock::{FencingToken, LockClient, ReadGuard, SemaphorePermit, WriteGuard};
+use std::collections::HashMap;
+
+use fencelock::{FencingToken, HoldExpiry, LockClient, ReadGuard, SemaphorePermit, WriteGuard};
 use fencelock_testing::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
@@ -102,10 +106,26 @@ impl World<'_> {
         keys.into_iter().next()
     }
 
-    /// Moves a hold's deadline into the past, as if its holder had crashed a lease ago.
-    fn end_lease(&self, leases: &str, holder: &str) {
-        let key = self.key(leases).expect("the lease zset of a live hold");
-        let _: () = self.raw().zadd(key, holder, 1).unwrap();
+    /// Moves a hold's deadline into the past, as if its holder had crashed a lease ago: in
+    /// the lease zset, or (a hash that keeps its deadlines as field expiry) on the hold's
+    /// fields, which the server then drops.
+    fn end_lease(&self, hash: &str, leases: &str, holder: &str) {
+        let hash = self.key(hash).expect("the hash of a live hold");
+        let fields: Option<String> = self.raw().hget(&hash, "~expiry").unwrap();
+        if fields.as_deref() == Some("fields") {
+            let _: () = redis::cmd("HPEXPIREAT")
+                .arg(&hash)
+                .arg(1)
+                .arg("FIELDS")
+                .arg(2)
+                .arg(holder)
+                .arg(format!("~entries:{holder}"))
+                .query(&mut self.raw())
+                .unwrap();
+        } else {
+            let key = self.key(leases).expect("the lease zset of a live hold");
+            let _: () = self.raw().zadd(key, holder, 1).unwrap();
+        }
     }
 
     /// A new hold's token is above every earlier one.
@@ -153,7 +173,11 @@ impl World<'_> {
             }
             Op::ExpirePermit(n) if !self.permits.is_empty() => {
                 let permit = self.permits.remove(n % self.permits.len());
-                self.end_lease("fencelock:{*}sem-leases:pool", permit.holder_id());
+                self.end_lease(
+                    "fencelock:{*}sem:pool",
+                    "fencelock:{*}sem-leases:pool",
+                    permit.holder_id(),
+                );
                 self.ended_permits.push(permit);
             }
             Op::TryRead(client) => {
@@ -225,12 +249,20 @@ impl World<'_> {
             }
             Op::ExpireRead(n) if !self.reads.is_empty() => {
                 let read = self.reads.remove(n % self.reads.len());
-                self.end_lease("fencelock:{*}rw-leases:doc", read.holder_id());
+                self.end_lease(
+                    "fencelock:{*}rw:doc",
+                    "fencelock:{*}rw-leases:doc",
+                    read.holder_id(),
+                );
                 self.ended_reads.push(read);
             }
             Op::ExpireWrite => {
                 if let Some(write) = self.write.take() {
-                    self.end_lease("fencelock:{*}rw-leases:doc", write.holder_id());
+                    self.end_lease(
+                        "fencelock:{*}rw:doc",
+                        "fencelock:{*}rw-leases:doc",
+                        write.holder_id(),
+                    );
                     self.ended_writes.push(write);
                 }
             }
@@ -243,12 +275,15 @@ impl World<'_> {
     /// read-only look would not purge, so expired holds are purged by the next script; the
     /// comparison allows them until then and checks they are exactly the ended ones.
     fn compare_with_redis(&self) -> Result<(), TestCaseError> {
-        let used = |pattern: &str| -> u32 {
-            self.key(pattern)
-                .and_then(|key| self.raw().hget::<_, _, Option<u32>>(key, "~used").unwrap())
-                .unwrap_or(0)
+        // The sum over the holds' fields; on the lease-zset path `~used` must equal it.
+        let used = |pattern: &str| -> Result<u32, TestCaseError> {
+            let Some(key) = self.key(pattern) else {
+                return Ok(0);
+            };
+            let hash: HashMap<String, String> = self.raw().hgetall(key).unwrap();
+            common::permits_held(&hash).map_err(TestCaseError::fail)
         };
-        let sem = used("fencelock:{*}sem:pool");
+        let sem = used("fencelock:{*}sem:pool")?;
         let sem_live = self.permits_used();
         let sem_ended: u32 = self
             .ended_permits
@@ -259,7 +294,7 @@ impl World<'_> {
             format!("Redis counts {sem} permits used; the model {sem_live} (+{sem_ended} ended)")
         })?;
         check(sem_live <= LIMIT, || format!("{sem_live} permits held"))?;
-        let rw = used("fencelock:{*}rw:doc");
+        let rw = used("fencelock:{*}rw:doc")?;
         let live = u32::try_from(self.reads.len()).unwrap()
             + if self.write.is_some() {
                 WRITER_PERMITS
@@ -323,8 +358,13 @@ async fn run_program(
         .query(&mut server.client().get_connection().unwrap())
         .unwrap();
     let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
+    for client in 0..CLIENTS {
         let mut builder = LockClient::builder(server.url());
+        // One client keeps the lease zset; on a server with hash-field expiry the others
+        // choose field expiry, so whichever client creates a semaphore, the others share it.
+        if client == 1 {
+            builder = builder.hold_expiry(HoldExpiry::LeaseZset);
+        }
         #[cfg(fencelock_negative_controls)]
         if let Some(control) = control {
             builder = builder.negative_control(control);

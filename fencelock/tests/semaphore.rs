@@ -17,15 +17,23 @@ use fencelock::{LockClient, Semaphore, SemaphorePermit, MAX_NAME_LEN};
 use fencelock_testing::{send_signal, Signal};
 use redis::Commands;
 
-/// The permits held right now by the semaphore `name`, as Redis counts them (0 when it has no
+/// The permits held right now by the semaphore `name`, as Redis counts them: the sum over its
+/// holds' fields, which on the lease-zset path must equal its `~used` (0 when it has no
 /// record).
 fn used(fx: &Env, name: &str) -> u32 {
-    let keys = fx.keys(&format!("fencelock:{{*}}sem:{name}"));
-    let Some(key) = keys.first() else {
+    used_in(
+        &mut fx.raw(),
+        fx.keys(&format!("fencelock:{{*}}sem:{name}")).pop(),
+    )
+}
+
+/// The permits held by the semaphore hash `key`, as [`used`] counts them.
+fn used_in(raw: &mut impl redis::ConnectionLike, key: Option<Vec<u8>>) -> u32 {
+    let Some(key) = key else {
         return 0;
     };
-    let used: Option<u32> = fx.raw().hget(key, "~used").unwrap();
-    used.unwrap_or(0)
+    let hash: std::collections::HashMap<String, String> = raw.hgetall(key).unwrap();
+    common::permits_held(&hash).unwrap()
 }
 
 /// Every key of the semaphore `name` (its hash and its lease zset).
@@ -265,11 +273,8 @@ async fn acquire_timeout_gives_up_and_leaves_nothing() {
         .await
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
-    let used: Option<u32> = fx
-        .raw()
-        .hget(fx.keys("fencelock:{*}sem:timeout").pop().unwrap(), "~used")
-        .unwrap();
-    assert_eq!(used, Some(1));
+    let key = fx.keys("fencelock:{*}sem:timeout").pop();
+    assert_eq!(used_in(&mut fx.raw(), key), 1);
     held.release().await.unwrap();
     assert!(fx.keys("fencelock:{*}sem*").is_empty());
 }

@@ -2,18 +2,51 @@
 -- sem_release.lua, sem_cancel.lua, sem_renew.lua, rw_acquire.lua, rw_downgrade.lua); the
 -- loader (src/protocol/scripts.rs) prepends it to each.
 --
--- A semaphore is two keys in one slot (a read-write lock is a semaphore whose writer takes
--- every permit, plus the zset of its waiting writers: rw_acquire.lua):
---   hash  "~limit" -> permits in all, "~used" -> permits held now (the sum over the holds),
+-- A semaphore is a hash, and on the lease-zset path a zset, in one slot (a read-write lock is
+-- a semaphore whose writer takes every permit, plus the zset of its waiting writers:
+-- rw_acquire.lua):
+--   hash  "~limit" -> permits in all,
 --         <holder id> -> "<permits>:<token>", one field per live hold
 --         "~entries:<holder id>" -> its entries, only while a hold was entered again through
 --         its guard (hold_reenter.lua): at least 2; absent means 1
---   zset  <holder id> -> the hold's lease deadline, in server milliseconds
--- A hold is live while its deadline is in the future by the server clock. Every script that
--- reads or changes the holds first drops the holds whose deadline passed (sem_purge), so a
--- crashed holder's permits come back within its lease without any sweeper. Both keys expire
--- at the latest deadline (sem_settle): a semaphore nobody holds any more disappears, limit
--- included, and nothing stays behind per holder.
+--         lease zset path only: "~used" -> permits held now (the sum over the holds)
+--         field-expiry path only: "~expiry" -> "fields"
+--   zset  lease zset path only: <holder id> -> the hold's lease deadline, in server ms
+--
+-- Two ways to keep one deadline per hold, chosen when a semaphore is created and kept in it
+-- until it is gone:
+--   lease zset (every server): the zset above. Every script that reads or changes the holds
+--     first drops the holds whose deadline passed (sem_purge), so a crashed holder's permits
+--     come back within its lease without any sweeper; "~used" is kept with every change.
+--   field expiry (Redis 7.4+, Valkey 9.0+; the creating acquisition asks for it): a hold's
+--     field and its "~entries:" field carry the deadline as their own expiry (HPEXPIREAT), and
+--     the server drops them when it passes. No "~used": the server drops fields without any
+--     script running, so the permits in use are the sum over the live holds' fields. The hash
+--     records "~expiry" -> "fields"; the zset is never written.
+-- Every script reads the way from the hash (sem_mode), so clients that would choose
+-- differently (one configured for the zset, or connected before the server was upgraded)
+-- share a semaphore correctly. Either way the hash (and zset) expire at the latest deadline
+-- (sem_settle): a semaphore nobody holds any more disappears, limit included, and nothing
+-- stays behind per holder.
+
+-- Whether the semaphore being worked on keeps its deadlines as field expiry; set by sem_mode.
+local FIELD_EXPIRY = false
+
+-- Reads the way `hash` keeps its deadlines into FIELD_EXPIRY; `wanted` ("fields" or anything
+-- else) decides it for a semaphore that does not exist yet, if this server runs HPEXPIRETIME
+-- (a cluster node not yet upgraded, or a user not granted it, gets the zset: a script that
+-- failed at its first HPEXPIREAT would keep a hold without a deadline).
+local function sem_mode(hash, wanted)
+  local recorded = redis.call('HGET', hash, '~expiry')
+  if recorded then
+    FIELD_EXPIRY = recorded == 'fields'
+  elseif wanted == 'fields' and redis.call('EXISTS', hash) == 0 then
+    local probe = redis.pcall('HPEXPIRETIME', hash, 'FIELDS', 1, '~expiry')
+    FIELD_EXPIRY = type(probe) == 'table' and probe.err == nil
+  else
+    FIELD_EXPIRY = false
+  end
+end
 
 -- The server clock in milliseconds (the deadlines' clock).
 local function now_ms()
@@ -41,31 +74,152 @@ local function sem_check(hash, leases)
   return nil
 end
 
+-- Field expiry: the holder ids of the holds the server still has, and their deadlines (ms;
+-- -1 for a field without expiry, which no script writes).
+local function sem_field_holds(hash)
+  local holders = {}
+  for _, field in ipairs(redis.call('HKEYS', hash)) do
+    if string.sub(field, 1, 1) ~= '~' then
+      holders[#holders + 1] = field
+    end
+  end
+  if #holders == 0 then
+    return holders, {}
+  end
+  return holders, redis.call('HPEXPIRETIME', hash, 'FIELDS', #holders, unpack(holders))
+end
+
+-- The permits held now.
+local function sem_used(hash)
+  if not FIELD_EXPIRY then
+    return tonumber(redis.call('HGET', hash, '~used')) or 0
+  end
+  local used = 0
+  local all = redis.call('HGETALL', hash)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 1) ~= '~' then
+      used = used + tonumber(string.match(all[i + 1], '^(%d+):'))
+    end
+  end
+  return used
+end
+
+-- A hold's deadline (server ms), nil when it has none (no such hold).
+local function sem_deadline(hash, leases, holder)
+  if FIELD_EXPIRY then
+    local at = redis.call('HPEXPIRETIME', hash, 'FIELDS', 1, holder)[1]
+    return at > 0 and at or nil
+  end
+  return tonumber(redis.call('ZSCORE', leases, holder))
+end
+
+-- Sets a live hold's deadline (server ms); with field expiry its entries field's too.
+local function sem_set_deadline(hash, leases, holder, deadline)
+  if FIELD_EXPIRY then
+    redis.call('HPEXPIREAT', hash, deadline, 'FIELDS', 2, holder, '~entries:' .. holder)
+  else
+    redis.call('ZADD', leases, deadline, holder)
+  end
+end
+
+-- A new hold of `permits` with its token, the semaphore's `limit` (recorded) and `used`
+-- permits held before it, until `deadline`.
+local function sem_grant(hash, leases, holder, permits, token_text, limit, used, deadline)
+  if FIELD_EXPIRY then
+    redis.call('HSET', hash, holder, permits .. ':' .. token_text, '~limit', limit, '~expiry', 'fields')
+  else
+    redis.call('HSET', hash, holder, permits .. ':' .. token_text, '~limit', limit, '~used', used + permits)
+  end
+  sem_set_deadline(hash, leases, holder, deadline)
+end
+
+-- A live hold of `from` permits keeps its token and deadline with `to` permits.
+local function sem_change_permits(hash, leases, holder, from, to, token)
+  local deadline = sem_deadline(hash, leases, holder)
+  -- HSET clears a field's own expiry: set it again.
+  redis.call('HSET', hash, holder, to .. ':' .. token)
+  if FIELD_EXPIRY then
+    redis.call('HPEXPIREAT', hash, deadline, 'FIELDS', 1, holder)
+  else
+    redis.call('HINCRBY', hash, '~used', to - from)
+  end
+end
+
+-- Records that a live hold has `entries` entries (1: the field goes).
+local function sem_set_entries(hash, leases, holder, entries)
+  local field = '~entries:' .. holder
+  if entries > 1 then
+    redis.call('HSET', hash, field, entries)
+    if FIELD_EXPIRY then
+      redis.call('HPEXPIREAT', hash, sem_deadline(hash, leases, holder), 'FIELDS', 1, field)
+    end
+  else
+    redis.call('HDEL', hash, field)
+  end
+end
+
 -- Removes one hold; returns the permits it had (0 when it was not there).
 local function sem_drop(hash, leases, holder)
-  redis.call('ZREM', leases, holder)
+  if not FIELD_EXPIRY then
+    redis.call('ZREM', leases, holder)
+  end
   local held = redis.call('HGET', hash, holder)
   if not held then
     return 0
   end
   local permits = tonumber(string.match(held, '^(%d+):'))
   redis.call('HDEL', hash, holder, '~entries:' .. holder)
-  redis.call('HINCRBY', hash, '~used', -permits)
+  if not FIELD_EXPIRY then
+    redis.call('HINCRBY', hash, '~used', -permits)
+  end
   return permits
 end
 
--- Drops every hold whose deadline is at or before `now`; returns the permits freed.
+-- Drops every hold whose deadline is at or before `now`; returns the permits freed. With
+-- field expiry the server has dropped most of them already (those are not counted); this
+-- drops the ones that passed while the script ran, since the server judges a field by the
+-- time the script began, and a field without expiry.
 local function sem_purge(hash, leases, now)
   local freed = 0
+  if FIELD_EXPIRY then
+    local holders, deadlines = sem_field_holds(hash)
+    for i, holder in ipairs(holders) do
+      if deadlines[i] <= now then
+        freed = freed + sem_drop(hash, leases, holder)
+      end
+    end
+    return freed
+  end
   for _, holder in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now)) do
     freed = freed + sem_drop(hash, leases, holder)
   end
   return freed
 end
 
--- After a change: deletes a semaphore with no hold left, else sets both keys to expire at the
+-- After a change: deletes a semaphore with no hold left, else sets its keys to expire at the
 -- latest deadline. Returns the earliest deadline still held (nil when none is).
 local function sem_settle(hash, leases)
+  if FIELD_EXPIRY then
+    local holders, deadlines = sem_field_holds(hash)
+    local first, last = nil, nil
+    for i = 1, #holders do
+      local at = deadlines[i]
+      if at > 0 then
+        if not first or at < first then
+          first = at
+        end
+        if not last or at > last then
+          last = at
+        end
+      end
+    end
+    if not last then
+      redis.call('DEL', hash, leases)
+      return nil
+    end
+    redis.call('PEXPIREAT', hash, last)
+    return first
+  end
   local last = redis.call('ZRANGE', leases, -1, -1, 'WITHSCORES')
   if #last == 0 then
     redis.call('DEL', hash, leases)

@@ -304,7 +304,9 @@ impl Admin {
     }
 
     /// One atomic read of a hold hash, its lease zset, the server clock and (for a read-write
-    /// lock) its live waiting writers; `None` when the hash is gone.
+    /// lock) its live waiting writers; `None` when the hash is gone. A hash that keeps its
+    /// deadlines as field expiry (`~expiry` is `fields`) has them read by a second call, so a
+    /// hold that ends between the two shows no lease left.
     async fn read_holds(&self, keys: &LockKeys) -> Result<Option<Holds>, Error> {
         let writers = keys.rw_writers();
         // A semaphore has no waiting writers: its lease zset stands in (same slot, ignored).
@@ -338,6 +340,14 @@ impl Admin {
             return Ok(None);
         }
         let now_ms = (secs * 1000 + micros / 1000) as f64;
+        let field_expiry = fields
+            .iter()
+            .any(|(field, value)| field == b"~expiry" && value == b"fields");
+        let deadlines = if field_expiry {
+            self.field_deadlines(keys, &fields).await?
+        } else {
+            deadlines
+        };
         let number = |field: &[u8]| -> u32 {
             fields
                 .iter()
@@ -378,5 +388,36 @@ impl Admin {
             holds,
             waiting,
         }))
+    }
+
+    /// The deadlines (server ms) of the holds among `fields` of a hash that keeps them as field
+    /// expiry; a hold gone since is left out.
+    async fn field_deadlines(
+        &self,
+        keys: &LockKeys,
+        fields: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Vec<(String, f64)>, Error> {
+        let holders: Vec<String> = fields
+            .iter()
+            .filter(|(field, _)| !field.starts_with(b"~"))
+            .map(|(field, _)| String::from_utf8_lossy(field).into_owned())
+            .collect();
+        if holders.is_empty() {
+            return Ok(Vec::new());
+        }
+        let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
+            .arg(&keys.lock)
+            .arg("FIELDS")
+            .arg(holders.len())
+            .arg(&holders)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(Error::from_reply)?;
+        Ok(holders
+            .into_iter()
+            .zip(at)
+            .filter(|(_, at)| *at > 0)
+            .map(|(holder, at)| (holder, at as f64))
+            .collect())
     }
 }

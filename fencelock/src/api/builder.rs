@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::client::LockClient;
-use crate::base::config::{ClientConfig, NodeAuth, Target};
+use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target};
 use crate::base::durations::{validate_lease, whole_millis_in};
 use crate::base::error::Error;
 use crate::base::replica_ack::{OnShortfall, ReplicaAck};
@@ -212,6 +212,20 @@ impl LockClientBuilder {
     /// ```
     pub fn fair_handoff(mut self, grace: Duration) -> Self {
         self.config.fair_grace = Some(grace);
+        self
+    }
+
+    /// How the semaphores and read-write locks this client creates keep each hold's lease
+    /// deadline (default [`HoldExpiry::Auto`]: hash-field expiry where the server has it).
+    /// A semaphore keeps the way it was created with while it exists, whichever client
+    /// touches it, so clients with different settings share it correctly.
+    /// [`LockClient::hold_expiry`](crate::LockClient::hold_expiry) says which way a client
+    /// chose.
+    ///
+    /// `connect` fails with [`Error::UnsupportedServer`] for [`HoldExpiry::FieldExpiry`] on a
+    /// server without hash-field expiry (Redis before 7.4, Valkey before 9.0).
+    pub fn hold_expiry(mut self, expiry: HoldExpiry) -> Self {
+        self.config.hold_expiry = expiry;
         self
     }
 

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::base::config::HoldExpiry;
 use crate::base::error::Error;
 use crate::engine::Engine;
 use crate::protocol::server::{EvictionRisk, ServerInfo};
@@ -96,6 +97,18 @@ impl LockClient {
     /// answered at connect (on a cluster, the node that answered).
     pub fn server(&self) -> &ServerInfo {
         &self.engine.server
+    }
+
+    /// How the semaphores and read-write locks this client creates keep each hold's
+    /// deadline: [`HoldExpiry::LeaseZset`] or [`HoldExpiry::FieldExpiry`], as its builder's
+    /// [`hold_expiry`](crate::LockClientBuilder::hold_expiry) resolved against the server at
+    /// connect.
+    pub fn hold_expiry(&self) -> HoldExpiry {
+        if self.engine.field_expiry {
+            HoldExpiry::FieldExpiry
+        } else {
+            HoldExpiry::LeaseZset
+        }
     }
 
     /// The key prefix this client works under.

@@ -372,6 +372,7 @@ impl RwLock {
         let engine = &self.client.engine;
         let lease = self.lease();
         let op_ttl = engine.config.op_record_ttl;
+        let field_expiry = engine.field_expiry;
         let sent_at = Instant::now();
         pending.arm();
         let reply = engine
@@ -379,7 +380,18 @@ impl RwLock {
                 let keys = &self.keys;
                 let pubsub = conn.pubsub();
                 async move {
-                    rw_acquire(&mut conn, keys, holder, mode, lease, wait, op_ttl, pubsub).await
+                    rw_acquire(
+                        &mut conn,
+                        keys,
+                        holder,
+                        mode,
+                        lease,
+                        wait,
+                        op_ttl,
+                        pubsub,
+                        field_expiry,
+                    )
+                    .await
                 }
             })
             .await?;

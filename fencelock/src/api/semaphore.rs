@@ -377,6 +377,7 @@ impl Semaphore {
         let op_ttl = engine.config.op_record_ttl;
         let limit = self.limit;
         let fair = engine.config.fair_grace.map(|_| wait);
+        let field_expiry = engine.field_expiry;
         let sent_at = Instant::now();
         pending.arm();
         let reply = engine
@@ -385,7 +386,16 @@ impl Semaphore {
                 let pubsub = conn.pubsub();
                 async move {
                     sem_acquire(
-                        &mut conn, keys, holder, permits, limit, lease, op_ttl, pubsub, fair,
+                        &mut conn,
+                        keys,
+                        holder,
+                        permits,
+                        limit,
+                        lease,
+                        op_ttl,
+                        pubsub,
+                        fair,
+                        field_expiry,
                     )
                     .await
                 }

@@ -19,6 +19,36 @@ pub(crate) fn fair_queue_life(grace: Duration) -> Duration {
     grace * 3 + FAIR_QUEUE_SLACK
 }
 
+/// How semaphores and read-write locks keep each hold's lease deadline in Redis (DESIGN.md
+/// §20): chosen by the client that creates a semaphore (or read-write lock) and kept in it
+/// while it exists, so clients that choose differently share it correctly.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fencelock::Error> {
+/// use fencelock::HoldExpiry;
+/// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
+///     .hold_expiry(HoldExpiry::LeaseZset)
+///     .connect()
+///     .await?;
+/// assert_eq!(client.hold_expiry(), HoldExpiry::LeaseZset);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum HoldExpiry {
+    /// [`FieldExpiry`](Self::FieldExpiry) where the server has hash-field expiry (Redis
+    /// 7.4+, Valkey 9.0+; read from `HELLO` at connect), else [`LeaseZset`](Self::LeaseZset).
+    #[default]
+    Auto,
+    /// A sorted set of deadlines beside the semaphore's hash; the scripts drop the holds
+    /// whose deadline passed. Every server.
+    LeaseZset,
+    /// Each hold's hash field expires at its deadline (`HPEXPIREAT`), so the server drops it;
+    /// no second key. `connect` fails with [`Error::UnsupportedServer`](crate::Error) on a
+    /// server without hash-field expiry.
+    FieldExpiry,
+}
+
 /// Everything a client needs to know after it connected.
 #[derive(Debug, Clone)]
 pub(crate) struct ClientConfig {
@@ -38,6 +68,8 @@ pub(crate) struct ClientConfig {
     /// Fair handoff across clients (`acquire_fair.lua`, `release_fair.lua`) and the grace a
     /// reservation waits for its client; `None`: the default mode.
     pub(crate) fair_grace: Option<Duration>,
+    /// How the semaphores and read-write locks this client creates keep their deadlines.
+    pub(crate) hold_expiry: HoldExpiry,
 }
 
 impl Default for ClientConfig {
@@ -54,6 +86,7 @@ impl Default for ClientConfig {
             tls_root_ca: None,
             replica_ack: None,
             fair_grace: None,
+            hold_expiry: HoldExpiry::Auto,
         }
     }
 }

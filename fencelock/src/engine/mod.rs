@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::base::config::{ClientConfig, NodeAuth, Target};
+use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target};
 use crate::base::error::{Error, Failure};
 use crate::base::retry::Resends;
 #[cfg(fencelock_negative_controls)]
@@ -44,6 +44,9 @@ pub(crate) struct Engine {
     pub(crate) id: String,
     /// What the server is (`HELLO` at connect).
     pub(crate) server: ServerInfo,
+    /// Whether the semaphores and read-write locks this client creates keep their deadlines
+    /// as hash-field expiry ([`HoldExpiry`] resolved against the server at connect).
+    pub(crate) field_expiry: bool,
     next_seq: AtomicU64,
     /// A deliberately broken protocol variant (test builds only; `None` is the real protocol).
     #[cfg(fencelock_negative_controls)]
@@ -96,6 +99,19 @@ impl Engine {
                     .into(),
             });
         }
+        let field_expiry = match config.hold_expiry {
+            HoldExpiry::LeaseZset => false,
+            HoldExpiry::Auto => server.has_hash_field_expiry(),
+            HoldExpiry::FieldExpiry if server.has_hash_field_expiry() => true,
+            HoldExpiry::FieldExpiry => {
+                return Err(Error::UnsupportedServer {
+                    server: server.to_string(),
+                    lacks: "hash-field expiry (HPEXPIREAT: Redis 7.4+, Valkey 9.0+), which \
+                            HoldExpiry::FieldExpiry asks for"
+                        .into(),
+                })
+            }
+        };
         let acks = AckConnections::new(route, &config);
         waiters.set_connection(conn.clone());
         let engine = Arc::new(Engine {
@@ -106,6 +122,7 @@ impl Engine {
             acks,
             id: uuid::Uuid::new_v4().simple().to_string(),
             server,
+            field_expiry,
             next_seq: AtomicU64::new(1),
             #[cfg(fencelock_negative_controls)]
             control,

@@ -243,7 +243,7 @@ impl Control {
             ],
             Control::SemResendNotRecognised => &[(
                 "sem_acquire",
-                "if held and tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0) > now then",
+                "if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then",
                 "if false then",
             )],
             Control::SemIgnoresQueueHead => &[(
@@ -264,8 +264,8 @@ impl Control {
             Control::RwDowngradeKeepsWriting => &[("rw_downgrade", "if permits > 1 then", "if false then")],
             Control::SemRenewRevivesExpired => &[(
                 "sem_renew",
-                "if type(deadline) == 'string' and tonumber(deadline) > now",
-                "if type(deadline) == 'string'",
+                "if deadline and deadline > now and",
+                "if deadline and",
             )],
             Control::CancelMissingOnDrop
             | Control::WatchdogIgnoresDrop

@@ -12,7 +12,10 @@ use redis::AsyncCommands;
 use super::semaphore::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 #[cfg(fencelock_negative_controls)]
 use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::tests::{
+    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
+    OP_TTL,
+};
 use super::*;
 
 /// A lease that runs out during a check.
@@ -40,6 +43,7 @@ async fn take(
         wait,
         OP_TTL,
         PubSub::Classic,
+        hold_field_expiry(),
     )
     .await
     .unwrap()
@@ -224,7 +228,10 @@ const CHECKS: [(&str, Check); 4] = [
 
 #[tokio::test]
 async fn the_rwlock_contract_checks_hold() {
-    assert_checks_hold(&CHECKS, rw_keys).await;
+    for_each_hold_expiry("the_rwlock_contract_checks_hold", async || {
+        assert_checks_hold(&CHECKS, rw_keys).await;
+    })
+    .await;
 }
 
 /// Each read-write lock control breaks the contract check next to it (the last check has no
@@ -246,56 +253,60 @@ async fn the_rwlock_scripts_negative_controls_are_caught() {
 /// included; foreign data is a typed error.
 #[tokio::test]
 async fn replays_apply_once_and_nothing_stays_behind() {
-    let (_server, mut conn, _lock) = super::tests::setup().await;
-    let keys = rw_keys();
-    let first = token_of("write", write(&mut conn, &keys, "w", true).await).unwrap();
-    let again = token_of("re-sent write", write(&mut conn, &keys, "w", true).await).unwrap();
-    assert_eq!(first, again);
-    busy(
-        "a waiting writer",
-        write(&mut conn, &keys, "w2", true).await,
-    )
-    .unwrap();
-    let writers = keys.rw_writers().unwrap();
-    let marks: usize = conn.zcard(&writers).await.unwrap();
-    assert_eq!(marks, 1);
-    leave(&mut conn, &keys, "w").await;
-    let second = token_of(
-        "the waiting writer",
-        write(&mut conn, &keys, "w2", true).await,
-    )
-    .unwrap();
-    assert!(second > first);
-    leave(&mut conn, &keys, "w2").await;
-    assert_eq!(
-        read(&mut conn, &keys, "w").await,
-        RwAcquireReply::Cancelled,
-        "a late copy of a released acquisition"
-    );
-    let left: usize = conn
-        .exists(&[keys.lock.clone(), keys.sem_leases(), writers.clone()])
-        .await
+    for_each_hold_expiry("replays_apply_once_and_nothing_stays_behind", async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = rw_keys();
+        let first = token_of("write", write(&mut conn, &keys, "w", true).await).unwrap();
+        let again = token_of("re-sent write", write(&mut conn, &keys, "w", true).await).unwrap();
+        assert_eq!(first, again);
+        busy(
+            "a waiting writer",
+            write(&mut conn, &keys, "w2", true).await,
+        )
         .unwrap();
-    assert_eq!(left, 0);
-    let _: () = conn.set(&writers, "foreign").await.unwrap();
-    let err = rw_acquire(
-        &mut conn,
-        &keys,
-        "x",
-        RwMode::Read,
-        LEASE,
-        false,
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await
-    .unwrap_err();
-    assert!(err.is_wrong_type(), "{err:?}");
-    let counter: bool = conn.exists(&keys.fence).await.unwrap();
-    assert!(
-        counter,
-        "the fence counter was written by the earlier holds"
-    );
+        let writers = keys.rw_writers().unwrap();
+        let marks: usize = conn.zcard(&writers).await.unwrap();
+        assert_eq!(marks, 1);
+        leave(&mut conn, &keys, "w").await;
+        let second = token_of(
+            "the waiting writer",
+            write(&mut conn, &keys, "w2", true).await,
+        )
+        .unwrap();
+        assert!(second > first);
+        leave(&mut conn, &keys, "w2").await;
+        assert_eq!(
+            read(&mut conn, &keys, "w").await,
+            RwAcquireReply::Cancelled,
+            "a late copy of a released acquisition"
+        );
+        let left: usize = conn
+            .exists(&[keys.lock.clone(), keys.sem_leases(), writers.clone()])
+            .await
+            .unwrap();
+        assert_eq!(left, 0);
+        let _: () = conn.set(&writers, "foreign").await.unwrap();
+        let err = rw_acquire(
+            &mut conn,
+            &keys,
+            "x",
+            RwMode::Read,
+            LEASE,
+            false,
+            OP_TTL,
+            PubSub::Classic,
+            hold_field_expiry(),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.is_wrong_type(), "{err:?}");
+        let counter: bool = conn.exists(&keys.fence).await.unwrap();
+        assert!(
+            counter,
+            "the fence counter was written by the earlier holds"
+        );
+    })
+    .await;
 }
 
 /// A hold entered again through its guard keeps its token and is left entry by entry; a
@@ -303,69 +314,136 @@ async fn replays_apply_once_and_nothing_stays_behind() {
 /// forestalled; a hold whose lease passed is not entered again.
 #[tokio::test]
 async fn a_hold_entered_again_is_left_entry_by_entry() {
-    let (_server, mut conn, _lock) = super::tests::setup().await;
-    let keys = rw_keys();
-    let ps = PubSub::Classic;
-    let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
-    for _ in 0..2 {
-        let again = reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
-        assert_eq!(again, EnterReply::Entered { token, count: 2 });
-    }
-    let third = reenter(&mut conn, &keys, "w", "e2", OP_TTL).await.unwrap();
-    assert_eq!(third, EnterReply::Entered { token, count: 3 });
-    let undone = cancel(&mut conn, &keys, "w", "e2", CancelKind::Reenter, OP_TTL, ps)
-        .await
-        .unwrap();
-    assert_eq!(undone, CancelReply::Undone { remaining: 2 });
-    let twice = cancel(&mut conn, &keys, "w", "e2", CancelKind::Reenter, OP_TTL, ps)
-        .await
-        .unwrap();
-    assert_eq!(twice, CancelReply::NotRun);
-    let early = cancel(&mut conn, &keys, "w", "e3", CancelKind::Reenter, OP_TTL, ps)
-        .await
-        .unwrap();
-    assert_eq!(early, CancelReply::NotRun);
-    assert_eq!(
-        reenter(&mut conn, &keys, "w", "e3", OP_TTL).await.unwrap(),
-        EnterReply::Cancelled
-    );
-    for _ in 0..2 {
-        let left = release(&mut conn, &keys, "w", "r1", OP_TTL, ps)
+    for_each_hold_expiry("a_hold_entered_again_is_left_entry_by_entry", async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = rw_keys();
+        let ps = PubSub::Classic;
+        let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
+        for _ in 0..2 {
+            let again = reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
+            assert_eq!(again, EnterReply::Entered { token, count: 2 });
+        }
+        let third = reenter(&mut conn, &keys, "w", "e2", OP_TTL).await.unwrap();
+        assert_eq!(third, EnterReply::Entered { token, count: 3 });
+        let undone = cancel(&mut conn, &keys, "w", "e2", CancelKind::Reenter, OP_TTL, ps)
             .await
             .unwrap();
-        assert_eq!(left, OwnerReply::Done { remaining: 1 });
-    }
-    busy(
-        "a reader while one write entry remains",
-        read(&mut conn, &keys, "r").await,
-    )
-    .unwrap();
-    let last = release(&mut conn, &keys, "w", "r2", OP_TTL, ps)
-        .await
-        .unwrap();
-    assert_eq!(last, OwnerReply::Done { remaining: 0 });
-    token_of(
-        "a reader after the last entry",
-        read(&mut conn, &keys, "r").await,
-    )
-    .unwrap();
-    leave(&mut conn, &keys, "r").await;
-    let left: usize = conn
-        .exists(&[keys.lock.clone(), keys.sem_leases()])
-        .await
-        .unwrap();
-    assert_eq!(left, 0, "nothing left, entries included");
-
-    token_of(
-        "a short read",
-        take(&mut conn, &keys, "short", RwMode::Read, SHORT, false).await,
-    )
-    .unwrap();
-    tokio::time::sleep(SHORT * 2).await;
-    assert_eq!(
-        reenter(&mut conn, &keys, "short", "e4", OP_TTL)
+        assert_eq!(undone, CancelReply::Undone { remaining: 2 });
+        let twice = cancel(&mut conn, &keys, "w", "e2", CancelKind::Reenter, OP_TTL, ps)
             .await
-            .unwrap(),
-        EnterReply::NotHeld
-    );
+            .unwrap();
+        assert_eq!(twice, CancelReply::NotRun);
+        let early = cancel(&mut conn, &keys, "w", "e3", CancelKind::Reenter, OP_TTL, ps)
+            .await
+            .unwrap();
+        assert_eq!(early, CancelReply::NotRun);
+        assert_eq!(
+            reenter(&mut conn, &keys, "w", "e3", OP_TTL).await.unwrap(),
+            EnterReply::Cancelled
+        );
+        for _ in 0..2 {
+            let left = release(&mut conn, &keys, "w", "r1", OP_TTL, ps)
+                .await
+                .unwrap();
+            assert_eq!(left, OwnerReply::Done { remaining: 1 });
+        }
+        busy(
+            "a reader while one write entry remains",
+            read(&mut conn, &keys, "r").await,
+        )
+        .unwrap();
+        let last = release(&mut conn, &keys, "w", "r2", OP_TTL, ps)
+            .await
+            .unwrap();
+        assert_eq!(last, OwnerReply::Done { remaining: 0 });
+        token_of(
+            "a reader after the last entry",
+            read(&mut conn, &keys, "r").await,
+        )
+        .unwrap();
+        leave(&mut conn, &keys, "r").await;
+        assert_nothing_left(&mut conn, &keys).await;
+
+        token_of(
+            "a short read",
+            take(&mut conn, &keys, "short", RwMode::Read, SHORT, false).await,
+        )
+        .unwrap();
+        tokio::time::sleep(SHORT * 2).await;
+        assert_eq!(
+            reenter(&mut conn, &keys, "short", "e4", OP_TTL)
+                .await
+                .unwrap(),
+            EnterReply::NotHeld
+        );
+    })
+    .await;
+}
+
+/// A hold's deadline, in server ms, kept whichever way the lock keeps them; with field
+/// expiry, also each of `fields` (-1: none, -2: no such field).
+async fn deadlines(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    fields: &[&str],
+) -> (i64, Vec<i64>) {
+    if !hold_field_expiry() {
+        let at: f64 = conn.zscore(keys.sem_leases(), holder).await.unwrap();
+        return (at as i64, Vec::new());
+    }
+    let mut all = vec![holder];
+    all.extend_from_slice(fields);
+    let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
+        .arg(&keys.lock)
+        .arg("FIELDS")
+        .arg(all.len())
+        .arg(&all)
+        .query_async(conn)
+        .await
+        .unwrap();
+    (at[0], at[1..].to_vec())
+}
+
+/// A downgrade and a re-entry change a hold's permits or entries but never its deadline: with
+/// field expiry, where rewriting a field clears its expiry, the hold's field keeps its
+/// deadline and the entries field gets the same one.
+#[tokio::test]
+async fn a_downgrade_and_a_reentry_keep_the_holds_deadline() {
+    let test = "a_downgrade_and_a_reentry_keep_the_holds_deadline";
+    for_each_hold_expiry(test, async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = rw_keys();
+        let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
+        let (before, _) = deadlines(&mut conn, &keys, "w", &[]).await;
+        let entered = reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
+        assert_eq!(entered, EnterReply::Entered { token, count: 2 });
+        let (after_entry, entries) = deadlines(&mut conn, &keys, "w", &["~entries:w"]).await;
+        assert_eq!(after_entry, before);
+        if hold_field_expiry() {
+            assert_eq!(entries, [before], "the entries field expires with its hold");
+        }
+        let reply = rw_downgrade(&mut conn, &keys, "w", PubSub::Classic)
+            .await
+            .unwrap();
+        assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+        let (after_downgrade, entries) = deadlines(&mut conn, &keys, "w", &["~entries:w"]).await;
+        assert_eq!(after_downgrade, before);
+        if hold_field_expiry() {
+            assert_eq!(entries, [before]);
+        }
+        token_of(
+            "a reader beside the downgraded writer",
+            read(&mut conn, &keys, "r").await,
+        )
+        .unwrap();
+        for op in ["r1", "r2"] {
+            release(&mut conn, &keys, "w", op, OP_TTL, PubSub::Classic)
+                .await
+                .unwrap();
+        }
+        leave(&mut conn, &keys, "r").await;
+        assert_nothing_left(&mut conn, &keys).await;
+    })
+    .await;
 }

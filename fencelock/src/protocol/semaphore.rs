@@ -42,6 +42,8 @@ pub(crate) enum SemAcquireReply {
 
 /// One semaphore acquire attempt. `fair`: `Some(wait)` for a fair-handoff client (the oldest
 /// queued acquisition is protected; `wait`: a busy attempt queues this one), `None` otherwise.
+/// `field_expiry`: a semaphore this creates keeps its deadlines as hash-field expiry (the
+/// server must have it; an existing semaphore keeps its own way).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn sem_acquire<C: ConnectionLike>(
     conn: &mut C,
@@ -53,6 +55,7 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
     fair: Option<bool>,
+    field_expiry: bool,
 ) -> Result<SemAcquireReply, Error> {
     let mut call = scripts().sem_acquire.prepare_invoke();
     call.key(&keys.lock)
@@ -68,7 +71,8 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
         .arg(millis(lease))
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
-        .arg(if fair == Some(true) { "1" } else { "0" });
+        .arg(if fair == Some(true) { "1" } else { "0" })
+        .arg(expiry_arg(field_expiry));
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     let permits_from = |raw: i64| {
         u32::try_from(raw.max(0))
@@ -198,6 +202,15 @@ pub(crate) async fn sem_limit<C: ConnectionLike>(
     }
 }
 
+/// The scripts' word for how a new semaphore keeps its deadlines (`lib/sem_holds.lua`).
+fn expiry_arg(field_expiry: bool) -> &'static str {
+    if field_expiry {
+        "fields"
+    } else {
+        "zset"
+    }
+}
+
 /// Outcome of `rw_acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RwAcquireReply {
@@ -217,7 +230,7 @@ pub(crate) enum RwMode {
 }
 
 /// One read-write lock acquire attempt; `wait`: a writer that will wait (marks itself
-/// waiting when busy, which stops new readers).
+/// waiting when busy, which stops new readers). `field_expiry` as for [`sem_acquire`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn rw_acquire<C: ConnectionLike>(
     conn: &mut C,
@@ -228,6 +241,7 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
     wait: bool,
     op_ttl: Duration,
     pubsub: PubSub,
+    field_expiry: bool,
 ) -> Result<RwAcquireReply, Error> {
     let writers = keys
         .rw_writers()
@@ -248,6 +262,7 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
         .arg(if wait { "1" } else { "0" })
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
+        .arg(expiry_arg(field_expiry))
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;

@@ -11,7 +11,10 @@ use redis::AsyncCommands;
 use super::semaphore::{sem_acquire, SemAcquireReply};
 #[cfg(fencelock_negative_controls)]
 use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::tests::{
+    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
+    OP_TTL,
+};
 use super::*;
 
 const LIMIT: u32 = 3;
@@ -39,6 +42,7 @@ async fn take(
         OP_TTL,
         PubSub::Classic,
         None,
+        hold_field_expiry(),
     )
     .await
     .unwrap()
@@ -51,8 +55,30 @@ fn token_of(reply: SemAcquireReply) -> Result<FencingToken, String> {
     }
 }
 
+/// The permits held: the sum over the holds' fields (`None`: no hash). Also checks the
+/// layout of the way in scope: with field expiry the hash says so and keeps no `~used`; with
+/// the lease zset `~used` equals the sum.
 async fn used(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Option<u32> {
-    conn.hget(&keys.lock, "~used").await.unwrap()
+    let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    if hash.is_empty() {
+        return None;
+    }
+    let sum = hash
+        .iter()
+        .filter(|(field, _)| !field.starts_with('~'))
+        .map(|(_, held)| held.split(':').next().unwrap().parse::<u32>().unwrap())
+        .sum::<u32>();
+    if hold_field_expiry() {
+        assert_eq!(
+            hash.get("~expiry").map(String::as_str),
+            Some("fields"),
+            "{hash:?}"
+        );
+        assert!(!hash.contains_key("~used"), "{hash:?}");
+    } else {
+        assert_eq!(hash.get("~used"), Some(&sum.to_string()), "{hash:?}");
+    }
+    Some(sum)
 }
 
 /// However the requests interleave, the holds never have more permits than the limit.
@@ -185,6 +211,7 @@ async fn the_queue_head_is_protected(
             OP_TTL,
             PubSub::Classic,
             fair(wait),
+            hold_field_expiry(),
         )
         .await
         .unwrap()
@@ -265,11 +292,16 @@ const CHECKS: [(&str, Check); 5] = [
 
 #[tokio::test]
 async fn the_semaphore_contract_checks_hold() {
-    assert_checks_hold(&CHECKS, free_keys).await;
+    for_each_hold_expiry("the_semaphore_contract_checks_hold", async || {
+        assert_checks_hold(&CHECKS, free_keys).await;
+    })
+    .await;
 }
 
 /// Each semaphore control breaks exactly the contract check next to it (which holds on the
-/// production scripts: [`the_semaphore_contract_checks_hold`]), each on a fresh server.
+/// production scripts: [`the_semaphore_contract_checks_hold`]), each on a fresh server. On the
+/// lease-zset path: with hash-field expiry the server itself drops expired holds, which
+/// `SemKeepsExpiredHolds` and `SemRenewRevivesExpired` break only on the zset.
 #[cfg(fencelock_negative_controls)]
 #[tokio::test]
 async fn the_semaphore_scripts_negative_controls_are_caught() {
@@ -306,186 +338,354 @@ async fn a_hold_is_laid_out_as_documented_and_leaves_nothing_behind() {
         .await
         .unwrap();
     assert_eq!(reply, OwnerReply::Done { remaining: 0 });
-    let left: usize = conn
-        .exists(&[keys.lock.clone(), keys.sem_leases()])
-        .await
-        .unwrap();
-    assert_eq!(left, 0);
+    assert_nothing_left(&mut conn, &keys).await;
 }
 
 /// A recorded limit wins over the caller's; a request above it is refused, not queued.
 #[tokio::test]
 async fn the_recorded_limit_wins_and_a_request_above_it_is_refused() {
-    let (_server, mut conn, _lock) = super::tests::setup().await;
-    let keys = sem_keys();
-    token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
-    let _: () = conn.hset(&keys.lock, "~limit", 2).await.unwrap();
-    let wider = sem_acquire(
-        &mut conn,
-        &keys,
-        "b",
-        1,
-        10,
-        LEASE,
-        OP_TTL,
-        PubSub::Classic,
-        None,
+    for_each_hold_expiry(
+        "the_recorded_limit_wins_and_a_request_above_it_is_refused",
+        async || {
+            let (_server, mut conn, _lock) = super::tests::setup().await;
+            let keys = sem_keys();
+            token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
+            let _: () = conn.hset(&keys.lock, "~limit", 2).await.unwrap();
+            let wider = sem_acquire(
+                &mut conn,
+                &keys,
+                "b",
+                1,
+                10,
+                LEASE,
+                OP_TTL,
+                PubSub::Classic,
+                None,
+                hold_field_expiry(),
+            )
+            .await
+            .unwrap();
+            assert!(
+                matches!(
+                    wider,
+                    SemAcquireReply::Acquired {
+                        limit: 2,
+                        free: 0,
+                        ..
+                    }
+                ),
+                "{wider:?}"
+            );
+            let over = take(&mut conn, &keys, "c", 3, LEASE).await;
+            assert_eq!(over, SemAcquireReply::OverLimit { limit: 2 });
+        },
     )
-    .await
-    .unwrap();
-    assert!(
-        matches!(
-            wider,
-            SemAcquireReply::Acquired {
-                limit: 2,
-                free: 0,
-                ..
-            }
-        ),
-        "{wider:?}"
-    );
-    let over = take(&mut conn, &keys, "c", 3, LEASE).await;
-    assert_eq!(over, SemAcquireReply::OverLimit { limit: 2 });
+    .await;
 }
 
 /// Cancelling undoes a hold that ran, once; cancelling first makes the late request a no-op.
 #[tokio::test]
 async fn a_cancel_undoes_a_hold_or_forestalls_it() {
-    let (_server, mut conn, _lock) = super::tests::setup().await;
-    let keys = sem_keys();
-    let ps = PubSub::Classic;
-    token_of(take(&mut conn, &keys, "ran", 2, LEASE).await).unwrap();
-    let undone = cancel(
-        &mut conn,
-        &keys,
-        "ran",
-        "ran",
-        CancelKind::Acquire,
-        OP_TTL,
-        ps,
-    )
-    .await
-    .unwrap();
-    assert_eq!(undone, CancelReply::Undone { remaining: 0 });
-    let again = cancel(
-        &mut conn,
-        &keys,
-        "ran",
-        "ran",
-        CancelKind::Acquire,
-        OP_TTL,
-        ps,
-    )
-    .await
-    .unwrap();
-    assert_eq!(again, CancelReply::NotRun);
-    let early = cancel(
-        &mut conn,
-        &keys,
-        "early",
-        "early",
-        CancelKind::Acquire,
-        OP_TTL,
-        ps,
-    )
-    .await
-    .unwrap();
-    assert_eq!(early, CancelReply::NotRun);
-    assert_eq!(
-        take(&mut conn, &keys, "early", 1, LEASE).await,
-        SemAcquireReply::Cancelled
-    );
-    let exists: bool = conn.exists(&keys.lock).await.unwrap();
-    assert!(!exists, "nothing held after both cancels");
+    for_each_hold_expiry("a_cancel_undoes_a_hold_or_forestalls_it", async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = sem_keys();
+        let ps = PubSub::Classic;
+        token_of(take(&mut conn, &keys, "ran", 2, LEASE).await).unwrap();
+        let undone = cancel(
+            &mut conn,
+            &keys,
+            "ran",
+            "ran",
+            CancelKind::Acquire,
+            OP_TTL,
+            ps,
+        )
+        .await
+        .unwrap();
+        assert_eq!(undone, CancelReply::Undone { remaining: 0 });
+        let again = cancel(
+            &mut conn,
+            &keys,
+            "ran",
+            "ran",
+            CancelKind::Acquire,
+            OP_TTL,
+            ps,
+        )
+        .await
+        .unwrap();
+        assert_eq!(again, CancelReply::NotRun);
+        let early = cancel(
+            &mut conn,
+            &keys,
+            "early",
+            "early",
+            CancelKind::Acquire,
+            OP_TTL,
+            ps,
+        )
+        .await
+        .unwrap();
+        assert_eq!(early, CancelReply::NotRun);
+        assert_eq!(
+            take(&mut conn, &keys, "early", 1, LEASE).await,
+            SemAcquireReply::Cancelled
+        );
+        let exists: bool = conn.exists(&keys.lock).await.unwrap();
+        assert!(!exists, "nothing held after both cancels");
+    })
+    .await;
 }
 
 /// Foreign data under a semaphore key fails every script with a typed error, and nothing is
 /// written: not the fence counter, not an op record.
 #[tokio::test]
 async fn foreign_data_is_refused_and_nothing_is_written() {
-    let (_server, mut conn, _lock) = super::tests::setup().await;
-    let keys = sem_keys();
-    for key in [keys.lock.clone(), keys.sem_leases()] {
-        let _: () = conn.set(&key, "foreign").await.unwrap();
-        let err = sem_acquire(
-            &mut conn,
-            &keys,
-            "h",
-            1,
-            LIMIT,
-            LEASE,
-            OP_TTL,
-            PubSub::Classic,
-            None,
-        )
-        .await
-        .unwrap_err();
-        assert!(err.is_wrong_type(), "{err:?}");
-        let err = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap_err();
-        assert!(err.is_wrong_type(), "{err:?}");
-        assert_eq!(
-            renew(&mut conn, &[(&keys, "h")], LEASE).await.unwrap(),
-            [false]
-        );
-        let _: () = conn.del(&key).await.unwrap();
-    }
-    let written: usize = conn
-        .exists(&[keys.fence.clone(), keys.op("h"), keys.op("r")])
-        .await
-        .unwrap();
-    assert_eq!(written, 0);
+    for_each_hold_expiry(
+        "foreign_data_is_refused_and_nothing_is_written",
+        async || {
+            let (_server, mut conn, _lock) = super::tests::setup().await;
+            let keys = sem_keys();
+            for key in [keys.lock.clone(), keys.sem_leases()] {
+                let _: () = conn.set(&key, "foreign").await.unwrap();
+                let err = sem_acquire(
+                    &mut conn,
+                    &keys,
+                    "h",
+                    1,
+                    LIMIT,
+                    LEASE,
+                    OP_TTL,
+                    PubSub::Classic,
+                    None,
+                    hold_field_expiry(),
+                )
+                .await
+                .unwrap_err();
+                assert!(err.is_wrong_type(), "{err:?}");
+                let err = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+                    .await
+                    .unwrap_err();
+                assert!(err.is_wrong_type(), "{err:?}");
+                assert_eq!(
+                    renew(&mut conn, &[(&keys, "h")], LEASE).await.unwrap(),
+                    [false]
+                );
+                let _: () = conn.del(&key).await.unwrap();
+            }
+            let written: usize = conn
+                .exists(&[keys.fence.clone(), keys.op("h"), keys.op("r")])
+                .await
+                .unwrap();
+            assert_eq!(written, 0);
+        },
+    )
+    .await;
 }
 
 /// An operator's new limit governs a semaphore in use at once (a raised one lets a waiter in,
 /// and tells it); an idle semaphore records nothing.
 #[tokio::test]
 async fn an_operator_changes_the_limit_of_a_semaphore_in_use() {
-    use super::semaphore::sem_limit;
+    for_each_hold_expiry(
+        "an_operator_changes_the_limit_of_a_semaphore_in_use",
+        async || {
+            use super::semaphore::sem_limit;
+            let (_server, mut conn, _lock) = super::tests::setup().await;
+            let keys = sem_keys();
+            assert_eq!(
+                sem_limit(&mut conn, &keys, 5, PubSub::Classic)
+                    .await
+                    .unwrap(),
+                None
+            );
+            let exists: bool = conn.exists(&keys.lock).await.unwrap();
+            assert!(!exists, "an idle semaphore's limit is not recorded");
+            token_of(take(&mut conn, &keys, "a", 3, LEASE).await).unwrap();
+            assert!(matches!(
+                take(&mut conn, &keys, "b", 2, LEASE).await,
+                SemAcquireReply::Busy { .. }
+            ));
+            assert_eq!(
+                sem_limit(&mut conn, &keys, 5, PubSub::Classic)
+                    .await
+                    .unwrap(),
+                Some(3)
+            );
+            let reply = take(&mut conn, &keys, "b", 2, LEASE).await;
+            assert!(
+                matches!(
+                    reply,
+                    SemAcquireReply::Acquired {
+                        limit: 5,
+                        free: 0,
+                        ..
+                    }
+                ),
+                "{reply:?}"
+            );
+            // Lowered under what is held: nothing is revoked, nothing new fits.
+            assert_eq!(
+                sem_limit(&mut conn, &keys, 1, PubSub::Classic)
+                    .await
+                    .unwrap(),
+                Some(5)
+            );
+            assert!(matches!(
+                take(&mut conn, &keys, "c", 1, LEASE).await,
+                SemAcquireReply::Busy { .. }
+            ));
+            assert_eq!(used(&mut conn, &keys).await, Some(5));
+        },
+    )
+    .await;
+}
+
+/// Each field's own expiry, in server ms (-1: none, -2: no such field).
+async fn field_deadlines(
+    conn: &mut MultiplexedConnection,
+    key: &[u8],
+    fields: &[&str],
+) -> Vec<i64> {
+    redis::cmd("HPEXPIRETIME")
+        .arg(key)
+        .arg("FIELDS")
+        .arg(fields.len())
+        .arg(fields)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// The server clock in ms.
+async fn server_ms(conn: &mut MultiplexedConnection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// The layout DESIGN.md gives for hash-field expiry: one hash, no lease zset, no `~used`; a
+/// hold's field expires at its deadline by itself, a renewal moves it, and the hash expires
+/// with the latest one; nothing is left after the release.
+#[tokio::test]
+async fn a_hold_with_field_expiry_is_laid_out_as_documented_and_leaves_nothing_behind() {
+    let test = "a_hold_with_field_expiry_is_laid_out_as_documented_and_leaves_nothing_behind";
+    if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
+        return;
+    }
     let (_server, mut conn, _lock) = super::tests::setup().await;
     let keys = sem_keys();
-    assert_eq!(
-        sem_limit(&mut conn, &keys, 5, PubSub::Classic)
-            .await
-            .unwrap(),
-        None
-    );
-    let exists: bool = conn.exists(&keys.lock).await.unwrap();
-    assert!(!exists, "an idle semaphore's limit is not recorded");
-    token_of(take(&mut conn, &keys, "a", 3, LEASE).await).unwrap();
-    assert!(matches!(
-        take(&mut conn, &keys, "b", 2, LEASE).await,
-        SemAcquireReply::Busy { .. }
-    ));
-    assert_eq!(
-        sem_limit(&mut conn, &keys, 5, PubSub::Classic)
-            .await
-            .unwrap(),
-        Some(3)
-    );
-    let reply = take(&mut conn, &keys, "b", 2, LEASE).await;
+    let (token, short) = super::tests::HOLD_FIELD_EXPIRY_SCOPE
+        .scope(true, async {
+            let token = token_of(take(&mut conn, &keys, "h", 2, LEASE).await).unwrap();
+            let short = token_of(take(&mut conn, &keys, "s", 1, SHORT).await).unwrap();
+            (token, short)
+        })
+        .await;
+    let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    assert_eq!(hash.get("~limit").map(String::as_str), Some("3"));
+    assert_eq!(hash.get("~expiry").map(String::as_str), Some("fields"));
+    assert_eq!(hash.get("h"), Some(&format!("2:{token}")));
+    assert_eq!(hash.get("s"), Some(&format!("1:{short}")));
+    assert_eq!(hash.len(), 4, "{hash:?}");
+    let zset: bool = conn.exists(keys.sem_leases()).await.unwrap();
+    assert!(!zset, "no lease zset with field expiry");
+    let now = server_ms(&mut conn).await;
+    let deadlines = field_deadlines(&mut conn, &keys.lock, &["h", "s", "~limit"]).await;
+    let lease = LEASE.as_millis() as i64;
     assert!(
-        matches!(
-            reply,
-            SemAcquireReply::Acquired {
-                limit: 5,
-                free: 0,
-                ..
-            }
-        ),
-        "{reply:?}"
+        deadlines[0] > now && deadlines[0] <= now + lease,
+        "{deadlines:?}"
     );
-    // Lowered under what is held: nothing is revoked, nothing new fits.
+    assert!(
+        deadlines[1] <= now + SHORT.as_millis() as i64,
+        "{deadlines:?}"
+    );
+    assert_eq!(deadlines[2], -1, "the limit lives as long as the hash");
+    let key_deadline: i64 = redis::cmd("PEXPIRETIME")
+        .arg(&keys.lock)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(
-        sem_limit(&mut conn, &keys, 1, PubSub::Classic)
+        key_deadline, deadlines[0],
+        "the hash expires with its latest hold"
+    );
+    // The short hold's field goes by itself, with nobody calling a script.
+    tokio::time::sleep(SHORT * 2).await;
+    let gone: bool = conn.hexists(&keys.lock, "s").await.unwrap();
+    assert!(!gone, "the expired hold's field is gone");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(
+        renew(&mut conn, &[(&keys, "h"), (&keys, "s")], LEASE * 2)
             .await
             .unwrap(),
-        Some(5)
+        [true, false]
     );
-    assert!(matches!(
-        take(&mut conn, &keys, "c", 1, LEASE).await,
-        SemAcquireReply::Busy { .. }
-    ));
-    assert_eq!(used(&mut conn, &keys).await, Some(5));
+    let renewed = field_deadlines(&mut conn, &keys.lock, &["h"]).await;
+    assert!(renewed[0] > deadlines[0], "{renewed:?} after {deadlines:?}");
+    let reply = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+    assert_nothing_left(&mut conn, &keys).await;
+}
+
+/// A semaphore keeps the way it was created with, whatever later clients ask for: a lease-zset
+/// semaphore joined by a field-expiry client keeps its zset and `~used`, and the reverse keeps
+/// field expiry; the permits are counted right either way.
+#[tokio::test]
+async fn a_semaphore_keeps_the_way_it_was_created_with() {
+    let test = "a_semaphore_keeps_the_way_it_was_created_with";
+    if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
+        return;
+    }
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = sem_keys();
+    let scope = &super::tests::HOLD_FIELD_EXPIRY_SCOPE;
+    for created_with_fields in [false, true] {
+        let first = scope
+            .scope(
+                created_with_fields,
+                take(&mut conn, &keys, "first", 1, LEASE),
+            )
+            .await;
+        token_of(first).unwrap();
+        let second = scope
+            .scope(
+                !created_with_fields,
+                take(&mut conn, &keys, "second", 1, LEASE),
+            )
+            .await;
+        token_of(second).unwrap();
+        let third = scope
+            .scope(
+                !created_with_fields,
+                take(&mut conn, &keys, "third", 2, LEASE),
+            )
+            .await;
+        assert!(
+            matches!(third, SemAcquireReply::Busy { free: 1, .. }),
+            "{third:?}"
+        );
+        let used = scope
+            .scope(created_with_fields, used(&mut conn, &keys))
+            .await;
+        assert_eq!(used, Some(2));
+        let zset: usize = conn.zcard(keys.sem_leases()).await.unwrap();
+        assert_eq!(zset, if created_with_fields { 0 } else { 2 });
+        for (holder, op) in [("first", "r1"), ("second", "r2")] {
+            let reply = release(&mut conn, &keys, holder, op, OP_TTL, PubSub::Classic)
+                .await
+                .unwrap();
+            assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+        }
+        assert_nothing_left(&mut conn, &keys).await;
+        let _: () = redis::cmd("DEL")
+            .arg(keys.op("first"))
+            .arg(keys.op("second"))
+            .arg(keys.op("third"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
 }

@@ -13,6 +13,40 @@ use super::*;
 pub(super) const LEASE: Duration = Duration::from_secs(30);
 pub(super) const OP_TTL: Duration = Duration::from_secs(10);
 
+tokio::task_local! {
+    /// Whether the semaphores and read-write locks the hold scripts create in this scope keep
+    /// their deadlines as hash-field expiry (else in the lease zset).
+    pub(super) static HOLD_FIELD_EXPIRY_SCOPE: bool;
+}
+
+/// The way of keeping hold deadlines in scope ([`for_each_hold_expiry`]); the lease zset
+/// outside any.
+pub(super) fn hold_field_expiry() -> bool {
+    HOLD_FIELD_EXPIRY_SCOPE
+        .try_with(|way| *way)
+        .unwrap_or(false)
+}
+
+/// Runs `test` once per way of keeping hold deadlines the server under test has: the lease
+/// zset, and hash-field expiry where the server has it (else that run is skipped, and says
+/// so). Each run sees its way through [`hold_field_expiry`].
+pub(super) async fn for_each_hold_expiry(test: &str, mut run: impl AsyncFnMut()) {
+    HOLD_FIELD_EXPIRY_SCOPE.scope(false, run()).await;
+    let with_fields = format!("{test} (hash-field expiry)");
+    if fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, &with_fields) {
+        HOLD_FIELD_EXPIRY_SCOPE.scope(true, run()).await;
+    }
+}
+
+/// Asserts that a semaphore's or read-write lock's hash and lease zset are gone.
+pub(super) async fn assert_nothing_left(conn: &mut MultiplexedConnection, keys: &LockKeys) {
+    let left: usize = conn
+        .exists(&[keys.lock.clone(), keys.sem_leases()])
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "nothing left behind, entries included");
+}
+
 /// A contract check of a script family: `Ok` when the scripts keep the contract on a fresh
 /// server with `keys` free, `Err` saying how they broke it. Each check is also the check of one
 /// negative control.

@@ -344,3 +344,19 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// The permits a semaphore's (or read-write lock's) hash counts: the sum over its holds'
+/// fields, whichever way it keeps their deadlines. A hash on the lease-zset path (no `~expiry`)
+/// also keeps `~used`: `Err` when it disagrees. An empty hash (gone since it was listed) holds 0.
+pub fn permits_held(hash: &std::collections::HashMap<String, String>) -> Result<u32, String> {
+    let sum = hash
+        .iter()
+        .filter(|(field, _)| !field.starts_with('~'))
+        .map(|(_, held)| held.split(':').next().unwrap().parse::<u32>().unwrap())
+        .sum::<u32>();
+    let zset_path = hash.get("~expiry").map(String::as_str) != Some("fields");
+    if !hash.is_empty() && zset_path && hash.get("~used") != Some(&sum.to_string()) {
+        return Err(format!("~used disagrees with the holds: {hash:?}"));
+    }
+    Ok(sum)
+}
