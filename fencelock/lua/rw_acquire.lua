@@ -76,7 +76,8 @@ local wanted = writing and LIMIT or 1
 local marked = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 local blocked = used + wanted > LIMIT or (not writing and #marked > 0)
 if blocked then
-  local earliest = sem_settle(KEYS[1], KEYS[2])
+  sem_settle(KEYS[1], KEYS[2])
+  local earliest = sem_earliest(KEYS[1], KEYS[2])
   if writing and ARGV[4] == '1' then
     redis.call('ZADD', KEYS[3], (earliest or now) + tonumber(ARGV[3]), ARGV[1])
     local latest = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')

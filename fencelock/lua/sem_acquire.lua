@@ -105,7 +105,8 @@ if fair then
   end
 end
 if wanted > limit or used + wanted + head_need > limit then
-  local earliest = sem_settle(KEYS[1], KEYS[2])
+  sem_settle(KEYS[1], KEYS[2])
+  local earliest = sem_earliest(KEYS[1], KEYS[2])
   if freed > 0 then
     sem_publish(KEYS[1], ARGV[6], nil)
   end

@@ -18,7 +18,8 @@ if err then
 end
 sem_mode(KEYS[1], nil)
 sem_purge(KEYS[1], KEYS[2], now_ms())
-if not sem_settle(KEYS[1], KEYS[2]) then
+sem_settle(KEYS[1], KEYS[2])
+if not sem_earliest(KEYS[1], KEYS[2]) then
   return {0}
 end
 local old = tonumber(redis.call('HGET', KEYS[1], '~limit'))

@@ -21,13 +21,15 @@
 --   field expiry (Redis 7.4+, Valkey 9.0+; the creating acquisition asks for it): a hold's
 --     field and its "~entries:" field carry the deadline as their own expiry (HPEXPIREAT), and
 --     the server drops them when it passes. No "~used": the server drops fields without any
---     script running, so the permits in use are the sum over the live holds' fields. The hash
---     records "~expiry" -> "fields"; the zset is never written.
+--     script running, so the permits in use are the sum over the live holds' fields (HVALS).
+--     The hash records "~expiry" -> "fields"; the zset is never written. The hash expires no
+--     earlier than its latest deadline (extended, never shortened: a semaphore whose holds
+--     left early keeps its "~limit" until then) and is deleted when its last hold is released.
 -- Every script reads the way from the hash (sem_mode), so clients that would choose
 -- differently (one configured for the zset, or connected before the server was upgraded)
--- share a semaphore correctly. Either way the hash (and zset) expire at the latest deadline
--- (sem_settle): a semaphore nobody holds any more disappears, limit included, and nothing
--- stays behind per holder.
+-- share a semaphore correctly. With the zset, both keys expire at the latest deadline
+-- (sem_settle). Either way a semaphore nobody holds any more disappears, limit included, and
+-- nothing stays behind per holder.
 
 -- Whether the semaphore being worked on keeps its deadlines as field expiry; set by sem_mode.
 local FIELD_EXPIRY = false
@@ -74,31 +76,17 @@ local function sem_check(hash, leases)
   return nil
 end
 
--- Field expiry: the holder ids of the holds the server still has, and their deadlines (ms;
--- -1 for a field without expiry, which no script writes).
-local function sem_field_holds(hash)
-  local holders = {}
-  for _, field in ipairs(redis.call('HKEYS', hash)) do
-    if string.sub(field, 1, 1) ~= '~' then
-      holders[#holders + 1] = field
-    end
-  end
-  if #holders == 0 then
-    return holders, {}
-  end
-  return holders, redis.call('HPEXPIRETIME', hash, 'FIELDS', #holders, unpack(holders))
-end
-
--- The permits held now.
+-- The permits held now. With field expiry, the sum over the holds' values
+-- ("<permits>:<token>"; the "~" fields hold no colon).
 local function sem_used(hash)
   if not FIELD_EXPIRY then
     return tonumber(redis.call('HGET', hash, '~used')) or 0
   end
   local used = 0
-  local all = redis.call('HGETALL', hash)
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, 1) ~= '~' then
-      used = used + tonumber(string.match(all[i + 1], '^(%d+):'))
+  for _, value in ipairs(redis.call('HVALS', hash)) do
+    local permits = string.match(value, '^(%d+):')
+    if permits then
+      used = used + tonumber(permits)
     end
   end
   return used
@@ -113,10 +101,14 @@ local function sem_deadline(hash, leases, holder)
   return tonumber(redis.call('ZSCORE', leases, holder))
 end
 
--- Sets a live hold's deadline (server ms); with field expiry its entries field's too.
+-- Sets a live hold's deadline (server ms); with field expiry its entries field's too, and
+-- the hash's own expiry is extended to it.
 local function sem_set_deadline(hash, leases, holder, deadline)
   if FIELD_EXPIRY then
     redis.call('HPEXPIREAT', hash, deadline, 'FIELDS', 2, holder, '~entries:' .. holder)
+    if redis.call('PEXPIRETIME', hash) < deadline then
+      redis.call('PEXPIREAT', hash, deadline)
+    end
   else
     redis.call('ZADD', leases, deadline, holder)
   end
@@ -176,18 +168,12 @@ local function sem_drop(hash, leases, holder)
 end
 
 -- Drops every hold whose deadline is at or before `now`; returns the permits freed. With
--- field expiry the server has dropped most of them already (those are not counted); this
--- drops the ones that passed while the script ran, since the server judges a field by the
--- time the script began, and a field without expiry.
+-- field expiry the server drops them itself (nothing to do, 0 freed); it judges a field by
+-- the time the script began, so a hold whose deadline passes while a script runs counts as
+-- held until that script ends: for microseconds, and on the safe side.
 local function sem_purge(hash, leases, now)
   local freed = 0
   if FIELD_EXPIRY then
-    local holders, deadlines = sem_field_holds(hash)
-    for i, holder in ipairs(holders) do
-      if deadlines[i] <= now then
-        freed = freed + sem_drop(hash, leases, holder)
-      end
-    end
     return freed
   end
   for _, holder in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now)) do
@@ -196,38 +182,48 @@ local function sem_purge(hash, leases, now)
   return freed
 end
 
--- After a change: deletes a semaphore with no hold left, else sets its keys to expire at the
--- latest deadline. Returns the earliest deadline still held (nil when none is).
+-- After a change: deletes a semaphore with no hold left; with the zset, else sets both keys
+-- to expire at the latest deadline (field expiry extends the hash's expiry as deadlines are
+-- set: sem_set_deadline). With field expiry "no hold left" is judged by HLEN, which may still
+-- count a field the server has not reclaimed yet; such a hash goes at its own expiry.
 local function sem_settle(hash, leases)
   if FIELD_EXPIRY then
-    local holders, deadlines = sem_field_holds(hash)
-    local first, last = nil, nil
-    for i = 1, #holders do
-      local at = deadlines[i]
-      if at > 0 then
-        if not first or at < first then
-          first = at
-        end
-        if not last or at > last then
-          last = at
-        end
-      end
-    end
-    if not last then
+    -- "~limit" and "~expiry" are the only fields of a hash without holds.
+    if redis.call('HLEN', hash) <= 2 then
       redis.call('DEL', hash, leases)
-      return nil
     end
-    redis.call('PEXPIREAT', hash, last)
-    return first
+    return
   end
   local last = redis.call('ZRANGE', leases, -1, -1, 'WITHSCORES')
   if #last == 0 then
     redis.call('DEL', hash, leases)
-    return nil
+    return
   end
   redis.call('PEXPIREAT', hash, last[2])
   redis.call('PEXPIREAT', leases, last[2])
-  return tonumber(redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')[2])
+end
+
+-- The earliest deadline among the live holds (server ms), nil when none is held.
+local function sem_earliest(hash, leases)
+  if not FIELD_EXPIRY then
+    return tonumber(redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')[2])
+  end
+  local holders = {}
+  for _, field in ipairs(redis.call('HKEYS', hash)) do
+    if string.sub(field, 1, 1) ~= '~' then
+      holders[#holders + 1] = field
+    end
+  end
+  if #holders == 0 then
+    return nil
+  end
+  local first = nil
+  for _, at in ipairs(redis.call('HPEXPIRETIME', hash, 'FIELDS', #holders, unpack(holders))) do
+    if at > 0 and (not first or at < first) then
+      first = at
+    end
+  end
+  return first
 end
 
 -- Announces that permits came back, so that waiters go to Redis again: on the hash's channel,
