@@ -15,12 +15,17 @@
 --   ever sees a probe key or a changed counter. The only effect is one 'released' message on
 --   the probe lock's channel, which no waiter listens to.
 --
--- KEYS[1]  a lock hash        (a probe name's; the keys need not exist)
+-- KEYS[1]  a lock hash        (a probe name's; the keys need not exist), or with ARGV[3] a
+--          probe semaphore's hash
 -- KEYS[2]  its fence counter
 -- KEYS[3]  an op record in its slot
--- KEYS[4]  its fair-handoff queue
+-- KEYS[4]  its fair-handoff queue, or with ARGV[3] the probe semaphore's lease zset
 -- ARGV[1]  "sharded": releases publish with SPUBLISH (cluster), anything else: PUBLISH
 -- ARGV[2]  "1": the client runs in fair-handoff mode, so the queue commands are checked too
+-- ARGV[3]  "holds": the commands the semaphore and read-write lock scripts add are checked too
+--          (run before a client's first such acquisition, not at connect, so that a user of
+--          locks alone needs none of them); "holds+fields": and those of hash-field expiry
+--          (a server that has it, where any client may create a semaphore that uses it)
 --
 -- Returns  {}                 every command is allowed on these keys and channel
 --          {"HSET", ...}      the commands (upper case) the user may not run on them
@@ -106,6 +111,27 @@ if ARGV[2] == '1' then
   check('ZREM', KEYS[4], 'm')
   check('ZPOPMIN', KEYS[4])
   check('PEXPIRE', KEYS[4], '1')
+end
+if ARGV[3] == 'holds' or ARGV[3] == 'holds+fields' then
+  local far = '99999999999999'
+  check('EXISTS', KEYS[1])
+  check('HDEL', KEYS[1], 'f')
+  check('PEXPIREAT', KEYS[1], far)
+  check('ZADD', KEYS[4], '1', 'm')
+  check('ZSCORE', KEYS[4], 'm')
+  check('ZRANGE', KEYS[4], '0', '0', 'WITHSCORES')
+  check('ZRANGEBYSCORE', KEYS[4], '-inf', '1')
+  check('ZREMRANGEBYSCORE', KEYS[4], '-inf', '1')
+  check('ZREM', KEYS[4], 'm')
+  check('PEXPIREAT', KEYS[4], far)
+  if ARGV[3] == 'holds+fields' then
+    check('HVALS', KEYS[1])
+    check('HKEYS', KEYS[1])
+    check('HLEN', KEYS[1])
+    check('HPEXPIREAT', KEYS[1], far, 'FIELDS', '1', 'f')
+    check('HPEXPIRETIME', KEYS[1], 'FIELDS', '1', 'f')
+    check('PEXPIRETIME', KEYS[1])
+  end
 end
 
 if run_probes then

@@ -401,6 +401,118 @@ async fn fair_handoff_needs_the_queue_commands_and_says_so() {
     next.release().await.unwrap();
 }
 
+/// What semaphores and read-write locks need on top of [`FENCELOCK_ACL`], as README.md gives
+/// it; on a server with hash-field expiry also [`HOLD_FIELDS_ACL_EXTRA`].
+const HOLD_ACL_EXTRA: &str =
+    "+hdel +pexpireat +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore";
+const HOLD_FIELDS_ACL_EXTRA: &str = "+hvals +hkeys +hlen +hpexpireat +hpexpiretime +pexpiretime";
+
+/// The hold grants the server under test needs.
+fn hold_grants() -> Vec<&'static str> {
+    let binary = fencelock_testing::ServerBinary::current().unwrap();
+    let mut grants: Vec<&str> = HOLD_ACL_EXTRA.split(' ').collect();
+    if binary
+        .lacks(fencelock_testing::Feature::HashFieldExpiry)
+        .is_none()
+    {
+        grants.extend(HOLD_FIELDS_ACL_EXTRA.split(' '));
+    }
+    grants
+}
+
+/// Semaphores and read-write locks need the hold commands: a user with the lock's rules only
+/// connects and locks, but its first semaphore or read-write lock acquisition is refused with
+/// a typed error naming what is missing, before anything is written; a user missing any one
+/// hold grant is refused naming it; a user with them all runs both primitives, renewals,
+/// re-entry and downgrade included, and leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_read_write_locks_need_the_hold_commands_and_say_so() {
+    let server = acl_server();
+    let locks = LockClient::connect(&locks_url(&server)).await.unwrap();
+    let err = locks
+        .semaphore("pool", 2)
+        .unwrap()
+        .acquire(1)
+        .await
+        .unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+    assert!(err.to_string().contains("ZADD"), "{err}");
+    let err = locks.rwlock("doc").unwrap().read().await.unwrap_err();
+    assert!(err.is_permission_denied(), "{err:?}");
+    assert!(all_keys(&server).is_empty(), "{:?}", all_keys(&server));
+    let guard = locks.lock("still-fine").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    let grants = hold_grants();
+    let mut admin = server.client().get_connection().unwrap();
+    for missing in &grants {
+        let rules: Vec<&str> = grants.iter().filter(|g| *g != missing).copied().collect();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("partial")
+            .arg("reset")
+            .arg("on")
+            .arg(">partial-pw")
+            .arg(FENCELOCK_ACL.split_whitespace().collect::<Vec<_>>())
+            .arg(rules)
+            .query(&mut admin)
+            .unwrap();
+        let url = format!("redis://partial:partial-pw@127.0.0.1:{}/", server.port());
+        let client = LockClient::connect(&url).await.unwrap();
+        let err = client
+            .semaphore("partial", 1)
+            .unwrap()
+            .try_acquire(1)
+            .await
+            .unwrap_err();
+        let command = missing.trim_start_matches('+').to_uppercase();
+        assert!(err.is_permission_denied(), "{missing}: {err:?}");
+        assert!(err.to_string().contains(&command), "{missing}: {err}");
+    }
+
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("holds")
+        .arg("on")
+        .arg(">holds-pw")
+        .arg(FENCELOCK_ACL.split_whitespace().collect::<Vec<_>>())
+        .arg(&grants)
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://holds:holds-pw@127.0.0.1:{}/", server.port());
+    let short = Duration::from_millis(300);
+    let holds = LockClient::builder(&url)
+        .default_lease(short)
+        .connect()
+        .await
+        .unwrap();
+    let pool = holds.semaphore("pool", 2).unwrap();
+    let (a, b) = (
+        pool.acquire(1).await.unwrap(),
+        pool.acquire(1).await.unwrap(),
+    );
+    assert!(pool.try_acquire(1).await.unwrap().is_none());
+    // Past two leases: the watchdog renewed both holds.
+    tokio::time::sleep(short * 2).await;
+    assert!(a.is_valid() && b.is_valid());
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    let doc = holds.rwlock("doc").unwrap();
+    let write = doc.write().await.unwrap();
+    let nested = write.reenter().await.unwrap();
+    let read = write.downgrade().await.unwrap();
+    nested.release().await.unwrap();
+    let other = doc.read().await.unwrap();
+    read.release().await.unwrap();
+    other.release().await.unwrap();
+    let left: Vec<String> = all_keys(&server)
+        .iter()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .filter(|k| k.contains("sem:") || k.contains("rw"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// An operator whose Redis user may not read hashes gets a permission error from `Admin`, not
 /// a claim that the lock key holds foreign data; foreign data is still named as such.
 #[tokio::test]

@@ -8,16 +8,11 @@ use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target};
 use crate::base::durations::{validate_lease, whole_millis_in};
 use crate::base::error::Error;
 use crate::base::replica_ack::{OnShortfall, ReplicaAck};
-use crate::engine::Engine;
+use crate::engine::{Engine, PermissionScope};
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::Control;
-use crate::protocol::keys::{validate_prefix, LockKeys};
+use crate::protocol::keys::validate_prefix;
 use crate::protocol::server::ServerInfo;
-use crate::protocol::{self, PermissionsReply};
-
-/// The lock name whose keys `permissions.lua` checks at connect. Nothing is written under it;
-/// any name would do, as an ACL grants by key pattern.
-const PERMISSIONS_PROBE: &[u8] = b"permissions-probe";
 
 #[cfg(feature = "tls")]
 const CERT_PEM_HEADER: &[u8] = b"-----BEGIN CERTIFICATE-----";
@@ -493,7 +488,10 @@ impl LockClient {
                 "this server release is older than every tested one of its kind"
             );
         }
-        client.check_permissions().await?;
+        client
+            .engine
+            .check_permissions(PermissionScope::Locks)
+            .await?;
         match client.eviction_risk().await {
             Ok(Some(risk)) => tracing::warn!(name: "fencelock.eviction_risk", "{risk}"),
             Ok(None) => {}
@@ -506,43 +504,5 @@ impl LockClient {
             ),
         }
         Ok(client)
-    }
-
-    /// Refuses, at connect, a Redis user that may not run every command the scripts send on
-    /// this client's keys: a script refused midway keeps what it wrote before the refused
-    /// command (Redis does not roll scripts back), so without this a missing `+pexpire` would
-    /// leave a lock hash that never expires. One `permissions.lua` call on a probe lock's keys
-    /// (on a cluster, at the probe's slot): `redis.acl_check_cmd` where the server has it, probes
-    /// that are undone in the same script on Redis 6.2 (DESIGN.md §12). A failed call for any
-    /// reason other than a refusal leaves the check to the first real operation.
-    async fn check_permissions(&self) -> Result<(), Error> {
-        let keys = LockKeys::new(&self.engine.config.prefix, PERMISSIONS_PROBE);
-        let mut conn = self.engine.conn();
-        let pubsub = conn.pubsub();
-        let fair = self.engine.config.fair_grace.is_some();
-        let reply = self
-            .engine
-            .controlled(protocol::permissions(&mut conn, &keys, pubsub, fair))
-            .await;
-        match reply {
-            Ok(PermissionsReply::Granted) => Ok(()),
-            Ok(PermissionsReply::Refused(commands)) => Err(Error::PermissionDenied {
-                detail: format!(
-                    "the Redis user may not run {} on the keys under prefix {:?} (and their \
-                     channels); grant every command the README's Security section lists",
-                    commands.join(", "),
-                    String::from_utf8_lossy(&self.engine.config.prefix),
-                ),
-            }),
-            Err(err) if err.is_permission_denied() => Err(err),
-            Err(err) => {
-                tracing::debug!(
-                    name: "fencelock.permission_check_failed",
-                    error = %err,
-                    "could not check the user's permissions"
-                );
-                Ok(())
-            }
-        }
     }
 }

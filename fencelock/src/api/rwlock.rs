@@ -14,6 +14,7 @@ use crate::base::token::FencingToken;
 use crate::engine::holder::{Holder, LostReason};
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::Wake;
+use crate::engine::PermissionScope;
 use crate::protocol::keys::validate_name;
 use crate::protocol::semaphore::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use crate::protocol::{CancelKind, LockKeys, OwnerReply};
@@ -119,7 +120,9 @@ impl RwLock {
     ///
     /// # Errors
     /// [`Error::WrongType`] when the lock's keys hold foreign data; [`Error::Redis`] when Redis
-    /// could not be reached within the retry window.
+    /// could not be reached within the retry window; [`Error::PermissionDenied`] when the Redis
+    /// user lacks a command the hold scripts need (checked before the client's first semaphore
+    /// or read-write lock acquisition; nothing is written).
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped call's acquisition is undone in the background whether it ran or
@@ -373,6 +376,8 @@ impl RwLock {
         let lease = self.lease();
         let op_ttl = engine.config.op_record_ttl;
         let field_expiry = engine.field_expiry;
+        // Once per client, before anything is written (a drop here leaves nothing).
+        engine.check_permissions(PermissionScope::Holds).await?;
         let sent_at = Instant::now();
         pending.arm();
         let reply = engine

@@ -14,6 +14,7 @@ use crate::base::token::FencingToken;
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::Wake;
+use crate::engine::PermissionScope;
 use crate::protocol::keys::validate_name;
 use crate::protocol::semaphore::{sem_acquire, SemAcquireReply};
 use crate::protocol::{CancelKind, LockKeys};
@@ -145,7 +146,9 @@ impl Semaphore {
     /// # Errors
     /// [`Error::InvalidPermits`] for zero permits or more than the limit; [`Error::WrongType`]
     /// when the semaphore's keys hold foreign data; [`Error::Redis`] when Redis could not be
-    /// reached within the retry window.
+    /// reached within the retry window; [`Error::PermissionDenied`] when the Redis user lacks
+    /// a command the semaphore scripts need (checked before the client's first semaphore or
+    /// read-write lock acquisition; nothing is written).
     ///
     /// # Cancel safety
     /// Cancel safe: if the future is dropped after the request was sent, the acquisition is
@@ -378,6 +381,8 @@ impl Semaphore {
         let limit = self.limit;
         let fair = engine.config.fair_grace.map(|_| wait);
         let field_expiry = engine.field_expiry;
+        // Once per client, before anything is written (a drop here leaves nothing).
+        engine.check_permissions(PermissionScope::Holds).await?;
         let sent_at = Instant::now();
         pending.arm();
         let reply = engine

@@ -14,7 +14,7 @@ pub(crate) mod wait;
 pub(crate) mod watchdog;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -23,8 +23,9 @@ use crate::base::error::{Error, Failure};
 use crate::base::retry::Resends;
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
+use crate::protocol::keys::LockKeys;
 use crate::protocol::server::{self, ServerInfo};
-use crate::protocol::FairAttempt;
+use crate::protocol::{self, FairAttempt, PermissionsReply};
 use crate::transport::ack_pool::{AckConnections, AckRoute};
 use crate::transport::slot_map::ClusterRoute;
 use crate::transport::{cluster, standalone, Conn, PushListener, SentinelConn};
@@ -48,9 +49,25 @@ pub(crate) struct Engine {
     /// as hash-field expiry ([`HoldExpiry`] resolved against the server at connect).
     pub(crate) field_expiry: bool,
     next_seq: AtomicU64,
+    /// Whether the user's permissions for semaphores and read-write locks were checked and
+    /// granted ([`Engine::check_permissions`]).
+    holds_permitted: AtomicBool,
     /// A deliberately broken protocol variant (test builds only; `None` is the real protocol).
     #[cfg(fencelock_negative_controls)]
     pub(crate) control: Option<Control>,
+}
+
+/// The name whose keys `permissions.lua` checks (a lock's at connect, a semaphore's before the
+/// first hold). Nothing stays under it; any name would do, as an ACL grants by key pattern.
+const PERMISSIONS_PROBE: &[u8] = b"permissions-probe";
+
+/// Which scripts' commands a permission check covers ([`Engine::check_permissions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PermissionScope {
+    /// The locks' (and elections', jobs', fair handoff's): at connect.
+    Locks,
+    /// The semaphores' and read-write locks': before a client's first such acquisition.
+    Holds,
 }
 
 impl Engine {
@@ -123,6 +140,7 @@ impl Engine {
             id: uuid::Uuid::new_v4().simple().to_string(),
             server,
             field_expiry,
+            holds_permitted: AtomicBool::new(false),
             next_seq: AtomicU64::new(1),
             #[cfg(fencelock_negative_controls)]
             control,
@@ -160,6 +178,67 @@ impl Engine {
             return controls::scoped(control, call).await;
         }
         call.await
+    }
+
+    /// Refuses a Redis user that may not run every command the scripts of `scope` send on
+    /// this client's keys: a script refused midway keeps what it wrote before the refused
+    /// command (Redis does not roll scripts back), so without this a missing `+pexpire` would
+    /// leave a lock hash that never expires. One `permissions.lua` call on a probe's keys (on a
+    /// cluster, at the probe's slot): `redis.acl_check_cmd` where the server has it, probes
+    /// that are undone in the same script on Redis 6.2 (DESIGN.md §12). The locks' commands
+    /// are checked at connect; the holds' (semaphores, read-write locks) before the client's
+    /// first such acquisition, once, so that a user of locks alone needs none of them. A
+    /// failed call for any reason other than a refusal leaves the check to the operation
+    /// itself (and, for holds, to the next acquisition).
+    pub(crate) async fn check_permissions(&self, scope: PermissionScope) -> Result<(), Error> {
+        if scope == PermissionScope::Holds && self.holds_permitted.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let prefix = &self.config.prefix;
+        let (keys, holds) = match scope {
+            PermissionScope::Locks => (LockKeys::new(prefix, PERMISSIONS_PROBE), None),
+            // Field-expiry commands wherever the server has them: any client may create a
+            // semaphore that uses them, and every client of it then runs them.
+            PermissionScope::Holds => (
+                LockKeys::semaphore(prefix, PERMISSIONS_PROBE),
+                Some(self.server.has_hash_field_expiry()),
+            ),
+        };
+        let mut conn = self.conn();
+        let pubsub = conn.pubsub();
+        let fair = self.config.fair_grace.is_some();
+        let reply = self
+            .controlled(protocol::permissions(&mut conn, &keys, pubsub, fair, holds))
+            .await;
+        match reply {
+            Ok(PermissionsReply::Granted) => {
+                if scope == PermissionScope::Holds {
+                    self.holds_permitted.store(true, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            Ok(PermissionsReply::Refused(commands)) => Err(Error::PermissionDenied {
+                detail: format!(
+                    "the Redis user may not run {} on the keys under prefix {:?} (and their \
+                     channels){}; grant every command the README's Security section lists",
+                    commands.join(", "),
+                    String::from_utf8_lossy(prefix),
+                    match scope {
+                        PermissionScope::Locks => "",
+                        PermissionScope::Holds => ", which semaphores and read-write locks need",
+                    },
+                ),
+            }),
+            Err(err) if err.is_permission_denied() => Err(err),
+            Err(err) => {
+                tracing::debug!(
+                    name: "fencelock.permission_check_failed",
+                    error = %err,
+                    "could not check the user's permissions"
+                );
+                Ok(())
+            }
+        }
     }
 
     /// Whether this client runs `control` (test builds).

@@ -647,6 +647,7 @@ pub(crate) async fn permissions<C: ConnectionLike>(
     keys: &LockKeys,
     pubsub: PubSub,
     fair: bool,
+    holds: Option<bool>,
 ) -> Result<PermissionsReply, Error> {
     let refused: Vec<String> = scripts()
         .permissions
@@ -656,6 +657,11 @@ pub(crate) async fn permissions<C: ConnectionLike>(
         .key(keys.queue())
         .arg(pubsub.script_arg())
         .arg(if fair { "1" } else { "0" })
+        .arg(match holds {
+            None => "",
+            Some(false) => "holds",
+            Some(true) => "holds+fields",
+        })
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;
