@@ -9,12 +9,11 @@ use super::guard::LockGuard;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
-use crate::base::retry::waiting_window;
 use crate::base::token::FencingToken;
+use crate::engine::acquisition::{self, Acquisition, Attempt};
 use crate::engine::holder::{Holder, LostReason};
 use crate::engine::pending::PendingOp;
-use crate::engine::wait::Wake;
-use crate::engine::PermissionScope;
+use crate::engine::{Engine, PermissionScope};
 use crate::protocol::keys::validate_name;
 use crate::protocol::semaphore::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use crate::protocol::{CancelKind, LockKeys, OwnerReply};
@@ -250,17 +249,7 @@ impl RwLock {
     }
 
     async fn try_hold(&self, mode: RwMode) -> Result<Option<LockGuard>, Error> {
-        let engine = &self.client.engine;
-        let holder = engine.next_id();
-        let mut pending = self.pending(&holder);
-        let window = engine.config.retry_window;
-        match self
-            .attempt(&holder, &mut pending, mode, false, window)
-            .await?
-        {
-            Attempt::Won(guard) => Ok(Some(guard)),
-            Attempt::Busy(_) => Ok(None),
-        }
+        acquisition::try_once(&HoldRequest { lock: self, mode }).await
     }
 
     async fn hold_until(
@@ -268,93 +257,33 @@ impl RwLock {
         mode: RwMode,
         deadline: Option<Instant>,
     ) -> Result<LockGuard, Error> {
-        let started = Instant::now();
-        let Some(deadline) = deadline else {
-            return self.hold_within(mode, None, started).await;
-        };
-        // The deadline bounds everything, also an attempt being retried; at the deadline the
-        // attempt is dropped and its pending op undoes it (and a writer's waiting mark).
-        match tokio::time::timeout_at(
-            deadline.into(),
-            self.hold_within(mode, Some(deadline), started),
-        )
-        .await
-        {
-            Ok(outcome) => outcome,
-            Err(_elapsed) => Err(Error::Timeout {
-                waited: started.elapsed(),
-            }),
-        }
+        acquisition::acquire_until(&HoldRequest { lock: self, mode }, deadline).await
+    }
+}
+
+/// One acquisition of `lock` for reading or writing, on the holds' acquire loop.
+struct HoldRequest<'a> {
+    lock: &'a RwLock,
+    mode: RwMode,
+}
+
+impl Acquisition for HoldRequest<'_> {
+    type Held = LockGuard;
+
+    fn engine(&self) -> &Engine {
+        &self.lock.client.engine
     }
 
-    async fn hold_within(
-        &self,
-        mode: RwMode,
-        deadline: Option<Instant>,
-        started: Instant,
-    ) -> Result<LockGuard, Error> {
-        let engine = &self.client.engine;
-        let holder = engine.next_id();
-        let mut pending = self.pending(&holder);
-        let channel = self.channel(mode);
-        // The fast path, skipped when this client's waiters of the same side are queued.
-        if !engine.waiters.has_waiters(&channel) {
-            let window = engine.config.retry_window;
-            if let Attempt::Won(guard) = self
-                .attempt(&holder, &mut pending, mode, true, window)
-                .await?
-            {
-                return Ok(guard);
-            }
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::Timeout {
-                waited: started.elapsed(),
-            });
-        }
-        Box::pin(self.wait_and_hold(&holder, &mut pending, mode, &channel, deadline, started)).await
-    }
-
-    /// The slow path: queue behind this client's other waiters of the same side (readers and
-    /// writers wait on channels of their own, so neither blocks the other's local queue) and
-    /// try again on each wake-up.
-    async fn wait_and_hold(
-        &self,
-        holder: &str,
-        pending: &mut PendingOp,
-        mode: RwMode,
-        channel: &[u8],
-        deadline: Option<Instant>,
-        started: Instant,
-    ) -> Result<LockGuard, Error> {
-        let engine = &self.client.engine;
-        metrics::contended();
-        let entry = engine.waiters.enter(channel, None).await?;
-        loop {
-            if entry.wait(deadline).await == Wake::Deadline {
-                return Err(Error::Timeout {
-                    waited: started.elapsed(),
-                });
-            }
-            let window = waiting_window(engine.config.retry_window, deadline);
-            match self.attempt(holder, pending, mode, true, window).await? {
-                Attempt::Won(guard) => {
-                    // Readers do not exclude each other: the next waiting reader of this client
-                    // tries at once.
-                    if mode == RwMode::Read {
-                        entry.hand_on();
-                    }
-                    return Ok(guard);
-                }
-                Attempt::Busy(wait) => entry.observed_lease(wait),
-            }
-        }
+    /// Readers and writers wait on channels of their own, so neither blocks the other's local
+    /// queue.
+    fn channel(&self) -> Vec<u8> {
+        self.lock.channel(self.mode)
     }
 
     fn pending(&self, holder: &str) -> PendingOp {
         PendingOp::new(
-            &self.client.engine,
-            &self.keys,
+            &self.lock.client.engine,
+            &self.lock.keys,
             holder,
             holder,
             CancelKind::Acquire,
@@ -368,12 +297,12 @@ impl RwLock {
         &self,
         holder: &str,
         pending: &mut PendingOp,
-        mode: RwMode,
         wait: bool,
         window: Duration,
-    ) -> Result<Attempt, Error> {
-        let engine = &self.client.engine;
-        let lease = self.lease();
+    ) -> Result<Attempt<LockGuard>, Error> {
+        let (lock, mode) = (self.lock, self.mode);
+        let engine = &lock.client.engine;
+        let lease = lock.lease();
         let op_ttl = engine.config.op_record_ttl;
         let field_expiry = engine.field_expiry;
         // Once per client, before anything is written (a drop here leaves nothing).
@@ -382,7 +311,7 @@ impl RwLock {
         pending.arm();
         let reply = engine
             .retrying_within(window, |mut conn| {
-                let keys = &self.keys;
+                let keys = &lock.keys;
                 let pubsub = conn.pubsub();
                 async move {
                     rw_acquire(
@@ -405,19 +334,24 @@ impl RwLock {
                 pending.disarm();
                 let holder = Holder::new(
                     engine.clone(),
-                    self.keys.clone(),
-                    self.name.clone(),
+                    lock.keys.clone(),
+                    lock.name.clone(),
                     holder.to_owned(),
                     token,
                     sent_at,
                     lease,
-                    self.lease.is_none(),
+                    lock.lease.is_none(),
                     None,
                 );
                 if holder.watched {
                     engine.watchdog.watch(&holder);
                 }
-                Ok(Attempt::Won(LockGuard::new(holder)))
+                // Readers do not exclude each other: the next waiting reader of this client
+                // tries at once.
+                Ok(Attempt::Won {
+                    held: LockGuard::new(holder),
+                    hand_on: mode == RwMode::Read,
+                })
             }
             RwAcquireReply::Busy { wait: until } => {
                 if !(wait && mode == RwMode::Write) {
@@ -431,11 +365,6 @@ impl RwLock {
             }
         }
     }
-}
-
-enum Attempt {
-    Won(LockGuard),
-    Busy(Option<Duration>),
 }
 
 /// Proof of a read hold on an [`RwLock`]. Dropping it releases in the background;

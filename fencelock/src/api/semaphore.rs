@@ -9,12 +9,11 @@ use super::guard::LockGuard;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
-use crate::base::retry::waiting_window;
 use crate::base::token::FencingToken;
+use crate::engine::acquisition::{self, Acquisition, Attempt};
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
-use crate::engine::wait::Wake;
-use crate::engine::PermissionScope;
+use crate::engine::{Engine, PermissionScope};
 use crate::protocol::keys::validate_name;
 use crate::protocol::semaphore::{sem_acquire, SemAcquireReply};
 use crate::protocol::{CancelKind, LockKeys};
@@ -156,16 +155,7 @@ impl Semaphore {
     pub async fn try_acquire(&self, permits: u32) -> Result<Option<SemaphorePermit>, Error> {
         let outcome = async {
             self.check(permits)?;
-            let holder = self.client.engine.next_id();
-            let mut pending = self.pending(&holder);
-            let window = self.client.engine.config.retry_window;
-            match self
-                .attempt(&holder, &mut pending, permits, false, window)
-                .await?
-            {
-                Attempt::Won(permit, _) => Ok(Some(permit)),
-                Attempt::Busy(_) => Ok(None),
-            }
+            acquisition::try_once(&PermitRequest { sem: self, permits }).await
         }
         .await;
         self.report("try_acquire", permits, outcome.as_ref().map(Option::as_ref));
@@ -270,93 +260,32 @@ impl Semaphore {
         deadline: Option<Instant>,
     ) -> Result<SemaphorePermit, Error> {
         self.check(permits)?;
-        let started = Instant::now();
-        let Some(deadline) = deadline else {
-            return self.acquire_within(permits, None, started).await;
-        };
-        // The deadline bounds everything, also an attempt being retried because Redis does not
-        // answer: at the deadline the attempt is dropped, and its pending op undoes it.
-        match tokio::time::timeout_at(
-            deadline.into(),
-            self.acquire_within(permits, Some(deadline), started),
-        )
-        .await
-        {
-            Ok(outcome) => outcome,
-            Err(_elapsed) => Err(Error::Timeout {
-                waited: started.elapsed(),
-            }),
-        }
+        acquisition::acquire_until(&PermitRequest { sem: self, permits }, deadline).await
+    }
+}
+
+/// One acquisition of `permits` permits of `sem`, on the holds' acquire loop.
+struct PermitRequest<'a> {
+    sem: &'a Semaphore,
+    permits: u32,
+}
+
+impl Acquisition for PermitRequest<'_> {
+    type Held = SemaphorePermit;
+
+    fn engine(&self) -> &Engine {
+        &self.sem.client.engine
     }
 
-    async fn acquire_within(
-        &self,
-        permits: u32,
-        deadline: Option<Instant>,
-        started: Instant,
-    ) -> Result<SemaphorePermit, Error> {
-        let engine = &self.client.engine;
-        let holder = engine.next_id();
-        let mut pending = self.pending(&holder);
-        // The fast path: one round trip when permits are free. Skipped when waiters of this
-        // client are queued, so a newcomer cannot overtake them.
-        if !engine.waiters.has_waiters(&self.keys.lock) {
-            let window = engine.config.retry_window;
-            if let Attempt::Won(permit, _) = self
-                .attempt(&holder, &mut pending, permits, true, window)
-                .await?
-            {
-                return Ok(permit);
-            }
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::Timeout {
-                waited: started.elapsed(),
-            });
-        }
-        // Boxed: the waiting state is large, and the uncontended path should not carry it.
-        Box::pin(self.wait_and_acquire(&holder, &mut pending, permits, deadline, started)).await
-    }
-
-    /// The slow path: queue behind this client's other waiters and try again on each wake-up
-    /// until the permits are won or the deadline passes.
-    async fn wait_and_acquire(
-        &self,
-        holder: &str,
-        pending: &mut PendingOp,
-        permits: u32,
-        deadline: Option<Instant>,
-        started: Instant,
-    ) -> Result<SemaphorePermit, Error> {
-        let engine = &self.client.engine;
-        metrics::contended();
-        let entry = engine.waiters.enter(&self.keys.lock, None).await?;
-        loop {
-            if entry.wait(deadline).await == Wake::Deadline {
-                return Err(Error::Timeout {
-                    waited: started.elapsed(),
-                });
-            }
-            let window = waiting_window(engine.config.retry_window, deadline);
-            match self.attempt(holder, pending, permits, true, window).await? {
-                Attempt::Won(permit, free) => {
-                    // Permits are left: the next waiter of this client may fit, so it tries
-                    // now instead of waiting for the next release.
-                    if free > 0 {
-                        entry.hand_on();
-                    }
-                    return Ok(permit);
-                }
-                Attempt::Busy(wait) => entry.observed_lease(wait),
-            }
-        }
+    fn channel(&self) -> Vec<u8> {
+        self.sem.keys.lock.clone()
     }
 
     fn pending(&self, holder: &str) -> PendingOp {
         // An acquisition's operation id is its holder id, as for a lock.
         PendingOp::new(
-            &self.client.engine,
-            &self.keys,
+            &self.sem.client.engine,
+            &self.sem.keys,
             holder,
             holder,
             CancelKind::Acquire,
@@ -371,14 +300,15 @@ impl Semaphore {
         &self,
         holder: &str,
         pending: &mut PendingOp,
-        permits: u32,
         wait: bool,
         window: Duration,
-    ) -> Result<Attempt, Error> {
-        let engine = &self.client.engine;
-        let lease = self.lease();
+    ) -> Result<Attempt<SemaphorePermit>, Error> {
+        let sem = self.sem;
+        let permits = self.permits;
+        let engine = &sem.client.engine;
+        let lease = sem.lease();
         let op_ttl = engine.config.op_record_ttl;
-        let limit = self.limit;
+        let limit = sem.limit;
         let fair = engine.config.fair_grace.map(|_| wait);
         let field_expiry = engine.field_expiry;
         // Once per client, before anything is written (a drop here leaves nothing).
@@ -387,7 +317,7 @@ impl Semaphore {
         pending.arm();
         let reply = engine
             .retrying_within(window, |mut conn| {
-                let keys = &self.keys;
+                let keys = &sem.keys;
                 let pubsub = conn.pubsub();
                 async move {
                     sem_acquire(
@@ -419,13 +349,13 @@ impl Semaphore {
             } => {
                 let holder = Holder::new(
                     engine.clone(),
-                    self.keys.clone(),
-                    self.name.clone(),
+                    sem.keys.clone(),
+                    sem.name.clone(),
                     holder.to_owned(),
                     token,
                     sent_at,
                     lease,
-                    self.lease.is_none(),
+                    sem.lease.is_none(),
                     None,
                 );
                 if holder.watched {
@@ -436,7 +366,11 @@ impl Semaphore {
                     permits,
                     limit,
                 };
-                Ok(Attempt::Won(permit, free))
+                // Permits are left: the next waiter of this client may fit.
+                Ok(Attempt::Won {
+                    held: permit,
+                    hand_on: free > 0,
+                })
             }
             SemAcquireReply::Busy { wait, .. } => Ok(Attempt::Busy(wait)),
             SemAcquireReply::Cancelled => Err(Error::Cancelled),
@@ -444,17 +378,11 @@ impl Semaphore {
                 reason: format!(
                     "asked for {permits} permits of semaphore {:?}, whose limit in force is \
                      {limit} (recorded in Redis while it is in use)",
-                    String::from_utf8_lossy(&self.name)
+                    String::from_utf8_lossy(&sem.name)
                 ),
             }),
         }
     }
-}
-
-enum Attempt {
-    /// The permit, and how many permits the semaphore has left free.
-    Won(SemaphorePermit, u32),
-    Busy(Option<Duration>),
 }
 
 /// Proof of holding permits of a [`Semaphore`]: one hold, with its fencing token and lease.

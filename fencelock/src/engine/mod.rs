@@ -8,6 +8,7 @@
 //! Nothing here is public, and nothing here knows the public types: `LockClient`, `Lock`
 //! and the guards wrap these.
 
+pub(crate) mod acquisition;
 pub(crate) mod holder;
 pub(crate) mod pending;
 pub(crate) mod wait;
