@@ -31,7 +31,7 @@ use fencelock::admin::{
     Admin, Check, ElectionInfo, ForceRelease, HoldEntry, HoldKind, HoldRelease, HolderEntry,
     JobInfo, LockEvent, LockInfo, RwLockInfo, SemaphoreInfo, Status,
 };
-use fencelock::{Error, FencingToken};
+use fencelock::{Error, FencingToken, HoldExpiry};
 use serde_json::{json, Value};
 
 /// The exit codes, as `--help` prints them.
@@ -102,10 +102,18 @@ enum Command {
         /// The new limit (at least 1)
         limit: u32,
     },
-    /// One lock in detail: holders, token, lease, the fence counter of its bucket, waiters
+    /// One lock in detail: holders, token, lease, the fence counter of its bucket, waiters;
+    /// with --semaphore or --rwlock, one semaphore or read-write lock (as semaphores and
+    /// rwlocks show each)
     Show {
         /// The lock name
         name: OsString,
+        /// NAME is a semaphore: its limit, permits in use and holds
+        #[arg(long, conflicts_with = "rwlock")]
+        semaphore: bool,
+        /// NAME is a read-write lock: its writer, readers and waiting writers
+        #[arg(long)]
+        rwlock: bool,
     },
     /// Print acquisitions, re-entries and releases of one lock as they happen, until Ctrl-C,
     /// --count or --for. Polls the lock every --interval and listens to its release channel
@@ -185,7 +193,15 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
         Command::Semaphores => semaphores(cli, admin).await,
         Command::Rwlocks => rwlocks(cli, admin).await,
         Command::SetLimit { name, limit } => set_limit(cli, admin, &bytes(name), *limit).await,
-        Command::Show { name } => show(cli, admin, &bytes(name)).await,
+        Command::Show {
+            name,
+            semaphore: true,
+            ..
+        } => show_hold(cli, admin, HoldKind::Semaphore, &bytes(name)).await,
+        Command::Show {
+            name, rwlock: true, ..
+        } => show_hold(cli, admin, HoldKind::RwLock, &bytes(name)).await,
+        Command::Show { name, .. } => show(cli, admin, &bytes(name)).await,
         Command::Watch {
             name,
             count,
@@ -366,6 +382,32 @@ async fn show(cli: &Cli, admin: &Admin, name: &[u8]) -> Result<u8, Error> {
         println!("{detail}");
     }
     // A free lock is an answer ("state free"), not something missing.
+    Ok(0)
+}
+
+/// One semaphore or read-write lock; exit NOT_FOUND when it is not in use.
+async fn show_hold(cli: &Cli, admin: &Admin, kind: HoldKind, name: &[u8]) -> Result<u8, Error> {
+    let shown = String::from_utf8_lossy(name);
+    let (text, json) = match kind {
+        HoldKind::Semaphore => match admin.semaphore(name).await? {
+            Some(info) => (info.to_string(), semaphore_json(&info)),
+            None => return Ok(fail(NOT_FOUND, &format!("semaphore {shown} is not in use"))),
+        },
+        _ => match admin.rwlock(name).await? {
+            Some(info) => (info.to_string(), rwlock_json(&info)),
+            None => {
+                return Ok(fail(
+                    NOT_FOUND,
+                    &format!("read-write lock {shown} is not in use"),
+                ))
+            }
+        },
+    };
+    if cli.json {
+        println!("{json}");
+    } else {
+        println!("{text}");
+    }
     Ok(0)
 }
 
@@ -720,6 +762,7 @@ fn semaphore_json(semaphore: &SemaphoreInfo) -> Value {
         "limit": semaphore.limit,
         "used": semaphore.used,
         "holds": semaphore.holds.iter().map(hold_json).collect::<Vec<_>>(),
+        "expiry": expiry_json(semaphore.expiry),
     })
 }
 
@@ -729,7 +772,16 @@ fn rwlock_json(rwlock: &RwLockInfo) -> Value {
         "writer": rwlock.writer.as_ref().map(hold_json),
         "readers": rwlock.readers.iter().map(hold_json).collect::<Vec<_>>(),
         "waiting_writers": rwlock.waiting_writers,
+        "expiry": expiry_json(rwlock.expiry),
     })
+}
+
+/// How a semaphore or read-write lock keeps its deadlines, as JSON says it.
+fn expiry_json(expiry: HoldExpiry) -> &'static str {
+    match expiry {
+        HoldExpiry::FieldExpiry => "field_expiry",
+        _ => "lease_zset",
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -1285,3 +1285,49 @@ async fn set_limit_changes_a_semaphore_in_use_and_refuses_an_idle_one() {
     permit.release().await.unwrap();
     held.release().await.unwrap();
 }
+
+/// `show NAME --semaphore` / `--rwlock` shows one semaphore or read-write lock as the lists
+/// show each, with the way it keeps its deadlines; one not in use is exit 4 (not found).
+#[tokio::test]
+async fn one_semaphore_or_read_write_lock_is_shown_with_how_it_keeps_deadlines() {
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    let client = fx.client().await;
+    let expiry = match client.hold_expiry() {
+        fencelock::HoldExpiry::FieldExpiry => "field_expiry",
+        _ => "lease_zset",
+    };
+    let pool = client.semaphore("pool", 3).unwrap();
+    let permit = pool.acquire(2).await.unwrap();
+    let text = fencelock(&url, &["show", "pool", "--semaphore"]).await;
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(
+        text.stdout
+            .starts_with("pool  2 of 3 permits in use  (deadlines "),
+        "{text:?}"
+    );
+    assert!(text.stdout.contains(permit.holder_id()), "{text:?}");
+    let json = fencelock(&url, &["--json", "show", "pool", "--semaphore"]).await;
+    let value: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(value["used"], 2);
+    assert_eq!(value["holds"][0]["token"], permit.token().get());
+    assert_eq!(value["expiry"], expiry);
+
+    let doc = client.rwlock("doc").unwrap();
+    let write = doc.write().await.unwrap();
+    let json = fencelock(&url, &["--json", "show", "doc", "--rwlock"]).await;
+    let value: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(value["writer"]["holder"], write.holder_id());
+    assert_eq!(value["readers"].as_array().unwrap().len(), 0);
+    assert_eq!(value["expiry"], expiry);
+
+    for kind in ["--semaphore", "--rwlock"] {
+        let missing = fencelock(&url, &["show", "nothing", kind]).await;
+        assert_eq!(missing.code, 4, "{kind}: {missing:?}");
+        assert!(missing.stderr.contains("not in use"), "{kind}: {missing:?}");
+    }
+    let both = fencelock(&url, &["show", "pool", "--semaphore", "--rwlock"]).await;
+    assert_eq!(both.code, 2, "{both:?}");
+    permit.release().await.unwrap();
+    write.release().await.unwrap();
+}

@@ -7,7 +7,7 @@ use super::inspect::name_laid_out;
 use super::{display_bytes, format_duration, glob_escape, Admin};
 use crate::protocol::keys::{validate_name, LockKeys};
 use crate::protocol::{self, OwnerReply};
-use crate::{Error, FencingToken};
+use crate::{Error, FencingToken, HoldExpiry};
 
 /// The permits a writer holds in a read-write lock's layout (DESIGN section 21).
 const WRITER_PERMITS: u32 = 1_000_000_000;
@@ -52,6 +52,8 @@ pub struct SemaphoreInfo {
     pub used: u32,
     /// Its holds, oldest lease first.
     pub holds: Vec<HoldEntry>,
+    /// How it keeps its holds' deadlines (the way the acquisition that created it chose).
+    pub expiry: HoldExpiry,
 }
 
 impl SemaphoreInfo {
@@ -65,10 +67,11 @@ impl fmt::Display for SemaphoreInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}  {} of {} permits in use",
+            "{}  {} of {} permits in use  ({})",
             self.display_name(),
             self.used,
-            self.limit
+            self.limit,
+            expiry_words(self.expiry)
         )?;
         for hold in &self.holds {
             write!(f, "\n  {hold}")?;
@@ -89,6 +92,8 @@ pub struct RwLockInfo {
     pub readers: Vec<HoldEntry>,
     /// Writers waiting (their holder ids), whose marks keep new readers out.
     pub waiting_writers: Vec<String>,
+    /// How it keeps its holds' deadlines (the way the acquisition that created it chose).
+    pub expiry: HoldExpiry,
 }
 
 impl RwLockInfo {
@@ -102,11 +107,12 @@ impl fmt::Display for RwLockInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}  {} readers  writer {}  {} waiting writers",
+            "{}  {} readers  writer {}  {} waiting writers  ({})",
             self.display_name(),
             self.readers.len(),
             if self.writer.is_some() { "yes" } else { "no" },
-            self.waiting_writers.len()
+            self.waiting_writers.len(),
+            expiry_words(self.expiry)
         )?;
         if let Some(writer) = &self.writer {
             write!(f, "\n  writer {writer}")?;
@@ -118,6 +124,14 @@ impl fmt::Display for RwLockInfo {
             write!(f, "\n  waiting writer {waiting}")?;
         }
         Ok(())
+    }
+}
+
+/// How an operator reads a way of keeping deadlines.
+fn expiry_words(expiry: HoldExpiry) -> &'static str {
+    match expiry {
+        HoldExpiry::FieldExpiry => "deadlines as hash-field expiry",
+        _ => "deadlines in a lease zset",
     }
 }
 
@@ -147,6 +161,33 @@ struct Holds {
     used: u32,
     holds: Vec<HoldEntry>,
     waiting: Vec<String>,
+    expiry: HoldExpiry,
+}
+
+impl Holds {
+    fn semaphore(self, name: Vec<u8>) -> SemaphoreInfo {
+        SemaphoreInfo {
+            name,
+            limit: self.limit,
+            used: self.used,
+            holds: self.holds,
+            expiry: self.expiry,
+        }
+    }
+
+    fn rwlock(self, name: Vec<u8>) -> RwLockInfo {
+        let (writers, readers): (Vec<_>, Vec<_>) = self
+            .holds
+            .into_iter()
+            .partition(|hold| hold.permits >= WRITER_PERMITS);
+        RwLockInfo {
+            name,
+            writer: writers.into_iter().next(),
+            readers,
+            waiting_writers: self.waiting,
+            expiry: self.expiry,
+        }
+    }
 }
 
 impl Admin {
@@ -167,14 +208,45 @@ impl Admin {
             let Some(read) = self.read_holds(&keys).await? else {
                 continue;
             };
-            found.push(SemaphoreInfo {
-                name,
-                limit: read.limit,
-                used: read.used,
-                holds: read.holds,
-            });
+            found.push(read.semaphore(name));
         }
         Ok(found)
+    }
+
+    /// One semaphore by name, as [`Admin::semaphores`] reads each; `None` when it is not in
+    /// use.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an unusable name, or as [`Admin::semaphores`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only.
+    pub async fn semaphore(&self, name: impl AsRef<[u8]>) -> Result<Option<SemaphoreInfo>, Error> {
+        let name = name.as_ref();
+        validate_name(name)?;
+        let keys = LockKeys::semaphore(&self.prefix, name);
+        Ok(self
+            .read_holds(&keys)
+            .await?
+            .map(|read| read.semaphore(name.to_vec())))
+    }
+
+    /// One read-write lock by name, as [`Admin::rwlocks`] reads each; `None` when it is not in
+    /// use.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an unusable name, or as [`Admin::semaphores`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only.
+    pub async fn rwlock(&self, name: impl AsRef<[u8]>) -> Result<Option<RwLockInfo>, Error> {
+        let name = name.as_ref();
+        validate_name(name)?;
+        let keys = LockKeys::rwlock(&self.prefix, name);
+        Ok(self
+            .read_holds(&keys)
+            .await?
+            .map(|read| read.rwlock(name.to_vec())))
     }
 
     /// Every read-write lock in use under the prefix, sorted by name: its writer, readers and
@@ -192,16 +264,7 @@ impl Admin {
             let Some(read) = self.read_holds(&keys).await? else {
                 continue;
             };
-            let (writers, readers): (Vec<_>, Vec<_>) = read
-                .holds
-                .into_iter()
-                .partition(|hold| hold.permits >= WRITER_PERMITS);
-            found.push(RwLockInfo {
-                name,
-                writer: writers.into_iter().next(),
-                readers,
-                waiting_writers: read.waiting,
-            });
+            found.push(read.rwlock(name));
         }
         Ok(found)
     }
@@ -387,6 +450,11 @@ impl Admin {
             used,
             holds,
             waiting,
+            expiry: if field_expiry {
+                HoldExpiry::FieldExpiry
+            } else {
+                HoldExpiry::LeaseZset
+            },
         }))
     }
 
