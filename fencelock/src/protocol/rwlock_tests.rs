@@ -447,3 +447,251 @@ async fn a_downgrade_and_a_reentry_keep_the_holds_deadline() {
     })
     .await;
 }
+
+/// A writer's mark outlives its next attempt: it lasts until the earliest deadline among the
+/// holds plus the writer's lease, however short that lease, so readers stay out while the
+/// writer waits for the reader inside; a writer's try leaves no mark at all.
+#[tokio::test]
+async fn a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_none() {
+    let test = "a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_none";
+    for_each_hold_expiry(test, async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = rw_keys();
+        token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
+        busy(
+            "a writer's try",
+            write(&mut conn, &keys, "trying", false).await,
+        )
+        .unwrap();
+        token_of(
+            "a reader after a writer's try",
+            read(&mut conn, &keys, "r1").await,
+        )
+        .unwrap();
+        busy(
+            "a waiting writer with a short lease",
+            take(&mut conn, &keys, "w", RwMode::Write, SHORT, true).await,
+        )
+        .unwrap();
+        tokio::time::sleep(SHORT * 3).await;
+        busy(
+            "a reader once the writer's own lease has passed",
+            read(&mut conn, &keys, "r2").await,
+        )
+        .unwrap();
+    })
+    .await;
+}
+
+/// Undoing a re-entry that leaves the hold's first entry keeps the hold: it still excludes,
+/// and its one release ends it.
+#[tokio::test]
+async fn undoing_a_reentry_keeps_the_first_entry() {
+    for_each_hold_expiry("undoing_a_reentry_keeps_the_first_entry", async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = rw_keys();
+        let ps = PubSub::Classic;
+        let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
+        let entered = reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
+        assert_eq!(entered, EnterReply::Entered { token, count: 2 });
+        let undone = cancel(&mut conn, &keys, "w", "e1", CancelKind::Reenter, OP_TTL, ps)
+            .await
+            .unwrap();
+        assert_eq!(undone, CancelReply::Undone { remaining: 1 });
+        busy(
+            "a reader while the write's first entry holds",
+            read(&mut conn, &keys, "r").await,
+        )
+        .unwrap();
+        leave(&mut conn, &keys, "w").await;
+        token_of(
+            "a reader after the write's release",
+            read(&mut conn, &keys, "r").await,
+        )
+        .unwrap();
+    })
+    .await;
+}
+
+/// A renewal moves a re-entered hold's whole deadline, its entries included: after the first
+/// lease would have passed, the hold still has both entries.
+#[tokio::test]
+async fn a_renewal_keeps_a_reentered_holds_entries() {
+    for_each_hold_expiry("a_renewal_keeps_a_reentered_holds_entries", async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = rw_keys();
+        let ps = PubSub::Classic;
+        token_of(
+            "a short write",
+            take(&mut conn, &keys, "w", RwMode::Write, SHORT, false).await,
+        )
+        .unwrap();
+        reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
+        assert_eq!(
+            renew(&mut conn, &[(&keys, "w")], LEASE).await.unwrap(),
+            [true]
+        );
+        tokio::time::sleep(SHORT * 2).await;
+        let first = release(&mut conn, &keys, "w", "r1", OP_TTL, ps)
+            .await
+            .unwrap();
+        assert_eq!(
+            first,
+            OwnerReply::Done { remaining: 1 },
+            "after the first lease"
+        );
+        let last = release(&mut conn, &keys, "w", "r2", OP_TTL, ps)
+            .await
+            .unwrap();
+        assert_eq!(last, OwnerReply::Done { remaining: 0 });
+        assert_nothing_left(&mut conn, &keys).await;
+    })
+    .await;
+}
+
+/// A hold whose lease passed leaves nothing of its own, its entries included, once a script
+/// has dropped it; a late downgrade of it is told it holds nothing.
+#[tokio::test]
+async fn an_expired_hold_leaves_nothing_of_its_own() {
+    for_each_hold_expiry("an_expired_hold_leaves_nothing_of_its_own", async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = rw_keys();
+        token_of(
+            "a short read",
+            take(&mut conn, &keys, "short", RwMode::Read, SHORT, false).await,
+        )
+        .unwrap();
+        reenter(&mut conn, &keys, "short", "e1", OP_TTL)
+            .await
+            .unwrap();
+        token_of("a long read", read(&mut conn, &keys, "long").await).unwrap();
+        tokio::time::sleep(SHORT * 2).await;
+        assert_eq!(
+            reenter(&mut conn, &keys, "short", "e2", OP_TTL)
+                .await
+                .unwrap(),
+            EnterReply::NotHeld,
+            "a re-entry after the lease, the hash kept alive by another hold"
+        );
+        token_of("another read", read(&mut conn, &keys, "r").await).unwrap();
+        let fields: Vec<String> = conn.hkeys(&keys.lock).await.unwrap();
+        assert!(
+            !fields.iter().any(|field| field.ends_with("short")),
+            "{fields:?}"
+        );
+        let _: () = conn
+            .del(&[keys.lock.clone(), keys.sem_leases()])
+            .await
+            .unwrap();
+        // A writer downgraded to a reader, then a reader beside it that keeps the lock alive:
+        // a re-sent downgrade after the first lease is told it holds nothing.
+        token_of(
+            "a short write",
+            take(&mut conn, &keys, "w", RwMode::Write, SHORT, false).await,
+        )
+        .unwrap();
+        rw_downgrade(&mut conn, &keys, "w", PubSub::Classic)
+            .await
+            .unwrap();
+        token_of("a long read", read(&mut conn, &keys, "long2").await).unwrap();
+        tokio::time::sleep(SHORT * 2).await;
+        assert_eq!(
+            rw_downgrade(&mut conn, &keys, "w", PubSub::Classic)
+                .await
+                .unwrap(),
+            OwnerReply::NotHeld
+        );
+    })
+    .await;
+}
+
+/// A dead writer's mark stops keeping readers out once it passes, even while the marks' key
+/// lives on for another writer's later mark.
+#[tokio::test]
+async fn a_dead_writers_mark_ends_while_another_writers_lives() {
+    for_each_hold_expiry(
+        "a_dead_writers_mark_ends_while_another_writers_lives",
+        async || {
+            let (_server, mut conn, _lock) = super::tests::setup().await;
+            let keys = rw_keys();
+            token_of(
+                "a short read",
+                take(&mut conn, &keys, "inside", RwMode::Read, SHORT, false).await,
+            )
+            .unwrap();
+            busy(
+                "a writer that then dies",
+                take(&mut conn, &keys, "dead", RwMode::Write, SHORT, true).await,
+            )
+            .unwrap();
+            busy(
+                "a writer that waits on",
+                write(&mut conn, &keys, "alive", true).await,
+            )
+            .unwrap();
+            tokio::time::sleep(SHORT * 3).await;
+            token_of(
+                "the live writer after the read's lease",
+                write(&mut conn, &keys, "alive", true).await,
+            )
+            .unwrap();
+            leave(&mut conn, &keys, "alive").await;
+            token_of(
+                "a reader once the dead writer's mark passed",
+                read(&mut conn, &keys, "late").await,
+            )
+            .unwrap();
+        },
+    )
+    .await;
+}
+
+/// Waiting readers are told when a waiting writer gives up (its mark no longer keeps them
+/// out), and, with the lease zset, when an attempt dropped an expired hold.
+#[tokio::test]
+async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends() {
+    let test = "readers_are_told_when_a_writer_gives_up_or_a_lease_ends";
+    for_each_hold_expiry(test, async || {
+        use super::semaphore_tests::{next_message, subscriber};
+        let (server, mut conn, _lock) = super::tests::setup().await;
+        let keys = rw_keys();
+        let channel = keys.lock.clone();
+        token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
+        busy("the writer", write(&mut conn, &keys, "w", true).await).unwrap();
+        let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
+        let undone = cancel(
+            &mut conn,
+            &keys,
+            "w",
+            "w",
+            CancelKind::Acquire,
+            OP_TTL,
+            PubSub::Classic,
+        )
+        .await
+        .unwrap();
+        assert_eq!(undone, CancelReply::NotRun);
+        assert_eq!(
+            next_message(&mut sub).await,
+            Some(channel.clone()),
+            "a waiting writer gave up"
+        );
+        drop(sub);
+        if !hold_field_expiry() {
+            token_of(
+                "a reader that crashes",
+                take(&mut conn, &keys, "crashed", RwMode::Read, SHORT, false).await,
+            )
+            .unwrap();
+            tokio::time::sleep(SHORT * 2).await;
+            let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
+            busy("a writer's try", write(&mut conn, &keys, "w2", false).await).unwrap();
+            assert_eq!(
+                next_message(&mut sub).await,
+                Some(channel.clone()),
+                "an attempt dropped the crashed reader's hold"
+            );
+        }
+    })
+    .await;
+}

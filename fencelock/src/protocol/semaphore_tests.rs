@@ -689,3 +689,356 @@ async fn a_semaphore_keeps_the_way_it_was_created_with() {
             .unwrap();
     }
 }
+
+/// A caller that asks for field expiry where the server cannot keep it (a server without
+/// hash-field expiry, or a user not granted `HPEXPIRETIME`) gets a lease-zset semaphore: the
+/// probe decides, and the hold keeps a deadline.
+#[tokio::test]
+async fn a_field_expiry_request_gets_the_lease_zset_where_the_server_cannot_keep_it() {
+    let (server, mut admin, _lock) = super::tests::setup().await;
+    let binary = fencelock_testing::ServerBinary::current().unwrap();
+    let mut rule = vec!["SETUSER", "nofields", "on", ">pw", "~*", "&*", "+@all"];
+    if binary
+        .lacks(fencelock_testing::Feature::HashFieldExpiry)
+        .is_none()
+    {
+        rule.push("-hpexpiretime");
+    }
+    let _: () = redis::cmd("ACL")
+        .arg(&rule)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("AUTH")
+        .arg("nofields")
+        .arg("pw")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let keys = sem_keys();
+    let reply = sem_acquire(
+        &mut conn,
+        &keys,
+        "h",
+        2,
+        LIMIT,
+        LEASE,
+        OP_TTL,
+        PubSub::Classic,
+        None,
+        true,
+    )
+    .await
+    .unwrap();
+    token_of(reply).unwrap();
+    let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    assert!(!hash.contains_key("~expiry"), "{hash:?}");
+    assert_eq!(hash.get("~used").map(String::as_str), Some("2"), "{hash:?}");
+    let deadline: Option<f64> = conn.zscore(keys.sem_leases(), "h").await.unwrap();
+    assert!(
+        deadline.is_some(),
+        "the hold's deadline is in the lease zset"
+    );
+    let reply = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+    assert_nothing_left(&mut conn, &keys).await;
+}
+
+/// A busy reply says how long until the earliest deadline among the holds, not a later one.
+#[tokio::test]
+async fn a_busy_reply_waits_until_the_earliest_deadline() {
+    for_each_hold_expiry("a_busy_reply_waits_until_the_earliest_deadline", async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = sem_keys();
+        token_of(take(&mut conn, &keys, "long", 2, LEASE).await).unwrap();
+        token_of(take(&mut conn, &keys, "short", 1, SHORT).await).unwrap();
+        let reply = take(&mut conn, &keys, "c", 1, LEASE).await;
+        assert!(
+            matches!(reply, SemAcquireReply::Busy { wait: Some(wait), free: 0, .. } if wait <= SHORT),
+            "{reply:?}"
+        );
+    })
+    .await;
+}
+
+/// A subscriber to `channels` on `server`, on a connection of its own.
+pub(super) async fn subscriber(
+    server: &fencelock_testing::RedisServer,
+    channels: &[Vec<u8>],
+) -> redis::aio::PubSub {
+    let mut sub = server.client().get_async_pubsub().await.unwrap();
+    for channel in channels {
+        sub.subscribe(channel).await.unwrap();
+    }
+    sub
+}
+
+/// The channel of the next message `sub` receives within two seconds, `None` when none came.
+pub(super) async fn next_message(sub: &mut redis::aio::PubSub) -> Option<Vec<u8>> {
+    use futures_util::StreamExt;
+    let mut messages = sub.on_message();
+    tokio::time::timeout(Duration::from_secs(2), messages.next())
+        .await
+        .ok()
+        .flatten()
+        .map(|msg| msg.get_channel_name().as_bytes().to_vec())
+}
+
+/// A hold whose lease passed is not held for any script, even before another one dropped
+/// it: its release is told it holds nothing, an operator's new limit finds the semaphore
+/// idle, and a late copy of its acquisition (its op record says it ran) takes nothing.
+#[tokio::test]
+async fn a_hold_whose_lease_passed_is_gone_for_every_script() {
+    for_each_hold_expiry(
+        "a_hold_whose_lease_passed_is_gone_for_every_script",
+        async || {
+            use super::semaphore::sem_limit;
+            let (_server, mut conn, _lock) = super::tests::setup().await;
+            let keys = sem_keys();
+            token_of(take(&mut conn, &keys, "a", 1, SHORT).await).unwrap();
+            token_of(take(&mut conn, &keys, "b", 1, SHORT).await).unwrap();
+            // A live hold keeps the semaphore's keys alive past the two short leases.
+            token_of(take(&mut conn, &keys, "keeper", 1, LEASE).await).unwrap();
+            tokio::time::sleep(SHORT * 2).await;
+            let late = take(&mut conn, &keys, "a", 1, LEASE).await;
+            assert_eq!(
+                late,
+                SemAcquireReply::Cancelled,
+                "a late copy of a's acquisition"
+            );
+            let reply = release(&mut conn, &keys, "b", "r", OP_TTL, PubSub::Classic)
+                .await
+                .unwrap();
+            assert_eq!(reply, OwnerReply::NotHeld, "b's release after its lease");
+            assert_eq!(used(&mut conn, &keys).await, Some(1), "the keeper's permit");
+            let reply = release(&mut conn, &keys, "keeper", "rk", OP_TTL, PubSub::Classic)
+                .await
+                .unwrap();
+            assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+            assert_nothing_left(&mut conn, &keys).await;
+            token_of(take(&mut conn, &keys, "c", 1, SHORT).await).unwrap();
+            tokio::time::sleep(SHORT * 2).await;
+            let limit = sem_limit(&mut conn, &keys, 5, PubSub::Classic)
+                .await
+                .unwrap();
+            assert_eq!(limit, None, "a new limit after the last hold's lease");
+            assert_nothing_left(&mut conn, &keys).await;
+        },
+    )
+    .await;
+}
+
+/// Tokens keep increasing from the slot's fence counter even when it runs ahead of the
+/// clock (the floor the clock gives does not hide a counter that was not written back).
+#[tokio::test]
+async fn tokens_follow_a_fence_counter_ahead_of_the_clock() {
+    for_each_hold_expiry(
+        "tokens_follow_a_fence_counter_ahead_of_the_clock",
+        async || {
+            let (_server, mut conn, _lock) = super::tests::setup().await;
+            let keys = sem_keys();
+            let ahead: u64 = 4_000_000_000_000_000;
+            let _: () = conn.set(&keys.fence, ahead).await.unwrap();
+            let first = token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
+            let second = token_of(take(&mut conn, &keys, "b", 1, LEASE).await).unwrap();
+            assert_eq!(first.get(), ahead + 1);
+            assert_eq!(second.get(), ahead + 2);
+        },
+    )
+    .await;
+}
+
+/// In fair mode a waiter keeps its place in the queue across its attempts: the one that
+/// queued first stays the head, and a later one is held back for it.
+#[tokio::test]
+async fn a_waiter_keeps_its_place_in_the_queue_across_attempts() {
+    for_each_hold_expiry(
+        "a_waiter_keeps_its_place_in_the_queue_across_attempts",
+        async || {
+            let (_server, mut conn, _lock) = super::tests::setup().await;
+            let keys = sem_keys();
+            let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, wait| {
+                sem_acquire(
+                    conn,
+                    &keys,
+                    holder,
+                    permits,
+                    4,
+                    LEASE,
+                    OP_TTL,
+                    PubSub::Classic,
+                    Some(wait),
+                    hold_field_expiry(),
+                )
+                .await
+                .unwrap()
+            };
+            token_of(ask(&mut conn, "held", 3, false).await).unwrap();
+            for holder in ["first", "second", "first"] {
+                let reply = ask(&mut conn, holder, 3, true).await;
+                assert!(
+                    matches!(reply, SemAcquireReply::Busy { .. }),
+                    "{holder}: {reply:?}"
+                );
+            }
+            release(&mut conn, &keys, "held", "r", OP_TTL, PubSub::Classic)
+                .await
+                .unwrap();
+            let second = ask(&mut conn, "second", 3, true).await;
+            assert!(
+                matches!(second, SemAcquireReply::Busy { .. }),
+                "the second waiter ahead of the first: {second:?}"
+            );
+            token_of(ask(&mut conn, "first", 3, true).await).unwrap();
+        },
+    )
+    .await;
+}
+
+/// Waiters are told when permits may have come back: by an acquisition whose purge of an
+/// expired hold left permits free (lease zset: with field expiry the server drops holds
+/// without any script, and waiters go by their timers), by a queue head that wins with
+/// permits left, and by an operator's new limit.
+#[tokio::test]
+async fn waiters_are_told_when_permits_may_have_come_back() {
+    for_each_hold_expiry(
+        "waiters_are_told_when_permits_may_have_come_back",
+        async || {
+            use super::semaphore::sem_limit;
+            let (server, mut conn, _lock) = super::tests::setup().await;
+            let keys = sem_keys();
+            let channel = keys.lock.clone();
+            if !hold_field_expiry() {
+                token_of(take(&mut conn, &keys, "crashed", 2, SHORT).await).unwrap();
+                token_of(take(&mut conn, &keys, "alive", 1, LEASE).await).unwrap();
+                tokio::time::sleep(SHORT * 2).await;
+                let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
+                token_of(take(&mut conn, &keys, "next", 1, LEASE).await).unwrap();
+                assert_eq!(
+                    next_message(&mut sub).await,
+                    Some(channel.clone()),
+                    "an acquisition that dropped an expired hold and left permits free"
+                );
+                for (holder, op) in [("next", "r0"), ("alive", "r00")] {
+                    release(&mut conn, &keys, holder, op, OP_TTL, PubSub::Classic)
+                        .await
+                        .unwrap();
+                }
+            }
+            let fair = async |conn: &mut MultiplexedConnection, holder: &str, permits| {
+                sem_acquire(
+                    conn,
+                    &keys,
+                    holder,
+                    permits,
+                    4,
+                    LEASE,
+                    OP_TTL,
+                    PubSub::Classic,
+                    Some(true),
+                    hold_field_expiry(),
+                )
+                .await
+                .unwrap()
+            };
+            token_of(fair(&mut conn, "held", 3).await).unwrap();
+            let queued = fair(&mut conn, "head", 2).await;
+            assert!(matches!(queued, SemAcquireReply::Busy { .. }), "{queued:?}");
+            release(&mut conn, &keys, "held", "r1", OP_TTL, PubSub::Classic)
+                .await
+                .unwrap();
+            let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
+            token_of(fair(&mut conn, "head", 2).await).unwrap();
+            assert_eq!(
+                next_message(&mut sub).await,
+                Some(channel.clone()),
+                "a queue head that won with permits left"
+            );
+            drop(sub);
+            let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
+            assert_eq!(
+                sem_limit(&mut conn, &keys, 6, PubSub::Classic)
+                    .await
+                    .unwrap(),
+                Some(4)
+            );
+            assert_eq!(
+                next_message(&mut sub).await,
+                Some(channel.clone()),
+                "an operator's new limit"
+            );
+        },
+    )
+    .await;
+}
+
+/// A waiter whose entry passed (it died) stops protecting its place even while the queue
+/// lives on for a later waiter: that one becomes the head and gets in.
+#[tokio::test]
+async fn a_dead_waiters_entry_ends_while_a_later_waiters_lives() {
+    let test = "a_dead_waiters_entry_ends_while_a_later_waiters_lives";
+    for_each_hold_expiry(test, async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = sem_keys();
+        let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, lease| {
+            sem_acquire(
+                conn,
+                &keys,
+                holder,
+                permits,
+                4,
+                lease,
+                OP_TTL,
+                PubSub::Classic,
+                Some(true),
+                hold_field_expiry(),
+            )
+            .await
+            .unwrap()
+        };
+        token_of(ask(&mut conn, "held", 2, LEASE).await).unwrap();
+        token_of(ask(&mut conn, "brief", 1, SHORT).await).unwrap();
+        for (holder, permits, lease) in [("dead", 3, SHORT), ("alive", 2, LEASE)] {
+            let reply = ask(&mut conn, holder, permits, lease).await;
+            assert!(
+                matches!(reply, SemAcquireReply::Busy { .. }),
+                "{holder}: {reply:?}"
+            );
+        }
+        tokio::time::sleep(SHORT * 3).await;
+        token_of(ask(&mut conn, "alive", 2, LEASE).await)
+            .map_err(|e| format!("the live waiter behind a dead one: {e}"))
+            .unwrap();
+    })
+    .await;
+}
+
+/// A hold whose field was removed in Redis (an operator's HDEL) is not renewed: its holder
+/// learns that it lost it.
+#[tokio::test]
+async fn a_hold_whose_field_was_removed_is_not_renewed() {
+    for_each_hold_expiry(
+        "a_hold_whose_field_was_removed_is_not_renewed",
+        async || {
+            let (_server, mut conn, _lock) = super::tests::setup().await;
+            let keys = sem_keys();
+            token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
+            token_of(take(&mut conn, &keys, "b", 1, LEASE).await).unwrap();
+            let _: () = conn.hdel(&keys.lock, "a").await.unwrap();
+            assert_eq!(
+                renew(&mut conn, &[(&keys, "a"), (&keys, "b")], LEASE)
+                    .await
+                    .unwrap(),
+                [false, true]
+            );
+        },
+    )
+    .await;
+}
