@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::deadline::within;
 use common::{key_slot_of_lock, Fixture};
-use fencelock::admin::{Admin, Check, Status};
+use fencelock::admin::{Admin, Check, LockEvent, Status};
 use fencelock_testing::{Direction, FaultProxy, RedisServer};
 use redis::Commands;
 
@@ -421,4 +421,290 @@ async fn a_jobs_record_shows_its_retention_and_when_it_finished() {
         line.starts_with("report  tick 1800000000000  done  runner "),
         "{line}"
     );
+}
+
+/// A watch follows the holder, not the token: in a hash without `~token` (written by hand),
+/// another holder replacing the first is an expiry and an acquisition, not the same hold.
+#[tokio::test]
+async fn a_watch_tells_holders_apart_in_a_hash_without_a_token() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let guard = client.lock("orders").unwrap().acquire().await.unwrap();
+    let key = fx.lock_key("orders").unwrap();
+    guard.release().await.unwrap();
+    let _: () = fx.raw().hset(&key, "first:1", 1).unwrap();
+
+    let admin = admin(&fx.server).await;
+    let mut watch = admin
+        .watch("orders", Duration::from_millis(20))
+        .await
+        .unwrap();
+    assert_eq!(watch.current().holders[0].id, "first:1");
+    let mut raw = fx.raw();
+    let _: () = redis::pipe()
+        .atomic()
+        .del(&key)
+        .hset(&key, "second:1", 1)
+        .query(&mut raw)
+        .unwrap();
+    let gone = within(PATIENCE, "the first holder's end", watch.next())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&gone, LockEvent::Expired { holder, token: None } if holder.id == "first:1"),
+        "{gone:?}"
+    );
+    let came = within(PATIENCE, "the second holder", watch.next())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&came, LockEvent::Acquired { holder, token: None } if holder.id == "second:1"),
+        "{came:?}"
+    );
+}
+
+/// A watch whose connection is closed under it ends with a connection error at once, not at
+/// its next poll (an hour away here).
+#[tokio::test]
+async fn a_watch_whose_connection_is_killed_ends_with_an_error() {
+    let fx = Fixture::start();
+    let admin = admin(&fx.server).await;
+    let mut watch = admin
+        .watch("orders", Duration::from_secs(3600))
+        .await
+        .unwrap();
+    // The watch's connection is the only one subscribed to a channel.
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut fx.raw())
+        .unwrap();
+    assert_eq!(killed, 1);
+    let err = within(PATIENCE, "the watch notices", watch.next())
+        .await
+        .unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+}
+
+/// Lets `watch` poll for `quiet` (many intervals) and fails on any event it reports: nothing
+/// changed meanwhile.
+async fn nothing_for(watch: &mut fencelock::admin::Watch, quiet: Duration) {
+    if let Ok(event) = tokio::time::timeout(quiet, watch.next()).await {
+        panic!("an event while nothing changed: {event:?}");
+    }
+}
+
+/// Each change of a hold is one event, however long the hold sits still between changes
+/// (the watch polls many times meanwhile, and reports nothing).
+#[tokio::test]
+async fn a_watch_reports_each_change_once_and_nothing_while_the_hold_sits_still() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let admin = admin(&fx.server).await;
+    let mut watch = admin
+        .watch("orders", Duration::from_millis(10))
+        .await
+        .unwrap();
+    let guard = client.lock("orders").unwrap().acquire().await.unwrap();
+    let id = guard.holder_id().to_owned();
+    let event = within(PATIENCE, "acquired", watch.next()).await.unwrap();
+    assert!(
+        matches!(&event, LockEvent::Acquired { holder, token }
+            if holder.id == id && holder.count == 1 && *token == Some(guard.token())),
+        "{event:?}"
+    );
+    nothing_for(&mut watch, Duration::from_millis(200)).await;
+    let nested = guard.reenter().await.unwrap();
+    let event = within(PATIENCE, "reentered", watch.next()).await.unwrap();
+    assert!(
+        matches!(&event, LockEvent::Reentered { holder } if holder.count == 2),
+        "{event:?}"
+    );
+    nothing_for(&mut watch, Duration::from_millis(200)).await;
+    nested.release().await.unwrap();
+    let event = within(PATIENCE, "exited", watch.next()).await.unwrap();
+    assert!(
+        matches!(&event, LockEvent::Exited { holder } if holder.count == 1),
+        "{event:?}"
+    );
+    nothing_for(&mut watch, Duration::from_millis(200)).await;
+    let token = guard.token();
+    guard.release().await.unwrap();
+    let event = within(PATIENCE, "released", watch.next()).await.unwrap();
+    assert!(
+        matches!(&event, LockEvent::Released { holder: Some(holder), token: Some(t) }
+            if holder.id == id && *t == token),
+        "{event:?}"
+    );
+}
+
+/// Any hash at a lock key with a holder or a token is a hold, and its lease is read with it,
+/// whether fencelock's scripts wrote it or someone else did.
+#[tokio::test]
+async fn a_hand_written_hold_with_an_expiry_shows_its_lease() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let guard = client.lock("orders").unwrap().acquire().await.unwrap();
+    let key = fx.lock_key("orders").unwrap();
+    guard.release().await.unwrap();
+    let admin = admin(&fx.server).await;
+    for (field, value) in [("someone:1", "1"), ("~token", "5")] {
+        let _: () = redis::pipe()
+            .atomic()
+            .del(&key)
+            .hset(&key, field, value)
+            .pexpire(&key, 60_000)
+            .query(&mut fx.raw())
+            .unwrap();
+        let lock = admin.lock("orders").await.unwrap().lock;
+        assert!(lock.is_held(), "{field}: {lock:?}");
+        let ttl = lock
+            .ttl
+            .unwrap_or_else(|| panic!("{field}: no lease in {lock:?}"));
+        assert!(
+            ttl > Duration::from_secs(30) && ttl <= Duration::from_secs(60),
+            "{field}: {ttl:?}"
+        );
+    }
+}
+
+/// A stand-in for a server older than fencelock supports, which no test machine runs: it
+/// speaks RESP2 only (no `HELLO`) and answers `INFO` with `version`, `PING`, `TIME` and an
+/// empty `CONFIG GET`, which is all the doctor needs to judge it.
+async fn old_server(version: &'static str) -> std::net::SocketAddr {
+    fake_server(version, Duration::ZERO).await
+}
+
+/// The same stand-in with a clock `ahead` of this machine's, whose first `TIME` reply on a
+/// connection takes 300 ms (a slow sample among fast ones).
+async fn fake_server(version: &'static str, ahead: Duration) -> std::net::SocketAddr {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut times = 0;
+                let (read, mut write) = socket.into_split();
+                let mut read = BufReader::new(read);
+                loop {
+                    let mut line = String::new();
+                    if read.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let count: usize = line.trim_start_matches('*').trim().parse().unwrap();
+                    let mut args = Vec::with_capacity(count);
+                    for _ in 0..count {
+                        line.clear();
+                        read.read_line(&mut line).await.unwrap();
+                        let len: usize = line.trim_start_matches('$').trim().parse().unwrap();
+                        let mut arg = vec![0; len + 2];
+                        read.read_exact(&mut arg).await.unwrap();
+                        arg.truncate(len);
+                        args.push(String::from_utf8(arg).unwrap().to_ascii_uppercase());
+                    }
+                    let bulk = |text: String| format!("${}\r\n{text}\r\n", text.len());
+                    let reply = match args[0].as_str() {
+                        "PING" => "+PONG\r\n".to_owned(),
+                        "CLIENT" => "+OK\r\n".to_owned(),
+                        "CONFIG" => "*0\r\n".to_owned(),
+                        "INFO" => bulk(format!(
+                            "redis_version:{version}\r\nrole:master\r\nconnected_slaves:0\r\n\
+                             cluster_enabled:0\r\n"
+                        )),
+                        "TIME" => {
+                            times += 1;
+                            if times == 1 {
+                                tokio::time::sleep(Duration::from_millis(300)).await;
+                            }
+                            let now = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .unwrap()
+                                + ahead;
+                            format!(
+                                "*2\r\n{}{}",
+                                bulk(now.as_secs().to_string()),
+                                bulk(now.subsec_micros().to_string())
+                            )
+                        }
+                        other => format!("-ERR unknown command '{other}'\r\n"),
+                    };
+                    if write.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A Redis older than 6.2 is a FAIL (the scripts and RESP3 pushes need it); 6.2.0 itself is
+/// supported for one server and Sentinel, and from 7.0 for a cluster too (sharded pub/sub).
+#[tokio::test]
+async fn the_doctor_fails_a_redis_older_than_6_2_and_says_what_6_2_serves() {
+    let cluster = "not a cluster client (sharded pub/sub: Redis 7.0+)";
+    for (version, status, says, not_said) in [
+        (
+            "5.0.14",
+            Status::Fail,
+            "Redis 5.0.14: fencelock needs Redis 6.2 or newer",
+            cluster,
+        ),
+        ("6.2.0", Status::Ok, cluster, "needs Redis 6.2"),
+        ("7.0.0", Status::Ok, "Redis 7.0.0 (tested on ", cluster),
+    ] {
+        let addr = old_server(version).await;
+        let admin = within(
+            PATIENCE,
+            "connect",
+            Admin::connect(&format!("redis://{addr}/")),
+        )
+        .await
+        .unwrap();
+        let checks = doctor(&admin, 1).await;
+        assert_eq!(check(&checks, "protocol").status, Status::Fail);
+        let found = check(&checks, "version");
+        assert_eq!(found.status, status, "{found}");
+        assert!(found.finding.contains(says), "{found}");
+        assert!(!found.finding.contains(not_said), "{found}");
+    }
+}
+
+/// The clock check trusts its fastest `TIME` sample (a slow one says little about the
+/// offset), and warns about a server clock more than a second off.
+#[tokio::test]
+async fn the_doctor_judges_the_clock_by_its_fastest_sample_and_warns_when_it_is_off() {
+    let numbers = |check: &Check| -> (f64, f64) {
+        let found: Vec<f64> = check
+            .finding
+            .split(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+            .filter_map(|part| part.parse().ok())
+            .collect();
+        match found[..] {
+            [offset, bound] => (offset, bound),
+            _ => panic!("{check}"),
+        }
+    };
+    for (ahead, status) in [(0, Status::Ok), (5, Status::Warn)] {
+        let addr = fake_server("7.0.0", Duration::from_secs(ahead)).await;
+        let admin = within(
+            PATIENCE,
+            "connect",
+            Admin::connect(&format!("redis://{addr}/")),
+        )
+        .await
+        .unwrap();
+        let checks = doctor(&admin, 1).await;
+        let clock = check(&checks, "clock");
+        assert_eq!(clock.status, status, "{clock}");
+        let (offset, bound) = numbers(clock);
+        // Not the 300 ms sample: its uncertainty would be 150 ms.
+        assert!(bound < 50.0, "{clock}");
+        assert!(
+            (offset - ahead as f64 * 1000.0).abs() <= bound + 0.002,
+            "{clock}"
+        );
+    }
 }
