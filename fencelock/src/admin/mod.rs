@@ -250,7 +250,8 @@ fn url_problem(url: &str) -> String {
             let authority = rest.split(['/', '?']).next().unwrap_or("");
             let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
             let (host, port) = match host_port.rsplit_once(':') {
-                Some((host, port)) if !host.ends_with(']') || host.starts_with('[') => {
+                // An IPv6 host is bracketed: its own colons are not a port separator.
+                Some((host, port)) if !host.starts_with('[') || host.ends_with(']') => {
                     (host, Some(port))
                 }
                 _ => (host_port, None),
@@ -411,6 +412,13 @@ mod tests {
             ("redis://127.0.0.1:70000/", "port \"70000\""),
             ("redis://127.0.0.1:port/", "port \"port\""),
             ("redis://127.0.0.1:7000/abc", "database \"abc\""),
+            // An IPv6 host's colons are not a port, with or without one after it.
+            ("redis://[::1]:port/", "port \"port\""),
+            ("redis://[::1]:7000/abc", "database \"abc\""),
+            ("redis://[::1]/abc", "database \"abc\""),
+            // Host, port and database are fine: something else is wrong (a wildcard address).
+            ("redis://0.0.0.0:7000/", "it does not parse"),
+            ("redis://0.0.0.0:7000", "it does not parse"),
         ];
         for (url, problem) in cases {
             let text = url_problem(url);
@@ -419,6 +427,57 @@ mod tests {
         }
         let secret = url_problem("redis://u:secret@:1/");
         assert!(!secret.contains("secret"), "{secret}");
+        assert!(
+            secret.starts_with("bad redis URL \"redis://***@:1/\": "),
+            "{secret}"
+        );
+        assert!(url_problem("nothing").starts_with("bad redis URL \"nothing\": "));
+    }
+
+    #[test]
+    fn only_a_server_that_does_not_know_hello_is_asked_again_over_resp2() {
+        let reply = |text: &str| {
+            redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
+                .unwrap()
+                .extract_error()
+                .unwrap_err()
+        };
+        for unknown in [
+            reply("ERR unknown command 'HELLO', with args beginning with: '3' "),
+            reply("ERR unknown command `HELLO`, with args beginning with: `3`, "),
+            redis::RedisError::from((redis::ErrorKind::RESP3NotSupported, "no RESP3")),
+        ] {
+            assert!(refuses_hello(&unknown), "{unknown}");
+        }
+        for other in [
+            reply("ERR unknown command 'FOO', with args beginning with: "),
+            reply("ERR wrong number of arguments for 'hello' command"),
+            reply("NOAUTH HELLO must be called with the client already authenticated"),
+            reply("WRONGPASS invalid username-password pair or user is disabled."),
+            redis::RedisError::from(std::io::Error::other("unknown command hello")),
+            redis::RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "unknown command hello",
+            )),
+        ] {
+            assert!(!refuses_hello(&other), "{other}");
+        }
+    }
+
+    #[test]
+    fn durations_read_in_the_unit_that_fits() {
+        for (ms, shown) in [
+            (0, "0ms"),
+            (250, "250ms"),
+            (999, "999ms"),
+            (1000, "1.000s"),
+            (1234, "1.234s"),
+            (59_999, "59.999s"),
+            (60_000, "1m00s"),
+            (125_000, "2m05s"),
+        ] {
+            assert_eq!(format_duration(Duration::from_millis(ms)), shown);
+        }
     }
 
     #[test]

@@ -94,3 +94,42 @@ impl ConnectionLike for Conn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use fencelock_testing::RedisServer;
+    use redis::aio::ConnectionLike;
+
+    use super::*;
+    use crate::base::config::ClientConfig;
+
+    /// A listener for connections whose pushes a test does not look at.
+    struct Unheard;
+
+    impl PushListener for Unheard {
+        fn on_message(&self, _channel: &[u8], _payload: &[u8]) {}
+        fn on_disconnect(&self) {}
+        fn on_subscription_lost(self: Arc<Self>, _channel: &[u8]) {}
+        fn on_new_primary(self: Arc<Self>) {}
+    }
+
+    /// One server is neither a cluster (renewals of locks in different slots share a script
+    /// call, a multi-lock is taken by one script) nor reached by sharded pub/sub, and the
+    /// connection reports the database its URL selects, as every redis-rs connection does.
+    #[tokio::test]
+    async fn one_server_is_not_a_cluster_and_keeps_the_database_of_its_url() {
+        let server = RedisServer::start().expect("start redis-server");
+        let listener: Arc<dyn PushListener> = Arc::new(Unheard);
+        let url = format!("redis://127.0.0.1:{}/3", server.port());
+        let (manager, _) =
+            standalone::connect(&url, &ClientConfig::default(), Arc::downgrade(&listener))
+                .await
+                .expect("connect");
+        let conn = Conn::Standalone(manager);
+        assert!(!conn.is_cluster());
+        assert_eq!(conn.pubsub(), PubSub::Classic);
+        assert_eq!(conn.get_db(), 3);
+    }
+}

@@ -218,3 +218,85 @@ impl ConnectionLike for SentinelConn {
         self.current().get_db()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    use fencelock_testing::RedisSentinels;
+
+    use super::*;
+
+    /// Counts the new primaries the connection announces.
+    #[derive(Default)]
+    struct Switches(AtomicUsize);
+
+    impl PushListener for Switches {
+        fn on_message(&self, _channel: &[u8], _payload: &[u8]) {}
+        fn on_disconnect(&self) {}
+        fn on_subscription_lost(self: Arc<Self>, _channel: &[u8]) {}
+        fn on_new_primary(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A failover is followed once: asking while the primary has not moved keeps it (and its
+    /// generation), a request stamped with an older generation does not ask at all, and the
+    /// switch to the new primary bumps the generation by one and tells the listener once.
+    #[tokio::test]
+    async fn a_failover_is_followed_once_and_bumps_the_generation() {
+        let set = RedisSentinels::start(1).expect("start sentinels");
+        let switches = Arc::new(Switches::default());
+        let listener: Arc<dyn PushListener> = switches.clone();
+        let conn = SentinelConn::connect(
+            &set.sentinel_urls(),
+            set.master_name(),
+            None,
+            &ClientConfig::default(),
+            Arc::downgrade(&listener),
+        )
+        .await
+        .expect("connect through the Sentinels");
+        let port = |conn: &SentinelConn| conn.primary().1.rsplit(':').next().map(str::to_owned);
+        let old = set.primary().expect("primary").port();
+        assert_eq!(conn.primary().0, 0);
+        assert_eq!(port(&conn), Some(old.to_string()));
+        // Its database, as for any connection under Sentinel (which selects none).
+        assert_eq!(conn.get_db(), 0);
+
+        // Nothing moved: the Sentinels name the same primary, which is kept.
+        conn.follow_failover(0).await;
+        assert_eq!(conn.primary().0, 0);
+        assert_eq!(switches.0.load(Ordering::SeqCst), 0);
+
+        set.failover().expect("SENTINEL FAILOVER");
+        let new = set
+            .wait_for_failover(old, Duration::from_secs(60))
+            .expect("failover");
+        // A request stamped with a generation that is not the current one leaves it alone.
+        conn.follow_failover(7).await;
+        assert_eq!(conn.primary().0, 0);
+        assert_eq!(port(&conn), Some(old.to_string()));
+
+        // The current generation asks; a Sentinel that has not caught up yet names the old
+        // primary, which fails the role check, so the test asks until the switch (as the next
+        // failed request would).
+        let until = Instant::now() + Duration::from_secs(30);
+        while conn.primary().0 == 0 {
+            assert!(
+                Instant::now() < until,
+                "the client never followed the failover"
+            );
+            conn.follow_failover(0).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(conn.primary().0, 1);
+        assert_eq!(port(&conn), Some(new.to_string()));
+        assert_eq!(switches.0.load(Ordering::SeqCst), 1);
+        // A request that failed on the old connection after the switch changes nothing.
+        conn.follow_failover(0).await;
+        assert_eq!(conn.primary().0, 1);
+        assert_eq!(switches.0.load(Ordering::SeqCst), 1);
+    }
+}

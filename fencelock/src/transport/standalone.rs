@@ -84,3 +84,21 @@ pub(crate) fn open_client(
         reason: format!("unusable TLS root CA: {err}"),
     })
 }
+
+#[cfg(all(test, feature = "tls"))]
+mod tests {
+    use super::*;
+
+    /// rustls' process-wide provider is installed for a `rediss://` client only: an
+    /// application whose connections are all plain stays free to install its own later.
+    #[test]
+    fn only_a_tls_client_installs_the_process_wide_crypto_provider() {
+        let config = ClientConfig::default();
+        let plain = "redis://127.0.0.1:7000/".into_connection_info().unwrap();
+        open_client(plain, &config).unwrap();
+        assert!(rustls::crypto::CryptoProvider::get_default().is_none());
+        let tls = "rediss://127.0.0.1:7000/".into_connection_info().unwrap();
+        open_client(tls, &config).unwrap();
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+    }
+}
