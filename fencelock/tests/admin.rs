@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use common::deadline::within;
 use common::{key_slot_of_lock, Fixture};
-use fencelock::admin::{Admin, Check, LockEvent, Status};
-use fencelock_testing::{Direction, FaultProxy, RedisServer};
+use fencelock::admin::{Admin, Check, HoldEntry, HoldKind, HoldRelease, LockEvent, Status};
+use fencelock::{Error, HoldExpiry, LockClient};
+use fencelock_testing::{requires, Direction, FaultProxy, Feature, RedisServer};
 use redis::Commands;
 
 /// Bound for a round trip or a few on a loaded machine.
@@ -707,4 +708,345 @@ async fn the_doctor_judges_the_clock_by_its_fastest_sample_and_warns_when_it_is_
             "{clock}"
         );
     }
+}
+
+/// A client per way of keeping hold deadlines this server offers: the lease zset always, field
+/// expiry where the server has it (said as a skip elsewhere). Each works under its own prefix,
+/// so an admin with that prefix lists only what the client made.
+async fn hold_clients(fx: &Fixture, test: &str) -> Vec<(HoldExpiry, LockClient)> {
+    let mut ways = vec![HoldExpiry::LeaseZset];
+    if requires(Feature::HashFieldExpiry, test) {
+        ways.push(HoldExpiry::FieldExpiry);
+    }
+    let mut clients = Vec::new();
+    for way in ways {
+        let builder = fx.builder().prefix(format!("{way:?}:")).hold_expiry(way);
+        let client = within(PATIENCE, "connect", builder.connect())
+            .await
+            .expect("connect");
+        assert_eq!(client.hold_expiry(), way);
+        clients.push((way, client));
+    }
+    clients
+}
+
+/// The server clock in milliseconds.
+fn server_ms(raw: &mut redis::Connection) -> f64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(raw).unwrap();
+    (secs * 1000) as f64 + micros as f64 / 1000.0
+}
+
+/// The deadline (server ms) Redis keeps for one hold, whichever way it is kept.
+fn hold_deadline(raw: &mut redis::Connection, way: HoldExpiry, hash: &[u8], holder: &str) -> f64 {
+    if way == HoldExpiry::FieldExpiry {
+        let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
+            .arg(hash)
+            .arg("FIELDS")
+            .arg(1)
+            .arg(holder)
+            .query(raw)
+            .unwrap();
+        at[0] as f64
+    } else {
+        // `...}sem:NAME` -> `...}sem-leases:NAME`, `...}rw:NAME` -> `...}rw-leases:NAME`.
+        let brace = hash.iter().position(|&b| b == b'}').unwrap();
+        let colon = brace + hash[brace..].iter().position(|&b| b == b':').unwrap();
+        let leases = [&hash[..colon], b"-leases", &hash[colon..]].concat();
+        raw.zscore(leases, holder).unwrap()
+    }
+}
+
+/// Each hold's lease left is its deadline less the server clock of the read: bracketed by the
+/// clock read just before and just after it.
+fn assert_lease_left(hold: &HoldEntry, deadline: f64, before_ms: f64, after_ms: f64) {
+    let left = hold
+        .lease_left
+        .unwrap_or_else(|| panic!("{hold:?} shows no lease"))
+        .as_secs_f64()
+        * 1000.0;
+    assert!(
+        left <= deadline - before_ms + 1.0 && left >= deadline - after_ms - 1.0,
+        "{hold:?}: {left} ms left, deadline {deadline}, read between {before_ms} and {after_ms}"
+    );
+}
+
+#[tokio::test]
+async fn holds_of_a_semaphore_are_read_with_permits_tokens_and_leases_oldest_first() {
+    let fx = Fixture::start();
+    let test = "holds_of_a_semaphore_are_read_with_permits_tokens_and_leases_oldest_first";
+    for (way, client) in hold_clients(&fx, test).await {
+        let prefix = format!("{way:?}:");
+        let admin = Admin::connect_with_prefix(&fx.server.url(), &prefix)
+            .await
+            .unwrap();
+        let words = match way {
+            HoldExpiry::FieldExpiry => "deadlines as hash-field expiry",
+            _ => "deadlines in a lease zset",
+        };
+        let pool = client.semaphore("pool", 5).unwrap();
+        let two = pool.acquire(2).await.unwrap();
+        let one = pool.acquire(1).await.unwrap();
+        // Not renewed by the watchdog: its lease runs out while the others stay.
+        let short = pool
+            .with_lease(Duration::from_millis(700))
+            .unwrap()
+            .acquire(1)
+            .await
+            .unwrap();
+        let other = client.semaphore("other", 1).unwrap();
+        let other_held = other.acquire(1).await.unwrap();
+        let _reader = client
+            .rwlock("not-a-semaphore")
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+
+        let mut raw = fx.raw();
+        let hash = fx.keys(&format!("{prefix}{{*}}sem:pool")).pop().unwrap();
+        let before = server_ms(&mut raw);
+        let info = admin.semaphore("pool").await.unwrap().expect("in use");
+        let after = server_ms(&mut raw);
+        assert_eq!(info.name, b"pool");
+        assert_eq!(
+            (info.limit, info.used, info.expiry),
+            (5, 4, way),
+            "{way:?}: {info:?}"
+        );
+        // Oldest lease first (by the deadlines Redis keeps): the short one first.
+        assert_eq!(info.holds.len(), 3, "{way:?}: {info:?}");
+        assert_eq!(info.holds[0].holder, short.holder_id(), "{way:?}: {info:?}");
+        let mut last_deadline = 0.0;
+        for permit in [&short, &two, &one] {
+            let hold = info
+                .holds
+                .iter()
+                .find(|h| h.holder == permit.holder_id())
+                .unwrap_or_else(|| panic!("{way:?}: no {} in {info:?}", permit.holder_id()));
+            assert_eq!(hold.permits, permit.permits(), "{way:?}: {hold:?}");
+            assert_eq!(hold.token, Some(permit.token()), "{way:?}: {hold:?}");
+        }
+        for hold in &info.holds {
+            let deadline = hold_deadline(&mut raw, way, &hash, &hold.holder);
+            assert!(
+                deadline >= last_deadline,
+                "{way:?}: not oldest first: {info:?}"
+            );
+            last_deadline = deadline;
+            assert_lease_left(hold, deadline, before, after);
+        }
+        let text = info.to_string();
+        let head = format!("pool  4 of 5 permits in use  ({words})");
+        assert!(text.starts_with(&head), "{way:?}: {text}");
+        let line = format!(
+            "\n  {}  permits 2  token {}  lease ",
+            two.holder_id(),
+            two.token()
+        );
+        assert!(text.contains(&line), "{way:?}: {text}");
+        assert_eq!(text.lines().count(), 4, "{way:?}: {text}");
+
+        // The list: every semaphore under the prefix by name, and no read-write lock.
+        let listed = admin.semaphores().await.unwrap();
+        let names: Vec<&[u8]> = listed.iter().map(|s| &s.name[..]).collect();
+        assert_eq!(names, [&b"other"[..], b"pool"], "{way:?}");
+        assert_eq!(listed[1], admin.semaphore("pool").await.unwrap().unwrap());
+        assert_eq!(listed[0].holds[0].holder, other_held.holder_id());
+
+        // The short lease runs out with no script run since: the zset way still has its field
+        // and shows it expired, field expiry has dropped it; neither counts its permit.
+        let lapsed = short.valid_until() + Duration::from_millis(300);
+        tokio::time::sleep_until(lapsed.into()).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let info = admin.semaphore("pool").await.unwrap().unwrap();
+        assert_eq!(info.used, 3, "{way:?}: {info:?}");
+        let text = info.to_string();
+        assert!(text.starts_with("pool  3 of 5 permits in use"), "{text}");
+        if way == HoldExpiry::FieldExpiry {
+            assert_eq!(info.holds.len(), 2, "{info:?}");
+        } else {
+            assert_eq!(info.holds[0].holder, short.holder_id());
+            assert_eq!(info.holds[0].lease_left, None, "{info:?}");
+            let line = format!(
+                "\n  {}  permits 1  token {}  expired",
+                short.holder_id(),
+                short.token()
+            );
+            assert!(text.contains(&line), "{text}");
+        }
+        drop(short);
+
+        // An operator's release frees one hold by its id, once; the holder learns it.
+        let released = admin
+            .release_hold(HoldKind::Semaphore, "pool", one.holder_id())
+            .await
+            .unwrap();
+        assert_eq!(released, HoldRelease::Released);
+        let again = admin
+            .release_hold(HoldKind::Semaphore, "pool", one.holder_id())
+            .await
+            .unwrap();
+        assert_eq!(again, HoldRelease::NotHeld);
+        // The same id under the other kind names another key: nothing there.
+        let elsewhere = admin
+            .release_hold(HoldKind::RwLock, "pool", two.holder_id())
+            .await
+            .unwrap();
+        assert_eq!(elsewhere, HoldRelease::NotHeld);
+        assert!(one.release().await.unwrap_err().is_not_held());
+        let info = admin.semaphore("pool").await.unwrap().unwrap();
+        assert_eq!(info.used, 2, "{info:?}");
+
+        // The limit changes atomically and answers what it was; an idle one is left alone.
+        assert_eq!(admin.set_semaphore_limit("pool", 7).await.unwrap(), Some(5));
+        assert_eq!(admin.semaphore("pool").await.unwrap().unwrap().limit, 7);
+        assert_eq!(admin.set_semaphore_limit("idle", 7).await.unwrap(), None);
+        assert!(admin.semaphore("idle").await.unwrap().is_none());
+        let zero = admin.set_semaphore_limit("pool", 0).await.unwrap_err();
+        assert!(matches!(zero, Error::InvalidPermits { .. }), "{zero:?}");
+        assert_eq!(admin.semaphore("pool").await.unwrap().unwrap().limit, 7);
+
+        two.release().await.unwrap();
+        other_held.release().await.unwrap();
+        let gone = admin.semaphore("other").await.unwrap();
+        assert!(
+            gone.as_ref()
+                .is_none_or(|s| s.holds.is_empty() && s.used == 0),
+            "{way:?}: {gone:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn holds_of_a_read_write_lock_show_its_writer_readers_and_live_waiting_writers() {
+    let fx = Fixture::start();
+    let test = "holds_of_a_read_write_lock_show_its_writer_readers_and_live_waiting_writers";
+    for (way, client) in hold_clients(&fx, test).await {
+        let prefix = format!("{way:?}:");
+        let admin = Admin::connect_with_prefix(&fx.server.url(), &prefix)
+            .await
+            .unwrap();
+        let doc = client.rwlock("doc").unwrap();
+        let _permit = client
+            .semaphore("not-a-lock", 1)
+            .unwrap()
+            .acquire(1)
+            .await
+            .unwrap();
+        let write = doc.write().await.unwrap();
+        let mut raw = fx.raw();
+        let hash = fx.keys(&format!("{prefix}{{*}}rw:doc")).pop().unwrap();
+        let before = server_ms(&mut raw);
+        let info = admin.rwlock("doc").await.unwrap().expect("in use");
+        let after = server_ms(&mut raw);
+        let writer = info.writer.clone().expect("a writer");
+        assert_eq!(writer.holder, write.holder_id());
+        assert_eq!(writer.token, Some(write.token()));
+        assert_eq!(writer.permits, 1_000_000_000);
+        let deadline = hold_deadline(&mut raw, way, &hash, &writer.holder);
+        assert_lease_left(&writer, deadline, before, after);
+        assert!(info.readers.is_empty() && info.waiting_writers.is_empty());
+        assert_eq!(info.expiry, way);
+        let text = info.to_string();
+        assert!(
+            text.starts_with("doc  0 readers  writer yes  0 waiting writers  (deadlines "),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "\n  writer {}  permits 1000000000  token ",
+                write.holder_id()
+            )),
+            "{text}"
+        );
+
+        // Downgraded and entered again (an entry count beside the hold, never a hold of its
+        // own), plus another reader.
+        let first = write.downgrade().await.unwrap();
+        let again = first.reenter().await.unwrap();
+        let second = doc.read().await.unwrap();
+        let info = admin.rwlock("doc").await.unwrap().unwrap();
+        assert!(info.writer.is_none(), "{way:?}: {info:?}");
+        let readers: Vec<&str> = info.readers.iter().map(|r| r.holder.as_str()).collect();
+        assert_eq!(readers, [first.holder_id(), second.holder_id()], "{way:?}");
+        assert!(info.readers.iter().all(|r| r.permits == 1), "{info:?}");
+
+        // A writer waits; a mark whose time has passed (its writer long gone) is not shown.
+        let waiting = tokio::spawn({
+            let doc = doc.clone();
+            async move { doc.write_timeout(Duration::from_secs(20)).await.unwrap() }
+        });
+        let writers_key = [&hash[..hash.len() - b"rw:doc".len()], b"rw-writers:doc"].concat();
+        let seen = within(PATIENCE, "the waiting writer's mark", async {
+            loop {
+                let marks: Vec<String> = raw.zrange(&writers_key, 0, -1).unwrap();
+                if !marks.is_empty() {
+                    break marks;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let _: () = raw.zadd(&writers_key, "ghost:1", 1).unwrap();
+        let info = admin.rwlock("doc").await.unwrap().unwrap();
+        assert_eq!(info.waiting_writers, seen, "{way:?}: {info:?}");
+        let text = info.to_string();
+        assert!(
+            text.starts_with("doc  2 readers  writer no  1 waiting writers  ("),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("\n  reader {}  permits 1", second.holder_id())),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("\n  waiting writer {}", seen[0])),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 4, "{text}");
+
+        // The list: every read-write lock under the prefix, and no semaphore.
+        let listed = admin.rwlocks().await.unwrap();
+        assert_eq!(listed.len(), 1, "{way:?}: {listed:?}");
+        assert_eq!(listed[0].name, b"doc");
+
+        // An operator frees the second reader; the first leaves entry by entry; the writer
+        // gets in.
+        let released = admin
+            .release_hold(HoldKind::RwLock, "doc", second.holder_id())
+            .await
+            .unwrap();
+        assert_eq!(released, HoldRelease::Released);
+        again.release().await.unwrap();
+        first.release().await.unwrap();
+        let write = within(PATIENCE, "the writer after the readers", waiting)
+            .await
+            .unwrap();
+        let info = admin.rwlock("doc").await.unwrap().unwrap();
+        assert_eq!(info.writer.unwrap().holder, write.holder_id());
+        assert!(info.waiting_writers.is_empty(), "{way:?}");
+        write.release().await.unwrap();
+        let _: () = raw.del(&writers_key).unwrap();
+    }
+}
+
+/// Every call that takes a name refuses an unusable one before it reaches Redis.
+#[tokio::test]
+async fn holds_by_an_unusable_name_are_refused() {
+    let fx = Fixture::start();
+    let admin = admin(&fx.server).await;
+    let name = "";
+    let errors = [
+        admin.semaphore(name).await.unwrap_err(),
+        admin.rwlock(name).await.unwrap_err(),
+        admin
+            .release_hold(HoldKind::Semaphore, name, "someone:1")
+            .await
+            .unwrap_err(),
+        admin.set_semaphore_limit(name, 3).await.unwrap_err(),
+    ];
+    for err in errors {
+        assert!(matches!(err, Error::InvalidName { .. }), "{err:?}");
+    }
+    assert!(fx.keys("*").is_empty());
 }

@@ -406,11 +406,14 @@ impl Admin {
         let field_expiry = fields
             .iter()
             .any(|(field, value)| field == b"~expiry" && value == b"fields");
-        let deadlines = if field_expiry {
+        let mut deadlines = if field_expiry {
             self.field_deadlines(keys, &fields).await?
         } else {
             deadlines
         };
+        // Oldest lease first: the zset is in that order already, field expiry is read in the
+        // hash's field order.
+        deadlines.sort_by(|a, b| a.1.total_cmp(&b.1));
         let number = |field: &[u8]| -> u32 {
             fields
                 .iter()
