@@ -24,7 +24,8 @@
 --     script running, so the permits in use are the sum over the live holds' fields (HVALS).
 --     The hash records "~expiry" -> "fields"; the zset is never written. The hash expires no
 --     earlier than its latest deadline (extended, never shortened: a semaphore whose holds
---     left early keeps its "~limit" until then) and is deleted when its last hold is released.
+--     left early keeps its "~limit" until then) and is deleted when its last hold is released
+--     (sem_settle).
 -- Every script reads the way from the hash (sem_mode), so clients that would choose
 -- differently (one configured for the zset, or connected before the server was upgraded)
 -- share a semaphore correctly. With the zset, both keys expire at the latest deadline
@@ -33,6 +34,9 @@
 
 -- Whether the semaphore being worked on keeps its deadlines as field expiry; set by sem_mode.
 local FIELD_EXPIRY = false
+
+-- The most fields of a field-expiry hash that sem_settle looks through for a live hold.
+local SETTLE_SCAN_FIELDS = 10
 
 -- Reads the way `hash` keeps its deadlines into FIELD_EXPIRY; `wanted` ("fields" or anything
 -- else) decides it for a semaphore that does not exist yet, if this server runs HPEXPIRETIME
@@ -188,8 +192,22 @@ end
 -- count a field the server has not reclaimed yet; such a hash goes at its own expiry.
 local function sem_settle(hash, leases)
   if FIELD_EXPIRY then
-    -- "~limit" and "~expiry" are the only fields of a hash without holds.
-    if redis.call('HLEN', hash) <= 2 then
+    -- "~limit" and "~expiry" are the only fields of a hash without holds. HLEN also counts a
+    -- field whose expiry passed but that the server has not reclaimed yet (a crashed
+    -- holder's), which HKEYS leaves out: a small hash is looked through for a live hold, so
+    -- the release of the last one deletes it, limit included, rather than leaving it to its
+    -- own expiry. A large one (many holds) is not, to keep each change O(1) there.
+    local fields = redis.call('HLEN', hash)
+    if fields > 2 and fields <= SETTLE_SCAN_FIELDS then
+      fields = 2
+      for _, field in ipairs(redis.call('HKEYS', hash)) do
+        if string.sub(field, 1, 1) ~= '~' then
+          fields = 3
+          break
+        end
+      end
+    end
+    if fields <= 2 then
       redis.call('DEL', hash, leases)
     end
     return

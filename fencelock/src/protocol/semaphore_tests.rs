@@ -630,6 +630,54 @@ async fn a_hold_with_field_expiry_is_laid_out_as_documented_and_leaves_nothing_b
     assert_nothing_left(&mut conn, &keys).await;
 }
 
+/// A crashed holder's field whose expiry passed but that the server has not reclaimed yet
+/// still counts in `HLEN`: the release of the last live hold looks through the small hash and
+/// deletes it, limit included, instead of leaving it (and its limit) to its own expiry.
+#[tokio::test]
+async fn the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashed_hold() {
+    let test = "the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashed_hold";
+    if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
+        return;
+    }
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    // One active expiry cycle a second: a field expired a few ms ago is usually still there.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hz")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let keys = sem_keys();
+    let mut judged = 0;
+    for round in 0..10 {
+        let (crashed, alive, op) = (
+            format!("crashed{round}"),
+            format!("alive{round}"),
+            format!("r{round}"),
+        );
+        super::tests::HOLD_FIELD_EXPIRY_SCOPE
+            .scope(true, async {
+                token_of(take(&mut conn, &keys, &crashed, 1, SHORT).await).unwrap();
+                token_of(take(&mut conn, &keys, &alive, 1, LEASE).await).unwrap();
+            })
+            .await;
+        tokio::time::sleep(SHORT + Duration::from_millis(5)).await;
+        let counted: usize = conn.hlen(&keys.lock).await.unwrap();
+        let reply = release(&mut conn, &keys, &alive, &op, OP_TTL, PubSub::Classic)
+            .await
+            .unwrap();
+        assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+        assert_nothing_left(&mut conn, &keys).await;
+        // `~limit`, `~expiry`, the live hold and the expired one not yet reclaimed.
+        judged += usize::from(counted == 4);
+    }
+    assert!(
+        judged > 0,
+        "the server reclaimed every expired field before the release"
+    );
+}
+
 /// A semaphore keeps the way it was created with, whatever later clients ask for: a lease-zset
 /// semaphore joined by a field-expiry client keeps its zset and `~used`, and the reverse keeps
 /// field expiry; the permits are counted right either way.

@@ -360,19 +360,3 @@ pub fn permits_held(hash: &std::collections::HashMap<String, String>) -> Result<
     }
     Ok(sum)
 }
-
-/// Asserts that the semaphore or read-write lock keys `keys` hold nothing. With hash-field
-/// expiry a hash may outlive its last release until its own expiry: `HLEN` still counts a
-/// crashed holder's expired field until the server reclaims it (DESIGN.md section 20); such a
-/// hash keeps no hold, and it expires.
-pub fn assert_no_hold_left(raw: &mut impl redis::ConnectionLike, keys: Vec<Vec<u8>>) {
-    for key in keys {
-        let fields: Vec<String> = raw.hkeys(&key).unwrap();
-        let ttl: i64 = raw.pttl(&key).unwrap();
-        assert!(
-            fields.iter().all(|f| f.starts_with('~')) && ttl > 0,
-            "left behind: {} {fields:?} (pttl {ttl})",
-            String::from_utf8_lossy(&key)
-        );
-    }
-}
