@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use common::deadline::within;
 use common::{key_slot_of_lock, Fixture};
-use fencelock::admin::{Admin, Check, HoldEntry, HoldKind, HoldRelease, LockEvent, Status};
-use fencelock::{Error, HoldExpiry, LockClient};
+use fencelock::admin::{
+    Admin, Check, HoldEntry, HoldKind, HoldRelease, LockEvent, SemaphoreInfo, Status,
+};
+use fencelock::{Error, FencingToken, HoldExpiry, LockClient};
 use fencelock_testing::{requires, Direction, FaultProxy, Feature, RedisServer};
 use redis::Commands;
 
@@ -850,7 +852,19 @@ async fn holds_of_a_semaphore_are_read_with_permits_tokens_and_leases_oldest_fir
         let listed = admin.semaphores().await.unwrap();
         let names: Vec<&[u8]> = listed.iter().map(|s| &s.name[..]).collect();
         assert_eq!(names, [&b"other"[..], b"pool"], "{way:?}");
-        assert_eq!(listed[1], admin.semaphore("pool").await.unwrap().unwrap());
+        // Read as one is read (the leases left aside: they shrink between the reads).
+        let holders = |info: &SemaphoreInfo| -> Vec<(String, u32, Option<FencingToken>)> {
+            let holds = info.holds.iter();
+            holds
+                .map(|h| (h.holder.clone(), h.permits, h.token))
+                .collect()
+        };
+        let one_read = admin.semaphore("pool").await.unwrap().unwrap();
+        assert_eq!(holders(&listed[1]), holders(&one_read));
+        assert_eq!(
+            (listed[1].limit, listed[1].used, listed[1].expiry),
+            (5, 4, way)
+        );
         assert_eq!(listed[0].holds[0].holder, other_held.holder_id());
 
         // The short lease runs out with no script run since: the zset way still has its field
@@ -971,16 +985,23 @@ async fn holds_of_a_read_write_lock_show_its_writer_readers_and_live_waiting_wri
         assert_eq!(readers, [first.holder_id(), second.holder_id()], "{way:?}");
         assert!(info.readers.iter().all(|r| r.permits == 1), "{info:?}");
 
-        // A writer waits; a mark whose time has passed (its writer long gone) is not shown.
-        let waiting = tokio::spawn({
-            let doc = doc.clone();
-            async move { doc.write_timeout(Duration::from_secs(20)).await.unwrap() }
-        });
+        // Three writers wait; a mark whose time has passed (its writer long gone) is not shown.
+        let writers: Vec<_> = (0..3)
+            .map(|_| {
+                let doc = doc.clone();
+                tokio::spawn(async move {
+                    let write = doc.write_timeout(Duration::from_secs(20)).await.unwrap();
+                    let token = write.token();
+                    write.release().await.unwrap();
+                    token
+                })
+            })
+            .collect();
         let writers_key = [&hash[..hash.len() - b"rw:doc".len()], b"rw-writers:doc"].concat();
-        let seen = within(PATIENCE, "the waiting writer's mark", async {
+        let seen = within(PATIENCE, "the waiting writers' marks", async {
             loop {
                 let marks: Vec<String> = raw.zrange(&writers_key, 0, -1).unwrap();
-                if !marks.is_empty() {
+                if marks.len() == 3 {
                     break marks;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -992,26 +1013,26 @@ async fn holds_of_a_read_write_lock_show_its_writer_readers_and_live_waiting_wri
         assert_eq!(info.waiting_writers, seen, "{way:?}: {info:?}");
         let text = info.to_string();
         assert!(
-            text.starts_with("doc  2 readers  writer no  1 waiting writers  ("),
+            text.starts_with("doc  2 readers  writer no  3 waiting writers  ("),
             "{text}"
         );
         assert!(
             text.contains(&format!("\n  reader {}  permits 1", second.holder_id())),
             "{text}"
         );
-        assert!(
-            text.contains(&format!("\n  waiting writer {}", seen[0])),
-            "{text}"
-        );
-        assert_eq!(text.lines().count(), 4, "{text}");
+        for waiting in &seen {
+            let line = format!("\n  waiting writer {waiting}");
+            assert!(text.contains(&line), "{text}");
+        }
+        assert_eq!(text.lines().count(), 6, "{text}");
 
         // The list: every read-write lock under the prefix, and no semaphore.
         let listed = admin.rwlocks().await.unwrap();
         assert_eq!(listed.len(), 1, "{way:?}: {listed:?}");
         assert_eq!(listed[0].name, b"doc");
 
-        // An operator frees the second reader; the first leaves entry by entry; the writer
-        // gets in.
+        // An operator frees the second reader; the first leaves entry by entry; the writers
+        // get in, each after the readers' writes and the one before.
         let released = admin
             .release_hold(HoldKind::RwLock, "doc", second.holder_id())
             .await
@@ -1019,13 +1040,22 @@ async fn holds_of_a_read_write_lock_show_its_writer_readers_and_live_waiting_wri
         assert_eq!(released, HoldRelease::Released);
         again.release().await.unwrap();
         first.release().await.unwrap();
-        let write = within(PATIENCE, "the writer after the readers", waiting)
-            .await
-            .unwrap();
-        let info = admin.rwlock("doc").await.unwrap().unwrap();
-        assert_eq!(info.writer.unwrap().holder, write.holder_id());
-        assert!(info.waiting_writers.is_empty(), "{way:?}");
-        write.release().await.unwrap();
+        let mut tokens = Vec::new();
+        for writer in writers {
+            tokens.push(
+                within(PATIENCE, "a writer after the readers", writer)
+                    .await
+                    .unwrap(),
+            );
+        }
+        tokens.sort();
+        assert!(
+            tokens[0] > second.token(),
+            "{tokens:?} after {}",
+            second.token()
+        );
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+        drop(second);
         let _: () = raw.del(&writers_key).unwrap();
     }
 }
@@ -1049,4 +1079,50 @@ async fn holds_by_an_unusable_name_are_refused() {
         assert!(matches!(err, Error::InvalidName { .. }), "{err:?}");
     }
     assert!(fx.keys("*").is_empty());
+}
+
+/// A hash whose `~expiry` names another way than field expiry keeps its deadlines in the lease
+/// zset, as the scripts read it (`sem_mode`): the operator reads it so too.
+#[tokio::test]
+async fn holds_of_a_hash_that_names_another_way_are_read_from_the_lease_zset() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let permit = client
+        .semaphore("pool", 2)
+        .unwrap()
+        .acquire(1)
+        .await
+        .unwrap();
+    let hash = fx.keys("fencelock:{*}sem:pool").pop().unwrap();
+    permit.release().await.unwrap();
+    let leases = [&hash[..hash.len() - b"sem:pool".len()], b"sem-leases:pool"].concat();
+    let mut raw = fx.raw();
+    let deadline = server_ms(&mut raw) as u64 + 60_000;
+    let _: () = redis::pipe()
+        .atomic()
+        .hset_multiple(
+            &hash,
+            &[
+                ("~limit", "2"),
+                ("~used", "1"),
+                ("~expiry", "zset"),
+                ("h:1", "1:7"),
+            ],
+        )
+        .zadd(&leases, "h:1", deadline)
+        .pexpire(&hash, 60_000)
+        .pexpire(&leases, 60_000)
+        .query(&mut raw)
+        .unwrap();
+    let admin = admin(&fx.server).await;
+    let info = admin.semaphore("pool").await.unwrap().expect("in use");
+    assert_eq!(info.expiry, HoldExpiry::LeaseZset, "{info:?}");
+    assert_eq!(
+        (info.limit, info.used, info.holds.len()),
+        (2, 1, 1),
+        "{info:?}"
+    );
+    assert_eq!(info.holds[0].token.map(|t| t.get()), Some(7));
+    let left = info.holds[0].lease_left.expect("a lease");
+    assert!(left > Duration::from_secs(50), "{left:?}");
 }
