@@ -509,4 +509,117 @@ mod tests {
         assert_eq!(Error::NotHeld.failure(), None);
         assert_eq!(Error::Protocol("x".into()).failure(), None);
     }
+
+    /// Each public predicate answers `true` for its own kind of error and `false` for every
+    /// other: callers branch on them (retry, re-connect, alert), so one that answered for a
+    /// neighbour would send a caller down the wrong branch.
+    #[test]
+    fn each_predicate_answers_for_its_own_errors_only() {
+        let token = |n| crate::FencingToken::new(n).unwrap();
+        let reason = || "x".to_owned();
+        let io = || redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        let errors: Vec<(&str, Error)> = vec![
+            ("invalid", Error::InvalidName { reason: reason() }),
+            (
+                "invalid",
+                Error::InvalidLease {
+                    lease: Duration::ZERO,
+                    reason: "x",
+                },
+            ),
+            ("invalid", Error::InvalidConfig { reason: reason() }),
+            ("invalid", Error::InvalidLockSet { reason: reason() }),
+            ("invalid", Error::InvalidMetadata { len: 2, max: 1 }),
+            ("invalid", Error::InvalidJob { reason: reason() }),
+            ("invalid", Error::InvalidPermits { reason: reason() }),
+            (
+                "timeout",
+                Error::Timeout {
+                    waited: Duration::ZERO,
+                },
+            ),
+            ("not held", Error::NotHeld),
+            ("wrong type", Error::WrongType { detail: reason() }),
+            (
+                "stale",
+                Error::StaleToken {
+                    presented: token(1),
+                    latest: token(2),
+                },
+            ),
+            ("", Error::TokenOverflow { detail: reason() }),
+            ("", Error::Cancelled),
+            ("permission", Error::PermissionDenied { detail: reason() }),
+            (
+                "replication",
+                Error::ReplicationTimeout {
+                    acked: 0,
+                    required: 1,
+                },
+            ),
+            (
+                "unsupported",
+                Error::UnsupportedServer {
+                    server: reason(),
+                    lacks: reason(),
+                },
+            ),
+            ("connection", Error::Redis(io())),
+            (
+                "auth",
+                Error::from(server_error(
+                    b"-WRONGPASS invalid username-password pair\r\n",
+                )),
+            ),
+            ("", Error::Redis(server_error(b"-ERR unknown command\r\n"))),
+            ("", Error::Protocol(reason())),
+        ];
+        for (kind, err) in &errors {
+            let answers = [
+                ("invalid", err.is_invalid_input()),
+                ("timeout", err.is_timeout()),
+                ("not held", err.is_not_held()),
+                ("wrong type", err.is_wrong_type()),
+                ("stale", err.is_stale_token()),
+                ("permission", err.is_permission_denied()),
+                ("replication", err.is_replication_timeout()),
+                ("unsupported", err.is_unsupported_server()),
+                ("connection", err.is_connection()),
+                ("auth", err.is_auth_refused()),
+            ];
+            for (predicate, answer) in answers {
+                assert_eq!(answer, predicate == *kind, "is {predicate}? for {err:?}");
+            }
+        }
+    }
+
+    /// The detail of an ACL refusal is the server's own words, with the `NOPERM` code left
+    /// out; a refusal found elsewhere in the error keeps the whole text.
+    #[test]
+    fn a_permission_refusal_keeps_the_servers_words() {
+        let noperm =
+            server_error(b"-NOPERM User x has no permissions to run the 'set' command\r\n");
+        match Error::from(noperm) {
+            Error::PermissionDenied { detail } => {
+                assert_eq!(detail, "User x has no permissions to run the 'set' command");
+            }
+            other => panic!("{other:?}"),
+        }
+        let script = server_error(
+            b"-ERR Error running script (call to f_x): @user_script:1: ACL failure in script\r\n",
+        );
+        match Error::from(script) {
+            Error::PermissionDenied { detail } => {
+                assert!(detail.contains("ACL failure in script"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let badarg = server_error(b"-FENCELOCK_BADARG lease must be positive\r\n");
+        match Error::from_reply(badarg) {
+            Error::Protocol(detail) => assert_eq!(detail, "lease must be positive"),
+            other => panic!("{other:?}"),
+        }
+        let foreign = server_error(b"-FENCELOCK_WRONGTYPE a string at the lock key\r\n");
+        assert!(Error::from_reply(foreign).is_wrong_type());
+    }
 }
