@@ -536,6 +536,8 @@ async fn admin_tells_a_refused_read_from_foreign_data() {
 
     let err = admin.lock("seen").await.unwrap_err();
     assert!(err.is_permission_denied(), "{err:?}");
+    // The refusal's own words, found among the aborted transaction's errors.
+    assert!(err.to_string().contains("'hgetall'"), "{err}");
     assert!(guard.is_valid(), "a refused read touches nothing");
     guard.release().await.unwrap();
 

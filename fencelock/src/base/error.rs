@@ -209,18 +209,16 @@ impl Error {
 
 /// The server's words for an ACL refusal, wherever it sits in the error.
 fn permission_detail(err: &redis::RedisError) -> String {
-    if err.code() == Some("NOPERM") {
-        return err.detail().unwrap_or_default().to_owned();
+    match refusal_among(err) {
+        Some((_, refused)) => refused.details().unwrap_or_default().to_owned(),
+        None => err.to_string(),
     }
-    if let Some((_, refused)) = refused_in_transaction(err) {
-        return refused.details().unwrap_or_default().to_owned();
-    }
-    err.to_string()
 }
 
-/// A command refused when queued in MULTI aborts the whole transaction; the refusal is one of
-/// the aborted transaction's errors, not the error's own code.
-fn refused_in_transaction(err: &redis::RedisError) -> Option<(usize, redis::ServerError)> {
+/// The ACL refusal (`NOPERM`) among a reply's server errors: the reply's own error, or one of
+/// an aborted transaction's (a command refused when queued in MULTI aborts the whole
+/// transaction, and the refusal is not the error's own code) or a pipeline's.
+fn refusal_among(err: &redis::RedisError) -> Option<(usize, redis::ServerError)> {
     err.clone()
         .into_server_errors()
         .and_then(|errors| errors.iter().find(|(_, e)| e.code() == "NOPERM").cloned())
@@ -274,7 +272,7 @@ impl Failure {
                 return failure;
             }
         }
-        if refused_in_transaction(err).is_some() {
+        if refusal_among(err).is_some() {
             return Failure::PermissionDenied;
         }
         // A command refused inside a script comes back as a plain script error; Redis 7.0
@@ -464,6 +462,24 @@ mod tests {
             Failure::of(&server_error(b"-ERR unknown command\r\n")),
             Failure::Other
         );
+        // The codes alone, as they come inside a reply (a pipeline's or a transaction's
+        // errors): the same classes.
+        for (code, class) in [
+            ("LOADING", Failure::NotReady),
+            ("TRYAGAIN", Failure::NotReady),
+            ("READONLY", Failure::NotPrimary),
+            ("MASTERDOWN", Failure::NotPrimary),
+            ("CLUSTERDOWN", Failure::NotPrimary),
+            ("MOVED", Failure::Redirected),
+            ("ASK", Failure::Redirected),
+            ("NOPERM", Failure::PermissionDenied),
+            ("WRONGPASS", Failure::AuthRefused),
+            ("NOAUTH", Failure::AuthRefused),
+            ("ERR", Failure::Other),
+            ("EXECABORT", Failure::Other),
+        ] {
+            assert_eq!(Failure::of_code(code), class, "{code}");
+        }
         // Transient: may or may not have run, or did not run for a reason that passes.
         for class in [
             Failure::ConnectionLost,
