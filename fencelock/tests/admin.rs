@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::deadline::within;
+use common::deadline::{within, HANDOFF};
 use common::{key_slot_of_lock, Fixture};
 use fencelock::admin::{
     Admin, Check, HoldEntry, HoldKind, HoldRelease, LockEvent, SemaphoreInfo, Status,
@@ -388,9 +388,9 @@ async fn every_queued_candidate_is_listed_in_turn_order() {
 
     leader.resign().await.unwrap();
     for candidate in candidates {
-        within(PATIENCE, "each queued candidate leads in turn", candidate)
-            .await
-            .unwrap();
+        // Each hands over on resigning: milliseconds, not the 30 s lease.
+        let what = "each queued candidate leads in turn (a missing wake-up?)";
+        within(HANDOFF, what, candidate).await.unwrap();
     }
 }
 
@@ -535,10 +535,11 @@ async fn a_watch_reports_each_change_once_and_nothing_while_the_hold_sits_still(
     let token = guard.token();
     guard.release().await.unwrap();
     let event = within(PATIENCE, "released", watch.next()).await.unwrap();
+    // A release is told from an expiry by the message the release publishes.
     assert!(
         matches!(&event, LockEvent::Released { holder: Some(holder), token: Some(t) }
             if holder.id == id && *t == token),
-        "{event:?}"
+        "a release seen as {event:?}: did the release publish its wake-up?"
     );
 }
 

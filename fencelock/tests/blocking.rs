@@ -351,7 +351,10 @@ fn an_election_from_threads_hands_over_and_a_follower_sees_each_leader() {
     std::thread::sleep(Duration::from_millis(100));
     let first_term = leader.term();
     leader.resign().unwrap();
-    let next = common::deadline::join_within(HANDOFF, "the waiting candidate", waiting).unwrap();
+    let next = common::deadline::join_within(HANDOFF, "the waiting candidate", waiting)
+        .unwrap_or_else(|err| {
+            panic!("the resignation did not hand over to the waiting candidate ({err}): missing wake-up?")
+        });
     assert!(next.term() > first_term);
     let seen = loop {
         // The vacancy between the two may or may not be seen.

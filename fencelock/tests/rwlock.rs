@@ -366,7 +366,7 @@ async fn a_reader_killed_with_sigkill_frees_its_share_within_its_lease() {
     let lock = client.rwlock("shared").unwrap();
     assert!(
         lock.try_write().await.unwrap().is_none(),
-        "the child's renewed read"
+        "the child's read ended at its first lease: its watchdog did not renew it"
     );
     let writer = tokio::spawn({
         let lock = lock.clone();

@@ -345,7 +345,7 @@ async fn a_permit_holder_killed_with_sigkill_gives_its_permit_back_within_its_le
     tokio::time::sleep(CHILD_LEASE * 2).await;
     assert!(
         pool.try_acquire(1).await.unwrap().is_none(),
-        "the child's renewed hold"
+        "the child's hold ended at its first lease: its watchdog did not renew it"
     );
     let waiter = tokio::spawn({
         let pool = pool.clone();
