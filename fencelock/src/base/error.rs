@@ -238,7 +238,11 @@ pub(crate) enum Failure {
     /// `io::ErrorKind`, so a redis-rs that classed them otherwise fails there.
     ConnectionLost,
     /// The server cannot serve the request yet (`LOADING` after a restart, `TRYAGAIN` during
-    /// a slot migration): it did not run; the same server may serve it soon.
+    /// a slot migration, `NOSCRIPT` from a node the script was not loaded on): it did not run;
+    /// the same server may serve it soon. A script call answered `NOSCRIPT` twice (redis-rs
+    /// loads the script after the first and calls it again) met a cluster node the load did not
+    /// reach, a primary just promoted while the client's map still names the old one: the next
+    /// attempt, after the map is refreshed, loads it there.
     NotReady,
     /// The node is not the primary that may serve the request: `READONLY` (a replica, or a
     /// demoted primary), `MASTERDOWN` (a replica cut off from its primary), `CLUSTERDOWN` (a
@@ -289,7 +293,7 @@ impl Failure {
     /// Classifies a server error code (a reply's `-CODE`, also an error value inside a reply).
     pub(crate) fn of_code(code: &str) -> Failure {
         match code {
-            "LOADING" | "TRYAGAIN" => Failure::NotReady,
+            "LOADING" | "TRYAGAIN" | "NOSCRIPT" => Failure::NotReady,
             "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" => Failure::NotPrimary,
             "MOVED" | "ASK" => Failure::Redirected,
             "NOPERM" => Failure::PermissionDenied,
@@ -437,9 +441,10 @@ mod tests {
 
     #[test]
     fn every_server_code_has_one_class_and_the_policies_follow_from_it() {
-        let cases: [(&[u8], Failure); 10] = [
+        let cases: [(&[u8], Failure); 11] = [
             (b"-LOADING Redis is loading the dataset in memory\r\n", Failure::NotReady),
             (b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", Failure::NotReady),
+            (b"-NOSCRIPT No matching script. Please use EVAL.\r\n", Failure::NotReady),
             (b"-READONLY You can't write against a read only replica.\r\n", Failure::NotPrimary),
             (b"-MASTERDOWN Link with MASTER is down\r\n", Failure::NotPrimary),
             (b"-CLUSTERDOWN The cluster is down\r\n", Failure::NotPrimary),
@@ -467,6 +472,7 @@ mod tests {
         for (code, class) in [
             ("LOADING", Failure::NotReady),
             ("TRYAGAIN", Failure::NotReady),
+            ("NOSCRIPT", Failure::NotReady),
             ("READONLY", Failure::NotPrimary),
             ("MASTERDOWN", Failure::NotPrimary),
             ("CLUSTERDOWN", Failure::NotPrimary),
