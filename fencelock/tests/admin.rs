@@ -37,6 +37,14 @@ fn check<'a>(checks: &'a [Check], name: &str) -> &'a Check {
         .unwrap_or_else(|| panic!("no {name} check in {checks:?}"))
 }
 
+/// The key of lock `name`, learned by taking and releasing it once (the lock is free after).
+async fn free_lock_key(fx: &Fixture, client: &LockClient, name: &str) -> Vec<u8> {
+    let guard = client.lock(name).unwrap().acquire().await.unwrap();
+    let key = fx.lock_key(name).unwrap();
+    guard.release().await.unwrap();
+    key
+}
+
 fn config_set(server: &RedisServer, key: &str, value: &str) {
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -137,9 +145,7 @@ async fn a_hand_written_lock_without_token_or_expiry_is_held_and_says_so() {
     let fx = Fixture::start();
     let client = fx.client().await;
     // Let fencelock lay the key out, then replace its fields by hand.
-    let guard = client.lock("orders").unwrap().acquire().await.unwrap();
-    let key = fx.lock_key("orders").unwrap();
-    guard.release().await.unwrap();
+    let key = free_lock_key(&fx, &client, "orders").await;
     let _: () = fx.raw().hset(&key, "someone:1", 2).unwrap();
 
     let admin = admin(&fx.server).await;
@@ -432,9 +438,7 @@ async fn a_jobs_record_shows_its_retention_and_when_it_finished() {
 async fn a_watch_tells_holders_apart_in_a_hash_without_a_token() {
     let fx = Fixture::start();
     let client = fx.client().await;
-    let guard = client.lock("orders").unwrap().acquire().await.unwrap();
-    let key = fx.lock_key("orders").unwrap();
-    guard.release().await.unwrap();
+    let key = free_lock_key(&fx, &client, "orders").await;
     let _: () = fx.raw().hset(&key, "first:1", 1).unwrap();
 
     let admin = admin(&fx.server).await;
@@ -549,9 +553,7 @@ async fn a_watch_reports_each_change_once_and_nothing_while_the_hold_sits_still(
 async fn a_hand_written_hold_with_an_expiry_shows_its_lease() {
     let fx = Fixture::start();
     let client = fx.client().await;
-    let guard = client.lock("orders").unwrap().acquire().await.unwrap();
-    let key = fx.lock_key("orders").unwrap();
-    guard.release().await.unwrap();
+    let key = free_lock_key(&fx, &client, "orders").await;
     let admin = admin(&fx.server).await;
     for (field, value) in [("someone:1", "1"), ("~token", "5")] {
         let _: () = redis::pipe()
