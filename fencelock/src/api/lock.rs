@@ -379,6 +379,7 @@ impl Lock {
         contended.store(true, Ordering::Relaxed);
         metrics::contended();
         let entry = waiters.enter(&self.keys.lock, self.fair_exit()).await?;
+        tracing::debug!(name: "fencelock.wait", holder, ahead = entry.ahead(), "waiting in this client's queue");
         // The local queue's last leaver takes the client off the Redis queue from here on.
         if let Some(first) = first {
             first.settled();

@@ -142,6 +142,7 @@ async fn wait_and_acquire<A: Acquisition>(
     let engine = acq.engine();
     metrics::contended();
     let entry = engine.waiters.enter(channel, None).await?;
+    tracing::debug!(name: "fencelock.wait", holder, ahead = entry.ahead(), "waiting in this client's queue");
     loop {
         if entry.wait(deadline).await == Wake::Deadline {
             return Err(Error::Timeout {

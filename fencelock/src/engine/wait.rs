@@ -170,11 +170,11 @@ impl Waiters {
             signal: AtomicU8::new(SIGNAL_NONE),
             notify: Notify::new(),
         });
-        let is_head = {
+        let ahead = {
             let mut queues = self.queues.lock();
             let queue = queues.entry(channel.to_vec()).or_default();
             queue.slots.push_back(slot.clone());
-            queue.slots.len() == 1
+            queue.slots.len() - 1
         };
         // From here on the entry owns the slot, so an error or a cancellation below still
         // removes it from the queue.
@@ -182,6 +182,7 @@ impl Waiters {
             waiters: self.clone(),
             channel: channel.to_vec(),
             slot,
+            ahead,
             acquired_lease: None,
             fair,
         };
@@ -195,7 +196,7 @@ impl Waiters {
             }
             tracing::debug!(error = %err, "subscribing failed on a lost connection; waiting on");
         }
-        if is_head {
+        if ahead == 0 {
             // The first waiter asks Redis once more now that it is subscribed: a release that
             // happened before the subscription was not seen.
             entry.slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
@@ -457,11 +458,19 @@ pub(crate) struct WaitEntry {
     waiters: Arc<Waiters>,
     channel: Vec<u8>,
     slot: Arc<Slot>,
+    /// How many waiters of this client were ahead of this one when it joined the queue.
+    ahead: usize,
     acquired_lease: Option<Duration>,
     fair: Option<FairExit>,
 }
 
 impl WaitEntry {
+    /// How many waiters of this client were ahead of this one when it joined the queue: the
+    /// turns of its client it waits for before its own, in fair handoff.
+    pub(crate) fn ahead(&self) -> usize {
+        self.ahead
+    }
+
     /// Records what Redis said about the holder's lease, for the head's fallback timer.
     pub(crate) fn observed_lease(&self, remaining: Option<Duration>) {
         let mut queues = self.waiters.queues.lock();
