@@ -1175,4 +1175,59 @@ mod fair {
         let value: String = conn.get(keys.queue()).await.unwrap();
         assert_eq!(value, "foreign");
     }
+
+    /// The claim's contract: a lock reserved for a client is claimed by one of its waiters,
+    /// and from then on it is held. Another waiter of the same client (a second task, its
+    /// `try_acquire`) finds it held like everyone else, and so do a re-sent claim's neighbours:
+    /// the claim must not leave the reservation in the held hash. Called by the scripts
+    /// directly, so it judges the scripts whatever the machine's load.
+    fn a_claimed_reservation_is_held_for_the_clients_other_waiters_too<'a>(
+        conn: &'a mut MultiplexedConnection,
+        keys: &'a LockKeys,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            token_of(fair_acquire(conn, keys, "ca:1", waiter("ca")).await);
+            fair_acquire(conn, keys, "cb:1", waiter("cb")).await;
+            fair_release(conn, keys, "ca:1", "ca:2", GRACE).await;
+            let claimed = token_of(fair_acquire(conn, keys, "cb:1", waiter("cb")).await);
+            for (holder, attempt) in [("cb:2", waiter("cb")), ("cb:3", trying("cb"))] {
+                match fair_acquire(conn, keys, holder, attempt).await {
+                    AcquireReply::Held { .. } => {}
+                    other => {
+                        return Err(format!(
+                            "{holder} of the reserved client got {other:?} while cb:1 held the \
+                             lock it claimed with {claimed:?}"
+                        ))
+                    }
+                }
+            }
+            if count(conn, keys, "cb:1").await != Some(1) {
+                return Err("the claim's holder lost the lock to its own client".into());
+            }
+            Ok(())
+        })
+    }
+
+    const CHECKS: [(&str, Check); 1] = [(
+        "a_claimed_reservation_is_held_for_the_clients_other_waiters_too",
+        a_claimed_reservation_is_held_for_the_clients_other_waiters_too,
+    )];
+
+    fn free_keys() -> LockKeys {
+        LockKeys::new(b"t:", b"res")
+    }
+
+    #[tokio::test]
+    async fn the_fair_handoff_contract_checks_hold() {
+        assert_checks_hold(&CHECKS, free_keys).await;
+    }
+
+    /// The fair-handoff control breaks the contract check above, on a fresh server, whatever
+    /// the timing: the scripts are called directly.
+    #[cfg(fencelock_negative_controls)]
+    #[tokio::test]
+    async fn the_fair_handoff_negative_control_is_caught() {
+        use crate::protocol::controls::Control;
+        assert_controls_caught(&[Control::ClaimKeepsReservation], &CHECKS, free_keys).await;
+    }
 }
