@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench workloads                # full run, ~3 minutes on 2 cores
 //! cargo bench --bench workloads -- --smoke     # every workload tiny; asserts invariants only
-//! cargo bench --bench workloads -- w3 w4       # a subset (w1..w8, callgrind)
+//! cargo bench --bench workloads -- w3 w4       # a subset (w1..w11, callgrind)
 //! cargo bench --bench workloads -- --callgrind # instructions per cycle only (needs valgrind)
 //! ```
 //!
@@ -3016,7 +3016,8 @@ fn main() {
     let out_dir = if smoke {
         std::env::temp_dir().join(format!("fencelock-bench-smoke-{}", std::process::id()))
     } else if let Some(dir) = std::env::var_os("FENCELOCK_BENCH_RESULTS") {
-        // Another server's run (scripts/bench-servers) keeps the main results as they are.
+        // Another server's run (BENCHMARKS.md: FENCELOCK_REDIS_SERVER and this variable)
+        // keeps the main results as they are.
         PathBuf::from(dir)
     } else {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results")

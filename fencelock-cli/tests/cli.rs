@@ -787,6 +787,9 @@ async fn an_unreachable_server_is_one_line_and_exit_code_3() {
             )),
             "{run:?}"
         );
+        // The address it tried, as the library's error names it.
+        let tried = format!("connecting to 127.0.0.1:{}: ", server.port());
+        assert!(run.stderr.contains(&tried), "{run:?}");
         assert_eq!(run.stdout, "");
     }
 }

@@ -3,8 +3,8 @@
 //! data when the holder does not listen.
 //!
 //! ```text
-//! cargo run --features testing --example lost_lease
-//! REDIS_URL=redis://127.0.0.1:7000/ cargo run --features testing --example lost_lease
+//! cargo run --example lost_lease
+//! REDIS_URL=redis://127.0.0.1:7000/ cargo run --example lost_lease
 //! ```
 //!
 //! 1. A holder takes `order:7` with a 1 s lease and works for three seconds: the client's

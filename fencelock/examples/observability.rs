@@ -2,8 +2,8 @@
 //! feature records, printed from an in-process recorder.
 //!
 //! ```text
-//! cargo run --features metrics,testing --example observability
-//! RUST_LOG=fencelock=trace,observability=info cargo run --features metrics,testing --example observability
+//! cargo run --features metrics --example observability
+//! RUST_LOG=fencelock=trace,observability=info cargo run --features metrics --example observability
 //! ```
 //!
 //! Two tasks compete for one lock inside a request span carrying a `trace_id`; the acquire

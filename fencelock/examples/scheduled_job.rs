@@ -2,8 +2,8 @@
 //! `Job::run_exclusive` from plain threads (the blocking API), with clocks that disagree.
 //!
 //! ```text
-//! cargo run --features testing --example scheduled_job
-//! REDIS_URL=redis://127.0.0.1:7000/ cargo run --features testing --example scheduled_job
+//! cargo run --example scheduled_job
+//! REDIS_URL=redis://127.0.0.1:7000/ cargo run --example scheduled_job
 //! ```
 //!
 //! Four instances (threads, each with its own client, as separate processes would have) fire

@@ -1,7 +1,7 @@
 //! Locks over TLS with a private CA: a `rediss://` URL and `LockClientBuilder::tls_root_ca`.
 //!
 //! ```text
-//! cargo run --features tls,testing --example tls
+//! cargo run --features tls --example tls
 //! ```
 //!
 //! Starts a throwaway `redis-server` with a TLS port and a certificate signed by a throwaway CA

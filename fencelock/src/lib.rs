@@ -162,7 +162,8 @@
 //!
 //! [`admin`] lists, inspects, watches and force-releases locks and checks a server for what
 //! breaks locks (`doctor`: eviction policy, persistence, replication, clock offset); the
-//! `fencelock` binary (feature `cli`) is a thin shell over it with documented exit codes.
+//! `fencelock` binary of the companion crate `fencelock-cli` (`cargo install fencelock-cli`)
+//! is a thin shell over it with documented exit codes.
 //!
 //! # Testing your own code
 //!

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, Fixture};
+use fencelock::admin::Admin;
 use fencelock::LockClient;
 use fencelock_testing::{Direction, FaultProxy};
 use redis::Commands;
@@ -40,6 +41,40 @@ impl Faulty {
             self.proxy.heal();
         });
         out
+    }
+}
+
+/// A loopback port nothing listens on: the system hands out a free one, and it is freed again.
+fn a_closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// A connect that reaches no server says which address it tried, whether that is the one
+/// server, a cluster's seed node or a Sentinel, and stays a connection error; the password of
+/// the URL does not show.
+#[tokio::test]
+async fn a_refused_connect_names_the_address_it_tried() {
+    let addr = format!("127.0.0.1:{}", a_closed_port());
+    let url = format!("redis://:hunter2@{addr}/");
+    let attempts = [
+        ("standalone", LockClient::connect(&url).await.err()),
+        ("cluster", LockClient::connect_cluster([&url]).await.err()),
+        (
+            "sentinel",
+            LockClient::connect_sentinel([&url], "primary").await.err(),
+        ),
+        ("admin", Admin::connect(&url).await.err()),
+    ];
+    for (client, err) in attempts {
+        let err = err.unwrap_or_else(|| panic!("{client}: connected to a closed port"));
+        let text = err.to_string();
+        assert!(
+            text.contains("connecting to") && text.contains(&addr),
+            "{client}: {text}"
+        );
+        assert!(!text.contains("hunter2"), "{client}: {text}");
+        assert!(err.is_connection(), "{client}: {err:?}");
     }
 }
 

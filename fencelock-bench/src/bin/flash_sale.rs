@@ -73,13 +73,13 @@
 //! # Running it
 //!
 //! ```text
-//! scripts/demo                                   # installs redis-server if needed, then runs this
-//! cargo run --release --example flash_sale
-//! cargo run --release --example flash_sale -- --quick
-//! cargo run --release --example flash_sale -- --chaos
-//! cargo run --release --example flash_sale -- --quick --chaos --seed 7
-//! cargo run --release --example flash_sale -- --items 500 --clients 8 --tasks 32
-//! REDIS_URL=redis://127.0.0.1:7000/ cargo run --release --example flash_sale
+//! scripts/demo                    # installs redis-server if needed, then runs this
+//! cargo run --release -p fencelock-bench --bin flash_sale
+//! cargo run --release -p fencelock-bench --bin flash_sale -- --quick
+//! cargo run --release -p fencelock-bench --bin flash_sale -- --chaos
+//! cargo run --release -p fencelock-bench --bin flash_sale -- --quick --chaos --seed 7
+//! cargo run --release -p fencelock-bench --bin flash_sale -- --items 500 --clients 8 --tasks 32
+//! REDIS_URL=redis://127.0.0.1:7000/ cargo run --release -p fencelock-bench --bin flash_sale
 //! ```
 //!
 //! Without `REDIS_URL` the demo starts its own throwaway `redis-server` on a free loopback

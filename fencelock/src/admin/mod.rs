@@ -134,7 +134,7 @@ impl Admin {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for an unusable URL; [`Error::Redis`] when the server cannot be
-    /// reached or refuses the credentials.
+    /// reached (the message names its address) or refuses the credentials.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped `connect` leaves nothing behind but a closed connection.
@@ -171,6 +171,7 @@ impl Admin {
             let settings = info.redis_settings().clone().set_protocol(protocol);
             redis::Client::open(info.clone().set_redis_settings(settings))
         };
+        let connecting = |err: redis::RedisError| Error::connecting(info.addr(), err);
         let client = with(ProtocolVersion::RESP3)?;
         match client
             .get_multiplexed_async_connection_with_config(&connection_config())
@@ -188,7 +189,8 @@ impl Admin {
                 let client = with(ProtocolVersion::RESP2)?;
                 let conn = client
                     .get_multiplexed_async_connection_with_config(&connection_config())
-                    .await?;
+                    .await
+                    .map_err(connecting)?;
                 Ok(Admin {
                     client,
                     conn,
@@ -196,7 +198,7 @@ impl Admin {
                     resp3: false,
                 })
             }
-            Err(err) => Err(err.into()),
+            Err(err) => Err(connecting(err)),
         }
     }
 

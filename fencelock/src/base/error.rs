@@ -1,5 +1,6 @@
 //! The one error type of the crate.
 
+use std::fmt;
 use std::time::Duration;
 
 use super::token::FencingToken;
@@ -161,6 +162,8 @@ pub enum Error {
 
     /// Talking to Redis failed. The operation may or may not have taken effect; fencelock retries
     /// mutating operations with the same operation id so that a retry never applies twice.
+    /// A connect that reached no server says which address it tried (`host:port`, never the
+    /// password): the server's, the cluster's seed nodes' or the Sentinels'.
     #[error("redis: {0}")]
     Redis(redis::RedisError),
 
@@ -197,6 +200,27 @@ impl Error {
         }
     }
 
+    /// The error of a failed connect to `to`: an address (`host:port`, a socket path) or a list
+    /// of them, never a URL, so no password shows. A connection failure says where it was
+    /// going ("connecting to 127.0.0.1:6380: Connection refused") and keeps its kinds, redis-rs'
+    /// `Io` and the I/O error's own, so it classifies exactly as it did; any other error
+    /// (refused credentials, a server's reply) is as [`From`], already self-explanatory.
+    pub(crate) fn connecting(to: impl fmt::Display, err: redis::RedisError) -> Error {
+        if !err.is_io_error() {
+            return Error::from(err);
+        }
+        // redis-rs' own I/O errors without an `io::Error` inside (a cluster client that reached
+        // no seed node) count as a dropped connection there; `NotConnected` keeps that.
+        let kind = io_error_in(&err).map_or(std::io::ErrorKind::NotConnected, std::io::Error::kind);
+        let addressed = Unreachable {
+            to: to.to_string(),
+            cause: err,
+        };
+        Error::Redis(redis::RedisError::from(std::io::Error::new(
+            kind, addressed,
+        )))
+    }
+
     /// What a failed request says about itself and the server, for a Redis error; `None` for
     /// every error fencelock decided on by itself.
     pub(crate) fn failure(&self) -> Option<Failure> {
@@ -204,6 +228,38 @@ impl Error {
             Error::Redis(err) => Some(Failure::of(err)),
             _ => None,
         }
+    }
+}
+
+/// The `io::Error` inside a redis-rs error. redis-rs 1.x keeps it behind an `Arc`, and its
+/// `source()` is that `Arc`; `tests::a_failed_connect_names_its_address_and_keeps_its_class`
+/// fails if a redis-rs release hides it otherwise.
+fn io_error_in(err: &redis::RedisError) -> Option<&std::io::Error> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let cause = std::error::Error::source(err)?;
+    cause.downcast_ref::<std::io::Error>().or_else(|| {
+        cause
+            .downcast_ref::<Shared>()
+            .and_then(|shared| shared.downcast_ref::<std::io::Error>())
+    })
+}
+
+/// A connection failure and where it was going: the message of [`Error::connecting`].
+#[derive(Debug)]
+struct Unreachable {
+    to: String,
+    cause: redis::RedisError,
+}
+
+impl fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "connecting to {}: {}", self.to, self.cause)
+    }
+}
+
+impl std::error::Error for Unreachable {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.cause)
     }
 }
 
@@ -587,6 +643,7 @@ mod tests {
                 },
             ),
             ("connection", Error::Redis(io())),
+            ("connection", Error::connecting("127.0.0.1:7", io())),
             (
                 "auth",
                 Error::from(server_error(
@@ -613,6 +670,56 @@ mod tests {
                 assert_eq!(answer, predicate == *kind, "is {predicate}? for {err:?}");
             }
         }
+    }
+
+    /// A failed connect names the address it tried and classifies exactly as the bare failure
+    /// did: the I/O kind survives (redis-rs' narrower checks answer as before), and an error
+    /// that is not a connection failure is left as it was.
+    #[test]
+    fn a_failed_connect_names_its_address_and_keeps_its_class() {
+        use std::io::ErrorKind::*;
+        let general = || {
+            // redis-rs' own I/O error, with no `io::Error` inside (a cluster client that
+            // reached no seed node).
+            redis::RedisError::from((redis::ErrorKind::Io, "Failed to create initial connections"))
+        };
+        let failures = [
+            ConnectionRefused,
+            TimedOut,
+            ConnectionReset,
+            NotFound,
+            Other,
+        ]
+        .map(|kind| redis::RedisError::from(std::io::Error::from(kind)));
+        for bare in failures.into_iter().chain([general()]) {
+            let err = Error::connecting("127.0.0.1:7, 127.0.0.1:8", bare.clone());
+            let text = err.to_string();
+            assert!(
+                text.starts_with("redis: connecting to 127.0.0.1:7, 127.0.0.1:8: "),
+                "{text}"
+            );
+            assert!(text.ends_with(&bare.to_string()), "{text}");
+            assert!(err.is_connection(), "{err:?}");
+            let Error::Redis(inner) = &err else {
+                panic!("{err:?}")
+            };
+            assert_eq!(Failure::of(inner), Failure::of(&bare), "{bare:?}");
+            assert_eq!(
+                inner.is_connection_refusal(),
+                bare.is_connection_refusal(),
+                "{bare:?}"
+            );
+            assert_eq!(inner.is_timeout(), bare.is_timeout(), "{bare:?}");
+            assert_eq!(
+                inner.is_connection_dropped(),
+                bare.is_connection_dropped(),
+                "{bare:?}"
+            );
+        }
+        let wrongpass = server_error(b"-WRONGPASS invalid username-password pair\r\n");
+        let err = Error::connecting("127.0.0.1:7", wrongpass);
+        assert!(err.is_auth_refused(), "{err:?}");
+        assert!(!err.to_string().contains("127.0.0.1:7"), "{err}");
     }
 
     /// The detail of an ACL refusal is the server's own words, with the `NOPERM` code left

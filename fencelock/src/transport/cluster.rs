@@ -8,6 +8,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::ProtocolVersion;
 
+use super::addresses;
 use super::push::{push_handler, PushListener};
 use crate::base::config::ClientConfig;
 use crate::base::error::Error;
@@ -34,5 +35,8 @@ pub(crate) async fn connect(
         .retries(5)
         .max_retry_wait(500)
         .build()?;
-    Ok(client.get_async_connection().await?)
+    client
+        .get_async_connection()
+        .await
+        .map_err(|err| Error::connecting(format!("cluster seed nodes {}", addresses(nodes)), err))
 }

@@ -18,7 +18,7 @@ pub(crate) mod standalone;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::protocol::PubSub;
 pub(crate) use push::PushListener;
@@ -93,6 +93,17 @@ impl ConnectionLike for Conn {
             Conn::Sentinel(c) => c.current().get_db(),
         }
     }
+}
+
+/// The addresses (`host:port`) of `urls`, for an error message: never their credentials.
+/// A URL that does not parse is left out (connecting to it fails first, saying so).
+pub(crate) fn addresses(urls: &[String]) -> String {
+    let addrs: Vec<String> = urls
+        .iter()
+        .filter_map(|url| url.as_str().into_connection_info().ok())
+        .map(|info| info.addr().to_string())
+        .collect();
+    addrs.join(", ")
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use redis::{
     Cmd, ConnectionAddr, Pipeline, ProtocolVersion, RedisConnectionInfo, RedisFuture, Value,
 };
 
+use super::addresses;
 use super::push::PushListener;
 use super::standalone::connect_manager;
 use crate::base::config::{ClientConfig, NodeAuth};
@@ -72,7 +73,8 @@ impl SentinelConn {
         let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
         let client = sentinel
             .async_master_for(master_name, Some(&node_info))
-            .await?;
+            .await
+            .map_err(|err| Error::connecting(format!("Sentinels {}", addresses(sentinels)), err))?;
         let addr = client.get_connection_info().addr().clone();
         let conn = connect_manager(client.clone(), config, listener.clone()).await?;
         Ok(SentinelConn {

@@ -32,6 +32,7 @@ pub(crate) async fn connect(
 }
 
 /// A self-reconnecting RESP3 connection to one server whose push messages go to `listener`.
+/// A failure to connect names the server's address.
 pub(crate) async fn connect_manager(
     client: redis::Client,
     config: &ClientConfig,
@@ -44,7 +45,10 @@ pub(crate) async fn connect_manager(
         .set_max_delay(Duration::from_millis(500))
         .set_automatic_resubscription()
         .set_push_sender(push_handler(listener));
-    Ok(ConnectionManager::new_with_config(client, manager_config).await?)
+    let addr = client.get_connection_info().addr().to_string();
+    ConnectionManager::new_with_config(client, manager_config)
+        .await
+        .map_err(|err| Error::connecting(addr, err))
 }
 
 /// A redis-rs client for `info`, with the client's private CA when it has one.
