@@ -274,3 +274,55 @@ async fn a_waiter_rides_out_an_outage_longer_than_the_retry_window() {
         .unwrap();
     acquired.release().await.unwrap();
 }
+
+/// The same across a real server restart that lasts longer than the retry window: the server is
+/// killed, stays down for four windows, and comes back empty. The waiter neither fails with a
+/// transport error nor sleeps until the lost holder's 60 s lease would have ended: the lost
+/// connection sends it back to Redis, it retries until the server answers, and it finds the
+/// lock free, with a token still above the lost holder's (the clock floor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_server_restart_longer_than_the_retry_window() {
+    let mut fx = Fixture::start();
+    let window = Duration::from_millis(500);
+    let holder_client = fx.client().await;
+    let waiter_client = LockClient::builder(fx.server.url())
+        .retry_window(window)
+        .connect()
+        .await
+        .unwrap();
+    let guard = holder_client
+        .lock("restarted")
+        .unwrap()
+        .with_lease(Duration::from_secs(60))
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let lost_token = guard.token();
+    let waiter_lock = waiter_client.lock("restarted").unwrap();
+    let waiter =
+        tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
+    let key = fx.lock_key("restarted").unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || fx.subscribers(&key) == 1).await,
+        "the waiter never subscribed"
+    );
+
+    fx.server.kill();
+    tokio::time::sleep(window * 4).await;
+    if waiter.is_finished() {
+        panic!(
+            "the waiter gave up while the server was down: {:?}",
+            waiter.await.unwrap().map(|guard| guard.token())
+        );
+    }
+    fx.server.start_again().unwrap();
+
+    let acquired = woken("the waiter after the server came back empty", waiter)
+        .await
+        .unwrap()
+        .expect("the waiter rode out the restart");
+    assert!(acquired.token() > lost_token, "the clock floor holds");
+    acquired.release().await.unwrap();
+    drop(guard);
+}
