@@ -223,6 +223,45 @@ async fn a_release_missed_while_disconnected_does_not_strand_the_waiter() {
     acquired.release().await.unwrap();
 }
 
+/// The retry window of the waiters that ride out outages longer than it.
+const SHORT_WINDOW: Duration = Duration::from_millis(500);
+
+/// A lock `name` held with a 60 s lease by a client of `fx`'s server, and a waiter for it, on
+/// a client of `waiter_url` with a [`SHORT_WINDOW`], that waits up to 30 s and is subscribed
+/// (so waiting) when this returns.
+async fn waiting_behind_a_long_hold(
+    fx: &Fixture,
+    waiter_url: String,
+    name: &str,
+) -> (
+    fencelock::LockGuard,
+    tokio::task::JoinHandle<Result<fencelock::LockGuard, fencelock::Error>>,
+) {
+    let holder_client = fx.client().await;
+    let waiter_client = LockClient::builder(waiter_url)
+        .retry_window(SHORT_WINDOW)
+        .connect()
+        .await
+        .unwrap();
+    let guard = holder_client
+        .lock(name)
+        .unwrap()
+        .with_lease(Duration::from_secs(60))
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let waiter_lock = waiter_client.lock(name).unwrap();
+    let waiter =
+        tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
+    let key = fx.lock_key(name).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || fx.subscribers(&key) == 1).await,
+        "the waiter never subscribed"
+    );
+    (guard, waiter)
+}
+
 /// A waiter waits for the lock, not for one request: an outage longer than the retry window
 /// (here four of them, with every connection attempt accepted and reset, as a server that
 /// is going away does) is ridden out until the waiter's own deadline, and the release that
@@ -231,33 +270,11 @@ async fn a_release_missed_while_disconnected_does_not_strand_the_waiter() {
 async fn a_waiter_rides_out_an_outage_longer_than_the_retry_window() {
     let fx = Fixture::start();
     let proxy = FaultProxy::start(fx.server.addr()).unwrap();
-    let window = Duration::from_millis(500);
-    let holder_client = fx.client().await;
-    let waiter_client = LockClient::builder(proxy.url())
-        .retry_window(window)
-        .connect()
-        .await
-        .unwrap();
-    let guard = holder_client
-        .lock("outage")
-        .unwrap()
-        .with_lease(Duration::from_secs(60))
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    let waiter_lock = waiter_client.lock("outage").unwrap();
-    let waiter =
-        tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
-    let key = fx.lock_key("outage").unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || fx.subscribers(&key) == 1).await,
-        "the waiter never subscribed"
-    );
+    let (guard, waiter) = waiting_behind_a_long_hold(&fx, proxy.url(), "outage").await;
 
     proxy.refuse_new(true);
     proxy.reset_all();
-    tokio::time::sleep(window * 4).await;
+    tokio::time::sleep(SHORT_WINDOW * 4).await;
     if waiter.is_finished() {
         panic!(
             "the waiter gave up during the outage: {:?}",
@@ -283,33 +300,12 @@ async fn a_waiter_rides_out_an_outage_longer_than_the_retry_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_rides_out_a_server_restart_longer_than_the_retry_window() {
     let mut fx = Fixture::start();
-    let window = Duration::from_millis(500);
-    let holder_client = fx.client().await;
-    let waiter_client = LockClient::builder(fx.server.url())
-        .retry_window(window)
-        .connect()
-        .await
-        .unwrap();
-    let guard = holder_client
-        .lock("restarted")
-        .unwrap()
-        .with_lease(Duration::from_secs(60))
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let url = fx.server.url();
+    let (guard, waiter) = waiting_behind_a_long_hold(&fx, url, "restarted").await;
     let lost_token = guard.token();
-    let waiter_lock = waiter_client.lock("restarted").unwrap();
-    let waiter =
-        tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
-    let key = fx.lock_key("restarted").unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || fx.subscribers(&key) == 1).await,
-        "the waiter never subscribed"
-    );
 
     fx.server.kill();
-    tokio::time::sleep(window * 4).await;
+    tokio::time::sleep(SHORT_WINDOW * 4).await;
     if waiter.is_finished() {
         panic!(
             "the waiter gave up while the server was down: {:?}",
