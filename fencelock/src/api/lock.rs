@@ -12,10 +12,10 @@ use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::replica_ack::{OnShortfall, ReplicaAck};
-use crate::base::retry::waiting_window;
+use crate::engine::acquisition::{self, Attempt, Attempts, Waiting};
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
-use crate::engine::wait::{FairExit, FirstAttempt, Wake};
+use crate::engine::wait::FairExit;
 use crate::protocol::keys::validate_name;
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
 use crate::transport::ack_pool;
@@ -184,7 +184,7 @@ impl Lock {
             let mut pending = self.pending(&holder);
             let window = self.client.engine.config.retry_window;
             match self.attempt(&holder, &mut pending, false, window).await? {
-                Attempt::Won(guard) => Ok(Some(guard)),
+                Attempt::Won { held, .. } => Ok(Some(held)),
                 Attempt::Busy(_) => Ok(None),
             }
         })
@@ -297,62 +297,30 @@ impl Lock {
         outcome
     }
 
+    /// The acquire loop (`engine::acquisition`) with this lock's attempt: a fast attempt, then
+    /// waiting in this client's queue until an attempt wins or `deadline` passes.
     async fn acquire_until(
         &self,
         deadline: Option<Instant>,
         contended: &AtomicBool,
     ) -> Result<LockGuard, Error> {
-        let started = Instant::now();
-        let Some(deadline) = deadline else {
-            return self.acquire_within(None, started, contended).await;
+        let engine = &self.client.engine;
+        let holder = engine.next_id();
+        let pending = self.pending(&holder);
+        let how = Waiting {
+            waiters: &engine.waiters,
+            channel: &self.keys.lock,
+            fair: self.fair_exit(),
+            retry_window: engine.config.retry_window,
+            winner_lease: Some(self.lease()),
+            contended: Some(contended),
         };
-        // The deadline bounds everything, also an attempt that is being retried because Redis
-        // does not answer: at the deadline the attempt is dropped, and its drop guard undoes
-        // it in the background if it ran.
-        match tokio::time::timeout_at(
-            deadline.into(),
-            self.acquire_within(Some(deadline), started, contended),
-        )
-        .await
-        {
-            Ok(outcome) => outcome,
-            Err(_elapsed) => Err(Error::Timeout {
-                waited: started.elapsed(),
-            }),
-        }
-    }
-
-    async fn acquire_within(
-        &self,
-        deadline: Option<Instant>,
-        started: Instant,
-        contended: &AtomicBool,
-    ) -> Result<LockGuard, Error> {
-        let holder = self.client.engine.next_id();
-        let mut pending = self.pending(&holder);
-        let waiters = &self.client.engine.waiters;
-
-        // The fast path: one round trip when the lock is free. Skipped when waiters of this
-        // client are queued, so a newcomer cannot overtake them.
-        let mut first = None;
-        if !waiters.has_waiters(&self.keys.lock) {
-            let attempt = FirstAttempt::new(waiters, self.fair_exit());
-            let window = self.client.engine.config.retry_window;
-            if let Attempt::Won(guard) = self.attempt(&holder, &mut pending, true, window).await? {
-                attempt.settled();
-                return Ok(guard);
-            }
-            first = Some(attempt);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::Timeout {
-                waited: started.elapsed(),
-            });
-        }
-        // Boxed: the waiting state is large, and inline it would make every acquire future
-        // (moved a few times on its way to being polled) that much larger, also uncontended.
-        Box::pin(self.wait_and_acquire(&holder, &mut pending, deadline, started, contended, first))
-            .await
+        let attempts = LockAttempts {
+            lock: self,
+            holder,
+            pending,
+        };
+        acquisition::acquire_with(how, deadline, attempts).await
     }
 
     /// What a fair-mode client must undo in Redis when an acquisition leaves without the lock.
@@ -362,43 +330,6 @@ impl Lock {
             client: self.client.engine.id.clone(),
             grace,
         })
-    }
-
-    /// The slow path of an acquisition: queue behind this client's other waiters and try
-    /// again on each wake-up until the lock is won or the deadline passes.
-    async fn wait_and_acquire(
-        &self,
-        holder: &str,
-        pending: &mut PendingOp,
-        deadline: Option<Instant>,
-        started: Instant,
-        contended: &AtomicBool,
-        first: Option<FirstAttempt>,
-    ) -> Result<LockGuard, Error> {
-        let waiters = &self.client.engine.waiters;
-        contended.store(true, Ordering::Relaxed);
-        metrics::contended();
-        let entry = waiters.enter(&self.keys.lock, self.fair_exit()).await?;
-        tracing::debug!(name: "fencelock.wait", holder, ahead = entry.ahead(), "waiting in this client's queue");
-        // The local queue's last leaver takes the client off the Redis queue from here on.
-        if let Some(first) = first {
-            first.settled();
-        }
-        loop {
-            if entry.wait(deadline).await == Wake::Deadline {
-                return Err(Error::Timeout {
-                    waited: started.elapsed(),
-                });
-            }
-            let window = waiting_window(self.client.engine.config.retry_window, deadline);
-            match self.attempt(holder, pending, true, window).await? {
-                Attempt::Won(guard) => {
-                    entry.acquired(self.lease());
-                    return Ok(guard);
-                }
-                Attempt::Busy(remaining) => entry.observed_lease(remaining),
-            }
-        }
     }
 
     fn pending(&self, holder: &str) -> PendingOp {
@@ -422,7 +353,7 @@ impl Lock {
         pending: &mut PendingOp,
         waiting: bool,
         window: Duration,
-    ) -> Result<Attempt, Error> {
+    ) -> Result<Attempt<LockGuard>, Error> {
         let fair = self.client.engine.fair_attempt(waiting);
         let lease = self.lease();
         let op_ttl = self.client.engine.config.op_record_ttl;
@@ -491,7 +422,10 @@ impl Lock {
                 if holder.watched {
                     self.client.engine.watchdog.watch(&holder);
                 }
-                Ok(Attempt::Won(LockGuard::new(holder)))
+                Ok(Attempt::Won {
+                    held: LockGuard::new(holder),
+                    hand_on: false,
+                })
             }
             AcquireReply::Held { pttl } => Ok(Attempt::Busy(pttl)),
             AcquireReply::Cancelled => Err(Error::Cancelled),
@@ -525,6 +459,27 @@ impl Lock {
     }
 }
 
+/// The attempts of one acquisition of a lock that waits: one holder id, one pending operation.
+struct LockAttempts<'a> {
+    lock: &'a Lock,
+    holder: String,
+    pending: PendingOp,
+}
+
+impl Attempts for LockAttempts<'_> {
+    type Held = LockGuard;
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    async fn attempt(&mut self, window: Duration) -> Result<Attempt<LockGuard>, Error> {
+        self.lock
+            .attempt(&self.holder, &mut self.pending, true, window)
+            .await
+    }
+}
+
 /// What an acquire method returns: a guard, or (try_acquire) maybe one.
 trait Acquisition {
     fn guard(&self) -> Option<&LockGuard>;
@@ -540,11 +495,6 @@ impl Acquisition for Option<LockGuard> {
     fn guard(&self) -> Option<&LockGuard> {
         self.as_ref()
     }
-}
-
-enum Attempt {
-    Won(LockGuard),
-    Busy(Option<Duration>),
 }
 
 impl LockClient {

@@ -1,22 +1,26 @@
-//! The acquire loop of the holds with leases of their own (semaphore permits, read-write lock
-//! holds): one try, or a fast attempt and then waiting in this client's FIFO on the hold's
-//! channel, going back to Redis on every wake-up until the hold is won or the deadline passes.
-//! The handles in `api` say what one attempt is ([`Acquisition`]); the loop, the deadline and
-//! the undo of an attempt nobody waits for are here, once.
+//! The acquire loop of every acquisition that waits (a lock's, a semaphore's permits, a
+//! read-write lock's holds): a fast attempt, then waiting in this client's FIFO on the
+//! channel, going back to Redis on every wake-up until it wins or the deadline passes. The
+//! callers say what one attempt is ([`Attempts`]); the loop, the deadline and fair handoff's
+//! first-attempt guard are here, once ([`acquire_with`]). The holds' handles describe
+//! themselves through [`Acquisition`], which also gives them one try ([`try_once`]).
 //!
-//! A lock's acquisition (`api::lock`) is not on this loop: it also serves fair handoff's
-//! reservations and replica acknowledgement, which holds do not have.
+//! A multi-lock (`api::multi`) has a loop of its own: it moves between the queues of its
+//! members.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::pending::PendingOp;
-use super::wait::Wake;
+use super::wait::{FairExit, FirstAttempt, Waiters, Wake};
 use super::Engine;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::retry::waiting_window;
 
 /// The outcome of one attempt.
+#[derive(Debug)]
 pub(crate) enum Attempt<W> {
     /// Won. `hand_on`: the next waiter of this client on the same channel may get in too (a
     /// semaphore with permits left, a reader), so it tries at once instead of waiting for the
@@ -78,13 +82,105 @@ pub(crate) async fn acquire_until<A: Acquisition>(
     acq: &A,
     deadline: Option<Instant>,
 ) -> Result<A::Held, Error> {
+    let engine = acq.engine();
+    let holder = engine.next_id();
+    let pending = acq.pending(&holder);
+    let channel = acq.channel();
+    let how = Waiting {
+        waiters: &engine.waiters,
+        channel: &channel,
+        fair: None,
+        retry_window: engine.config.retry_window,
+        winner_lease: None,
+        contended: None,
+    };
+    acquire_with(
+        how,
+        deadline,
+        HoldAttempts {
+            acq,
+            holder,
+            pending,
+        },
+    )
+    .await
+}
+
+/// The attempts of one hold's acquisition: one holder id, one pending operation.
+struct HoldAttempts<'a, A> {
+    acq: &'a A,
+    holder: String,
+    pending: PendingOp,
+}
+
+impl<A: Acquisition> Attempts for HoldAttempts<'_, A> {
+    type Held = A::Held;
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    async fn attempt(&mut self, window: Duration) -> Result<Attempt<A::Held>, Error> {
+        self.acq
+            .attempt(&self.holder, &mut self.pending, true, window)
+            .await
+    }
+}
+
+/// The attempts of one acquisition that waits, as its loop sees them. (A trait rather than an
+/// async closure: the future of an async closure that borrows its state cannot be shown to be
+/// `Send` by the compiler yet, and acquire futures must be.)
+pub(crate) trait Attempts {
+    /// What a won attempt returns.
+    type Held;
+
+    /// The acquisition's holder id, which its trace events name.
+    fn holder(&self) -> &str;
+
+    /// One acquire round trip of a caller that will wait, re-sent within `window` while its
+    /// outcome is unknown, with its undo armed while in flight.
+    async fn attempt(&mut self, window: Duration) -> Result<Attempt<Self::Held>, Error>;
+}
+
+/// What waiting needs besides the attempts: where a lock's acquisition and a hold's differ.
+pub(crate) struct Waiting<'a> {
+    /// The client's waiters.
+    pub(crate) waiters: &'a Arc<Waiters>,
+    /// The channel the acquisition waits on, and so the local queue it joins.
+    pub(crate) channel: &'a [u8],
+    /// What a fair-handoff client undoes in Redis when the acquisition leaves without the lock
+    /// (`None`: not a fair-handoff lock).
+    pub(crate) fair: Option<FairExit>,
+    /// How long the fast attempt is re-sent while its outcome is unknown.
+    pub(crate) retry_window: Duration,
+    /// A lock's lease: a won attempt holds the next local waiter for it (nobody gets in before
+    /// the release). `None` (holds, which others may share): the next waiter re-arms its timer
+    /// from the last lease it saw.
+    pub(crate) winner_lease: Option<Duration>,
+    /// Set when the acquisition starts waiting (the lock's trace event reports it).
+    pub(crate) contended: Option<&'a AtomicBool>,
+}
+
+/// Acquires through `attempts`: a fast attempt, then
+/// waiting in the local queue until an attempt wins or `deadline` passes. [`Error::Timeout`]
+/// at the deadline, which bounds everything, also an attempt being retried because Redis does
+/// not answer: at the deadline the attempt is dropped, and its pending operation undoes it in
+/// the background if it ran.
+///
+/// Cancel safe: dropping the future leaves the queue and drops an attempt in flight, whose
+/// pending operation undoes it.
+pub(crate) async fn acquire_with<T: Attempts>(
+    how: Waiting<'_>,
+    deadline: Option<Instant>,
+    mut attempts: T,
+) -> Result<T::Held, Error> {
     let started = Instant::now();
     let Some(deadline) = deadline else {
-        return acquire_within(acq, None, started).await;
+        return acquire_within(how, None, started, &mut attempts).await;
     };
     match tokio::time::timeout_at(
         deadline.into(),
-        acquire_within(acq, Some(deadline), started),
+        acquire_within(how, Some(deadline), started, &mut attempts),
     )
     .await
     {
@@ -95,69 +191,70 @@ pub(crate) async fn acquire_until<A: Acquisition>(
     }
 }
 
-async fn acquire_within<A: Acquisition>(
-    acq: &A,
+async fn acquire_within<T: Attempts>(
+    how: Waiting<'_>,
     deadline: Option<Instant>,
     started: Instant,
-) -> Result<A::Held, Error> {
-    let engine = acq.engine();
-    let holder = engine.next_id();
-    let mut pending = acq.pending(&holder);
-    let channel = acq.channel();
-    // The fast path: one round trip when the hold is free. Skipped when waiters of this client
+    attempts: &mut T,
+) -> Result<T::Held, Error> {
+    // The fast path: one round trip when the lock is free. Skipped when waiters of this client
     // are queued on the same channel, so a newcomer cannot overtake them.
-    if !engine.waiters.has_waiters(&channel) {
-        let window = engine.config.retry_window;
-        if let Attempt::Won { held, .. } = acq.attempt(&holder, &mut pending, true, window).await? {
+    let mut first = None;
+    if !how.waiters.has_waiters(how.channel) {
+        let first_attempt = FirstAttempt::new(how.waiters, how.fair.clone());
+        if let Attempt::Won { held, .. } = attempts.attempt(how.retry_window).await? {
+            first_attempt.settled();
             return Ok(held);
         }
+        first = Some(first_attempt);
     }
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return Err(Error::Timeout {
             waited: started.elapsed(),
         });
     }
-    // Boxed: the waiting state is large, and the uncontended path should not carry it.
-    Box::pin(wait_and_acquire(
-        acq,
-        &holder,
-        &mut pending,
-        &channel,
-        deadline,
-        started,
-    ))
-    .await
+    // Boxed: the waiting state is large, and inline it would make every acquire future (moved
+    // a few times on its way to being polled) that much larger, also uncontended.
+    Box::pin(wait_and_acquire(how, deadline, started, attempts, first)).await
 }
 
 /// The slow path: queue behind this client's other waiters on the channel and try again on
-/// each wake-up until the hold is won or the deadline passes.
-async fn wait_and_acquire<A: Acquisition>(
-    acq: &A,
-    holder: &str,
-    pending: &mut PendingOp,
-    channel: &[u8],
+/// each wake-up until an attempt wins or the deadline passes.
+async fn wait_and_acquire<T: Attempts>(
+    how: Waiting<'_>,
     deadline: Option<Instant>,
     started: Instant,
-) -> Result<A::Held, Error> {
-    let engine = acq.engine();
+    attempts: &mut T,
+    first: Option<FirstAttempt>,
+) -> Result<T::Held, Error> {
+    if let Some(contended) = how.contended {
+        contended.store(true, Ordering::Relaxed);
+    }
     metrics::contended();
-    let entry = engine.waiters.enter(channel, None).await?;
-    tracing::debug!(name: "fencelock.wait", holder, ahead = entry.ahead(), "waiting in this client's queue");
+    let entry = how.waiters.enter(how.channel, how.fair).await?;
+    tracing::debug!(name: "fencelock.wait", holder = attempts.holder(), ahead = entry.ahead(), "waiting in this client's queue");
+    // The local queue's last leaver takes the client off the Redis queue from here on.
+    if let Some(first) = first {
+        first.settled();
+    }
     loop {
         if entry.wait(deadline).await == Wake::Deadline {
             return Err(Error::Timeout {
                 waited: started.elapsed(),
             });
         }
-        let window = waiting_window(engine.config.retry_window, deadline);
-        match acq.attempt(holder, pending, true, window).await? {
+        let window = waiting_window(how.retry_window, deadline);
+        match attempts.attempt(window).await? {
             Attempt::Won { held, hand_on } => {
                 if hand_on {
                     entry.hand_on();
                 }
+                if let Some(lease) = how.winner_lease {
+                    entry.acquired(lease);
+                }
                 return Ok(held);
             }
-            Attempt::Busy(wait) => entry.observed_lease(wait),
+            Attempt::Busy(remaining) => entry.observed_lease(remaining),
         }
     }
 }

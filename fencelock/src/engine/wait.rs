@@ -85,6 +85,7 @@ fn herd_jitter() -> Duration {
 /// What a fair-handoff waiter's client must undo in Redis when its last waiter for a lock
 /// leaves without the lock: its queue entry, and a reservation made for it
 /// (`leave_fair.lua`).
+#[derive(Clone)]
 pub(crate) struct FairExit {
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) client: String,
