@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::pending::PendingOp;
-use super::wait::{FairExit, FirstAttempt, Waiters, Wake};
+use super::wait::{self, FairExit, FirstAttempt, Waiters, Wake};
 use super::Engine;
 use crate::base::error::Error;
 use crate::base::metrics;
@@ -208,7 +208,7 @@ async fn acquire_within<T: Attempts>(
         }
         first = Some(first_attempt);
     }
-    if deadline.is_some_and(|d| Instant::now() >= d) {
+    if deadline.is_some_and(|d| wait::now() >= d) {
         return Err(Error::Timeout {
             waited: started.elapsed(),
         });

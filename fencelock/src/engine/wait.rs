@@ -53,7 +53,29 @@ pub(crate) struct Waiters {
     next_slot: AtomicU64,
     /// The followers of elections, by channel: each is woken by every message on it.
     observers: Mutex<HashMap<Vec<u8>, Vec<Arc<Slot>>>>,
+    /// Unit tests only: where the waiters' own requests go instead of `conn`.
+    #[cfg(test)]
+    test_link: OnceLock<Arc<dyn TestLink>>,
 }
+
+/// What the waiters send by themselves (subscriptions, leaving the fair queue) and where their
+/// randomness comes from, in unit tests that run them against a simulated server
+/// (`engine::wait_exploration`) instead of a connection. Production has no such seam.
+#[cfg(test)]
+pub(crate) trait TestLink: Send + Sync {
+    /// `SUBSCRIBE channel`, one round trip.
+    fn subscribe(&self, channel: &[u8]) -> TestFuture<Result<(), Error>>;
+    /// `UNSUBSCRIBE channel`, one round trip.
+    fn unsubscribe(&self, channel: &[u8]) -> TestFuture<Result<(), Error>>;
+    /// `leave_fair.lua` for `fair`, one round trip.
+    fn leave_fair(&self, fair: &FairExit) -> TestFuture<()>;
+    /// A random number from the test's seeded generator (the herd jitter's).
+    fn random(&self) -> u64;
+}
+
+/// A future a [`TestLink`] returns.
+#[cfg(test)]
+pub(crate) type TestFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
 #[derive(Default)]
 struct Queue {
@@ -75,10 +97,16 @@ impl Slot {
     }
 }
 
-/// A uniformly random delay in `[0, HERD_JITTER)`.
-fn herd_jitter() -> Duration {
-    let random = uuid::Uuid::new_v4().as_u128();
-    let micros = (random % HERD_JITTER.as_micros()) as u64;
+/// The time on tokio's clock, the one the waiters' timers run on. In a running program it is
+/// `Instant::now()`; under a paused test clock it is the virtual time, so that deadlines and
+/// lease estimates agree with the timers that wait for them.
+pub(crate) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// A delay in `[0, HERD_JITTER)`, uniform for a uniformly random `random`.
+fn herd_jitter(random: u64) -> Duration {
+    let micros = random % HERD_JITTER.as_micros() as u64;
     Duration::from_micros(micros)
 }
 
@@ -209,10 +237,69 @@ impl Waiters {
     async fn subscribe(&self, channel: &[u8]) -> Result<(), Error> {
         let mut subscribed = self.subscribed.lock().await;
         if !subscribed.contains(channel) {
-            self.connection()?.subscribe(channel).await?;
+            self.send_subscribe(channel).await?;
             subscribed.insert(channel.to_vec());
         }
         Ok(())
+    }
+
+    /// Sends `SUBSCRIBE channel` (no bookkeeping).
+    async fn send_subscribe(&self, channel: &[u8]) -> Result<(), Error> {
+        #[cfg(test)]
+        if let Some(link) = self.test_link.get() {
+            return link.subscribe(channel).await;
+        }
+        Ok(self.connection()?.subscribe(channel).await?)
+    }
+
+    /// Sends `UNSUBSCRIBE channel` (no bookkeeping); nothing before the client connected.
+    async fn send_unsubscribe(&self, channel: &[u8]) -> Result<(), Error> {
+        #[cfg(test)]
+        if let Some(link) = self.test_link.get() {
+            return link.unsubscribe(channel).await;
+        }
+        match self.connection() {
+            Ok(mut conn) => Ok(conn.unsubscribe(channel).await?),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Runs `leave_fair.lua` for `fair`, best effort.
+    async fn send_leave_fair(&self, fair: &FairExit) {
+        #[cfg(test)]
+        if let Some(link) = self.test_link.get() {
+            return link.leave_fair(fair).await;
+        }
+        let Ok(mut conn) = self.connection() else {
+            return;
+        };
+        let pubsub = conn.pubsub();
+        let reply =
+            protocol::leave_fair(&mut conn, &fair.keys, &fair.client, fair.grace, pubsub).await;
+        tracing::debug!(?reply, "left the fair-handoff queue");
+    }
+
+    /// A random number (from the test's generator in unit tests that set one).
+    fn random(&self) -> u64 {
+        #[cfg(test)]
+        if let Some(link) = self.test_link.get() {
+            return link.random();
+        }
+        uuid::Uuid::new_v4().as_u64_pair().1
+    }
+
+    /// A random delay in `[0, HERD_JITTER)`.
+    fn jitter(&self) -> Duration {
+        herd_jitter(self.random())
+    }
+
+    /// Sends this client's own requests through `link` instead of a connection (unit tests).
+    #[cfg(test)]
+    pub(crate) fn set_test_link(&self, link: Arc<dyn TestLink>) {
+        assert!(
+            self.test_link.set(link).is_ok(),
+            "the test link is set once"
+        );
     }
 
     /// Follows every message on `channel` (an election's), subscribing first if this client
@@ -316,11 +403,7 @@ impl Waiters {
                 if !waiters.wants_messages(&channel) {
                     return;
                 }
-                let resubscribed = match waiters.connection() {
-                    Ok(mut conn) => conn.subscribe(&channel).await.map_err(Error::from),
-                    Err(err) => Err(err),
-                };
-                match resubscribed {
+                match waiters.send_subscribe(&channel).await {
                     Ok(()) => {
                         subscribed.insert(channel.clone());
                     }
@@ -354,7 +437,7 @@ impl Waiters {
         let was_head = queue.slots.front().is_some_and(|s| s.id == slot.id);
         queue.slots.retain(|s| s.id != slot.id);
         if let Some(lease) = acquired_lease {
-            queue.lease_end = Some(Instant::now() + lease);
+            queue.lease_end = Some(now() + lease);
         }
         let unclaimed_wake = slot.signal.load(Ordering::Acquire);
         match queue.slots.front() {
@@ -382,8 +465,7 @@ impl Waiters {
     /// queue and pass on a reservation made for it, in the background. Best effort: if it
     /// fails, the entry or reservation costs the others one grace.
     fn leave_fair_queue(self: &Arc<Self>, fair: FairExit) {
-        let (Ok(runtime), Ok(conn)) = (tokio::runtime::Handle::try_current(), self.connection())
-        else {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let waiters = self.clone();
@@ -394,11 +476,7 @@ impl Waiters {
             if waiters.has_waiters(&fair.keys.lock) {
                 return;
             }
-            let mut conn = conn;
-            let pubsub = conn.pubsub();
-            let reply =
-                protocol::leave_fair(&mut conn, &fair.keys, &fair.client, fair.grace, pubsub).await;
-            tracing::debug!(?reply, "left the fair-handoff queue");
+            waiters.send_leave_fair(&fair).await;
         });
     }
 
@@ -415,13 +493,11 @@ impl Waiters {
                 return;
             }
             subscribed.remove(&channel);
-            if let Ok(mut conn) = waiters.connection() {
-                // Still under the subscription lock: a SUBSCRIBE for the same channel cannot
-                // overtake this UNSUBSCRIBE on the wire. A failure only leaves an idle
-                // subscription behind, whose messages find no queue.
-                if let Err(err) = conn.unsubscribe(&channel).await {
-                    tracing::debug!(error = %err, "unsubscribe failed");
-                }
+            // Still under the subscription lock: a SUBSCRIBE for the same channel cannot
+            // overtake this UNSUBSCRIBE on the wire. A failure only leaves an idle
+            // subscription behind, whose messages find no queue.
+            if let Err(err) = waiters.send_unsubscribe(&channel).await {
+                tracing::debug!(error = %err, "unsubscribe failed");
             }
         });
     }
@@ -476,7 +552,7 @@ impl WaitEntry {
     pub(crate) fn observed_lease(&self, remaining: Option<Duration>) {
         let mut queues = self.waiters.queues.lock();
         if let Some(queue) = queues.get_mut(&self.channel) {
-            queue.lease_end = Some(Instant::now() + remaining.unwrap_or(UNKNOWN_LEASE_RECHECK));
+            queue.lease_end = Some(now() + remaining.unwrap_or(UNKNOWN_LEASE_RECHECK));
         }
     }
 
@@ -509,10 +585,7 @@ impl WaitEntry {
                 let queues = self.waiters.queues.lock();
                 queues.get(&self.channel).and_then(|q| {
                     let is_head = q.slots.front().is_some_and(|s| s.id == self.slot.id);
-                    is_head.then(|| {
-                        q.lease_end
-                            .unwrap_or_else(|| Instant::now() + UNKNOWN_LEASE_RECHECK)
-                    })
+                    is_head.then(|| q.lease_end.unwrap_or_else(|| now() + UNKNOWN_LEASE_RECHECK))
                 })
             };
             let wake_at = match (timer, deadline) {
@@ -523,16 +596,21 @@ impl WaitEntry {
             match wake_at {
                 None => notified.await,
                 Some(at) => {
+                    // Biased, timer first: when a wake-up and the timer are ready together, a
+                    // passed deadline ends the wait (the wake-up is handed on as the entry
+                    // leaves). Fixed rather than random, so that a run replays exactly under a
+                    // paused test clock.
                     tokio::select! {
-                        () = notified => {}
+                        biased;
                         () = tokio::time::sleep_until(at.into()) => {
-                            if deadline.is_some_and(|d| Instant::now() >= d) {
+                            if deadline.is_some_and(|d| now() >= d) {
                                 return Wake::Deadline;
                             }
-                            if timer.is_some_and(|t| Instant::now() >= t) {
+                            if timer.is_some_and(|t| now() >= t) {
                                 return self.jittered(deadline).await;
                             }
                         }
+                        () = notified => {}
                     }
                 }
             }
@@ -543,7 +621,7 @@ impl WaitEntry {
 impl WaitEntry {
     /// Waits a random moment before trying, but never past the deadline.
     async fn jittered(&self, deadline: Option<Instant>) -> Wake {
-        let at = Instant::now() + herd_jitter();
+        let at = now() + self.waiters.jitter();
         match deadline {
             Some(d) if d <= at => {
                 tokio::time::sleep_until(d.into()).await;
@@ -611,6 +689,9 @@ impl Drop for WaitEntry {
 }
 
 #[cfg(test)]
+mod link_tests;
+
+#[cfg(test)]
 mod tests {
     //! The queue's hand-offs, without Redis: the channels are marked subscribed up front, so
     //! `enter` never needs a connection. Every timing assertion below compares two timers set
@@ -618,10 +699,10 @@ mod tests {
     //! depends on how fast the machine is.
     use super::*;
 
-    const CHANNEL: &[u8] = b"fencelock:{0}lock:test";
+    pub(super) const CHANNEL: &[u8] = b"fencelock:{0}lock:test";
     /// Far beyond every deadline used here: a head that wakes before a deadline did not wake
     /// for this lease.
-    const LONG_LEASE: Duration = Duration::from_secs(30);
+    pub(super) const LONG_LEASE: Duration = Duration::from_secs(30);
 
     fn subscribed_to(channels: &[&[u8]]) -> Arc<Waiters> {
         let waiters = Arc::new(Waiters::default());
@@ -631,18 +712,18 @@ mod tests {
         waiters
     }
 
-    fn in_secs(secs: f64) -> Option<Instant> {
+    pub(super) fn in_secs(secs: f64) -> Option<Instant> {
         Some(Instant::now() + Duration::from_secs_f64(secs))
     }
 
     /// A head whose first look at Redis is behind it (the wake-up `enter` gives a first waiter).
-    async fn head(waiters: &Arc<Waiters>, channel: &[u8]) -> WaitEntry {
+    pub(super) async fn head(waiters: &Arc<Waiters>, channel: &[u8]) -> WaitEntry {
         let head = waiters.enter(channel, None).await.unwrap();
         assert_eq!(head.wait(None).await, Wake::Try, "a first waiter asks once");
         head
     }
 
-    async fn is_subscribed(waiters: &Arc<Waiters>, channel: &[u8]) -> bool {
+    pub(super) async fn is_subscribed(waiters: &Arc<Waiters>, channel: &[u8]) -> bool {
         // Let the spawned unsubscribe decision run first.
         tokio::time::sleep(Duration::from_millis(20)).await;
         waiters.subscribed.lock().await.contains(channel)
@@ -845,7 +926,8 @@ mod tests {
     /// them over its whole window, never beyond it.
     #[test]
     fn herd_jitter_spreads_retries_over_its_window() {
-        let draws: Vec<Duration> = (0..200).map(|_| herd_jitter()).collect();
+        let waiters = Waiters::default();
+        let draws: Vec<Duration> = (0..200).map(|_| waiters.jitter()).collect();
         assert!(draws.iter().all(|d| *d < HERD_JITTER), "{draws:?}");
         let distinct: HashSet<Duration> = draws.iter().copied().collect();
         assert!(
