@@ -30,6 +30,20 @@ pub(crate) fn backoff(first: Duration, max: Duration) -> ExponentialBackoff {
         .build()
 }
 
+/// The pauses between re-sends of one request (as [`Resends`]: from the first re-send pause
+/// doubling to the longest, with jitter), drawn from `seed`, and never ending: for the
+/// waiters' re-subscription, which goes on as long as someone waits (a unit test gives the
+/// seed, so that its run replays).
+pub(crate) fn resend_pauses(seed: u64) -> ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(FIRST_RESEND_PAUSE)
+        .with_max_delay(MAX_RESEND_PAUSE)
+        .with_jitter()
+        .with_jitter_seed(seed)
+        .without_max_times()
+        .build()
+}
+
 /// The window for the attempts of an acquirer that is already waiting for the lock: until the
 /// caller's deadline (without one, no end), never shorter than the client's `retry_window`.
 ///

@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::base::error::{Error, Failure};
+use crate::base::retry;
 use crate::protocol::{self, LockKeys, ReleaseMessage};
 use crate::transport::{Conn, PushListener};
 
@@ -216,14 +217,15 @@ impl Waiters {
             fair,
         };
         if let Err(err) = self.subscribe(channel).await {
-            // A connection lost while subscribing (the server may even have the subscription)
-            // does not end the wait: the reconnect sends every head to Redis again and the
-            // head's timer stands in for messages, as for any wait across an outage. Any other
-            // failure does.
+            // A connection lost while subscribing does not end the wait (any other failure
+            // does), but it leaves no subscription: the old connection's is gone with it, and
+            // the transport restores only those whose confirmation it read. So it is made
+            // again in the background, which then sends the head to Redis.
             if !err.failure().is_some_and(Failure::is_transient) {
                 return Err(err);
             }
-            tracing::debug!(error = %err, "subscribing failed on a lost connection; waiting on");
+            tracing::debug!(error = %err, "subscribing failed on a lost connection; again");
+            self.subscribe_again(channel.to_vec());
         }
         if ahead == 0 {
             // The first waiter asks Redis once more now that it is subscribed: a release that
@@ -389,30 +391,47 @@ impl Waiters {
     /// so a release between the move and the new subscription is not missed. The confirmation
     /// of our own unsubscribe arrives here too; it finds no waiters and does nothing.
     pub(crate) fn on_lost_subscription(self: &Arc<Self>, channel: &[u8]) {
-        if !self.wants_messages(channel) {
-            return;
+        if self.wants_messages(channel) {
+            self.subscribe_again(channel.to_vec());
         }
+    }
+
+    /// Subscribes to `channel` again in the background, whatever the record says, and then
+    /// sends the head to Redis and wakes the followers (a release may have been missed
+    /// meanwhile). A SUBSCRIBE that fails on a lost connection is sent again (at once, then
+    /// with the crate's re-send backoff) for as long as someone of this client needs the
+    /// channel: given up, it would leave the waiters to their lease timers for every release
+    /// until a newcomer subscribed.
+    fn subscribe_again(self: &Arc<Self>, channel: Vec<u8>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let waiters = self.clone();
-        let channel = channel.to_vec();
         runtime.spawn(async move {
-            {
+            let mut pauses = retry::resend_pauses(waiters.random());
+            loop {
                 let mut subscribed = waiters.subscribed.lock().await;
                 if !waiters.wants_messages(&channel) {
                     return;
                 }
-                match waiters.send_subscribe(&channel).await {
+                let err = match waiters.send_subscribe(&channel).await {
                     Ok(()) => {
                         subscribed.insert(channel.clone());
+                        break;
                     }
-                    Err(err) => {
-                        // The next waiter to enter subscribes again; until then the head's lease
-                        // timer stands in for the lost messages.
-                        tracing::debug!(error = %err, "re-subscribing a moved channel failed");
-                        subscribed.remove(&channel);
-                    }
+                    Err(err) => err,
+                };
+                subscribed.remove(&channel);
+                drop(subscribed);
+                let transient = err.failure().is_some_and(Failure::is_transient);
+                tracing::debug!(error = %err, transient, "subscribing again failed");
+                if !transient {
+                    // The next waiter to enter subscribes again; until then the head's lease
+                    // timer stands in for the lost messages.
+                    break;
+                }
+                if let Some(pause) = pauses.next() {
+                    tokio::time::sleep(pause).await;
                 }
             }
             waiters.wake_observers(Some(&channel), SIGNAL_RECONNECTED);

@@ -1,18 +1,33 @@
 //! The waiters' own requests (SUBSCRIBE, UNSUBSCRIBE, `leave_fair`) through a test link
-//! ([`TestLink`]) instead of a connection, so that a test decides how each one ends.
+//! ([`TestLink`]) instead of a connection, so that a test decides how each one ends: the seam
+//! itself, and the wake-ups that were lost when a request failed or a waiter left at the
+//! wrong moment. Timing assertions compare timers far apart, as in `tests`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::tests::is_subscribed;
-use super::{FairExit, TestFuture, TestLink, Waiters};
+use super::tests::{head, in_secs, is_subscribed, CHANNEL, LONG_LEASE};
+use super::{FairExit, TestFuture, TestLink, Waiters, Wake};
 use crate::base::error::Error;
 use crate::protocol::LockKeys;
 
-/// Records what the waiters send.
+/// Records what the waiters send. A SUBSCRIBE fails as on a lost connection while `failures`
+/// lasts.
 #[derive(Default)]
 struct Recorder {
     sent: parking_lot::Mutex<Vec<&'static str>>,
+    failures: AtomicUsize,
+}
+
+impl Recorder {
+    fn count(&self, what: &str) -> usize {
+        self.sent
+            .lock()
+            .iter()
+            .filter(|sent| **sent == what)
+            .count()
+    }
 }
 
 /// The herd jitter through the link: 12.345 ms.
@@ -21,7 +36,17 @@ const RANDOM: u64 = 12_345;
 impl TestLink for Recorder {
     fn subscribe(&self, _channel: &[u8]) -> TestFuture<Result<(), Error>> {
         self.sent.lock().push("subscribe");
-        Box::pin(async { Ok(()) })
+        let fails = self
+            .failures
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        Box::pin(async move {
+            if fails {
+                let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                return Err(redis::RedisError::from(io).into());
+            }
+            Ok(())
+        })
     }
 
     fn unsubscribe(&self, _channel: &[u8]) -> TestFuture<Result<(), Error>> {
@@ -64,4 +89,42 @@ async fn the_waiters_own_requests_go_through_the_test_link() {
         ["subscribe", "leave_fair", "unsubscribe"]
     );
     assert_eq!(waiters.jitter(), Duration::from_micros(RANDOM));
+}
+
+/// A SUBSCRIBE whose connection dropped under it leaves no subscription (the old connection's
+/// went with it, and the transport restores only those whose confirmation it read): it is
+/// sent again, and the head then looks at Redis. Given up instead, every later release went
+/// unheard, the waiters left to their lease timers until a newcomer subscribed.
+#[tokio::test]
+async fn a_subscribe_lost_with_the_connection_is_sent_again() {
+    let link = Arc::new(Recorder::default());
+    link.failures.store(1, Ordering::Release);
+    let waiters = linked(&link);
+    let head = head(&waiters, CHANNEL).await;
+    head.observed_lease(Some(LONG_LEASE));
+    assert_eq!(
+        head.wait(in_secs(2.0)).await,
+        Wake::Try,
+        "the head was not sent to Redis once subscribed again"
+    );
+    assert!(is_subscribed(&waiters, CHANNEL).await);
+    assert_eq!(link.count("subscribe"), 2);
+}
+
+/// The same for a channel whose slot moved (cluster): its new SUBSCRIBE is sent until it
+/// goes through, not tried once and forgotten.
+#[tokio::test]
+async fn a_moved_channel_is_subscribed_again_through_a_lost_connection() {
+    let link = Arc::new(Recorder::default());
+    let waiters = linked(&link);
+    let head = head(&waiters, CHANNEL).await;
+    head.observed_lease(Some(LONG_LEASE));
+    link.failures.store(2, Ordering::Release);
+    waiters.on_lost_subscription(CHANNEL);
+    assert_eq!(head.wait(in_secs(2.0)).await, Wake::Try);
+    assert!(
+        is_subscribed(&waiters, CHANNEL).await,
+        "the waiters stay without a subscription"
+    );
+    assert_eq!(link.count("subscribe"), 4);
 }
