@@ -343,7 +343,9 @@ impl MultiLock {
                     return Err(timeout());
                 }
                 let window = waiting_window(self.client.engine.config.retry_window, deadline);
-                match self.attempt(window).await? {
+                let outcome = self.attempt(window).await?;
+                entry.answered();
+                match outcome {
                     Attempt::Won(guard) => {
                         entry.acquired(self.lease());
                         return Ok(guard);

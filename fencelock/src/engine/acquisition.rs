@@ -244,7 +244,9 @@ async fn wait_and_acquire<T: Attempts>(
             });
         }
         let window = waiting_window(how.retry_window, deadline);
-        match attempts.attempt(window).await? {
+        let outcome = attempts.attempt(window).await?;
+        entry.answered();
+        match outcome {
             Attempt::Won { held, hand_on } => {
                 if hand_on {
                     entry.hand_on();

@@ -87,7 +87,11 @@ struct Queue {
 
 struct Slot {
     id: u64,
+    /// A wake-up not taken yet.
     signal: AtomicU8,
+    /// The wake-up `wait` took, until an attempt it led to is answered
+    /// ([`WaitEntry::answered`]): a waiter that leaves before that hands it on.
+    in_hand: AtomicU8,
     notify: Notify,
 }
 
@@ -198,6 +202,7 @@ impl Waiters {
         let slot = Arc::new(Slot {
             id: self.next_slot.fetch_add(1, Ordering::Relaxed),
             signal: AtomicU8::new(SIGNAL_NONE),
+            in_hand: AtomicU8::new(SIGNAL_NONE),
             notify: Notify::new(),
         });
         let ahead = {
@@ -311,6 +316,7 @@ impl Waiters {
         let slot = Arc::new(Slot {
             id: self.next_slot.fetch_add(1, Ordering::Relaxed),
             signal: AtomicU8::new(SIGNAL_NONE),
+            in_hand: AtomicU8::new(SIGNAL_NONE),
             notify: Notify::new(),
         });
         self.observers
@@ -458,10 +464,16 @@ impl Waiters {
         if let Some(lease) = acquired_lease {
             queue.lease_end = Some(now() + lease);
         }
-        let unclaimed_wake = slot.signal.load(Ordering::Acquire);
+        // A wake-up not taken yet, or one taken but not used: `wait` returned for it, but no
+        // attempt it led to was answered (dropped in its jitter, its deadline passed there, its
+        // attempt dropped before Redis answered, as in an outage).
+        let unclaimed_wake = match slot.signal.load(Ordering::Acquire) {
+            SIGNAL_NONE => slot.in_hand.load(Ordering::Acquire),
+            signal => signal,
+        };
         match queue.slots.front() {
-            // A head that leaves with a wake it did not use (cancelled, timed out) hands it on,
-            // or that release would be lost for everyone behind it.
+            // A head that leaves with a wake it did not use (cancelled, timed out, failed) hands
+            // it on, or that release would be lost for everyone behind it.
             Some(next) if was_head && unclaimed_wake != SIGNAL_NONE && acquired_lease.is_none() => {
                 next.wake(unclaimed_wake);
             }
@@ -588,16 +600,32 @@ impl WaitEntry {
         self.slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
     }
 
+    /// Redis answered an attempt this waiter made: the wake-up that sent it there is used, and
+    /// no longer handed on when the entry leaves. The acquire loops call it after every
+    /// attempt that came back.
+    pub(crate) fn answered(&self) {
+        self.slot.in_hand.store(SIGNAL_NONE, Ordering::Release);
+    }
+
     /// Waits until this waiter should try Redis, or until `deadline`.
     ///
     /// # Cancel safety
     /// Cancel safe: a wake-up that arrives while the future is dropped stays in the slot and
-    /// is handed on when the entry leaves the queue.
+    /// is handed on when the entry leaves the queue; so is one this call took if no attempt
+    /// it led to was answered ([`WaitEntry::answered`]) when the entry leaves.
     pub(crate) async fn wait(&self, deadline: Option<Instant>) -> Wake {
         loop {
             match self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel) {
-                SIGNAL_RELEASED => return Wake::Try,
-                SIGNAL_RECONNECTED => return self.jittered(deadline).await,
+                SIGNAL_RELEASED => {
+                    self.slot.in_hand.store(SIGNAL_RELEASED, Ordering::Release);
+                    return Wake::Try;
+                }
+                SIGNAL_RECONNECTED => {
+                    self.slot
+                        .in_hand
+                        .store(SIGNAL_RECONNECTED, Ordering::Release);
+                    return self.jittered(deadline).await;
+                }
                 _ => {}
             }
             let timer = {
@@ -735,10 +763,12 @@ mod tests {
         Some(Instant::now() + Duration::from_secs_f64(secs))
     }
 
-    /// A head whose first look at Redis is behind it (the wake-up `enter` gives a first waiter).
+    /// A head whose first look at Redis is behind it (the wake-up `enter` gives a first waiter),
+    /// answered.
     pub(super) async fn head(waiters: &Arc<Waiters>, channel: &[u8]) -> WaitEntry {
         let head = waiters.enter(channel, None).await.unwrap();
         assert_eq!(head.wait(None).await, Wake::Try, "a first waiter asks once");
+        head.answered();
         head
     }
 

@@ -128,3 +128,30 @@ async fn a_moved_channel_is_subscribed_again_through_a_lost_connection() {
     );
     assert_eq!(link.count("subscribe"), 4);
 }
+
+/// A head that took a wake-up but leaves before an attempt it led to was answered (here:
+/// dropped in its reconnect jitter; the same for a deadline there, or an attempt an outage
+/// held until the deadline) hands it on. Taken and lost, the release it stood for was lost
+/// for everyone behind it: they slept until the lease ran out.
+#[tokio::test]
+async fn a_head_that_leaves_with_a_wake_up_in_hand_hands_it_on() {
+    let link = Arc::new(Recorder::default());
+    let waiters = linked(&link);
+    let first = head(&waiters, CHANNEL).await;
+    let second = waiters.enter(CHANNEL, None).await.unwrap();
+    first.observed_lease(Some(LONG_LEASE));
+    waiters.on_reconnect();
+    // The head takes the wake-up and sleeps its jitter (12 ms here), and is dropped there.
+    let jittering = tokio::time::timeout(Duration::from_millis(1), first.wait(None)).await;
+    assert!(jittering.is_err(), "no jitter before going to Redis");
+    drop(first);
+    assert_eq!(second.wait(in_secs(2.0)).await, Wake::Try);
+
+    // A release message taken, and an attempt not answered.
+    let third = waiters.enter(CHANNEL, None).await.unwrap();
+    second.answered();
+    waiters.on_release(CHANNEL);
+    assert_eq!(second.wait(None).await, Wake::Try);
+    drop(second);
+    assert_eq!(third.wait(in_secs(2.0)).await, Wake::Try);
+}
