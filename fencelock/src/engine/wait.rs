@@ -209,6 +209,14 @@ impl Waiters {
             let mut queues = self.queues.lock();
             let queue = queues.entry(channel.to_vec()).or_default();
             queue.slots.push_back(slot.clone());
+            if queue.slots.len() == 1 {
+                // The first waiter asks Redis once more when it is subscribed (its first
+                // `wait` returns at once): a release before the subscription was not seen.
+                // Given now, under the queue lock, rather than once subscribed: a first waiter
+                // that leaves while subscribing (cancelled, its deadline) hands it on to the
+                // next, which would otherwise become head with no look at all.
+                slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
+            }
             queue.slots.len() - 1
         };
         // From here on the entry owns the slot, so an error or a cancellation below still
@@ -231,11 +239,6 @@ impl Waiters {
             }
             tracing::debug!(error = %err, "subscribing failed on a lost connection; again");
             self.subscribe_again(channel.to_vec());
-        }
-        if ahead == 0 {
-            // The first waiter asks Redis once more now that it is subscribed: a release that
-            // happened before the subscription was not seen.
-            entry.slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
         }
         Ok(entry)
     }

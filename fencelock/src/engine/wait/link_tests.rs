@@ -3,7 +3,7 @@
 //! itself, and the wake-ups that were lost when a request failed or a waiter left at the
 //! wrong moment. Timing assertions compare timers far apart, as in `tests`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,11 +13,12 @@ use crate::base::error::Error;
 use crate::protocol::LockKeys;
 
 /// Records what the waiters send. A SUBSCRIBE fails as on a lost connection while `failures`
-/// lasts.
+/// lasts, and never completes while `stalled`.
 #[derive(Default)]
 struct Recorder {
     sent: parking_lot::Mutex<Vec<&'static str>>,
     failures: AtomicUsize,
+    stalled: AtomicBool,
 }
 
 impl Recorder {
@@ -40,7 +41,11 @@ impl TestLink for Recorder {
             .failures
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .is_ok();
+        let stalled = self.stalled.load(Ordering::Acquire);
         Box::pin(async move {
+            if stalled {
+                std::future::pending::<()>().await;
+            }
             if fails {
                 let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
                 return Err(redis::RedisError::from(io).into());
@@ -154,4 +159,33 @@ async fn a_head_that_leaves_with_a_wake_up_in_hand_hands_it_on() {
     assert_eq!(second.wait(None).await, Wake::Try);
     drop(second);
     assert_eq!(third.wait(in_secs(2.0)).await, Wake::Try);
+}
+
+/// The first waiter's look at Redis once subscribed (a release before the subscription was
+/// not heard) passes to the next waiter when the first leaves while subscribing. Given only
+/// to the first, it was lost with it: the next had become head with no look, and waited for
+/// the unknown lease's recheck (a second) or the next release.
+#[tokio::test]
+async fn a_first_waiter_that_leaves_while_subscribing_hands_its_look_on() {
+    let link = Arc::new(Recorder::default());
+    link.stalled.store(true, Ordering::Release);
+    let waiters = linked(&link);
+    let entering = waiters.clone();
+    let first = tokio::spawn(async move { entering.enter(CHANNEL, None).await.map(drop) });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let entering = waiters.clone();
+    let second = tokio::spawn(async move {
+        let second = entering.enter(CHANNEL, None).await.unwrap();
+        second.wait(in_secs(0.5)).await
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        link.count("subscribe"),
+        1,
+        "the second waits for the first's"
+    );
+    link.stalled.store(false, Ordering::Release);
+    first.abort();
+    assert_eq!(second.await.unwrap(), Wake::Try);
+    assert_eq!(link.count("subscribe"), 2);
 }
