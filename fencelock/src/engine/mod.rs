@@ -12,6 +12,8 @@ pub(crate) mod acquisition;
 pub(crate) mod holder;
 pub(crate) mod pending;
 pub(crate) mod wait;
+#[cfg(test)]
+mod wait_exploration;
 pub(crate) mod watchdog;
 
 use std::future::Future;

@@ -33,7 +33,7 @@ const UNKNOWN_LEASE_RECHECK: Duration = Duration::from_secs(1);
 /// all of them at the same moment; a restarted server drops every client together), so they
 /// are spread out. A release message is not delayed: it wakes one waiter per process, which is
 /// a handful of script calls, and every microsecond of delay is handoff latency.
-const HERD_JITTER: Duration = Duration::from_millis(20);
+pub(super) const HERD_JITTER: Duration = Duration::from_millis(20);
 
 const SIGNAL_NONE: u8 = 0;
 /// The lock may be free: go to Redis.
@@ -57,6 +57,9 @@ pub(crate) struct Waiters {
     /// Unit tests only: where the waiters' own requests go instead of `conn`.
     #[cfg(test)]
     test_link: OnceLock<Arc<dyn TestLink>>,
+    /// Unit tests only: a lost wake-up planted on purpose.
+    #[cfg(test)]
+    planted: OnceLock<PlantedBug>,
 }
 
 /// What the waiters send by themselves (subscriptions, leaving the fair queue) and where their
@@ -77,6 +80,18 @@ pub(crate) trait TestLink: Send + Sync {
 /// A future a [`TestLink`] returns.
 #[cfg(test)]
 pub(crate) type TestFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// A lost wake-up planted on purpose, so that the exploration (`engine::wait_exploration`)
+/// shows it can catch one. Exists only in the crate's unit tests.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PlantedBug {
+    /// A head that leaves with a wake-up it did not use keeps it instead of handing it on.
+    KeepsUnusedWake,
+    /// `enter` does not send the first waiter to Redis once it is subscribed, so a release
+    /// between the busy first attempt and the subscription is missed.
+    NoLookAfterSubscribe,
+}
 
 #[derive(Default)]
 struct Queue {
@@ -205,11 +220,15 @@ impl Waiters {
             in_hand: AtomicU8::new(SIGNAL_NONE),
             notify: Notify::new(),
         });
+        #[cfg(test)]
+        let looks = !self.planted(PlantedBug::NoLookAfterSubscribe);
+        #[cfg(not(test))]
+        let looks = true;
         let ahead = {
             let mut queues = self.queues.lock();
             let queue = queues.entry(channel.to_vec()).or_default();
             queue.slots.push_back(slot.clone());
-            if queue.slots.len() == 1 {
+            if queue.slots.len() == 1 && looks {
                 // The first waiter asks Redis once more when it is subscribed (its first
                 // `wait` returns at once): a release before the subscription was not seen.
                 // Given now, under the queue lock, rather than once subscribed: a first waiter
@@ -310,6 +329,18 @@ impl Waiters {
             self.test_link.set(link).is_ok(),
             "the test link is set once"
         );
+    }
+
+    /// Plants `bug` in these waiters (unit tests).
+    #[cfg(test)]
+    pub(crate) fn plant(&self, bug: PlantedBug) {
+        assert!(self.planted.set(bug).is_ok(), "one planted bug at a time");
+    }
+
+    /// Whether `bug` is planted in these waiters (unit tests only).
+    #[cfg(test)]
+    fn planted(&self, bug: PlantedBug) -> bool {
+        self.planted.get() == Some(&bug)
     }
 
     /// Follows every message on `channel` (an election's), subscribing first if this client
@@ -473,6 +504,12 @@ impl Waiters {
         let unclaimed_wake = match slot.signal.load(Ordering::Acquire) {
             SIGNAL_NONE => slot.in_hand.load(Ordering::Acquire),
             signal => signal,
+        };
+        #[cfg(test)]
+        let unclaimed_wake = if self.planted(PlantedBug::KeepsUnusedWake) {
+            SIGNAL_NONE
+        } else {
+            unclaimed_wake
         };
         match queue.slots.front() {
             // A head that leaves with a wake it did not use (cancelled, timed out, failed) hands
