@@ -1,14 +1,15 @@
 //! The waiters' own requests (SUBSCRIBE, UNSUBSCRIBE, `leave_fair`) through a test link
 //! ([`TestLink`]) instead of a connection, so that a test decides how each one ends: the seam
 //! itself, and the wake-ups that were lost when a request failed or a waiter left at the
-//! wrong moment. Timing assertions compare timers far apart, as in `tests`.
+//! wrong moment. The tests run on a paused clock, so their timers are virtual: a deadline
+//! against a lease timer or a second's recheck compares instants, whatever the machine's load.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::tests::{head, in_secs, is_subscribed, CHANNEL, LONG_LEASE};
-use super::{FairExit, TestFuture, TestLink, Waiters, Wake};
+use super::tests::{head, is_subscribed, CHANNEL, LONG_LEASE};
+use super::{now, FairExit, TestFuture, TestLink, Waiters, Wake};
 use crate::base::error::Error;
 use crate::protocol::LockKeys;
 
@@ -69,13 +70,18 @@ impl TestLink for Recorder {
     }
 }
 
+/// A deadline `secs` from now on the (paused) clock.
+fn after(secs: f64) -> Option<Instant> {
+    Some(now() + Duration::from_secs_f64(secs))
+}
+
 fn linked(link: &Arc<Recorder>) -> Arc<Waiters> {
     let waiters = Arc::new(Waiters::default());
     waiters.set_test_link(link.clone());
     waiters
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_waiters_own_requests_go_through_the_test_link() {
     let link = Arc::new(Recorder::default());
     let waiters = linked(&link);
@@ -100,7 +106,7 @@ async fn the_waiters_own_requests_go_through_the_test_link() {
 /// went with it, and the transport restores only those whose confirmation it read): it is
 /// sent again, and the head then looks at Redis. Given up instead, every later release went
 /// unheard, the waiters left to their lease timers until a newcomer subscribed.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_subscribe_lost_with_the_connection_is_sent_again() {
     let link = Arc::new(Recorder::default());
     link.failures.store(1, Ordering::Release);
@@ -108,7 +114,7 @@ async fn a_subscribe_lost_with_the_connection_is_sent_again() {
     let head = head(&waiters, CHANNEL).await;
     head.observed_lease(Some(LONG_LEASE));
     assert_eq!(
-        head.wait(in_secs(2.0)).await,
+        head.wait(after(2.0)).await,
         Wake::Try,
         "the head was not sent to Redis once subscribed again"
     );
@@ -118,7 +124,7 @@ async fn a_subscribe_lost_with_the_connection_is_sent_again() {
 
 /// The same for a channel whose slot moved (cluster): its new SUBSCRIBE is sent until it
 /// goes through, not tried once and forgotten.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_moved_channel_is_subscribed_again_through_a_lost_connection() {
     let link = Arc::new(Recorder::default());
     let waiters = linked(&link);
@@ -126,7 +132,7 @@ async fn a_moved_channel_is_subscribed_again_through_a_lost_connection() {
     head.observed_lease(Some(LONG_LEASE));
     link.failures.store(2, Ordering::Release);
     waiters.on_lost_subscription(CHANNEL);
-    assert_eq!(head.wait(in_secs(2.0)).await, Wake::Try);
+    assert_eq!(head.wait(after(2.0)).await, Wake::Try);
     assert!(
         is_subscribed(&waiters, CHANNEL).await,
         "the waiters stay without a subscription"
@@ -138,7 +144,7 @@ async fn a_moved_channel_is_subscribed_again_through_a_lost_connection() {
 /// dropped in its reconnect jitter; the same for a deadline there, or an attempt an outage
 /// held until the deadline) hands it on. Taken and lost, the release it stood for was lost
 /// for everyone behind it: they slept until the lease ran out.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_head_that_leaves_with_a_wake_up_in_hand_hands_it_on() {
     let link = Arc::new(Recorder::default());
     let waiters = linked(&link);
@@ -150,7 +156,7 @@ async fn a_head_that_leaves_with_a_wake_up_in_hand_hands_it_on() {
     let jittering = tokio::time::timeout(Duration::from_millis(1), first.wait(None)).await;
     assert!(jittering.is_err(), "no jitter before going to Redis");
     drop(first);
-    assert_eq!(second.wait(in_secs(2.0)).await, Wake::Try);
+    assert_eq!(second.wait(after(2.0)).await, Wake::Try);
 
     // A release message taken, and an attempt not answered.
     let third = waiters.enter(CHANNEL, None).await.unwrap();
@@ -158,14 +164,14 @@ async fn a_head_that_leaves_with_a_wake_up_in_hand_hands_it_on() {
     waiters.on_release(CHANNEL);
     assert_eq!(second.wait(None).await, Wake::Try);
     drop(second);
-    assert_eq!(third.wait(in_secs(2.0)).await, Wake::Try);
+    assert_eq!(third.wait(after(2.0)).await, Wake::Try);
 }
 
 /// The first waiter's look at Redis once subscribed (a release before the subscription was
 /// not heard) passes to the next waiter when the first leaves while subscribing. Given only
 /// to the first, it was lost with it: the next had become head with no look, and waited for
 /// the unknown lease's recheck (a second) or the next release.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_first_waiter_that_leaves_while_subscribing_hands_its_look_on() {
     let link = Arc::new(Recorder::default());
     link.stalled.store(true, Ordering::Release);
@@ -176,7 +182,7 @@ async fn a_first_waiter_that_leaves_while_subscribing_hands_its_look_on() {
     let entering = waiters.clone();
     let second = tokio::spawn(async move {
         let second = entering.enter(CHANNEL, None).await.unwrap();
-        second.wait(in_secs(0.5)).await
+        second.wait(after(0.5)).await
     });
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(
