@@ -343,6 +343,15 @@ impl Failure {
         {
             return Failure::PermissionDenied;
         }
+        // redis-rs 1.8 takes every `sunsubscribe` push for the confirmation of a request
+        // (`PushKind::has_reply`), also one a cluster node sends by itself when it drops its
+        // shard subscribers: the request in flight on that node's connection is answered with
+        // the push ("... (value was push(SUnsubscribe, ...))"). Whether the request ran is
+        // unknown, as when the connection is lost: it is re-sent with the same operation id,
+        // which replays it if it ran (DESIGN.md 15, known limit).
+        if text.contains("(value was push(") {
+            return Failure::ConnectionLost;
+        }
         Failure::Other
     }
 
@@ -670,6 +679,32 @@ mod tests {
                 assert_eq!(answer, predicate == *kind, "is {predicate}? for {err:?}");
             }
         }
+    }
+
+    /// A push taken for a request's reply (redis-rs 1.8 and a node's own `sunsubscribe`)
+    /// leaves the request's outcome unknown: re-sent, as after a lost connection.
+    #[test]
+    fn a_reply_taken_by_a_push_is_re_sent() {
+        let push = redis::Value::Push {
+            kind: redis::PushKind::SUnsubscribe,
+            data: vec![
+                redis::Value::BulkString(b"fencelock:{x}lock:a".to_vec()),
+                redis::Value::Int(0),
+            ],
+        };
+        let err = <Vec<redis::Value> as redis::FromRedisValue>::from_redis_value(push)
+            .map(|_| ())
+            .expect_err("a push is no script reply");
+        let err: redis::RedisError = err.into();
+        assert!(err.to_string().contains("(value was push("), "{err}");
+        assert_eq!(Failure::of(&err), Failure::ConnectionLost);
+        assert!(Failure::of(&err).is_transient());
+        let other =
+            <Vec<redis::Value> as redis::FromRedisValue>::from_redis_value(redis::Value::Int(1))
+                .map(|_| ())
+                .expect_err("an integer is no script reply");
+        let other: redis::RedisError = other.into();
+        assert_eq!(Failure::of(&other), Failure::Other, "{other}");
     }
 
     /// A failed connect names the address it tried and classifies exactly as the bare failure
