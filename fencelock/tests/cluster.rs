@@ -282,6 +282,62 @@ async fn wait_for_subscriber(cluster: &RedisCluster, name: &str, stage: &str) {
     assert!(ok, "{stage}: the waiter never subscribed");
 }
 
+/// A node drops its shard subscribers by itself when their slot moves, with a `sunsubscribe`
+/// push that redis-rs takes for the reply of whatever request is in flight on that node's
+/// connection. So a cluster client subscribes on a connection of its own, where no script's
+/// reply can be taken: on the lock's node, the connection holding the subscription is not the
+/// one that ran the client's latest script, and that one holds no subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_ride_a_connection_that_runs_no_script() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "subscriptions_ride_a_connection_that_runs_no_script",
+    ) {
+        return;
+    }
+    let cluster = RedisCluster::start().unwrap();
+    let client = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+    let lock = client.lock("own-connection").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let waiter = spawn_waiter(client.clone(), "own-connection");
+    wait_for_subscriber(&cluster, "own-connection", "while held").await;
+    // A script from the same client to the same node after the subscription.
+    assert!(lock.try_acquire().await.unwrap().is_none());
+
+    let primary = cluster
+        .primary_for_slot(key_slot_of_lock("own-connection"))
+        .unwrap();
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut con(primary))
+        .unwrap();
+    let field = |line: &str, name: &str| -> String {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(&format!("{name}=")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let subscribed: Vec<&str> = clients
+        .lines()
+        .filter(|l| field(l, "ssub").parse::<u32>().unwrap_or(0) > 0)
+        .collect();
+    assert_eq!(subscribed.len(), 1, "one subscribing connection: {clients}");
+    assert!(
+        !field(subscribed[0], "cmd").starts_with("eval"),
+        "the subscribing connection ran a script: {}",
+        subscribed[0]
+    );
+    assert!(
+        clients
+            .lines()
+            .any(|l| field(l, "cmd").starts_with("eval") && field(l, "ssub") == "0"),
+        "the scripts ran on a connection without subscriptions: {clients}"
+    );
+
+    guard.release().await.unwrap();
+    waiter.await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_failover_keeps_the_lock_the_token_and_the_waiter() {
     if !fencelock_testing::requires(

@@ -32,7 +32,7 @@ use crate::protocol::{self, FairAttempt, PermissionsReply};
 use crate::transport::ack_pool::{AckConnections, AckRoute};
 use crate::transport::slot_map::ClusterRoute;
 use crate::transport::{cluster, standalone, Conn, PushListener, SentinelConn};
-use wait::Waiters;
+use wait::{Connections, Waiters};
 use watchdog::Watchdog;
 
 /// Everything one client shares between its clones, its locks and its holders.
@@ -93,21 +93,32 @@ impl Engine {
                 });
             }
         }
-        let (conn, route) = match target {
+        let (conn, subscriptions, route) = match target {
             Target::Standalone(url) => {
                 let (manager, client) = standalone::connect(url, &config, listener).await?;
-                (Conn::Standalone(manager), AckRoute::Standalone(client))
+                (
+                    Conn::Standalone(manager),
+                    None,
+                    AckRoute::Standalone(client),
+                )
             }
             Target::Cluster(nodes) => {
-                let conn = cluster::connect(nodes, &config, listener).await?;
+                // Scripts and subscriptions on cluster connections of their own: see
+                // `wait::Connections`. Only the subscriptions' connection hears pushes.
+                let conn = cluster::connect(nodes, &config, None).await?;
+                let subscriptions = cluster::connect(nodes, &config, Some(listener)).await?;
                 // cluster::connect refused an empty list.
                 let route = ClusterRoute::new(conn.clone(), &nodes[0], &config)?;
-                (Conn::Cluster(conn), AckRoute::Cluster(route))
+                (
+                    Conn::Cluster(conn),
+                    Some(Conn::Cluster(subscriptions)),
+                    AckRoute::Cluster(route),
+                )
             }
             Target::Sentinel { sentinels, master } => {
                 let conn =
                     SentinelConn::connect(sentinels, master, node_auth, &config, listener).await?;
-                (Conn::Sentinel(conn.clone()), AckRoute::Sentinel(conn))
+                (Conn::Sentinel(conn.clone()), None, AckRoute::Sentinel(conn))
             }
         };
         let server = server::hello(&mut conn.clone()).await?;
@@ -133,7 +144,13 @@ impl Engine {
             }
         };
         let acks = AckConnections::new(route, &config);
-        waiters.set_connection(conn.clone());
+        waiters.set_connection(match subscriptions {
+            Some(subscriptions) => Connections {
+                commands: conn.clone(),
+                subscriptions,
+            },
+            None => Connections::shared(conn.clone()),
+        });
         let engine = Arc::new(Engine {
             conn,
             config,

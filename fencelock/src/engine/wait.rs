@@ -48,9 +48,9 @@ pub(crate) struct Waiters {
     /// Channels this client is subscribed to. The async lock also serialises SUBSCRIBE and
     /// UNSUBSCRIBE, so the last decision sent to the server is the one made last.
     subscribed: tokio::sync::Mutex<HashSet<Vec<u8>>>,
-    /// The client's connection, set right after it is made (the connection's push handler
+    /// The client's connections, set right after they are made (a connection's push handler
     /// needs the `Waiters` first, so this cannot be a constructor argument).
-    conn: OnceLock<Conn>,
+    conn: OnceLock<Connections>,
     next_slot: AtomicU64,
     /// The followers of elections, by channel: each is woken by every message on it.
     observers: Mutex<HashMap<Vec<u8>, Vec<Arc<Slot>>>>,
@@ -91,6 +91,30 @@ pub(crate) enum PlantedBug {
     /// `enter` does not send the first waiter to Redis once it is subscribed, so a release
     /// between the busy first attempt and the subscription is missed.
     NoLookAfterSubscribe,
+}
+
+/// The connections the waiters talk through.
+pub(crate) struct Connections {
+    /// Where the waiters' scripts go (`leave_fair.lua`): the client's connection.
+    pub(crate) commands: Conn,
+    /// Where SUBSCRIBE and UNSUBSCRIBE go. On one server and under Sentinel, the client's
+    /// connection too. On a cluster, a cluster connection of its own: a node drops a sharded
+    /// subscription by itself when its slot moves (failover, resharding), and redis-rs takes
+    /// that unasked `sunsubscribe` push as the reply of whatever request is in flight on that
+    /// node's connection (DESIGN.md §15). On a connection that carries only subscriptions,
+    /// the request it displaces is a subscription, whose re-send is harmless; a script's reply
+    /// is never read as another request's.
+    pub(crate) subscriptions: Conn,
+}
+
+impl Connections {
+    /// One connection for both.
+    pub(crate) fn shared(conn: Conn) -> Connections {
+        Connections {
+            commands: conn.clone(),
+            subscriptions: conn,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -195,15 +219,24 @@ impl Waiters {
         self.has_waiters(channel) || self.observers.lock().contains_key(channel)
     }
 
-    /// Hands the waiters the client's connection, once, right after it is made.
-    pub(crate) fn set_connection(&self, conn: Conn) {
-        let _ = self.conn.set(conn);
+    /// Hands the waiters the client's connections, once, right after they are made.
+    pub(crate) fn set_connection(&self, connections: Connections) {
+        let _ = self.conn.set(connections);
     }
 
+    /// The connection for the waiters' scripts (`leave_fair.lua`).
     fn connection(&self) -> Result<Conn, Error> {
+        self.connections().map(|c| c.commands.clone())
+    }
+
+    /// The connection that carries the subscriptions.
+    fn subscriptions(&self) -> Result<Conn, Error> {
+        self.connections().map(|c| c.subscriptions.clone())
+    }
+
+    fn connections(&self) -> Result<&Connections, Error> {
         self.conn
             .get()
-            .cloned()
             .ok_or_else(|| Error::Protocol("waiters used before the client connected".into()))
     }
 
@@ -278,7 +311,7 @@ impl Waiters {
         if let Some(link) = self.test_link.get() {
             return link.subscribe(channel).await;
         }
-        Ok(self.connection()?.subscribe(channel).await?)
+        Ok(self.subscriptions()?.subscribe(channel).await?)
     }
 
     /// Sends `UNSUBSCRIBE channel` (no bookkeeping); nothing before the client connected.
@@ -287,7 +320,7 @@ impl Waiters {
         if let Some(link) = self.test_link.get() {
             return link.unsubscribe(channel).await;
         }
-        match self.connection() {
+        match self.subscriptions() {
             Ok(mut conn) => Ok(conn.unsubscribe(channel).await?),
             Err(_) => Ok(()),
         }
@@ -403,7 +436,7 @@ impl Waiters {
     /// one (a Sentinel failover) and so has no subscriptions yet.
     pub(crate) async fn resubscribe_all(&self) {
         let subscribed = self.subscribed.lock().await;
-        let Ok(mut conn) = self.connection() else {
+        let Ok(mut conn) = self.subscriptions() else {
             return;
         };
         for channel in subscribed.iter() {

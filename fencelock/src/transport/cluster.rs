@@ -13,20 +13,25 @@ use super::push::{push_handler, PushListener};
 use crate::base::config::ClientConfig;
 use crate::base::error::Error;
 
-/// Connects through any of `nodes` (one reachable node is enough).
+/// Connects through any of `nodes` (one reachable node is enough). With a `listener`, what
+/// the nodes push (release messages, dropped subscriptions) goes to it; without one, pushes
+/// are dropped (a connection that never subscribes is pushed nothing it needs).
 pub(crate) async fn connect(
     nodes: &[String],
     config: &ClientConfig,
-    listener: Weak<dyn PushListener>,
+    listener: Option<Weak<dyn PushListener>>,
 ) -> Result<ClusterConnection, Error> {
     if nodes.is_empty() {
         return Err(Error::InvalidConfig {
             reason: "a cluster client needs at least one node URL".into(),
         });
     }
-    let client = ClusterClientBuilder::new(nodes.to_vec())
-        .use_protocol(ProtocolVersion::RESP3)
-        .push_sender(push_handler(listener))
+    let mut builder =
+        ClusterClientBuilder::new(nodes.to_vec()).use_protocol(ProtocolVersion::RESP3);
+    if let Some(listener) = listener {
+        builder = builder.push_sender(push_handler(listener));
+    }
+    let client = builder
         .response_timeout(config.response_timeout)
         .connection_timeout(config.connection_timeout)
         // The cluster client re-sends a request after MOVED, ASK, TRYAGAIN and connection
