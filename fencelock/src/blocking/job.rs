@@ -1,0 +1,59 @@
+//! The blocking scheduled job.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::api::job::Begun;
+use crate::{Error, JobOptions, JobOutcome, JobRun, TickRecord};
+
+/// A blocking [`crate::Job`]: call [`Job::run_exclusive`] from every instance's scheduler;
+/// each tick runs on one instance, once, with the job on the calling thread.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub(super) inner: crate::Job,
+    pub(super) runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl Job {
+    /// The job's name.
+    pub fn name(&self) -> &[u8] {
+        self.inner.name()
+    }
+
+    /// The job's options.
+    pub fn options(&self) -> &JobOptions {
+        self.inner.options()
+    }
+
+    /// Runs `job` on the calling thread for `tick` if no instance has run or is running it,
+    /// and returns at once otherwise; see [`crate::Job::run_exclusive`] for what counts as the
+    /// same tick and what each outcome means. The run's hold is taken and its tick recorded
+    /// before `job` is called, and the tick recorded done after it returns; a `job` that
+    /// panics leaves the tick as one whose runner died (the lock is released as the panic
+    /// unwinds, and the policy decides).
+    ///
+    /// # Errors
+    /// As [`crate::Job::run_exclusive`].
+    pub fn run_exclusive<T>(
+        &self,
+        tick: SystemTime,
+        job: impl FnOnce(JobRun) -> T,
+    ) -> Result<JobOutcome<T>, Error> {
+        match self.runtime.block_on(self.inner.begin(tick))? {
+            Begun::Skipped(skip) => Ok(skip.outcome()),
+            Begun::Run(run) => {
+                let output = job(run.view());
+                let token = self.runtime.block_on(run.finish())?;
+                Ok(JobOutcome::Ran { token, output })
+            }
+        }
+    }
+
+    /// The newest tick begun; see [`crate::Job::last_tick`].
+    ///
+    /// # Errors
+    /// As [`crate::Job::last_tick`].
+    pub fn last_tick(&self) -> Result<Option<TickRecord>, Error> {
+        self.runtime.block_on(self.inner.last_tick())
+    }
+}
