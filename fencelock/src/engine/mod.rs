@@ -31,8 +31,8 @@ use crate::protocol::server::{self, ServerInfo};
 use crate::protocol::{self, FairAttempt, PermissionsReply};
 use crate::transport::ack_pool::{AckConnections, AckRoute};
 use crate::transport::slot_map::ClusterRoute;
-use crate::transport::{cluster, standalone, Conn, PushListener, SentinelConn};
-use wait::{Connections, Waiters};
+use crate::transport::{cluster, standalone, Conn, Connections, PushListener, SentinelConn};
+use wait::Waiters;
 use watchdog::Watchdog;
 
 /// Everything one client shares between its clones, its locks and its holders.
@@ -104,7 +104,7 @@ impl Engine {
             }
             Target::Cluster(nodes) => {
                 // Scripts and subscriptions on cluster connections of their own: see
-                // `wait::Connections`. Only the subscriptions' connection hears pushes.
+                // `transport::Connections`. Only the subscriptions' connection hears pushes.
                 let conn = cluster::connect(nodes, &config, None).await?;
                 let subscriptions = cluster::connect(nodes, &config, Some(listener)).await?;
                 // cluster::connect refused an empty list.

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use crate::base::error::{Error, Failure};
 use crate::base::retry;
 use crate::protocol::{self, LockKeys, ReleaseMessage};
-use crate::transport::{Conn, PushListener};
+use crate::transport::{Conn, Connections, PushListener};
 
 /// How long a head waits when the holder's lease is unknown (a key without expiry, which only
 /// an operator can create) before it asks Redis again.
@@ -91,30 +91,6 @@ pub(crate) enum PlantedBug {
     /// `enter` does not send the first waiter to Redis once it is subscribed, so a release
     /// between the busy first attempt and the subscription is missed.
     NoLookAfterSubscribe,
-}
-
-/// The connections the waiters talk through.
-pub(crate) struct Connections {
-    /// Where the waiters' scripts go (`leave_fair.lua`): the client's connection.
-    pub(crate) commands: Conn,
-    /// Where SUBSCRIBE and UNSUBSCRIBE go. On one server and under Sentinel, the client's
-    /// connection too. On a cluster, a cluster connection of its own: a node drops a sharded
-    /// subscription by itself when its slot moves (failover, resharding), and redis-rs takes
-    /// that unasked `sunsubscribe` push as the reply of whatever request is in flight on that
-    /// node's connection (DESIGN.md §15). On a connection that carries only subscriptions,
-    /// the request it displaces is a subscription, whose re-send is harmless; a script's reply
-    /// is never read as another request's.
-    pub(crate) subscriptions: Conn,
-}
-
-impl Connections {
-    /// One connection for both.
-    pub(crate) fn shared(conn: Conn) -> Connections {
-        Connections {
-            commands: conn.clone(),
-            subscriptions: conn,
-        }
-    }
 }
 
 #[derive(Default)]

@@ -3,7 +3,8 @@
 //!
 //! [`Conn`] is the one connection type the layers above talk through. A standalone server is
 //! reached through a [`ConnectionManager`] (one multiplexed RESP3 connection that reconnects by
-//! itself, [`standalone`]); a Redis Cluster through redis-rs' cluster client ([`cluster`]); a
+//! itself, [`standalone`]); a Redis Cluster through redis-rs' cluster client ([`cluster`]: two
+//! of them, one for subscriptions alone, see [`Connections`]); a
 //! primary under Sentinel through a [`SentinelConn`], which follows failovers ([`sentinel`]).
 //! All of them carry release messages as RESP3 push messages to a [`PushListener`]
 //! ([`push`]). Replicated acquisitions run on connections of their own ([`ack_pool`]), routed
@@ -60,6 +61,30 @@ impl Conn {
             Conn::Standalone(c) => c.unsubscribe(channel).await,
             Conn::Cluster(c) => c.sunsubscribe(channel).await,
             Conn::Sentinel(c) => c.current().unsubscribe(channel).await,
+        }
+    }
+}
+
+/// The connections a client's waiters talk through.
+pub(crate) struct Connections {
+    /// Where the waiters' scripts go (`leave_fair.lua`): the client's connection.
+    pub(crate) commands: Conn,
+    /// Where SUBSCRIBE and UNSUBSCRIBE go. On one server and under Sentinel, the client's
+    /// connection too. On a cluster, a cluster connection of its own: a node drops a sharded
+    /// subscription by itself when its slot moves (failover, resharding), and redis-rs takes
+    /// that unasked `sunsubscribe` push as the reply of whatever request is in flight on that
+    /// node's connection (DESIGN.md §15). On a connection that carries only subscriptions,
+    /// the request it displaces is a subscription, whose re-send is harmless; a script's reply
+    /// is never read as another request's.
+    pub(crate) subscriptions: Conn,
+}
+
+impl Connections {
+    /// One connection for both.
+    pub(crate) fn shared(conn: Conn) -> Connections {
+        Connections {
+            commands: conn.clone(),
+            subscriptions: conn,
         }
     }
 }
