@@ -155,7 +155,10 @@ impl Control {
             Control::ReentryBumpsToken => &[(
                 "reenter",
                 "local token = redis.call('HGET', KEYS[1], '~token')",
-                "local token = tostring(redis.call('HINCRBY', KEYS[1], '~token', 1))",
+                // '%.0f', not tostring: tostring prints 14 significant digits, which rounds a
+                // 16-digit token to a multiple of 100, and so back to the holder's own token
+                // for one token in a hundred (the bump would then go unseen by the client).
+                "local token = string.format('%.0f', redis.call('HINCRBY', KEYS[1], '~token', 1))",
             )],
             // A non-holder's release is taken for the last entry: it frees whoever's lock it
             // is (as the old HINCRBY -1 without an owner check did).

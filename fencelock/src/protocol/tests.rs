@@ -1231,3 +1231,69 @@ mod fair {
         assert_controls_caught(&[Control::ClaimKeepsReservation], &CHECKS, free_keys).await;
     }
 }
+
+/// Re-entry hands back the holder's own token, whatever its digits: the scripts' Lua numbers
+/// are doubles, printed with 14 significant digits, and a token is a 16-digit count of
+/// microseconds, so a script that turned one into text with `tostring` (or `..`) would round it
+/// to a multiple of 100.
+mod reentry {
+    use super::*;
+
+    /// A token as the clock floor issues them (microseconds since the epoch), ending in 00:
+    /// `tostring(token + 1)` rounds back to it.
+    const ROUND_TOKEN: u64 = 1_796_447_178_797_000;
+
+    fn reentry_returns_the_holders_own_token<'a>(
+        conn: &'a mut MultiplexedConnection,
+        keys: &'a LockKeys,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            acquired(conn, keys, "h", LEASE).await;
+            // The token the lock holds, set to one whose successor prints as itself.
+            let _: () = conn
+                .hset(&keys.lock, "~token", ROUND_TOKEN)
+                .await
+                .map_err(|e| e.to_string())?;
+            let token = FencingToken::new(ROUND_TOKEN).expect("a token above zero");
+            let entered = reenter(conn, keys, "h", "enter", OP_TTL)
+                .await
+                .map_err(|e| e.to_string())?;
+            if entered != (EnterReply::Entered { token, count: 2 }) {
+                return Err(format!(
+                    "re-entry of a lock with token {token} gave {entered:?}"
+                ));
+            }
+            let stored: u64 = conn
+                .hget(&keys.lock, "~token")
+                .await
+                .map_err(|e| e.to_string())?;
+            if stored != ROUND_TOKEN {
+                return Err(format!("re-entry moved the lock's token to {stored}"));
+            }
+            Ok(())
+        })
+    }
+
+    const CHECKS: [(&str, Check); 1] = [(
+        "reentry_returns_the_holders_own_token",
+        reentry_returns_the_holders_own_token,
+    )];
+
+    fn free_keys() -> LockKeys {
+        LockKeys::new(b"t:", b"res")
+    }
+
+    #[tokio::test]
+    async fn the_reentry_contract_check_holds() {
+        assert_checks_hold(&CHECKS, free_keys).await;
+    }
+
+    /// The control that bumps the token on re-entry is caught on every token, the ones ending
+    /// in 00 included, which the client-side check of `tests/core.rs` met only by the clock.
+    #[cfg(fencelock_negative_controls)]
+    #[tokio::test]
+    async fn the_reentry_control_is_caught() {
+        use crate::protocol::controls::Control;
+        assert_controls_caught(&[Control::ReentryBumpsToken], &CHECKS, free_keys).await;
+    }
+}
