@@ -258,14 +258,14 @@ impl Waiters {
             fair,
         };
         if let Err(err) = self.subscribe(channel).await {
-            // A connection lost while subscribing does not end the wait (any other failure
-            // does), but it leaves no subscription: the old connection's is gone with it, and
-            // the transport restores only those whose confirmation it read. So it is made
-            // again in the background, which then sends the head to Redis.
-            if !err.failure().is_some_and(Failure::is_transient) {
+            // A connection lost while subscribing does not end the wait, nor does a slot move
+            // (any other failure does), but it leaves no subscription: the old connection's is
+            // gone with it, and the transport restores only those whose confirmation it read.
+            // So it is made again in the background, which then sends the head to Redis.
+            if !subscribing_again_may_succeed(&err) {
                 return Err(err);
             }
-            tracing::debug!(error = %err, "subscribing failed on a lost connection; again");
+            tracing::debug!(error = %err, "subscribing failed for a passing reason; again");
             self.subscribe_again(channel.to_vec());
         }
         Ok(entry)
@@ -472,7 +472,7 @@ impl Waiters {
                 };
                 subscribed.remove(&channel);
                 drop(subscribed);
-                let transient = err.failure().is_some_and(Failure::is_transient);
+                let transient = subscribing_again_may_succeed(&err);
                 tracing::debug!(error = %err, transient, "subscribing again failed");
                 if !transient {
                     // The next waiter to enter subscribes again; until then the head's lease
@@ -608,6 +608,18 @@ impl PushListener for Waiters {
             self.on_reconnect();
         });
     }
+}
+
+/// Whether a SUBSCRIBE that failed with `err` is sent again (in the background, with the
+/// crate's re-send backoff) rather than left to the head's lease timer: it may not have run for
+/// a reason that passes. A lost connection, as for every request; and a redirect (`MOVED` or
+/// `ASK` after the cluster client's own re-sends), which ends an operation's retries but not a
+/// subscription's: while a slot move completes, its two nodes can each name the other as the
+/// owner (a node that has handed the slot over drops its shard subscribers, and the waiters
+/// subscribe again at once), and the cluster client rebuilds its slot map after each `MOVED`.
+fn subscribing_again_may_succeed(err: &Error) -> bool {
+    err.failure()
+        .is_some_and(|failure| failure.is_transient() || failure == Failure::Redirected)
 }
 
 /// One waiter's place in a lock's queue. Dropping it leaves the queue.

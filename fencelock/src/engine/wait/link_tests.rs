@@ -14,12 +14,21 @@ use crate::base::error::Error;
 use crate::protocol::LockKeys;
 
 /// Records what the waiters send. A SUBSCRIBE fails as on a lost connection while `failures`
-/// lasts, and never completes while `stalled`.
+/// lasts, then is redirected (`MOVED`, as the cluster client returns it once its own re-sends
+/// are spent) while `redirects` lasts, and never completes while `stalled`.
 #[derive(Default)]
 struct Recorder {
     sent: parking_lot::Mutex<Vec<&'static str>>,
     failures: AtomicUsize,
+    redirects: AtomicUsize,
     stalled: AtomicBool,
+}
+
+/// Takes one from `counter` if it is above zero.
+fn take_one(counter: &AtomicUsize) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 impl Recorder {
@@ -38,10 +47,8 @@ const RANDOM: u64 = 12_345;
 impl TestLink for Recorder {
     fn subscribe(&self, _channel: &[u8]) -> TestFuture<Result<(), Error>> {
         self.sent.lock().push("subscribe");
-        let fails = self
-            .failures
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .is_ok();
+        let fails = take_one(&self.failures);
+        let redirected = !fails && take_one(&self.redirects);
         let stalled = self.stalled.load(Ordering::Acquire);
         Box::pin(async move {
             if stalled {
@@ -50,6 +57,13 @@ impl TestLink for Recorder {
             if fails {
                 let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
                 return Err(redis::RedisError::from(io).into());
+            }
+            if redirected {
+                let moved = redis::parse_redis_value(b"-MOVED 14604 127.0.0.1:7001\r\n")
+                    .expect("a MOVED reply")
+                    .extract_error()
+                    .expect_err("an error reply");
+                return Err(moved.into());
             }
             Ok(())
         })
@@ -138,6 +152,44 @@ async fn a_moved_channel_is_subscribed_again_through_a_lost_connection() {
         "the waiters stay without a subscription"
     );
     assert_eq!(link.count("subscribe"), 4);
+}
+
+/// A re-subscription redirected while a slot move completes (the node that handed the slot
+/// over names the new owner, which does not know yet that it owns it, and names the old one)
+/// is sent again until it lands. Given up on the first `MOVED`, it left the waiters without a
+/// subscription: every release until the next newcomer was heard only by the head's lease
+/// timer (found on a cluster under load: a waiter stranded behind a released lock).
+#[tokio::test(start_paused = true)]
+async fn a_redirected_re_subscription_is_sent_again_until_it_lands() {
+    let link = Arc::new(Recorder::default());
+    let waiters = linked(&link);
+    let head = head(&waiters, CHANNEL).await;
+    head.observed_lease(Some(LONG_LEASE));
+    link.redirects.store(3, Ordering::Release);
+    waiters.on_lost_subscription(CHANNEL);
+    assert_eq!(head.wait(after(5.0)).await, Wake::Try);
+    assert!(
+        is_subscribed(&waiters, CHANNEL).await,
+        "the waiters stay without a subscription"
+    );
+    assert_eq!(link.count("subscribe"), 5);
+}
+
+/// A newcomer whose first SUBSCRIBE is redirected (a slot move completing) still joins the
+/// queue, and is subscribed in the background, as after a lost connection.
+#[tokio::test(start_paused = true)]
+async fn a_redirected_first_subscription_does_not_end_the_wait() {
+    let link = Arc::new(Recorder::default());
+    let waiters = linked(&link);
+    link.redirects.store(2, Ordering::Release);
+    let entry = waiters
+        .enter(CHANNEL, None)
+        .await
+        .expect("a redirect does not end the wait");
+    entry.observed_lease(Some(LONG_LEASE));
+    assert_eq!(entry.wait(after(5.0)).await, Wake::Try);
+    assert!(is_subscribed(&waiters, CHANNEL).await);
+    assert_eq!(link.count("subscribe"), 3);
 }
 
 /// A head that took a wake-up but leaves before an attempt it led to was answered (here:
