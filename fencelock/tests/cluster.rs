@@ -238,7 +238,9 @@ async fn renewals_are_batched_per_slot() {
 }
 
 /// Starts a waiter on `name` (held by someone else): the task returns the waiter's token once
-/// it got the lock.
+/// it got the lock. Its own deadline is far away, so that a slow topology change on a loaded
+/// machine never ends the wait; each test bounds the wait from the release instead
+/// ([`granted_after_release`]).
 fn spawn_waiter(
     client: LockClient,
     name: &'static str,
@@ -246,7 +248,7 @@ fn spawn_waiter(
     tokio::spawn(async move {
         let lock = client.lock(name).unwrap().with_lease(LONG).unwrap();
         let guard = lock
-            .acquire_timeout(Duration::from_secs(30))
+            .acquire_timeout(WAITER_DEADLINE)
             .await
             .expect("the waiter gets the lock after the release");
         let token = guard.token();
@@ -255,13 +257,30 @@ fn spawn_waiter(
     })
 }
 
+/// The deadline of [`spawn_waiter`]'s acquisition.
+const WAITER_DEADLINE: Duration = Duration::from_secs(300);
+
+/// The token `waiter` got, which it must get within `within` of the release just made; the
+/// holder's lease has long to run, so only the release message can wake it that soon.
+async fn granted_after_release(
+    waiter: tokio::task::JoinHandle<fencelock::FencingToken>,
+    within: Duration,
+) -> fencelock::FencingToken {
+    match tokio::time::timeout(within, waiter).await {
+        Ok(token) => token.unwrap(),
+        Err(_) => panic!(
+            "the waiter was not granted the lock within {within:?} of the release, with the \
+             holder's lease far from over: was the release message lost?"
+        ),
+    }
+}
+
 /// Waits until some client is subscribed to `name`'s release channel at a node of the shard
 /// that owns the lock's slot now (its primary or a replica: `SPUBLISH` reaches every node of
-/// the shard), as `PUBSUB SHARDCHANNELS` there says. The limit matches the waiters' own 30 s
-/// deadline: 6-node clusters of several tests share 2 cores, and with a 10 s limit this check
-/// failed once in four runs of this file while two cargo-mutants runs loaded the machine (it
-/// passed alone, and the waiter's own 30 s acquire still guards against a stranded waiter).
-/// `stage` names the call in a failure.
+/// the shard), as `PUBSUB SHARDCHANNELS` there says. 30 s: 6-node clusters of several tests
+/// share 2 cores, and with a 10 s limit this check failed once in four runs of this file while
+/// two cargo-mutants runs loaded the machine (it passed alone). `stage` names the call in a
+/// failure.
 async fn wait_for_subscriber(cluster: &RedisCluster, name: &str, stage: &str) {
     let slot = key_slot_of_lock(name);
     let ok = common::eventually(Duration::from_secs(30), || {
@@ -455,12 +474,12 @@ async fn a_slot_migration_under_a_held_lock_does_not_strand_the_waiter() {
     };
     let holder_client = fx.client().await;
     let waiter_client = fx.client().await;
-    // An explicit 60 s lease: the waiter cannot get the lock by the lease running out within
-    // its 30 s deadline, only by the release message reaching it.
+    // A lease far longer than any step below: within 30 s of the release the waiter can only
+    // get the lock through the release message reaching it, however slow the migration was.
     let guard = holder_client
         .lock("moving")
         .unwrap()
-        .with_lease(LONG)
+        .with_lease(Duration::from_secs(600))
         .unwrap()
         .acquire()
         .await
@@ -494,7 +513,7 @@ async fn a_slot_migration_under_a_held_lock_does_not_strand_the_waiter() {
     wait_for_subscriber(cluster, "moving", "after the migration").await;
 
     guard.release().await.unwrap();
-    let next = waiter.await.unwrap();
+    let next = granted_after_release(waiter, Duration::from_secs(30)).await;
     assert!(next > token);
     assert!(fx.lock_key("moving").is_none());
 }
