@@ -529,15 +529,19 @@ impl<'w> Program<'w> {
                 let expected = if release { count - 1 } else { count + 1 };
                 let proxy = &self.world.proxy;
                 let fx = &self.world.fx;
+                // When the request ran and its connection was reset, from its first send: a
+                // failure says so, as the re-sends' window is counted from there.
+                let sent = std::time::Instant::now();
                 let ran = move || async move {
                     let ran = eventually(PATIENCE, || match fx.lock_state(NAME) {
                         None => expected == 0,
                         Some((holders, _)) => holders == vec![(id.clone(), expected)],
                     })
                     .await;
+                    let seen = sent.elapsed();
                     proxy.reset_all();
                     proxy.heal();
-                    ran
+                    (ran, seen, sent.elapsed())
                 };
                 // After a CLIENT KILL or a restart the client reconnects on its next command;
                 // a handshake whose replies were blackholed would never finish.
@@ -555,14 +559,23 @@ impl<'w> Program<'w> {
                 proxy.blackhole(Direction::Downstream);
                 if release {
                     let guard = self.slots[h].guards.pop().unwrap();
-                    let (out, _) = tokio::join!(guard.release(), ran());
-                    out.map_err(|e| (Property::RetriesApplyOnce, format!("release: {e}")))?;
+                    let (out, timing) = tokio::join!(guard.release(), ran());
+                    out.map_err(|e| {
+                        (
+                            Property::RetriesApplyOnce,
+                            retried_failure("release", &e, timing, sent),
+                        )
+                    })?;
                     self.after_release(h, count)?;
                 } else {
                     let outer = self.slots[h].guards.last().unwrap();
-                    let (out, _) = tokio::join!(outer.reenter(), ran());
-                    let inner =
-                        out.map_err(|e| (Property::RetriesApplyOnce, format!("reenter: {e}")))?;
+                    let (out, timing) = tokio::join!(outer.reenter(), ran());
+                    let inner = out.map_err(|e| {
+                        (
+                            Property::RetriesApplyOnce,
+                            retried_failure("reenter", &e, timing, sent),
+                        )
+                    })?;
                     self.model.owner.as_mut().unwrap().2 += 1;
                     self.slots[h].guards.push(inner);
                 }
@@ -1019,3 +1032,19 @@ pub fn run_cases(
 }
 
 pub use crate::common::env_cases;
+
+/// The failure of a [`Step::Retried`] operation, with when its effect was seen in Redis and its
+/// connection reset, and when it returned, all from its first send.
+fn retried_failure(
+    op: &str,
+    err: &fencelock::Error,
+    (ran, seen, reset): (bool, Duration, Duration),
+    sent: std::time::Instant,
+) -> String {
+    format!(
+        "{op}: {err} (returned {:?} after its first send; its effect was {} in Redis after \
+         {seen:?}; its connection was reset after {reset:?})",
+        sent.elapsed(),
+        if ran { "seen" } else { "not seen" },
+    )
+}
