@@ -255,6 +255,8 @@ fn processes_feed_one_history_that_satisfies_every_property() {
         PROCESSES..=PROCESSES,
     );
     let expiries = prop::collection::vec((0..800u64, any::<bool>()), 0..3);
+    // How many schedules had a grant to judge: the check must judge real work.
+    let judged = std::cell::Cell::new(0u32);
     let result = runner.run(&(programs, expiries), |(programs, expiries)| {
         let _: () = redis::cmd("FLUSHALL").query(&mut world.fx.raw()).unwrap();
         let children: Vec<_> = programs
@@ -302,12 +304,19 @@ fn processes_feed_one_history_that_satisfies_every_property() {
                     .filter_map(parse),
             );
         }
-        prop_assert!(
-            records
-                .iter()
-                .any(|r| matches!(r.event, Event::Granted { .. })),
-            "the children recorded no grant"
-        );
+        // A generated program may hold only pauses and edge writes (the latter stay in this
+        // process); children that were given a critical section must have entered one.
+        let sections = programs
+            .iter()
+            .flatten()
+            .any(|op| matches!(op, Op::Section { .. }));
+        let granted = records
+            .iter()
+            .any(|r| matches!(r.event, Event::Granted { .. }));
+        prop_assert!(granted || !sections, "the children recorded no grant");
+        if granted {
+            judged.set(judged.get() + 1);
+        }
         let fx = &world.fx;
         let gone = std::iter::repeat_with(|| {
             std::thread::sleep(Duration::from_millis(10));
@@ -322,4 +331,5 @@ fn processes_feed_one_history_that_satisfies_every_property() {
     if let Err(failure) = result {
         panic!("{failure}");
     }
+    assert!(judged.get() > 0, "no schedule produced a grant to judge");
 }
