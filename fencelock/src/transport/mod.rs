@@ -2,10 +2,11 @@
 //! deployment, and how what the server pushes reaches the engine.
 //!
 //! [`Conn`] is the one connection type the layers above talk through. A standalone server is
-//! reached through a [`ConnectionManager`] (one multiplexed RESP3 connection that reconnects by
-//! itself, [`standalone`]); a Redis Cluster through redis-rs' cluster client ([`cluster`]: two
-//! of them, one for subscriptions alone, see [`Connections`]); a
-//! primary under Sentinel through a [`SentinelConn`], which follows failovers ([`sentinel`]).
+//! reached through a [`ReconnectingConn`] (one multiplexed RESP3 connection that reconnects by
+//! itself, once per lost connection: [`reconnecting`], [`standalone`]); a Redis Cluster through
+//! redis-rs' cluster client ([`cluster`]: two of them, one for subscriptions alone, see
+//! [`Connections`]); a primary under Sentinel through a [`SentinelConn`], which follows
+//! failovers ([`sentinel`]).
 //! All of them carry release messages as RESP3 push messages to a [`PushListener`]
 //! ([`push`]). Replicated acquisitions run on connections of their own ([`ack_pool`]), routed
 //! to the lock's primary (on a cluster by [`slot_map`]).
@@ -13,22 +14,24 @@
 pub(crate) mod ack_pool;
 pub(crate) mod cluster;
 pub(crate) mod push;
+pub(crate) mod reconnecting;
 pub(crate) mod sentinel;
 pub(crate) mod slot_map;
 pub(crate) mod standalone;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::protocol::PubSub;
 pub(crate) use push::PushListener;
+pub(crate) use reconnecting::ReconnectingConn;
 pub(crate) use sentinel::SentinelConn;
 
 /// A connection to a standalone server, a cluster, or the primary of a Sentinel group.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Standalone(ConnectionManager),
+    Standalone(ReconnectingConn),
     Cluster(ClusterConnection),
     Sentinel(SentinelConn),
 }

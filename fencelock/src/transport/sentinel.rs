@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Weak};
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{
     Cmd, ConnectionAddr, Pipeline, ProtocolVersion, RedisConnectionInfo, RedisFuture, Value,
@@ -10,14 +10,15 @@ use redis::{
 
 use super::addresses;
 use super::push::PushListener;
-use super::standalone::connect_manager;
+use super::reconnecting::ReconnectingConn;
+use super::standalone::connect_reconnecting;
 use crate::base::config::{ClientConfig, NodeAuth};
 use crate::base::error::{Error, Failure};
 
 /// The primary of a Sentinel-monitored group, followed across failovers.
 ///
 /// redis-rs asks the Sentinels for the primary only when it connects, and a
-/// [`ConnectionManager`] reconnects to the address it was given: after a failover it would
+/// [`ReconnectingConn`] reconnects to the address it was given: after a failover it would
 /// keep knocking on a dead server, or write to a demoted one and get `READONLY`. So every
 /// request that fails with a connection error or `READONLY` makes this ask the Sentinels
 /// again; when they name another (verified) primary, a new connection replaces the old one,
@@ -46,7 +47,7 @@ struct Primary {
     /// What the Sentinels handed out for this primary (address, credentials), for the
     /// dedicated connections of replica acknowledgement.
     client: redis::Client,
-    conn: ConnectionManager,
+    conn: ReconnectingConn,
 }
 
 impl SentinelConn {
@@ -76,7 +77,7 @@ impl SentinelConn {
             .await
             .map_err(|err| Error::connecting(format!("Sentinels {}", addresses(sentinels)), err))?;
         let addr = client.get_connection_info().addr().clone();
-        let conn = connect_manager(client.clone(), config, listener.clone()).await?;
+        let conn = connect_reconnecting(client.clone(), config, listener.clone()).await?;
         Ok(SentinelConn {
             shared: Arc::new(SentinelShared {
                 sentinel: tokio::sync::Mutex::new(sentinel),
@@ -95,7 +96,7 @@ impl SentinelConn {
         })
     }
 
-    pub(crate) fn current(&self) -> ConnectionManager {
+    pub(crate) fn current(&self) -> ReconnectingConn {
         self.shared.current.lock().conn.clone()
     }
 
@@ -140,7 +141,7 @@ impl SentinelConn {
         if addr == self.shared.current.lock().addr {
             return;
         }
-        let conn = match connect_manager(
+        let conn = match connect_reconnecting(
             client.clone(),
             &self.shared.config,
             Arc::downgrade(&listener),

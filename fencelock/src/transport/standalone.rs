@@ -1,13 +1,12 @@
 //! One server at a fixed address: a self-reconnecting RESP3 connection
-//! ([`ConnectionManager`]) whose push messages go to the client's [`PushListener`].
+//! ([`ReconnectingConn`]) whose push messages go to the client's [`PushListener`].
 
 use std::sync::Weak;
-use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion};
 
-use super::push::{push_handler, PushListener};
+use super::push::PushListener;
+use super::reconnecting::ReconnectingConn;
 use crate::base::config::ClientConfig;
 use crate::base::error::Error;
 
@@ -17,7 +16,7 @@ pub(crate) async fn connect(
     url: &str,
     config: &ClientConfig,
     listener: Weak<dyn PushListener>,
-) -> Result<(ConnectionManager, redis::Client), Error> {
+) -> Result<(ReconnectingConn, redis::Client), Error> {
     let info = url.into_connection_info()?;
     // RESP3 lets release notifications arrive as push messages on the same multiplexed
     // connection as the commands, so there is no second connection to lose.
@@ -27,26 +26,19 @@ pub(crate) async fn connect(
         .set_protocol(ProtocolVersion::RESP3);
     let info = info.set_redis_settings(redis_settings);
     let client = open_client(info, config)?;
-    let manager = connect_manager(client.clone(), config, listener).await?;
-    Ok((manager, client))
+    let conn = connect_reconnecting(client.clone(), config, listener).await?;
+    Ok((conn, client))
 }
 
 /// A self-reconnecting RESP3 connection to one server whose push messages go to `listener`.
 /// A failure to connect names the server's address.
-pub(crate) async fn connect_manager(
+pub(crate) async fn connect_reconnecting(
     client: redis::Client,
     config: &ClientConfig,
     listener: Weak<dyn PushListener>,
-) -> Result<ConnectionManager, Error> {
-    let manager_config = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(config.response_timeout))
-        .set_connection_timeout(Some(config.connection_timeout))
-        .set_number_of_retries(3)
-        .set_max_delay(Duration::from_millis(500))
-        .set_automatic_resubscription()
-        .set_push_sender(push_handler(listener));
+) -> Result<ReconnectingConn, Error> {
     let addr = client.get_connection_info().addr().to_string();
-    ConnectionManager::new_with_config(client, manager_config)
+    ReconnectingConn::connect(client, config, listener)
         .await
         .map_err(|err| Error::connecting(addr, err))
 }

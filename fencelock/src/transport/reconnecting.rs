@@ -1,0 +1,498 @@
+//! One multiplexed RESP3 connection to one server address, replaced once per lost connection.
+//!
+//! Written here rather than taken from redis-rs: its `ConnectionManager` (1.8) reconnects twice
+//! for one loss. A request that fails on the lost connection starts a reconnect, and so does
+//! the lost connection's `Disconnection` push when the manager reads it; the second replaces
+//! whatever connection is current by then, which may be the fresh one the first made. Requests
+//! sent meanwhile wait for a third connection's set-up (its tries' connection timeouts, not the
+//! response timeout), and when the server became unreachable in between they outlast their
+//! retry window. Here every connection has a generation, and a loss is acted on only when the
+//! connection that reports it (by a failed request or by its push) is still the current one.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Cmd, Pipeline, PushInfo, PushKind, RedisFuture, RedisResult, Value,
+};
+use tokio::sync::OnceCell;
+
+use super::push::{push_handler, PushListener};
+use crate::base::config::ClientConfig;
+use crate::base::retry::backoff;
+
+/// Tries to connect per reconnect: the first and three more, as redis-rs' connection manager
+/// was configured to do.
+const CONNECT_TRIES: usize = 4;
+/// The pauses between those tries: from 100 ms, doubling, at most 500 ms (with jitter).
+const FIRST_CONNECT_PAUSE: Duration = Duration::from_millis(100);
+const MAX_CONNECT_PAUSE: Duration = Duration::from_millis(500);
+
+/// A self-reconnecting connection to one server. Clones share the connection.
+///
+/// A request waits for the current connection (connecting it if no one is), and a request that
+/// fails in a way that leaves the connection unusable, a failed connect, or the connection's
+/// own `Disconnection` push starts one reconnect, unless another one already replaced that
+/// connection. A new connection subscribes to every channel subscribed through this one before
+/// any request can use it, so a waiter that the loss sent back to Redis cannot miss a release
+/// published after its look.
+#[derive(Clone)]
+pub(crate) struct ReconnectingConn {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: redis::Client,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+    listener: Weak<dyn PushListener>,
+    current: parking_lot::Mutex<Arc<Generation>>,
+    /// The channels to subscribe on every new connection.
+    channels: parking_lot::Mutex<HashSet<Vec<u8>>>,
+}
+
+/// One connection (or the attempt to make it) and its number; a later one replaces it.
+struct Generation {
+    number: u64,
+    /// Set once by whoever drives the connect: the reconnect's own task, or the first request
+    /// when no task runs (a dropped request leaves it to the next one).
+    conn: OnceCell<RedisResult<MultiplexedConnection>>,
+}
+
+impl Generation {
+    fn new(number: u64) -> Arc<Generation> {
+        Arc::new(Generation {
+            number,
+            conn: OnceCell::new(),
+        })
+    }
+}
+
+impl ReconnectingConn {
+    /// Connects to the server of `client`, whose pushes go to `listener`.
+    pub(crate) async fn connect(
+        client: redis::Client,
+        config: &ClientConfig,
+        listener: Weak<dyn PushListener>,
+    ) -> RedisResult<ReconnectingConn> {
+        let conn = ReconnectingConn {
+            shared: Arc::new(Shared {
+                client,
+                connection_timeout: config.connection_timeout,
+                response_timeout: config.response_timeout,
+                listener,
+                current: parking_lot::Mutex::new(Generation::new(0)),
+                channels: parking_lot::Mutex::new(HashSet::new()),
+            }),
+        };
+        conn.connection().await?;
+        Ok(conn)
+    }
+
+    /// The current connection and its generation, once connected.
+    async fn connection(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        let generation = self.shared.current.lock().clone();
+        let outcome = generation
+            .conn
+            .get_or_init(|| self.shared.establish(generation.number))
+            .await;
+        match outcome {
+            Ok(conn) => Ok((generation.number, conn.clone())),
+            Err(err) => {
+                let err = err.clone();
+                // The next request tries again, on a new generation.
+                self.shared.lost(generation.number);
+                Err(err)
+            }
+        }
+    }
+
+    /// Reconnects when `outcome` says the connection of `generation` is gone.
+    fn after<T>(&self, generation: u64, outcome: &RedisResult<T>) {
+        if let Err(err) = outcome {
+            if err.is_unrecoverable_error() {
+                self.shared.lost(generation);
+            }
+        }
+    }
+
+    /// Subscribes to `channel`, now and on every later connection.
+    pub(crate) async fn subscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        // Recorded before it is sent: a reconnect that reads the set after this sends it too.
+        self.shared.channels.lock().insert(channel.to_vec());
+        let (generation, mut conn) = self.connection().await?;
+        let outcome = conn.subscribe(channel).await;
+        self.after(generation, &outcome);
+        outcome
+    }
+
+    /// Unsubscribes from `channel`, now and on later connections.
+    pub(crate) async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        self.shared.channels.lock().remove(channel);
+        let (generation, mut conn) = self.connection().await?;
+        let outcome = conn.unsubscribe(channel).await;
+        self.after(generation, &outcome);
+        outcome
+    }
+
+    /// The generation of the current connection (tests).
+    #[cfg(test)]
+    pub(crate) fn generation(&self) -> u64 {
+        self.shared.current.lock().number
+    }
+
+    /// What the connection of `generation` does with a push (tests: a push delivered late).
+    #[cfg(test)]
+    pub(crate) fn deliver_push(&self, generation: u64, push: PushInfo) {
+        let _ = self.shared.push_sender(generation)(push);
+    }
+}
+
+impl Shared {
+    /// The connection of `generation` is gone: start its replacement, unless it was replaced
+    /// already (a stale report of a loss that was handled).
+    fn lost(self: &Arc<Self>, generation: u64) {
+        let next = {
+            let mut current = self.current.lock();
+            if current.number != generation {
+                return;
+            }
+            *current = Generation::new(generation + 1);
+            current.clone()
+        };
+        tracing::debug!(generation = next.number, "reconnecting");
+        // Connected in a task of its own, as the connection manager did: the channels are
+        // subscribed again even when no request comes, so waiters keep hearing releases.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let shared = Arc::clone(self);
+            runtime.spawn(async move {
+                let _ = next
+                    .conn
+                    .get_or_init(|| shared.establish(next.number))
+                    .await;
+            });
+        }
+    }
+
+    /// Connects the connection of `generation` (a few tries, with pauses) and subscribes it
+    /// to every recorded channel before anyone can send on it.
+    async fn establish(self: &Arc<Self>, generation: u64) -> RedisResult<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connection_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_push_sender(self.push_sender(generation));
+        let mut pauses = backoff(FIRST_CONNECT_PAUSE, MAX_CONNECT_PAUSE);
+        let mut tries = 1;
+        let mut conn = loop {
+            match self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+            {
+                Ok(conn) => break conn,
+                Err(err) if tries == CONNECT_TRIES => return Err(err),
+                Err(err) => {
+                    tracing::debug!(error = %err, tries, "connecting failed");
+                    tries += 1;
+                    let pause = pauses.next().unwrap_or(MAX_CONNECT_PAUSE);
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        };
+        let channels: Vec<Vec<u8>> = self.channels.lock().iter().cloned().collect();
+        if !channels.is_empty() {
+            if let Err(err) = conn.subscribe(&channels).await {
+                if err.is_unrecoverable_error() || err.is_timeout() {
+                    return Err(err);
+                }
+                // Refused by the server (an ACL, say): the waiters' lease timers stand in.
+                tracing::warn!(error = %err, "subscribing again after a reconnect failed");
+            }
+        }
+        Ok(conn)
+    }
+
+    /// The push sender of the connection of `generation`: its loss starts a reconnect (if it is
+    /// still current), and every push goes on to the listener.
+    fn push_sender(
+        self: &Arc<Self>,
+        generation: u64,
+    ) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync + 'static {
+        let forward = push_handler(self.listener.clone());
+        let shared = Arc::downgrade(self);
+        move |push: PushInfo| {
+            if push.kind == PushKind::Disconnection {
+                if let Some(shared) = shared.upgrade() {
+                    shared.lost(generation);
+                }
+            }
+            forward(push)
+        }
+    }
+}
+
+impl ConnectionLike for ReconnectingConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.connection().await?;
+            let outcome = conn.req_packed_command(cmd).await;
+            self.after(generation, &outcome);
+            outcome
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.connection().await?;
+            let outcome = conn.req_packed_commands(pipeline, offset, count).await;
+            self.after(generation, &outcome);
+            outcome
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared
+            .client
+            .get_connection_info()
+            .redis_settings()
+            .db()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use fencelock_testing::RedisServer;
+
+    use super::*;
+
+    /// Records what the connection was told without asking.
+    #[derive(Default)]
+    struct Heard {
+        messages: parking_lot::Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
+        disconnects: std::sync::atomic::AtomicUsize,
+    }
+
+    impl PushListener for Heard {
+        fn on_message(&self, channel: &[u8], payload: &[u8]) {
+            self.messages
+                .lock()
+                .push((channel.to_vec(), payload.to_vec()));
+        }
+        fn on_disconnect(&self) {
+            self.disconnects
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        fn on_subscription_lost(self: Arc<Self>, _channel: &[u8]) {}
+        fn on_new_primary(self: Arc<Self>) {}
+    }
+
+    struct Setup {
+        server: RedisServer,
+        heard: Arc<Heard>,
+        conn: ReconnectingConn,
+        /// A plain connection of the test's own, to look and to kill.
+        raw: redis::aio::MultiplexedConnection,
+    }
+
+    async fn setup() -> Setup {
+        let server = RedisServer::start().expect("start redis-server");
+        let heard = Arc::new(Heard::default());
+        let listener: Arc<dyn PushListener> = heard.clone();
+        let (conn, client) = super::super::standalone::connect(
+            &server.url(),
+            &ClientConfig::default(),
+            Arc::downgrade(&listener),
+        )
+        .await
+        .expect("connect");
+        let raw = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("raw connection");
+        Setup {
+            server,
+            heard,
+            conn,
+            raw,
+        }
+    }
+
+    async fn client_id(conn: &mut impl ConnectionLike) -> RedisResult<u64> {
+        redis::cmd("CLIENT").arg("ID").query_async(conn).await
+    }
+
+    /// Closes the connection `id` from the server's side.
+    async fn kill(raw: &mut redis::aio::MultiplexedConnection, id: u64) {
+        let _: () = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id)
+            .query_async(raw)
+            .await
+            .unwrap();
+    }
+
+    /// Connections the server has accepted so far.
+    async fn accepted(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
+        let info: redis::InfoDict = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(raw)
+            .await
+            .unwrap();
+        info.get("total_connections_received").unwrap()
+    }
+
+    /// A killed connection is replaced once, however its loss is reported: the request that
+    /// failed on it and its own `Disconnection` push both say so, and only the first acts.
+    #[tokio::test]
+    async fn a_killed_connection_is_replaced_once() {
+        let Setup {
+            server: _server,
+            heard,
+            mut conn,
+            mut raw,
+        } = setup().await;
+        let first = client_id(&mut conn).await.unwrap();
+        let before = accepted(&mut raw).await;
+        kill(&mut raw, first).await;
+        // Requests right after the kill: the first may fail on the dead connection.
+        let mut second = None;
+        for _ in 0..100 {
+            if let Ok(id) = client_id(&mut conn).await {
+                second = Some(id);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let second = second.expect("the connection came back");
+        assert_ne!(second, first);
+        // Both reports have arrived by the time the push reached the listener.
+        for _ in 0..100 {
+            if heard.disconnects.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            heard.disconnects.load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        assert_eq!(conn.generation(), 1);
+        assert_eq!(client_id(&mut conn).await.unwrap(), second);
+        // The test's own INFO call is not a connection; the replacement is the only one.
+        assert_eq!(accepted(&mut raw).await - before, 1);
+    }
+
+    /// The push of a connection that was already replaced (read late, after a failed request
+    /// made the replacement) leaves the fresh connection alone; the push of the current one
+    /// replaces it.
+    #[tokio::test]
+    async fn a_late_loss_report_of_a_replaced_connection_keeps_the_fresh_one() {
+        let Setup {
+            server: _server,
+            mut conn,
+            ..
+        } = setup().await;
+        let disconnection = || PushInfo {
+            kind: PushKind::Disconnection,
+            data: vec![],
+        };
+        let first = client_id(&mut conn).await.unwrap();
+        // As a request that failed on generation 0 would.
+        conn.shared.lost(0);
+        let fresh = client_id(&mut conn).await.unwrap();
+        assert_ne!(fresh, first);
+        assert_eq!(conn.generation(), 1);
+        // Generation 0's own push, late.
+        conn.deliver_push(0, disconnection());
+        assert_eq!(conn.generation(), 1);
+        assert_eq!(client_id(&mut conn).await.unwrap(), fresh);
+        // A loss of the current connection is acted on.
+        conn.deliver_push(1, disconnection());
+        assert_eq!(conn.generation(), 2);
+        assert_ne!(client_id(&mut conn).await.unwrap(), fresh);
+    }
+
+    /// A new connection is subscribed to every channel before anyone uses it, and without a
+    /// request to bring it: a release published after a reconnect reaches the listener; a
+    /// channel unsubscribed is not subscribed again.
+    #[tokio::test]
+    async fn a_new_connection_carries_the_subscriptions_without_being_asked() {
+        let Setup {
+            server: _server,
+            heard,
+            mut conn,
+            mut raw,
+        } = setup().await;
+        conn.subscribe(b"kept").await.unwrap();
+        conn.subscribe(b"dropped").await.unwrap();
+        conn.unsubscribe(b"dropped").await.unwrap();
+        let first = client_id(&mut conn).await.unwrap();
+        kill(&mut raw, first).await;
+        // No request through `conn`: the push alone brings the new connection.
+        let mut receivers = 0;
+        for _ in 0..200 {
+            receivers = redis::cmd("PUBLISH")
+                .arg("kept")
+                .arg("released")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            if receivers == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(receivers, 1, "the new connection never subscribed");
+        let dropped: u64 = redis::cmd("PUBLISH")
+            .arg("dropped")
+            .arg("released")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(dropped, 0);
+        for _ in 0..100 {
+            if !heard.messages.lock().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            heard.messages.lock().first(),
+            Some(&(b"kept".to_vec(), b"released".to_vec()))
+        );
+        assert_eq!(conn.generation(), 1);
+    }
+
+    /// While the server is gone, each request fails after the tries of one reconnect, and the
+    /// next request starts another: once the server is back, the connection is too.
+    #[tokio::test]
+    async fn requests_bring_the_connection_back_after_the_server_was_gone() {
+        let Setup {
+            mut server,
+            mut conn,
+            ..
+        } = setup().await;
+        server.stop().expect("stop redis-server");
+        assert!(client_id(&mut conn).await.is_err());
+        server.restart().expect("restart redis-server");
+        let mut back = false;
+        for _ in 0..100 {
+            if client_id(&mut conn).await.is_ok() {
+                back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(back, "the connection did not come back");
+    }
+}
