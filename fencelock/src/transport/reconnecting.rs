@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
-    AsyncConnectionConfig, Cmd, Pipeline, PushInfo, PushKind, RedisFuture, RedisResult, Value,
+    AsyncConnectionConfig, Cmd, Pipeline, PushInfo, PushKind, RedisError, RedisFuture, RedisResult,
+    Value,
 };
 use tokio::sync::OnceCell;
 
@@ -125,6 +126,10 @@ impl ReconnectingConn {
         let (generation, mut conn) = self.connection().await?;
         let outcome = conn.subscribe(channel).await;
         self.after(generation, &outcome);
+        if outcome.as_ref().is_err_and(refused) {
+            // Refused by the server (an ACL): later connections do not ask again.
+            self.shared.channels.lock().remove(channel);
+        }
         outcome
     }
 
@@ -202,13 +207,26 @@ impl Shared {
             }
         };
         let channels: Vec<Vec<u8>> = self.channels.lock().iter().cloned().collect();
-        if !channels.is_empty() {
-            if let Err(err) = conn.subscribe(&channels).await {
-                if err.is_unrecoverable_error() || err.is_timeout() {
-                    return Err(err);
+        if channels.is_empty() {
+            return Ok(conn);
+        }
+        match conn.subscribe(&channels).await {
+            Ok(()) => {}
+            Err(err) if !refused(&err) => return Err(err),
+            // One refused channel (an ACL changed meanwhile) refuses the whole command: the
+            // others are subscribed one by one, and the refused ones left to their waiters'
+            // lease timers.
+            Err(_) => {
+                for channel in channels {
+                    match conn.subscribe(&channel).await {
+                        Ok(()) => {}
+                        Err(err) if refused(&err) => {
+                            tracing::warn!(error = %err, "subscribing again after a reconnect was refused");
+                            self.channels.lock().remove(&channel);
+                        }
+                        Err(err) => return Err(err),
+                    }
                 }
-                // Refused by the server (an ACL, say): the waiters' lease timers stand in.
-                tracing::warn!(error = %err, "subscribing again after a reconnect failed");
             }
         }
         Ok(conn)
@@ -231,6 +249,12 @@ impl Shared {
             forward(push)
         }
     }
+}
+
+/// Whether the server answered `err` itself (an ACL refusal, say), which asking again on
+/// another connection would not change.
+fn refused(err: &RedisError) -> bool {
+    err.code().is_some()
 }
 
 impl ConnectionLike for ReconnectingConn {
@@ -341,6 +365,28 @@ mod tests {
             .unwrap();
     }
 
+    /// How many connections receive a message published on `channel`, once it is one (or
+    /// after 2 s). Every message says "released".
+    async fn subscribed_eventually(
+        raw: &mut redis::aio::MultiplexedConnection,
+        channel: &str,
+    ) -> u64 {
+        let mut receivers = 0;
+        for _ in 0..200 {
+            receivers = redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg("released")
+                .query_async(raw)
+                .await
+                .unwrap();
+            if receivers == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        receivers
+    }
+
     /// Connections the server has accepted so far.
     async fn accepted(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
         let info: redis::InfoDict = redis::cmd("INFO")
@@ -439,19 +485,7 @@ mod tests {
         let first = client_id(&mut conn).await.unwrap();
         kill(&mut raw, first).await;
         // No request through `conn`: the push alone brings the new connection.
-        let mut receivers = 0;
-        for _ in 0..200 {
-            receivers = redis::cmd("PUBLISH")
-                .arg("kept")
-                .arg("released")
-                .query_async(&mut raw)
-                .await
-                .unwrap();
-            if receivers == 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let receivers = subscribed_eventually(&mut raw, "kept").await;
         assert_eq!(receivers, 1, "the new connection never subscribed");
         let dropped: u64 = redis::cmd("PUBLISH")
             .arg("dropped")
@@ -494,5 +528,62 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(back, "the connection did not come back");
+    }
+
+    /// A channel the server refuses (an ACL) is not asked for again on a new connection, and
+    /// does not keep the others from being subscribed there.
+    #[tokio::test]
+    async fn a_refused_channel_does_not_keep_the_others_from_a_new_connection() {
+        let server = RedisServer::start().expect("start redis-server");
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("waiter")
+            .arg("on")
+            .arg(">secret")
+            .arg("~*")
+            .arg("resetchannels")
+            .arg("&allowed*")
+            .arg("+@all")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let listener: Arc<dyn PushListener> = Arc::new(Heard::default());
+        let url = format!("redis://waiter:secret@127.0.0.1:{}/", server.port());
+        let (conn, _) = super::super::standalone::connect(
+            &url,
+            &ClientConfig::default(),
+            Arc::downgrade(&listener),
+        )
+        .await
+        .expect("connect");
+        let mut conn = conn;
+        conn.subscribe(b"allowed").await.unwrap();
+        let err = conn.subscribe(b"refused").await.unwrap_err();
+        assert_eq!(err.code(), Some("NOPERM"), "{err}");
+        assert_eq!(conn.shared.channels.lock().len(), 1);
+        // Refused later too: the ACL changes while the channel is recorded.
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("waiter")
+            .arg("&later*")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        conn.subscribe(b"later").await.unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("waiter")
+            .arg("resetchannels")
+            .arg("&allowed*")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let first = client_id(&mut conn).await.unwrap();
+        kill(&mut raw, first).await;
+        let receivers = subscribed_eventually(&mut raw, "allowed").await;
+        assert_eq!(receivers, 1, "the allowed channel was not subscribed again");
+        assert_eq!(conn.shared.channels.lock().len(), 1);
     }
 }
