@@ -35,8 +35,9 @@ pub fn start_server() -> fencelock_testing::RedisServer {
     fencelock_testing::RedisServer::start().expect("start redis-server (is it installed?)")
 }
 
-/// A connection exactly like fencelock's own: a `ConnectionManager` (one multiplexed
-/// connection) speaking RESP3, with the same timeouts and reconnect policy.
+/// A connection like fencelock's own: a `ConnectionManager` over one multiplexed connection
+/// speaking RESP3 (fencelock's `ReconnectingConn` wraps the same), with the same timeouts and
+/// connect tries.
 pub async fn resp3_manager(url: &str) -> ConnectionManager {
     let info = url.into_connection_info().expect("url");
     let settings = info

@@ -50,8 +50,8 @@ pub(crate) fn resend_pauses(seed: u64) -> ExponentialBackoff {
 /// Such an acquirer waits for the lock, not for one request: a server restart or a network
 /// outage longer than the retry window would otherwise end a wait that had most of its time
 /// left, while the holder's watchdog rides out the same outage until its lease ends. Its
-/// re-sends also keep the connection reconnecting: redis-rs' connection manager gives up after
-/// its own few tries and starts again only when a request fails on it.
+/// re-sends also keep the connection reconnecting: it gives up after its own few tries and
+/// starts again only when a request fails on it.
 pub(crate) fn waiting_window(retry_window: Duration, deadline: Option<Instant>) -> Duration {
     match deadline {
         Some(deadline) => deadline

@@ -24,8 +24,8 @@ use super::push::{push_handler, PushListener};
 use crate::base::config::ClientConfig;
 use crate::base::retry::backoff;
 
-/// Tries to connect per reconnect: the first and three more, as redis-rs' connection manager
-/// was configured to do.
+/// Tries to connect per reconnect: the first and three more, about 0.7 to 1.6 s of pauses
+/// between them, before the requests waiting for it fail (the next request starts over).
 const CONNECT_TRIES: usize = 4;
 /// The pauses between those tries: from 100 ms, doubling, at most 500 ms (with jitter).
 const FIRST_CONNECT_PAUSE: Duration = Duration::from_millis(100);

@@ -17,8 +17,9 @@
 //! request reaches the server; a reply or message reaches its client; a connection drops
 //! (messages on their way are lost, a SUBSCRIBE or UNSUBSCRIBE on the wire fails, other
 //! requests are re-sent after the reconnect, and the waiters hear `on_disconnect`) and comes
-//! back (the transport subscribes again to what it saw confirmed); on a cluster, the server
-//! drops a subscription (a moved slot; our own UNSUBSCRIBE is confirmed the same way); a
+//! back (the transport subscribes again to what it saw confirmed, the weaker of the
+//! transports' rules, DESIGN.md §7); on a cluster, the server drops a subscription (a moved
+//! slot; our own UNSUBSCRIBE is confirmed the same way); a
 //! waiting task is cancelled wherever it is parked (mostly a client's oldest, likely its
 //! head); virtual time advances. Now and then two events come before the tasks run. Cases
 //! vary the number of clients, fair handoff, the cluster flavour, and whether a winner holds
