@@ -387,6 +387,7 @@ pub fn residue(conn: &mut redis::Connection, prefix: &str) -> redis::RedisResult
             residue.locks.push((text, entries));
         } else if after_tag == "fence"
             || after_tag.starts_with("mark:")
+            || after_tag.starts_with("shared:")
             || after_tag.starts_with("data:")
         {
         } else if after_tag.starts_with("op:") || after_tag.starts_with("queue:") {

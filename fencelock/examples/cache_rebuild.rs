@@ -11,7 +11,10 @@
 //!    (writer preference), so a stream of reads cannot starve it.
 //! 3. The rebuild writes both halves of the cache with its fencing token, then downgrades to
 //!    a read to check its own work while readers come back in, with no other rebuild between.
-//! 4. Every read saw both halves of the same version: never half a rebuild.
+//! 4. Every read saw both halves of the same version: never half a rebuild. Readers read with
+//!    their hold's token (`get_shared`), which fences any writer older than them and is never
+//!    refused because of another reader: no read is refused, although every reader presents a
+//!    token of its own.
 //!
 //! Exit status 0 when all of that happened as described, 1 otherwise.
 
@@ -62,7 +65,10 @@ async fn run() -> Result<Vec<String>, BoxError> {
             let mut reads = 0;
             while !stop.load(Ordering::SeqCst) {
                 let read = lock.read().await?;
-                let (h, t) = (head.peek().await?, tail.peek().await?);
+                let (h, t) = (
+                    head.get_shared(read.token()).await?,
+                    tail.get_shared(read.token()).await?,
+                );
                 tokio::time::sleep(Duration::from_millis(10)).await; // serving
                 if h != t {
                     torn += 1;
@@ -89,7 +95,11 @@ async fn run() -> Result<Vec<String>, BoxError> {
 
     // 3. Downgrade: check the rebuild as a reader, while the others come back in.
     let check = rebuild.downgrade().await?;
-    if head.peek().await? != Some(b"v2".to_vec()) || tail.peek().await? != Some(b"v2".to_vec()) {
+    let (h, t) = (
+        head.get_shared(check.token()).await?,
+        tail.get_shared(check.token()).await?,
+    );
+    if h != Some(b"v2".to_vec()) || t != Some(b"v2".to_vec()) {
         failures.push("the rebuild's own check failed".to_owned());
     }
     check.release().await?;

@@ -1,32 +1,49 @@
--- fenced_read.lua: read a resource as the holder of `token`, and claim it for that token, so
--- that from now on no older token can write to it.
+-- fenced_read.lua: read a resource as the holder of `token`. A claiming read (the default)
+-- claims it for that token, so that from now on no older token can write to it; a shared read,
+-- for holders that share a hold (the readers of a read-write lock), fences every older writer
+-- the same way but never refuses another reader.
 --
 -- KEYS[1]  resource data
--- KEYS[2]  high-water mark
+-- KEYS[2]  high-water mark  the exclusive mark (lib/fence_mark.lua)
+-- KEYS[3]  shared mark      the highest token of a shared read
 -- ARGV[1]  token            positive integer below 2^53
 -- ARGV[2]  kind             "get" | "hget" | "lrange" | "claim"
--- ARGV[3]  field            for hget
+-- ARGV[3]  field            for hget ("" otherwise)
+-- ARGV[4]  mode             "claim" | "shared"
 --
--- Returns  {1, value}       token >= mark: the mark is now max(mark, token); value is the string
---                           (get), the field (hget), the list (lrange), or 0 (claim); a missing
---                           key or field reads as false (nil)
---          {0, latest}      token < mark: a newer holder has claimed the resource; nothing read
+-- Returns  {1, value}       claim: token >= both marks; the exclusive mark is now
+--                           max(mark, token). shared: token >= the exclusive mark; the shared
+--                           mark is now max(shared, token). value is the string (get), the
+--                           field (hget), the list (lrange), or 0 (claim); a missing key or
+--                           field reads as false (nil)
+--          {0, latest}      refused, nothing read: claim: token below a mark (latest: the
+--                           higher); shared: token below the exclusive mark (latest: it), that
+--                           is, a holder with a newer token has written or claimed since this
+--                           reader's hold began, so what it would read is not its view
 --
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a type this read cannot apply to; nothing modified
---          FENCELOCK_BADARG     the token is not a valid integer
+--          FENCELOCK_BADARG     the token, kind or mode is not valid
 --
 -- Why reads claim: fencing rejects a stale write only once the storage has seen the newer
 -- token. If the new holder read without its token, a paused old holder waking between that
 -- read and the new holder's write could still write (its token is not older than any the
 -- resource has seen), and the new holder's write, computed from the earlier read, would then
--- overwrite it: a lost update. Claiming on read closes that gap. No op record: raising the
--- mark to the same token again changes nothing.
+-- overwrite it: a lost update. Claiming on read closes that gap. Why shared reads do not raise
+-- the exclusive mark: readers of one hold get different tokens (r1 < r2), and a claim by r2
+-- would refuse r1's next read although nothing was written. No op record for either: raising
+-- a mark to the same token again changes nothing.
 --
 -- Uses fence_mark() from lib/fence_mark.lua, which the loader prepends to this file.
-local token, mark = fence_mark(ARGV[1], KEYS[2])
+local token, exclusive, shared = fence_mark(ARGV[1], KEYS[2], KEYS[3])
 if not token then
-  return mark
+  return exclusive
 end
+local sharing = ARGV[4] == 'shared'
+if not sharing and ARGV[4] ~= 'claim' then
+  return redis.error_reply('FENCELOCK_BADARG unknown read mode ' .. tostring(ARGV[4]))
+end
+-- A shared read is refused only by a newer exclusive token; a claim by either mark.
+local mark = sharing and exclusive or math.max(exclusive, shared)
 if token < mark then
   return {0, mark}
 end
@@ -53,7 +70,11 @@ elseif kind ~= 'claim' then
   return redis.error_reply('FENCELOCK_BADARG unknown read kind ' .. tostring(kind))
 end
 
-if token > mark then
+if sharing then
+  if token > shared then
+    redis.call('SET', KEYS[3], ARGV[1])
+  end
+elseif token > exclusive then
   redis.call('SET', KEYS[2], ARGV[1])
 end
 return {1, value}

@@ -2,25 +2,31 @@
 -- older than any token the resource has accepted, and remember the newest token.
 --
 -- KEYS[1]  resource data    string (set, incrby), hash (hset) or list (rpush); any type (del)
--- KEYS[2]  high-water mark  string: the highest token accepted for this resource; no expiry
+-- KEYS[2]  high-water mark  string: the highest token that wrote or claimed this resource (the
+--                           exclusive mark); no expiry
 -- KEYS[3]  op record        string: this write's reply, kept ARGV[2] ms so a re-sent request
 --                           replays instead of applying twice (an increment must not double)
+-- KEYS[4]  shared mark      string: the highest token that read the resource with a shared
+--                           read (fenced_read.lua); no expiry; read here, never written
 -- ARGV[1]  token            positive integer below 2^53
 -- ARGV[2]  op record lifetime in ms
 -- ARGV[3]  kind             "set" | "incrby" | "hset" | "rpush" | "del"
 -- ARGV[4..] payload         set: value; incrby: integer delta; hset: field, value, ...;
 --                           rpush: element, ...; del: nothing
 --
--- Returns  {1, result}      accepted (token >= high-water mark): the write was applied and the
---                           mark is now max(mark, token); result is the new number for incrby,
---                           the new length for rpush, 0 otherwise
---          {0, latest}      stale (token < mark): nothing was written; latest is the mark
+-- Returns  {1, result}      accepted (token >= both marks): the write was applied and the
+--                           exclusive mark is now max(mark, token); result is the new number
+--                           for incrby, the new length for rpush, 0 otherwise
+--          {0, latest}      stale (token below a mark): nothing was written; latest is the
+--                           higher mark
 --
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a type this write cannot apply to; nothing modified
 --          FENCELOCK_BADARG     the token or delta is not a valid integer; nothing modified
 --
--- ">=" and not ">": one holder writes many times with the same token. The mark is a separate
--- key so that deleting the data (kind "del", or an operator) does not reset the fence.
+-- ">=" and not ">": one holder writes many times with the same token. The marks are keys of
+-- their own so that deleting the data (kind "del", or an operator) does not reset the fence.
+-- A write below the shared mark is refused because a reader with a newer token has read the
+-- resource: its hold began after this writer's ended (lib/fence_mark.lua).
 --
 -- Uses fence_mark() from lib/fence_mark.lua, which the loader prepends to this file.
 local done = redis.call('GET', KEYS[3])
@@ -28,10 +34,11 @@ if done then
   return {1, tonumber(done)}
 end
 
-local token, mark = fence_mark(ARGV[1], KEYS[2])
+local token, exclusive, shared = fence_mark(ARGV[1], KEYS[2], KEYS[4])
 if not token then
-  return mark
+  return exclusive
 end
+local mark = math.max(exclusive, shared)
 if token < mark then
   return {0, mark}
 end
@@ -77,7 +84,7 @@ else
   return redis.error_reply('FENCELOCK_BADARG unknown write kind ' .. tostring(kind))
 end
 
-if token > mark then
+if token > exclusive then
   redis.call('SET', KEYS[2], ARGV[1])
 end
 redis.call('SET', KEYS[3], result, 'PX', ARGV[2])

@@ -205,6 +205,53 @@ on_topologies_multi_thread! {
     }
 }
 
+on_topologies! {
+    /// Readers of one hold read a fenced resource with their own tokens in any order and are
+    /// never refused by each other; a writer older than the readers (one that paused past its
+    /// lease) is refused under them; once a newer writer wrote, an old reader's token is
+    /// refused, naming the writer's.
+    async fn readers_share_fenced_reads_and_fence_older_writers(fx) {
+        let client = fx.client().await;
+        let lock = client.rwlock("prices").unwrap();
+        let data = client.resource("prices-data").unwrap();
+        let first = lock.write().await.unwrap();
+        let paused_writer = first.token();
+        data.set(paused_writer, "v1").await.unwrap();
+        first.release().await.unwrap();
+
+        let older = lock.read().await.unwrap();
+        let newer = lock.read().await.unwrap();
+        assert!(older.token() < newer.token());
+        for reader in [&newer, &older, &newer, &older] {
+            let value = data.get_shared(reader.token()).await.unwrap();
+            assert_eq!(value.as_deref(), Some(&b"v1"[..]));
+        }
+        let late = data.set(paused_writer, "late").await.unwrap_err();
+        assert!(
+            matches!(late, fencelock::Error::StaleToken { latest, .. } if latest == newer.token()),
+            "{late:?}"
+        );
+        assert_eq!(data.high_water_mark().await.unwrap(), Some(newer.token()));
+        let (older_token, newer_token) = (older.token(), newer.token());
+        older.release().await.unwrap();
+        newer.release().await.unwrap();
+
+        let writer = lock.write().await.unwrap();
+        data.set(writer.token(), "v2").await.unwrap();
+        for reader in [older_token, newer_token] {
+            let refused = data.get_shared(reader).await.unwrap_err();
+            assert!(
+                matches!(refused, fencelock::Error::StaleToken { latest, .. } if latest == writer.token()),
+                "{refused:?}"
+            );
+        }
+        writer.release().await.unwrap();
+        let reader = lock.read().await.unwrap();
+        assert_eq!(data.get_shared(reader.token()).await.unwrap().as_deref(), Some(&b"v2"[..]));
+        reader.release().await.unwrap();
+    }
+}
+
 /// `read_timeout` and `write_timeout` wait for the lock up to their deadline and return the
 /// guard when it comes within it.
 #[tokio::test]

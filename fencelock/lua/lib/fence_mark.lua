@@ -1,23 +1,43 @@
 -- lib/fence_mark.lua: shared by fenced_read.lua and fenced_write.lua; the loader
 -- (src/protocol/scripts.rs) prepends it to each of them, since Redis scripts cannot import.
 --
--- fence_mark(token_arg, mark_key) parses the presented token and reads the resource's
--- high-water mark. Returns token, mark; or nil, an error reply (nothing has been modified).
-local function fence_mark(token_arg, mark_key)
+-- A resource has two marks. The exclusive mark is the highest token that wrote to it or read
+-- it with a claim (a holder alone in its critical section); the shared mark is the highest
+-- token that read it with a shared read (readers of one read-write lock, who hold it
+-- together). An exclusive operation is refused below either mark; a shared read only below the
+-- exclusive one, so readers never refuse each other.
+--
+-- fence_mark(token_arg, mark_key, shared_key) parses the presented token and reads both
+-- marks. Returns token, exclusive mark, shared mark (0 where a mark is missing); or nil, an
+-- error reply (nothing has been modified).
+local function read_mark(key, what)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then
+    return 0
+  end
+  if kind ~= 'string' then
+    return nil, redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' holds a ' .. kind)
+  end
+  local mark = tonumber(redis.call('GET', key))
+  if mark == nil then
+    return nil, redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' does not hold an integer')
+  end
+  return mark
+end
+
+local function fence_mark(token_arg, mark_key, shared_key)
   local token = tonumber(token_arg)
   if not token or token < 1 or token >= 9007199254740992 or token % 1 ~= 0 then
     return nil, redis.error_reply('FENCELOCK_BADARG fencing token must be a positive integer below 2^53')
   end
-  local mark = 0
-  local mark_kind = redis.call('TYPE', mark_key)['ok']
-  if mark_kind == 'string' then
-    mark = tonumber(redis.call('GET', mark_key))
-    if mark == nil then
-      return nil, redis.error_reply('FENCELOCK_WRONGTYPE high-water mark does not hold an integer')
-    end
-  elseif mark_kind ~= 'none' then
-    return nil, redis.error_reply('FENCELOCK_WRONGTYPE high-water mark holds a ' .. mark_kind)
+  local mark, err = read_mark(mark_key, 'high-water mark')
+  if not mark then
+    return nil, err
   end
-  return token, mark
+  local shared
+  shared, err = read_mark(shared_key, 'shared mark')
+  if not shared then
+    return nil, err
+  end
+  return token, mark, shared
 end
-

@@ -9,7 +9,7 @@ use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::protocol::keys::validate_name;
-use crate::protocol::{self, Read, ReadReply, ResourceKeys, Write, WriteReply};
+use crate::protocol::{self, Read, ReadMode, ReadReply, ResourceKeys, Write, WriteReply};
 
 /// A resource stored in Redis whose writes are fenced: a write carrying a token older than the
 /// newest token the resource has accepted is refused with [`Error::StaleToken`] and writes
@@ -162,7 +162,9 @@ impl FencedResource {
     /// only ever raises the mark to a token its holder presented, so a dropped claim changes
     /// nothing a later call with the same token would not.
     pub async fn claim(&self, token: FencingToken) -> Result<(), Error> {
-        self.read(token, Read::Claim).await.map(drop)
+        self.read(token, Read::Claim, ReadMode::Claim)
+            .await
+            .map(drop)
     }
 
     /// Reads the string value as the holder of `token`, and claims the resource for it.
@@ -182,7 +184,7 @@ impl FencedResource {
     /// only ever raises the mark to a token its holder presented, so a dropped claim changes
     /// nothing a later call with the same token would not.
     pub async fn get(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> {
-        self.read_as(token, Read::Get).await
+        self.read_as(token, Read::Get, ReadMode::Claim).await
     }
 
     /// Reads the integer value as the holder of `token` (see [`FencedResource::get`]).
@@ -193,7 +195,7 @@ impl FencedResource {
     /// # Cancel safety
     /// As [`FencedResource::get`].
     pub async fn get_i64(&self, token: FencingToken) -> Result<Option<i64>, Error> {
-        self.read_as(token, Read::Get).await
+        self.read_as(token, Read::Get, ReadMode::Claim).await
     }
 
     /// Reads one hash field as the holder of `token` (see [`FencedResource::get`]).
@@ -208,7 +210,8 @@ impl FencedResource {
         token: FencingToken,
         field: impl AsRef<[u8]>,
     ) -> Result<Option<Vec<u8>>, Error> {
-        self.read_as(token, Read::Field(field.as_ref())).await
+        self.read_as(token, Read::Field(field.as_ref()), ReadMode::Claim)
+            .await
     }
 
     /// Reads the list as the holder of `token` (see [`FencedResource::get`]).
@@ -219,7 +222,83 @@ impl FencedResource {
     /// # Cancel safety
     /// As [`FencedResource::get`].
     pub async fn items(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> {
-        self.read_as(token, Read::Items).await
+        self.read_as(token, Read::Items, ReadMode::Claim).await
+    }
+
+    /// Reads the string value as one of several holders that share a hold (the readers of a
+    /// [`RwLock`](crate::RwLock)), with the token of this reader's hold.
+    ///
+    /// Refused only when a holder with a newer token has written the resource or claimed it
+    /// since (then this reader's hold was broken and the value is not its view); never because
+    /// another reader, older or newer, has read it. Like a claim it fences every older writer:
+    /// from now on a write with a token below this one is refused, so a writer that paused
+    /// past its lease cannot write under the readers. A holder alone in its critical section
+    /// reads with [`FencedResource::get`] instead, whose claim also refuses older readers.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+    /// let catalog = client.rwlock("catalog")?;
+    /// let prices = client.resource("prices")?;
+    ///
+    /// let reader = catalog.read().await?;
+    /// // Other readers' shared reads never refuse this one; a newer writer's write does.
+    /// let current = prices.get_shared(reader.token()).await?;
+    /// reader.release().await?;
+    /// # let _ = current;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when a newer token has written or claimed the resource (nothing
+    /// read); [`Error::WrongType`] when the resource holds a hash or list.
+    ///
+    /// # Cancel safety
+    /// Dropping the future at its one await (the script call, re-sent while its outcome is
+    /// unknown) may leave the shared mark raised to `token` or not (the read itself is
+    /// discarded). Raising it is idempotent, so a dropped read changes nothing a later call
+    /// with the same token would not.
+    pub async fn get_shared(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> {
+        self.read_as(token, Read::Get, ReadMode::Shared).await
+    }
+
+    /// Reads the integer value as a holder that shares its hold (see
+    /// [`FencedResource::get_shared`]).
+    ///
+    /// # Errors
+    /// As [`FencedResource::get_shared`]; [`Error::Redis`] when the value is not an integer.
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::get_shared`].
+    pub async fn get_i64_shared(&self, token: FencingToken) -> Result<Option<i64>, Error> {
+        self.read_as(token, Read::Get, ReadMode::Shared).await
+    }
+
+    /// Reads one hash field as a holder that shares its hold (see
+    /// [`FencedResource::get_shared`]).
+    ///
+    /// # Errors
+    /// As [`FencedResource::get_shared`].
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::get_shared`].
+    pub async fn get_field_shared(
+        &self,
+        token: FencingToken,
+        field: impl AsRef<[u8]>,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        self.read_as(token, Read::Field(field.as_ref()), ReadMode::Shared)
+            .await
+    }
+
+    /// Reads the list as a holder that shares its hold (see [`FencedResource::get_shared`]).
+    ///
+    /// # Errors
+    /// As [`FencedResource::get_shared`].
+    ///
+    /// # Cancel safety
+    /// As [`FencedResource::get_shared`].
+    pub async fn items_shared(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> {
+        self.read_as(token, Read::Items, ReadMode::Shared).await
     }
 
     /// The string value, read without a token: for observers (reports, dashboards), never for
@@ -265,31 +344,47 @@ impl FencedResource {
             .await?)
     }
 
-    /// The highest token the resource has accepted, if it has accepted any.
+    /// The highest token the resource has accepted (by a write, a claim or a shared read), if
+    /// it has accepted any: a write with an older token is refused.
     ///
     /// # Cancel safety
     /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
     pub async fn high_water_mark(&self) -> Result<Option<FencingToken>, Error> {
-        let raw: Option<u64> = self.client.engine.conn().get(&self.keys.mark).await?;
-        Ok(raw.and_then(FencingToken::new))
+        let marks: Vec<Option<u64>> = self
+            .client
+            .engine
+            .conn()
+            .mget(&[&self.keys.mark, &self.keys.shared])
+            .await?;
+        Ok(marks
+            .into_iter()
+            .flatten()
+            .max()
+            .and_then(FencingToken::new))
     }
 
     async fn read_as<T: FromRedisValue>(
         &self,
         token: FencingToken,
         read: Read<'_>,
+        mode: ReadMode,
     ) -> Result<T, Error> {
-        let value = self.read(token, read).await?;
+        let value = self.read(token, read, mode).await?;
         redis::from_redis_value(value).map_err(|e| Error::Redis(redis::RedisError::from(e)))
     }
 
-    async fn read(&self, token: FencingToken, read: Read<'_>) -> Result<redis::Value, Error> {
+    async fn read(
+        &self,
+        token: FencingToken,
+        read: Read<'_>,
+        mode: ReadMode,
+    ) -> Result<redis::Value, Error> {
         let reply = self
             .client
             .engine
             .retrying(|mut conn| {
                 let keys = &self.keys;
-                async move { protocol::fenced_read(&mut conn, keys, token, read).await }
+                async move { protocol::fenced_read(&mut conn, keys, token, read, mode).await }
             })
             .await?;
         match reply {

@@ -27,8 +27,10 @@ use crate::protocol::{CancelKind, LockKeys, OwnerReply};
 /// strictly increasing sequence of its slot (the locks' fencing tokens): a writer's token
 /// fences its writes like a lock's; a reader's token is greater than every writer's before the
 /// read and less than every writer's after it, so it is the read's *write epoch*: data written
-/// with a token below it was written before the read, and a claiming read with it
-/// ([`FencedResource`](crate::FencedResource)) refuses every earlier writer's late write.
+/// with a token below it was written before the read. Readers read fenced data with
+/// [`FencedResource::get_shared`](crate::FencedResource::get_shared) and their own token:
+/// the read refuses every earlier writer's late write, as a claim does, and is refused only when
+/// a newer writer has written since (the reader's hold was broken), never by another reader.
 ///
 /// **Writer preference.** A writer that waits stops new readers from entering; readers
 /// already inside keep their holds until they release (or their leases end, if they crash),
@@ -46,11 +48,13 @@ use crate::protocol::{CancelKind, LockKeys, OwnerReply};
 /// ```no_run
 /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
 /// let catalogue = client.rwlock("catalogue")?;
+/// let prices = client.resource("prices")?;
 /// let read = catalogue.read().await?;
-/// println!("reading at epoch {}", read.token());
+/// let current = prices.get_shared(read.token()).await?; // other readers never refuse it
+/// println!("reading at epoch {}: {current:?}", read.token());
 /// read.release().await?;
 /// let write = catalogue.write().await?;
-/// println!("rebuilding with token {}", write.token());
+/// prices.set(write.token(), "rebuilt").await?;
 /// write.release().await?;
 /// # Ok(()) }
 /// ```

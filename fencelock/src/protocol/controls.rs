@@ -54,6 +54,12 @@ pub enum Control {
     FenceStrictlyGreater,
     /// `fenced_write.lua` accepts every token.
     FenceNoCheck,
+    /// `fenced_read.lua`'s shared read raises the exclusive mark, as a claim does: readers of
+    /// one hold refuse each other.
+    SharedReadClaims,
+    /// `fenced_read.lua`'s shared read records nothing: a writer older than the readers can
+    /// still write under them.
+    SharedReadDoesNotFence,
     /// An acquire or re-entry whose caller gave up is never undone (no compensating cancel).
     CancelMissingOnDrop,
     /// The watchdog keeps renewing a holder whose guards are all gone.
@@ -106,7 +112,7 @@ const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 29] = [
+    pub const ALL: [Control; 31] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -117,6 +123,8 @@ impl Control {
         Control::RenewWithoutOwnerCheck,
         Control::FenceStrictlyGreater,
         Control::FenceNoCheck,
+        Control::SharedReadClaims,
+        Control::SharedReadDoesNotFence,
         Control::CancelMissingOnDrop,
         Control::WatchdogIgnoresDrop,
         Control::LeaseFromReply,
@@ -200,6 +208,16 @@ impl Control {
                 "if token <= mark then",
             )],
             Control::FenceNoCheck => &[("fenced_write", "if token < mark then", "if false then")],
+            Control::SharedReadClaims => &[(
+                "fenced_read",
+                "    redis.call('SET', KEYS[3], ARGV[1])",
+                "    redis.call('SET', KEYS[2], ARGV[1])",
+            )],
+            Control::SharedReadDoesNotFence => &[(
+                "fenced_read",
+                "    redis.call('SET', KEYS[3], ARGV[1])\n",
+                "",
+            )],
             Control::ClaimKeepsReservation => &[(
                 "acquire_fair",
                 "if claim then\n  redis.call('DEL', KEYS[1])\nend\n",
@@ -399,6 +417,7 @@ mod tests {
                 (&broken.extend, &correct.extend),
                 (&broken.renew, &correct.renew),
                 (&broken.fenced_write, &correct.fenced_write),
+                (&broken.fenced_read, &correct.fenced_read),
                 (&broken.acquire_fair, &correct.acquire_fair),
                 (&broken.release_fair, &correct.release_fair),
                 (&broken.announce, &correct.announce),

@@ -186,7 +186,10 @@ impl LockKeys {
 #[derive(Clone, Debug)]
 pub(crate) struct ResourceKeys {
     pub(crate) data: Vec<u8>,
+    /// The exclusive mark: the highest token that wrote or claimed.
     pub(crate) mark: Vec<u8>,
+    /// The shared mark: the highest token of a shared read.
+    pub(crate) shared: Vec<u8>,
     op_prefix: Vec<u8>,
 }
 
@@ -197,6 +200,7 @@ impl ResourceKeys {
         ResourceKeys {
             data: [&base[..], b"data:", name].concat(),
             mark: [&base[..], b"mark:", name].concat(),
+            shared: [&base[..], b"shared:", name].concat(),
             op_prefix: [&base[..], b"op:"].concat(),
         }
     }

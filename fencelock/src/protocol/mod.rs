@@ -499,6 +499,7 @@ pub(crate) async fn fenced_write<C: ConnectionLike>(
     call.key(&keys.data)
         .key(&keys.mark)
         .key(keys.op(op_id))
+        .key(&keys.shared)
         .arg(token.get())
         .arg(millis(op_ttl));
     match write {
@@ -539,6 +540,14 @@ pub(crate) enum Read<'a> {
     Claim,
 }
 
+/// How a fenced read fences: a claim (a holder alone in its critical section) or a shared read
+/// (holders that share a hold, such as the readers of a read-write lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadMode {
+    Claim,
+    Shared,
+}
+
 /// Outcome of `fenced_read.lua`: the value read (nil for a missing key or field), or the newer
 /// token that has claimed the resource.
 #[derive(Debug, Clone, PartialEq)]
@@ -552,15 +561,23 @@ pub(crate) async fn fenced_read<C: ConnectionLike>(
     keys: &ResourceKeys,
     token: FencingToken,
     read: Read<'_>,
+    mode: ReadMode,
 ) -> Result<ReadReply, Error> {
     let mut call = scripts().fenced_read.prepare_invoke();
-    call.key(&keys.data).key(&keys.mark).arg(token.get());
+    call.key(&keys.data)
+        .key(&keys.mark)
+        .key(&keys.shared)
+        .arg(token.get());
     match read {
-        Read::Get => call.arg("get"),
+        Read::Get => call.arg("get").arg(""),
         Read::Field(field) => call.arg("hget").arg(field),
-        Read::Items => call.arg("lrange"),
-        Read::Claim => call.arg("claim"),
+        Read::Items => call.arg("lrange").arg(""),
+        Read::Claim => call.arg("claim").arg(""),
     };
+    call.arg(match mode {
+        ReadMode::Claim => "claim",
+        ReadMode::Shared => "shared",
+    });
     let reply: Vec<redis::Value> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     let mut reply = reply.into_iter();
     match (reply.next(), reply.next(), reply.next()) {
@@ -1016,3 +1033,6 @@ mod semaphore_tests;
 
 #[cfg(test)]
 mod rwlock_tests;
+
+#[cfg(test)]
+mod fenced_read_tests;

@@ -1,0 +1,176 @@
+//! The fenced resource's two kinds of read against a real redis-server (`fenced_read.lua`,
+//! with `fenced_write.lua`): a claim refuses every older token, a shared read only an older
+//! one than the newest write or claim; both fence every older writer.
+
+use redis::aio::MultiplexedConnection;
+
+#[cfg(fencelock_negative_controls)]
+use super::tests::assert_controls_caught;
+use super::tests::{assert_checks_hold, Check, OP_TTL};
+use super::*;
+
+fn t(raw: u64) -> FencingToken {
+    FencingToken::new(raw).unwrap()
+}
+
+fn resource() -> ResourceKeys {
+    ResourceKeys::new(b"t:", b"catalog")
+}
+
+async fn write(conn: &mut MultiplexedConnection, token: u64, op: &str) -> WriteReply {
+    fenced_write(
+        conn,
+        &resource(),
+        t(token),
+        op,
+        OP_TTL,
+        Write::Set(token.to_string().as_bytes()),
+    )
+    .await
+    .unwrap()
+}
+
+async fn read(conn: &mut MultiplexedConnection, token: u64, mode: ReadMode) -> ReadReply {
+    fenced_read(conn, &resource(), t(token), Read::Get, mode)
+        .await
+        .unwrap()
+}
+
+/// What a read that was let through must have read: the value the writer `token` wrote.
+fn read_value(reply: &ReadReply, written_by: u64) -> Result<(), String> {
+    match reply {
+        ReadReply::Read(redis::Value::BulkString(value))
+            if *value == written_by.to_string().into_bytes() =>
+        {
+            Ok(())
+        }
+        other => Err(format!(
+            "expected the value of writer {written_by}, got {other:?}"
+        )),
+    }
+}
+
+/// Readers of one hold (tokens 7 and 9, after writer 5) read in any order, again and again,
+/// and neither is refused: the newer reader's read does not refuse the older one.
+async fn readers_never_refuse_each_other(
+    conn: &mut MultiplexedConnection,
+    _: &LockKeys,
+) -> Result<(), String> {
+    write(conn, 5, "w5").await;
+    for reader in [7, 9, 7, 9, 7] {
+        read_value(&read(conn, reader, ReadMode::Shared).await, 5)
+            .map_err(|why| format!("reader {reader}: {why}"))?;
+    }
+    Ok(())
+}
+
+/// After a shared read by reader 9, a writer with an older token (6, or 8 between the
+/// readers) is refused, naming the reader's token; a newer writer (10) is accepted.
+async fn a_shared_read_fences_older_writers(
+    conn: &mut MultiplexedConnection,
+    _: &LockKeys,
+) -> Result<(), String> {
+    write(conn, 5, "w5").await;
+    read(conn, 7, ReadMode::Shared).await;
+    read(conn, 9, ReadMode::Shared).await;
+    for writer in [6, 8] {
+        match write(conn, writer, &format!("w{writer}")).await {
+            WriteReply::Stale { latest } if latest == t(9) => {}
+            other => return Err(format!("older writer {writer} after reader 9: {other:?}")),
+        }
+    }
+    match write(conn, 10, "w10").await {
+        WriteReply::Accepted(_) => Ok(()),
+        other => Err(format!("newer writer 10 after reader 9: {other:?}")),
+    }
+}
+
+/// Once a newer holder wrote (10) or claimed (12), a reader whose hold began before is
+/// refused, naming that token: what it would read is not its view.
+async fn a_newer_write_or_claim_refuses_older_readers(
+    conn: &mut MultiplexedConnection,
+    _: &LockKeys,
+) -> Result<(), String> {
+    write(conn, 5, "w5").await;
+    read(conn, 9, ReadMode::Shared).await;
+    write(conn, 10, "w10").await;
+    match read(conn, 9, ReadMode::Shared).await {
+        ReadReply::Stale { latest } if latest == t(10) => {}
+        other => return Err(format!("reader 9 after writer 10: {other:?}")),
+    }
+    read_value(&read(conn, 11, ReadMode::Shared).await, 10)?;
+    read_value(&read(conn, 12, ReadMode::Claim).await, 10)?;
+    match read(conn, 11, ReadMode::Shared).await {
+        ReadReply::Stale { latest } if latest == t(12) => Ok(()),
+        other => Err(format!("reader 11 after a claim by 12: {other:?}")),
+    }
+}
+
+/// A claim refuses every older token, a reader's included: a claiming read by 8 after a
+/// shared read by 9 is refused (a claim is a holder alone in its critical section).
+async fn a_claim_is_refused_below_a_shared_read(
+    conn: &mut MultiplexedConnection,
+    _: &LockKeys,
+) -> Result<(), String> {
+    read(conn, 9, ReadMode::Shared).await;
+    match read(conn, 8, ReadMode::Claim).await {
+        ReadReply::Stale { latest } if latest == t(9) => Ok(()),
+        other => Err(format!("a claim by 8 after reader 9: {other:?}")),
+    }
+}
+
+/// The contract checks above, by name; the first two are also the checks of the shared
+/// read's negative controls.
+const CHECKS: [(&str, Check); 4] = [
+    ("readers_never_refuse_each_other", |c, k| {
+        Box::pin(readers_never_refuse_each_other(c, k))
+    }),
+    ("a_shared_read_fences_older_writers", |c, k| {
+        Box::pin(a_shared_read_fences_older_writers(c, k))
+    }),
+    ("a_newer_write_or_claim_refuses_older_readers", |c, k| {
+        Box::pin(a_newer_write_or_claim_refuses_older_readers(c, k))
+    }),
+    ("a_claim_is_refused_below_a_shared_read", |c, k| {
+        Box::pin(a_claim_is_refused_below_a_shared_read(c, k))
+    }),
+];
+
+#[tokio::test]
+async fn the_fenced_read_contract_checks_hold() {
+    assert_checks_hold(&CHECKS, || LockKeys::new(b"t:", b"unused")).await;
+}
+
+/// Each shared-read control breaks exactly the contract check next to it (which holds on
+/// the production scripts: [`the_fenced_read_contract_checks_hold`]), each on a fresh server.
+#[cfg(fencelock_negative_controls)]
+#[tokio::test]
+async fn the_shared_read_negative_controls_are_caught() {
+    use super::controls::Control;
+    let controls = [Control::SharedReadClaims, Control::SharedReadDoesNotFence];
+    assert_controls_caught(&controls, &CHECKS[..2], || LockKeys::new(b"t:", b"unused")).await;
+}
+
+/// A mode the script does not know is refused as a protocol error, and reads nothing.
+#[tokio::test]
+async fn an_unknown_read_mode_is_refused() {
+    let (_server, mut conn, _) = super::tests::setup().await;
+    let keys = resource();
+    let err = scripts()
+        .fenced_read
+        .key(&keys.data)
+        .key(&keys.mark)
+        .key(&keys.shared)
+        .arg(5)
+        .arg("get")
+        .arg("")
+        .arg("borrow")
+        .invoke_async::<redis::Value>(&mut conn)
+        .await
+        .map_err(Error::from_reply)
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Protocol(detail) if detail.contains("read mode")),
+        "{err:?}"
+    );
+}
