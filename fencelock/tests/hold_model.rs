@@ -4,7 +4,11 @@
 //! into the past, as a crashed holder's). After every step the permits Redis counts equal the
 //! model's; never more than the limit, never a writer beside another holder; every hold's token
 //! is greater than every token before it (so every read sits between the writes around it); and
-//! when the program ends and everyone left, nothing stays behind. The negative controls that a
+//! when the program ends and everyone left, nothing stays behind. Readers read a fenced
+//! resource with shared reads and the writer writes it, live or after their lease ended under
+//! them: a shared read is refused exactly when a newer writer wrote, a write exactly below a
+//! newer reader's or writer's token, and every accepted read sees the last accepted write.
+//! The negative controls that a
 //! program can reach must each fail it. On a server with hash-field expiry, one client keeps
 //! its deadlines in the lease zset and the other two as field expiry: a semaphore is created
 //! either way, depending on the program, and shared by clients of both.
@@ -55,6 +59,18 @@ enum Op {
     /// The `n`-th live read hold's lease ends under it, or the write hold's.
     ExpireRead(usize),
     ExpireWrite,
+    /// A read hold reads the fenced resource with its token (a shared read): the `n`-th live
+    /// one, or (`ended`) the `n`-th whose lease ended under it, as a reader that paused.
+    ReadData {
+        n: usize,
+        ended: bool,
+    },
+    /// The write hold writes the fenced resource with its token, or (`ended`) the `n`-th
+    /// writer whose lease ended under it, as a writer that paused.
+    WriteData {
+        n: usize,
+        ended: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -69,6 +85,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Downgrade),
         1 => (0..8usize).prop_map(Op::ExpireRead),
         1 => Just(Op::ExpireWrite),
+        3 => (0..8usize, prop::bool::weighted(0.3)).prop_map(|(n, ended)| Op::ReadData { n, ended }),
+        2 => (0..8usize, prop::bool::weighted(0.4)).prop_map(|(n, ended)| Op::WriteData { n, ended }),
     ]
 }
 
@@ -85,6 +103,18 @@ struct World<'a> {
     ended_writes: Vec<WriteGuard>,
     /// The highest token any hold got so far.
     newest: Option<FencingToken>,
+    /// The fenced resource as the model has it: the token of the last accepted write (also
+    /// the value written), and its two marks.
+    data: Resource,
+}
+
+/// The fenced resource's model: a shared read is refused below `exclusive` only; a write
+/// below either mark.
+#[derive(Default)]
+struct Resource {
+    value: Option<u64>,
+    exclusive: u64,
+    shared: u64,
 }
 
 fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), TestCaseError> {
@@ -266,6 +296,38 @@ impl World<'_> {
                     self.ended_writes.push(write);
                 }
             }
+            Op::ReadData { n, ended } => {
+                let holds = if ended {
+                    &self.ended_reads
+                } else {
+                    &self.reads
+                };
+                if let Some(read) = holds.get(n % holds.len().max(1)) {
+                    let token = read.token();
+                    let outcome = self.clients[0]
+                        .resource("doc-data")
+                        .unwrap()
+                        .get_shared(token)
+                        .await;
+                    self.data.shared_read(token.get(), outcome)?;
+                }
+            }
+            Op::WriteData { n, ended } => {
+                let token = if ended {
+                    let n = n % self.ended_writes.len().max(1);
+                    self.ended_writes.get(n).map(WriteGuard::token)
+                } else {
+                    self.write.as_ref().map(WriteGuard::token)
+                };
+                if let Some(token) = token {
+                    let outcome = self.clients[1]
+                        .resource("doc-data")
+                        .unwrap()
+                        .set(token, token.to_string())
+                        .await;
+                    self.data.write(token.get(), outcome)?;
+                }
+            }
             _ => {}
         }
         self.compare_with_redis()
@@ -349,6 +411,63 @@ impl World<'_> {
     }
 }
 
+impl Resource {
+    /// Judges a shared read by the holder of `token`: refused exactly when a newer token
+    /// wrote, naming it; else the value of the last write, and the shared mark raised.
+    fn shared_read(
+        &mut self,
+        token: u64,
+        outcome: Result<Option<Vec<u8>>, fencelock::Error>,
+    ) -> Result<(), TestCaseError> {
+        let expected = self.value.map(|v| v.to_string().into_bytes());
+        if token < self.exclusive {
+            let exclusive = self.exclusive;
+            return check(
+                matches!(&outcome, Err(fencelock::Error::StaleToken { latest, .. }) if latest.get() == exclusive),
+                || format!("a shared read by {token} under a write by {exclusive}: {outcome:?}"),
+            );
+        }
+        check(outcome.as_ref().is_ok_and(|v| *v == expected), || {
+            format!(
+                "a shared read by {token} (marks {} / {}): {outcome:?}, expected {expected:?}",
+                self.exclusive, self.shared
+            )
+        })?;
+        self.shared = self.shared.max(token);
+        Ok(())
+    }
+
+    /// Judges a write by the holder of `token`: refused exactly below either mark, naming
+    /// the higher; else it is the resource's value.
+    fn write(
+        &mut self,
+        token: u64,
+        outcome: Result<(), fencelock::Error>,
+    ) -> Result<(), TestCaseError> {
+        let mark = self.exclusive.max(self.shared);
+        if token < mark {
+            return check(
+                matches!(&outcome, Err(fencelock::Error::StaleToken { latest, .. }) if latest.get() == mark),
+                || {
+                    format!(
+                        "a write by {token} under marks {} / {}: {outcome:?}",
+                        self.exclusive, self.shared
+                    )
+                },
+            );
+        }
+        check(outcome.is_ok(), || {
+            format!(
+                "a write by {token} (marks {} / {}): {outcome:?}",
+                self.exclusive, self.shared
+            )
+        })?;
+        self.exclusive = token;
+        self.value = Some(token);
+        Ok(())
+    }
+}
+
 async fn run_program(
     server: &RedisServer,
     program: &[Op],
@@ -383,6 +502,7 @@ async fn run_program(
         ended_reads: Vec::new(),
         ended_writes: Vec::new(),
         newest: None,
+        data: Resource::default(),
     };
     for op in program {
         world.step(*op).await?;
@@ -432,9 +552,10 @@ fn random_semaphore_and_rwlock_programs_match_the_model() {
     eprintln!("{} programs passed in {:?}", cases(), started.elapsed());
 }
 
-/// The semaphore and read-write lock controls that a program can reach each make it fail:
-/// permits over the limit, an expired hold still counted, a writer beside readers, a
-/// downgrade that keeps readers out.
+/// The semaphore, read-write lock and shared-read controls that a program can reach each make
+/// it fail: permits over the limit, an expired hold still counted, a writer beside readers, a
+/// downgrade that keeps readers out, readers refusing each other, a paused writer writing
+/// under newer readers.
 #[cfg(fencelock_negative_controls)]
 #[test]
 fn the_hold_model_catches_the_controls_it_can_reach() {
@@ -443,6 +564,8 @@ fn the_hold_model_catches_the_controls_it_can_reach() {
         Control::SemKeepsExpiredHolds,
         Control::RwWriterIgnoresReaders,
         Control::RwDowngradeKeepsWriting,
+        Control::SharedReadClaims,
+        Control::SharedReadDoesNotFence,
     ] {
         if let Err(why) = control.applies() {
             eprintln!("NOT JUDGED {control:?}: {why}");
