@@ -1819,7 +1819,7 @@ async fn w9(cfg: &Cfg, report: &mut Report) {
                 .expect("skip");
             assert!(matches!(
                 outcome,
-                fencelock::JobOutcome::SkippedRunning { runner: Some(_) }
+                fencelock::JobOutcome::SkippedRunning { record: Some(_) }
             ));
         },
         async || raw_trips(2).await,

@@ -56,10 +56,10 @@ fn instance(id: u64, client: LockClient, start: Arc<Barrier>) -> Result<Vec<Stri
             JobOutcome::SkippedRunning { .. } => {
                 format!("hour {hour}: instance {id} skipped, running elsewhere")
             }
-            JobOutcome::SkippedDone { run } => {
+            JobOutcome::SkippedDone { record } => {
                 format!(
                     "hour {hour}: instance {id} skipped, done by {}",
-                    run.runner()
+                    record.runner()
                 )
             }
             other => format!("hour {hour}: instance {id} skipped: {other:?}"),

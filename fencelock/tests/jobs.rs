@@ -1,7 +1,8 @@
 //! Run-once scheduled jobs against real servers: five instances over twenty ticks with clock
 //! offsets, a job faster than the skew, a runner that overruns its hold or dies mid-job (as a
 //! task and as a process frozen with SIGSTOP or killed with SIGKILL), cancellation and bad
-//! input. The topology tests run on one server and on a 3-primary cluster.
+//! input, and the README's scheduler loop on aligned ticks. The topology tests run on one server
+//! and on a 3-primary cluster.
 
 mod common;
 
@@ -90,7 +91,7 @@ on_topologies_multi_thread! {
             .await
             .unwrap();
         match held {
-            JobOutcome::SkippedRunning { runner: Some(run) } => {
+            JobOutcome::SkippedRunning { record: Some(run) } => {
                 assert_eq!(Some(run.token()), outcome.token());
                 assert!(run.finished().is_some(), "held for at_least_for after finishing");
             }
@@ -123,7 +124,7 @@ on_topologies_multi_thread! {
         // While the hold lasts, the other instance skips and names the runner.
         let skipped = next_job.run_exclusive(tick, |_run| async {}).await.unwrap();
         assert!(
-            matches!(&skipped, JobOutcome::SkippedRunning { runner: Some(run) } if run.token() == first),
+            matches!(&skipped, JobOutcome::SkippedRunning { record: Some(run) } if run.token() == first),
             "{skipped:?}"
         );
         tokio::time::sleep(at_most + Duration::from_millis(50)).await;
@@ -175,27 +176,27 @@ on_topologies_multi_thread! {
         for view in [tick, tick + half - Duration::from_millis(1), tick - half + Duration::from_millis(1)] {
             let outcome = skip(view).await;
             assert!(
-                matches!(&outcome, JobOutcome::SkippedRunning { runner: Some(run) }
+                matches!(&outcome, JobOutcome::SkippedRunning { record: Some(run) }
                     if run.token() == token && run.finished().is_none()),
                 "{view:?}: {outcome:?}"
             );
         }
         let late = skip(tick - half).await;
-        assert!(matches!(&late, JobOutcome::SkippedLate { newest } if newest.token() == token), "{late:?}");
+        assert!(matches!(&late, JobOutcome::SkippedLate { record } if record.token() == token), "{late:?}");
         let newer = skip(tick + PERIOD).await;
-        assert!(matches!(&newer, JobOutcome::SkippedRunning { runner: Some(run) } if run.token() == token), "{newer:?}");
+        assert!(matches!(&newer, JobOutcome::SkippedRunning { record: Some(run) } if run.token() == token), "{newer:?}");
 
         // Finished and kept for at_least_for: the same tick is done, a newer one still waits
         // for the hold (the runner is named, finished).
         end_tx.send(()).unwrap();
         assert!(running.await.unwrap().ran());
         let done = skip(tick + half - Duration::from_millis(1)).await;
-        assert!(matches!(&done, JobOutcome::SkippedDone { run } if run.token() == token), "{done:?}");
+        assert!(matches!(&done, JobOutcome::SkippedDone { record: run } if run.token() == token), "{done:?}");
         // Exactly half a period newer is the next tick already: it waits for the hold.
         for view in [tick + half, tick + PERIOD] {
             let held = skip(view).await;
             assert!(
-                matches!(&held, JobOutcome::SkippedRunning { runner: Some(run) }
+                matches!(&held, JobOutcome::SkippedRunning { record: Some(run) }
                     if run.token() == token && run.finished().is_some()),
                 "{view:?}: {held:?}"
             );
@@ -232,7 +233,7 @@ on_topologies_multi_thread! {
         .await;
         let abandoned = give_up.run_exclusive(tick, |_run| async {}).await.unwrap();
         assert!(
-            matches!(&abandoned, JobOutcome::SkippedAbandoned { run } if run.token() == first),
+            matches!(&abandoned, JobOutcome::SkippedAbandoned { record: run } if run.token() == first),
             "{abandoned:?}"
         );
         let rerun = run_again.run_exclusive(tick, |run| async move { run.took_over() }).await;
@@ -697,4 +698,74 @@ async fn on_a_cluster_a_runner_killed_with_sigkill_leaves_its_tick_to_another_in
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_sentinel_a_runner_killed_with_sigkill_leaves_its_tick_to_another_instance() {
     a_killed_runner_leaves_its_tick_to_another_instance("sentinel").await;
+}
+
+/// The README's scheduler loop as written (`job.ticks()`, then `run_exclusive` with the instant
+/// each `next()` returns) on five instances started at random moments within one period: every
+/// one of twenty aligned ticks runs exactly once. (Naming the tick `SystemTime::now()` at each
+/// wake-up of an interval, the pattern this replaces, runs a tick once per instance as soon as
+/// instances start more than half a period apart.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_started_apart_run_each_aligned_tick_once() {
+    // Long enough that a whole-process stall under load does not skip a tick for all five
+    // instances at once (a tick woken for after the next one passed is skipped by design).
+    const PERIOD: Duration = Duration::from_millis(1000);
+    const TICKS: u32 = 20;
+    let fx = Fixture::start();
+    let options = JobOptions::new(PERIOD, PERIOD / 2);
+    let probe = fx.client().await.job("aligned", options.clone()).unwrap();
+    // The first tick of every instance: each starts within the period before it.
+    let first = probe.ticks().at_or_after(SystemTime::now() + 2 * PERIOD);
+    let last = first + PERIOD * (TICKS - 1);
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    let mut rng = common::Rng(seed);
+    let runs = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut instances = Vec::new();
+    for _ in 0..5 {
+        let client = fx.client().await;
+        let options = options.clone();
+        let runs = runs.clone();
+        let start = first - PERIOD + Duration::from_millis(1 + rng.below(999));
+        instances.push(tokio::spawn(async move {
+            tokio::time::sleep(start.duration_since(SystemTime::now()).unwrap_or_default()).await;
+            let report = client.job("aligned", options)?;
+            let mut ticks = report.ticks();
+            loop {
+                let tick = ticks.next().await; // the instant this tick was scheduled for
+                if tick > last {
+                    return Ok::<(), Error>(());
+                }
+                let runs = &runs;
+                report
+                    .run_exclusive(tick, |run| async move {
+                        runs.lock().push((tick, run.token()));
+                    })
+                    .await?;
+            }
+        }));
+    }
+    for instance in instances {
+        // A guard against a hang, far past the last tick.
+        within(
+            PERIOD * (TICKS + 4) + HANDOFF,
+            "an instance's twenty ticks",
+            instance,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    }
+    let mut runs = runs.lock().clone();
+    runs.sort();
+    let ticks: Vec<SystemTime> = runs.iter().map(|(tick, _)| *tick).collect();
+    let expected: Vec<SystemTime> = (0..TICKS).map(|k| first + PERIOD * k).collect();
+    assert_eq!(ticks, expected, "seed {seed}: runs {runs:?}");
+    assert!(
+        runs.windows(2).all(|w| w[0].1 < w[1].1),
+        "every run's token is above the one before: {runs:?}"
+    );
 }

@@ -25,6 +25,12 @@ impl Job {
         self.inner.options()
     }
 
+    /// The instants of the job's period, aligned to the Unix epoch (see [`crate::Ticks`]);
+    /// wait for each with [`Ticks::next_blocking`](crate::Ticks::next_blocking).
+    pub fn ticks(&self) -> crate::Ticks {
+        self.inner.ticks()
+    }
+
     /// Runs `job` on the calling thread for `tick` if no instance has run or is running it,
     /// and returns at once otherwise; see [`crate::Job::run_exclusive`] for what counts as the
     /// same tick and what each outcome means. The run's hold is taken and its tick recorded

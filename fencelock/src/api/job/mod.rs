@@ -7,6 +7,15 @@
 //! most once, across instances whose clocks or wake-ups differ (`job_begin.lua`). Instances
 //! that lose never wait: they skip, and the outcome says why.
 
+mod options;
+mod outcome;
+mod ticks;
+
+pub use options::{JobOptions, OnRunnerDeath};
+pub(crate) use outcome::Skip;
+pub use outcome::{JobOutcome, TickRecord};
+pub use ticks::Ticks;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,7 +23,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::client::LockClient;
 use super::guard::LockGuard;
 use super::lock::Lock;
-use crate::base::durations::{validate_lease, whole_millis_in, OutOfRange};
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
@@ -25,174 +33,6 @@ use crate::protocol::{self, BeginReply, FinishReply, LockKeys, RunnerDeathArg, T
 /// The latest tick accepted: 2^53 ms after the Unix epoch, the last millisecond a Lua number
 /// holds exactly (about the year 287 396).
 const MAX_TICK_MS: u64 = 1 << 53;
-
-/// The longest period or retention accepted: ten years. Longer is a unit mistake.
-const MAX_SPAN: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
-
-/// What happens to a tick whose runner lost its hold before finishing: it crashed, froze past
-/// `at_most_for`, or its [`Job::run_exclusive`] was cancelled mid-job.
-///
-/// Either way the tick record still names that runner as running once its lease is over, and
-/// an instance that calls [`Job::run_exclusive`] for the same tick after that decides by this
-/// policy. The runner's own late finish is refused once another runner took the tick over
-/// ([`Error::StaleToken`]).
-///
-/// ```
-/// use fencelock::OnRunnerDeath;
-/// assert_eq!(OnRunnerDeath::default(), OnRunnerDeath::GiveUp);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum OnRunnerDeath {
-    /// The tick is not run again ([`JobOutcome::SkippedAbandoned`]): at most once per tick,
-    /// as a plain lock-based scheduler (ShedLock) gives. For jobs whose half-done run must not
-    /// be repeated, or that the next tick catches up on anyway.
-    #[default]
-    GiveUp,
-    /// The next instance that calls for the same tick runs it again, with a newer token
-    /// ([`JobRun::took_over`] says so). For jobs that are idempotent or fence their writes:
-    /// the dead runner's writes with the older token are refused by fenced storage once the
-    /// new runner wrote.
-    RunAgain,
-}
-
-/// How a scheduled job runs: the schedule's period, how long a run may hold the job, how long
-/// it keeps others off after a fast run, and what becomes of a dead runner's tick.
-///
-/// ```
-/// use std::time::Duration;
-/// use fencelock::{JobOptions, OnRunnerDeath};
-/// let options = JobOptions::new(Duration::from_secs(60), Duration::from_secs(50))
-///     .at_least_for(Duration::from_secs(10))
-///     .on_runner_death(OnRunnerDeath::RunAgain);
-/// assert_eq!(options.retention(), Duration::from_secs(120));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobOptions {
-    period: Duration,
-    at_most_for: Duration,
-    at_least_for: Duration,
-    retention: Option<Duration>,
-    on_runner_death: OnRunnerDeath,
-}
-
-impl JobOptions {
-    /// A job whose ticks are at least `period` apart, a run of which holds the job for at most
-    /// `at_most_for`.
-    ///
-    /// `period` is the shortest interval between two ticks of the schedule (for a cron
-    /// schedule, the smallest gap). Two calls whose ticks are less than half a period apart
-    /// are the same tick: instance clocks (and late wake-ups) may differ by up to that.
-    ///
-    /// `at_most_for` is the hold's hard cap: the job's lock is taken with this lease and
-    /// nobody renews it, so a crashed runner frees the job when it ends. Choose it longer than
-    /// the longest run: once it ends, another instance may take the tick over
-    /// ([`OnRunnerDeath::RunAgain`]) while the first is still running (its writes are then
-    /// refused by fenced storage). [`JobRun::lost`] tells the job when that moment comes.
-    pub fn new(period: Duration, at_most_for: Duration) -> JobOptions {
-        JobOptions {
-            period,
-            at_most_for,
-            at_least_for: Duration::ZERO,
-            retention: None,
-            on_runner_death: OnRunnerDeath::GiveUp,
-        }
-    }
-
-    /// Keeps the job held after a run until `at_least_for` after it began, so no instance can
-    /// start a run (of any tick) in that time. The tick record already keeps a finished tick
-    /// from running again; this adds a minimum spacing between runs, for schedules whose
-    /// ticks may come closer than the clock skew. At most `at_most_for`, and shorter than the
-    /// period (a longer hold would skip the next tick). Default zero.
-    #[must_use]
-    pub fn at_least_for(mut self, at_least_for: Duration) -> JobOptions {
-        self.at_least_for = at_least_for;
-        self
-    }
-
-    /// How long the tick record is kept after its last write. It must outlive the latest an
-    /// instance may call for a tick: a call for a tick whose record has expired is not
-    /// recognised as a repeat. At least the period and `at_most_for`; default twice the
-    /// larger of the two (at most ten years).
-    #[must_use]
-    pub fn with_retention(mut self, retention: Duration) -> JobOptions {
-        self.retention = Some(retention);
-        self
-    }
-
-    /// What happens to a tick whose runner died mid-job; default [`OnRunnerDeath::GiveUp`].
-    #[must_use]
-    pub fn on_runner_death(mut self, policy: OnRunnerDeath) -> JobOptions {
-        self.on_runner_death = policy;
-        self
-    }
-
-    /// The period given to [`JobOptions::new`].
-    pub fn period(&self) -> Duration {
-        self.period
-    }
-
-    /// The hold's cap given to [`JobOptions::new`].
-    pub fn at_most_for(&self) -> Duration {
-        self.at_most_for
-    }
-
-    /// The minimum hold after a run's start ([`JobOptions::at_least_for`]).
-    pub fn minimum_hold(&self) -> Duration {
-        self.at_least_for
-    }
-
-    /// How long the tick record is kept after its last write.
-    pub fn retention(&self) -> Duration {
-        // The default never exceeds the longest span accepted, so a period of up to ten
-        // years is usable without a retention of its own.
-        self.retention
-            .unwrap_or_else(|| (2 * self.period.max(self.at_most_for)).min(MAX_SPAN))
-    }
-
-    /// The policy for a dead runner's tick.
-    pub fn runner_death_policy(&self) -> OnRunnerDeath {
-        self.on_runner_death
-    }
-
-    fn validate(&self) -> Result<(), Error> {
-        let invalid = |reason: String| Err(Error::InvalidJob { reason });
-        let span = |what: &str, d: Duration, min: Duration| match whole_millis_in(d, min, MAX_SPAN)
-        {
-            Ok(_) => Ok(()),
-            Err(OutOfRange::TooShort) => invalid(format!("the {what} {d:?} is under {min:?}")),
-            Err(OutOfRange::TooLong) => invalid(format!("the {what} {d:?} is over ten years")),
-            Err(OutOfRange::NotWholeMillis) => invalid(format!(
-                "the {what} {d:?} is not a whole number of milliseconds"
-            )),
-        };
-        span("period", self.period, Duration::from_millis(2))?;
-        validate_lease(self.at_most_for)?;
-        span("at_least_for", self.at_least_for, Duration::ZERO)?;
-        if self.at_least_for >= self.period {
-            return invalid(format!(
-                "at_least_for {:?} is not shorter than the period {:?}: the hold would outlast \
-                 the next tick and skip it",
-                self.at_least_for, self.period
-            ));
-        }
-        if self.at_least_for > self.at_most_for {
-            return invalid(format!(
-                "at_least_for {:?} is longer than at_most_for {:?}",
-                self.at_least_for, self.at_most_for
-            ));
-        }
-        let retention = self.retention();
-        span("retention", retention, Duration::from_millis(1))?;
-        if retention < self.period.max(self.at_most_for) {
-            return invalid(format!(
-                "the retention {retention:?} is shorter than the period or at_most_for; the \
-                 record would be gone before a repeat of its tick"
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// A scheduled job under one name, made by [`LockClient::job`]: call
 /// [`run_exclusive`](Job::run_exclusive) from every instance's scheduler, and each tick runs
@@ -266,196 +106,6 @@ impl LockClient {
             lock,
             options,
         })
-    }
-}
-
-/// The tick record of a job: the newest tick begun, who ran it and with which token.
-///
-/// ```no_run
-/// # async fn demo(job: fencelock::Job) -> Result<(), fencelock::Error> {
-/// if let Some(last) = job.last_tick().await? {
-///     println!("tick {:?} run by {} with token {}, done: {}",
-///         last.tick(), last.runner(), last.token(), last.finished().is_some());
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TickRecord {
-    tick: SystemTime,
-    runner: String,
-    token: FencingToken,
-    started: SystemTime,
-    finished: Option<SystemTime>,
-}
-
-fn from_millis(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
-}
-
-impl From<protocol::TickRecord> for TickRecord {
-    fn from(record: protocol::TickRecord) -> TickRecord {
-        TickRecord {
-            tick: from_millis(record.tick_ms),
-            runner: record.runner,
-            token: record.token,
-            started: from_millis(record.started_ms),
-            finished: record.finished_ms.map(from_millis),
-        }
-    }
-}
-
-impl TickRecord {
-    /// The tick as its first runner saw it (to the millisecond). Other instances' views of the
-    /// same tick differ by less than half a period.
-    pub fn tick(&self) -> SystemTime {
-        self.tick
-    }
-
-    /// The holder id of the runner (its client's [`id`](LockClient::id), then a sequence
-    /// number).
-    pub fn runner(&self) -> &str {
-        &self.runner
-    }
-
-    /// The runner's fencing token.
-    pub fn token(&self) -> FencingToken {
-        self.token
-    }
-
-    /// When the run began, by the Redis server's clock.
-    pub fn started(&self) -> SystemTime {
-        self.started
-    }
-
-    /// When the run finished, by the Redis server's clock; `None` while it runs, or when its
-    /// runner lost its hold before finishing.
-    pub fn finished(&self) -> Option<SystemTime> {
-        self.finished
-    }
-}
-
-/// What [`Job::run_exclusive`] did for a tick: ran the job here, or skipped it and why.
-///
-/// ```no_run
-/// # async fn demo(job: fencelock::Job) -> Result<(), fencelock::Error> {
-/// use fencelock::JobOutcome;
-/// match job.run_exclusive(std::time::SystemTime::now(), |_run| async { 42 }).await? {
-///     JobOutcome::Ran { token, output } => println!("ran with token {token}: {output}"),
-///     JobOutcome::SkippedRunning { runner } => println!("another instance runs it: {runner:?}"),
-///     JobOutcome::SkippedDone { run } => println!("already done by {}", run.runner()),
-///     JobOutcome::SkippedAbandoned { run } => println!("{} died running it", run.runner()),
-///     JobOutcome::SkippedLate { newest } => println!("a newer tick began: {:?}", newest.tick()),
-///     _ => {}
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum JobOutcome<T> {
-    /// This instance ran the job for the tick, with this fencing token, and recorded the tick
-    /// done; `output` is what the job returned.
-    Ran {
-        /// The token the run held (strictly greater than every earlier run's of this job).
-        token: FencingToken,
-        /// What the job returned.
-        output: T,
-    },
-    /// Another instance holds the job: it runs this tick, or an earlier one that outlasts its
-    /// period, or it keeps the job for `at_least_for` after a run (the record's
-    /// [`tick`](TickRecord::tick) and [`finished`](TickRecord::finished) say which). `None`
-    /// when that holder has not recorded its tick yet (it has just won the job, or it is
-    /// deciding about a dead runner's tick).
-    SkippedRunning {
-        /// The running tick's record.
-        runner: Option<TickRecord>,
-    },
-    /// The tick was run already, by the instance the record names.
-    SkippedDone {
-        /// The finished tick's record.
-        run: TickRecord,
-    },
-    /// The tick's runner lost its hold before finishing and the job's policy is
-    /// [`OnRunnerDeath::GiveUp`].
-    SkippedAbandoned {
-        /// The abandoned tick's record.
-        run: TickRecord,
-    },
-    /// A newer tick has begun (this call is at least half a period behind it), so this tick
-    /// is over: run or missed, it is not run now.
-    SkippedLate {
-        /// The newest tick's record.
-        newest: TickRecord,
-    },
-}
-
-impl<T> JobOutcome<T> {
-    /// Whether this instance ran the job.
-    pub fn ran(&self) -> bool {
-        matches!(self, JobOutcome::Ran { .. })
-    }
-
-    /// The token of this instance's run, when it ran.
-    pub fn token(&self) -> Option<FencingToken> {
-        match self {
-            JobOutcome::Ran { token, .. } => Some(*token),
-            _ => None,
-        }
-    }
-
-    /// What the job returned, when it ran here.
-    pub fn into_output(self) -> Option<T> {
-        match self {
-            JobOutcome::Ran { output, .. } => Some(output),
-            _ => None,
-        }
-    }
-
-    /// The record of the run that made this one skip (none for [`JobOutcome::Ran`], nor for a
-    /// holder that has not recorded its tick yet).
-    pub fn record(&self) -> Option<&TickRecord> {
-        match self {
-            JobOutcome::Ran { .. } => None,
-            JobOutcome::SkippedRunning { runner } => runner.as_ref(),
-            JobOutcome::SkippedDone { run } | JobOutcome::SkippedAbandoned { run } => Some(run),
-            JobOutcome::SkippedLate { newest } => Some(newest),
-        }
-    }
-}
-
-/// Why a tick is skipped, before any output exists.
-#[derive(Debug)]
-pub(crate) enum Skip {
-    Running(Option<TickRecord>),
-    Done(TickRecord),
-    Abandoned(TickRecord),
-    Late(TickRecord),
-}
-
-impl Skip {
-    /// The `outcome` label of the metric and the event.
-    fn label(&self) -> &'static str {
-        match self {
-            Skip::Running(_) => metrics::JOB_RUNNING,
-            Skip::Done(_) => metrics::JOB_DONE,
-            Skip::Abandoned(_) => metrics::JOB_ABANDONED,
-            Skip::Late(_) => metrics::JOB_LATE,
-        }
-    }
-
-    fn record(&self) -> Option<&TickRecord> {
-        match self {
-            Skip::Running(runner) => runner.as_ref(),
-            Skip::Done(run) | Skip::Abandoned(run) | Skip::Late(run) => Some(run),
-        }
-    }
-
-    pub(crate) fn outcome<T>(self) -> JobOutcome<T> {
-        match self {
-            Skip::Running(runner) => JobOutcome::SkippedRunning { runner },
-            Skip::Done(run) => JobOutcome::SkippedDone { run },
-            Skip::Abandoned(run) => JobOutcome::SkippedAbandoned { run },
-            Skip::Late(newest) => JobOutcome::SkippedLate { newest },
-        }
     }
 }
 
@@ -559,13 +209,37 @@ impl Job {
         &self.options
     }
 
+    /// The instants of the job's period, aligned to the Unix epoch, to pass to
+    /// [`Job::run_exclusive`]: the same on every instance, whenever it started (see
+    /// [`Ticks`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// use fencelock::JobOptions;
+    /// let cleanup = client.job("cleanup", JobOptions::new(Duration::from_secs(60), Duration::from_secs(30)))?;
+    /// let mut ticks = cleanup.ticks();
+    /// loop {
+    ///     let tick = ticks.next().await; // :00 of every minute, on every instance alike
+    ///     cleanup.run_exclusive(tick, |_run| async {}).await?;
+    /// }
+    /// # }
+    /// ```
+    pub fn ticks(&self) -> Ticks {
+        Ticks::new(self.options.period())
+    }
+
     /// Runs `job` for `tick` if no instance has run or is running it, and returns at once
     /// otherwise: never waits for another instance.
     ///
-    /// `tick` is the scheduled instant the caller's scheduler fired for (from
-    /// `tokio::time::interval` with `SystemTime::now()`, a cron library, a queue message):
-    /// every instance passes its own view of the same instant, and views less than half the
-    /// period apart are the same tick. A run takes the job's lock for at most `at_most_for`,
+    /// `tick` is the scheduled instant the caller's scheduler fired for ([`Job::ticks`], a cron
+    /// library, a queue message), never the moment it woke: every instance passes its own
+    /// view of the same instant, and views less than half the period apart are the same tick.
+    /// That rule holds when every instance's view of one tick is within half a period of
+    /// every other's; [`Ticks`] gives all of them the same instant, so only their clocks'
+    /// skew counts. (`SystemTime::now()` at each wake-up of a `tokio::time::interval` does
+    /// not: instances started more than half a period apart fire at different moments, and
+    /// each would run the period's tick.) A run takes the job's lock for at most `at_most_for`,
     /// records the tick as running with its fencing token, runs `job` with a [`JobRun`], then
     /// records the tick done (fenced by the token) and keeps the lock until `at_least_for`
     /// after the start or releases it.
@@ -855,6 +529,7 @@ fn round_up_to_millis(d: Duration) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use super::options::MAX_SPAN;
     use super::*;
 
     fn options() -> JobOptions {

@@ -1,0 +1,177 @@
+//! How a job runs: its period, how long a run may hold it, how long its record is kept, and
+//! what happens to a tick whose runner died.
+
+use std::time::Duration;
+
+#[cfg(doc)]
+use super::{Job, JobOutcome, JobRun};
+use crate::base::durations::{validate_lease, whole_millis_in, OutOfRange};
+use crate::base::error::Error;
+
+/// The longest period or retention accepted: ten years. Longer is a unit mistake.
+pub(super) const MAX_SPAN: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+
+/// What happens to a tick whose runner lost its hold before finishing: it crashed, froze past
+/// `at_most_for`, or its [`Job::run_exclusive`] was cancelled mid-job.
+///
+/// Either way the tick record still names that runner as running once its lease is over, and
+/// an instance that calls [`Job::run_exclusive`] for the same tick after that decides by this
+/// policy. The runner's own late finish is refused once another runner took the tick over
+/// ([`Error::StaleToken`]).
+///
+/// ```
+/// use fencelock::OnRunnerDeath;
+/// assert_eq!(OnRunnerDeath::default(), OnRunnerDeath::GiveUp);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnRunnerDeath {
+    /// The tick is not run again ([`JobOutcome::SkippedAbandoned`]): at most once per tick,
+    /// as a plain lock-based scheduler (ShedLock) gives. For jobs whose half-done run must not
+    /// be repeated, or that the next tick catches up on anyway.
+    #[default]
+    GiveUp,
+    /// The next instance that calls for the same tick runs it again, with a newer token
+    /// ([`JobRun::took_over`] says so). For jobs that are idempotent or fence their writes:
+    /// the dead runner's writes with the older token are refused by fenced storage once the
+    /// new runner wrote.
+    RunAgain,
+}
+
+/// How a scheduled job runs: the schedule's period, how long a run may hold the job, how long
+/// it keeps others off after a fast run, and what becomes of a dead runner's tick.
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::{JobOptions, OnRunnerDeath};
+/// let options = JobOptions::new(Duration::from_secs(60), Duration::from_secs(50))
+///     .at_least_for(Duration::from_secs(10))
+///     .on_runner_death(OnRunnerDeath::RunAgain);
+/// assert_eq!(options.retention(), Duration::from_secs(120));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOptions {
+    pub(super) period: Duration,
+    pub(super) at_most_for: Duration,
+    pub(super) at_least_for: Duration,
+    pub(super) retention: Option<Duration>,
+    pub(super) on_runner_death: OnRunnerDeath,
+}
+
+impl JobOptions {
+    /// A job whose ticks are at least `period` apart, a run of which holds the job for at most
+    /// `at_most_for`.
+    ///
+    /// `period` is the shortest interval between two ticks of the schedule (for a cron
+    /// schedule, the smallest gap). Two calls whose ticks are less than half a period apart
+    /// are the same tick: instance clocks (and late wake-ups) may differ by up to that.
+    ///
+    /// `at_most_for` is the hold's hard cap: the job's lock is taken with this lease and
+    /// nobody renews it, so a crashed runner frees the job when it ends. Choose it longer than
+    /// the longest run: once it ends, another instance may take the tick over
+    /// ([`OnRunnerDeath::RunAgain`]) while the first is still running (its writes are then
+    /// refused by fenced storage). [`JobRun::lost`] tells the job when that moment comes.
+    pub fn new(period: Duration, at_most_for: Duration) -> JobOptions {
+        JobOptions {
+            period,
+            at_most_for,
+            at_least_for: Duration::ZERO,
+            retention: None,
+            on_runner_death: OnRunnerDeath::GiveUp,
+        }
+    }
+
+    /// Keeps the job held after a run until `at_least_for` after it began, so no instance can
+    /// start a run (of any tick) in that time. The tick record already keeps a finished tick
+    /// from running again; this adds a minimum spacing between runs, for schedules whose
+    /// ticks may come closer than the clock skew. At most `at_most_for`, and shorter than the
+    /// period (a longer hold would skip the next tick). Default zero.
+    #[must_use]
+    pub fn at_least_for(mut self, at_least_for: Duration) -> JobOptions {
+        self.at_least_for = at_least_for;
+        self
+    }
+
+    /// How long the tick record is kept after its last write. It must outlive the latest an
+    /// instance may call for a tick: a call for a tick whose record has expired is not
+    /// recognised as a repeat. At least the period and `at_most_for`; default twice the
+    /// larger of the two (at most ten years).
+    #[must_use]
+    pub fn with_retention(mut self, retention: Duration) -> JobOptions {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// What happens to a tick whose runner died mid-job; default [`OnRunnerDeath::GiveUp`].
+    #[must_use]
+    pub fn on_runner_death(mut self, policy: OnRunnerDeath) -> JobOptions {
+        self.on_runner_death = policy;
+        self
+    }
+
+    /// The period given to [`JobOptions::new`].
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The hold's cap given to [`JobOptions::new`].
+    pub fn at_most_for(&self) -> Duration {
+        self.at_most_for
+    }
+
+    /// The minimum hold after a run's start ([`JobOptions::at_least_for`]).
+    pub fn minimum_hold(&self) -> Duration {
+        self.at_least_for
+    }
+
+    /// How long the tick record is kept after its last write.
+    pub fn retention(&self) -> Duration {
+        // The default never exceeds the longest span accepted, so a period of up to ten
+        // years is usable without a retention of its own.
+        self.retention
+            .unwrap_or_else(|| (2 * self.period.max(self.at_most_for)).min(MAX_SPAN))
+    }
+
+    /// The policy for a dead runner's tick.
+    pub fn runner_death_policy(&self) -> OnRunnerDeath {
+        self.on_runner_death
+    }
+
+    pub(super) fn validate(&self) -> Result<(), Error> {
+        let invalid = |reason: String| Err(Error::InvalidJob { reason });
+        let span = |what: &str, d: Duration, min: Duration| match whole_millis_in(d, min, MAX_SPAN)
+        {
+            Ok(_) => Ok(()),
+            Err(OutOfRange::TooShort) => invalid(format!("the {what} {d:?} is under {min:?}")),
+            Err(OutOfRange::TooLong) => invalid(format!("the {what} {d:?} is over ten years")),
+            Err(OutOfRange::NotWholeMillis) => invalid(format!(
+                "the {what} {d:?} is not a whole number of milliseconds"
+            )),
+        };
+        span("period", self.period, Duration::from_millis(2))?;
+        validate_lease(self.at_most_for)?;
+        span("at_least_for", self.at_least_for, Duration::ZERO)?;
+        if self.at_least_for >= self.period {
+            return invalid(format!(
+                "at_least_for {:?} is not shorter than the period {:?}: the hold would outlast \
+                 the next tick and skip it",
+                self.at_least_for, self.period
+            ));
+        }
+        if self.at_least_for > self.at_most_for {
+            return invalid(format!(
+                "at_least_for {:?} is longer than at_most_for {:?}",
+                self.at_least_for, self.at_most_for
+            ));
+        }
+        let retention = self.retention();
+        span("retention", retention, Duration::from_millis(1))?;
+        if retention < self.period.max(self.at_most_for) {
+            return invalid(format!(
+                "the retention {retention:?} is shorter than the period or at_most_for; the \
+                 record would be gone before a repeat of its tick"
+            ));
+        }
+        Ok(())
+    }
+}

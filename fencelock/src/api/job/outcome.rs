@@ -1,0 +1,202 @@
+//! What a call for a tick learns: the tick record, and the outcome (ran here, or why not).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[cfg(doc)]
+use super::{Job, OnRunnerDeath};
+use crate::base::metrics;
+use crate::base::token::FencingToken;
+use crate::protocol;
+#[cfg(doc)]
+use crate::LockClient;
+
+/// The tick record of a job: the newest tick begun, who ran it and with which token.
+///
+/// ```no_run
+/// # async fn demo(job: fencelock::Job) -> Result<(), fencelock::Error> {
+/// if let Some(last) = job.last_tick().await? {
+///     println!("tick {:?} run by {} with token {}, done: {}",
+///         last.tick(), last.runner(), last.token(), last.finished().is_some());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickRecord {
+    pub(super) tick: SystemTime,
+    pub(super) runner: String,
+    pub(super) token: FencingToken,
+    pub(super) started: SystemTime,
+    pub(super) finished: Option<SystemTime>,
+}
+
+pub(super) fn from_millis(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+impl From<protocol::TickRecord> for TickRecord {
+    fn from(record: protocol::TickRecord) -> TickRecord {
+        TickRecord {
+            tick: from_millis(record.tick_ms),
+            runner: record.runner,
+            token: record.token,
+            started: from_millis(record.started_ms),
+            finished: record.finished_ms.map(from_millis),
+        }
+    }
+}
+
+impl TickRecord {
+    /// The tick as its first runner saw it (to the millisecond). Other instances' views of the
+    /// same tick differ by less than half a period.
+    pub fn tick(&self) -> SystemTime {
+        self.tick
+    }
+
+    /// The holder id of the runner (its client's [`id`](LockClient::id), then a sequence
+    /// number).
+    pub fn runner(&self) -> &str {
+        &self.runner
+    }
+
+    /// The runner's fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// When the run began, by the Redis server's clock.
+    pub fn started(&self) -> SystemTime {
+        self.started
+    }
+
+    /// When the run finished, by the Redis server's clock; `None` while it runs, or when its
+    /// runner lost its hold before finishing.
+    pub fn finished(&self) -> Option<SystemTime> {
+        self.finished
+    }
+}
+
+/// What [`Job::run_exclusive`] did for a tick: ran the job here, or skipped it and why.
+///
+/// ```no_run
+/// # async fn demo(job: fencelock::Job) -> Result<(), fencelock::Error> {
+/// use fencelock::JobOutcome;
+/// match job.run_exclusive(std::time::SystemTime::now(), |_run| async { 42 }).await? {
+///     JobOutcome::Ran { token, output } => println!("ran with token {token}: {output}"),
+///     JobOutcome::SkippedRunning { record } => println!("another instance runs it: {record:?}"),
+///     JobOutcome::SkippedDone { record } => println!("already done by {}", record.runner()),
+///     JobOutcome::SkippedAbandoned { record } => println!("{} died running it", record.runner()),
+///     JobOutcome::SkippedLate { record } => println!("a newer tick began: {:?}", record.tick()),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobOutcome<T> {
+    /// This instance ran the job for the tick, with this fencing token, and recorded the tick
+    /// done; `output` is what the job returned.
+    Ran {
+        /// The token the run held (strictly greater than every earlier run's of this job).
+        token: FencingToken,
+        /// What the job returned.
+        output: T,
+    },
+    /// Another instance holds the job: it runs this tick, or an earlier one that outlasts its
+    /// period, or it keeps the job for `at_least_for` after a run (the record's
+    /// [`tick`](TickRecord::tick) and [`finished`](TickRecord::finished) say which). `None`
+    /// when that holder has not recorded its tick yet (it has just won the job, or it is
+    /// deciding about a dead runner's tick).
+    SkippedRunning {
+        /// The running tick's record.
+        record: Option<TickRecord>,
+    },
+    /// The tick was run already, by the instance the record names.
+    SkippedDone {
+        /// The finished tick's record.
+        record: TickRecord,
+    },
+    /// The tick's runner lost its hold before finishing and the job's policy is
+    /// [`OnRunnerDeath::GiveUp`].
+    SkippedAbandoned {
+        /// The abandoned tick's record.
+        record: TickRecord,
+    },
+    /// A newer tick has begun (this call is at least half a period behind it), so this tick
+    /// is over: run or missed, it is not run now.
+    SkippedLate {
+        /// The newest tick's record.
+        record: TickRecord,
+    },
+}
+
+impl<T> JobOutcome<T> {
+    /// Whether this instance ran the job.
+    pub fn ran(&self) -> bool {
+        matches!(self, JobOutcome::Ran { .. })
+    }
+
+    /// The token of this instance's run, when it ran.
+    pub fn token(&self) -> Option<FencingToken> {
+        match self {
+            JobOutcome::Ran { token, .. } => Some(*token),
+            _ => None,
+        }
+    }
+
+    /// What the job returned, when it ran here.
+    pub fn into_output(self) -> Option<T> {
+        match self {
+            JobOutcome::Ran { output, .. } => Some(output),
+            _ => None,
+        }
+    }
+
+    /// The record of the run that made this one skip (none for [`JobOutcome::Ran`], nor for a
+    /// holder that has not recorded its tick yet).
+    pub fn record(&self) -> Option<&TickRecord> {
+        match self {
+            JobOutcome::Ran { .. } => None,
+            JobOutcome::SkippedRunning { record } => record.as_ref(),
+            JobOutcome::SkippedDone { record }
+            | JobOutcome::SkippedAbandoned { record }
+            | JobOutcome::SkippedLate { record } => Some(record),
+        }
+    }
+}
+
+/// Why a tick is skipped, before any output exists.
+#[derive(Debug)]
+pub(crate) enum Skip {
+    Running(Option<TickRecord>),
+    Done(TickRecord),
+    Abandoned(TickRecord),
+    Late(TickRecord),
+}
+
+impl Skip {
+    /// The `outcome` label of the metric and the event.
+    pub(super) fn label(&self) -> &'static str {
+        match self {
+            Skip::Running(_) => metrics::JOB_RUNNING,
+            Skip::Done(_) => metrics::JOB_DONE,
+            Skip::Abandoned(_) => metrics::JOB_ABANDONED,
+            Skip::Late(_) => metrics::JOB_LATE,
+        }
+    }
+
+    pub(super) fn record(&self) -> Option<&TickRecord> {
+        match self {
+            Skip::Running(runner) => runner.as_ref(),
+            Skip::Done(run) | Skip::Abandoned(run) | Skip::Late(run) => Some(run),
+        }
+    }
+
+    pub(crate) fn outcome<T>(self) -> JobOutcome<T> {
+        match self {
+            Skip::Running(record) => JobOutcome::SkippedRunning { record },
+            Skip::Done(record) => JobOutcome::SkippedDone { record },
+            Skip::Abandoned(record) => JobOutcome::SkippedAbandoned { record },
+            Skip::Late(record) => JobOutcome::SkippedLate { record },
+        }
+    }
+}
