@@ -85,7 +85,7 @@ enum Command {
     /// (clients with waiting candidates or followers)
     Elections,
     /// Every scheduled job under the prefix with a tick record (SCAN, never KEYS): the newest
-    /// tick, its state (running, done, abandoned), runner, token and run time
+    /// tick, its state (running, done, failed, abandoned), runner, token and run time
     Jobs,
     /// Every semaphore in use under the prefix (SCAN, never KEYS): its limit, the permits in
     /// use, and each hold's holder id, permits, token and remaining lease
@@ -738,6 +738,7 @@ fn job_json(job: &JobInfo) -> Value {
         "token": job.last.token().get(),
         "started_ms": epoch_ms(job.last.started()),
         "finished_ms": job.last.finished().map(epoch_ms),
+        "failed_ms": job.last.failed().map(epoch_ms),
         "runner_holds": job.runner_holds,
         "retained_ms": job.retained_for.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
     });

@@ -7,7 +7,9 @@
 --          tick begun: "tick" -> that tick as its first runner saw it (ms since the Unix
 --          epoch), "runner" -> the holder id that runs or ran it, "token" -> that runner's
 --          fencing token, "started" -> server time of the begin (ms), "finished" -> server time
---          of the finish (ms; absent while the tick runs). Expires ARGV[5] ms after each write.
+--          of the finish (ms; absent while the tick runs), "failed" -> server time the run
+--          ended in a failure that leaves the tick to a retry (ms; job_finish.lua). Expires
+--          ARGV[5] ms after each write.
 -- ARGV[1]  holder id        the caller's: the id its lock acquisition was made with
 -- ARGV[2]  token            the token that acquisition was issued (decimal)
 -- ARGV[3]  tick             the caller's view of the tick (ms since the Unix epoch)
@@ -19,15 +21,18 @@
 -- Returns  {1, 0, started}  begun: the record now names the caller, with ARGV[3] as the tick
 --                           and server time `started`
 --          {1, old, started} begun by taking over the same tick from the runner with token
---                           `old`, whose hold ended before it finished ("run-again")
+--                           `old`, whose hold ended before it finished ("run-again"), or
+--                           whose run failed (whatever the policy)
 --          {1, 0, started}  also for a re-sent begin: the record already names this token
---          {2, tick, runner, token, started, finished}  the same tick is done; nothing changed
---          {3, tick, runner, token, started, 0}  the same tick's runner's hold ended before it
---                           finished and the policy gives the tick up; nothing changed
---          {4, tick, runner, token, started, finished or 0}  a newer tick has begun: this one
---                           is past; nothing changed
+--          {2, tick, runner, token, started, finished, 0}  the same tick is done; nothing
+--                           changed
+--          {3, tick, runner, token, started, 0, 0}  the same tick's runner's hold ended before
+--                           it finished and the policy gives the tick up; nothing changed
+--          {4, tick, runner, token, started, finished or 0, failed or 0}  a newer tick has
+--                           begun: this one is past; nothing changed
 --          {-1}             ARGV[1] does not hold the lock with token ARGV[2]; nothing changed
---          {-2, tick, runner, token, started, finished or 0}  the record carries a newer token
+--          {-2, tick, runner, token, started, finished or 0, failed or 0}  the record carries
+--                           a newer token
 --                           than the caller's (the fence counter went back); nothing changed
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing
 --                           modified
@@ -39,7 +44,9 @@
 -- distance, not by rounding to a grid, so instance clocks that differ by less than half a
 -- period agree whatever the schedule's phase. A runner whose record still says running while
 -- the caller holds the lock has lost its hold (its lease `at_most_for` ran out, or it let go
--- without finishing): the policy decides. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
+-- without finishing): the policy decides. A run that failed and left its tick to a retry
+-- (`failed`) is taken over whatever that policy: it did not run the job to the end, and said
+-- so. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
 -- Uses hash_field() from lib/hash_field.lua, which the loader prepends to this file.
 local held, held_err = hash_field(KEYS[1], ARGV[1], 'lock key')
@@ -63,6 +70,7 @@ local function record(code)
     tonumber(recorded),
     tonumber(redis.call('HGET', KEYS[2], 'started')),
     tonumber(redis.call('HGET', KEYS[2], 'finished') or '0'),
+    tonumber(redis.call('HGET', KEYS[2], 'failed') or '0'),
   }
 end
 
@@ -99,7 +107,7 @@ end
 if redis.call('HGET', KEYS[2], 'finished') then
   return record(2)
 end
-if ARGV[6] == 'run-again' then
+if ARGV[6] == 'run-again' or redis.call('HGET', KEYS[2], 'failed') then
   return begin(tonumber(recorded))
 end
 return record(3)

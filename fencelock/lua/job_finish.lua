@@ -1,5 +1,5 @@
--- job_finish.lua: the runner of a job's tick records that the tick is done, unless a newer
--- runner has taken the job over.
+-- job_finish.lua: the runner of a job's tick records that the tick is done (or that its run
+-- failed and leaves the tick to a retry), unless a newer runner has taken the job over.
 --
 -- KEYS[1]  the job's tick record (prefix{tag}job-tick:NAME), as job_begin.lua describes it
 -- ARGV[1]  holder id        the runner's
@@ -7,13 +7,17 @@
 -- ARGV[3]  tick             the tick the runner began (ms since the Unix epoch)
 -- ARGV[4]  started          the server time its begin recorded (ms)
 -- ARGV[5]  retention        ms the record is kept after this write
+-- ARGV[6]  outcome          "done": the tick ran; "failed": the run failed and leaves the tick
+--                           to a retry (job_begin.lua takes it over for the next caller)
 --
--- Returns  {1, finished}    done: the record names this runner, token and tick, with server
---                           time `finished` (the first finish's, for a re-sent one)
+-- Returns  {1, at}          recorded: the record names this runner, token and tick, with
+--                           server time `at` as "finished" (done) or "failed" (the first
+--                           call's, for a re-sent one)
 --          {-2, token}      the record carries a newer token: another runner took the job
 --                           over (this one's hold had ended); nothing changed
 -- Errors   FENCELOCK_WRONGTYPE  the record key holds a value this protocol did not write;
 --                           nothing modified
+--          FENCELOCK_BADARG     an outcome other than "done" or "failed"; nothing modified
 --
 -- Fenced by the token, not owner-checked on the lock: a runner that finishes after its hold
 -- ended, with nobody having taken over, still records its tick done (it ran; a rerun would be
@@ -23,6 +27,10 @@
 -- Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
 -- Uses hash_field() from lib/hash_field.lua, which the loader prepends to this file.
+local field = ({done = 'finished', failed = 'failed'})[ARGV[6]]
+if not field then
+  return redis.error_reply('FENCELOCK_BADARG unknown job outcome ' .. tostring(ARGV[6]))
+end
 local recorded, recorded_err = hash_field(KEYS[1], 'token', 'tick record')
 if recorded == nil then
   return recorded_err
@@ -32,15 +40,15 @@ if recorded and tonumber(recorded) > token then
   return {-2, tonumber(recorded)}
 end
 if recorded and tonumber(recorded) == token then
-  local finished = redis.call('HGET', KEYS[1], 'finished')
-  if finished then
-    return {1, tonumber(finished)}
+  local at = redis.call('HGET', KEYS[1], field)
+  if at then
+    return {1, tonumber(at)}
   end
 end
 local now = redis.call('TIME')
-local finished = now[1] * 1000 + math.floor(now[2] / 1000)
+local at = now[1] * 1000 + math.floor(now[2] / 1000)
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'tick', ARGV[3], 'runner', ARGV[1], 'token', ARGV[2],
-  'started', ARGV[4], 'finished', finished)
+  'started', ARGV[4], field, at)
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return {1, finished}
+return {1, at}

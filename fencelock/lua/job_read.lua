@@ -7,9 +7,9 @@
 -- Returns  {0, lock_token, pttl}  no record (no tick begun within its retention); lock_token
 --                           is the "~token" of the lock hash (0: the lock is free) and pttl
 --                           the lock's remaining lease in ms (-1: no expiry; -2: free)
---          {1, tick, runner, token, started, finished, lock_token, pttl}  the record (finished
---                           0 while it runs) and the lock as above: the record's runner holds
---                           the lock exactly when token = lock_token
+--          {1, tick, runner, token, started, finished, failed, lock_token, pttl}  the record
+--                           (finished and failed 0 unless set) and the lock as above: the
+--                           record's runner holds the lock exactly when token = lock_token
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write
 --
 -- Commands: HGET, PTTL (the least-privilege ACL has no HGETALL).
@@ -35,6 +35,7 @@ return {
   tonumber(recorded),
   tonumber(redis.call('HGET', KEYS[2], 'started')),
   tonumber(redis.call('HGET', KEYS[2], 'finished') or '0'),
+  tonumber(redis.call('HGET', KEYS[2], 'failed') or '0'),
   lock_token,
   pttl,
 }

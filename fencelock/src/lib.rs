@@ -201,7 +201,9 @@ pub use api::builder::LockClientBuilder;
 pub use api::client::LockClient;
 pub use api::election::{Election, Leader, LeaderGuard, Observer, MAX_METADATA_LEN};
 pub use api::guard::LockGuard;
-pub use api::job::{Job, JobOptions, JobOutcome, JobRun, OnRunnerDeath, TickRecord, Ticks};
+pub use api::job::{
+    Job, JobOptions, JobOutcome, JobRun, OnFailure, OnRunnerDeath, TickRecord, Ticks,
+};
 pub use api::lock::Lock;
 pub use api::multi::{MultiGuard, MultiLock, MAX_MULTI_LOCKS};
 pub use api::resource::FencedResource;

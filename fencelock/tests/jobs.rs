@@ -769,3 +769,51 @@ async fn instances_started_apart_run_each_aligned_tick_once() {
         "every run's token is above the one before: {runs:?}"
     );
 }
+
+on_topologies! {
+    /// A job that returns an error leaves its tick to a retry (the default policy): the next
+    /// call for the tick, from another instance, runs it again with a newer token and records
+    /// it done. Under `OnFailure::RecordDone` the failed tick counts as done and is not run
+    /// again.
+    async fn a_failing_job_is_retried_or_recorded_done_by_its_policy(fx) {
+        let clients = clients(&fx, 2).await;
+        let tick = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let options = JobOptions::new(Duration::from_secs(60), Duration::from_secs(30))
+            .at_least_for(Duration::from_secs(20));
+        let retried = |client: &LockClient| client.job("export", options.clone()).unwrap();
+        let failed = retried(&clients[0])
+            .run_fallible(tick, |_run| async { Err::<(), &str>("the warehouse did not answer") })
+            .await
+            .unwrap();
+        let JobOutcome::Ran { token: first, output: Err(_) } = failed else {
+            panic!("the failing run: {failed:?}");
+        };
+        let record = retried(&clients[1]).last_tick().await.unwrap().unwrap();
+        assert!(record.failed().is_some() && record.finished().is_none(), "{record:?}");
+        // Released at once although at_least_for is 20 s: the retry need not wait.
+        let retry = retried(&clients[1])
+            .run_fallible(tick, |run| async move { Ok::<_, &str>(run.took_over()) })
+            .await
+            .unwrap();
+        let JobOutcome::Ran { token: second, output: Ok(took_over) } = retry else {
+            panic!("the retry: {retry:?}");
+        };
+        assert!(second > first);
+        assert_eq!(took_over, Some(first));
+        let again = retried(&clients[0]).run_fallible(tick, |_run| async { Ok::<_, &str>(()) }).await.unwrap();
+        assert!(matches!(again, JobOutcome::SkippedRunning { .. } | JobOutcome::SkippedDone { .. }), "{again:?}");
+
+        let recorded = |client: &LockClient| {
+            client
+                .job("nightly", options.clone().on_failure(fencelock::OnFailure::RecordDone))
+                .unwrap()
+        };
+        let failed = recorded(&clients[0])
+            .run_fallible(tick, |_run| async { Err::<(), &str>("failed for good") })
+            .await
+            .unwrap();
+        assert!(matches!(failed, JobOutcome::Ran { output: Err(_), .. }), "{failed:?}");
+        let record = recorded(&clients[1]).last_tick().await.unwrap().unwrap();
+        assert!(record.finished().is_some() && record.failed().is_none(), "{record:?}");
+    }
+}

@@ -43,13 +43,19 @@ impl JobInfo {
         display_bytes(&self.name)
     }
 
-    /// The state of the newest tick in one word: `running`, `done` or `abandoned` (its runner
-    /// lost its hold before finishing).
+    /// The state of the newest tick in one word: `running`, `done`, `failed` (its job returned
+    /// an error and the tick waits for a retry) or `abandoned` (its runner lost its hold before
+    /// finishing).
     pub fn state(&self) -> &'static str {
-        match (self.last.finished().is_some(), self.runner_holds) {
-            (true, _) => "done",
-            (false, true) => "running",
-            (false, false) => "abandoned",
+        match (
+            self.last.finished().is_some(),
+            self.last.failed().is_some(),
+            self.runner_holds,
+        ) {
+            (true, _, _) => "done",
+            (false, true, _) => "failed",
+            (false, false, true) => "running",
+            (false, false, false) => "abandoned",
         }
     }
 }

@@ -17,9 +17,11 @@ pub(crate) const ERROR: &str = "error";
 pub(crate) const RELEASED: &str = "released";
 pub(crate) const EXITED: &str = "exited";
 pub(crate) const NOT_HELD: &str = "not_held";
-/// How a job's `run_exclusive` ended: ran here, or skipped (another instance runs it, the tick
-/// is done, its runner died and the policy gives it up, a newer tick has begun); or `error`.
+/// How a job's `run_exclusive` ended: ran here (`ran_failed`: its job returned an error that
+/// leaves the tick to a retry), or skipped (another instance runs it, the tick is done, its
+/// runner died and the policy gives it up, a newer tick has begun); or `error`.
 pub(crate) const JOB_RAN: &str = "ran";
+pub(crate) const JOB_RAN_FAILED: &str = "ran_failed";
 /// A change of leader: one elected (its metadata recorded), one resigned.
 pub(crate) const ELECTED: &str = "elected";
 pub(crate) const RESIGNED: &str = "resigned";

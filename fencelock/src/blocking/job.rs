@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::api::job::Begun;
+use crate::protocol::RunOutcome;
 use crate::{Error, JobOptions, JobOutcome, JobRun, TickRecord};
 
 /// A blocking [`crate::Job`]: call [`Job::run_exclusive`] from every instance's scheduler;
@@ -49,7 +50,28 @@ impl Job {
             Begun::Skipped(skip) => Ok(skip.outcome()),
             Begun::Run(run) => {
                 let output = job(run.view());
-                let token = self.runtime.block_on(run.finish())?;
+                let token = self.runtime.block_on(run.finish(RunOutcome::Done))?;
+                Ok(JobOutcome::Ran { token, output })
+            }
+        }
+    }
+
+    /// [`Job::run_exclusive`] for a job that can fail: an error is recorded by the job's
+    /// [`OnFailure`](crate::OnFailure) policy; see [`crate::Job::run_fallible`].
+    ///
+    /// # Errors
+    /// As [`crate::Job::run_exclusive`].
+    pub fn run_fallible<T, E>(
+        &self,
+        tick: SystemTime,
+        job: impl FnOnce(JobRun) -> Result<T, E>,
+    ) -> Result<JobOutcome<Result<T, E>>, Error> {
+        match self.runtime.block_on(self.inner.begin(tick))? {
+            Begun::Skipped(skip) => Ok(skip.outcome()),
+            Begun::Run(run) => {
+                let output = job(run.view());
+                let ended = self.inner.ended_as(output.is_ok());
+                let token = self.runtime.block_on(run.finish(ended))?;
                 Ok(JobOutcome::Ran { token, output })
             }
         }

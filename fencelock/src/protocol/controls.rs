@@ -86,6 +86,9 @@ pub enum Control {
     JobRerunsDoneTick,
     /// `job_begin.lua` runs a tick older than the newest one begun.
     JobRunsOlderTick,
+    /// `job_begin.lua` ignores that a run failed and left its tick to a retry: the tick is
+    /// given up like a dead runner's.
+    JobGivesUpFailedTick,
     /// `sem_acquire.lua` grants permits however many are held already.
     SemAcquireIgnoresLimit,
     /// The semaphore scripts never drop an expired hold: a crashed holder's permits stay
@@ -112,7 +115,7 @@ const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 31] = [
+    pub const ALL: [Control; 32] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -136,6 +139,7 @@ impl Control {
         Control::JobFinishWithoutFence,
         Control::JobRerunsDoneTick,
         Control::JobRunsOlderTick,
+        Control::JobGivesUpFailedTick,
         Control::SemAcquireIgnoresLimit,
         Control::SemKeepsExpiredHolds,
         Control::SemResendNotRecognised,
@@ -250,6 +254,11 @@ impl Control {
             )],
             Control::JobRerunsDoneTick => &[("job_begin", "return record(2)", "return begin(0)")],
             Control::JobRunsOlderTick => &[("job_begin", "return record(4)", "return begin(0)")],
+            Control::JobGivesUpFailedTick => &[(
+                "job_begin",
+                "if ARGV[6] == 'run-again' or redis.call('HGET', KEYS[2], 'failed') then",
+                "if ARGV[6] == 'run-again' then",
+            )],
             Control::SemAcquireIgnoresLimit => &[(
                 "sem_acquire",
                 "if wanted > limit or used + wanted + head_need > limit then",

@@ -60,6 +60,16 @@ async fn hold_ends(conn: &mut MultiplexedConnection, keys: &LockKeys) {
     let _: () = conn.del(&keys.lock).await.unwrap();
 }
 
+/// `job_finish.lua` recording the tick done.
+async fn finish_done(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    args: TickArgs<'_>,
+    started_ms: u64,
+) -> Result<FinishReply, Error> {
+    job_finish(conn, keys, args, started_ms, RunOutcome::Done).await
+}
+
 fn begun(reply: &BeginReply) -> bool {
     matches!(reply, BeginReply::Begun { .. })
 }
@@ -104,7 +114,7 @@ async fn a_run_begins_finishes_and_reads_back() {
     let ttl: i64 = conn.pttl(keys.job_record()).await.unwrap();
     assert!(ttl > 0 && ttl <= 60_000, "the record expires: {ttl}");
 
-    let done = job_finish(&mut conn, &keys, args("a", token, TICK), started_ms)
+    let done = finish_done(&mut conn, &keys, args("a", token, TICK), started_ms)
         .await
         .unwrap();
     let FinishReply::Done { finished_ms } = done else {
@@ -115,7 +125,7 @@ async fn a_run_begins_finishes_and_reads_back() {
     assert!(ttl > 0 && ttl <= 60_000, "the done record expires: {ttl}");
     // A re-sent finish, later, answers the first one's time and keeps it.
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let again = job_finish(&mut conn, &keys, args("a", token, TICK), started_ms).await;
+    let again = finish_done(&mut conn, &keys, args("a", token, TICK), started_ms).await;
     assert_eq!(again.unwrap(), done);
     let read = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
     assert_eq!(read.finished_ms, Some(finished_ms));
@@ -133,7 +143,7 @@ async fn a_run_begins_finishes_and_reads_back() {
     .await
     .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
-    let err = job_finish(&mut conn, &keys, args("a", token, TICK), started_ms)
+    let err = finish_done(&mut conn, &keys, args("a", token, TICK), started_ms)
         .await
         .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
@@ -159,7 +169,7 @@ async fn views_less_than_half_a_period_apart_are_one_tick() {
     assert!(begun(
         &begin(&mut conn, &keys, "a", first, TICK, RunnerDeathArg::GiveUp).await
     ));
-    job_finish(&mut conn, &keys, args("a", first, TICK), 0)
+    finish_done(&mut conn, &keys, args("a", first, TICK), 0)
         .await
         .unwrap();
     hold_ends(&mut conn, &keys).await;
@@ -245,7 +255,7 @@ async fn a_dead_runners_tick_is_given_up_or_taken_over_as_the_policy_says() {
         "{reply:?}"
     );
     // The dead runner wakes up and finishes: refused, the record stays the new runner's.
-    let late = job_finish(&mut conn, &keys, args("dead", dead, TICK), started_ms).await;
+    let late = finish_done(&mut conn, &keys, args("dead", dead, TICK), started_ms).await;
     assert_eq!(late.unwrap(), FinishReply::TakenOver { token: next });
     let record = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
     assert_eq!((record.runner.as_str(), record.token), ("next", next));
@@ -262,7 +272,7 @@ async fn a_finish_whose_record_expired_records_the_tick_again() {
         panic!("a free tick was not begun")
     };
     let _: () = conn.del(keys.job_record()).await.unwrap();
-    let done = job_finish(&mut conn, &keys, args("a", token, TICK), started_ms).await;
+    let done = finish_done(&mut conn, &keys, args("a", token, TICK), started_ms).await;
     assert!(matches!(done.unwrap(), FinishReply::Done { .. }));
     let record = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
     assert_eq!(
@@ -333,7 +343,7 @@ async fn a_taken_over_runner_cannot_finish(
     hold_ends(conn, keys).await;
     let new = won(conn, keys, "new").await;
     begin(conn, keys, "new", new, TICK, RunnerDeathArg::RunAgain).await;
-    let late = job_finish(conn, keys, args("old", old, TICK), 0).await;
+    let late = finish_done(conn, keys, args("old", old, TICK), 0).await;
     let record = job_read(conn, keys).await.unwrap().record.unwrap();
     match late {
         Ok(FinishReply::TakenOver { token }) if token == new && record.token == new => Ok(()),
@@ -350,7 +360,7 @@ async fn a_done_tick_is_never_run_again(
 ) -> Result<(), String> {
     let first = won(conn, keys, "first").await;
     begin(conn, keys, "first", first, TICK, RunnerDeathArg::RunAgain).await;
-    job_finish(conn, keys, args("first", first, TICK), 0)
+    finish_done(conn, keys, args("first", first, TICK), 0)
         .await
         .unwrap();
     hold_ends(conn, keys).await;
@@ -385,7 +395,7 @@ async fn an_older_tick_is_never_begun(
         RunnerDeathArg::GiveUp,
     )
     .await;
-    job_finish(conn, keys, args("newer", newer, TICK + 10_000), 0)
+    finish_done(conn, keys, args("newer", newer, TICK + 10_000), 0)
         .await
         .unwrap();
     hold_ends(conn, keys).await;
@@ -396,13 +406,66 @@ async fn an_older_tick_is_never_begun(
     }
 }
 
+/// A run that failed and left its tick to a retry is taken over by the next caller for the
+/// same tick, under either death policy, with a newer token; the failed runner's late finish
+/// is then refused. A tick recorded done after a failure is never run again.
+async fn a_failed_tick_is_run_again(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let failed = won(conn, keys, "failed").await;
+    begin(conn, keys, "failed", failed, TICK, RunnerDeathArg::GiveUp).await;
+    let recorded = job_finish(
+        conn,
+        keys,
+        args("failed", failed, TICK),
+        0,
+        RunOutcome::Failed,
+    )
+    .await
+    .unwrap();
+    if !matches!(recorded, FinishReply::Done { .. }) {
+        return Err(format!("recording the failure answered {recorded:?}"));
+    }
+    let record = job_read(conn, keys).await.unwrap().record;
+    if record
+        .as_ref()
+        .is_none_or(|r| r.failed_ms.is_none() || r.finished_ms.is_some())
+    {
+        return Err(format!("the failed run's record: {record:?}"));
+    }
+    hold_ends(conn, keys).await;
+    let retry = won(conn, keys, "retry").await;
+    match begin(
+        conn,
+        keys,
+        "retry",
+        retry,
+        TICK + 1_000,
+        RunnerDeathArg::GiveUp,
+    )
+    .await
+    {
+        BeginReply::Begun {
+            took_over: Some(old),
+            ..
+        } if old == failed => {}
+        other => return Err(format!("the failed tick's retry answered {other:?}")),
+    }
+    let late = finish_done(conn, keys, args("failed", failed, TICK), 0).await;
+    if !matches!(late, Ok(FinishReply::TakenOver { token }) if token == retry) {
+        return Err(format!("the failed runner's late finish answered {late:?}"));
+    }
+    Ok(())
+}
+
 /// The keys every check starts from.
 fn free_keys() -> LockKeys {
     LockKeys::job(b"t:", b"report")
 }
 
 /// The contract checks above, by name; each is also the check of one negative control.
-const CHECKS: [(&str, Check); 4] = [
+const CHECKS: [(&str, Check); 5] = [
     ("only_the_holder_begins", |c, k| {
         Box::pin(only_the_holder_begins(c, k))
     }),
@@ -414,6 +477,9 @@ const CHECKS: [(&str, Check); 4] = [
     }),
     ("an_older_tick_is_never_begun", |c, k| {
         Box::pin(an_older_tick_is_never_begun(c, k))
+    }),
+    ("a_failed_tick_is_run_again", |c, k| {
+        Box::pin(a_failed_tick_is_run_again(c, k))
     }),
 ];
 
@@ -433,6 +499,7 @@ async fn the_job_scripts_negative_controls_are_caught() {
         Control::JobFinishWithoutFence,
         Control::JobRerunsDoneTick,
         Control::JobRunsOlderTick,
+        Control::JobGivesUpFailedTick,
     ];
     assert_controls_caught(&controls, &CHECKS, free_keys).await;
 }

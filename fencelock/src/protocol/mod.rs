@@ -780,6 +780,8 @@ pub(crate) struct TickRecord {
     pub(crate) started_ms: u64,
     /// Server time of the finish; `None` while the tick runs (or its runner died).
     pub(crate) finished_ms: Option<u64>,
+    /// Server time its run failed and left the tick to a retry; `None` otherwise.
+    pub(crate) failed_ms: Option<u64>,
 }
 
 /// Outcome of `job_begin.lua`.
@@ -865,10 +867,17 @@ pub(crate) async fn job_begin<C: ConnectionLike>(
     }
 }
 
+/// How a run ended, as `job_finish.lua` records it: the tick done, or left to a retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunOutcome {
+    Done,
+    Failed,
+}
+
 /// Outcome of `job_finish.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FinishReply {
-    /// The tick is recorded done at server time `finished_ms`.
+    /// The tick is recorded done (or failed) at server time `finished_ms`.
     Done { finished_ms: u64 },
     /// A runner with the newer `token` took the job over; nothing changed.
     TakenOver { token: FencingToken },
@@ -880,6 +889,7 @@ pub(crate) async fn job_finish<C: ConnectionLike>(
     keys: &LockKeys,
     args: TickArgs<'_>,
     started_ms: u64,
+    outcome: RunOutcome,
 ) -> Result<FinishReply, Error> {
     let reply: Vec<i64> = scripts()
         .job_finish
@@ -889,6 +899,10 @@ pub(crate) async fn job_finish<C: ConnectionLike>(
         .arg(args.tick_ms)
         .arg(started_ms)
         .arg(millis(args.retention))
+        .arg(match outcome {
+            RunOutcome::Done => "done",
+            RunOutcome::Failed => "failed",
+        })
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;
@@ -957,11 +971,12 @@ pub(crate) async fn job_read<C: ConnectionLike>(
     }
 }
 
-/// Decodes `tick, runner, token, started, finished` (finished 0: not finished).
+/// Decodes `tick, runner, token, started, finished, failed` (0: not set).
 fn tick_record(script: &str, fields: &[redis::Value]) -> Result<TickRecord, Error> {
     use redis::Value::{BulkString, Int};
+    let time = |raw: i64| (raw != 0).then(|| ms_from(script, raw)).transpose();
     match fields {
-        [Int(tick), BulkString(runner), Int(token), Int(started), Int(finished)] => {
+        [Int(tick), BulkString(runner), Int(token), Int(started), Int(finished), Int(failed)] => {
             Ok(TickRecord {
                 tick_ms: ms_from(script, *tick)?,
                 runner: String::from_utf8(runner.clone()).map_err(|_| {
@@ -969,9 +984,8 @@ fn tick_record(script: &str, fields: &[redis::Value]) -> Result<TickRecord, Erro
                 })?,
                 token: token_from(*token)?,
                 started_ms: ms_from(script, *started)?,
-                finished_ms: (*finished != 0)
-                    .then(|| ms_from(script, *finished))
-                    .transpose()?,
+                finished_ms: time(*finished)?,
+                failed_ms: time(*failed)?,
             })
         }
         other => Err(Error::Protocol(format!(

@@ -11,7 +11,7 @@ mod options;
 mod outcome;
 mod ticks;
 
-pub use options::{JobOptions, OnRunnerDeath};
+pub use options::{JobOptions, OnFailure, OnRunnerDeath};
 pub(crate) use outcome::Skip;
 pub use outcome::{JobOutcome, TickRecord};
 pub use ticks::Ticks;
@@ -28,7 +28,9 @@ use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::holder::Holder;
 use crate::protocol::keys::validate_name;
-use crate::protocol::{self, BeginReply, FinishReply, LockKeys, RunnerDeathArg, TickArgs};
+use crate::protocol::{
+    self, BeginReply, FinishReply, LockKeys, RunOutcome, RunnerDeathArg, TickArgs,
+};
 
 /// The latest tick accepted: 2^53 ms after the Unix epoch, the last millisecond a Lua number
 /// holds exactly (about the year 287 396).
@@ -278,9 +280,68 @@ impl Job {
             Begun::Skipped(skip) => Ok(skip.outcome()),
             Begun::Run(run) => {
                 let output = job(run.view()).await;
-                let token = run.finish().await?;
+                let token = run.finish(RunOutcome::Done).await?;
                 Ok(JobOutcome::Ran { token, output })
             }
+        }
+    }
+
+    /// [`Job::run_exclusive`] for a job that can fail: when it returns an error, the job's
+    /// [`OnFailure`] policy decides. Under [`OnFailure::Retry`] (the default) the tick is
+    /// recorded as failed and the job released at once, so the next call for the same tick
+    /// (this instance retrying, or any other) runs it again with a newer token; under
+    /// [`OnFailure::RecordDone`] the tick is recorded done, as after a success. Either way the
+    /// error comes back as the output of [`JobOutcome::Ran`]. A job that returns `Ok` is
+    /// recorded done, as by `run_exclusive`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// use fencelock::{JobOptions, JobOutcome};
+    /// let export = client.job("export", JobOptions::new(Duration::from_secs(3600), Duration::from_secs(600)))?;
+    /// let mut ticks = export.ticks();
+    /// let tick = ticks.next().await;
+    /// for _attempt in 0..3 {
+    ///     let outcome = export.run_fallible(tick, |_run| async {
+    ///         Err::<(), &str>("the warehouse did not answer")
+    ///     }).await?;
+    ///     match outcome {
+    ///         JobOutcome::Ran { output: Err(_), .. } => continue, // left to a retry: try again
+    ///         _ => break, // ran, or another instance has it
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Job::run_exclusive`].
+    ///
+    /// # Cancel safety
+    /// As [`Job::run_exclusive`].
+    pub async fn run_fallible<F, Fut, T, E>(
+        &self,
+        tick: SystemTime,
+        job: F,
+    ) -> Result<JobOutcome<Result<T, E>>, Error>
+    where
+        F: FnOnce(JobRun) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        match self.begin(tick).await? {
+            Begun::Skipped(skip) => Ok(skip.outcome()),
+            Begun::Run(run) => {
+                let output = job(run.view()).await;
+                let token = run.finish(self.ended_as(output.is_ok())).await?;
+                Ok(JobOutcome::Ran { token, output })
+            }
+        }
+    }
+
+    /// How a run that succeeded (or not) is recorded, by the failure policy.
+    pub(crate) fn ended_as(&self, succeeded: bool) -> RunOutcome {
+        match (succeeded, self.options.on_failure) {
+            (false, OnFailure::Retry) => RunOutcome::Failed,
+            _ => RunOutcome::Done,
         }
     }
 
@@ -429,9 +490,10 @@ impl ActiveRun {
         self.view.clone()
     }
 
-    /// Records the tick done (fenced by the token), then keeps the job held until
-    /// `at_least_for` after the start or releases it. Returns the run's token.
-    pub(crate) async fn finish(self) -> Result<FencingToken, Error> {
+    /// Records the tick done or failed (fenced by the token). Done: keeps the job held until
+    /// `at_least_for` after the start, or releases it. Failed: releases it at once, so the
+    /// tick's retry need not wait. Returns the run's token.
+    pub(crate) async fn finish(self, outcome: RunOutcome) -> Result<FencingToken, Error> {
         let ActiveRun {
             job,
             guard,
@@ -446,7 +508,7 @@ impl ActiveRun {
             .client
             .engine
             .retrying(|mut conn| async move {
-                protocol::job_finish(&mut conn, keys, args, started_ms).await
+                protocol::job_finish(&mut conn, keys, args, started_ms, outcome).await
             })
             .await;
         let finished_ms = match reply {
@@ -466,23 +528,30 @@ impl ActiveRun {
                 return Err(job.report_error(tick_ms, err));
             }
         };
-        metrics::job(metrics::JOB_RAN);
+        let label = match outcome {
+            RunOutcome::Done => metrics::JOB_RAN,
+            RunOutcome::Failed => metrics::JOB_RAN_FAILED,
+        };
+        metrics::job(label);
         tracing::debug!(
             name: "fencelock.job",
             job = %String::from_utf8_lossy(job.name()),
             tick_ms,
-            outcome = metrics::JOB_RAN,
+            outcome = label,
             runner = view.holder.id.as_str(),
             token = view.token.get(),
             took_over = view.took_over.map(FencingToken::get),
             run_ms = finished_ms.saturating_sub(started_ms),
             "job tick ran"
         );
-        let keep = round_up_to_millis(
-            job.options
-                .at_least_for
-                .saturating_sub(started_at.elapsed()),
-        );
+        let keep = match outcome {
+            RunOutcome::Done => round_up_to_millis(
+                job.options
+                    .at_least_for
+                    .saturating_sub(started_at.elapsed()),
+            ),
+            RunOutcome::Failed => Duration::ZERO,
+        };
         if keep.is_zero() {
             // A failed release (the hold had ended, Redis is away) changes nothing for the
             // caller: the done record is what keeps the tick from running again.
@@ -609,6 +678,7 @@ mod tests {
             token: FencingToken::new(token).unwrap(),
             started_ms: 2_000,
             finished_ms: finished,
+            failed_ms: None,
         })
     }
 

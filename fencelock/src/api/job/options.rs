@@ -38,6 +38,26 @@ pub enum OnRunnerDeath {
     RunAgain,
 }
 
+/// What [`Job::run_fallible`] does with a tick whose job returned an error.
+///
+/// ```
+/// use fencelock::OnFailure;
+/// assert_eq!(OnFailure::default(), OnFailure::Retry);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnFailure {
+    /// The tick is recorded as failed and the job released at once: the next call for the same
+    /// tick, from any instance (the caller retrying, a late instance), runs it again with a
+    /// newer token ([`JobRun::took_over`] names the failed run's). A later tick replaces it as
+    /// usual. For jobs that fence their writes or are idempotent.
+    #[default]
+    Retry,
+    /// The tick is recorded done, as a run that succeeded: no instance runs it again. For jobs
+    /// whose failure the next tick makes up for, or that must never run twice.
+    RecordDone,
+}
+
 /// How a scheduled job runs: the schedule's period, how long a run may hold the job, how long
 /// it keeps others off after a fast run, and what becomes of a dead runner's tick.
 ///
@@ -56,6 +76,7 @@ pub struct JobOptions {
     pub(super) at_least_for: Duration,
     pub(super) retention: Option<Duration>,
     pub(super) on_runner_death: OnRunnerDeath,
+    pub(super) on_failure: OnFailure,
 }
 
 impl JobOptions {
@@ -78,6 +99,7 @@ impl JobOptions {
             at_least_for: Duration::ZERO,
             retention: None,
             on_runner_death: OnRunnerDeath::GiveUp,
+            on_failure: OnFailure::Retry,
         }
     }
 
@@ -109,6 +131,14 @@ impl JobOptions {
         self
     }
 
+    /// What [`Job::run_fallible`] does with a tick whose job returned an error; default
+    /// [`OnFailure::Retry`].
+    #[must_use]
+    pub fn on_failure(mut self, policy: OnFailure) -> JobOptions {
+        self.on_failure = policy;
+        self
+    }
+
     /// The period given to [`JobOptions::new`].
     pub fn period(&self) -> Duration {
         self.period
@@ -130,6 +160,11 @@ impl JobOptions {
         // years is usable without a retention of its own.
         self.retention
             .unwrap_or_else(|| (2 * self.period.max(self.at_most_for)).min(MAX_SPAN))
+    }
+
+    /// The policy for a tick whose job returned an error ([`Job::run_fallible`]).
+    pub fn failure_policy(&self) -> OnFailure {
+        self.on_failure
     }
 
     /// The policy for a dead runner's tick.

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 #[cfg(doc)]
-use super::{Job, OnRunnerDeath};
+use super::{Job, OnFailure, OnRunnerDeath};
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::protocol;
@@ -27,6 +27,7 @@ pub struct TickRecord {
     pub(super) token: FencingToken,
     pub(super) started: SystemTime,
     pub(super) finished: Option<SystemTime>,
+    pub(super) failed: Option<SystemTime>,
 }
 
 pub(super) fn from_millis(ms: u64) -> SystemTime {
@@ -41,6 +42,7 @@ impl From<protocol::TickRecord> for TickRecord {
             token: record.token,
             started: from_millis(record.started_ms),
             finished: record.finished_ms.map(from_millis),
+            failed: record.failed_ms.map(from_millis),
         }
     }
 }
@@ -72,6 +74,12 @@ impl TickRecord {
     /// runner lost its hold before finishing.
     pub fn finished(&self) -> Option<SystemTime> {
         self.finished
+    }
+
+    /// When the run failed and left the tick to a retry, by the Redis server's clock
+    /// ([`Job::run_fallible`] under [`OnFailure::Retry`]); `None` otherwise.
+    pub fn failed(&self) -> Option<SystemTime> {
+        self.failed
     }
 }
 
