@@ -16,10 +16,11 @@
 --                           mark is now max(shared, token). value is the string (get), the
 --                           field (hget), the list (lrange), or 0 (claim); a missing key or
 --                           field reads as false (nil)
---          {0, latest}      refused, nothing read: claim: token below a mark (latest: the
+--          {0, latest, by}  refused, nothing read: claim: token below a mark (latest: the
 --                           higher); shared: token below the exclusive mark (latest: it), that
 --                           is, a holder with a newer token has written or claimed since this
---                           reader's hold began, so what it would read is not its view
+--                           reader's hold began, so what it would read is not its view. by: 1
+--                           when latest is the shared mark (a newer reader read), else 0
 --
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a type this read cannot apply to; nothing modified
 --          FENCELOCK_BADARG     the token, kind or mode is not valid
@@ -45,7 +46,7 @@ end
 -- A shared read is refused only by a newer exclusive token; a claim by either mark.
 local mark = sharing and exclusive or math.max(exclusive, shared)
 if token < mark then
-  return {0, mark}
+  return {0, mark, (not sharing and shared > exclusive) and 1 or 0}
 end
 
 local kind = ARGV[2]

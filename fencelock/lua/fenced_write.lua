@@ -17,8 +17,9 @@
 -- Returns  {1, result}      accepted (token >= both marks): the write was applied and the
 --                           exclusive mark is now max(mark, token); result is the new number
 --                           for incrby, the new length for rpush, 0 otherwise
---          {0, latest}      stale (token below a mark): nothing was written; latest is the
---                           higher mark
+--          {0, latest, by}  stale (token below a mark): nothing was written; latest is the
+--                           higher mark, by 1 when it is the shared mark (a newer reader
+--                           read), 0 when the exclusive one (a newer holder wrote or claimed)
 --
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a type this write cannot apply to; nothing modified
 --          FENCELOCK_BADARG     the token or delta is not a valid integer; nothing modified
@@ -40,7 +41,7 @@ if not token then
 end
 local mark = math.max(exclusive, shared)
 if token < mark then
-  return {0, mark}
+  return {0, mark, shared > exclusive and 1 or 0}
 end
 
 local kind = ARGV[3]

@@ -210,7 +210,7 @@ pub use api::resource::FencedResource;
 pub use api::rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use api::semaphore::{Semaphore, SemaphorePermit};
 pub use base::config::HoldExpiry;
-pub use base::error::Error;
+pub use base::error::{Error, Superseded};
 pub use base::replica_ack::OnShortfall;
 pub use base::token::FencingToken;
 pub use protocol::keys::MAX_NAME_LEN;

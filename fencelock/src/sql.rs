@@ -247,7 +247,7 @@
 
 use std::future::Future;
 
-use crate::{Error, FencingToken};
+use crate::{Error, FencingToken, Superseded};
 
 /// The token as the `BIGINT` to bind as the statement's token parameter and store in the
 /// `fence` column.
@@ -367,9 +367,11 @@ impl FenceOutcome {
         match self {
             FenceOutcome::Applied => Ok(true),
             FenceOutcome::Missing | FenceOutcome::NotMatched => Ok(false),
-            FenceOutcome::Stale { presented, latest } => {
-                Err(Error::StaleToken { presented, latest })
-            }
+            FenceOutcome::Stale { presented, latest } => Err(Error::StaleToken {
+                presented,
+                latest,
+                by: Superseded::WroteOrClaimed,
+            }),
         }
     }
 }
@@ -491,7 +493,9 @@ mod tests {
         })
         .into_result()
         {
-            Err(Error::StaleToken { presented, latest }) => {
+            Err(Error::StaleToken {
+                presented, latest, ..
+            }) => {
                 assert_eq!((presented.get(), latest.get()), (1, 2));
             }
             other => panic!("{other:?}"),

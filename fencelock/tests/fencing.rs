@@ -24,8 +24,13 @@ async fn newer_and_equal_tokens_write_older_ones_are_refused_with_both_tokens() 
     assert_eq!(stock.incr_by(token(11), -1).await.unwrap(), 3);
     let err = stock.set(token(10), "999").await.unwrap_err();
     match err {
-        Error::StaleToken { presented, latest } => {
+        Error::StaleToken {
+            presented,
+            latest,
+            by,
+        } => {
             assert_eq!((presented.get(), latest.get()), (10, 11));
+            assert_eq!(by, fencelock::Superseded::WroteOrClaimed);
         }
         other => panic!("{other}"),
     }

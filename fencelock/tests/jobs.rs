@@ -139,8 +139,8 @@ on_topologies_multi_thread! {
         assert_eq!(took_over, Some(first));
         let late = within(HANDOFF, "the overrunning job ends", overrunning).await.unwrap();
         match late {
-            Err(Error::StaleToken { presented, latest }) => {
-                assert_eq!((presented, latest), (first, token));
+            Err(Error::StaleToken { presented, latest, by }) => {
+                assert_eq!((presented, latest, by), (first, token, fencelock::Superseded::TookOver));
             }
             other => panic!("the overrun run's finish: {other:?}"),
         }

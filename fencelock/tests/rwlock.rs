@@ -228,9 +228,10 @@ on_topologies! {
         }
         let late = data.set(paused_writer, "late").await.unwrap_err();
         assert!(
-            matches!(late, fencelock::Error::StaleToken { latest, .. } if latest == newer.token()),
+            matches!(late, fencelock::Error::StaleToken { latest, by: fencelock::Superseded::SharedRead, .. } if latest == newer.token()),
             "{late:?}"
         );
+        assert!(late.to_string().contains("a newer reader read"), "{late}");
         assert_eq!(data.high_water_mark().await.unwrap(), Some(newer.token()));
         let (older_token, newer_token) = (older.token(), newer.token());
         older.release().await.unwrap();
@@ -241,7 +242,7 @@ on_topologies! {
         for reader in [older_token, newer_token] {
             let refused = data.get_shared(reader).await.unwrap_err();
             assert!(
-                matches!(refused, fencelock::Error::StaleToken { latest, .. } if latest == writer.token()),
+                matches!(refused, fencelock::Error::StaleToken { latest, by: fencelock::Superseded::WroteOrClaimed, .. } if latest == writer.token()),
                 "{refused:?}"
             );
         }

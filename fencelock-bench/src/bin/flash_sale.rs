@@ -643,7 +643,9 @@ impl std::error::Error for Refused {}
 /// `err` as a [`Refused`] when it is a stale-token refusal, so [`locked`] can tell it apart.
 fn refusal(write: bool, err: fencelock::Error) -> BoxError {
     match err {
-        fencelock::Error::StaleToken { presented, latest } => Box::new(Refused {
+        fencelock::Error::StaleToken {
+            presented, latest, ..
+        } => Box::new(Refused {
             write,
             presented: presented.get(),
             latest: latest.get(),
@@ -1718,6 +1720,7 @@ mod tests {
         let stale = fencelock::Error::StaleToken {
             presented: token(3),
             latest: token(5),
+            by: fencelock::Superseded::WroteOrClaimed,
         };
         let refused = *refusal(true, stale).downcast::<Refused>().unwrap();
         assert_eq!(

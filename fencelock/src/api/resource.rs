@@ -389,9 +389,10 @@ impl FencedResource {
             .await?;
         match reply {
             ReadReply::Read(value) => Ok(value),
-            ReadReply::Stale { latest } => Err(Error::StaleToken {
+            ReadReply::Stale { latest, by } => Err(Error::StaleToken {
                 presented: token,
                 latest,
+                by,
             }),
         }
     }
@@ -409,18 +410,20 @@ impl FencedResource {
             .await?;
         match reply {
             WriteReply::Accepted(result) => Ok(result),
-            WriteReply::Stale { latest } => {
+            WriteReply::Stale { latest, by } => {
                 metrics::stale_write_rejected();
                 tracing::warn!(
                     name: "fencelock.stale_write",
                     resource = %String::from_utf8_lossy(&self.name),
                     presented = token.get(),
                     latest = latest.get(),
-                    "fenced write refused: a newer token has written"
+                    by = %by,
+                    "fenced write refused: a newer token got there first"
                 );
                 Err(Error::StaleToken {
                     presented: token,
                     latest,
+                    by,
                 })
             }
         }

@@ -63,15 +63,18 @@ pub enum Error {
         detail: String,
     },
 
-    /// A fenced write was refused because a newer token has already written to the resource:
-    /// the writer's lock was taken over while it still believed it held it. Nothing was
-    /// written.
-    #[error("stale fencing token {presented}: the resource has already accepted {latest}")]
+    /// A fenced operation was refused because a newer token got there first: the holder's
+    /// lock (or its job tick, or its shared hold) was taken over while it still believed it
+    /// held it. `by` says what the newer token did: wrote or claimed the resource, read it as
+    /// a reader, or took the job's tick over. Nothing was written (or read).
+    #[error("stale fencing token {presented}: {by} with token {latest}")]
     StaleToken {
-        /// The token the refused write carried.
+        /// The token the refused operation carried.
         presented: FencingToken,
-        /// The highest token the resource has accepted.
+        /// The newer token: the highest the resource has accepted, or the job's runner.
         latest: FencingToken,
+        /// What the holder of `latest` did.
+        by: Superseded,
     },
 
     /// The fence counter cannot issue another exact token (it reached 2^53).
@@ -183,6 +186,37 @@ impl From<redis::RedisError> for Error {
             },
             _ => Error::Redis(err),
         }
+    }
+}
+
+/// What a newer token did that made an older one stale ([`Error::StaleToken`]).
+///
+/// ```
+/// use fencelock::{Error, FencingToken, Superseded};
+/// let t = |raw| FencingToken::new(raw).unwrap();
+/// let err = Error::StaleToken { presented: t(5), latest: t(7), by: Superseded::WroteOrClaimed };
+/// assert_eq!(err.to_string(), "stale fencing token 5: a newer holder wrote or claimed the resource with token 7");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Superseded {
+    /// A holder with a newer token wrote the resource, or claimed it (a claiming read, a
+    /// claim, a SQL fence): one mark records both, so they are not told apart.
+    WroteOrClaimed,
+    /// A reader with a newer token read the resource with a shared read: a write older than
+    /// that reader's hold cannot land under it.
+    SharedRead,
+    /// Another runner took the job's tick over with a newer token.
+    TookOver,
+}
+
+impl fmt::Display for Superseded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Superseded::WroteOrClaimed => "a newer holder wrote or claimed the resource",
+            Superseded::SharedRead => "a newer reader read the resource",
+            Superseded::TookOver => "another runner took the tick over",
+        })
     }
 }
 
@@ -398,7 +432,8 @@ impl Error {
         matches!(self, Error::Timeout { .. })
     }
 
-    /// A fenced write was refused because a newer holder has written.
+    /// A fenced operation was refused because a newer token got there first (see
+    /// [`Error::StaleToken`]).
     pub fn is_stale_token(&self) -> bool {
         matches!(self, Error::StaleToken { .. })
     }
@@ -632,6 +667,7 @@ mod tests {
                 Error::StaleToken {
                     presented: token(1),
                     latest: token(2),
+                    by: Superseded::WroteOrClaimed,
                 },
             ),
             ("", Error::TokenOverflow { detail: reason() }),

@@ -75,7 +75,10 @@ async fn a_shared_read_fences_older_writers(
     read(conn, 9, ReadMode::Shared).await;
     for writer in [6, 8] {
         match write(conn, writer, &format!("w{writer}")).await {
-            WriteReply::Stale { latest } if latest == t(9) => {}
+            WriteReply::Stale {
+                latest,
+                by: Superseded::SharedRead,
+            } if latest == t(9) => {}
             other => return Err(format!("older writer {writer} after reader 9: {other:?}")),
         }
     }
@@ -95,13 +98,19 @@ async fn a_newer_write_or_claim_refuses_older_readers(
     read(conn, 9, ReadMode::Shared).await;
     write(conn, 10, "w10").await;
     match read(conn, 9, ReadMode::Shared).await {
-        ReadReply::Stale { latest } if latest == t(10) => {}
+        ReadReply::Stale {
+            latest,
+            by: Superseded::WroteOrClaimed,
+        } if latest == t(10) => {}
         other => return Err(format!("reader 9 after writer 10: {other:?}")),
     }
     read_value(&read(conn, 11, ReadMode::Shared).await, 10)?;
     read_value(&read(conn, 12, ReadMode::Claim).await, 10)?;
     match read(conn, 11, ReadMode::Shared).await {
-        ReadReply::Stale { latest } if latest == t(12) => Ok(()),
+        ReadReply::Stale {
+            latest,
+            by: Superseded::WroteOrClaimed,
+        } if latest == t(12) => Ok(()),
         other => Err(format!("reader 11 after a claim by 12: {other:?}")),
     }
 }
@@ -114,7 +123,10 @@ async fn a_claim_is_refused_below_a_shared_read(
 ) -> Result<(), String> {
     read(conn, 9, ReadMode::Shared).await;
     match read(conn, 8, ReadMode::Claim).await {
-        ReadReply::Stale { latest } if latest == t(9) => Ok(()),
+        ReadReply::Stale {
+            latest,
+            by: Superseded::SharedRead,
+        } if latest == t(9) => Ok(()),
         other => Err(format!("a claim by 8 after reader 9: {other:?}")),
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use crate::base::error::Error;
+use crate::base::error::{Error, Superseded};
 use crate::base::token::FencingToken;
 pub(crate) use keys::{LockKeys, ResourceKeys};
 pub(crate) use pubsub::{PubSub, ReleaseMessage};
@@ -484,7 +484,17 @@ pub(crate) enum WriteReply {
     Accepted(i64),
     Stale {
         latest: FencingToken,
+        by: Superseded,
     },
+}
+
+/// What a fenced script's refusal says refused it: 1, the shared mark; 0, the exclusive one.
+fn superseded_by(code: i64) -> Superseded {
+    if code == 1 {
+        Superseded::SharedRead
+    } else {
+        Superseded::WroteOrClaimed
+    }
 }
 
 pub(crate) async fn fenced_write<C: ConnectionLike>(
@@ -524,8 +534,9 @@ pub(crate) async fn fenced_write<C: ConnectionLike>(
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     match reply.as_slice() {
         [1, result] => Ok(WriteReply::Accepted(*result)),
-        [0, latest] => Ok(WriteReply::Stale {
+        [0, latest, by] => Ok(WriteReply::Stale {
             latest: token_from(*latest)?,
+            by: superseded_by(*by),
         }),
         other => Err(unexpected("fenced_write", other)),
     }
@@ -553,7 +564,10 @@ pub(crate) enum ReadMode {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ReadReply {
     Read(redis::Value),
-    Stale { latest: FencingToken },
+    Stale {
+        latest: FencingToken,
+        by: Superseded,
+    },
 }
 
 pub(crate) async fn fenced_read<C: ConnectionLike>(
@@ -582,11 +596,14 @@ pub(crate) async fn fenced_read<C: ConnectionLike>(
     let mut reply = reply.into_iter();
     match (reply.next(), reply.next(), reply.next()) {
         (Some(redis::Value::Int(1)), Some(value), None) => Ok(ReadReply::Read(value)),
-        (Some(redis::Value::Int(0)), Some(redis::Value::Int(latest)), None) => {
-            Ok(ReadReply::Stale {
-                latest: token_from(latest)?,
-            })
-        }
+        (
+            Some(redis::Value::Int(0)),
+            Some(redis::Value::Int(latest)),
+            Some(redis::Value::Int(by)),
+        ) => Ok(ReadReply::Stale {
+            latest: token_from(latest)?,
+            by: superseded_by(by),
+        }),
         other => Err(Error::Protocol(format!(
             "fenced_read.lua answered {other:?}"
         ))),

@@ -472,7 +472,13 @@ async fn a_replayed_fenced_write_applies_once_and_a_stale_one_never() {
     let newer = fenced_write(&mut conn, &keys, t(9), "w2", OP_TTL, Write::IncrBy(-1)).await;
     assert_eq!(newer.unwrap(), WriteReply::Accepted(99));
     let stale = fenced_write(&mut conn, &keys, t(8), "w3", OP_TTL, Write::IncrBy(-50)).await;
-    assert_eq!(stale.unwrap(), WriteReply::Stale { latest: t(9) });
+    assert_eq!(
+        stale.unwrap(),
+        WriteReply::Stale {
+            latest: t(9),
+            by: Superseded::WroteOrClaimed
+        }
+    );
     // A refused write leaves no record, so it cannot be replayed into success either.
     let exists: bool = conn.exists(keys.op("w3")).await.unwrap();
     assert!(!exists);

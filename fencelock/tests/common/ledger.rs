@@ -108,7 +108,9 @@ impl std::fmt::Display for LedgerError {
 impl From<Error> for LedgerError {
     fn from(err: Error) -> Self {
         match err {
-            Error::StaleToken { presented, latest } => LedgerError::Stale {
+            Error::StaleToken {
+                presented, latest, ..
+            } => LedgerError::Stale {
                 presented: presented.get(),
                 latest: latest.get(),
             },

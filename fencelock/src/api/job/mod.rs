@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::client::LockClient;
 use super::guard::LockGuard;
 use super::lock::Lock;
-use crate::base::error::Error;
+use crate::base::error::{Error, Superseded};
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::holder::Holder;
@@ -414,6 +414,7 @@ impl Job {
             Ok(BeginReply::Newer(record)) => Err(Error::StaleToken {
                 presented: guard.token(),
                 latest: record.token,
+                by: Superseded::TookOver,
             }),
             Err(err) => Err(err),
         };
@@ -518,6 +519,7 @@ impl ActiveRun {
                 let err = Error::StaleToken {
                     presented: view.token,
                     latest: token,
+                    by: Superseded::TookOver,
                 };
                 return Err(job.report_error(tick_ms, err));
             }
