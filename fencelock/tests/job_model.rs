@@ -1,6 +1,7 @@
 //! Random programs of scheduled-job calls (three instances with their own clock offsets and
-//! runner-death policies calling for ticks in any order; runs that finish, runs dropped
-//! mid-job, runs whose hold ends under them while another instance takes over), checked call
+//! runner-death policies calling for ticks in any order; runs that finish, runs whose job
+//! fails and leaves the tick to a retry, runs dropped mid-job, runs whose hold ends under
+//! them while another instance takes over), checked call
 //! by call against a reference model of the job's tick record, with the record in Redis
 //! compared after every step. The negative controls of the job scripts that a program can
 //! reach must each fail it.
@@ -35,13 +36,15 @@ const INSTANCES: [(i64, OnRunnerDeath); 3] = [
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// `instance` calls for tick `tick` (plus `late` ms of late wake-up); its job finishes, or
-    /// the call is dropped mid-job.
+    /// `instance` calls for tick `tick` (plus `late` ms of late wake-up); its job finishes,
+    /// fails (`run_fallible` returning an error: the tick is left to a retry), or the call is
+    /// dropped mid-job.
     Call {
         instance: usize,
         tick: i64,
         late: i64,
         dies: bool,
+        fails: bool,
     },
     /// `runner` calls and its hold ends mid-job (the lock deleted behind it); `taker` calls
     /// for `tick + step` meanwhile; then the runner's job finishes.
@@ -55,8 +58,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..3usize, 0..6i64, 0..1_500i64, prop::bool::weighted(0.25)).prop_map(
-            |(instance, tick, late, dies)| Op::Call { instance, tick, late, dies }
+        4 => (0..3usize, 0..6i64, 0..1_500i64, prop::bool::weighted(0.25), prop::bool::weighted(0.2)).prop_map(
+            |(instance, tick, late, dies, fails)| Op::Call { instance, tick, late, dies, fails }
         ),
         1 => (0..3usize, 1..3usize, 0..6i64, -1..=1i64).prop_map(|(runner, shift, tick, step)| {
             Op::Overrun { runner, taker: (runner + shift) % 3, tick, step }
@@ -70,6 +73,8 @@ struct Record {
     view_ms: i64,
     token: FencingToken,
     finished: bool,
+    /// Its job failed and left the tick to a retry.
+    failed: bool,
 }
 
 /// What a call for `view_ms` by an instance with `policy` must do, given `record`.
@@ -92,7 +97,7 @@ fn expect(record: Option<Record>, view_ms: i64, policy: OnRunnerDeath) -> Expect
         Expect::Late
     } else if record.finished {
         Expect::Done
-    } else if policy == OnRunnerDeath::RunAgain {
+    } else if record.failed || policy == OnRunnerDeath::RunAgain {
         Expect::Begin {
             took_over: Some(record.token),
         }
@@ -167,6 +172,7 @@ impl World<'_> {
         tick: i64,
         late: i64,
         dies: bool,
+        fails: bool,
     ) -> Result<(), TestCaseError> {
         let (at, ms) = view(instance, tick, late);
         let expected = expect(self.record, ms, Self::policy(instance));
@@ -190,7 +196,31 @@ impl World<'_> {
                 view_ms: ms,
                 token,
                 finished: false,
+                failed: false,
             });
+            return Ok(());
+        }
+        if fails {
+            let outcome = job
+                .run_fallible(at, |run| async move { Err::<(), _>(run.took_over()) })
+                .await
+                .map_err(|err| TestCaseError::fail(format!("failing call: {err}")))?;
+            check_outcome(&outcome, &expected)?;
+            if let JobOutcome::Ran { token, output } = outcome {
+                prop_assert_eq!(
+                    Expect::Begin {
+                        took_over: output.unwrap_err()
+                    },
+                    expected
+                );
+                self.began(token)?;
+                self.record = Some(Record {
+                    view_ms: ms,
+                    token,
+                    finished: false,
+                    failed: true,
+                });
+            }
             return Ok(());
         }
         let outcome = job
@@ -205,6 +235,7 @@ impl World<'_> {
                 view_ms: ms,
                 token,
                 finished: true,
+                failed: false,
             });
         }
         Ok(())
@@ -222,7 +253,7 @@ impl World<'_> {
             expect(self.record, ms, Self::policy(runner)),
             Expect::Begin { .. }
         ) {
-            return self.call(runner, tick, 0, false).await;
+            return self.call(runner, tick, 0, false, false).await;
         }
         let job = self.jobs[runner].clone();
         let (began_tx, began_rx) = tokio::sync::oneshot::channel();
@@ -242,13 +273,14 @@ impl World<'_> {
             view_ms: ms,
             token,
             finished: false,
+            failed: false,
         });
         // Its hold ends behind it, as when at_most_for passes.
         let keys: Vec<Vec<u8>> = raw(self.server).keys("fencelock:{*}job:model").unwrap();
         if !keys.is_empty() {
             let _: () = raw(self.server).del(keys).unwrap();
         }
-        self.call(taker, tick + step, 0, false).await?;
+        self.call(taker, tick + step, 0, false, false).await?;
         go_tx.send(()).unwrap();
         let finished = within(HANDOFF, "the slow run finishes", slow)
             .await
@@ -286,6 +318,7 @@ impl World<'_> {
                 prop_assert_eq!(i128::try_from(view).unwrap(), i128::from(model.view_ms));
                 prop_assert_eq!(read.token(), model.token);
                 prop_assert_eq!(read.finished().is_some(), model.finished);
+                prop_assert_eq!(read.failed().is_some(), model.failed);
             }
             (model, read) => prop_assert!(false, "model {model:?}, Redis {read:?}"),
         }
@@ -329,7 +362,8 @@ async fn run_program(
                 tick,
                 late,
                 dies,
-            } => world.call(instance, tick, late, dies).await?,
+                fails,
+            } => world.call(instance, tick, late, dies, fails).await?,
             Op::Overrun {
                 runner,
                 taker,
@@ -395,6 +429,7 @@ fn the_job_model_catches_the_job_scripts_negative_controls() {
         Control::JobRerunsDoneTick,
         Control::JobRunsOlderTick,
         Control::JobFinishWithoutFence,
+        Control::JobGivesUpFailedTick,
     ] {
         if let Err(why) = control.applies() {
             eprintln!("NOT JUDGED {control:?}: {why}");
