@@ -33,11 +33,8 @@ fn instance(id: u64, client: LockClient, start: Arc<Barrier>) -> Result<Vec<Stri
     // The longest the job may hold the schedule; a crashed runner frees it after this.
     let options = JobOptions::new(HOUR, Duration::from_secs(60));
     let job = client.job("hourly-report", options)?;
-    // Fenced storage for the reports (async only: a small runtime of this thread drives it).
-    let reports = client.as_async().resource("hourly-report:out")?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    // Fenced storage for the reports.
+    let reports = client.resource("hourly-report:out")?;
     let mut lines = Vec::new();
     for hour in 0..TICKS {
         start.wait(); // every instance's scheduler fires for the same hour...
@@ -46,7 +43,7 @@ fn instance(id: u64, client: LockClient, start: Arc<Barrier>) -> Result<Vec<Stri
         let my_clock = UNIX_EPOCH + HOUR * (500_000 + hour) + Duration::from_secs(id);
         let outcome = job.run_exclusive(my_clock, |run| {
             let report = format!("report for hour {hour} by instance {id}");
-            runtime.block_on(reports.push(run.token(), &[report.as_bytes()]))
+            reports.push(run.token(), &[report.as_bytes()])
         })?;
         lines.push(match outcome {
             JobOutcome::Ran { token, output } => {

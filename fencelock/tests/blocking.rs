@@ -526,3 +526,34 @@ fn threads_read_together_and_write_alone() {
     let short = lock.with_lease(Duration::from_secs(5)).unwrap();
     short.try_write().unwrap().unwrap().release().unwrap();
 }
+
+/// The blocking fenced resource: writes with the newest token land, an older token is refused
+/// with the newer one named, and readers of a read-write lock read it together.
+#[test]
+fn the_blocking_fenced_resource_refuses_older_tokens_and_lets_readers_share() {
+    let fx = Fixture::start();
+    let client = LockClient::connect(&fx.server.url()).unwrap();
+    let lock = client.rwlock("catalog").unwrap();
+    let prices = client.resource("catalog:prices").unwrap();
+    let old = lock.write().unwrap();
+    let old_token = old.token();
+    prices.set(old_token, "v1").unwrap();
+    old.release().unwrap();
+    let first = lock.read().unwrap();
+    let second = lock.read().unwrap();
+    for reader in [&second, &first] {
+        assert_eq!(
+            prices.get_shared(reader.token()).unwrap().as_deref(),
+            Some(&b"v1"[..])
+        );
+    }
+    let refused = prices.set(old_token, "late").unwrap_err();
+    assert!(
+        matches!(refused, fencelock::Error::StaleToken { latest, by: fencelock::Superseded::SharedRead, .. } if latest == second.token()),
+        "{refused:?}"
+    );
+    assert_eq!(prices.peek().unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(prices.high_water_mark().unwrap(), Some(second.token()));
+    first.release().unwrap();
+    second.release().unwrap();
+}

@@ -38,6 +38,7 @@ mod election;
 mod job;
 mod lock;
 mod multi;
+mod resource;
 mod rwlock;
 mod semaphore;
 
@@ -45,6 +46,7 @@ pub use election::{Election, LeaderGuard, Observer};
 pub use job::Job;
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiGuard, MultiLock};
+pub use resource::FencedResource;
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
 
@@ -153,13 +155,14 @@ impl LockClient {
     /// A handle to the scheduled job called `name`; see [`crate::LockClient::job`].
     ///
     /// ```no_run
-    /// use std::time::{Duration, SystemTime};
+    /// use std::time::Duration;
     /// use fencelock::{blocking::LockClient, JobOptions};
     ///
     /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
     /// let options = JobOptions::new(Duration::from_secs(3600), Duration::from_secs(600));
     /// let report = client.job("hourly-report", options)?;
-    /// let outcome = report.run_exclusive(SystemTime::now(), |run| {
+    /// let tick = report.ticks().next_blocking(); // the instant this tick was scheduled for
+    /// let outcome = report.run_exclusive(tick, |run| {
     ///     println!("running with token {}", run.token()); // on this thread
     /// })?;
     /// println!("ran here: {}", outcome.ran());
