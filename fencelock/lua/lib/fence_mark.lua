@@ -10,15 +10,20 @@
 -- fence_mark(token_arg, mark_key, shared_key) parses the presented token and reads both
 -- marks. Returns token, exclusive mark, shared mark (0 where a mark is missing); or nil, an
 -- error reply (nothing has been modified).
+-- read_mark(key, what): one GET under redis.pcall, so the type check rides on the read (as
+-- hash_field() does) instead of costing a TYPE per mark on every fenced call.
 local function read_mark(key, what)
-  local kind = redis.call('TYPE', key)['ok']
-  if kind == 'none' then
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' and raw.err then
+    if string.sub(raw.err, 1, 9) == 'WRONGTYPE' then
+      return nil, redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' is not a string')
+    end
+    return nil, raw
+  end
+  if not raw then
     return 0
   end
-  if kind ~= 'string' then
-    return nil, redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' holds a ' .. kind)
-  end
-  local mark = tonumber(redis.call('GET', key))
+  local mark = tonumber(raw)
   if mark == nil then
     return nil, redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' does not hold an integer')
   end
