@@ -15,6 +15,11 @@
 //! fencelock release NAME --force [--yes] [--token T]   evict the holder, wake the waiters
 //! fencelock release NAME --force (--semaphore | --rwlock) --holder ID [--yes]
 //!                                          release one stuck permit holder, reader or writer
+//! fencelock keys [NAMESPACE] [--json]      every idempotency key with a record: state,
+//!                                          runner, token, age
+//! fencelock key NAMESPACE KEY              one idempotency key: its record and stored result
+//! fencelock forget NAMESPACE KEY [--yes]   delete a key's record nobody holds: its next run
+//!                                          runs the request as new
 //! fencelock doctor [--pings N] [--strict]  the server settings that break locks
 //! ```
 //!
@@ -24,15 +29,20 @@
 use std::ffi::OsString;
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fencelock::admin::{
-    Admin, Check, ElectionInfo, ForceRelease, HoldEntry, HoldKind, HoldRelease, HolderEntry,
-    JobInfo, LockEvent, LockInfo, RwLockInfo, SemaphoreInfo, Status,
-};
-use fencelock::{Error, FencingToken, HoldExpiry};
+use fencelock::admin::{Admin, ForceRelease, HoldKind, HoldRelease, Status};
+use fencelock::{Error, FencingToken};
 use serde_json::{json, Value};
+
+mod json;
+mod keys;
+
+use json::{
+    check_json, election_json, event_json, holder_json, job_json, lock_json, now_rfc3339,
+    rwlock_json, semaphore_json,
+};
 
 /// The exit codes, as `--help` prints them.
 const EXIT_CODES: &str = "\
@@ -42,9 +52,10 @@ Exit codes:
   2  usage: bad arguments, lock name, prefix or URL
   3  redis cannot be reached, refused the credentials (WRONGPASS, NOAUTH), or the user may
      not read the keys under the prefix (ACL); the message names the rule to add
-  4  release: the lock is not held, nothing to release
+  4  release: the lock is not held, nothing to release; key, forget: the key has no record
   5  doctor: at least one FAIL (a setting that breaks locks)
-  6  release refused: not confirmed, or the lock changed hands since it was shown
+  6  release refused: not confirmed, or the lock changed hands since it was shown; forget
+     refused: not confirmed, or a run holds the key
   7  any other error (a redis error reply, foreign data at a lock key)";
 
 const USAGE: u8 = 2;
@@ -156,6 +167,32 @@ enum Command {
         #[arg(long)]
         holder: Option<String>,
     },
+    /// Every idempotency key with a record under the prefix (SCAN, never KEYS), of NAMESPACE
+    /// only if given: its state (running, done, failed, abandoned), runner, token, age and
+    /// stored result's size
+    Keys {
+        /// Only the keys of this namespace
+        namespace: Option<OsString>,
+    },
+    /// One idempotency key: its record, fingerprint and stored result
+    Key {
+        /// The namespace (Idempotency::namespace)
+        namespace: OsString,
+        /// The key within it
+        key: OsString,
+    },
+    /// Delete an idempotency key's record when no run holds the key: its next run runs the
+    /// request as new (a key given up after its runner died, a result known to be wrong).
+    /// Refused while a run holds the key
+    Forget {
+        /// The namespace (Idempotency::namespace)
+        namespace: OsString,
+        /// The key within it
+        key: OsString,
+        /// Do not ask for confirmation on stdin
+        #[arg(long)]
+        yes: bool,
+    },
     /// Check the server for settings that break locks (eviction, persistence, replication,
     /// cluster, version, latency, clock) and say what to change. FAIL: locks are not safe
     /// (exit 5); WARN: a guarantee is weaker (exit 0, or 1 with --strict)
@@ -226,6 +263,17 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
         Command::Release {
             name, yes, token, ..
         } => release(cli, admin, &bytes(name), *yes, *token).await,
+        Command::Keys { namespace } => {
+            keys::keys(cli, admin, namespace.as_ref().map(bytes).as_deref()).await
+        }
+        Command::Key { namespace, key } => {
+            keys::key(cli, admin, &bytes(namespace), &bytes(key)).await
+        }
+        Command::Forget {
+            namespace,
+            key,
+            yes,
+        } => keys::forget(cli, admin, &bytes(namespace), &bytes(key), *yes).await,
         Command::Doctor { pings, strict } => doctor(cli, admin, *pings, *strict).await,
     }
 }
@@ -564,8 +612,6 @@ async fn doctor(cli: &Cli, admin: &Admin, pings: usize, strict: bool) -> Result<
     })
 }
 
-// ---------------------------------------------------------------------------------------------
-
 /// Prints one line on stderr and gives the exit code to return.
 fn fail(code: u8, message: &str) -> u8 {
     eprintln!("fencelock: {}", message.replace('\n', " "));
@@ -677,153 +723,6 @@ impl Stop {
     }
 }
 
-fn lock_json(lock: &LockInfo) -> Value {
-    let mut value = json!({
-        "name": String::from_utf8_lossy(&lock.name),
-        "key": String::from_utf8_lossy(&lock.key),
-        "holders": lock.holders.iter().map(holder_json).collect::<Vec<_>>(),
-        "token": lock.token.map(FencingToken::get),
-        "pttl_ms": lock.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-    });
-    if let Some(client) = &lock.reserved_for {
-        value["reserved_for"] = Value::String(client.clone());
-    }
-    if std::str::from_utf8(&lock.name).is_err() {
-        value["name_hex"] = Value::String(hex(&lock.name));
-    }
-    value
-}
-
-fn election_json(election: &ElectionInfo) -> Value {
-    let leader = election.leader.as_ref().map(|leader| {
-        let mut value = json!({
-            "id": leader.id(),
-            "term": leader.term().get(),
-            "metadata": String::from_utf8_lossy(leader.metadata()),
-        });
-        if std::str::from_utf8(leader.metadata()).is_err() {
-            value["metadata_hex"] = Value::String(hex(leader.metadata()));
-        }
-        value
-    });
-    let mut value = json!({
-        "name": String::from_utf8_lossy(&election.name),
-        "key": String::from_utf8_lossy(&election.key),
-        "leader": leader,
-        "pttl_ms": election.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-        "queued_candidates": election.queued_candidates,
-        "subscribers": election.subscribers,
-    });
-    if std::str::from_utf8(&election.name).is_err() {
-        value["name_hex"] = Value::String(hex(&election.name));
-    }
-    value
-}
-
-/// Milliseconds since the Unix epoch.
-fn epoch_ms(time: SystemTime) -> u64 {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
-}
-
-fn job_json(job: &JobInfo) -> Value {
-    let mut value = json!({
-        "name": String::from_utf8_lossy(&job.name),
-        "key": String::from_utf8_lossy(&job.key),
-        "state": job.state(),
-        "tick_ms": epoch_ms(job.last.tick()),
-        "runner": job.last.runner(),
-        "token": job.last.token().get(),
-        "started_ms": epoch_ms(job.last.started()),
-        "finished_ms": job.last.finished().map(epoch_ms),
-        "failed_ms": job.last.failed().map(epoch_ms),
-        "runner_holds": job.runner_holds,
-        "retained_ms": job.retained_for.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-    });
-    if std::str::from_utf8(&job.name).is_err() {
-        value["name_hex"] = Value::String(hex(&job.name));
-    }
-    value
-}
-
-fn hold_json(hold: &HoldEntry) -> Value {
-    json!({
-        "holder": hold.holder,
-        "permits": hold.permits,
-        "token": hold.token.map(FencingToken::get),
-        "lease_ms": hold.lease_left.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-    })
-}
-
-fn semaphore_json(semaphore: &SemaphoreInfo) -> Value {
-    json!({
-        "name": String::from_utf8_lossy(&semaphore.name),
-        "limit": semaphore.limit,
-        "used": semaphore.used,
-        "holds": semaphore.holds.iter().map(hold_json).collect::<Vec<_>>(),
-        "expiry": expiry_json(semaphore.expiry),
-    })
-}
-
-fn rwlock_json(rwlock: &RwLockInfo) -> Value {
-    json!({
-        "name": String::from_utf8_lossy(&rwlock.name),
-        "writer": rwlock.writer.as_ref().map(hold_json),
-        "readers": rwlock.readers.iter().map(hold_json).collect::<Vec<_>>(),
-        "waiting_writers": rwlock.waiting_writers,
-        "expiry": expiry_json(rwlock.expiry),
-    })
-}
-
-/// How a semaphore or read-write lock keeps its deadlines, as JSON says it.
-fn expiry_json(expiry: HoldExpiry) -> &'static str {
-    match expiry {
-        HoldExpiry::FieldExpiry => "field_expiry",
-        _ => "lease_zset",
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn holder_json(holder: &HolderEntry) -> Value {
-    json!({"id": holder.id, "count": holder.count})
-}
-
-fn check_json(check: &Check) -> Value {
-    json!({
-        "name": check.name,
-        "status": check.status.to_string(),
-        "finding": check.finding,
-        "fix": check.fix,
-    })
-}
-
-fn event_json(event: &LockEvent) -> Value {
-    let (kind, holder, token) = match event {
-        LockEvent::Acquired { holder, token } => ("acquired", Some(holder), *token),
-        LockEvent::Reentered { holder } => ("reentered", Some(holder), None),
-        LockEvent::Exited { holder } => ("exited", Some(holder), None),
-        LockEvent::Released { holder, token } => ("released", holder.as_ref(), *token),
-        LockEvent::ForceReleased { holder, token } => ("force-released", holder.as_ref(), *token),
-        LockEvent::Expired { holder, token } => ("expired", Some(holder), *token),
-        _ => ("other", None, None),
-    };
-    json!({
-        "at": now_rfc3339(),
-        "event": kind,
-        "holder": holder.map(holder_json),
-        "token": token.map(FencingToken::get),
-    })
-}
-
-/// The current UTC time, for event lines (RFC 3339, milliseconds).
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
-}
 #[cfg(test)]
 mod tests {
     use super::*;

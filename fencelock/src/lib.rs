@@ -201,6 +201,10 @@ pub use api::builder::LockClientBuilder;
 pub use api::client::LockClient;
 pub use api::election::{Election, Leader, LeaderGuard, Observer, MAX_METADATA_LEN};
 pub use api::guard::LockGuard;
+pub use api::idempotency::{
+    Failure, Idempotency, IdempotencyOptions, KeyRun, Processed, RunRecord, MAX_FINGERPRINT_LEN,
+    MAX_RESULT_LEN,
+};
 pub use api::job::{
     Job, JobOptions, JobOutcome, JobRun, OnFailure, OnRunnerDeath, TickRecord, Ticks,
 };

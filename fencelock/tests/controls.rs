@@ -256,15 +256,17 @@ fn judge(
 /// Every control has a test above (a new control must get one).
 #[test]
 fn every_control_is_covered() {
-    // The fair-handoff, shared-read, election, job and semaphore scripts' controls are caught
-    // by their contract checks, which call the scripts directly (`src/protocol/tests.rs` for
-    // fair handoff, `src/protocol/{fenced_read,election,job,semaphore,rwlock}_tests.rs`).
+    // The fair-handoff, shared-read, election, job, idempotency and semaphore scripts'
+    // controls are caught by their contract checks, which call the scripts directly
+    // (`src/protocol/tests.rs` for fair handoff,
+    // `src/protocol/{fenced_read,election,job,idempotency,semaphore,rwlock}_tests.rs`).
     let source = [
         include_str!("controls.rs"),
         include_str!("../src/protocol/tests.rs"),
         include_str!("../src/protocol/fenced_read_tests.rs"),
         include_str!("../src/protocol/election_tests.rs"),
         include_str!("../src/protocol/job_tests.rs"),
+        include_str!("../src/protocol/idempotency_tests.rs"),
         include_str!("../src/protocol/semaphore_tests.rs"),
         include_str!("../src/protocol/rwlock_tests.rs"),
     ]

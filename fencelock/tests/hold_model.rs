@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use fencelock::{FencingToken, HoldExpiry, LockClient, ReadGuard, SemaphorePermit, WriteGuard};
 use fencelock_testing::RedisServer;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 use redis::Commands;
 
 #[cfg(fencelock_negative_controls)]
@@ -518,20 +518,7 @@ fn run_cases(cases: u32, control: Option<Control>) -> Result<(), String> {
         .build()
         .unwrap();
     let server = RedisServer::start().unwrap();
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        max_shrink_iters: 256,
-        ..Config::default()
-    };
-    // Under a negative control the programs are the same on every run (a fixed seed), so
-    // whether the control is caught never depends on the draw.
-    let mut runner = match control {
-        Some(_) => {
-            TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
-        }
-        None => TestRunner::new(config),
-    };
+    let mut runner = common::model_runner(cases, control.is_some());
     runner
         .run(&prop::collection::vec(op(), 1..40), |program| {
             runtime.block_on(run_program(&server, &program, control))

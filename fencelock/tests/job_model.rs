@@ -16,7 +16,7 @@ use common::deadline::{within, HANDOFF};
 use fencelock::{FencingToken, Job, JobOptions, JobOutcome, LockClient, OnRunnerDeath};
 use fencelock_testing::RedisServer;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 use redis::Commands;
 
 #[cfg(fencelock_negative_controls)]
@@ -384,21 +384,7 @@ fn run_cases(cases: u32, control: Option<Control>) -> Result<(), String> {
         .build()
         .unwrap();
     let server = RedisServer::start().unwrap();
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        max_shrink_iters: 256,
-        ..Config::default()
-    };
-    // Under a negative control the programs are the same on every run (a fixed seed), so
-    // whether the control is caught never depends on the draw; without one, every run draws
-    // new programs.
-    let mut runner = match control {
-        Some(_) => {
-            TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
-        }
-        None => TestRunner::new(config),
-    };
+    let mut runner = common::model_runner(cases, control.is_some());
     runner
         .run(&prop::collection::vec(op(), 1..24), |program| {
             runtime.block_on(run_program(&server, &program, control))

@@ -1,4 +1,5 @@
--- lib/hash_field.lua: shared by the job scripts (job_begin.lua, job_finish.lua, job_read.lua);
+-- lib/hash_field.lua: shared by the job scripts (job_begin.lua, job_finish.lua, job_read.lua)
+-- and the idempotency scripts (idem_begin.lua, idem_finish.lua, idem_read.lua);
 -- the loader (src/protocol/scripts.rs) prepends it to each of them, since Redis scripts cannot
 -- import.
 --

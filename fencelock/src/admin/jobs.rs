@@ -141,7 +141,7 @@ impl Admin {
     }
 
     /// The time left of a record's expiry (`None`: none set, or the key is gone).
-    async fn record_ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
+    pub(super) async fn record_ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
         let pttl: i64 = redis::cmd("PTTL")
             .arg(key)
             .query_async(&mut self.conn.clone())

@@ -72,6 +72,7 @@ mod force;
 mod holds;
 mod inspect;
 mod jobs;
+mod keys;
 mod watch;
 
 use std::collections::BTreeSet;
@@ -87,6 +88,7 @@ pub use force::ForceRelease;
 pub use holds::{HoldEntry, HoldKind, HoldRelease, RwLockInfo, SemaphoreInfo};
 pub use inspect::{HolderEntry, LockDetail, LockInfo};
 pub use jobs::JobInfo;
+pub use keys::{Forgotten, KeyInfo};
 pub use watch::{LockEvent, Watch};
 
 use crate::base::config::DEFAULT_PREFIX;

@@ -6,6 +6,7 @@ pub(crate) mod builder;
 pub(crate) mod client;
 pub(crate) mod election;
 pub(crate) mod guard;
+pub(crate) mod idempotency;
 pub(crate) mod job;
 pub(crate) mod lock;
 pub(crate) mod multi;

@@ -154,6 +154,36 @@ pub enum Error {
         reason: String,
     },
 
+    /// The options of an idempotency namespace are unusable (a retention shorter than
+    /// `at_most_for`...), or a namespace, key or fingerprint is empty, too long or (for a
+    /// namespace) contains `:`. Nothing was sent.
+    #[error("invalid idempotency key: {reason}")]
+    InvalidIdempotency {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// An idempotency key was used before for another request: the fingerprint recorded with
+    /// it differs from the one given. Nothing ran and nothing changed.
+    #[error(
+        "idempotency key {} was used for another request (its recorded fingerprint differs)",
+        String::from_utf8_lossy(key)
+    )]
+    KeyReused {
+        /// The key, as given to the run.
+        key: Vec<u8>,
+    },
+
+    /// A run returned a result longer than an idempotency record stores. The run happened;
+    /// its result was not stored and the key was left to a retry, as after a failure.
+    #[error("run result of {len} bytes is over the {max} bytes an idempotency record stores")]
+    ResultTooLarge {
+        /// The length of the refused result.
+        len: usize,
+        /// The most a record stores.
+        max: usize,
+    },
+
     /// A semaphore request asks for no permits, or for more than the semaphore has in all (its
     /// handle's limit, or the limit recorded in Redis while the semaphore is in use, which an
     /// operator may have lowered). Nothing is held.
@@ -443,8 +473,8 @@ impl Error {
         matches!(self, Error::NotHeld)
     }
 
-    /// The input (name, lease, configuration, lock set, leader metadata, job options or tick)
-    /// was rejected before anything was sent to Redis.
+    /// The input (name, lease, configuration, lock set, leader metadata, job options or tick,
+    /// idempotency options, key or fingerprint) was rejected before anything was sent to Redis.
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self,
@@ -454,6 +484,7 @@ impl Error {
                 | Error::InvalidLockSet { .. }
                 | Error::InvalidMetadata { .. }
                 | Error::InvalidJob { .. }
+                | Error::InvalidIdempotency { .. }
                 | Error::InvalidPermits { .. }
         )
     }
@@ -654,6 +685,9 @@ mod tests {
             ("invalid", Error::InvalidMetadata { len: 2, max: 1 }),
             ("invalid", Error::InvalidJob { reason: reason() }),
             ("invalid", Error::InvalidPermits { reason: reason() }),
+            ("invalid", Error::InvalidIdempotency { reason: reason() }),
+            ("", Error::KeyReused { key: b"k".to_vec() }),
+            ("", Error::ResultTooLarge { len: 2, max: 1 }),
             (
                 "timeout",
                 Error::Timeout {

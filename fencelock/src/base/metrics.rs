@@ -29,6 +29,17 @@ pub(crate) const JOB_RUNNING: &str = "skipped_running";
 pub(crate) const JOB_DONE: &str = "skipped_done";
 pub(crate) const JOB_ABANDONED: &str = "skipped_abandoned";
 pub(crate) const JOB_LATE: &str = "skipped_late";
+/// How an idempotency key's `run` ended: ran here and stored its result (`ran_final`: a
+/// failure made final; `ran_failed`: a failure left to a retry), or answered without running
+/// (the stored result, a run in progress elsewhere, a run given up, another request's key);
+/// or `error`.
+pub(crate) const KEY_RAN: &str = "ran";
+pub(crate) const KEY_RAN_FINAL: &str = "ran_final";
+pub(crate) const KEY_RAN_FAILED: &str = "ran_failed";
+pub(crate) const KEY_COMPLETED: &str = "completed";
+pub(crate) const KEY_IN_PROGRESS: &str = "in_progress";
+pub(crate) const KEY_ABANDONED: &str = "abandoned";
+pub(crate) const KEY_REUSED: &str = "key_reused";
 
 #[cfg(feature = "metrics")]
 mod imp {
@@ -64,6 +75,9 @@ mod imp {
     pub(super) fn job(outcome: &'static str) {
         ::metrics::counter!("fencelock_job_ticks_total", "outcome" => outcome).increment(1);
     }
+    pub(super) fn idempotent(outcome: &'static str) {
+        ::metrics::counter!("fencelock_idempotent_runs_total", "outcome" => outcome).increment(1);
+    }
     pub(super) fn leadership(change: &'static str) {
         ::metrics::counter!("fencelock_leadership_changes_total", "change" => change).increment(1);
     }
@@ -90,6 +104,7 @@ mod imp {
     pub(super) fn stale_write_rejected() {}
     pub(super) fn release(_outcome: &'static str) {}
     pub(super) fn job(_outcome: &'static str) {}
+    pub(super) fn idempotent(_outcome: &'static str) {}
     pub(super) fn leadership(_change: &'static str) {}
     pub(super) fn semaphore(_outcome: &'static str) {}
     pub(super) fn rwlock(_mode: &'static str, _outcome: &'static str) {}
@@ -147,6 +162,11 @@ pub(crate) fn release(outcome: &'static str) {
 /// A job's `run_exclusive` for one tick ended with `outcome`.
 pub(crate) fn job(outcome: &'static str) {
     imp::job(outcome);
+}
+
+/// An idempotency key's `run` ended with `outcome`.
+pub(crate) fn idempotent(outcome: &'static str) {
+    imp::idempotent(outcome);
 }
 
 /// A leader was elected or resigned (`change`).

@@ -26,7 +26,8 @@
 //! acknowledgement ([`Lock::with_replica_ack`], [`MultiLock::with_replica_ack`]) have the
 //! async API's semantics (DESIGN sections 13 and 14); so do elections ([`LockClient::election`],
 //! [`Election`], [`LeaderGuard`], [`Observer`]; DESIGN section 18) and scheduled jobs
-//! ([`LockClient::job`], [`Job`]; DESIGN section 19), semaphores ([`LockClient::semaphore`],
+//! ([`LockClient::job`], [`Job`]; DESIGN section 19), idempotency keys
+//! ([`LockClient::idempotency`], [`Idempotency`]; DESIGN section 22), semaphores ([`LockClient::semaphore`],
 //! [`Semaphore`], [`SemaphorePermit`]; DESIGN section 20) and read-write locks
 //! ([`LockClient::rwlock`], [`RwLock`], [`ReadGuard`], [`WriteGuard`]; DESIGN section 21). They run on the same client
 //! runtime. Background work (the watchdog, releases of dropped guards, undoing
@@ -35,6 +36,7 @@
 //! falls back to the lease.
 
 mod election;
+mod idempotency;
 mod job;
 mod lock;
 mod multi;
@@ -43,6 +45,7 @@ mod rwlock;
 mod semaphore;
 
 pub use election::{Election, LeaderGuard, Observer};
+pub use idempotency::Idempotency;
 pub use job::Job;
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiGuard, MultiLock};
@@ -52,7 +55,7 @@ pub use semaphore::{Semaphore, SemaphorePermit};
 
 use std::sync::Arc;
 
-use crate::{Error, JobOptions};
+use crate::{Error, IdempotencyOptions, JobOptions};
 
 /// A blocking [`crate::LockClient`]. Cheap to clone; clones share the connection and runtime.
 #[derive(Clone, Debug)]
@@ -174,6 +177,35 @@ impl LockClient {
     pub fn job(&self, name: impl AsRef<[u8]>, options: JobOptions) -> Result<Job, Error> {
         Ok(Job {
             inner: self.inner.job(name, options)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// A handle to the idempotency keys of `namespace`; see [`crate::LockClient::idempotency`].
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use fencelock::{blocking::LockClient, Failure, IdempotencyOptions};
+    ///
+    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+    /// let payments = client.idempotency("payments", IdempotencyOptions::new(Duration::from_secs(30)))?;
+    /// let outcome = payments.run("key-5f2c", "charge acct-9 500", |run| {
+    ///     println!("charging with token {}", run.token()); // on this thread
+    ///     Ok::<_, Failure<String>>(b"charged".to_vec())
+    /// })?;
+    /// println!("answer: {:?}", outcome.result());
+    /// # Ok::<(), fencelock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::idempotency`].
+    pub fn idempotency(
+        &self,
+        namespace: impl AsRef<[u8]>,
+        options: IdempotencyOptions,
+    ) -> Result<Idempotency, Error> {
+        Ok(Idempotency {
+            inner: self.inner.idempotency(namespace, options)?,
             runtime: self.runtime.clone(),
         })
     }

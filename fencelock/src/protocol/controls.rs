@@ -89,6 +89,17 @@ pub enum Control {
     /// `job_begin.lua` ignores that a run failed and left its tick to a retry: the tick is
     /// given up like a dead runner's.
     JobGivesUpFailedTick,
+    /// `idem_begin.lua` records a run for a caller that does not hold the key's lock with its
+    /// token.
+    KeyBeginWithoutOwnerCheck,
+    /// `idem_finish.lua` stores a result whoever took the key over since: an older run
+    /// overwrites the newer one's record.
+    KeyResultWithoutFence,
+    /// `idem_begin.lua` runs a key again whose result is stored.
+    KeyRerunsDone,
+    /// `idem_begin.lua` ignores the recorded fingerprint: a key reused for another request
+    /// runs it.
+    KeyIgnoresFingerprint,
     /// `sem_acquire.lua` grants permits however many are held already.
     SemAcquireIgnoresLimit,
     /// The semaphore scripts never drop an expired hold: a crashed holder's permits stay
@@ -115,7 +126,7 @@ const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 32] = [
+    pub const ALL: [Control; 36] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -140,6 +151,10 @@ impl Control {
         Control::JobRerunsDoneTick,
         Control::JobRunsOlderTick,
         Control::JobGivesUpFailedTick,
+        Control::KeyBeginWithoutOwnerCheck,
+        Control::KeyResultWithoutFence,
+        Control::KeyRerunsDone,
+        Control::KeyIgnoresFingerprint,
         Control::SemAcquireIgnoresLimit,
         Control::SemKeepsExpiredHolds,
         Control::SemResendNotRecognised,
@@ -258,6 +273,22 @@ impl Control {
                 "job_begin",
                 "if ARGV[6] == 'run-again' or redis.call('HGET', KEYS[2], 'failed') then",
                 "if ARGV[6] == 'run-again' then",
+            )],
+            Control::KeyBeginWithoutOwnerCheck => &[(
+                "idem_begin",
+                "if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then",
+                "if false then",
+            )],
+            Control::KeyResultWithoutFence => &[(
+                "idem_finish",
+                "if recorded and tonumber(recorded) > token then",
+                "if false then",
+            )],
+            Control::KeyRerunsDone => &[("idem_begin", "return record(2)", "return begin(0)")],
+            Control::KeyIgnoresFingerprint => &[(
+                "idem_begin",
+                "if redis.call('HGET', KEYS[2], 'fingerprint') ~= ARGV[3] then",
+                "if false then",
             )],
             Control::SemAcquireIgnoresLimit => &[(
                 "sem_acquire",
@@ -434,6 +465,9 @@ mod tests {
                 (&broken.job_begin, &correct.job_begin),
                 (&broken.job_finish, &correct.job_finish),
                 (&broken.job_read, &correct.job_read),
+                (&broken.idem_begin, &correct.idem_begin),
+                (&broken.idem_finish, &correct.idem_finish),
+                (&broken.idem_read, &correct.idem_read),
                 (&broken.sem_acquire, &correct.sem_acquire),
                 (&broken.sem_release, &correct.sem_release),
                 (&broken.sem_cancel, &correct.sem_cancel),

@@ -51,6 +51,10 @@ enum HashKind {
     /// `prefix{tag}job:NAME`, queue `prefix{tag}job-queue:NAME` (never used: a job's
     /// instances skip a busy job instead of waiting); tick record `prefix{tag}job-tick:NAME`.
     Job,
+    /// `prefix{tag}idem:NAME`, queue `prefix{tag}idem-queue:NAME` (used by fair-mode clients
+    /// that wait for a run's outcome); record `prefix{tag}idem-rec:NAME`, where NAME is
+    /// `namespace:key`.
+    Idempotency,
     /// `prefix{tag}sem:NAME` (the semaphore hash), lease zset `prefix{tag}sem-leases:NAME`;
     /// fair mode: queue `prefix{tag}sem-queue:NAME` and its entries
     /// `prefix{tag}sem-waiting:NAME`.
@@ -67,6 +71,7 @@ impl HashKind {
             HashKind::Lock => (b"lock:", b"queue:"),
             HashKind::Election => (b"leader:", b"leader-queue:"),
             HashKind::Job => (b"job:", b"job-queue:"),
+            HashKind::Idempotency => (b"idem:", b"idem-queue:"),
             HashKind::Semaphore => (b"sem:", b"sem-queue:"),
             HashKind::RwLock => (b"rw:", b"rw-queue:"),
         }
@@ -92,6 +97,13 @@ impl LockKeys {
     /// election's, it shares the slot's fence counter and op records with the locks there.
     pub(crate) fn job(prefix: &[u8], name: &[u8]) -> Self {
         Self::laid_out(prefix, name, HashKind::Job)
+    }
+
+    /// Lays out the keys of the idempotency key `name` (`namespace:key`) under `prefix`: the
+    /// lock its runner holds is `prefix{tag}idem:NAME` (see [`LockKeys::idem_record`] for its
+    /// record). It shares the slot's fence counter and op records with the locks there.
+    pub(crate) fn idempotency(prefix: &[u8], name: &[u8]) -> Self {
+        Self::laid_out(prefix, name, HashKind::Idempotency)
     }
 
     /// Lays out the keys of the semaphore `name` under `prefix`: its hash
@@ -174,6 +186,13 @@ impl LockKeys {
         let (hash_marker, _) = self.kind.markers();
         let name = &self.lock[self.base_len + hash_marker.len()..];
         [&self.lock[..self.base_len], b"job-tick:", name].concat()
+    }
+
+    /// The record of an idempotency key's lock (`prefix{tag}idem-rec:NAME`, in the lock's
+    /// slot): the newest run, its runner, token, fingerprint and stored result. Built on each
+    /// call.
+    pub(crate) fn idem_record(&self) -> Vec<u8> {
+        [&self.lock[..self.base_len], b"idem-rec:", self.name()].concat()
     }
 
     /// The record key of one operation on this lock.
@@ -415,6 +434,37 @@ mod tests {
         let tagged = job.lock.iter().position(|b| *b == b'}').unwrap() + 1;
         assert!(job.lock[tagged..].starts_with(b"job:"));
         assert!(job.job_record()[tagged..].starts_with(b"job-tick:"));
+    }
+
+    #[test]
+    fn an_idempotency_keys_keys_share_its_slot_and_never_meet_another_kinds() {
+        for name in [
+            &b"pay:a"[..],
+            b"pay:{x}",
+            b"pay:}{",
+            b"pay:lock:a",
+            b"p:\xff\x00",
+        ] {
+            let idem = LockKeys::idempotency(b"app:", name);
+            let slot = redis_key_slot(&idem.lock);
+            assert_eq!(usize::from(idem.slot), slot);
+            assert_eq!(redis_key_slot(&idem.idem_record()), slot);
+            assert_eq!(idem.fence, LockKeys::new(b"app:", name).fence);
+            let job = LockKeys::job(b"app:", name);
+            let others = [
+                LockKeys::new(b"app:", name).lock,
+                LockKeys::election(b"app:", name).lock,
+                job.job_record(),
+                job.lock,
+            ];
+            for key in [&idem.lock, &idem.idem_record(), &idem.queue()] {
+                assert!(!others.contains(key));
+            }
+        }
+        let idem = LockKeys::idempotency(b"p:", b"x");
+        let tagged = idem.lock.iter().position(|b| *b == b'}').unwrap() + 1;
+        assert!(idem.lock[tagged..].starts_with(b"idem:"));
+        assert!(idem.idem_record()[tagged..].starts_with(b"idem-rec:"));
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub(crate) struct Scripts {
     pub(crate) job_begin: Script,
     pub(crate) job_finish: Script,
     pub(crate) job_read: Script,
+    pub(crate) idem_begin: Script,
+    pub(crate) idem_finish: Script,
+    pub(crate) idem_read: Script,
     pub(crate) sem_acquire: Script,
     pub(crate) sem_release: Script,
     pub(crate) sem_cancel: Script,
@@ -89,6 +92,18 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         job_read: load(
             "job_read",
             &[hash_field, include_str!("../../lua/job_read.lua")].concat(),
+        ),
+        idem_begin: load(
+            "idem_begin",
+            &[hash_field, include_str!("../../lua/idem_begin.lua")].concat(),
+        ),
+        idem_finish: load(
+            "idem_finish",
+            &[hash_field, include_str!("../../lua/idem_finish.lua")].concat(),
+        ),
+        idem_read: load(
+            "idem_read",
+            &[hash_field, include_str!("../../lua/idem_read.lua")].concat(),
         ),
         sem_acquire: load(
             "sem_acquire",

@@ -15,6 +15,25 @@ use fencelock_testing::RedisServer;
 pub use fixture::Fixture;
 use redis::Commands;
 
+/// The proptest runner of a model check: `cases` programs, no failure files, shrinking
+/// bounded. With `fixed_seed` (a run under a negative control) the programs are the same on
+/// every run, so whether the control is caught never depends on the draw; without it, every
+/// run draws new programs.
+pub fn model_runner(cases: u32, fixed_seed: bool) -> proptest::test_runner::TestRunner {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 256,
+        ..Config::default()
+    };
+    if fixed_seed {
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
+    } else {
+        TestRunner::new(config)
+    }
+}
+
 /// A number of random cases from the environment variable `var`, or `default`.
 pub fn env_cases(var: &str, default: u32) -> u32 {
     std::env::var(var)

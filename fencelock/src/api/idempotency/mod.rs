@@ -1,0 +1,588 @@
+//! Idempotency keys: process a request once, however often it is sent.
+//!
+//! A key is a lock under keys of its own (`prefix{tag}idem:NAMESPACE:KEY`, see
+//! `protocol::keys`) held for at most `at_most_for` (a fixed lease nobody renews, so a
+//! crashed runner frees it), plus a record (`prefix{tag}idem-rec:NAMESPACE:KEY`) naming the
+//! request's fingerprint, the newest run, its runner's fencing token and, once finished, the
+//! stored result. The lock makes runs exclusive; the record makes the request run once and
+//! answers its duplicates (`idem_begin.lua`, `idem_finish.lua`). A duplicate never runs the
+//! request while another run holds the key: it is answered at once, or waits for that run's
+//! outcome when asked to.
+
+mod options;
+mod outcome;
+
+pub use options::IdempotencyOptions;
+pub use outcome::{Failure, Processed, RunRecord};
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::client::LockClient;
+use super::guard::LockGuard;
+use super::job::OnRunnerDeath;
+use super::lock::Lock;
+use crate::base::error::{Error, Superseded};
+use crate::base::metrics;
+use crate::base::token::FencingToken;
+use crate::engine::holder::Holder;
+use crate::protocol::keys::{validate_name, MAX_NAME_LEN};
+use crate::protocol::{
+    self, FinishReply, KeyArgs, KeyBeginReply, KeyFinish, KeyReadMode, LockKeys, RunnerDeathArg,
+};
+
+/// The longest result a key's record stores, in bytes (1 MiB): a response body, not a
+/// report. Every duplicate's answer carries it over the network.
+pub const MAX_RESULT_LEN: usize = 1 << 20;
+/// The longest fingerprint accepted, in bytes: pass a digest of the request (its parameters
+/// hashed), not the request itself.
+pub const MAX_FINGERPRINT_LEN: usize = 1024;
+/// The longest namespace accepted, in bytes.
+const MAX_NAMESPACE_LEN: usize = 256;
+
+/// The idempotency keys of one namespace (a kind of request: `payments`, `refunds`), made by
+/// [`LockClient::idempotency`]: [`run`](Idempotency::run) a request under its key, and it
+/// runs once; its duplicates get the stored result.
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+/// use std::time::Duration;
+/// use fencelock::{Failure, IdempotencyOptions};
+/// let payments = client.idempotency("payments", IdempotencyOptions::new(Duration::from_secs(30)))?;
+/// let ledger = client.resource("ledger:acct-9")?;
+/// // The request's key (from the caller, e.g. an Idempotency-Key header) and a digest of
+/// // what it asks for: the same key with other parameters is refused, not run.
+/// let outcome = payments.run("key-5f2c", "charge acct-9 500", |run| async move {
+///     ledger.incr_by(run.token(), 500).await.map_err(Failure::Retry)?;
+///     Ok(b"charged".to_vec())
+/// }).await?;
+/// println!("answer: {:?}, ran here: {}", outcome.result(), outcome.ran());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Idempotency {
+    client: LockClient,
+    namespace: Arc<[u8]>,
+    options: IdempotencyOptions,
+}
+
+impl std::fmt::Debug for Idempotency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("namespace", &String::from_utf8_lossy(&self.namespace))
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// A handle to the idempotency keys of `namespace`, run as `options` say. Nothing is sent
+    /// to Redis until a run or read. Every instance should use the same options for a
+    /// namespace.
+    ///
+    /// # Errors
+    /// [`Error::InvalidIdempotency`] for an empty namespace, one over 256 bytes or one that
+    /// contains `:` (it separates the namespace from the key in Redis), a retention shorter
+    /// than `at_most_for` or over ten years, an outcome wait over a day, or a duration that is
+    /// not a whole number of milliseconds; [`Error::InvalidLease`] for an unusable
+    /// `at_most_for` (as a lock lease: 1 ms to 7 days, whole milliseconds).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// use fencelock::IdempotencyOptions;
+    /// let options = IdempotencyOptions::new(Duration::from_secs(30));
+    /// let payments = client.idempotency("payments", options.clone())?;
+    /// assert!(client.idempotency("pay:ments", options).unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn idempotency(
+        &self,
+        namespace: impl AsRef<[u8]>,
+        options: IdempotencyOptions,
+    ) -> Result<Idempotency, Error> {
+        let namespace = namespace.as_ref();
+        let invalid = |reason: String| Err(Error::InvalidIdempotency { reason });
+        if namespace.is_empty() || namespace.len() > MAX_NAMESPACE_LEN {
+            return invalid(format!(
+                "a namespace has 1 to {MAX_NAMESPACE_LEN} bytes, this one {}",
+                namespace.len()
+            ));
+        }
+        if namespace.contains(&b':') {
+            return invalid(format!(
+                "the namespace {} contains ':', which separates it from the key",
+                String::from_utf8_lossy(namespace)
+            ));
+        }
+        options.validate()?;
+        Ok(Idempotency {
+            client: self.clone(),
+            namespace: namespace.into(),
+            options,
+        })
+    }
+}
+
+/// What the request's run gets to know: the token to fence its writes with, and whether its
+/// hold still stands.
+///
+/// ```no_run
+/// # async fn demo(payments: fencelock::Idempotency, client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+/// use fencelock::Failure;
+/// let balance = client.resource("balance:acct-9")?;
+/// payments.run("key-5f2c", "debit 500", |run| async move {
+///     if let Some(old) = run.took_over() {
+///         println!("a runner with token {old} died mid-run: its writes may be half done");
+///     }
+///     // Refused with StaleToken once a newer run wrote: a frozen runner cannot write late.
+///     let left = balance.incr_by(run.token(), -500).await.map_err(Failure::Retry)?;
+///     Ok(left.to_string().into_bytes())
+/// }).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct KeyRun {
+    key: Arc<[u8]>,
+    token: FencingToken,
+    took_over: Option<FencingToken>,
+    holder: Arc<Holder>,
+}
+
+impl std::fmt::Debug for KeyRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyRun")
+            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("token", &self.token)
+            .field("took_over", &self.took_over)
+            .finish()
+    }
+}
+
+impl KeyRun {
+    /// The key this run is for.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// This run's fencing token: strictly greater than every earlier run's of this key (and
+    /// of every other name in its slot bucket). Pass it to every write the request makes.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// `Some(token)` when this run takes the key over from a runner (with that token) that
+    /// lost its hold before finishing, or whose run failed: its writes may be half done.
+    pub fn took_over(&self) -> Option<FencingToken> {
+        self.took_over
+    }
+
+    /// Whether the run still holds the key as far as this process knows: `at_most_for` has
+    /// not passed since it began. A belief, not a proof; fence the writes with
+    /// [`Self::token`].
+    pub fn is_valid(&self) -> bool {
+        self.holder.is_valid()
+    }
+
+    /// When the hold ends by this process' monotonic clock (`at_most_for` after the acquiring
+    /// request was sent).
+    pub fn valid_until(&self) -> Instant {
+        self.holder.deadline()
+    }
+
+    /// Resolves when the hold has ended (`at_most_for` passed): from then on a duplicate may
+    /// run the request again, so a long run should stop here.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits and changes nothing.
+    pub async fn lost(&self) {
+        self.holder.lost().await;
+    }
+}
+
+/// A run this call has begun: the key's lock and what its finish needs.
+pub(crate) struct ActiveKeyRun {
+    idempotency: Idempotency,
+    lock: Lock,
+    guard: LockGuard,
+    view: KeyRun,
+    fingerprint: Vec<u8>,
+    started_ms: u64,
+}
+
+/// What [`Idempotency::begin`] found: a run to do, or an answer.
+pub(crate) enum KeyBegun {
+    Run(ActiveKeyRun),
+    Answered(Answer),
+}
+
+/// An answer without running: [`Processed`] minus `Ran`, so it fits every error type.
+pub(crate) enum Answer {
+    Completed(RunRecord),
+    InProgress(Option<RunRecord>),
+    Abandoned(RunRecord),
+}
+
+impl Answer {
+    pub(crate) fn outcome<E>(self) -> Processed<E> {
+        match self {
+            Answer::Completed(record) => Processed::Completed(record),
+            Answer::InProgress(record) => Processed::InProgress(record),
+            Answer::Abandoned(record) => Processed::Abandoned(record),
+        }
+    }
+}
+
+impl Idempotency {
+    /// The namespace, as given to [`LockClient::idempotency`].
+    pub fn namespace(&self) -> &[u8] {
+        &self.namespace
+    }
+
+    /// The options, as given to [`LockClient::idempotency`].
+    pub fn options(&self) -> &IdempotencyOptions {
+        &self.options
+    }
+
+    /// Runs the request `run` under `key` if no run has stored a result for the key and none
+    /// holds it now; answers from the key's record otherwise.
+    ///
+    /// `fingerprint` says what the request asks for (a digest of its parameters, at most
+    /// [`MAX_FINGERPRINT_LEN`] bytes): a key used again with another fingerprint is refused
+    /// with [`Error::KeyReused`] and nothing runs. A run takes the key's lock for at most
+    /// `at_most_for`, records itself as the key's runner with its fencing token, calls `run`
+    /// with a [`KeyRun`], then stores what `run` returned (fenced by the token) and releases
+    /// the key:
+    /// - `Ok(result)`: stored; every later duplicate gets [`Processed::Completed`] with it;
+    /// - `Err(Failure::Final { result, .. })`: stored the same way, marked as a failure;
+    /// - `Err(Failure::Retry(_))`: nothing stored, the key is left to a retry: the next call
+    ///   with it runs the request again, with a newer token.
+    ///
+    /// A duplicate that finds the key held answers [`Processed::InProgress`] (or waits for
+    /// the outcome, [`IdempotencyOptions::wait_for_outcome`]). A key whose runner lost its
+    /// hold before finishing (it crashed, froze past `at_most_for`, or the call was dropped)
+    /// is run again by the next call, or given up ([`Processed::Abandoned`]), as the
+    /// namespace's [`OnRunnerDeath`] policy says. Once a run per key, within the retention.
+    ///
+    /// # Errors
+    /// [`Error::InvalidIdempotency`] for an empty key, a namespace and key together over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes less one, or an empty or over-long
+    /// fingerprint (nothing sent). [`Error::KeyReused`]: the key was used with another
+    /// fingerprint. [`Error::ResultTooLarge`]: `run` returned more than [`MAX_RESULT_LEN`]
+    /// bytes; it ran, nothing was stored, the key is left to a retry. [`Error::StaleToken`]:
+    /// the request ran but another runner took the key over before the result was stored
+    /// (this run's hold had ended: `at_most_for` is shorter than the run, or the process
+    /// froze); the record stays the newer runner's. [`Error::NotHeld`]: the key's lock was
+    /// lost between winning it and recording the run (deleted by an operator; nothing ran).
+    /// [`Error::WrongType`]: a key of the namespace holds foreign data. [`Error::Redis`]:
+    /// Redis could not be reached within the retry window; before the request ran, it did
+    /// not run; after it ran, the key may stay recorded as running, the lock is kept until
+    /// `at_most_for` ends, and the policy then decides.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in the sense of "no effect": dropping the call stops the request where
+    /// it is. Dropped while taking the key's lock (or waiting for a run's outcome): the
+    /// acquisition is undone, nothing is recorded. Dropped after the run was recorded (while
+    /// recording, during `run` or while storing its result): the lock is released in the
+    /// background; if the result had not been stored, the key counts as one whose runner
+    /// died, and the next call runs it again (or, under [`OnRunnerDeath::GiveUp`], gives it
+    /// up). Either way the key is never left held for longer than `at_most_for`.
+    pub async fn run<F, Fut, E>(
+        &self,
+        key: impl AsRef<[u8]>,
+        fingerprint: impl AsRef<[u8]>,
+        run: F,
+    ) -> Result<Processed<E>, Error>
+    where
+        F: FnOnce(KeyRun) -> Fut,
+        Fut: Future<Output = Result<Vec<u8>, Failure<E>>>,
+    {
+        match self.begin(key.as_ref(), fingerprint.as_ref()).await? {
+            KeyBegun::Answered(answer) => Ok(answer.outcome()),
+            KeyBegun::Run(active) => {
+                let output = run(active.view()).await;
+                active.finish(output).await
+            }
+        }
+    }
+
+    /// The key's record, read once: its newest run within the retention, who runs or ran it,
+    /// with which token, and its stored result.
+    ///
+    /// # Errors
+    /// [`Error::InvalidIdempotency`] for a key that cannot be one (as [`Idempotency::run`]);
+    /// [`Error::WrongType`] when a key of the namespace holds foreign data; [`Error::Redis`]
+    /// when Redis could not be reached within the retry window.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one read-only script.
+    pub async fn record(&self, key: impl AsRef<[u8]>) -> Result<Option<RunRecord>, Error> {
+        let lock = self.lock_for(key.as_ref())?;
+        Ok(self.read(&lock).await?.record.map(RunRecord::from))
+    }
+
+    async fn read(&self, lock: &Lock) -> Result<protocol::KeyRead, Error> {
+        let keys = lock.keys();
+        self.client
+            .engine
+            .retrying(|mut conn| async move {
+                protocol::idem_read(&mut conn, keys, KeyReadMode::Read).await
+            })
+            .await
+    }
+
+    /// The lock of `key` in this namespace.
+    fn lock_for(&self, key: &[u8]) -> Result<Lock, Error> {
+        let invalid = |reason: String| Err(Error::InvalidIdempotency { reason });
+        if key.is_empty() {
+            return invalid("an idempotency key must not be empty".into());
+        }
+        let name = [&self.namespace[..], b":", key].concat();
+        if validate_name(&name).is_err() {
+            return invalid(format!(
+                "a namespace and key have at most {} bytes together, these {}",
+                MAX_NAME_LEN - 1,
+                name.len() - 1
+            ));
+        }
+        let keys = LockKeys::idempotency(&self.client.engine.config.prefix, &name);
+        Lock::new(self.client.clone(), name.into(), keys).with_lease(self.options.at_most_for)
+    }
+
+    /// Takes the key's lock and records the run as this call's, or finds why not.
+    pub(crate) async fn begin(&self, key: &[u8], fingerprint: &[u8]) -> Result<KeyBegun, Error> {
+        let lock = self.lock_for(key)?;
+        if fingerprint.is_empty() || fingerprint.len() > MAX_FINGERPRINT_LEN {
+            return Err(Error::InvalidIdempotency {
+                reason: format!(
+                    "a fingerprint has 1 to {MAX_FINGERPRINT_LEN} bytes, this one {}",
+                    fingerprint.len()
+                ),
+            });
+        }
+        let held = if self.options.wait.is_zero() {
+            lock.try_acquire().await
+        } else {
+            match lock.acquire_timeout(self.options.wait).await {
+                Err(Error::Timeout { .. }) => Ok(None),
+                other => other.map(Some),
+            }
+        };
+        let guard = match held {
+            Ok(Some(guard)) => guard,
+            Ok(None) => {
+                let answer = self.busy(&lock, key, fingerprint).await;
+                return self.report_answer(key, answer);
+            }
+            Err(err) => return Err(self.report_error(key, err)),
+        };
+        let args = KeyArgs {
+            holder: guard.holder_id(),
+            token: guard.token(),
+            fingerprint,
+            retention: self.options.retention,
+        };
+        let keys = lock.keys();
+        let on_death = match self.options.on_runner_death {
+            OnRunnerDeath::GiveUp => RunnerDeathArg::GiveUp,
+            OnRunnerDeath::RunAgain => RunnerDeathArg::RunAgain,
+        };
+        let reply = self
+            .client
+            .engine
+            .retrying(|mut conn| async move {
+                protocol::idem_begin(&mut conn, keys, args, on_death).await
+            })
+            .await;
+        let answer = match reply {
+            Ok(KeyBeginReply::Begun {
+                took_over,
+                started_ms,
+            }) => {
+                let view = KeyRun {
+                    key: key.into(),
+                    token: guard.token(),
+                    took_over,
+                    holder: guard.holder().clone(),
+                };
+                return Ok(KeyBegun::Run(ActiveKeyRun {
+                    idempotency: self.clone(),
+                    lock,
+                    guard,
+                    view,
+                    fingerprint: fingerprint.to_vec(),
+                    started_ms,
+                }));
+            }
+            Ok(KeyBeginReply::Done(record)) => Ok(Answer::Completed(record.into())),
+            Ok(KeyBeginReply::Abandoned(record)) => Ok(Answer::Abandoned(record.into())),
+            Ok(KeyBeginReply::OtherFingerprint(_)) => Err(Error::KeyReused { key: key.into() }),
+            Ok(KeyBeginReply::NotHeld) => Err(Error::NotHeld),
+            Ok(KeyBeginReply::Newer(record)) => Err(Error::StaleToken {
+                presented: guard.token(),
+                latest: record.token,
+                by: Superseded::TookOver,
+            }),
+            Err(err) => Err(err),
+        };
+        // Nothing to run: let go of the key at once (a failed release is finished in the
+        // background, and the lease bounds it anyway).
+        let _ = guard.release().await;
+        self.report_answer(key, answer)
+    }
+
+    /// The answer for a key another run holds, from its record.
+    async fn busy(&self, lock: &Lock, key: &[u8], fingerprint: &[u8]) -> Result<Answer, Error> {
+        let read = self.read(lock).await?;
+        let Some(record) = read.record else {
+            return Ok(Answer::InProgress(None));
+        };
+        if record.fingerprint != fingerprint {
+            return Err(Error::KeyReused { key: key.into() });
+        }
+        let alive = read.lock_token == Some(record.token);
+        Ok(if record.finished_ms.is_some() {
+            Answer::Completed(record.into())
+        } else {
+            Answer::InProgress(alive.then(|| record.into()))
+        })
+    }
+
+    fn report_answer(&self, key: &[u8], answer: Result<Answer, Error>) -> Result<KeyBegun, Error> {
+        match answer {
+            Ok(answer) => {
+                let outcome: Processed<()> = match &answer {
+                    Answer::Completed(record) => Processed::Completed(record.clone()),
+                    Answer::InProgress(record) => Processed::InProgress(record.clone()),
+                    Answer::Abandoned(record) => Processed::Abandoned(record.clone()),
+                };
+                let label = outcome.label();
+                metrics::idempotent(label);
+                tracing::debug!(
+                    name: "fencelock.idempotent",
+                    namespace = %String::from_utf8_lossy(&self.namespace),
+                    key = %String::from_utf8_lossy(key),
+                    outcome = label,
+                    runner = outcome.record().map(RunRecord::runner),
+                    runner_token = outcome.record().map(|record| record.token().get()),
+                    "idempotency key answered without running"
+                );
+                Ok(KeyBegun::Answered(answer))
+            }
+            Err(err) => Err(self.report_error(key, err)),
+        }
+    }
+
+    fn report_error(&self, key: &[u8], err: Error) -> Error {
+        let label = if matches!(err, Error::KeyReused { .. }) {
+            metrics::KEY_REUSED
+        } else {
+            metrics::ERROR
+        };
+        metrics::idempotent(label);
+        tracing::warn!(
+            name: "fencelock.idempotent",
+            namespace = %String::from_utf8_lossy(&self.namespace),
+            key = %String::from_utf8_lossy(key),
+            outcome = label,
+            error = %err,
+            "idempotency key run failed"
+        );
+        err
+    }
+}
+
+impl ActiveKeyRun {
+    /// The run as the request sees it.
+    pub(crate) fn view(&self) -> KeyRun {
+        self.view.clone()
+    }
+
+    /// Stores what the run returned (or leaves the key to a retry), fenced by the token, and
+    /// releases the key.
+    pub(crate) async fn finish<E>(
+        self,
+        output: Result<Vec<u8>, Failure<E>>,
+    ) -> Result<Processed<E>, Error> {
+        let ActiveKeyRun {
+            idempotency,
+            lock,
+            guard,
+            view,
+            fingerprint,
+            started_ms,
+        } = self;
+        let too_large = match &output {
+            Ok(result) | Err(Failure::Final { result, .. }) if result.len() > MAX_RESULT_LEN => {
+                Some(result.len())
+            }
+            _ => None,
+        };
+        let finish = match (&output, too_large) {
+            (_, Some(_)) | (Err(Failure::Retry(_)), _) => KeyFinish::Failed,
+            (Ok(result), None) => KeyFinish::Done(result),
+            (Err(Failure::Final { result, .. }), None) => KeyFinish::Final(result),
+        };
+        let args = KeyArgs {
+            holder: guard.holder_id(),
+            token: view.token,
+            fingerprint: &fingerprint,
+            retention: idempotency.options.retention,
+        };
+        let keys = lock.keys();
+        let reply = idempotency
+            .client
+            .engine
+            .retrying(|mut conn| async move {
+                protocol::idem_finish(&mut conn, keys, args, started_ms, finish).await
+            })
+            .await;
+        let finished_ms = match reply {
+            Ok(FinishReply::Done { finished_ms }) => finished_ms,
+            Ok(FinishReply::TakenOver { token }) => {
+                metrics::stale_write_rejected();
+                let err = Error::StaleToken {
+                    presented: view.token,
+                    latest: token,
+                    by: Superseded::TookOver,
+                };
+                return Err(idempotency.report_error(&view.key, err));
+            }
+            Err(err) => {
+                // Whether the result landed is unknown: keep the key held until at_most_for
+                // ends rather than let a duplicate run the request again at once.
+                guard.keep_until_lease_ends();
+                return Err(idempotency.report_error(&view.key, err));
+            }
+        };
+        // A failed release (the hold had ended, Redis is away) changes nothing: the record
+        // is what answers duplicates.
+        let _ = guard.release().await;
+        if let Some(len) = too_large {
+            let err = Error::ResultTooLarge {
+                len,
+                max: MAX_RESULT_LEN,
+            };
+            return Err(idempotency.report_error(&view.key, err));
+        }
+        let outcome = Processed::Ran {
+            token: view.token,
+            output,
+        };
+        let label = outcome.label();
+        metrics::idempotent(label);
+        tracing::debug!(
+            name: "fencelock.idempotent",
+            namespace = %String::from_utf8_lossy(&idempotency.namespace),
+            key = %String::from_utf8_lossy(&view.key),
+            outcome = label,
+            runner = view.holder.id.as_str(),
+            token = view.token.get(),
+            took_over = view.took_over.map(FencingToken::get),
+            run_ms = finished_ms.saturating_sub(started_ms),
+            "idempotency key ran"
+        );
+        Ok(outcome)
+    }
+}
