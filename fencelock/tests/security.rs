@@ -230,6 +230,51 @@ async fn the_least_privilege_acl_user_runs_the_whole_flow() {
     }
 }
 
+/// Jobs and idempotency keys need no command beyond the lock's: their scripts read records
+/// with `HGET` (no `HGETALL`), write them with `HSET`, `DEL` and `PEXPIRE`, and a duplicate
+/// that waits for a run's outcome waits on the lock's channel.
+#[tokio::test]
+async fn the_least_privilege_acl_user_runs_jobs_and_idempotency_keys() {
+    use fencelock::{Failure, IdempotencyOptions, JobOptions, Processed};
+    use std::time::Duration;
+    let server = acl_server();
+    let client = LockClient::connect(&locks_url(&server)).await.unwrap();
+    let job = client
+        .job(
+            "report",
+            JobOptions::new(Duration::from_secs(60), Duration::from_secs(5)),
+        )
+        .unwrap();
+    let ran = job
+        .run_exclusive(std::time::SystemTime::now(), |_run| async {})
+        .await
+        .unwrap();
+    assert!(ran.ran());
+    assert!(job.last_tick().await.unwrap().unwrap().finished().is_some());
+    let options =
+        IdempotencyOptions::new(Duration::from_secs(5)).wait_for_outcome(Duration::from_secs(5));
+    let payments = client.idempotency("payments", options).unwrap();
+    let first = payments
+        .run("k", "charge", |run| async move {
+            Ok::<_, Failure<()>>(run.token().to_string().into_bytes())
+        })
+        .await
+        .unwrap();
+    let again = payments
+        .run("k", "charge", |_run| async { Ok::<_, Failure<()>>(vec![]) })
+        .await
+        .unwrap();
+    assert!(matches!(again, Processed::Completed(_)), "{again:?}");
+    assert_eq!(again.result(), first.result());
+    let failed = payments
+        .run("f", "charge", |_run| async {
+            Err::<Vec<u8>, _>(Failure::Retry(()))
+        })
+        .await
+        .unwrap();
+    assert!(failed.ran() && failed.result().is_none());
+}
+
 /// An election needs no command beyond the lock's: its scripts read the leader with `HGET`
 /// (no `HGETALL`), and followers share the lock's subscription.
 #[tokio::test]

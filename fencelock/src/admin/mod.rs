@@ -3,7 +3,9 @@
 //! [`Admin`] connects to the Redis deployment your services lock on and answers the questions an
 //! operator has during an incident: which locks are held, by whom, for how long, with which
 //! token ([`Admin::locks`], [`Admin::lock`]); who leads each election ([`Admin::elections`]);
-//! what each scheduled job did last ([`Admin::jobs`]); who holds the permits of each semaphore
+//! what each scheduled job did last ([`Admin::jobs`]); what each idempotency key holds
+//! ([`Admin::idempotency_keys`], [`Admin::idempotency_key`]) and how to let one run again
+//! ([`Admin::forget_idempotency_key`]); who holds the permits of each semaphore
 //! and the shares of each read-write lock ([`Admin::semaphores`], [`Admin::rwlocks`]), how to
 //! release one stuck hold ([`Admin::release_hold`]) or change a semaphore's limit
 //! ([`Admin::set_semaphore_limit`]); what happens to one lock right now
@@ -23,8 +25,9 @@
 //! `fencelock [--url URL | REDIS_URL=URL] [--prefix P] [--json] <command>` with the commands
 //! `list`, `elections`, `jobs`, `semaphores`, `rwlocks`, `set-limit NAME N`, `show NAME`,
 //! `watch NAME [--count N] [--for DURATION]`, `release NAME --force [--yes] [--token T]`,
-//! `release NAME --force (--semaphore | --rwlock) --holder ID [--yes]` and
-//! `doctor [--pings N] [--strict]`. Its exit codes:
+//! `release NAME --force (--semaphore | --rwlock) --holder ID [--yes]`, `keys [NAMESPACE]`,
+//! `key NAMESPACE KEY`, `forget NAMESPACE KEY [--yes]` and `doctor [--pings N] [--strict]`.
+//! Its exit codes:
 //!
 //! | code | meaning |
 //! | --- | --- |
@@ -32,9 +35,9 @@
 //! | 1 | `doctor --strict`: at least one WARN, no FAIL |
 //! | 2 | usage: bad arguments, bad lock name, bad prefix or URL (the message says what is wrong) |
 //! | 3 | Redis cannot be reached, refused the credentials (`WRONGPASS`, `NOAUTH`), or the user may not read the keys under the prefix (the message names the ACL rule to add) |
-//! | 4 | `release`: the lock is not held, nothing to release |
+//! | 4 | `release`: the lock is not held, nothing to release; `key`, `forget`: the key has no record |
 //! | 5 | `doctor`: at least one FAIL: a setting under which locks are not safe |
-//! | 6 | `release` refused: not confirmed, or the lock changed hands since it was shown |
+//! | 6 | `release` refused: not confirmed, or the lock changed hands since it was shown; `forget` refused: not confirmed, or a run holds the key |
 //! | 7 | any other error (a Redis error reply, foreign data at a lock key) |
 //!
 //! The doctor separates FAIL (locks break: an evicting `maxmemory-policy` with a `maxmemory`
