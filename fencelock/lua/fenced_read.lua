@@ -10,20 +10,25 @@
 -- ARGV[2]  kind             "get" | "hget" | "lrange" | "claim"
 -- ARGV[3]  field            for hget ("" otherwise)
 -- ARGV[4]  mode             "claim" | "shared"
+-- ARGV[5]  retention        ms the resource's keys are kept after this read; "0": no expiry
 --
 -- Returns  {1, value}       claim: token >= both marks; the exclusive mark is now
 --                           max(mark, token). shared: token >= the exclusive mark; the shared
---                           mark is now max(shared, token). value is the string (get), the
+--                           mark is now max(shared, token). With a retention, data and marks
+--                           now expire ARGV[5] ms from now. value is the string (get), the
 --                           field (hget), the list (lrange), or 0 (claim); a missing key or
 --                           field reads as false (nil)
 --          {0, latest, by}  refused, nothing read: claim: token below a mark (latest: the
 --                           higher); shared: token below the exclusive mark (latest: it), that
 --                           is, a holder with a newer token has written or claimed since this
 --                           reader's hold began, so what it would read is not its view. by: 1
---                           when latest is the shared mark (a newer reader read), else 0
+--                           when latest is the shared mark (a newer reader read), else 0; or,
+--                           with a retention and no mark left, 2 and latest the oldest token
+--                           accepted: this one was issued at or before server time minus the
+--                           retention (lib/fence_mark.lua)
 --
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a type this read cannot apply to; nothing modified
---          FENCELOCK_BADARG     the token, kind or mode is not valid
+--          FENCELOCK_BADARG     the token, kind, mode or retention is not valid
 --
 -- Why reads claim: fencing rejects a stale write only once the storage has seen the newer
 -- token. If the new holder read without its token, a paused old holder waking between that
@@ -47,6 +52,13 @@ end
 local mark = sharing and exclusive or math.max(exclusive, shared)
 if token < mark then
   return {0, mark, (not sharing and shared > exclusive) and 1 or 0}
+end
+local floor, floor_err = retention_floor(ARGV[5], exclusive, shared)
+if not floor then
+  return floor_err
+end
+if floor > 0 and token <= floor then
+  return {0, floor + 1, 2}
 end
 
 local kind = ARGV[2]
@@ -78,4 +90,5 @@ if sharing then
 elseif token > exclusive then
   redis.call('SET', KEYS[2], ARGV[1])
 end
+keep_for(ARGV[5], KEYS[1], KEYS[2], KEYS[3])
 return {1, value}

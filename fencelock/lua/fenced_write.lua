@@ -3,26 +3,33 @@
 --
 -- KEYS[1]  resource data    string (set, incrby), hash (hset) or list (rpush); any type (del)
 -- KEYS[2]  high-water mark  string: the highest token that wrote or claimed this resource (the
---                           exclusive mark); no expiry
+--                           exclusive mark); no expiry unless the resource has a retention
 -- KEYS[3]  op record        string: this write's reply, kept ARGV[2] ms so a re-sent request
 --                           replays instead of applying twice (an increment must not double)
 -- KEYS[4]  shared mark      string: the highest token that read the resource with a shared
---                           read (fenced_read.lua); no expiry; read here, never written
+--                           read (fenced_read.lua); read here, never written (but its expiry
+--                           kept with the others')
 -- ARGV[1]  token            positive integer below 2^53
 -- ARGV[2]  op record lifetime in ms
 -- ARGV[3]  kind             "set" | "incrby" | "hset" | "rpush" | "del"
--- ARGV[4..] payload         set: value; incrby: integer delta; hset: field, value, ...;
+-- ARGV[4]  retention        ms the resource's keys are kept after this write; "0": no expiry
+-- ARGV[5..] payload         set: value; incrby: integer delta; hset: field, value, ...;
 --                           rpush: element, ...; del: nothing
 --
 -- Returns  {1, result}      accepted (token >= both marks): the write was applied and the
 --                           exclusive mark is now max(mark, token); result is the new number
---                           for incrby, the new length for rpush, 0 otherwise
+--                           for incrby, the new length for rpush, 0 otherwise; with a
+--                           retention, data and marks now expire ARGV[4] ms from now
 --          {0, latest, by}  stale (token below a mark): nothing was written; latest is the
 --                           higher mark, by 1 when it is the shared mark (a newer reader
---                           read), 0 when the exclusive one (a newer holder wrote or claimed)
+--                           read), 0 when the exclusive one (a newer holder wrote or claimed);
+--                           or, with a retention and no mark left, by 2 and latest the oldest
+--                           token accepted: this one was issued at or before server time
+--                           minus the retention (lib/fence_mark.lua)
 --
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a type this write cannot apply to; nothing modified
---          FENCELOCK_BADARG     the token or delta is not a valid integer; nothing modified
+--          FENCELOCK_BADARG     the token, delta or retention is not a valid integer; nothing
+--                           modified
 --
 -- ">=" and not ">": one holder writes many times with the same token. The marks are keys of
 -- their own so that deleting the data (kind "del", or an operator) does not reset the fence.
@@ -43,6 +50,13 @@ local mark = math.max(exclusive, shared)
 if token < mark then
   return {0, mark, shared > exclusive and 1 or 0}
 end
+local floor, floor_err = retention_floor(ARGV[4], exclusive, shared)
+if not floor then
+  return floor_err
+end
+if floor > 0 and token <= floor then
+  return {0, floor + 1, 2}
+end
 
 local kind = ARGV[3]
 local data_kind = redis.call('TYPE', KEYS[1])['ok']
@@ -55,12 +69,12 @@ if kind == 'set' then
   if not expect('string') then
     return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a string')
   end
-  redis.call('SET', KEYS[1], ARGV[4])
+  redis.call('SET', KEYS[1], ARGV[5])
 elseif kind == 'incrby' then
   if not expect('string') then
     return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a number')
   end
-  local delta = tonumber(ARGV[4])
+  local delta = tonumber(ARGV[5])
   local current = tonumber(redis.call('GET', KEYS[1]) or '0')
   if not delta or delta % 1 ~= 0 then
     return redis.error_reply('FENCELOCK_BADARG delta must be an integer')
@@ -68,17 +82,17 @@ elseif kind == 'incrby' then
   if current == nil then
     return redis.error_reply('FENCELOCK_WRONGTYPE resource does not hold an integer')
   end
-  result = redis.call('INCRBY', KEYS[1], ARGV[4])
+  result = redis.call('INCRBY', KEYS[1], ARGV[5])
 elseif kind == 'hset' then
   if not expect('hash') then
     return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a hash')
   end
-  redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+  redis.call('HSET', KEYS[1], unpack(ARGV, 5))
 elseif kind == 'rpush' then
   if not expect('list') then
     return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a list')
   end
-  result = redis.call('RPUSH', KEYS[1], unpack(ARGV, 4))
+  result = redis.call('RPUSH', KEYS[1], unpack(ARGV, 5))
 elseif kind == 'del' then
   redis.call('DEL', KEYS[1])
 else
@@ -88,5 +102,6 @@ end
 if token > exclusive then
   redis.call('SET', KEYS[2], ARGV[1])
 end
+keep_for(ARGV[4], KEYS[1], KEYS[2], KEYS[4])
 redis.call('SET', KEYS[3], result, 'PX', ARGV[2])
 return {1, result}

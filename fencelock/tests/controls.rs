@@ -267,6 +267,7 @@ fn every_control_is_covered() {
         include_str!("../src/protocol/election_tests.rs"),
         include_str!("../src/protocol/job_tests.rs"),
         include_str!("../src/protocol/idempotency_tests.rs"),
+        include_str!("../src/protocol/retention_tests.rs"),
         include_str!("../src/protocol/semaphore_tests.rs"),
         include_str!("../src/protocol/rwlock_tests.rs"),
     ]

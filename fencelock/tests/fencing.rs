@@ -223,3 +223,77 @@ async fn a_claiming_read_stops_an_older_holder_between_the_read_and_the_write() 
     assert_eq!(other.get_field(token(1), "f").await.unwrap(), None);
     assert!(other.items(token(1)).await.unwrap().is_empty());
 }
+
+/// A resource per request, kept for a retention: its data and marks expire together after
+/// it, and a holder whose token predates the expiry is refused (`Superseded::Expired`), while
+/// the next holder writes as usual.
+#[tokio::test]
+async fn a_resource_with_a_retention_expires_and_still_refuses_holders_from_before() {
+    use common::deadline::{within, HANDOFF};
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let retention = Duration::from_millis(1500);
+    let lock = client.lock("payment:5f2c").unwrap();
+    let status = client
+        .resource("payment:5f2c:status")
+        .unwrap()
+        .with_retention(retention)
+        .unwrap();
+    assert_eq!(status.retention(), Some(retention));
+    let shown = format!("{status:?}");
+    assert!(shown.contains("retention: Some(1.5s)"), "{shown}");
+
+    let stale = lock.acquire().await.unwrap();
+    status.set(stale.token(), "pending").await.unwrap();
+    let stale_token = stale.token();
+    drop(stale);
+    let newer = lock.acquire().await.unwrap();
+    status.set(newer.token(), "captured").await.unwrap();
+    let pttl: i64 = fx
+        .raw()
+        .pttl(
+            fx.keys("fencelock:{*}data:payment:5f2c:status")
+                .pop()
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(pttl > 0 && pttl <= 1500, "{pttl}");
+    let newer_token = newer.token();
+    newer.release().await.unwrap();
+
+    within(retention + HANDOFF, "the resource expires", async {
+        while !fx.keys("fencelock:{*}*:payment:5f2c:status").is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert_eq!(status.peek().await.unwrap(), None);
+    for token in [stale_token, newer_token] {
+        let err = status.set(token, "late").await.unwrap_err();
+        assert!(
+            matches!(err, Error::StaleToken { by: fencelock::Superseded::Expired, latest, .. } if latest > newer_token),
+            "{err}"
+        );
+        let err = status.get(token).await.unwrap_err();
+        assert!(err.is_stale_token(), "{err}");
+    }
+    assert!(
+        fx.keys("fencelock:{*}*:payment:5f2c:status").is_empty(),
+        "refusals write nothing"
+    );
+    let next = lock.acquire().await.unwrap();
+    status.set(next.token(), "refunded").await.unwrap();
+    assert_eq!(
+        status.get(next.token()).await.unwrap(),
+        Some(b"refunded".to_vec())
+    );
+
+    for bad in [
+        Duration::ZERO,
+        Duration::from_micros(1500),
+        Duration::from_secs(400_000_000),
+    ] {
+        let err = status.with_retention(bad).unwrap_err();
+        assert!(err.is_invalid_input(), "{bad:?}: {err}");
+    }
+}

@@ -7,6 +7,10 @@
 -- together). An exclusive operation is refused below either mark; a shared read only below the
 -- exclusive one, so readers never refuse each other.
 --
+-- A resource may be kept for a retention (FencedResource::with_retention): then every key of
+-- it expires together, that long after its last accepted call, and while it has no mark a
+-- token issued before the retention began is refused (retention_floor, keep_for below).
+--
 -- fence_mark(token_arg, mark_key, shared_key) parses the presented token and reads both
 -- marks. Returns token, exclusive mark, shared mark (0 where a mark is missing); or nil, an
 -- error reply (nothing has been modified).
@@ -45,4 +49,36 @@ local function fence_mark(token_arg, mark_key, shared_key)
     return nil, err
   end
   return token, mark, shared
+end
+
+-- retention_floor(retention_arg, exclusive, shared): the newest token a resource kept for a
+-- retention refuses while it has no mark at all. Its marks expire `retention` ms after its last
+-- accepted call, so a resource without marks has seen no call for that long: every token that
+-- wrote or claimed it since is gone with them, and a token issued before now - retention may be
+-- older than one of those. Tokens carry their issue time as a floor (microseconds of server
+-- TIME, lib/next_token.lua), so refusing every token up to server time minus the retention, in
+-- microseconds, refuses every hold that began before the marks' last refresh. Returns that
+-- floor (the scripts refuse tokens <= it); 0 when the resource has a
+-- mark or no retention (retention_arg "0"); or nil, an error reply for a bad argument.
+local function retention_floor(retention_arg, exclusive, shared)
+  local retention = tonumber(retention_arg)
+  if not retention or retention < 0 or retention % 1 ~= 0 then
+    return nil, redis.error_reply('FENCELOCK_BADARG retention must be a whole number of ms')
+  end
+  if retention == 0 or exclusive > 0 or shared > 0 then
+    return 0
+  end
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000000 + tonumber(now[2]) - retention * 1000
+end
+
+-- keep_for(retention_arg, ...): after an accepted call on a resource kept for a retention,
+-- each of its keys that exists (data, marks) expires `retention` ms from now, all together, so
+-- the marks never outlive nor predecease each other. Nothing for a retention of "0".
+local function keep_for(retention_arg, ...)
+  if retention_arg ~= '0' then
+    for _, key in ipairs({...}) do
+      redis.call('PEXPIRE', key, retention_arg)
+    end
+  end
 end

@@ -1,10 +1,12 @@
 //! A value in Redis that only accepts writes carrying a current fencing token.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::{AsyncCommands, FromRedisValue};
 
 use super::client::LockClient;
+use crate::base::durations::{whole_millis_in, OutOfRange};
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
@@ -19,7 +21,8 @@ use crate::protocol::{self, Read, ReadMode, ReadReply, ResourceKeys, Write, Writ
 /// and wakes up after another holder took over still has its old token, so its late writes
 /// are rejected even though it believes it holds the lock. Each write checks and records the
 /// token atomically, in one script, next to the data (same cluster slot); the high-water mark
-/// never expires and survives deletion of the data.
+/// survives deletion of the data and never expires, unless the resource is kept for a
+/// retention ([`FencedResource::with_retention`], for a resource per request).
 ///
 /// Guard one resource with one lock (tokens of different locks are not ordered against each
 /// other), and send every read and write of a critical section with the guard's token: a read
@@ -47,12 +50,18 @@ pub struct FencedResource {
     client: LockClient,
     name: Arc<[u8]>,
     keys: Arc<ResourceKeys>,
+    /// How long the resource's keys are kept after its last fenced call; zero: forever.
+    retention: Duration,
 }
+
+/// The longest retention accepted: ten years. Longer is a unit mistake.
+const MAX_RETENTION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
 impl std::fmt::Debug for FencedResource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FencedResource")
             .field("name", &String::from_utf8_lossy(&self.name))
+            .field("retention", &self.retention())
             .finish_non_exhaustive()
     }
 }
@@ -64,7 +73,63 @@ impl FencedResource {
             client,
             name: name.into(),
             keys: Arc::new(keys),
+            retention: Duration::ZERO,
         }
+    }
+
+    /// This resource, kept for `retention` after its last fenced call: its data and its marks
+    /// expire together that long after the last write, claim or fenced read, so a resource per
+    /// request (a payment's status, an order's record) does not stay in Redis forever. Every
+    /// fenced call on it sets the expiry again; [`peek`](Self::peek) does not.
+    ///
+    /// What expiry means for fencing: while the marks live, fencing is as without a
+    /// retention. Once they have expired, the resource no longer knows which tokens wrote it,
+    /// so it refuses every token issued more than `retention` ago (tokens carry their issue
+    /// time as a floor: the server's clock in microseconds), with [`Error::StaleToken`] and
+    /// [`Superseded::Expired`](crate::Superseded::Expired). A holder whose token predates the
+    /// expiry is therefore refused, since the marks expired at least `retention` after the
+    /// last token that wrote was issued. The limits: a holder still inside its hold more than
+    /// `retention` after it began is refused too (choose a retention longer than any hold);
+    /// the refusal relies on the server clock not stepping back (as the clock floor of tokens
+    /// does) and on the fence counter of the slot not running ahead of that clock by more than
+    /// the retention (more than a million tokens a second in one slot bucket, sustained).
+    /// Use the same retention on every handle of one resource: a write without one makes the
+    /// data permanent again while its marks still expire.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a retention of zero, over ten years, or not a whole number
+    /// of milliseconds.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// let status = client
+    ///     .resource("payment:5f2c:status")?
+    ///     .with_retention(Duration::from_secs(7 * 24 * 3600))?;
+    /// assert_eq!(status.retention(), Some(Duration::from_secs(7 * 24 * 3600)));
+    /// # Ok(()) }
+    /// ```
+    pub fn with_retention(&self, retention: Duration) -> Result<FencedResource, Error> {
+        let invalid = |why: &str| Error::InvalidConfig {
+            reason: format!("a resource's retention of {retention:?} {why}"),
+        };
+        match whole_millis_in(retention, Duration::from_millis(1), MAX_RETENTION) {
+            Ok(_) => Ok(FencedResource {
+                retention,
+                ..self.clone()
+            }),
+            Err(OutOfRange::TooShort) => Err(invalid("is zero")),
+            Err(OutOfRange::TooLong) => Err(invalid("is over ten years")),
+            Err(OutOfRange::NotWholeMillis) => {
+                Err(invalid("is not a whole number of milliseconds"))
+            }
+        }
+    }
+
+    /// The retention given to [`with_retention`](Self::with_retention); `None`: the resource
+    /// is kept until deleted.
+    pub fn retention(&self) -> Option<Duration> {
+        (!self.retention.is_zero()).then_some(self.retention)
     }
 
     /// The resource's name, as given to [`LockClient::resource`].
@@ -379,14 +444,17 @@ impl FencedResource {
         read: Read<'_>,
         mode: ReadMode,
     ) -> Result<redis::Value, Error> {
-        let reply = self
-            .client
-            .engine
-            .retrying(|mut conn| {
-                let keys = &self.keys;
-                async move { protocol::fenced_read(&mut conn, keys, token, read, mode).await }
-            })
-            .await?;
+        let reply =
+            self.client
+                .engine
+                .retrying(|mut conn| {
+                    let keys = &self.keys;
+                    let retention = self.retention;
+                    async move {
+                        protocol::fenced_read(&mut conn, keys, token, read, mode, retention).await
+                    }
+                })
+                .await?;
         match reply {
             ReadReply::Read(value) => Ok(value),
             ReadReply::Stale { latest, by } => Err(Error::StaleToken {
@@ -404,8 +472,10 @@ impl FencedResource {
             .client
             .engine
             .retrying(|mut conn| {
-                let (keys, op) = (&self.keys, &op);
-                async move { protocol::fenced_write(&mut conn, keys, token, op, ttl, write).await }
+                let (keys, op, retention) = (&self.keys, &op, self.retention);
+                async move {
+                    protocol::fenced_write(&mut conn, keys, token, op, ttl, write, retention).await
+                }
             })
             .await?;
         match reply {

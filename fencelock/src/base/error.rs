@@ -236,8 +236,15 @@ pub enum Superseded {
     /// A reader with a newer token read the resource with a shared read: a write older than
     /// that reader's hold cannot land under it.
     SharedRead,
-    /// Another runner took the job's tick over with a newer token.
+    /// Another runner took the job's tick (or the idempotency key) over with a newer token.
     TookOver,
+    /// The resource is kept for a retention ([`FencedResource::with_retention`]) and its marks
+    /// have expired, so it no longer knows which tokens wrote it; every token issued before
+    /// the retention began may be older than one that did, and is refused. `latest` is the
+    /// oldest token it accepts now.
+    ///
+    /// [`FencedResource::with_retention`]: crate::FencedResource::with_retention
+    Expired,
 }
 
 impl fmt::Display for Superseded {
@@ -245,7 +252,13 @@ impl fmt::Display for Superseded {
         f.write_str(match self {
             Superseded::WroteOrClaimed => "a newer holder wrote or claimed the resource",
             Superseded::SharedRead => "a newer reader read the resource",
-            Superseded::TookOver => "another runner took the tick over",
+            Superseded::TookOver => {
+                "another runner took the run (a job tick, an idempotency key) over"
+            }
+            Superseded::Expired => {
+                "the resource's marks expired after its retention, and it accepts no token \
+                 issued before it; the oldest accepted is"
+            }
         })
     }
 }

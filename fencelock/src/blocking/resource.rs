@@ -50,6 +50,23 @@ impl FencedResource {
         self.inner.name()
     }
 
+    /// This resource, kept for `retention` after its last fenced call; see
+    /// [`crate::FencedResource::with_retention`] for what expiry means for fencing.
+    ///
+    /// # Errors
+    /// As [`crate::FencedResource::with_retention`].
+    pub fn with_retention(&self, retention: std::time::Duration) -> Result<FencedResource, Error> {
+        Ok(FencedResource {
+            inner: self.inner.with_retention(retention)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// The retention, if any; see [`crate::FencedResource::retention`].
+    pub fn retention(&self) -> Option<std::time::Duration> {
+        self.inner.retention()
+    }
+
     /// Sets the string value; see [`crate::FencedResource::set`].
     ///
     /// # Errors

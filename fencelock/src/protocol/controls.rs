@@ -60,6 +60,9 @@ pub enum Control {
     /// `fenced_read.lua`'s shared read records nothing: a writer older than the readers can
     /// still write under them.
     SharedReadDoesNotFence,
+    /// A resource kept for a retention forgets its floor: once its marks expired, any token
+    /// writes or claims it.
+    RetentionForgetsExpiry,
     /// An acquire or re-entry whose caller gave up is never undone (no compensating cancel).
     CancelMissingOnDrop,
     /// The watchdog keeps renewing a holder whose guards are all gone.
@@ -120,13 +123,17 @@ pub enum Control {
     RwDowngradeKeepsWriting,
 }
 
+/// The condition of `lib/fence_mark.lua` under which a resource has no floor, and its broken
+/// form (never a floor).
+const RETENTION_FLOOR: &str = "if retention == 0 or exclusive > 0 or shared > 0 then";
+const RETENTION_NO_FLOOR: &str = "if true then";
 /// The line of `lib/sem_holds.lua` that finds the expired holds, and its broken form.
 const SEM_PURGE: &str = "redis.call('ZRANGEBYSCORE', leases, '-inf', now)";
 const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 36] = [
+    pub const ALL: [Control; 37] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -139,6 +146,7 @@ impl Control {
         Control::FenceNoCheck,
         Control::SharedReadClaims,
         Control::SharedReadDoesNotFence,
+        Control::RetentionForgetsExpiry,
         Control::CancelMissingOnDrop,
         Control::WatchdogIgnoresDrop,
         Control::LeaseFromReply,
@@ -237,6 +245,11 @@ impl Control {
                 "    redis.call('SET', KEYS[3], ARGV[1])\n",
                 "",
             )],
+            // The floor is shared by both fenced scripts (lib/fence_mark.lua): break it in each.
+            Control::RetentionForgetsExpiry => &[
+                ("fenced_write", RETENTION_FLOOR, RETENTION_NO_FLOOR),
+                ("fenced_read", RETENTION_FLOOR, RETENTION_NO_FLOOR),
+            ],
             Control::ClaimKeepsReservation => &[(
                 "acquire_fair",
                 "if claim then\n  redis.call('DEL', KEYS[1])\nend\n",

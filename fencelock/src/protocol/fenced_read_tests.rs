@@ -25,13 +25,14 @@ async fn write(conn: &mut MultiplexedConnection, token: u64, op: &str) -> WriteR
         op,
         OP_TTL,
         Write::Set(token.to_string().as_bytes()),
+        Duration::ZERO,
     )
     .await
     .unwrap()
 }
 
 async fn read(conn: &mut MultiplexedConnection, token: u64, mode: ReadMode) -> ReadReply {
-    fenced_read(conn, &resource(), t(token), Read::Get, mode)
+    fenced_read(conn, &resource(), t(token), Read::Get, mode, Duration::ZERO)
         .await
         .unwrap()
 }

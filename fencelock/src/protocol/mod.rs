@@ -498,12 +498,13 @@ pub(crate) enum WriteReply {
     },
 }
 
-/// What a fenced script's refusal says refused it: 1, the shared mark; 0, the exclusive one.
+/// What a fenced script's refusal says refused it: 1, the shared mark; 2, the retention's
+/// floor (no mark left); 0, the exclusive mark.
 fn superseded_by(code: i64) -> Superseded {
-    if code == 1 {
-        Superseded::SharedRead
-    } else {
-        Superseded::WroteOrClaimed
+    match code {
+        1 => Superseded::SharedRead,
+        2 => Superseded::Expired,
+        _ => Superseded::WroteOrClaimed,
     }
 }
 
@@ -514,6 +515,7 @@ pub(crate) async fn fenced_write<C: ConnectionLike>(
     op_id: &str,
     op_ttl: Duration,
     write: Write<'_>,
+    retention: Duration,
 ) -> Result<WriteReply, Error> {
     let mut call = scripts().fenced_write.prepare_invoke();
     call.key(&keys.data)
@@ -522,24 +524,25 @@ pub(crate) async fn fenced_write<C: ConnectionLike>(
         .key(&keys.shared)
         .arg(token.get())
         .arg(millis(op_ttl));
+    let retention = millis(retention);
     match write {
-        Write::Set(value) => call.arg("set").arg(value),
-        Write::IncrBy(delta) => call.arg("incrby").arg(delta),
+        Write::Set(value) => call.arg("set").arg(retention).arg(value),
+        Write::IncrBy(delta) => call.arg("incrby").arg(retention).arg(delta),
         Write::SetFields(fields) => {
-            call.arg("hset");
+            call.arg("hset").arg(retention);
             for (field, value) in fields {
                 call.arg(*field).arg(*value);
             }
             &mut call
         }
         Write::Push(items) => {
-            call.arg("rpush");
+            call.arg("rpush").arg(retention);
             for item in items {
                 call.arg(*item);
             }
             &mut call
         }
-        Write::Delete => call.arg("del"),
+        Write::Delete => call.arg("del").arg(retention),
     };
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     match reply.as_slice() {
@@ -586,6 +589,7 @@ pub(crate) async fn fenced_read<C: ConnectionLike>(
     token: FencingToken,
     read: Read<'_>,
     mode: ReadMode,
+    retention: Duration,
 ) -> Result<ReadReply, Error> {
     let mut call = scripts().fenced_read.prepare_invoke();
     call.key(&keys.data)
@@ -601,7 +605,8 @@ pub(crate) async fn fenced_read<C: ConnectionLike>(
     call.arg(match mode {
         ReadMode::Claim => "claim",
         ReadMode::Shared => "shared",
-    });
+    })
+    .arg(millis(retention));
     let reply: Vec<redis::Value> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     let mut reply = reply.into_iter();
     match (reply.next(), reply.next(), reply.next()) {
@@ -867,3 +872,6 @@ mod rwlock_tests;
 
 #[cfg(test)]
 mod fenced_read_tests;
+
+#[cfg(test)]
+mod retention_tests;

@@ -458,9 +458,27 @@ async fn a_replayed_fenced_write_applies_once_and_a_stale_one_never() {
     let (_server, mut conn, _) = setup().await;
     let keys = ResourceKeys::new(b"t:", b"balance");
     let t = |raw| FencingToken::new(raw).unwrap();
-    let first = fenced_write(&mut conn, &keys, t(7), "w1", OP_TTL, Write::IncrBy(100)).await;
+    let first = fenced_write(
+        &mut conn,
+        &keys,
+        t(7),
+        "w1",
+        OP_TTL,
+        Write::IncrBy(100),
+        Duration::ZERO,
+    )
+    .await;
     assert_eq!(first.unwrap(), WriteReply::Accepted(100));
-    let replay = fenced_write(&mut conn, &keys, t(7), "w1", OP_TTL, Write::IncrBy(100)).await;
+    let replay = fenced_write(
+        &mut conn,
+        &keys,
+        t(7),
+        "w1",
+        OP_TTL,
+        Write::IncrBy(100),
+        Duration::ZERO,
+    )
+    .await;
     assert_eq!(
         replay.unwrap(),
         WriteReply::Accepted(100),
@@ -469,9 +487,27 @@ async fn a_replayed_fenced_write_applies_once_and_a_stale_one_never() {
     let value: i64 = conn.get(&keys.data).await.unwrap();
     assert_eq!(value, 100);
 
-    let newer = fenced_write(&mut conn, &keys, t(9), "w2", OP_TTL, Write::IncrBy(-1)).await;
+    let newer = fenced_write(
+        &mut conn,
+        &keys,
+        t(9),
+        "w2",
+        OP_TTL,
+        Write::IncrBy(-1),
+        Duration::ZERO,
+    )
+    .await;
     assert_eq!(newer.unwrap(), WriteReply::Accepted(99));
-    let stale = fenced_write(&mut conn, &keys, t(8), "w3", OP_TTL, Write::IncrBy(-50)).await;
+    let stale = fenced_write(
+        &mut conn,
+        &keys,
+        t(8),
+        "w3",
+        OP_TTL,
+        Write::IncrBy(-50),
+        Duration::ZERO,
+    )
+    .await;
     assert_eq!(
         stale.unwrap(),
         WriteReply::Stale {
