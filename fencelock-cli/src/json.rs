@@ -16,6 +16,7 @@ pub(crate) fn lock_json(lock: &LockInfo) -> Value {
         "holders": lock.holders.iter().map(holder_json).collect::<Vec<_>>(),
         "token": lock.token.map(FencingToken::get),
         "pttl_ms": lock.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        "held_ms": lock.held_for.map(millis),
     });
     if let Some(client) = &lock.reserved_for {
         value["reserved_for"] = Value::String(client.clone());
@@ -86,6 +87,7 @@ pub(crate) fn hold_json(hold: &HoldEntry) -> Value {
         "permits": hold.permits,
         "token": hold.token.map(FencingToken::get),
         "lease_ms": hold.lease_left.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        "held_ms": hold.held_for.map(millis),
     })
 }
 

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! cargo run -p fencelock-cli -- --url redis://127.0.0.1:7000/ list
-//! fencelock list [--json]                  every held lock: name, holders, lease, token
+//! fencelock list [--held-longer 5m] [--json]  every held lock: name, holders, token, held
+//!                                          for, lease
 //! fencelock elections [--json]             every led election: leader, term, metadata, lease,
 //!                                          candidates
 //! fencelock jobs [--json]                  every scheduled job: last tick, state, runner, token
@@ -20,7 +21,8 @@
 //! fencelock key NAMESPACE KEY              one idempotency key: its record and stored result
 //! fencelock forget NAMESPACE KEY [--yes]   delete a key's record nobody holds: its next run
 //!                                          runs the request as new
-//! fencelock doctor [--pings N] [--strict]  the server settings that break locks
+//! fencelock doctor [--pings N] [--strict] [--max-hold 5m]  the server settings that break
+//!                                          locks; with --max-hold, holds older than that
 //! ```
 //!
 //! The work is done by `fencelock::admin`; this file parses arguments, prints and chooses the
@@ -53,7 +55,8 @@ Exit codes:
   3  redis cannot be reached, refused the credentials (WRONGPASS, NOAUTH), or the user may
      not read the keys under the prefix (ACL); the message names the rule to add
   4  release: the lock is not held, nothing to release; key, forget: the key has no record
-  5  doctor: at least one FAIL (a setting that breaks locks)
+  5  doctor: at least one FAIL (a setting that breaks locks; with --max-hold, a hold older
+     than that)
   6  release refused: not confirmed, or the lock changed hands since it was shown; forget
      refused: not confirmed, or a run holds the key
   7  any other error (a redis error reply, foreign data at a lock key)";
@@ -89,8 +92,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Every held lock under the prefix (SCAN, never KEYS): name, holders with re-entry
-    /// counts, remaining lease, token
-    List,
+    /// counts, token, how long it has been held (from its token), remaining lease
+    List {
+        /// Only the locks held longer than this (500ms, 30s, 5m, 1h), by the server's clock
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        held_longer: Option<Duration>,
+    },
     /// Every election under the prefix whose lock is held (SCAN, never KEYS): leader id, term,
     /// metadata, remaining lease, queued candidates (fair handoff) and subscribed connections
     /// (clients with waiting candidates or followers)
@@ -203,6 +210,10 @@ enum Command {
         /// Exit 1 on a WARN too (a FAIL is always exit 5)
         #[arg(long)]
         strict: bool,
+        /// Also FAIL when a lock, semaphore or read-write lock hold is older than this (5m,
+        /// 1h): a stuck holder, for a cron job or a probe to alert on
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        max_hold: Option<Duration>,
     },
 }
 
@@ -224,7 +235,7 @@ async fn main() -> ExitCode {
 
 async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
     match &cli.command {
-        Command::List => list(cli, admin).await,
+        Command::List { held_longer } => list(cli, admin, *held_longer).await,
         Command::Elections => elections(cli, admin).await,
         Command::Jobs => jobs(cli, admin).await,
         Command::Semaphores => semaphores(cli, admin).await,
@@ -274,12 +285,26 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
             key,
             yes,
         } => keys::forget(cli, admin, &bytes(namespace), &bytes(key), *yes).await,
-        Command::Doctor { pings, strict } => doctor(cli, admin, *pings, *strict).await,
+        Command::Doctor {
+            pings,
+            strict,
+            max_hold,
+        } => doctor(cli, admin, *pings, *strict, *max_hold).await,
     }
 }
 
-async fn list(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
-    let locks = admin.locks().await?;
+async fn list(cli: &Cli, admin: &Admin, held_longer: Option<Duration>) -> Result<u8, Error> {
+    let mut locks = admin.locks().await?;
+    if let Some(min) = held_longer {
+        locks.retain(|lock| lock.held_for.is_some_and(|held| held > min));
+        let none = format!(
+            "no lock is held longer than {} under prefix {:?}",
+            humantime::format_duration(min),
+            cli.prefix
+        );
+        print_all(cli, &locks, lock_json, &none);
+        return Ok(0);
+    }
     if locks.is_empty() && !admin.prefix_in_use().await? {
         // An answer, not an error; the hint goes to stderr so `--json` stays one document.
         eprintln!(
@@ -593,8 +618,17 @@ async fn release(
     }
 }
 
-async fn doctor(cli: &Cli, admin: &Admin, pings: usize, strict: bool) -> Result<u8, Error> {
-    let checks = admin.doctor(pings).await?;
+async fn doctor(
+    cli: &Cli,
+    admin: &Admin,
+    pings: usize,
+    strict: bool,
+    max_hold: Option<Duration>,
+) -> Result<u8, Error> {
+    let mut checks = admin.doctor(pings).await?;
+    if let Some(max) = max_hold {
+        checks.push(admin.check_hold_ages(max).await?);
+    }
     let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     if cli.json {
         let all: Vec<Value> = checks.iter().map(check_json).collect();

@@ -844,11 +844,21 @@ async fn holds_of_a_semaphore_are_read_with_permits_tokens_and_leases_oldest_fir
         let head = format!("pool  4 of 5 permits in use  ({words})");
         assert!(text.starts_with(&head), "{way:?}: {text}");
         let line = format!(
-            "\n  {}  permits 2  token {}  lease ",
+            "\n  {}  permits 2  token {}  held ",
             two.holder_id(),
             two.token()
         );
         assert!(text.contains(&line), "{way:?}: {text}");
+        assert!(text.contains("  lease "), "{way:?}: {text}");
+        let held = info
+            .holds
+            .iter()
+            .find(|h| h.holder == two.holder_id())
+            .unwrap();
+        assert!(
+            held.held_for.unwrap() < Duration::from_secs(60),
+            "{way:?}: {held:?}"
+        );
         assert_eq!(text.lines().count(), 4, "{way:?}: {text}");
 
         // The list: every semaphore under the prefix by name, and no read-write lock.
@@ -885,11 +895,16 @@ async fn holds_of_a_semaphore_are_read_with_permits_tokens_and_leases_oldest_fir
             assert_eq!(info.holds[0].holder, short.holder_id());
             assert_eq!(info.holds[0].lease_left, None, "{info:?}");
             let line = format!(
-                "\n  {}  permits 1  token {}  expired",
+                "\n  {}  permits 1  token {}  held ",
                 short.holder_id(),
                 short.token()
             );
             assert!(text.contains(&line), "{text}");
+            let line = text
+                .lines()
+                .find(|l| l.contains(short.holder_id()))
+                .unwrap();
+            assert!(line.ends_with("  expired"), "{text}");
         }
         drop(short);
 

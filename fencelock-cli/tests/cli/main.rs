@@ -7,6 +7,7 @@ mod fixture;
 
 mod doctor;
 mod errors;
+mod holds;
 mod keys;
 mod list;
 mod records;

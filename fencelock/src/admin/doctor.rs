@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::aio::MultiplexedConnection;
 use redis::Value;
 
-use super::Admin;
+use super::{format_duration, Admin};
 use crate::base::error::Failure;
 use crate::protocol::server::{EvictionRisk, ServerFlavour, ServerInfo};
 use crate::Error;
@@ -39,7 +39,8 @@ impl fmt::Display for Status {
 #[non_exhaustive]
 pub struct Check {
     /// What was checked: `version`, `protocol`, `maxmemory-policy`, `persistence`,
-    /// `replication`, `cluster`, `latency`, `clock`.
+    /// `replication`, `cluster`, `latency`, `clock`; `max-hold` from
+    /// [`Admin::check_hold_ages`].
     pub name: &'static str,
     /// The verdict.
     pub status: Status,
@@ -439,5 +440,78 @@ impl Admin {
         )?);
         checks.push(settle(check_clock(&mut conn).await, "clock")?);
         Ok(checks)
+    }
+
+    /// Whether any lock, semaphore hold or read-write lock hold under the prefix has been
+    /// held longer than `max` (by the server's clock, from each hold's token: see
+    /// [`LockInfo::held_for`](super::LockInfo::held_for)): FAIL naming the longest ones (a
+    /// stuck holder: a task that never left its critical section, a process hung with its
+    /// watchdog still renewing), OK otherwise. Elections are left out: a leader is meant to
+    /// lead for long. Jobs and idempotency keys hold for at most their `at_most_for`. For
+    /// `fencelock doctor --max-hold 5m`, which a cron job or a probe runs to alert.
+    ///
+    /// # Errors
+    /// As [`Admin::locks`], [`Admin::semaphores`] and [`Admin::rwlocks`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only.
+    pub async fn check_hold_ages(&self, max: Duration) -> Result<Check, Error> {
+        let mut long: Vec<(Duration, String)> = Vec::new();
+        for lock in self.locks().await? {
+            if let Some(held) = lock.held_for.filter(|held| *held > max) {
+                let holder = lock.holders.first().map_or("?", |h| h.id.as_str());
+                long.push((
+                    held,
+                    format!("lock {} (holder {holder})", lock.display_name()),
+                ));
+            }
+        }
+        for semaphore in self.semaphores().await? {
+            for hold in &semaphore.holds {
+                if let Some(held) = hold.held_for.filter(|held| *held > max) {
+                    let name = semaphore.display_name();
+                    long.push((held, format!("semaphore {name} (holder {})", hold.holder)));
+                }
+            }
+        }
+        for rwlock in self.rwlocks().await? {
+            for hold in rwlock.writer.iter().chain(&rwlock.readers) {
+                if let Some(held) = hold.held_for.filter(|held| *held > max) {
+                    let name = rwlock.display_name();
+                    long.push((held, format!("rwlock {name} (holder {})", hold.holder)));
+                }
+            }
+        }
+        if long.is_empty() {
+            return Ok(Check::ok(
+                "max-hold",
+                format!("no hold is older than {}", format_duration(max)),
+            ));
+        }
+        long.sort_by_key(|(held, _)| std::cmp::Reverse(*held));
+        let shown: Vec<String> = long
+            .iter()
+            .take(5)
+            .map(|(held, what)| format!("{what} held {}", format_duration(*held)))
+            .collect();
+        let more = long.len().saturating_sub(shown.len());
+        Ok(Check::bad(
+            "max-hold",
+            Status::Fail,
+            format!(
+                "{} hold(s) older than {}: {}{}",
+                long.len(),
+                format_duration(max),
+                shown.join("; "),
+                if more > 0 {
+                    format!("; and {more} more")
+                } else {
+                    String::new()
+                }
+            ),
+            "find the holder's process (fencelock show NAME: the holder id starts with its \
+             client id) and end its critical section; fencelock release NAME --force evicts \
+             it (fenced storage refuses its token once the next holder writes)",
+        ))
     }
 }

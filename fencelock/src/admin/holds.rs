@@ -1,10 +1,10 @@
 //! Semaphores and read-write locks: who holds what, and evicting one stuck hold.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use super::inspect::name_laid_out;
-use super::{display_bytes, format_duration, glob_escape, Admin};
+use super::{display_bytes, format_duration, glob_escape, held_for, Admin};
 use crate::protocol::keys::{validate_name, LockKeys};
 use crate::protocol::{self, OwnerReply};
 use crate::{Error, FencingToken, HoldExpiry};
@@ -25,6 +25,9 @@ pub struct HoldEntry {
     /// The time left of its lease by the server clock; `None` when it has passed (the next
     /// script drops the hold).
     pub lease_left: Option<Duration>,
+    /// How long it has been held by the server clock, from its token (as
+    /// [`LockInfo::held_for`](super::LockInfo::held_for)).
+    pub held_for: Option<Duration>,
 }
 
 impl fmt::Display for HoldEntry {
@@ -32,6 +35,9 @@ impl fmt::Display for HoldEntry {
         write!(f, "{}  permits {}", self.holder, self.permits)?;
         if let Some(token) = self.token {
             write!(f, "  token {token}")?;
+        }
+        if let Some(held) = self.held_for {
+            write!(f, "  held {}", format_duration(held))?;
         }
         match self.lease_left {
             Some(left) => write!(f, "  lease {}", format_duration(left)),
@@ -403,6 +409,7 @@ impl Admin {
             return Ok(None);
         }
         let now_ms = (secs * 1000 + micros / 1000) as f64;
+        let now = UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros);
         let field_expiry = fields
             .iter()
             .any(|(field, value)| field == b"~expiry" && value == b"fields");
@@ -429,10 +436,12 @@ impl Admin {
             let value = String::from_utf8_lossy(value);
             let (permits, token) = value.split_once(':').unwrap_or((&value, ""));
             let left = deadline - now_ms;
+            let token = token.parse().ok().and_then(FencingToken::new);
             holds.push(HoldEntry {
                 holder,
                 permits: permits.parse().unwrap_or(0),
-                token: token.parse().ok().and_then(FencingToken::new),
+                held_for: token.and_then(|token| held_for(now, token)),
+                token,
                 lease_left: (left > 0.0)
                     .then(|| Duration::try_from_secs_f64(left / 1000.0).ok())
                     .flatten(),

@@ -2,11 +2,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 
-use super::{display_bytes, format_duration, glob_escape, Admin};
+use super::{display_bytes, format_duration, glob_escape, held_for, Admin};
 use crate::protocol::keys::{crc16, validate_name, LockKeys, SLOTS};
 use crate::{Error, FencingToken};
 
@@ -30,6 +30,11 @@ pub struct LockInfo {
     /// claim (at most the grace, `ttl`). Nobody holds a reserved lock, and nobody but that
     /// client can take it.
     pub reserved_for: Option<String>,
+    /// How long the current holder has held the lock, by the server's clock: from its token,
+    /// which is at least its issue time in microseconds (exact unless the lock's slot issued
+    /// several tokens in one microsecond or its clock stepped back; never the lease, which the
+    /// watchdog keeps renewing). `None` when free.
+    pub held_for: Option<Duration>,
 }
 
 /// A holder of a lock: its id (`<client id>:<sequence>`) and how often it entered.
@@ -70,6 +75,9 @@ impl fmt::Display for LockInfo {
         match self.token {
             Some(token) => write!(f, "  token {token}")?,
             None => write!(f, "  no token")?,
+        }
+        if let Some(held) = self.held_for {
+            write!(f, "  held {}", format_duration(held))?;
         }
         match self.ttl {
             Some(ttl) => write!(f, "  lease {}", format_duration(ttl))?,
@@ -121,6 +129,13 @@ impl fmt::Display for LockDetail {
                 Some(token) => writeln!(f, "token       {token}")?,
                 None => writeln!(f, "token       none (the hash has no ~token field)")?,
             }
+            if let Some(held) = lock.held_for {
+                writeln!(
+                    f,
+                    "held for    {} (since its token was issued)",
+                    format_duration(held)
+                )?;
+            }
             match lock.ttl {
                 Some(ttl) => writeln!(f, "lease left  {}", format_duration(ttl))?,
                 None => writeln!(
@@ -168,15 +183,16 @@ pub(super) async fn read_lock(
     key: Vec<u8>,
 ) -> Result<LockInfo, Error> {
     type Fields = HashMap<Vec<u8>, Vec<u8>>;
-    let read: Result<(Fields, i64), _> = redis::pipe()
+    let read: Result<(Fields, i64, (u64, u64)), _> = redis::pipe()
         .atomic()
         .cmd("HGETALL")
         .arg(&key)
         .cmd("PTTL")
         .arg(&key)
+        .cmd("TIME")
         .query_async(conn)
         .await;
-    let (fields, pttl) = match read {
+    let (fields, pttl, (secs, micros)) = match read {
         Ok(read) => read,
         Err(err) => {
             // A failed command inside MULTI comes back as a pipeline failure without the
@@ -219,7 +235,11 @@ pub(super) async fn read_lock(
     }
     holders.sort_by(|a, b| a.id.cmp(&b.id));
     let held = !holders.is_empty() || token.is_some() || reserved_for.is_some();
+    let now = UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros);
     Ok(LockInfo {
+        held_for: token
+            .filter(|_| !holders.is_empty())
+            .and_then(|token| held_for(now, token)),
         name,
         key,
         holders,
@@ -264,8 +284,8 @@ impl Admin {
     /// [`Error::Redis`] when the connection fails.
     ///
     /// # Cancel safety
-    /// Cancel safe: reads only (`SCAN`, then one `MULTI HGETALL PTTL EXEC` per lock); a dropped
-    /// call changes nothing.
+    /// Cancel safe: reads only (`SCAN`, then one `MULTI HGETALL PTTL TIME EXEC` per lock); a
+    /// dropped call changes nothing.
     pub async fn locks(&self) -> Result<Vec<LockInfo>, Error> {
         let pattern = [glob_escape(&self.prefix), b"{*}lock:*".to_vec()].concat();
         let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;

@@ -2,7 +2,7 @@
 //! record; forgetting one.
 
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use super::inspect::name_laid_out;
 use super::{display_bytes, format_duration, glob_escape, Admin};
@@ -243,14 +243,5 @@ impl Admin {
             record,
             retained_for,
         })
-    }
-
-    /// The server's clock, so ages do not depend on this machine's.
-    async fn server_time(&self) -> Result<SystemTime, Error> {
-        let (secs, micros): (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(Error::from_reply)?;
-        Ok(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
     }
 }

@@ -26,7 +26,8 @@
 //! `list`, `elections`, `jobs`, `semaphores`, `rwlocks`, `set-limit NAME N`, `show NAME`,
 //! `watch NAME [--count N] [--for DURATION]`, `release NAME --force [--yes] [--token T]`,
 //! `release NAME --force (--semaphore | --rwlock) --holder ID [--yes]`, `keys [NAMESPACE]`,
-//! `key NAMESPACE KEY`, `forget NAMESPACE KEY [--yes]` and `doctor [--pings N] [--strict]`.
+//! `key NAMESPACE KEY`, `forget NAMESPACE KEY [--yes]` and
+//! `doctor [--pings N] [--strict] [--max-hold DURATION]`; `list` takes `--held-longer DURATION`.
 //! Its exit codes:
 //!
 //! | code | meaning |
@@ -36,7 +37,7 @@
 //! | 2 | usage: bad arguments, bad lock name, bad prefix or URL (the message says what is wrong) |
 //! | 3 | Redis cannot be reached, refused the credentials (`WRONGPASS`, `NOAUTH`), or the user may not read the keys under the prefix (the message names the ACL rule to add) |
 //! | 4 | `release`: the lock is not held, nothing to release; `key`, `forget`: the key has no record |
-//! | 5 | `doctor`: at least one FAIL: a setting under which locks are not safe |
+//! | 5 | `doctor`: at least one FAIL: a setting under which locks are not safe; with `--max-hold`, a hold older than that |
 //! | 6 | `release` refused: not confirmed, or the lock changed hands since it was shown; `forget` refused: not confirmed, or a run holds the key |
 //! | 7 | any other error (a Redis error reply, foreign data at a lock key) |
 //!
@@ -80,7 +81,7 @@ mod watch;
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, ProtocolVersion};
@@ -96,7 +97,7 @@ pub use watch::{LockEvent, Watch};
 
 use crate::base::config::DEFAULT_PREFIX;
 use crate::protocol::keys::validate_prefix;
-use crate::Error;
+use crate::{Error, FencingToken};
 
 /// How long connecting may take before the server counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -210,6 +211,15 @@ impl Admin {
     /// The key prefix this connection inspects.
     pub fn prefix(&self) -> &[u8] {
         &self.prefix
+    }
+
+    /// The server's clock, so ages do not depend on this machine's.
+    pub(super) async fn server_time(&self) -> Result<SystemTime, Error> {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(Error::from_reply)?;
+        Ok(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
     }
 
     /// Keys matching `pattern` (deduplicated: SCAN may return a key twice), of `kind` if
@@ -344,6 +354,15 @@ pub(super) fn display_bytes(bytes: &[u8]) -> String {
 }
 
 /// `1.234s`, `250ms`, `2m05s`: a lease for humans.
+/// How long a hold with `token` has been held at server time `now`: a token is at least its
+/// issue time in microseconds since the Unix epoch (the clock floor of `lib/next_token.lua`),
+/// so the hold began at that instant or, when its slot's counter ran ahead of the clock,
+/// shortly before. `None` for a token from the future (a clock that stepped back).
+pub(super) fn held_for(now: SystemTime, token: FencingToken) -> Option<Duration> {
+    now.duration_since(UNIX_EPOCH + Duration::from_micros(token.get()))
+        .ok()
+}
+
 pub(super) fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {

@@ -1,0 +1,88 @@
+//! Long holds: how long each lock has been held (from its token, not its lease), listing only
+//! the holds older than a bound, and the doctor failing on them.
+
+use super::*;
+
+#[tokio::test]
+async fn long_holds_are_shown_listed_and_failed_by_the_doctor() {
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    // A short lease the watchdog keeps renewing: a held time read off the lease would stay
+    // under 2 s however long the lock is held.
+    let client = LockClient::builder(&url)
+        .default_lease(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let sent = std::time::Instant::now();
+    let stuck = client.lock("stuck").unwrap().acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let admin = fencelock::admin::Admin::connect(&url).await.unwrap();
+    let lock = admin.lock("stuck").await.unwrap().lock;
+    let (held, truth) = (lock.held_for.unwrap(), sent.elapsed());
+    let off = held.abs_diff(truth);
+    assert!(
+        off <= Duration::from_secs(1),
+        "held {held:?}, truly {truth:?}"
+    );
+
+    let fresh = client.lock("fresh").unwrap().acquire().await.unwrap();
+    let all = json(&fencelock(&url, &["list", "--json"]).await.stdout);
+    assert_eq!(all.as_array().map(Vec::len), Some(2), "{all}");
+    let long = fencelock(&url, &["list", "--held-longer", "2s"]).await;
+    assert_eq!(long.code, 0, "{long:?}");
+    let lines: Vec<&str> = long.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{long:?}");
+    assert!(
+        lines[0].starts_with("stuck ") && lines[0].contains(" held "),
+        "{long:?}"
+    );
+    let none = fencelock(&url, &["list", "--held-longer", "1h"]).await;
+    assert!(
+        none.stdout.contains("no lock is held longer than 1h"),
+        "{none:?}"
+    );
+
+    let plain = fencelock(&url, &["doctor", "--pings", "1"]).await;
+    assert_eq!(plain.code, 0, "{plain:?}");
+    let relaxed = fencelock(&url, &["doctor", "--pings", "1", "--max-hold", "1h"]).await;
+    assert_eq!(relaxed.code, 0, "{relaxed:?}");
+    assert!(
+        relaxed.stdout.contains("no hold is older than 60m00s"),
+        "{relaxed:?}"
+    );
+    let strict = fencelock(&url, &["doctor", "--pings", "1", "--max-hold", "2s"]).await;
+    assert_eq!(strict.code, 5, "{strict:?}");
+    assert!(
+        strict
+            .stdout
+            .contains("1 hold(s) older than 2.000s: lock stuck"),
+        "{strict:?}"
+    );
+    assert!(!strict.stdout.contains("fresh"), "{strict:?}");
+
+    // Kept for 10 s by the watchdog: at least 10 s held, while the lease stays short.
+    let wait = Duration::from_secs(10).saturating_sub(sent.elapsed());
+    tokio::time::sleep(wait).await;
+    let locks = json(&fencelock(&url, &["list", "--json"]).await.stdout);
+    let stuck_json = locks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "stuck")
+        .unwrap()
+        .clone();
+    assert!(
+        stuck_json["held_ms"].as_u64().unwrap() >= 10_000,
+        "{stuck_json}"
+    );
+    assert!(
+        stuck_json["pttl_ms"].as_u64().unwrap() <= 2_000,
+        "{stuck_json}"
+    );
+    let shown = fencelock(&url, &["show", "stuck"]).await;
+    assert!(shown.stdout.contains("held for    "), "{shown:?}");
+    stuck.release().await.unwrap();
+    fresh.release().await.unwrap();
+}
