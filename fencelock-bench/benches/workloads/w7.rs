@@ -1,0 +1,218 @@
+//! W7: memory, server side (Redis keys) and client side (heap per held lock and per waiter).
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock::LockClient;
+use tokio::task::JoinSet;
+
+use crate::admin::Admin;
+use crate::common::{self, Contenders, Kind, Locker};
+use crate::heap::{live_bytes, COUNTING};
+use crate::measure::{hold_many, release_many};
+use crate::stats::PEER_NOTE;
+use crate::{Cfg, Report};
+
+// ---------------------------------------------------------------------------------------------
+// W7: memory, server side and client side.
+
+pub async fn w7(cfg: &Cfg, report: &mut Report) {
+    let held_n: usize = cfg.pick(10_000, 300);
+    let names_n: usize = cfg.pick(100_000, 2_000);
+    let mut text = String::from("### W7: memory\n\n");
+
+    // --- Redis: one lock, its fence counter and op record.
+    let server = common::start_server();
+    let mut admin = Admin::new(&server).await;
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let guard = client
+        .lock("account:42")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("acquire");
+    let lock_key = admin.scan("fencelock:{*}lock:account:42").await;
+    let fence_key = admin.scan("fencelock:{*}fence").await;
+    assert_eq!((lock_key.len(), fence_key.len()), (1, 1));
+    let one_lock = admin.memory_usage(&lock_key[0]).await;
+    let one_fence = admin.memory_usage(&fence_key[0]).await;
+    guard.release().await.expect("release");
+    let op_key = admin.scan("fencelock:{*}op:*").await;
+    let one_op = admin.memory_usage(&op_key[0]).await;
+
+    // --- Redis: used_memory over many held locks, counters already created and earlier op
+    // records removed, so the delta is the lock hashes plus each acquire's own op record.
+    let lockers = |client: &LockClient| -> Vec<Locker> {
+        (0..held_n)
+            .map(|i| Locker::Ours(client.lock(format!("mem-{i}")).expect("name")))
+            .collect()
+    };
+    release_many(hold_many(lockers(&client)).await).await;
+    for keys in admin.scan("fencelock:{*}op:*").await.chunks(500) {
+        let _: i64 = admin.query(redis::cmd("UNLINK").arg(keys)).await;
+    }
+    let m0 = admin.used_memory().await;
+    let held = hold_many(lockers(&client)).await;
+    let m1 = admin.used_memory().await;
+    let ours_per_lock = (m1 - m0) as f64 / held_n as f64;
+    release_many(held).await;
+
+    // --- Redisson's layout, built by hand: lock hash `name` {"<uuid>:<threadId>": 1} with the
+    // 30 s watchdog lease, plus RFencedLock's `redisson_lock_token:{name}` counter (no TTL).
+    let m2 = admin.used_memory().await;
+    for chunk in (0..held_n).collect::<Vec<_>>().chunks(500) {
+        let mut pipe = redis::pipe();
+        for &i in chunk {
+            let name = format!("redisson-mem-{i}");
+            pipe.cmd("HSET")
+                .arg(&name)
+                .arg(format!("{REDISSON_UUID}:{}", 1 + i % 64))
+                .arg(1)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&name)
+                .arg(30_000)
+                .ignore()
+                .cmd("INCR")
+                .arg(format!("redisson_lock_token:{{{name}}}"))
+                .ignore();
+        }
+        let () = admin.query(&pipe).await;
+    }
+    let m3 = admin.used_memory().await;
+    let redisson_per_lock = (m3 - m2) as f64 / held_n as f64;
+    let r_hash = admin.memory_usage(b"redisson-mem-0").await;
+    let r_token = admin
+        .memory_usage(b"redisson_lock_token:{redisson-mem-0}")
+        .await;
+
+    // --- Fence counters left after many distinct lock names (under a prefix of their own).
+    let names = LockClient::builder(server.url())
+        .prefix("names:")
+        .connect()
+        .await
+        .expect("connect");
+    let distinct: Vec<Locker> = (0..names_n)
+        .map(|i| Locker::Ours(names.lock(format!("name-{i}")).expect("name")))
+        .collect();
+    release_many(hold_many(distinct).await).await;
+    let counters = admin.scan("names:{*}fence").await.len();
+    assert!(
+        counters <= 16_384,
+        "W7: {counters} fence counters, more than one per slot"
+    );
+    assert!(
+        admin.scan("*{*}lock:*").await.is_empty(),
+        "W7: a lock was left held"
+    );
+    drop((client, names));
+
+    let _ = writeln!(
+        text,
+        "| Redis memory | fencelock | Redisson layout (built by hand, same server) |\n\
+         | --- | ---: | ---: |\n\
+         | `MEMORY USAGE` of one held lock (`account:42`) | {one_lock} B (hash) | {r_hash} B (hash) + {r_token} B (token key, RFencedLock) |\n\
+         | `used_memory` delta per held lock, {held_n} held | {ours_per_lock:.0} B (hash + the acquire's op record) | {redisson_per_lock:.0} B (hash + token key) |\n\
+         | per lock name ever used (kept forever) | ≤ 16384 fence counters in all, {one_fence} B each | one token key per name, {r_token} B each |\n\
+         | counter keys after {names_n} distinct lock names | {counters} | {names_n} (by construction) |\n\
+         | op record, one per hold (the release that frees the lock overwrites the acquisition's), kept for the op-record TTL (10 s) | {one_op} B each | – |\n"
+    );
+    report.target(
+        "W7",
+        "fence counter keys bounded (≤ 16384)",
+        format!("{counters} after {names_n} names"),
+        counters <= 16_384,
+    );
+    drop(admin);
+    drop(server);
+
+    // --- Client side: heap bytes per held lock and per waiter (counting allocator).
+    let server = common::start_server();
+    let contenders = Contenders::connect(&server.url()).await;
+    let client_n: usize = cfg.pick(2_000, 100);
+    let waiters_n: usize = cfg.pick(500, 20);
+    let _ = writeln!(
+        text,
+        "\n| client heap (counting allocator) | per held lock | per waiting acquire (task included) |\n\
+         | --- | ---: | ---: |"
+    );
+    COUNTING.store(true, Ordering::SeqCst);
+    // An idle task parked on a future that never completes, as a reference for the waiters.
+    let idle = {
+        let before = live_bytes();
+        let mut set = JoinSet::new();
+        for _ in 0..waiters_n {
+            set.spawn(std::future::pending::<()>());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let per = (live_bytes() - before) as f64 / waiters_n as f64;
+        set.shutdown().await;
+        per
+    };
+    for kind in [Kind::Ours, Kind::Rslock, Kind::Distkit] {
+        // Held: the guards live in a vector allocated before the baseline, so the delta is what
+        // the library keeps per lock on the heap (plus the guard's inline size, listed apart).
+        let lockers: Vec<Locker> = (0..client_n)
+            .map(|i| contenders.locker(kind, &format!("client-{}-{i}", kind.slug())))
+            .collect();
+        let mut held = Vec::with_capacity(client_n);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let before = live_bytes();
+        for locker in &lockers {
+            held.push(locker.acquire().await);
+        }
+        let per_held = (live_bytes() - before) as f64 / client_n as f64;
+        for (locker, h) in lockers.iter().zip(held) {
+            locker.release(h).await;
+        }
+
+        // Waiting: one holder, many tasks blocked in acquire.
+        let locker = Arc::new(contenders.locker(kind, &format!("client-wait-{}", kind.slug())));
+        let holder = locker.acquire().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let before = live_bytes();
+        let mut set = JoinSet::new();
+        for _ in 0..waiters_n {
+            let waiter = Arc::new(contenders.locker(kind, &format!("client-wait-{}", kind.slug())));
+            set.spawn(async move { waiter.acquire().await });
+        }
+        tokio::time::sleep(cfg.secs(0.5, 0.2)).await;
+        let per_waiter = (live_bytes() - before) as f64 / waiters_n as f64;
+        set.abort_all();
+        while let Some(joined) = set.join_next().await {
+            assert!(
+                joined.is_err(),
+                "W7 {kind:?}: a waiter acquired a held lock"
+            );
+        }
+        locker.release(holder).await;
+        let _ = writeln!(
+            text,
+            "| {} | {:.0} B heap + {} B guard | {:.0} B |",
+            kind.label(),
+            per_held,
+            match kind {
+                Kind::Ours => std::mem::size_of::<fencelock::LockGuard>(),
+                Kind::Rslock => std::mem::size_of::<rslock::LockGuard>(),
+                _ => std::mem::size_of::<distkit::lock::MutexGuard>(),
+            },
+            per_waiter
+        );
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    let _ = writeln!(
+        text,
+        "\nAn idle tokio task parked on `pending()` costs {idle:.0} B, for reference. The \
+         waiting figure includes each waiter's spawned task, its `Lock`/mutex handle and the \
+         acquire future. Redis figures from `MEMORY USAGE <key> SAMPLES 0` and `INFO memory` \
+         used_memory deltas on a fresh server (Redis 7, jemalloc); the Redisson layout: \
+         `HSET name <uuid>:<threadId> 1` + `PEXPIRE name 30000` + `INCR \
+         redisson_lock_token:{{name}}`.\n\n{PEER_NOTE}\n"
+    );
+    report.section(text);
+}
+
+/// The Redisson client id in the hand-built Redisson layout (a UUID string, as Redisson's).
+const REDISSON_UUID: &str = "4f3a1b2c-9d8e-4f7a-8b6c-5d4e3f2a1b0c";
