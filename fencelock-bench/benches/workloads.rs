@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench workloads                # full run, ~3 minutes on 2 cores
 //! cargo bench --bench workloads -- --smoke     # every workload tiny; asserts invariants only
-//! cargo bench --bench workloads -- w3 w4       # a subset (w1..w11, callgrind)
+//! cargo bench --bench workloads -- w3 w4       # a subset (w1..w12, callgrind)
 //! cargo bench --bench workloads -- --callgrind # instructions per cycle only (needs valgrind)
 //! ```
 //!
@@ -37,6 +37,8 @@ mod w1;
 mod w10;
 #[path = "workloads/w11.rs"]
 mod w11;
+#[path = "workloads/w12.rs"]
+mod w12;
 #[path = "workloads/w2.rs"]
 mod w2;
 #[path = "workloads/w3.rs"]
@@ -65,7 +67,10 @@ use callgrind::{callgrind_section, cycles_main, have_valgrind, CYCLES_FLAG};
 use plot::{plot, Panel};
 use stats::yes_no;
 use w4_child::{child_main, CHILD_FLAG};
-use {w1::w1, w10::w10, w11::w11, w2::w2, w3::w3, w4::w4, w5::w5, w6::w6, w7::w7, w8::w8, w9::w9};
+use {
+    w1::w1, w10::w10, w11::w11, w12::w12, w2::w2, w3::w3, w4::w4, w5::w5, w6::w6, w7::w7, w8::w8,
+    w9::w9,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Configuration.
@@ -232,7 +237,7 @@ fn main() {
             &'a mut Report,
         )
             -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
-        let workloads: [(&str, Workload); 11] = [
+        let workloads: [(&str, Workload); 12] = [
             ("w1", |c, r| Box::pin(w1(c, r))),
             ("w2", |c, r| Box::pin(w2(c, r))),
             ("w3", |c, r| Box::pin(w3(c, r))),
@@ -244,6 +249,7 @@ fn main() {
             ("w9", |c, r| Box::pin(w9(c, r))),
             ("w10", |c, r| Box::pin(w10(c, r))),
             ("w11", |c, r| Box::pin(w11(c, r))),
+            ("w12", |c, r| Box::pin(w12(c, r))),
         ];
         for (name, run) in workloads {
             if cfg.runs(name) {

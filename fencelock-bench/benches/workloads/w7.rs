@@ -1,11 +1,13 @@
 //! W7: memory, server side (Redis keys) and client side (heap per held lock and per waiter).
 
+use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock::LockClient;
+use fencelock::{Failure, IdempotencyOptions, LockClient};
+use fencelock_testing::RedisServer;
 use tokio::task::JoinSet;
 
 use crate::admin::Admin;
@@ -119,6 +121,42 @@ pub async fn w7(cfg: &Cfg, report: &mut Report) {
          | counter keys after {names_n} distinct lock names | {counters} | {names_n} (by construction) |\n\
          | op record, one per hold (the release that frees the lock overwrites the acquisition's), kept for the op-record TTL (10 s) | {one_op} B each | – |\n"
     );
+    // --- Redis: one idempotency key after its run, with a small and a larger result.
+    let small = idempotency_key_memory(&server, &mut admin, 64).await;
+    let large = idempotency_key_memory(&server, &mut admin, 1024).await;
+    let _ = writeln!(
+        text,
+        "| Redis memory of one idempotency key after its run (fingerprint 32 B) | result 64 B | result 1 KiB | kept for |\n\
+         | --- | ---: | ---: | --- |\n\
+         | its record `idem-rec:NAMESPACE:KEY` (`MEMORY USAGE`, encoding) | {} B ({}) | {} B ({}) | the namespace's retention (default 24 h; PTTL read {:.0} s) |\n\
+         | its lock `idem:NAMESPACE:KEY` | 0 B (deleted by the release) | 0 B (deleted by the release) | – |\n\
+         | op records the acquire and the release leave | {} B ({} key{}) | {} B ({} key{}) | the op-record TTL (10 s; PTTL read {:.1} s) |\n\
+         | the slot's fence counter | shared (above) | shared (above) | forever, one per slot |\n\
+         | any other key | {} | {} | – |\n\
+         | per key, for the retention | **{} B** | **{} B** | |\n\
+         | per key, its first 10 s | {} B | {} B | |\n\n\
+         The record stays a listpack while each of its values is at most the server's \
+         `hash-max-listpack-value` (64 B by default); a longer result turns it into a hash \
+         table.\n",
+        small.record,
+        small.encoding,
+        large.record,
+        large.encoding,
+        small.record_ttl.as_secs_f64(),
+        small.ops,
+        small.op_keys,
+        if small.op_keys == 1 { "" } else { "s" },
+        large.ops,
+        large.op_keys,
+        if large.op_keys == 1 { "" } else { "s" },
+        small.op_ttl.as_secs_f64(),
+        small.others,
+        large.others,
+        small.record,
+        large.record,
+        small.record + small.ops,
+        large.record + large.ops,
+    );
     report.target(
         "W7",
         "fence counter keys bounded (≤ 16384)",
@@ -216,3 +254,83 @@ pub async fn w7(cfg: &Cfg, report: &mut Report) {
 
 /// The Redisson client id in the hand-built Redisson layout (a UUID string, as Redisson's).
 const REDISSON_UUID: &str = "4f3a1b2c-9d8e-4f7a-8b6c-5d4e3f2a1b0c";
+
+/// What one idempotency key leaves in Redis once its run finished.
+struct KeyMemory {
+    /// `MEMORY USAGE` of the key's record.
+    record: i64,
+    /// The record's encoding (`OBJECT ENCODING`).
+    encoding: String,
+    record_ttl: Duration,
+    /// `MEMORY USAGE` of the op records the run's acquire and release left, summed.
+    ops: i64,
+    op_keys: usize,
+    /// The longest time to live among them.
+    op_ttl: Duration,
+    /// Keys of the run that are neither the record, an op record nor the fence counter.
+    others: usize,
+}
+
+/// Runs one idempotency key whose request returns `result_len` bytes, under a prefix of its
+/// own, and measures every key the run leaves.
+async fn idempotency_key_memory(
+    server: &RedisServer,
+    admin: &mut Admin,
+    result_len: usize,
+) -> KeyMemory {
+    let prefix = format!("idem-{result_len}:");
+    let client = LockClient::builder(server.url())
+        .prefix(&prefix)
+        .connect()
+        .await
+        .expect("connect");
+    let outcome = client
+        .idempotency("payments", IdempotencyOptions::new(Duration::from_secs(30)))
+        .expect("namespace")
+        .run("key-5f2c", [0x5a; 32], |_run| async move {
+            Ok::<_, Failure<Infallible>>(vec![b'r'; result_len])
+        })
+        .await
+        .expect("run");
+    assert!(
+        outcome.ran(),
+        "W7: the idempotency key's request did not run"
+    );
+    let record = admin
+        .scan(&format!("{prefix}{{*}}idem-rec:payments:key-5f2c"))
+        .await;
+    assert_eq!(
+        record.len(),
+        1,
+        "W7: the idempotency key's record is missing"
+    );
+    let ttl = async |admin: &mut Admin, key: &[u8]| {
+        let ms: i64 = admin.query(redis::cmd("PTTL").arg(key)).await;
+        Duration::from_millis(ms.max(0) as u64)
+    };
+    let mut memory = KeyMemory {
+        record: admin.memory_usage(&record[0]).await,
+        encoding: admin
+            .query(redis::cmd("OBJECT").arg("ENCODING").arg(&record[0]))
+            .await,
+        record_ttl: ttl(admin, &record[0]).await,
+        ops: 0,
+        op_keys: 0,
+        op_ttl: Duration::ZERO,
+        others: 0,
+    };
+    for key in admin.scan(&format!("{prefix}*")).await {
+        let name = String::from_utf8_lossy(&key).into_owned();
+        let after_tag = name.split_once('}').map_or("", |(_, rest)| rest);
+        if after_tag.starts_with("op:") {
+            memory.ops += admin.memory_usage(&key).await;
+            memory.op_keys += 1;
+            memory.op_ttl = memory.op_ttl.max(ttl(admin, &key).await);
+        } else if after_tag.starts_with("idem:") {
+            panic!("W7: the idempotency key's lock was left held");
+        } else if key != record[0] && after_tag != "fence" {
+            memory.others += 1;
+        }
+    }
+    memory
+}
