@@ -390,8 +390,12 @@ pub fn residue(conn: &mut redis::Connection, prefix: &str) -> redis::RedisResult
             || after_tag.starts_with("shared:")
             || after_tag.starts_with("data:")
         {
-        } else if after_tag.starts_with("op:") || after_tag.starts_with("queue:") {
-            // Op records and fair-handoff queues always carry an expiry.
+        } else if after_tag.starts_with("op:")
+            || after_tag.starts_with("queue:")
+            || after_tag.starts_with("client:")
+        {
+            // Op records, fair-handoff queues and clients' name registrations always carry an
+            // expiry.
             let ttl: i64 = redis::cmd("PTTL").arg(&key).query(conn)?;
             // -2: expired between KEYS and PTTL.
             if ttl == -1 {

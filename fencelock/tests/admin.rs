@@ -96,7 +96,6 @@ async fn a_missing_password_is_refused_at_connect_and_not_retried_over_resp2() {
 #[tokio::test]
 async fn every_lock_is_found_among_many_foreign_keys() {
     let fx = Fixture::start();
-    let client = fx.client().await;
     let mut fill = redis::pipe();
     for i in 0..20_000 {
         fill.set(format!("foreign:{i}"), i).ignore();
@@ -107,6 +106,9 @@ async fn every_lock_is_found_among_many_foreign_keys() {
         !admin.prefix_in_use().await.unwrap(),
         "nothing under it yet"
     );
+    // A client that connected registered its name there: the prefix is in use.
+    let client = fx.client().await;
+    assert!(admin.prefix_in_use().await.unwrap());
 
     let mut guards = Vec::new();
     for i in 0..8 {

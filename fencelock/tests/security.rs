@@ -38,9 +38,13 @@ fn locks_url(server: &RedisServer) -> String {
     format!("redis://locks:locks-pw@127.0.0.1:{}/", server.port())
 }
 
-/// Every key on the server, read as the admin.
+/// Every key on the server, read as the admin, but the clients' name registrations (written
+/// once at connect).
 fn all_keys(server: &RedisServer) -> Vec<Vec<u8>> {
-    server.client().get_connection().unwrap().keys("*").unwrap()
+    let keys: Vec<Vec<u8>> = server.client().get_connection().unwrap().keys("*").unwrap();
+    keys.into_iter()
+        .filter(|key| !common::fixture_is_name_registration(key))
+        .collect()
 }
 
 fn is_uuid_v4_simple(id: &str) -> bool {

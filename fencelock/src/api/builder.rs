@@ -1,10 +1,11 @@
 //! How a [`LockClient`](crate::LockClient) is made: its options, and the connect functions
 //! that use them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::LockClient;
-use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target};
+use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target, MAX_CLIENT_NAME_LEN};
 use crate::base::durations::{validate_lease, whole_millis_in};
 use crate::base::error::Error;
 use crate::base::replica_ack::{OnShortfall, ReplicaAck};
@@ -224,6 +225,28 @@ impl LockClientBuilder {
         self
     }
 
+    /// The name operators see for this client's holds (`fencelock list`, `show`, the admin
+    /// API): the service and instance, say `checkout-7f9c`. Default: the host name and the
+    /// process id (`web-3:41872`). Registered once at connect under
+    /// `prefix{tag}client:<client id>` and kept there while the client lives (refreshed
+    /// twice a day, expiring a day after its client is gone); no acquisition sends it.
+    /// 1 to 256 bytes of UTF-8 without control characters, or `connect` fails with
+    /// [`Error::InvalidConfig`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
+    ///     .client_name("checkout-7f9c")
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(client.name(), "checkout-7f9c");
+    /// # Ok(()) }
+    /// ```
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.config.client_name = name.into();
+        self
+    }
+
     /// What acquisitions with [`replica_ack`](Self::replica_ack) do when too few replicas
     /// confirm in time (default [`OnShortfall::Fail`]). Without `replica_ack` it has no effect.
     pub fn on_replica_shortfall(mut self, policy: OnShortfall) -> Self {
@@ -313,6 +336,16 @@ impl LockClientBuilder {
                     reason: "the TLS root CA holds no PEM certificate".into(),
                 });
             }
+        }
+        let name = &c.client_name;
+        if name.is_empty() || name.len() > MAX_CLIENT_NAME_LEN || name.chars().any(char::is_control)
+        {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "a client name has 1 to {MAX_CLIENT_NAME_LEN} bytes and no control \
+                     characters; {name:?} does not"
+                ),
+            });
         }
         if !(1..=1000).contains(&c.renew_batch) {
             return Err(Error::InvalidConfig {
@@ -503,6 +536,13 @@ impl LockClient {
                 "could not read maxmemory-policy"
             ),
         }
+        // The name is advice for operators, never needed by a lock: a server that cannot take it
+        // now (busy with a script, say) gets it from the background task shortly.
+        let registered = client.engine.try_register_name().await;
+        tokio::spawn(crate::engine::keep_name_registered(
+            Arc::downgrade(&client.engine),
+            registered,
+        ));
         Ok(client)
     }
 }

@@ -87,6 +87,13 @@ impl LockClient {
         &self.engine.id
     }
 
+    /// The name operators see for this client's holds
+    /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name); default the
+    /// host name and process id).
+    pub fn name(&self) -> &str {
+        &self.engine.config.client_name
+    }
+
     /// The reservation grace of fair handoff
     /// ([`LockClientBuilder::fair_handoff`](crate::LockClientBuilder::fair_handoff)), or `None` when the client is in the default mode.
     pub fn fair_handoff(&self) -> Option<Duration> {

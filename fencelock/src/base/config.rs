@@ -70,6 +70,9 @@ pub(crate) struct ClientConfig {
     pub(crate) fair_grace: Option<Duration>,
     /// How the semaphores and read-write locks this client creates keep their deadlines.
     pub(crate) hold_expiry: HoldExpiry,
+    /// What operators see for this client's holds (registered at connect, section 11 of
+    /// DESIGN.md); the host name and process id unless set.
+    pub(crate) client_name: String,
 }
 
 impl Default for ClientConfig {
@@ -82,6 +85,7 @@ impl Default for ClientConfig {
             retry_window: Duration::from_secs(3),
             op_record_ttl: Duration::from_secs(10),
             renew_batch: 100,
+            client_name: default_client_name(),
             #[cfg(feature = "tls")]
             tls_root_ca: None,
             replica_ack: None,
@@ -119,4 +123,21 @@ pub(crate) enum Target {
         sentinels: Vec<String>,
         master: String,
     },
+}
+
+/// The longest client name accepted, in bytes.
+pub(crate) const MAX_CLIENT_NAME_LEN: usize = 256;
+
+/// `<host name>:<process id>`. The host name is read by hand (the kernel's file on Linux, the
+/// usual environment variables elsewhere): the standard library has no call for it, and a
+/// crate for one line of fallback is not worth a dependency.
+pub(crate) fn default_client_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|host| host.trim().to_owned())
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{host}:{}", std::process::id())
 }

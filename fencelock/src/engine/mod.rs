@@ -26,7 +26,7 @@ use crate::base::error::{Error, Failure};
 use crate::base::retry::Resends;
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
-use crate::protocol::keys::LockKeys;
+use crate::protocol::keys::{client_key, LockKeys};
 use crate::protocol::server::{self, ServerInfo};
 use crate::protocol::{self, FairAttempt, PermissionsReply};
 use crate::transport::ack_pool::{AckConnections, AckRoute};
@@ -58,6 +58,28 @@ pub(crate) struct Engine {
     /// A deliberately broken protocol variant (test builds only; `None` is the real protocol).
     #[cfg(fencelock_negative_controls)]
     pub(crate) control: Option<Control>,
+}
+
+/// How long a client's registered name is kept after its last refresh: a client gone for a day
+/// leaves nothing behind.
+pub(crate) const NAME_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// How often a live client registers its name again, well inside [`NAME_KEPT`].
+const NAME_REFRESH: Duration = Duration::from_secs(12 * 3600);
+/// How soon a registration that failed is tried again.
+const NAME_RETRY: Duration = Duration::from_secs(10);
+
+/// Registers the client's name again while its engine lives: every [`NAME_REFRESH`] once
+/// registered, every [`NAME_RETRY`] until then (`registered`: the connect's own registration
+/// succeeded). The name is advice for operators, never needed by a lock, so a failure is only
+/// a DEBUG event.
+pub(crate) async fn keep_name_registered(engine: Weak<Engine>, mut registered: bool) {
+    loop {
+        tokio::time::sleep(if registered { NAME_REFRESH } else { NAME_RETRY }).await;
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        registered = engine.try_register_name().await;
+    }
 }
 
 /// The name whose keys `permissions.lua` checks (a lock's at connect, a semaphore's before the
@@ -167,6 +189,43 @@ impl Engine {
         });
         tokio::spawn(watchdog::run(Arc::downgrade(&engine)));
         Ok(engine)
+    }
+
+    /// [`register_name`](Self::register_name), with a failure only logged (the name is advice
+    /// for operators, never needed by a lock): whether it was registered.
+    pub(crate) async fn try_register_name(&self) -> bool {
+        match self.register_name().await {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::debug!(
+                    name: "fencelock.name_registration_failed",
+                    error = %err,
+                    "could not register the client's name; retrying in the background"
+                );
+                false
+            }
+        }
+    }
+
+    /// Registers this client's name for operators (`prefix{tag}client:<id>`, kept for
+    /// [`NAME_KEPT`]); one `SET` at connect and one per [`NAME_REFRESH`] after.
+    pub(crate) async fn register_name(&self) -> Result<(), Error> {
+        let key = client_key(&self.config.prefix, &self.id);
+        let name = self.config.client_name.as_str();
+        self.retrying(|mut conn| {
+            let key = &key;
+            async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(name)
+                    .arg("PX")
+                    .arg(u64::try_from(NAME_KEPT.as_millis()).unwrap_or(u64::MAX))
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .map_err(Error::from_reply)
+            }
+        })
+        .await
     }
 
     /// A fresh id for a holder or an operation: unique across clients (random client id) and

@@ -237,6 +237,12 @@ fn slot_base(prefix: &[u8], name: &[u8]) -> Vec<u8> {
     [prefix, b"{", tag.as_bytes(), b"}"].concat()
 }
 
+/// Where a client's name is registered: `prefix{tag}client:<client id>`, tagged by the id.
+pub(crate) fn client_key(prefix: &[u8], client_id: &str) -> Vec<u8> {
+    let id = client_id.as_bytes();
+    [&slot_base(prefix, id)[..], b"client:", id].concat()
+}
+
 /// The cluster slot every key of `name` lands in (the tag of that slot is in its keys).
 fn name_slot(name: &[u8]) -> u16 {
     // SLOTS is 2^14, so the slot always fits.

@@ -47,9 +47,22 @@ impl Fixture {
             .expect("raw connection")
     }
 
-    /// Every key whose name matches `pattern` (tests only: KEYS on a throwaway server).
+    /// Every key whose name matches `pattern` (tests only: KEYS on a throwaway server), but
+    /// the clients' name registrations (`prefix{tag}client:<id>`, written once at connect):
+    /// what the locks, resources and records of a test wrote.
     pub fn keys(&self, pattern: &str) -> Vec<Vec<u8>> {
-        self.raw().keys(pattern).expect("KEYS")
+        let keys: Vec<Vec<u8>> = self.raw().keys(pattern).expect("KEYS");
+        keys.into_iter()
+            .filter(|key| !is_name_registration(key))
+            .collect()
+    }
+
+    /// The clients' name registrations (`prefix{tag}client:<id>`).
+    pub fn name_registrations(&self) -> Vec<Vec<u8>> {
+        let keys: Vec<Vec<u8>> = self.raw().keys("*").expect("KEYS");
+        keys.into_iter()
+            .filter(|key| is_name_registration(key))
+            .collect()
     }
 
     /// The one lock hash of `name` under the default prefix, if it exists.
@@ -112,4 +125,9 @@ impl Fixture {
             .unwrap();
         guard.release().await.unwrap();
     }
+}
+
+/// Whether `key` is a client's name registration (`prefix{tag}client:<client id>`).
+pub fn is_name_registration(key: &[u8]) -> bool {
+    key.windows(b"}client:".len()).any(|w| w == b"}client:")
 }

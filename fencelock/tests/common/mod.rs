@@ -11,6 +11,8 @@ pub mod ticks;
 
 use fencelock::LockClient;
 use fencelock_testing::RedisServer;
+#[allow(unused_imports)]
+pub use fixture::is_name_registration as fixture_is_name_registration;
 #[allow(unused_imports)] // not every binary that includes this module uses it
 pub use fixture::Fixture;
 use redis::Commands;
