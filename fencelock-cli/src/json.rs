@@ -3,8 +3,8 @@
 use std::time::SystemTime;
 
 use fencelock::admin::{
-    Check, ElectionInfo, HoldEntry, HolderEntry, JobInfo, KeyInfo, LockEvent, LockInfo, RwLockInfo,
-    SemaphoreInfo,
+    Check, ElectionInfo, HoldEntry, HolderEntry, JobInfo, KeyInfo, LockEvent, LockInfo,
+    PossibleDeadlock, RwLockInfo, SemaphoreInfo, WaitInfo,
 };
 use fencelock::{FencingToken, HoldExpiry};
 use serde_json::{json, Value};
@@ -17,6 +17,7 @@ pub(crate) fn lock_json(lock: &LockInfo) -> Value {
         "token": lock.token.map(FencingToken::get),
         "pttl_ms": lock.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         "held_ms": lock.held_for.map(millis),
+        "label": lock.label,
     });
     if let Some(client) = &lock.reserved_for {
         value["reserved_for"] = Value::String(client.clone());
@@ -43,6 +44,7 @@ pub(crate) fn election_json(election: &ElectionInfo) -> Value {
         "name": String::from_utf8_lossy(&election.name),
         "key": String::from_utf8_lossy(&election.key),
         "leader": leader,
+        "leader_client_name": election.leader_client_name,
         "pttl_ms": election.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         "queued_candidates": election.queued_candidates,
         "subscribers": election.subscribers,
@@ -72,6 +74,7 @@ pub(crate) fn job_json(job: &JobInfo) -> Value {
         "started_ms": epoch_ms(job.last.started()),
         "finished_ms": job.last.finished().map(epoch_ms),
         "failed_ms": job.last.failed().map(epoch_ms),
+        "runner_client_name": job.runner_client_name,
         "runner_holds": job.runner_holds,
         "retained_ms": job.retained_for.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
     });
@@ -84,6 +87,7 @@ pub(crate) fn job_json(job: &JobInfo) -> Value {
 pub(crate) fn hold_json(hold: &HoldEntry) -> Value {
     json!({
         "holder": hold.holder,
+        "client_name": hold.client_name,
         "permits": hold.permits,
         "token": hold.token.map(FencingToken::get),
         "lease_ms": hold.lease_left.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
@@ -124,7 +128,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 pub(crate) fn holder_json(holder: &HolderEntry) -> Value {
-    json!({"id": holder.id, "count": holder.count})
+    json!({"id": holder.id, "count": holder.count, "client_name": holder.client_name})
 }
 
 pub(crate) fn check_json(check: &Check) -> Value {
@@ -179,6 +183,7 @@ pub(crate) fn key_json(key: &KeyInfo) -> Value {
         "final_failure": record.is_final_failure(),
         "result": record.result().map(String::from_utf8_lossy),
         "fingerprint": String::from_utf8_lossy(record.fingerprint()),
+        "runner_client_name": key.runner_client_name,
         "runner_holds": key.runner_holds,
         "retained_ms": key.retained_for.map(millis),
     });
@@ -189,4 +194,20 @@ pub(crate) fn key_json(key: &KeyInfo) -> Value {
         value["key_hex"] = Value::String(hex(&key.key));
     }
     value
+}
+
+pub(crate) fn wait_json(wait: &WaitInfo) -> Value {
+    json!({
+        "waiter": wait.waiter,
+        "client_name": wait.client_name,
+        "waits_for": wait.display_waits_for(),
+        "key": String::from_utf8_lossy(&wait.waits_for),
+        "label": wait.label,
+        "waited_ms": millis(wait.waited_for),
+        "holds": wait.holds.iter().map(|k| String::from_utf8_lossy(k)).collect::<Vec<_>>(),
+    })
+}
+
+pub(crate) fn deadlock_json(deadlock: &PossibleDeadlock) -> Value {
+    json!({"waits": deadlock.waits.iter().map(wait_json).collect::<Vec<_>>()})
 }

@@ -40,6 +40,7 @@ use serde_json::{json, Value};
 
 mod json;
 mod keys;
+mod waits;
 
 use json::{
     check_json, election_json, event_json, holder_json, job_json, lock_json, now_rfc3339,
@@ -174,6 +175,14 @@ enum Command {
         #[arg(long)]
         holder: Option<String>,
     },
+    /// Who waits for what right now: each acquisition waiting at the head of its client's
+    /// queue (the key, its label, how long, what its task holds), then the wait-for cycles
+    /// among them (possible deadlocks)
+    Waits {
+        /// Report a cycle only when every wait in it has lasted this long (500ms, 30s, 5m)
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+        deadlock_after: Duration,
+    },
     /// Every idempotency key with a record under the prefix (SCAN, never KEYS), of NAMESPACE
     /// only if given: its state (running, done, failed, abandoned), runner, token, age and
     /// stored result's size
@@ -214,6 +223,9 @@ enum Command {
         /// 1h): a stuck holder, for a cron job or a probe to alert on
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         max_hold: Option<Duration>,
+        /// FAIL on a wait-for cycle (a possible deadlock) whose waits all lasted this long
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+        deadlock_after: Duration,
     },
 }
 
@@ -274,6 +286,7 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
         Command::Release {
             name, yes, token, ..
         } => release(cli, admin, &bytes(name), *yes, *token).await,
+        Command::Waits { deadlock_after } => waits::waits(cli, admin, *deadlock_after).await,
         Command::Keys { namespace } => {
             keys::keys(cli, admin, namespace.as_ref().map(bytes).as_deref()).await
         }
@@ -289,7 +302,8 @@ async fn run(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
             pings,
             strict,
             max_hold,
-        } => doctor(cli, admin, *pings, *strict, *max_hold).await,
+            deadlock_after,
+        } => doctor(cli, admin, *pings, *strict, *max_hold, *deadlock_after).await,
     }
 }
 
@@ -624,11 +638,13 @@ async fn doctor(
     pings: usize,
     strict: bool,
     max_hold: Option<Duration>,
+    deadlock_after: Duration,
 ) -> Result<u8, Error> {
     let mut checks = admin.doctor(pings).await?;
     if let Some(max) = max_hold {
         checks.push(admin.check_hold_ages(max).await?);
     }
+    checks.push(admin.check_deadlocks(deadlock_after).await?);
     let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     if cli.json {
         let all: Vec<Value> = checks.iter().map(check_json).collect();

@@ -381,7 +381,7 @@ pub fn residue(conn: &mut redis::Connection, prefix: &str) -> redis::RedisResult
             }
             let entries = fields
                 .into_iter()
-                .filter(|(f, _)| f != "~token")
+                .filter(|(f, _)| !f.starts_with('~'))
                 .map(|(f, v)| (f, v.parse().unwrap_or(0)))
                 .collect();
             residue.locks.push((text, entries));

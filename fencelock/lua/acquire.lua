@@ -1,12 +1,15 @@
 -- acquire.lua: take a free lock for a new holder and issue its fencing token.
 --
--- KEYS[1]  lock hash        fields: <holder id> -> re-entry count, "~token" -> fencing token
+-- KEYS[1]  lock hash        fields: <holder id> -> re-entry count, "~token" -> fencing token,
+--                           "~label" -> the acquisition's label (only when it was given one)
 -- KEYS[2]  fence counter    string: highest token issued in this slot (shared by every lock in it)
 -- KEYS[3]  op record        string, keyed by the holder id: "a" once this acquisition ran, "c"
 --                           when it was cancelled (see cancel.lua); kept ARGV[3] ms
 -- ARGV[1]  holder id        unique per acquisition, never reused
 -- ARGV[2]  lease in ms      positive integer
 -- ARGV[3]  op record lifetime in ms
+-- ARGV[4]  label            optional: an operator's tag for the hold (a request or trace id),
+--                           kept in the hash while the hold lasts; absent: no "~label" field
 --
 -- Returns  {1, token, 1}    acquired: the hash now maps holder -> 1 and expires after the lease
 --          {1, token, n}    replay: this holder already holds the lock (the same request ran
@@ -43,7 +46,11 @@ if not token then
   return token_text -- the error reply
 end
 redis.call('SET', KEYS[2], token_text)
-redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text)
+if ARGV[4] then
+  redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text, '~label', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text)
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])
 return {1, token, 1}

@@ -7,6 +7,7 @@
 -- ARGV[1]     lease in ms (every member)
 -- ARGV[2]     op record lifetime in ms
 -- ARGV[2+i]   holder id of member i      (one per member, never reused)
+-- ARGV[3+N]   label                      optional, as acquire.lua ARGV[4], for every member
 --
 -- Members come in the client's global order (sorted by lock key); the reply names the first
 -- busy one in that order.
@@ -24,6 +25,7 @@
 -- extend.lua, renew.lua, reenter.lua and cancel.lua (kind "acquire") work on members one by
 -- one. Every read comes before the first write: an error or a busy member leaves nothing.
 local n = #KEYS / 3
+local label = ARGV[3 + n]
 local tokens = {}
 local held = 0
 local seen = false
@@ -101,7 +103,11 @@ for i = 1, n do
     redis.call('SET', fence, string.format('%.0f', last[fence]))
     written[fence] = true
   end
-  redis.call('HSET', lock, holder, 1, '~token', token_text)
+  if label then
+    redis.call('HSET', lock, holder, 1, '~token', token_text, '~label', label)
+  else
+    redis.call('HSET', lock, holder, 1, '~token', token_text)
+  end
   redis.call('PEXPIRE', lock, ARGV[1])
   redis.call('SET', op, 'a', 'PX', ARGV[2])
   reply[i + 1] = tokens[i]

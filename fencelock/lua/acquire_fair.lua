@@ -3,7 +3,8 @@
 -- frees the lock (release_fair.lua) reserves it for the first queued client, and only that
 -- client's attempt may claim the reservation. The default mode never runs this script.
 --
--- KEYS[1]  lock hash        fields: <holder id> -> re-entry count, "~token" -> fencing token;
+-- KEYS[1]  lock hash        fields: <holder id> -> re-entry count, "~token" -> fencing token,
+--                           "~label" -> the acquisition's label (only when it was given one);
 --                           or, while reserved, only "~reserved" -> the client id it is kept for
 -- KEYS[2]  fence counter    string: highest token issued in this slot (shared by every lock in it)
 -- KEYS[3]  op record        string, keyed by the holder id: "a" once this acquisition ran, "c"
@@ -17,6 +18,7 @@
 -- ARGV[5]  "1": a waiter; on failure queue the client (ZADD NX); "0": try_acquire, no queueing
 -- ARGV[6]  queue slack in ms: the queue expires this long after the lock's current lease ends
 --          (every failed attempt sets it again), so entries of vanished clients cannot leak
+-- ARGV[7]  label            optional, as acquire.lua ARGV[4]
 --
 -- Returns  {1, token, 1}    acquired: the lock was free, or reserved for this client (claimed);
 --                           the hash now maps holder -> 1 with a new token, and the client's
@@ -100,7 +102,11 @@ redis.call('SET', KEYS[2], token_text)
 if claim then
   redis.call('DEL', KEYS[1])
 end
-redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text)
+if ARGV[7] then
+  redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text, '~label', ARGV[7])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text)
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])
 return {1, token, 1}

@@ -23,7 +23,8 @@
 //!
 //! | name | kind, level | when | fields |
 //! | --- | --- | --- | --- |
-//! | `fencelock.acquire` | span, DEBUG | around each `acquire`, `acquire_timeout`, `try_acquire` call | `lock` (name, lossy UTF-8), `method` (`acquire` / `acquire_timeout` / `try_acquire`) |
+//! | `fencelock.acquire` | span, DEBUG | around each `acquire`, `acquire_timeout`, `try_acquire` call | `lock` (name, lossy UTF-8), `method` (`acquire` / `acquire_timeout` / `try_acquire`), `label` (the acquisition's [label](crate::Lock::with_label), when it has one) |
+//! | `fencelock.multi_acquire` | span, DEBUG | around each [`MultiLock`](crate::MultiLock) acquire call | `locks` (how many), `method`, `label` (when the set has one) |
 //! | `fencelock.acquire` | event, DEBUG (WARN for `error`) | when that call returns, inside the span | `outcome` (`acquired` / `busy` / `timeout` / `error`), `waited_us` (time in the call, µs), `contended` (the call found the lock held and queued for it), `token` and `holder` (when acquired), `error` (when `error`) |
 //! | `fencelock.wait` | event, DEBUG | inside the `fencelock.acquire` span (or a semaphore's or read-write lock's acquire), when a call that found its lock held has its place in this client's FIFO queue for it: from here on it is woken by releases | `holder` (the holder id it will have if it wins), `ahead` (waiters of this client ahead of it: in fair handoff, the turns of its client before its own) |
 //! | `fencelock.release` | event, DEBUG (WARN unless released) | when a guard's release ends: `release()`, or the background release of a dropped guard | `lock`, `holder`, `token`, `method` (`release` / `drop` / `set`: released with its multi-lock set), `outcome` (`released`: the lock is free / `exited`: an inner re-entry left, the holder still holds it / `not_held`: it was no longer this holder's / `error`: Redis could not be reached, the lease will free it), `held_us` (since the holder acquired the lock, µs), `remaining` (entries left, when released or exited), `error` |
@@ -35,6 +36,7 @@
 //! | `fencelock.idempotent` | event, DEBUG (WARN for `error`) | when an [`Idempotency::run`](crate::Idempotency::run) call ended: ran here, or answered without running | `namespace` and `key` (lossy UTF-8), `outcome` (`ran` / `ran_final` / `ran_failed` / `completed` / `in_progress` / `abandoned` / `key_reused` / `error`), `runner` and `runner_token` (when answered: the record's runner, if any), `token`, `took_over` and `run_ms` (when ran), `error` |
 //! | `fencelock.semaphore` | event, DEBUG (WARN for `error`) | when a [`Semaphore`](crate::Semaphore) acquire call ended | `semaphore` (name, lossy UTF-8), `method`, `permits` (asked for), `outcome` (`acquired` / `busy` / `timeout` / `error`), `token`, `holder` and `limit` (when acquired), `error`; a permit's release is a `fencelock.release` event with the semaphore's name as `lock` |
 //! | `fencelock.rwlock` | event, DEBUG (WARN for `error`) | when an [`RwLock`](crate::RwLock) acquire call ended | `lock` (name, lossy UTF-8), `mode` (`read` / `write`), `method`, `outcome` (`acquired` / `busy` / `timeout` / `error`), `error`; releases are `fencelock.release` events |
+//! | `fencelock.long_hold` | event, WARN | once per hold, at the first watchdog round (every third of the default lease) that finds it held for the client's [`max_hold`](crate::LockClientBuilder::max_hold) or longer; holds with a lease of their own included | `lock` (name, lossy UTF-8), `holder`, `token`, `label` (empty without one), `held_ms` (since the acquire's reply, by this process' clock), `max_hold_ms` |
 //! | `fencelock.eviction_risk` | event, WARN | once per `connect`, when the server's `maxmemory-policy` can evict lock data | `message` (the policy, what it can evict, the fix) |
 //! | `fencelock.untested_server` | event, WARN | once per `connect`, when the server is older than every tested release of its flavour (or of a flavour nobody tested) | `server` (flavour and version), `tested` (the tested releases) |
 //! | `fencelock.eviction_check_failed` | event, DEBUG | once per `connect`, when `CONFIG GET maxmemory-policy` is refused (ACL, renamed command) | `error` |
@@ -65,9 +67,11 @@
 //! | `fencelock_idempotent_runs_total` | counter | `outcome` = `ran` / `ran_final` / `ran_failed` / `completed` / `in_progress` / `abandoned` / `key_reused` / `error` | [`Idempotency::run`](crate::Idempotency::run) calls, by outcome (as the `fencelock.idempotent` event) |
 //! | `fencelock_semaphore_acquisitions_total` | counter | `outcome` = `acquired` / `busy` / `timeout` / `error` | [`Semaphore`](crate::Semaphore) acquire calls, by outcome; their releases count in `fencelock_releases_total` |
 //! | `fencelock_rwlock_acquisitions_total` | counter | `mode` = `read` / `write`; `outcome` = `acquired` / `busy` / `timeout` / `error` | [`RwLock`](crate::RwLock) acquire calls, by side and outcome; releases count in `fencelock_releases_total` |
+//! | `fencelock_holds` | gauge | | holds of this client alive: acquired, and not yet released, dropped or given up (a re-entry is no new hold; locks, multi-lock members, semaphore permits and read-write lock holds) |
+//! | `fencelock_long_holds_total` | counter | | holds found held past the client's [`max_hold`](crate::LockClientBuilder::max_hold), each counted once (the label is in the `fencelock.long_hold` event, not a metric label: request ids are unbounded) |
 //! | `fencelock_releases_total` | counter | `outcome` = `released` / `exited` / `not_held` / `error` | releases, explicit and of dropped guards, by outcome (as the `fencelock.release` event) |
 //!
-//! Three gauges are read from the client rather than recorded, for an exporter to poll:
+//! Three more gauges are read from the client rather than recorded, for an exporter to poll:
 //! [`LockClient::watched_locks`](crate::LockClient::watched_locks) (holds the watchdog keeps
 //! alive), [`LockClient::renewal_calls`](crate::LockClient::renewal_calls) (the watchdog's load
 //! on Redis) and [`LockClient::replica_ack_connections`](crate::LockClient::replica_ack_connections)

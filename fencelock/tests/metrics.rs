@@ -16,12 +16,13 @@ use fencelock::LockClient;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redis::Commands;
 
-/// Counter totals and histogram sample counts by `name{label=value,...}`, accumulated over
+/// Counter and gauge totals and histogram sample counts by `name{label=value,...}`, accumulated over
 /// snapshots (a snapshot drains the recorder).
 #[derive(Default)]
 struct Totals {
     counters: HashMap<String, u64>,
     samples: HashMap<String, Vec<f64>>,
+    gauges: HashMap<String, f64>,
 }
 
 impl Totals {
@@ -44,13 +45,20 @@ impl Totals {
                     .entry(name)
                     .or_default()
                     .extend(values.into_iter().map(|v| v.into_inner())),
-                DebugValue::Gauge(_) => panic!("fencelock records no gauges: {name}"),
+                // Drained like a counter: the change since the last snapshot.
+                DebugValue::Gauge(change) => {
+                    *self.gauges.entry(name).or_default() += change.into_inner();
+                }
             }
         }
     }
 
     fn counter(&self, name: &str) -> u64 {
         self.counters.get(name).copied().unwrap_or(0)
+    }
+
+    fn gauge(&self, name: &str) -> f64 {
+        self.gauges.get(name).copied().unwrap_or(0.0)
     }
 
     fn samples(&self, name: &str) -> &[f64] {
@@ -164,6 +172,82 @@ async fn a_scripted_scenario_is_counted_exactly() {
     );
     assert_eq!(totals.counter("fencelock_renewal_calls_total"), calls);
     assert_eq!(totals.counter("fencelock_renewals_total"), calls - 1);
+}
+
+/// The holds gauge follows the holds alive (a re-entry is no new hold), and every hold held
+/// past `max_hold` is counted once, whether the watchdog renews it or it has a lease of its
+/// own; a short hold is not.
+#[tokio::test]
+async fn holds_in_progress_and_long_holds_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recorder = metrics::set_default_local_recorder(&recorder);
+    let mut totals = Totals::default();
+    let fx = Fixture::start();
+    // The watchdog looks every second (a third of the default lease).
+    let client = LockClient::builder(fx.server.url())
+        .default_lease(Duration::from_secs(3))
+        .max_hold(Duration::from_millis(1500))
+        .connect()
+        .await
+        .unwrap();
+    let renewed = client.lock("renewed").unwrap().acquire().await.unwrap();
+    let own_lease = client
+        .lock("own-lease")
+        .unwrap()
+        .with_lease(Duration::from_secs(20))
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let inner = renewed.reenter().await.unwrap();
+    let permit = client
+        .semaphore("pool", 2)
+        .unwrap()
+        .acquire(1)
+        .await
+        .unwrap();
+    totals.update(&snapshotter);
+    assert_eq!(
+        totals.gauge("fencelock_holds"),
+        3.0,
+        "a re-entry is no new hold"
+    );
+    assert_eq!(client.watched_locks(), 2, "only renewed holds are watched");
+    client
+        .lock("short")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            totals.update(&snapshotter);
+            totals.counter("fencelock_long_holds_total") == 3
+        })
+        .await,
+        "three holds past max_hold: {}",
+        totals.counter("fencelock_long_holds_total")
+    );
+    // More watchdog rounds report nothing again.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    totals.update(&snapshotter);
+    assert_eq!(
+        totals.counter("fencelock_long_holds_total"),
+        3,
+        "once per hold"
+    );
+
+    inner.release().await.unwrap();
+    renewed.release().await.unwrap();
+    own_lease.release().await.unwrap();
+    permit.release().await.unwrap();
+    totals.update(&snapshotter);
+    assert_eq!(totals.gauge("fencelock_holds"), 0.0);
 }
 
 #[tokio::test]

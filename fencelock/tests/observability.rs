@@ -160,6 +160,44 @@ async fn acquire_and_release_report_the_documented_fields_inside_the_callers_spa
     assert_eq!(released.spans[0].0, "http_request");
 }
 
+/// A label rides the acquire span, and a hold kept past the client's `max_hold` is reported
+/// once, with its label and how long it has been held.
+#[tokio::test]
+async fn a_labelled_hold_past_max_hold_is_reported_once_with_its_label() {
+    let capture = Capture::default();
+    let _subscriber = capture.install();
+    let fx = Fixture::start();
+    let client = LockClient::builder(fx.server.url())
+        .default_lease(Duration::from_secs(3))
+        .max_hold(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let guard = client
+        .lock("orders:9")
+        .unwrap()
+        .with_label("req-51")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let acquired = capture.named("fencelock.acquire");
+    assert_eq!(acquired[0].spans[0].1["label"], "req-51", "{acquired:?}");
+    // Three watchdog rounds (one per second) past the bound.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let long = capture.named("fencelock.long_hold");
+    assert_eq!(long.len(), 1, "once per hold: {long:?}");
+    let long = &long[0];
+    assert_eq!(long.level, tracing::Level::WARN);
+    assert_eq!(long.field("lock"), "orders:9");
+    assert_eq!(long.field("label"), "req-51");
+    assert_eq!(long.field("holder"), guard.holder_id());
+    assert_eq!(long.field("max_hold_ms"), "1000");
+    let held: u64 = long.field("held_ms").parse().unwrap();
+    assert!((1000..3000).contains(&held), "held {held} ms");
+    guard.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn busy_contended_and_timed_out_acquisitions_say_so() {
     let capture = Capture::default();

@@ -209,11 +209,28 @@ async fn the_least_privilege_acl_user_runs_the_whole_flow() {
         .is_stale_token());
     next.release().await.unwrap();
 
-    // A multi-lock (its script checks operation records with EXISTS), both paths.
+    // A multi-lock (its script checks operation records with EXISTS), both paths, labelled.
     let set = a.multi_lock(["acct:1", "acct:2"]).unwrap();
     set.acquire().await.unwrap().release().await.unwrap();
-    let ordered = set.force_ordered_acquisition();
+    let ordered = set
+        .force_ordered_acquisition()
+        .with_label("batch-1")
+        .unwrap();
     ordered.acquire().await.unwrap().release().await.unwrap();
+
+    // Each client registered its name with the same grant (SET under the prefix), and a
+    // labelled acquisition needs nothing more.
+    let labelled = lock.with_label("req-9").unwrap().acquire().await.unwrap();
+    labelled.release().await.unwrap();
+    let mut admin = server.client().get_connection().unwrap();
+    for client in [&a, &b] {
+        let registered: Vec<Vec<u8>> = admin
+            .keys(format!("fencelock:{{*}}client:{}", client.id()))
+            .unwrap();
+        assert_eq!(registered.len(), 1, "{}", client.id());
+        let name: String = admin.get(&registered[0]).unwrap();
+        assert_eq!(name, client.name());
+    }
 
     // Dropped guards release in the background through the same user.
     drop(lock.acquire().await.unwrap());

@@ -183,6 +183,9 @@ enum Slot {
     LeaseMs,
     OpTtlMs,
     PubSubMode,
+    /// An optional trailing argument (an acquisition's label) that an unlabelled call, like
+    /// fencelock's default, leaves out.
+    Omitted,
 }
 
 /// The KEYS and ARGV of a script, in order, from its header.
@@ -208,6 +211,7 @@ fn contract(script: &str, name: &str) -> (Vec<Slot>, Vec<Slot>) {
             ("holder id", Slot::Holder),
             ("lease in ms", Slot::LeaseMs),
             ("pub/sub mode", Slot::PubSubMode),
+            ("label", Slot::Omitted),
         ]
         .into_iter()
         .find(|(prefix, _)| role.starts_with(prefix))
@@ -333,6 +337,7 @@ impl Raw {
                 // One server: classic PUBLISH, as fencelock sends it there.
                 Slot::PubSubMode => call.arg("classic"),
                 Slot::OpId => call.arg(op),
+                Slot::Omitted => continue,
                 other => panic!("{other:?} is not an argument"),
             };
         }

@@ -43,6 +43,21 @@ pub async fn w7(cfg: &Cfg, report: &mut Report) {
     guard.release().await.expect("release");
     let op_key = admin.scan("fencelock:{*}op:*").await;
     let one_op = admin.memory_usage(&op_key[0]).await;
+    // The same lock held with a label (a request id shaped like a UUID, 36 bytes), and the
+    // client's name registration (default name: host name and process id).
+    let labelled = client
+        .lock("account:42")
+        .expect("name")
+        .with_label("5f0c8a42-1b7e-4c55-9d3a-0e6f7c2b9a11")
+        .expect("label")
+        .acquire()
+        .await
+        .expect("acquire");
+    let one_labelled = admin.memory_usage(&lock_key[0]).await;
+    labelled.release().await.expect("release");
+    let name_key = admin.scan("fencelock:{*}client:*").await;
+    assert_eq!(name_key.len(), 1, "one registration per client");
+    let one_name = admin.memory_usage(&name_key[0]).await;
 
     // --- Redis: used_memory over many held locks, counters already created and earlier op
     // records removed, so the delta is the lock hashes plus each acquire's own op record.
@@ -116,6 +131,8 @@ pub async fn w7(cfg: &Cfg, report: &mut Report) {
         "| Redis memory | fencelock | Redisson layout (built by hand, same server) |\n\
          | --- | ---: | ---: |\n\
          | `MEMORY USAGE` of one held lock (`account:42`) | {one_lock} B (hash) | {r_hash} B (hash) + {r_token} B (token key, RFencedLock) |\n\
+         | the same lock held with a 36-byte label (`with_label`) | {one_labelled} B (hash) | – |\n\
+         | a client's name registration (one per client, its default name `host:pid`) | {one_name} B | – |\n\
          | `used_memory` delta per held lock, {held_n} held | {ours_per_lock:.0} B (hash + the acquire's op record) | {redisson_per_lock:.0} B (hash + token key) |\n\
          | per lock name ever used (kept forever) | ≤ 16384 fence counters in all, {one_fence} B each | one token key per name, {r_token} B each |\n\
          | counter keys after {names_n} distinct lock names | {counters} | {names_n} (by construction) |\n\

@@ -1,5 +1,6 @@
-//! Long holds: how long each lock has been held (from its token, not its lease), listing only
-//! the holds older than a bound, and the doctor failing on them.
+//! Long holds: who holds each lock (client name, label), how long it has been held (from its
+//! token, not its lease), listing only the holds older than a bound, and the doctor failing on
+//! them.
 
 use super::*;
 
@@ -11,11 +12,19 @@ async fn long_holds_are_shown_listed_and_failed_by_the_doctor() {
     // under 2 s however long the lock is held.
     let client = LockClient::builder(&url)
         .default_lease(Duration::from_secs(2))
+        .client_name("checkout-7f9c")
         .connect()
         .await
         .unwrap();
     let sent = std::time::Instant::now();
-    let stuck = client.lock("stuck").unwrap().acquire().await.unwrap();
+    let stuck = client
+        .lock("stuck")
+        .unwrap()
+        .with_label("order-8812")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let admin = fencelock::admin::Admin::connect(&url).await.unwrap();
@@ -36,6 +45,11 @@ async fn long_holds_are_shown_listed_and_failed_by_the_doctor() {
     assert_eq!(lines.len(), 1, "{long:?}");
     assert!(
         lines[0].starts_with("stuck ") && lines[0].contains(" held "),
+        "{long:?}"
+    );
+    // Who: the client's name after its holder id, and the acquisition's label.
+    assert!(
+        lines[0].contains("  client checkout-7f9c") && lines[0].ends_with("  label order-8812"),
         "{long:?}"
     );
     let none = fencelock(&url, &["list", "--held-longer", "1h"]).await;
@@ -81,8 +95,18 @@ async fn long_holds_are_shown_listed_and_failed_by_the_doctor() {
         stuck_json["pttl_ms"].as_u64().unwrap() <= 2_000,
         "{stuck_json}"
     );
+    assert_eq!(stuck_json["label"], "order-8812", "{stuck_json}");
+    assert_eq!(
+        stuck_json["holders"][0]["client_name"], "checkout-7f9c",
+        "{stuck_json}"
+    );
     let shown = fencelock(&url, &["show", "stuck"]).await;
     assert!(shown.stdout.contains("held for    "), "{shown:?}");
+    assert!(
+        shown.stdout.contains("client      checkout-7f9c"),
+        "{shown:?}"
+    );
+    assert!(shown.stdout.contains("label       order-8812"), "{shown:?}");
     stuck.release().await.unwrap();
     fresh.release().await.unwrap();
 }

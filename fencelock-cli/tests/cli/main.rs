@@ -12,6 +12,7 @@ mod keys;
 mod list;
 mod records;
 mod release;
+mod waits;
 mod watch;
 
 use std::process::Stdio;

@@ -40,7 +40,7 @@ impl fmt::Display for Status {
 pub struct Check {
     /// What was checked: `version`, `protocol`, `maxmemory-policy`, `persistence`,
     /// `replication`, `cluster`, `latency`, `clock`; `max-hold` from
-    /// [`Admin::check_hold_ages`].
+    /// [`Admin::check_hold_ages`]; `deadlock` from [`Admin::check_deadlocks`].
     pub name: &'static str,
     /// The verdict.
     pub status: Status,
@@ -61,7 +61,7 @@ impl fmt::Display for Check {
 }
 
 impl Check {
-    fn ok(name: &'static str, finding: impl Into<String>) -> Check {
+    pub(super) fn ok(name: &'static str, finding: impl Into<String>) -> Check {
         Check {
             name,
             status: Status::Ok,
@@ -70,7 +70,7 @@ impl Check {
         }
     }
 
-    fn bad(
+    pub(super) fn bad(
         name: &'static str,
         status: Status,
         finding: impl Into<String>,

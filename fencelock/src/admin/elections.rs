@@ -38,6 +38,10 @@ pub struct ElectionInfo {
     /// handoff, where each client keeps its waiting candidates in a local queue that only
     /// [`subscribers`](Self::subscribers) shows.
     pub queued_candidates: Vec<String>,
+    /// The name the leader's client registered
+    /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)); `None`
+    /// without a leader or when its client registered none that is still kept.
+    pub leader_client_name: Option<String>,
     /// Connections subscribed to the election's channel (`PUBSUB NUMSUB`): each is a client
     /// with at least one waiting candidate or follower.
     pub subscribers: u64,
@@ -62,6 +66,9 @@ impl fmt::Display for ElectionInfo {
                 display_bytes(leader.metadata())
             )?,
             None => write!(f, "  held, no leader announced")?,
+        }
+        if let Some(name) = &self.leader_client_name {
+            write!(f, "  client {name}")?;
         }
         match self.ttl {
             Some(ttl) => write!(f, "  lease {}", format_duration(ttl))?,
@@ -117,11 +124,17 @@ impl Admin {
                 .arg(&key)
                 .query_async(&mut conn)
                 .await?;
+            let leader = read.leader.map(Leader::from);
+            let leader_client_name = match &leader {
+                Some(leader) => self.client_name(leader.id()).await?,
+                None => None,
+            };
             elections.push(ElectionInfo {
                 subscribers: subscribers.get(&key).copied().unwrap_or(0),
                 name,
                 key,
-                leader: read.leader.map(Leader::from),
+                leader,
+                leader_client_name,
                 ttl,
                 queued_candidates,
             });

@@ -76,14 +76,18 @@ impl Admin {
                 fence,
                 holder,
                 count,
-            } => ForceRelease::Evicted {
-                holder: HolderEntry {
-                    id: String::from_utf8_lossy(&holder).into_owned(),
-                    count,
-                },
-                token,
-                fence,
-            },
+            } => {
+                let id = String::from_utf8_lossy(&holder).into_owned();
+                ForceRelease::Evicted {
+                    holder: HolderEntry {
+                        client_name: self.client_name(&id).await?,
+                        id,
+                        count,
+                    },
+                    token,
+                    fence,
+                }
+            }
             ForceReleaseReply::NotHeld => ForceRelease::NotHeld,
             ForceReleaseReply::OtherToken { token } => ForceRelease::OtherToken { token },
         })

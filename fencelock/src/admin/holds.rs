@@ -28,6 +28,10 @@ pub struct HoldEntry {
     /// How long it has been held by the server clock, from its token (as
     /// [`LockInfo::held_for`](super::LockInfo::held_for)).
     pub held_for: Option<Duration>,
+    /// The name its client registered
+    /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)); `None`
+    /// when that client registered none that is still kept.
+    pub client_name: Option<String>,
 }
 
 impl fmt::Display for HoldEntry {
@@ -40,9 +44,13 @@ impl fmt::Display for HoldEntry {
             write!(f, "  held {}", format_duration(held))?;
         }
         match self.lease_left {
-            Some(left) => write!(f, "  lease {}", format_duration(left)),
-            None => write!(f, "  expired"),
+            Some(left) => write!(f, "  lease {}", format_duration(left))?,
+            None => write!(f, "  expired")?,
         }
+        if let Some(name) = &self.client_name {
+            write!(f, "  client {name}")?;
+        }
+        Ok(())
     }
 }
 
@@ -445,7 +453,14 @@ impl Admin {
                 lease_left: (left > 0.0)
                     .then(|| Duration::try_from_secs_f64(left / 1000.0).ok())
                     .flatten(),
+                client_name: None,
             });
+        }
+        let names = self
+            .client_names(holds.iter().map(|h| h.holder.as_str()))
+            .await?;
+        for hold in &mut holds {
+            hold.client_name = names.of(&hold.holder);
         }
         let used = holds
             .iter()

@@ -35,6 +35,9 @@ pub struct LockInfo {
     /// several tokens in one microsecond or its clock stepped back; never the lease, which the
     /// watchdog keeps renewing). `None` when free.
     pub held_for: Option<Duration>,
+    /// The label its acquisition was given ([`Lock::with_label`](crate::Lock::with_label): a
+    /// request or trace id); `None` when it was given none.
+    pub label: Option<String>,
 }
 
 /// A holder of a lock: its id (`<client id>:<sequence>`) and how often it entered.
@@ -45,6 +48,10 @@ pub struct HolderEntry {
     pub id: String,
     /// The re-entry count: 1 after `acquire`, +1 for every live `reenter`.
     pub count: u64,
+    /// The name its client registered
+    /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)); `None`
+    /// when that client registered none that is still kept.
+    pub client_name: Option<String>,
 }
 
 impl LockInfo {
@@ -85,6 +92,12 @@ impl fmt::Display for LockInfo {
         }
         for holder in &self.holders {
             write!(f, "  holder {} x{}", holder.id, holder.count)?;
+            if let Some(name) = &holder.client_name {
+                write!(f, "  client {name}")?;
+            }
+        }
+        if let Some(label) = &self.label {
+            write!(f, "  label {label}")?;
         }
         Ok(())
     }
@@ -124,6 +137,12 @@ impl fmt::Display for LockDetail {
                     "holder      {} (entry count {})",
                     holder.id, holder.count
                 )?;
+                if let Some(name) = &holder.client_name {
+                    writeln!(f, "client      {name}")?;
+                }
+            }
+            if let Some(label) = &lock.label {
+                writeln!(f, "label       {label}")?;
             }
             match lock.token {
                 Some(token) => writeln!(f, "token       {token}")?,
@@ -209,10 +228,13 @@ pub(super) async fn read_lock(
     let mut holders = Vec::new();
     let mut token = None;
     let mut reserved_for = None;
+    let mut label = None;
     for (field, value) in fields {
         let value = String::from_utf8_lossy(&value).into_owned();
         if field == b"~reserved" {
             reserved_for = Some(value);
+        } else if field == b"~label" {
+            label = Some(value);
         } else if field == b"~token" {
             token = Some(
                 value
@@ -230,6 +252,7 @@ pub(super) async fn read_lock(
             holders.push(HolderEntry {
                 id: String::from_utf8_lossy(&field).into_owned(),
                 count,
+                client_name: None,
             });
         }
     }
@@ -248,7 +271,20 @@ pub(super) async fn read_lock(
             .then(|| u64::try_from(pttl).ok().map(Duration::from_millis))
             .flatten(),
         reserved_for,
+        label,
     })
+}
+
+impl Admin {
+    /// Fills in the registered client name of every holder of `locks` (one round trip).
+    pub(super) async fn name_holders(&self, locks: &mut [LockInfo]) -> Result<(), Error> {
+        let holders = locks.iter().flat_map(|lock| &lock.holders);
+        let names = self.client_names(holders.map(|h| h.id.as_str())).await?;
+        for holder in locks.iter_mut().flat_map(|lock| &mut lock.holders) {
+            holder.client_name = names.of(&holder.id);
+        }
+        Ok(())
+    }
 }
 
 /// The name of the lock whose hash is `key`, if `key` is one fencelock would use under
@@ -300,6 +336,7 @@ impl Admin {
             }
         }
         locks.sort_by(|a, b| a.name.cmp(&b.name));
+        self.name_holders(&mut locks).await?;
         Ok(locks)
     }
 
@@ -339,7 +376,8 @@ impl Admin {
         validate_name(name)?;
         let keys = LockKeys::new(&self.prefix, name);
         let mut conn = self.conn.clone();
-        let lock = read_lock(&mut conn, name.to_vec(), keys.lock.clone()).await?;
+        let mut lock = read_lock(&mut conn, name.to_vec(), keys.lock.clone()).await?;
+        self.name_holders(std::slice::from_mut(&mut lock)).await?;
         let fence: Option<String> = redis::cmd("GET")
             .arg(&keys.fence)
             .query_async(&mut conn)

@@ -35,6 +35,10 @@ pub struct JobInfo {
     /// The time the tick record is kept for; `None` when it has no expiry (an operator's
     /// doing).
     pub retained_for: Option<Duration>,
+    /// The name the runner's client registered
+    /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)); `None`
+    /// when that client registered none that is still kept.
+    pub runner_client_name: Option<String>,
 }
 
 impl JobInfo {
@@ -77,6 +81,9 @@ impl fmt::Display for JobInfo {
             self.last.runner(),
             self.last.token()
         )?;
+        if let Some(name) = &self.runner_client_name {
+            write!(f, "  client {name}")?;
+        }
         if let (Some(finished), Ok(ran)) = (
             self.last.finished(),
             self.last
@@ -128,12 +135,14 @@ impl Admin {
             };
             let runner_holds = read.lock_token == Some(record.token);
             let retained_for = self.record_ttl(&key).await?;
+            let runner_client_name = self.client_name(&record.runner).await?;
             jobs.push(JobInfo {
                 name,
                 key,
                 last: record.into(),
                 runner_holds,
                 retained_for,
+                runner_client_name,
             });
         }
         jobs.sort_by(|a, b| a.name.cmp(&b.name));

@@ -38,6 +38,10 @@ pub struct KeyInfo {
     pub age: Duration,
     /// The time the record is kept for; `None` when it has no expiry (an operator's doing).
     pub retained_for: Option<Duration>,
+    /// The name the runner's client registered
+    /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)); `None`
+    /// when that client registered none that is still kept.
+    pub runner_client_name: Option<String>,
 }
 
 impl KeyInfo {
@@ -78,6 +82,9 @@ impl fmt::Display for KeyInfo {
             self.record.token(),
             format_duration(self.age)
         )?;
+        if let Some(name) = &self.runner_client_name {
+            write!(f, "  client {name}")?;
+        }
         if let Some(result) = self.record.result() {
             let kind = if self.record.is_final_failure() {
                 "final failure"
@@ -221,7 +228,11 @@ impl Admin {
         let read = self.read_key(namespace, key, mode).await?;
         let keys = LockKeys::idempotency(&self.prefix, &[namespace, b":", key].concat());
         let retained_for = self.record_ttl(&keys.idem_record()).await?;
-        Ok(self.info_from(namespace, key, now, read, retained_for))
+        let mut info = self.info_from(namespace, key, now, read, retained_for);
+        if let Some(info) = &mut info {
+            info.runner_client_name = self.client_name(info.record.runner()).await?;
+        }
+        Ok(info)
     }
 
     fn info_from(
@@ -242,6 +253,7 @@ impl Admin {
             age: now.duration_since(record.started()).unwrap_or_default(),
             record,
             retained_for,
+            runner_client_name: None,
         })
     }
 }

@@ -77,6 +77,8 @@ mod holds;
 mod inspect;
 mod jobs;
 mod keys;
+mod names;
+mod waits;
 mod watch;
 
 use std::collections::BTreeSet;
@@ -93,6 +95,7 @@ pub use holds::{HoldEntry, HoldKind, HoldRelease, RwLockInfo, SemaphoreInfo};
 pub use inspect::{HolderEntry, LockDetail, LockInfo};
 pub use jobs::JobInfo;
 pub use keys::{Forgotten, KeyInfo};
+pub use waits::{PossibleDeadlock, WaitInfo};
 pub use watch::{LockEvent, Watch};
 
 use crate::base::config::DEFAULT_PREFIX;

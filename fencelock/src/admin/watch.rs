@@ -18,6 +18,8 @@ use crate::{Error, FencingToken};
 #[derive(Debug)]
 pub struct Watch {
     conn: MultiplexedConnection,
+    /// Resolves a new holder's client name.
+    admin: Admin,
     name: Vec<u8>,
     key: Vec<u8>,
     pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
@@ -191,8 +193,25 @@ impl Watch {
         }
     }
 
+    /// Fills in the holders' client names: known ones from the current state, new ones with
+    /// one read, so an unchanged lock costs no more than its poll.
+    async fn name_new_holders(&self, next: &mut LockInfo) -> Result<(), Error> {
+        let mut unknown = false;
+        for holder in &mut next.holders {
+            match self.current.holders.iter().find(|h| h.id == holder.id) {
+                Some(known) => holder.client_name.clone_from(&known.client_name),
+                None => unknown = true,
+            }
+        }
+        if unknown {
+            self.admin.name_holders(std::slice::from_mut(next)).await?;
+        }
+        Ok(())
+    }
+
     async fn poll(&mut self) -> Result<(), Error> {
-        let next = read_lock(&mut self.conn, self.name.clone(), self.key.clone()).await?;
+        let mut next = read_lock(&mut self.conn, self.name.clone(), self.key.clone()).await?;
+        self.name_new_holders(&mut next).await?;
         // Replies and pushes share the connection in server order, so a release published
         // before this read is in the channel by now.
         while let Ok(push) = self.pushes.try_recv() {
@@ -307,9 +326,12 @@ impl Admin {
             .await?;
         // Subscribed before the first read: a release after that read is then always seen.
         conn.subscribe(&keys.lock).await?;
-        let current = read_lock(&mut conn, name.to_vec(), keys.lock.clone()).await?;
+        let mut current = read_lock(&mut conn, name.to_vec(), keys.lock.clone()).await?;
+        self.name_holders(std::slice::from_mut(&mut current))
+            .await?;
         Ok(Watch {
             conn,
+            admin: self.clone(),
             name: name.to_vec(),
             key: keys.lock,
             pushes,

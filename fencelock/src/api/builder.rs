@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::LockClient;
-use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target, MAX_CLIENT_NAME_LEN};
+use crate::base::config::{validate_tag, ClientConfig, HoldExpiry, NodeAuth, Target};
 use crate::base::durations::{validate_lease, whole_millis_in};
 use crate::base::error::Error;
 use crate::base::replica_ack::{OnShortfall, ReplicaAck};
@@ -247,6 +247,40 @@ impl LockClientBuilder {
         self
     }
 
+    /// Report every hold of this client that is held `max_hold` or longer, once per hold: a
+    /// WARN event `fencelock.long_hold` (lock, holder, token, the acquisition's
+    /// [label](crate::Lock::with_label), time held) and the counter
+    /// `fencelock_long_holds_total` (feature `metrics`). For a stuck task or a forgotten guard
+    /// that the watchdog would otherwise keep alive forever. Checked on the client, by the
+    /// watchdog, every third of the default lease (10 s by default), so a report comes up to
+    /// that much after the bound; holds with a lease of their own are checked too, and no
+    /// server call is added. Default: no bound.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// use std::time::Duration;
+    /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
+    ///     .max_hold(Duration::from_secs(300))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.config.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Whether this client's waiting acquisitions record their waits for operators (default
+    /// `true`): the head of each local queue writes one small record per busy attempt, in the
+    /// background, so `fencelock waits` and the possible-deadlock report (`doctor`,
+    /// [`Admin::possible_deadlocks`](crate::admin::Admin::possible_deadlocks)) see it. Off, a
+    /// contended acquisition sends only its attempts, and this client's waits are invisible to
+    /// both. The uncontended path never records.
+    pub fn record_waits(mut self, record: bool) -> Self {
+        self.config.record_waits = record;
+        self
+    }
+
     /// What acquisitions with [`replica_ack`](Self::replica_ack) do when too few replicas
     /// confirm in time (default [`OnShortfall::Fail`]). Without `replica_ack` it has no effect.
     pub fn on_replica_shortfall(mut self, policy: OnShortfall) -> Self {
@@ -337,14 +371,10 @@ impl LockClientBuilder {
                 });
             }
         }
-        let name = &c.client_name;
-        if name.is_empty() || name.len() > MAX_CLIENT_NAME_LEN || name.chars().any(char::is_control)
-        {
+        validate_tag("client name", &c.client_name)?;
+        if c.max_hold.is_some_and(|max| max.is_zero()) {
             return Err(Error::InvalidConfig {
-                reason: format!(
-                    "a client name has 1 to {MAX_CLIENT_NAME_LEN} bytes and no control \
-                     characters; {name:?} does not"
-                ),
+                reason: "max_hold must be above zero".into(),
             });
         }
         if !(1..=1000).contains(&c.renew_batch) {

@@ -8,6 +8,7 @@ use tracing::Instrument;
 
 use super::client::LockClient;
 use super::guard::LockGuard;
+use crate::base::config::validate_tag;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
@@ -16,6 +17,7 @@ use crate::engine::acquisition::{self, Attempt, Attempts, Waiting};
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::FairExit;
+use crate::engine::wait_record::WaitReport;
 use crate::protocol::keys::validate_name;
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
 use crate::transport::ack_pool;
@@ -47,6 +49,8 @@ pub struct Lock {
     keys: Arc<LockKeys>,
     lease: Option<Duration>,
     replica_ack: Option<ReplicaAck>,
+    /// Stored with each hold this handle takes (`~label` in the lock hash).
+    label: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -54,6 +58,7 @@ impl std::fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &String::from_utf8_lossy(&self.name))
             .field("lease", &self.lease())
+            .field("label", &self.label)
             .finish_non_exhaustive()
     }
 }
@@ -65,6 +70,7 @@ impl Lock {
             keys: Arc::new(keys),
             lease: None,
             replica_ack: client.engine.config.replica_ack,
+            label: None,
             client,
         }
     }
@@ -107,6 +113,36 @@ impl Lock {
         let mut lock = self.clone();
         lock.lease = Some(validate_lease(lease)?);
         Ok(lock)
+    }
+
+    /// A handle to the same lock whose acquisitions carry `label`: a request or trace id that
+    /// operators see next to the hold (`fencelock list`, `show`, the admin API's
+    /// [`LockInfo::label`](crate::admin::LockInfo::label)) and that the `fencelock.acquire`
+    /// tracing span records. Stored in the lock's hash by the acquisition's own script call,
+    /// only when given, and gone with the hold. Use it per request
+    /// (`lock.with_label(request_id)?.acquire()`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a label that is empty, over 256 bytes, or has control
+    /// characters.
+    ///
+    /// ```
+    /// # async fn demo(lock: fencelock::Lock) -> Result<(), fencelock::Error> {
+    /// let guard = lock.with_label("order-8812")?.acquire().await?;
+    /// assert!(lock.with_label("").unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<Lock, Error> {
+        let label = label.as_ref();
+        validate_tag("label", label)?;
+        let mut lock = self.clone();
+        lock.label = Some(label.into());
+        Ok(lock)
+    }
+
+    /// The label acquisitions through this handle carry ([`Lock::with_label`]).
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// A handle to the same lock whose acquisitions return only after `replicas` replicas
@@ -253,7 +289,7 @@ impl Lock {
     where
         F: std::future::Future<Output = Result<T, Error>>,
     {
-        let span = tracing::debug_span!("fencelock.acquire", lock = %String::from_utf8_lossy(&self.name), method);
+        let span = tracing::debug_span!("fencelock.acquire", lock = %String::from_utf8_lossy(&self.name), method, label = self.label.as_deref());
         let started = Instant::now();
         let acquisition = acquisition();
         // Without a subscriber for the span, the acquisition runs as it is: no instrumented
@@ -314,6 +350,10 @@ impl Lock {
             retry_window: engine.config.retry_window,
             winner_lease: Some(self.lease()),
             contended: Some(contended),
+            report: engine.config.record_waits.then_some(WaitReport {
+                engine,
+                label: self.label.as_deref(),
+            }),
         };
         let attempts = LockAttempts {
             lock: self,
@@ -365,10 +405,12 @@ impl Lock {
                     .client
                     .engine
                     .retrying_within(window, |mut conn| {
-                        let keys = &self.keys;
+                        let (keys, label) = (&self.keys, self.label.as_deref());
                         async move {
-                            protocol::acquire_with(&mut conn, keys, holder, lease, op_ttl, fair)
-                                .await
+                            protocol::acquire_with(
+                                &mut conn, keys, holder, lease, op_ttl, fair, label,
+                            )
+                            .await
                         }
                     })
                     .await?;
@@ -382,10 +424,12 @@ impl Lock {
                     &self.keys,
                     window,
                     |mut conn| {
-                        let keys = &self.keys;
+                        let (keys, label) = (&self.keys, self.label.as_deref());
                         async move {
-                            protocol::acquire_with(&mut conn, keys, holder, lease, op_ttl, fair)
-                                .await
+                            protocol::acquire_with(
+                                &mut conn, keys, holder, lease, op_ttl, fair, label,
+                            )
+                            .await
                         }
                     },
                     |reply| matches!(reply, AcquireReply::Acquired { .. }),
@@ -418,10 +462,9 @@ impl Lock {
                     lease,
                     self.lease.is_none(),
                     acks,
+                    self.label.clone(),
                 );
-                if holder.watched {
-                    self.client.engine.watchdog.watch(&holder);
-                }
+                self.client.engine.watchdog.watch(&holder);
                 Ok(Attempt::Won {
                     held: LockGuard::new(holder),
                     hand_on: false,

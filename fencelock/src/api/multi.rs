@@ -11,6 +11,7 @@ use tracing::Instrument;
 use super::client::LockClient;
 use super::guard::LockGuard;
 use super::lock::Lock;
+use crate::base::config::validate_tag;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::replica_ack::{Acks, OnShortfall, ReplicaAck};
@@ -62,6 +63,8 @@ pub struct MultiLock {
     /// Take members one by one even where one script could take them all (tests of the
     /// cluster path on a standalone server).
     force_ordered: bool,
+    /// Stored with every member's hold, as [`Lock::with_label`].
+    label: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for MultiLock {
@@ -76,6 +79,7 @@ impl std::fmt::Debug for MultiLock {
                     .collect::<Vec<_>>(),
             )
             .field("lease", &self.lease)
+            .field("label", &self.label)
             .finish_non_exhaustive()
     }
 }
@@ -148,6 +152,7 @@ impl MultiLock {
             lease: None,
             replica_ack: client.engine.config.replica_ack,
             force_ordered: false,
+            label: None,
         })
     }
 
@@ -170,6 +175,19 @@ impl MultiLock {
     pub fn with_lease(&self, lease: Duration) -> Result<MultiLock, Error> {
         let mut set = self.clone();
         set.lease = Some(validate_lease(lease)?);
+        Ok(set)
+    }
+
+    /// A handle to the same set whose acquisitions carry `label` on every member's hold, as
+    /// [`Lock::with_label`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`], as [`Lock::with_label`].
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<MultiLock, Error> {
+        let label = label.as_ref();
+        validate_tag("label", label)?;
+        let mut set = self.clone();
+        set.label = Some(label.into());
         Ok(set)
     }
 
@@ -295,7 +313,8 @@ impl MultiLock {
         let span = tracing::debug_span!(
             "fencelock.multi_acquire",
             locks = self.members.len(),
-            method
+            method,
+            label = self.label.as_deref()
         );
         let outcome = acquisition.instrument(span.clone()).await;
         if let Err(err) = &outcome {
@@ -443,8 +462,10 @@ impl MultiLock {
         macro_rules! call {
             () => {
                 |mut conn| {
-                    let members = &members;
-                    async move { protocol::acquire_all(&mut conn, members, lease, op_ttl).await }
+                    let (members, label) = (&members, self.label.as_deref());
+                    async move {
+                        protocol::acquire_all(&mut conn, members, lease, op_ttl, label).await
+                    }
                 }
             };
         }
@@ -503,9 +524,12 @@ impl MultiLock {
                 () => {
                     |mut conn| {
                         let keys = member.keys();
-                        let holder = holder.as_str();
+                        let (holder, label) = (holder.as_str(), self.label.as_deref());
                         async move {
-                            protocol::acquire(&mut conn, keys, holder, lease, op_ttl).await
+                            protocol::acquire_labelled(
+                                &mut conn, keys, holder, lease, op_ttl, label,
+                            )
+                            .await
                         }
                     }
                 };
@@ -595,10 +619,9 @@ impl MultiLock {
                     lease,
                     watched,
                     acks,
+                    self.label.clone(),
                 );
-                if watched {
-                    self.client.engine.watchdog.watch(&holder);
-                }
+                self.client.engine.watchdog.watch(&holder);
                 LockGuard::new(holder)
             })
             .collect();

@@ -346,10 +346,9 @@ impl Acquisition for HoldRequest<'_> {
                     lease,
                     lock.lease.is_none(),
                     None,
+                    None,
                 );
-                if holder.watched {
-                    engine.watchdog.watch(&holder);
-                }
+                engine.watchdog.watch(&holder);
                 // Readers do not exclude each other: the next waiting reader of this client
                 // tries at once.
                 Ok(Attempt::Won {

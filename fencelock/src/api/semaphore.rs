@@ -357,10 +357,9 @@ impl Acquisition for PermitRequest<'_> {
                     lease,
                     sem.lease.is_none(),
                     None,
+                    None,
                 );
-                if holder.watched {
-                    engine.watchdog.watch(&holder);
-                }
+                engine.watchdog.watch(&holder);
                 let permit = SemaphorePermit {
                     guard: LockGuard::new(holder),
                     permits,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::error::Error;
 use super::replica_ack::ReplicaAck;
 
 /// Default prefix of every key and channel.
@@ -73,6 +74,10 @@ pub(crate) struct ClientConfig {
     /// What operators see for this client's holds (registered at connect, section 11 of
     /// DESIGN.md); the host name and process id unless set.
     pub(crate) client_name: String,
+    /// Holds older than this are reported once each (`fencelock.long_hold`); none when unset.
+    pub(crate) max_hold: Option<Duration>,
+    /// Whether waiting heads record their waits for operators (section 11 of DESIGN.md).
+    pub(crate) record_waits: bool,
 }
 
 impl Default for ClientConfig {
@@ -86,6 +91,8 @@ impl Default for ClientConfig {
             op_record_ttl: Duration::from_secs(10),
             renew_batch: 100,
             client_name: default_client_name(),
+            max_hold: None,
+            record_waits: true,
             #[cfg(feature = "tls")]
             tls_root_ca: None,
             replica_ack: None,
@@ -125,8 +132,21 @@ pub(crate) enum Target {
     },
 }
 
-/// The longest client name accepted, in bytes.
-pub(crate) const MAX_CLIENT_NAME_LEN: usize = 256;
+/// The longest client name or acquisition label accepted, in bytes.
+pub(crate) const MAX_TAG_LEN: usize = 256;
+
+/// Checks a client name or an acquisition label (`what`): 1 to [`MAX_TAG_LEN`] bytes of UTF-8
+/// without control characters, so it prints on one line of `fencelock list`.
+pub(crate) fn validate_tag(what: &str, tag: &str) -> Result<(), Error> {
+    if tag.is_empty() || tag.len() > MAX_TAG_LEN || tag.chars().any(char::is_control) {
+        return Err(Error::InvalidConfig {
+            reason: format!(
+                "a {what} has 1 to {MAX_TAG_LEN} bytes and no control characters; {tag:?} does not"
+            ),
+        });
+    }
+    Ok(())
+}
 
 /// `<host name>:<process id>`. The host name is read by hand (the kernel's file on Linux, the
 /// usual environment variables elsewhere): the standard library has no call for it, and a

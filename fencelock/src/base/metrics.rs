@@ -91,6 +91,12 @@ mod imp {
         ::metrics::counter!("fencelock_rwlock_acquisitions_total", "mode" => mode, "outcome" => outcome)
             .increment(1);
     }
+    pub(super) fn holds_changed(by: f64) {
+        ::metrics::gauge!("fencelock_holds").increment(by);
+    }
+    pub(super) fn long_hold() {
+        ::metrics::counter!("fencelock_long_holds_total").increment(1);
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -108,6 +114,8 @@ mod imp {
     pub(super) fn leadership(_change: &'static str) {}
     pub(super) fn semaphore(_outcome: &'static str) {}
     pub(super) fn rwlock(_mode: &'static str, _outcome: &'static str) {}
+    pub(super) fn holds_changed(_by: f64) {}
+    pub(super) fn long_hold() {}
 }
 
 /// One acquire call that started at `started` ended with `outcome`. The clock is read only
@@ -183,4 +191,15 @@ pub(crate) fn semaphore(outcome: &'static str) {
 /// labels of [`acquisition`]).
 pub(crate) fn rwlock(mode: &'static str, outcome: &'static str) {
     imp::rwlock(mode, outcome);
+}
+
+/// Holds of this client came to life (`+1`: a first guard) or ended (`-1`: the last guard was
+/// released or dropped): the `fencelock_holds` gauge.
+pub(crate) fn holds_changed(by: f64) {
+    imp::holds_changed(by);
+}
+
+/// A hold was found held past the client's `max_hold`.
+pub(crate) fn long_hold() {
+    imp::long_hold();
 }

@@ -27,6 +27,27 @@ impl Lock {
         self.inner.name()
     }
 
+    /// A handle whose acquisitions carry `label` (a request or trace id) for operators; see
+    /// [`crate::Lock::with_label`].
+    ///
+    /// ```no_run
+    /// use fencelock::blocking::LockClient;
+    ///
+    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+    /// let guard = client.lock("account:42")?.with_label("order-8812")?.acquire()?;
+    /// guard.release()?;
+    /// # Ok::<(), fencelock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an empty, over-long or multi-line label.
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<Lock, Error> {
+        Ok(Lock {
+            inner: self.inner.with_label(label)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
     /// A handle whose acquisitions get `lease`; see [`crate::Lock::with_lease`].
     ///
     /// # Errors

@@ -98,6 +98,18 @@ impl MultiLock {
         })
     }
 
+    /// A handle whose acquisitions carry `label` on every member's hold; see
+    /// [`crate::MultiLock::with_label`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an empty, over-long or multi-line label.
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<MultiLock, Error> {
+        Ok(MultiLock {
+            inner: self.inner.with_label(label)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
     /// A handle whose acquisitions return only after `replicas` replicas confirmed every
     /// member; on a shortfall the whole set is rolled back ([`Error::ReplicationTimeout`]) or,
     /// after [`MultiLock::on_replica_shortfall`], returned unreplicated. See

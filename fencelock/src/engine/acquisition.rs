@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::pending::PendingOp;
 use super::wait::{self, FairExit, FirstAttempt, Waiters, Wake};
+use super::wait_record::{WaitRecord, WaitReport};
 use super::Engine;
 use crate::base::error::Error;
 use crate::base::metrics;
@@ -93,6 +94,10 @@ pub(crate) async fn acquire_until<A: Acquisition>(
         retry_window: engine.config.retry_window,
         winner_lease: None,
         contended: None,
+        report: engine.config.record_waits.then_some(WaitReport {
+            engine,
+            label: None,
+        }),
     };
     acquire_with(
         how,
@@ -159,6 +164,8 @@ pub(crate) struct Waiting<'a> {
     pub(crate) winner_lease: Option<Duration>,
     /// Set when the acquisition starts waiting (the lock's trace event reports it).
     pub(crate) contended: Option<&'a AtomicBool>,
+    /// Where a wait at the head of the queue is recorded for operators (`None`: not recorded).
+    pub(crate) report: Option<WaitReport<'a>>,
 }
 
 /// Acquires through `attempts`: a fast attempt, then
@@ -202,11 +209,13 @@ async fn acquire_within<T: Attempts>(
     let mut first = None;
     if !how.waiters.has_waiters(how.channel) {
         let first_attempt = FirstAttempt::new(how.waiters, how.fair.clone());
-        if let Attempt::Won { held, .. } = attempts.attempt(how.retry_window).await? {
-            first_attempt.settled();
-            return Ok(held);
+        match attempts.attempt(how.retry_window).await? {
+            Attempt::Won { held, .. } => {
+                first_attempt.settled();
+                return Ok(held);
+            }
+            Attempt::Busy(remaining) => first = Some((first_attempt, remaining)),
         }
-        first = Some(first_attempt);
     }
     if deadline.is_some_and(|d| wait::now() >= d) {
         return Err(Error::Timeout {
@@ -225,7 +234,7 @@ async fn wait_and_acquire<T: Attempts>(
     deadline: Option<Instant>,
     started: Instant,
     attempts: &mut T,
-    first: Option<FirstAttempt>,
+    first: Option<(FirstAttempt, Option<Duration>)>,
 ) -> Result<T::Held, Error> {
     if let Some(contended) = how.contended {
         contended.store(true, Ordering::Relaxed);
@@ -233,9 +242,19 @@ async fn wait_and_acquire<T: Attempts>(
     metrics::contended();
     let entry = how.waiters.enter(how.channel, how.fair).await?;
     tracing::debug!(name: "fencelock.wait", holder = attempts.holder(), ahead = entry.ahead(), "waiting in this client's queue");
+    // Declared after the entry, so dropped before it: the record goes as the wait ends.
+    let mut record = how
+        .report
+        .and_then(|report| WaitRecord::new(report, attempts.holder(), how.channel));
     // The local queue's last leaver takes the client off the Redis queue from here on.
-    if let Some(first) = first {
+    if let Some((first, remaining)) = first {
         first.settled();
+        // The head of the queue: its busy first attempt is the wait operators see.
+        if entry.ahead() == 0 {
+            if let Some(record) = &mut record {
+                record.busy(remaining);
+            }
+        }
     }
     loop {
         if entry.wait(deadline).await == Wake::Deadline {
@@ -256,7 +275,12 @@ async fn wait_and_acquire<T: Attempts>(
                 }
                 return Ok(held);
             }
-            Attempt::Busy(remaining) => entry.observed_lease(remaining),
+            Attempt::Busy(remaining) => {
+                if let Some(record) = &mut record {
+                    record.busy(remaining);
+                }
+                entry.observed_lease(remaining);
+            }
         }
     }
 }

@@ -41,6 +41,31 @@ pub(crate) struct Holder {
     pub(crate) runtime: Handle,
     /// When the acquire's reply arrived, for the hold time reported on release.
     pub(crate) acquired_at: Instant,
+    /// The acquisition's label (`Lock::with_label`), for the events about this hold.
+    pub(crate) label: Option<Arc<str>>,
+    /// Whether `fencelock.long_hold` was reported for this hold (once per hold).
+    long_hold_reported: AtomicBool,
+    /// Who acquired it (a guard may move to another task later; the report says "may").
+    pub(crate) owner: Owner,
+}
+
+/// The task (or, outside any tokio task, the thread: the blocking facade, a `block_on`) that
+/// acquired a hold: what a wait record says its waiter holds (`Watchdog::held_by`), so that a
+/// wait-for cycle is drawn between waiting tasks, never between two tasks of one client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+impl Owner {
+    /// The caller's task, or its thread outside a task.
+    pub(crate) fn current() -> Owner {
+        match tokio::task::try_id() {
+            Some(id) => Owner::Task(id),
+            None => Owner::Thread(std::thread::current().id()),
+        }
+    }
 }
 
 /// Why a holder was marked lost: the `reason` field of the `fencelock.lost` event.
@@ -83,6 +108,7 @@ impl Holder {
         lease: Duration,
         watched: bool,
         replication: Option<Acks>,
+        label: Option<Arc<str>>,
     ) -> Arc<Holder> {
         #[cfg(fencelock_negative_controls)]
         let sent_at = if engine.broken(Control::LeaseFromReply) {
@@ -104,7 +130,29 @@ impl Holder {
             changed: Notify::new(),
             runtime: Handle::current(),
             acquired_at: Instant::now(),
+            label,
+            long_hold_reported: AtomicBool::new(false),
+            owner: Owner::current(),
         })
+    }
+
+    /// Reports this hold once if it has been held for `max` or longer at `now`: a WARN
+    /// `fencelock.long_hold` event with its label, and the `fencelock_long_holds_total` metric.
+    pub(crate) fn check_age(&self, max: Duration, now: Instant) {
+        let held = now.saturating_duration_since(self.acquired_at);
+        if held >= max && !self.long_hold_reported.swap(true, Ordering::AcqRel) {
+            metrics::long_hold();
+            tracing::warn!(
+                name: "fencelock.long_hold",
+                lock = %String::from_utf8_lossy(&self.name),
+                holder = %self.id,
+                token = self.token.get(),
+                label = self.label.as_deref().unwrap_or(""),
+                held_ms = u64::try_from(held.as_millis()).unwrap_or(u64::MAX),
+                max_hold_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX),
+                "lock held longer than max_hold"
+            );
+        }
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -166,7 +214,9 @@ impl Holder {
 
     /// A guard of this holder came to life.
     pub(crate) fn enter(&self) {
-        self.entries.fetch_add(1, Ordering::AcqRel);
+        if self.entries.fetch_add(1, Ordering::AcqRel) == 0 {
+            metrics::holds_changed(1.0);
+        }
     }
 
     /// A guard of this holder is being released or dropped. The last one takes the holder off
@@ -176,7 +226,8 @@ impl Holder {
         if self.engine.broken(Control::WatchdogIgnoresDrop) {
             return;
         }
-        if self.entries.fetch_sub(1, Ordering::AcqRel) == 1 && self.watched {
+        if self.entries.fetch_sub(1, Ordering::AcqRel) == 1 {
+            metrics::holds_changed(-1.0);
             self.engine.watchdog.forget(self);
         }
     }

@@ -14,6 +14,7 @@ pub(crate) mod pending;
 pub(crate) mod wait;
 #[cfg(test)]
 mod wait_exploration;
+pub(crate) mod wait_record;
 pub(crate) mod watchdog;
 
 use std::future::Future;

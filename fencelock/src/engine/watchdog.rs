@@ -6,6 +6,10 @@
 //! last guard starts releasing (or is dropped), when a renewal finds the lock gone or taken
 //! over, or when renewals kept failing until its lease ran out by our clock; in the last two
 //! cases it is marked lost, which wakes [`LockGuard::lost`](crate::LockGuard::lost).
+//!
+//! The list holds every live hold of the client, also those with a lease of their own, which
+//! are never renewed: the same rounds check every hold's age against `max_hold`, and a waiting
+//! task's wait record names the holds of its task from it ([`Watchdog::held_by`]).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -16,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::task::JoinSet;
 
-use super::holder::{Holder, LostReason};
+use super::holder::{Holder, LostReason, Owner};
 use super::Engine;
 use crate::base::{metrics, retry};
 use crate::protocol;
@@ -45,7 +49,9 @@ impl Watchdog {
 
     /// Holders to renew now. Drops from the list every holder that is gone, released, or lost,
     /// and marks lost those whose lease ran out while renewals failed.
-    fn due(&self) -> Vec<Arc<Holder>> {
+    /// With `max_hold`, also reports each listed hold held that long (once per hold); holds
+    /// listed only for that (a lease of their own) stay listed but are never due.
+    fn due(&self, max_hold: Option<Duration>) -> Vec<Arc<Holder>> {
         let now = Instant::now();
         let mut due = Vec::new();
         self.holders.lock().retain(|_, weak| {
@@ -54,6 +60,12 @@ impl Watchdog {
             };
             if !holder.wants_renewal() {
                 return false;
+            }
+            if let Some(max) = max_hold {
+                holder.check_age(max, now);
+            }
+            if !holder.watched {
+                return true;
             }
             if now >= holder.deadline() {
                 holder.mark_lost(LostReason::LeaseExpired);
@@ -65,13 +77,35 @@ impl Watchdog {
         due
     }
 
+    /// The keys of the live holds `owner` acquired (a task's locks, semaphore permits and
+    /// read-write lock holds), for its wait record.
+    pub(crate) fn held_by(&self, owner: Owner) -> Vec<Vec<u8>> {
+        let mut keys: Vec<Vec<u8>> = self
+            .holders
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|holder| holder.owner == owner && holder.wants_renewal())
+            .map(|holder| holder.keys.lock.clone())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     pub(crate) fn forget(&self, holder: &Holder) {
         self.holders.lock().remove(&address(holder));
     }
 
-    /// How many holders are on the watch list.
+    /// How many holders are on the watch list to be renewed: every entry but the live holds
+    /// listed only for `max_hold` (an entry whose holder is gone counts until the next round
+    /// drops it, as it did before that round).
     pub(crate) fn len(&self) -> usize {
-        self.holders.lock().len()
+        self.holders
+            .lock()
+            .values()
+            .filter(|weak| weak.upgrade().is_none_or(|holder| holder.watched))
+            .count()
     }
 
     /// Renewal script calls sent since the client connected.
@@ -142,7 +176,7 @@ pub(crate) async fn run(engine: Weak<Engine>) {
 
 /// Renews every due holder once; `false` if some batch failed and should be retried soon.
 async fn tick(engine: &Arc<Engine>) -> bool {
-    let due = engine.watchdog.due();
+    let due = engine.watchdog.due(engine.config.max_hold);
     if due.is_empty() {
         return true;
     }

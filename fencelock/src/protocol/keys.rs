@@ -243,6 +243,14 @@ pub(crate) fn client_key(prefix: &[u8], client_id: &str) -> Vec<u8> {
     [&slot_base(prefix, id)[..], b"client:", id].concat()
 }
 
+/// Where the waiting acquisition `holder` records its wait for `awaited` (a lock's,
+/// semaphore's or read-write lock's hash, `prefix{tag}...`): `prefix{tag}wait:<holder id>`, in
+/// the awaited key's slot. `None` for a key without a tag (never one of ours).
+pub(crate) fn wait_key(awaited: &[u8], holder: &str) -> Option<Vec<u8>> {
+    let end = awaited.iter().position(|b| *b == b'}')?;
+    Some([&awaited[..=end], b"wait:", holder.as_bytes()].concat())
+}
+
 /// The cluster slot every key of `name` lands in (the tag of that slot is in its keys).
 fn name_slot(name: &[u8]) -> u16 {
     // SLOTS is 2^14, so the slot always fits.

@@ -13,6 +13,7 @@ mod pubsub;
 mod scripts;
 pub(crate) mod semaphore;
 pub(crate) mod server;
+mod waits;
 
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ pub(crate) use job::{
 pub(crate) use keys::{LockKeys, ResourceKeys};
 pub(crate) use pubsub::{PubSub, ReleaseMessage};
 use scripts::Scripts;
+pub(crate) use waits::{forget_wait, record_wait, WaitArgs};
 
 /// The scripts for the current call: the production ones, unless the calling client was built
 /// with a negative control (test builds only, `--cfg fencelock_negative_controls`).
@@ -87,6 +89,8 @@ pub(crate) enum CancelKind {
     Reenter,
 }
 
+/// `acquire.lua` without a label.
+#[cfg(test)]
 pub(crate) async fn acquire<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
@@ -94,17 +98,29 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     lease: Duration,
     op_ttl: Duration,
 ) -> Result<AcquireReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .acquire
-        .key(&keys.lock)
+    acquire_labelled(conn, keys, holder, lease, op_ttl, None).await
+}
+
+/// `acquire.lua`; `label`, when given, is stored with the hold (ARGV[4]).
+pub(crate) async fn acquire_labelled<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    lease: Duration,
+    op_ttl: Duration,
+    label: Option<&str>,
+) -> Result<AcquireReply, Error> {
+    let mut call = scripts().acquire.prepare_invoke();
+    call.key(&keys.lock)
         .key(&keys.fence)
         .key(keys.op(holder))
         .arg(holder)
         .arg(millis(lease))
-        .arg(millis(op_ttl))
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+        .arg(millis(op_ttl));
+    if let Some(label) = label {
+        call.arg(label);
+    }
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     acquire_reply("acquire", &reply)
 }
 
@@ -119,7 +135,8 @@ pub(crate) struct FairAttempt<'a> {
     pub(crate) queue_slack: Duration,
 }
 
-/// One acquire attempt: `acquire.lua`, or `acquire_fair.lua` for a fair-mode client.
+/// One acquire attempt: `acquire.lua`, or `acquire_fair.lua` for a fair-mode client; `label`,
+/// when given, is stored with the hold.
 pub(crate) async fn acquire_with<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
@@ -127,10 +144,11 @@ pub(crate) async fn acquire_with<C: ConnectionLike>(
     lease: Duration,
     op_ttl: Duration,
     fair: Option<FairAttempt<'_>>,
+    label: Option<&str>,
 ) -> Result<AcquireReply, Error> {
     match fair {
-        None => acquire(conn, keys, holder, lease, op_ttl).await,
-        Some(fair) => acquire_fair(conn, keys, holder, lease, op_ttl, fair).await,
+        None => acquire_labelled(conn, keys, holder, lease, op_ttl, label).await,
+        Some(fair) => acquire_fair(conn, keys, holder, lease, op_ttl, fair, label).await,
     }
 }
 
@@ -143,10 +161,10 @@ pub(crate) async fn acquire_fair<C: ConnectionLike>(
     lease: Duration,
     op_ttl: Duration,
     fair: FairAttempt<'_>,
+    label: Option<&str>,
 ) -> Result<AcquireReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .acquire_fair
-        .key(&keys.lock)
+    let mut call = scripts().acquire_fair.prepare_invoke();
+    call.key(&keys.lock)
         .key(&keys.fence)
         .key(keys.op(holder))
         .key(keys.queue())
@@ -155,10 +173,11 @@ pub(crate) async fn acquire_fair<C: ConnectionLike>(
         .arg(millis(op_ttl))
         .arg(fair.client)
         .arg(if fair.enqueue { "1" } else { "0" })
-        .arg(millis(fair.queue_slack))
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+        .arg(millis(fair.queue_slack));
+    if let Some(label) = label {
+        call.arg(label);
+    }
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     acquire_reply("acquire_fair", &reply)
 }
 
@@ -261,12 +280,14 @@ pub(crate) enum AcquireAllReply {
 }
 
 /// Acquires every `(keys, holder id)` member or none, in one script (all keys must be
-/// reachable by one script call: standalone, or one cluster slot).
+/// reachable by one script call: standalone, or one cluster slot); `label`, when given, is
+/// stored with every member's hold.
 pub(crate) async fn acquire_all<C: ConnectionLike>(
     conn: &mut C,
     members: &[(&LockKeys, &str)],
     lease: Duration,
     op_ttl: Duration,
+    label: Option<&str>,
 ) -> Result<AcquireAllReply, Error> {
     let mut call = scripts().acquire_all.prepare_invoke();
     call.arg(millis(lease)).arg(millis(op_ttl));
@@ -275,6 +296,9 @@ pub(crate) async fn acquire_all<C: ConnectionLike>(
             .key(&keys.fence)
             .key(keys.op(holder))
             .arg(*holder);
+    }
+    if let Some(label) = label {
+        call.arg(label);
     }
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     match reply.as_slice() {

@@ -40,7 +40,9 @@ async fn holder_count(
 async fn all_members_or_none_and_a_replay_returns_the_same_tokens() {
     let (_server, mut conn, keys) = setup(&[b"a", b"b", b"c"]).await;
     let set = members(&keys, &["h1", "h2", "h3"]);
-    let first = acquire_all(&mut conn, &set, LEASE, OP_TTL).await.unwrap();
+    let first = acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
+        .await
+        .unwrap();
     let AcquireAllReply::Acquired { tokens } = &first else {
         panic!("{first:?}")
     };
@@ -49,14 +51,19 @@ async fn all_members_or_none_and_a_replay_returns_the_same_tokens() {
         assert_eq!(holder_count(&mut conn, k, h).await, Some(1));
     }
     assert_eq!(
-        acquire_all(&mut conn, &set, LEASE, OP_TTL).await.unwrap(),
+        acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
+            .await
+            .unwrap(),
         first
     );
 
     // A second set overlapping in one member ("b", the second) takes nothing.
     let keys2 = vec![LockKeys::new(b"t:", b"x"), keys[1].clone()];
     let other = members(&keys2, &["g1", "g2"]);
-    match acquire_all(&mut conn, &other, LEASE, OP_TTL).await.unwrap() {
+    match acquire_all(&mut conn, &other, LEASE, OP_TTL, None)
+        .await
+        .unwrap()
+    {
         AcquireAllReply::Held {
             index: 1,
             pttl: Some(pttl),
@@ -88,7 +95,9 @@ async fn all_members_or_none_and_a_replay_returns_the_same_tokens() {
     );
     // A late copy of the set's acquire, after its hold ended, does nothing.
     assert_eq!(
-        acquire_all(&mut conn, &set, LEASE, OP_TTL).await.unwrap(),
+        acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
+            .await
+            .unwrap(),
         AcquireAllReply::Cancelled
     );
     for k in &keys {
@@ -121,7 +130,9 @@ async fn cancelling_one_member_before_the_script_runs_makes_it_a_no_op() {
     .unwrap();
     assert_eq!(undone, CancelReply::NotRun);
     assert_eq!(
-        acquire_all(&mut conn, &set, LEASE, OP_TTL).await.unwrap(),
+        acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
+            .await
+            .unwrap(),
         AcquireAllReply::Cancelled
     );
     for k in &keys {
@@ -134,7 +145,9 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
     let (_server, mut conn, keys) = setup(&[b"a", b"b"]).await;
     let set = members(&keys, &["h1", "h2"]);
     assert!(matches!(
-        acquire_all(&mut conn, &set, LEASE, OP_TTL).await.unwrap(),
+        acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
+            .await
+            .unwrap(),
         AcquireAllReply::Acquired { .. }
     ));
     assert!(matches!(
@@ -153,7 +166,9 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
     ));
     // Half undone: a re-sent copy of the script must not take the set again.
     assert_eq!(
-        acquire_all(&mut conn, &set, LEASE, OP_TTL).await.unwrap(),
+        acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
+            .await
+            .unwrap(),
         AcquireAllReply::Cancelled
     );
     assert!(matches!(
@@ -186,8 +201,9 @@ async fn members_sharing_a_fence_counter_get_distinct_increasing_tokens() {
     let (_server, mut conn, keys) = setup(&[b"n0", twin.as_bytes(), b"other"]).await;
     assert_eq!(keys[0].fence, keys[1].fence);
     let set = members(&keys, &["h1", "h2", "h3"]);
-    let AcquireAllReply::Acquired { tokens } =
-        acquire_all(&mut conn, &set, LEASE, OP_TTL).await.unwrap()
+    let AcquireAllReply::Acquired { tokens } = acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
+        .await
+        .unwrap()
     else {
         panic!("free set not acquired")
     };
@@ -211,9 +227,15 @@ async fn members_sharing_a_fence_counter_get_distinct_increasing_tokens() {
 async fn foreign_data_at_any_member_modifies_nothing() {
     let (_server, mut conn, keys) = setup(&[b"a", b"b"]).await;
     let _: () = conn.set(&keys[1].lock, "foreign").await.unwrap();
-    let err = acquire_all(&mut conn, &members(&keys, &["h1", "h2"]), LEASE, OP_TTL)
-        .await
-        .unwrap_err();
+    let err = acquire_all(
+        &mut conn,
+        &members(&keys, &["h1", "h2"]),
+        LEASE,
+        OP_TTL,
+        None,
+    )
+    .await
+    .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
     assert!(!conn.exists::<_, bool>(&keys[0].lock).await.unwrap());
     assert!(!conn.exists::<_, bool>(keys[0].op("h1")).await.unwrap());

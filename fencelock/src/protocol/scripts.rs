@@ -40,6 +40,7 @@ pub(crate) struct Scripts {
     pub(crate) hold_reenter: Script,
     pub(crate) rw_acquire: Script,
     pub(crate) rw_downgrade: Script,
+    pub(crate) wait_record: Script,
 }
 
 /// Builds the scripts from their sources, each passed through `source(name, text)` first
@@ -81,6 +82,7 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         permissions: load("permissions", include_str!("../../lua/permissions.lua")),
         announce: load("announce", include_str!("../../lua/announce.lua")),
         leader: load("leader", include_str!("../../lua/leader.lua")),
+        wait_record: load("wait_record", include_str!("../../lua/wait_record.lua")),
         job_begin: load(
             "job_begin",
             &[hash_field, include_str!("../../lua/job_begin.lua")].concat(),

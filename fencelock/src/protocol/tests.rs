@@ -136,6 +136,51 @@ async fn a_replayed_acquire_returns_the_same_token_and_count() {
     }
 }
 
+/// A label is stored only when given, survives a replay and a re-entry unchanged, holds no
+/// count (owner checks ignore it), and leaves with the hold.
+#[tokio::test]
+async fn a_label_is_kept_with_its_hold_and_only_there() {
+    let (_server, mut conn, keys) = setup().await;
+    let label = |conn: &mut MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let lock = keys.lock.clone();
+        async move {
+            let label: Option<String> = conn.hget(lock, "~label").await.unwrap();
+            label
+        }
+    };
+    let first = acquire_labelled(&mut conn, &keys, "h1", LEASE, OP_TTL, Some("req-1"))
+        .await
+        .unwrap();
+    assert!(matches!(first, AcquireReply::Acquired { count: 1, .. }));
+    assert_eq!(label(&mut conn).await.as_deref(), Some("req-1"));
+    // A replay with another label (a client never sends one) changes nothing.
+    let again = acquire_labelled(&mut conn, &keys, "h1", LEASE, OP_TTL, Some("other"))
+        .await
+        .unwrap();
+    assert_eq!(first, again);
+    assert_eq!(label(&mut conn).await.as_deref(), Some("req-1"));
+    reenter(&mut conn, &keys, "h1", "h1:r", OP_TTL)
+        .await
+        .unwrap();
+    assert_eq!(count(&mut conn, &keys, "h1").await, Some(2));
+    assert_eq!(label(&mut conn).await.as_deref(), Some("req-1"));
+    let busy = acquire_labelled(&mut conn, &keys, "h2", LEASE, OP_TTL, Some("req-2"))
+        .await
+        .unwrap();
+    assert!(matches!(busy, AcquireReply::Held { .. }), "{busy:?}");
+    assert_eq!(label(&mut conn).await.as_deref(), Some("req-1"));
+    for op in ["h1:x1", "h1:x2"] {
+        release(&mut conn, &keys, "h1", op, OP_TTL, PubSub::Classic)
+            .await
+            .unwrap();
+    }
+    let left: bool = conn.exists(&keys.lock).await.unwrap();
+    assert!(!left, "the label left with the hold");
+    acquired(&mut conn, &keys, "h3", LEASE).await;
+    assert_eq!(label(&mut conn).await, None, "no label unless given");
+}
+
 #[tokio::test]
 async fn a_replayed_reentry_or_release_applies_once() {
     let (_server, mut conn, keys) = setup().await;
@@ -853,7 +898,7 @@ mod fair {
         holder: &str,
         fair: FairAttempt<'_>,
     ) -> AcquireReply {
-        acquire_fair(conn, keys, holder, LEASE, OP_TTL, fair)
+        acquire_fair(conn, keys, holder, LEASE, OP_TTL, fair, None)
             .await
             .unwrap()
     }
@@ -1185,7 +1230,7 @@ mod fair {
         let (_server, mut conn, keys) = setup().await;
         let _: () = conn.set(keys.queue(), "foreign").await.unwrap();
         // Free lock: the winner's ZREM would fail; nothing is taken.
-        let err = acquire_fair(&mut conn, &keys, "ca:1", LEASE, OP_TTL, waiter("ca"))
+        let err = acquire_fair(&mut conn, &keys, "ca:1", LEASE, OP_TTL, waiter("ca"), None)
             .await
             .unwrap_err();
         assert!(err.is_wrong_type(), "{err}");
@@ -1197,7 +1242,7 @@ mod fair {
         let _: () = conn.del(keys.queue()).await.unwrap();
         token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
         let _: () = conn.set(keys.queue(), "foreign").await.unwrap();
-        let err = acquire_fair(&mut conn, &keys, "cb:1", LEASE, OP_TTL, waiter("cb"))
+        let err = acquire_fair(&mut conn, &keys, "cb:1", LEASE, OP_TTL, waiter("cb"), None)
             .await
             .unwrap_err();
         assert!(err.is_wrong_type(), "{err}");

@@ -173,6 +173,8 @@ impl Env {
         for (field, value) in fields {
             if field == "~token" {
                 token = value.parse().expect("token");
+            } else if field.starts_with('~') {
+                // Another protocol field (an acquisition's "~label"): not a holder.
             } else {
                 holders.push((field, value.parse().expect("count")));
             }

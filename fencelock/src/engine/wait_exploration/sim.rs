@@ -556,6 +556,7 @@ pub(super) async fn acquire(
         retry_window: Duration::from_secs(1),
         winner_lease: shape.holds_next.then_some(LEASE),
         contended: None,
+        report: None,
     };
     match acquire_with(how, deadline, attempts).await {
         Ok(holder) => Outcome::Won(holder),

@@ -1,0 +1,74 @@
+//! Who waits for whom: `waits` lists the waiting acquisitions and the wait-for cycles among
+//! them, and the doctor fails on a cycle older than `--deadlock-after`.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_and_the_doctor_report_a_possible_deadlock() {
+    let fx = Fixture::start();
+    let url = fx.server.url();
+    let quiet = fencelock(&url, &["waits"]).await;
+    assert_eq!(quiet.code, 0, "{quiet:?}");
+    assert!(quiet.stdout.contains("nobody waits"), "{quiet:?}");
+
+    // Two clients nesting A, B and B, A: both outer locks taken before either nests.
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let mut tasks = Vec::new();
+    for (name, outer, inner) in [("payments-1", "A", "B"), ("refunds-1", "B", "A")] {
+        let client = LockClient::builder(&url)
+            .client_name(name)
+            .connect()
+            .await
+            .unwrap();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            let label = format!("req-{name}");
+            let lock = client.lock(outer).unwrap().with_label(&label).unwrap();
+            let _outer = lock.acquire().await.unwrap();
+            barrier.wait().await;
+            let inner = client.lock(inner).unwrap().with_label(&label).unwrap();
+            let _ = inner.acquire().await;
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let waits = fencelock(&url, &["waits", "--deadlock-after", "1s"]).await;
+    assert_eq!(waits.code, 0, "{waits:?}");
+    let lines: Vec<&str> = waits.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "two waits and one cycle: {waits:?}");
+    assert!(
+        lines[2].starts_with("possible deadlock: ")
+            && lines[2].contains("payments-1")
+            && lines[2].contains("refunds-1")
+            && lines[2].contains("label req-payments-1"),
+        "{waits:?}"
+    );
+    let json = json(
+        &fencelock(&url, &["waits", "--json", "--deadlock-after", "1s"])
+            .await
+            .stdout,
+    );
+    assert_eq!(json["waits"].as_array().map(Vec::len), Some(2), "{json}");
+    assert_eq!(
+        json["possible_deadlocks"].as_array().map(Vec::len),
+        Some(1),
+        "{json}"
+    );
+    let wait = &json["possible_deadlocks"][0]["waits"][0];
+    assert!(wait["waited_ms"].as_u64().unwrap() >= 1000, "{json}");
+    assert_eq!(wait["holds"].as_array().map(Vec::len), Some(1), "{json}");
+
+    let doctor = fencelock(&url, &["doctor", "--pings", "1", "--deadlock-after", "1s"]).await;
+    assert_eq!(doctor.code, 5, "{doctor:?}");
+    assert!(doctor.stdout.contains("FAIL deadlock"), "{doctor:?}");
+    let patient = fencelock(&url, &["doctor", "--pings", "1"]).await;
+    assert!(
+        patient
+            .stdout
+            .contains("OK   deadlock         no wait-for cycle"),
+        "the default waits 30 s: {patient:?}"
+    );
+    for task in tasks {
+        task.abort();
+    }
+}

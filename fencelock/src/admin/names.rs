@@ -1,0 +1,83 @@
+//! The names clients registered for operators
+//! ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)), resolved from
+//! the holder ids that the locks, holds, elections, jobs and idempotency keys record.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::Admin;
+use crate::protocol::keys::client_key;
+use crate::Error;
+
+/// The client id inside a holder id (`<client id>:<sequence>`); a client id is returned as is.
+pub(super) fn client_id_of(holder: &str) -> &str {
+    holder.split_once(':').map_or(holder, |(client, _)| client)
+}
+
+/// Registered names by client id, as [`Admin::client_names`] reads them.
+#[derive(Debug, Default)]
+pub(super) struct ClientNames(HashMap<String, String>);
+
+impl ClientNames {
+    /// The name of the client behind `holder` (a holder id or a client id), if it registered
+    /// one that has not expired.
+    pub(super) fn of(&self, holder: &str) -> Option<String> {
+        self.0.get(client_id_of(holder)).cloned()
+    }
+}
+
+impl Admin {
+    /// The registered name of the client behind `holder`: a holder id as the admin listings
+    /// show it (`<client id>:<sequence>`) or a client id. `None` when that client registered no
+    /// name that is still kept (it has been gone for a day, or it could not write the key).
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: fencelock::admin::Admin) -> Result<(), fencelock::Error> {
+    /// for lock in admin.locks().await? {
+    ///     for holder in &lock.holders {
+    ///         let name = admin.client_name(&holder.id).await?;
+    ///         println!("{} held by {}", lock.display_name(), name.as_deref().unwrap_or("?"));
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the connection fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only (one `GET`).
+    pub async fn client_name(&self, holder: &str) -> Result<Option<String>, Error> {
+        Ok(self.client_names([holder]).await?.of(holder))
+    }
+
+    /// The registered names of the clients behind `holders`, read in one pipelined round trip.
+    /// A key that cannot be read (foreign data, another cluster node's slot, an ACL without
+    /// it) only leaves that name out: names are advice, never a reason to fail a listing.
+    pub(super) async fn client_names<'a>(
+        &self,
+        holders: impl IntoIterator<Item = &'a str>,
+    ) -> Result<ClientNames, Error> {
+        let clients: BTreeSet<&str> = holders.into_iter().map(client_id_of).collect();
+        if clients.is_empty() {
+            return Ok(ClientNames::default());
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for client in &clients {
+            pipe.cmd("GET").arg(client_key(&self.prefix, client));
+        }
+        let replies: Vec<redis::Value> = pipe.query_async(&mut self.conn.clone()).await?;
+        let names = clients
+            .into_iter()
+            .zip(replies)
+            .filter_map(|(client, reply)| match reply {
+                redis::Value::BulkString(bytes) => Some((
+                    client.to_owned(),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                )),
+                _ => None,
+            })
+            .collect();
+        Ok(ClientNames(names))
+    }
+}
