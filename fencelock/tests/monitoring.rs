@@ -447,7 +447,8 @@ async fn random_nested_acquisitions_in_one_order_report_no_deadlock() {
             let outer = outer.acquire().await.unwrap();
             let inner = client.lock(second).unwrap().with_label(&label).unwrap();
             let inner = inner.acquire().await.unwrap();
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            // Long enough for some waits to pass the second after which they are recorded.
+            tokio::time::sleep(Duration::from_millis(20)).await;
             inner.release().await.unwrap();
             outer.release().await.unwrap();
         });
@@ -542,10 +543,10 @@ async fn two_tasks_of_one_client_are_not_taken_for_a_cycle() {
     .await;
 }
 
-/// What a wait record costs: one background script call per wait of a waiting head (a busy
-/// attempt refreshes it only when it could expire before the next attempt), and a `DEL` when
-/// the wait ends; a client with `record_waits(false)` sends neither, and its wait is
-/// invisible.
+/// What a wait record costs: one background script call per wait of a waiting head that
+/// lasts a second (a busy attempt refreshes it only when it could expire before the next
+/// attempt), and a `DEL` when the wait ends; a shorter wait sends nothing; a client with
+/// `record_waits(false)` sends nothing either, and its wait is invisible.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_record_costs_one_call_per_wait_and_goes_with_the_wait() {
     let fx = Fixture::start();

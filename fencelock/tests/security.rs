@@ -186,6 +186,17 @@ async fn the_least_privilege_acl_user_runs_the_whole_flow() {
         let lock = b.lock("acct:1").unwrap();
         async move { lock.acquire_timeout(Duration::from_secs(10)).await }
     });
+    // Its wait is recorded for operators through the same user (wait_record.lua).
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            all_keys(&server)
+                .iter()
+                .any(|k| String::from_utf8_lossy(k).contains("}wait:"))
+        })
+        .await,
+        "no wait record: {:?}",
+        all_keys(&server)
+    );
     inner.release().await.unwrap();
     assert!(b
         .lock("acct:1")

@@ -30,7 +30,8 @@ async fn waits_and_the_doctor_report_a_possible_deadlock() {
             let _ = inner.acquire().await;
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Waits are recorded once they lasted a second.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
 
     let waits = fencelock(&url, &["waits", "--deadlock-after", "1s"]).await;
     assert_eq!(waits.code, 0, "{waits:?}");

@@ -212,8 +212,8 @@ fn cycle_order(component: &[usize], edges: &[Vec<usize>]) -> Vec<usize> {
 }
 
 impl Admin {
-    /// Every acquisition waiting at the head of its client's queue under the prefix, longest
-    /// waiting first: the key it waits for, its label, how long, and what its task holds. Uses
+    /// Every acquisition waiting at the head of its client's queue under the prefix for a
+    /// second or more (shorter waits are not recorded), longest waiting first: the key it waits for, its label, how long, and what its task holds. Uses
     /// `SCAN` (never `KEYS`) for the keys `{*}wait:*`, then one `MULTI HGETALL TIME EXEC` per
     /// record. A waiter behind another of its own client's waiters for the same key is not
     /// listed (it waits for that one first); a wait on a multi-lock is not recorded.

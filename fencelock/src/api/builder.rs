@@ -271,8 +271,10 @@ impl LockClientBuilder {
     }
 
     /// Whether this client's waiting acquisitions record their waits for operators (default
-    /// `true`): the head of each local queue writes one small record per busy attempt, in the
-    /// background, so `fencelock waits` and the possible-deadlock report (`doctor`,
+    /// `true`): the head of each local queue writes one small record once its wait has lasted
+    /// a second (refreshed only when it could expire before the next attempt, deleted when
+    /// the wait ends), in the background, so `fencelock waits` and the possible-deadlock
+    /// report (`doctor`,
     /// [`Admin::possible_deadlocks`](crate::admin::Admin::possible_deadlocks)) see it. Off, a
     /// contended acquisition sends only its attempts, and this client's waits are invisible to
     /// both. The uncontended path never records.

@@ -2,10 +2,13 @@
 //! (`wait_record.lua`): which key it waits for, with which label, and what its task holds, so
 //! that operators see who waits for whom (`fencelock waits`) and wait-for cycles
 //! (`Admin::possible_deadlocks`). Written on the contended path only, in the background (a
-//! waiter never waits for its record), at the first busy attempt of a wait and again at a busy
-//! attempt only when the record might expire before the next one, deleted when the wait ends,
-//! and expiring by itself if its client is gone.
+//! waiter never waits for its record), and only for a wait that lasts [`RECORD_AFTER`]: the
+//! short waits of a busy lock's handoffs cost no server call. Refreshed at a busy attempt only
+//! when it could expire before the next one, deleted when the wait ends, and expiring by itself
+//! if its client is gone.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
@@ -13,6 +16,11 @@ use tokio::task::JoinHandle;
 use super::holder::Owner;
 use super::Engine;
 use crate::protocol::{self, keys::wait_key, WaitArgs};
+
+/// How long a wait goes unrecorded: waits behind a lock that changes hands every few
+/// milliseconds are not what an operator looks for, and recording each would cost a server
+/// call per handoff. A deadlock's waits last forever, so they are recorded after this.
+pub(crate) const RECORD_AFTER: Duration = Duration::from_secs(1);
 
 /// How long a record outlives the waiter's next attempt: the waiter refreshes it at that
 /// attempt (a release's message, or its fallback timer at the holder's lease end).
@@ -25,17 +33,29 @@ pub(crate) struct WaitReport<'a> {
     pub(crate) label: Option<&'a str>,
 }
 
+/// Between the waiter and its record's background writes.
+#[derive(Default)]
+struct Shared {
+    /// The wait ended: a write not yet sent is not sent.
+    ended: AtomicBool,
+    /// A write was (or is being) sent: the wait's end deletes the record.
+    sent: AtomicBool,
+}
+
 /// One acquisition's wait record while it waits.
 pub(crate) struct WaitRecord<'a> {
     report: WaitReport<'a>,
     key: Vec<u8>,
     awaited: Vec<u8>,
     owner: Owner,
-    /// The write in flight or done last: the delete goes after it, so a late write cannot
-    /// bring the record back.
+    /// When the wait began (the record's `since`, by this process' clock).
+    began: Instant,
+    shared: Arc<Shared>,
+    /// The write scheduled, in flight or done last: the delete goes after it, so a late write
+    /// cannot bring the record back.
     last: Option<JoinHandle<()>>,
-    /// When the last write was sent, and the lifetime it gave the record.
-    written: Option<(Instant, Duration)>,
+    /// When the last write is due, and until when it keeps the record.
+    kept_until: Option<Instant>,
 }
 
 impl<'a> WaitRecord<'a> {
@@ -46,56 +66,75 @@ impl<'a> WaitRecord<'a> {
             key: wait_key(awaited, holder)?,
             awaited: awaited.to_vec(),
             owner: Owner::current(),
+            began: Instant::now(),
+            shared: Arc::default(),
             last: None,
-            written: None,
+            kept_until: None,
         })
     }
 
-    /// Writes the record after a busy attempt, or refreshes it when it might expire before
-    /// the waiter's next attempt (which comes by the holder's lease end at the latest);
-    /// `remaining`: the holder's lease left, when the attempt saw one. Heads competing for a
-    /// busy key attempt often; this keeps their cost to about one write per wait.
+    /// A busy attempt: schedules the record's first write for [`RECORD_AFTER`] into the wait,
+    /// or refreshes it when it could expire before the waiter's next attempt (which comes by
+    /// the holder's lease end at the latest); `remaining`: the holder's lease left, when the
+    /// attempt saw one.
     pub(crate) fn busy(&mut self, remaining: Option<Duration>) {
         let engine = self.report.engine;
         let next_attempt = remaining.unwrap_or(engine.config.default_lease);
         let now = Instant::now();
-        if let Some((at, kept)) = self.written {
-            if at + kept >= now + next_attempt + SLACK / 2 {
-                return;
-            }
+        let due = (self.began + RECORD_AFTER).max(now);
+        if self
+            .kept_until
+            .is_some_and(|until| until >= due + next_attempt + SLACK / 2)
+        {
+            return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let lifetime = next_attempt + SLACK;
-        self.written = Some((now, lifetime));
+        self.kept_until = Some(due + lifetime);
         let holds = engine.watchdog.held_by(self.owner);
         let mut conn = engine.conn();
         let (key, awaited) = (self.key.clone(), self.awaited.clone());
         let label = self.report.label.map(str::to_owned);
+        let (shared, began) = (self.shared.clone(), self.began);
         let previous = self.last.take();
-        self.last = tokio::runtime::Handle::try_current().ok().map(|runtime| {
-            runtime.spawn(async move {
-                if let Some(previous) = previous {
-                    let _ = previous.await;
-                }
-                let args = WaitArgs {
-                    awaited: &awaited,
-                    label: label.as_deref(),
-                    holds: &holds,
-                    lifetime,
-                };
-                // Advice for operators: a failure only leaves the record out (or to expire).
-                let _ = protocol::record_wait(&mut conn, &key, args).await;
-            })
-        });
+        self.last = Some(runtime.spawn(async move {
+            if let Some(previous) = previous {
+                let _ = previous.await;
+            }
+            tokio::time::sleep_until(due.into()).await;
+            // Marked sent before the last look at `ended`: a wait that ends from here on
+            // deletes the record after this write (see `Drop`).
+            shared.sent.store(true, Ordering::SeqCst);
+            if shared.ended.load(Ordering::SeqCst) {
+                return;
+            }
+            let args = WaitArgs {
+                awaited: &awaited,
+                label: label.as_deref(),
+                holds: &holds,
+                lifetime,
+                waited: began.elapsed(),
+            };
+            // Advice for operators: a failure only leaves the record out (or to expire).
+            let _ = protocol::record_wait(&mut conn, &key, args).await;
+        }));
     }
 }
 
 impl Drop for WaitRecord<'_> {
-    /// The wait ended (won, timed out, failed or dropped): the record goes, after its last
-    /// write.
+    /// The wait ended (won, timed out, failed or dropped): a write not yet sent never is, and
+    /// a record that was sent goes, after its last write.
     fn drop(&mut self) {
+        self.shared.ended.store(true, Ordering::SeqCst);
         let Some(last) = self.last.take() else {
             return;
         };
+        if !self.shared.sent.load(Ordering::SeqCst) {
+            // The scheduled write will see `ended` and send nothing: no record, no delete.
+            return;
+        }
         let mut conn = self.report.engine.conn();
         let key = std::mem::take(&mut self.key);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

@@ -19,6 +19,9 @@ pub(crate) struct WaitArgs<'a> {
     pub(crate) holds: &'a [Vec<u8>],
     /// How long the record lives unless refreshed.
     pub(crate) lifetime: Duration,
+    /// How long the wait has lasted (the record's `since` is that long before the server's
+    /// clock, on its first write).
+    pub(crate) waited: Duration,
 }
 
 /// Writes (or refreshes) the wait record at `key`.
@@ -30,6 +33,7 @@ pub(crate) async fn record_wait<C: ConnectionLike>(
     let mut call = scripts().wait_record.prepare_invoke();
     call.key(key)
         .arg(millis(args.lifetime).max(1))
+        .arg(millis(args.waited))
         .arg(args.awaited)
         .arg(args.label.unwrap_or(""));
     for held in args.holds {
