@@ -203,8 +203,14 @@ fn main() {
         std::env::temp_dir().join(format!("fencelock-bench-smoke-{}", std::process::id()))
     } else if let Some(dir) = std::env::var_os("FENCELOCK_BENCH_RESULTS") {
         // Another server's run (BENCHMARKS.md: FENCELOCK_REDIS_SERVER and this variable)
-        // keeps the main results as they are.
-        PathBuf::from(dir)
+        // keeps the main results as they are. A relative path is the workspace's, as the
+        // documented commands give it: cargo runs benches in the package's directory.
+        let dir = PathBuf::from(dir);
+        if dir.is_relative() {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir)
+        } else {
+            dir
+        }
     } else {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results")
     };
