@@ -30,8 +30,21 @@ async fn waits_and_the_doctor_report_a_possible_deadlock() {
             let _ = inner.acquire().await;
         }));
     }
-    // Waits are recorded once they lasted a second.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Waits are recorded once they lasted a second: wait for both records to be a second old
+    // (the admin API's view of the same records) before asking the tool.
+    let admin = fencelock::admin::Admin::connect(&url).await.unwrap();
+    let found = tokio::time::timeout(Duration::from_secs(20), async {
+        while admin
+            .possible_deadlocks(Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_empty()
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "no possible deadlock reported within 20 s");
 
     let waits = fencelock(&url, &["waits", "--deadlock-after", "1s"]).await;
     assert_eq!(waits.code, 0, "{waits:?}");
