@@ -132,7 +132,10 @@ impl Drop for WaitRecord<'_> {
             return;
         };
         if !self.shared.sent.load(Ordering::SeqCst) {
-            // The scheduled write will see `ended` and send nothing: no record, no delete.
+            // The scheduled write would see `ended` and send nothing: no record, no delete.
+            // Cancelled now rather than left asleep until it is due, so that the short waits
+            // of a busy lock do not keep a sleeping task each for a second.
+            last.abort();
             return;
         }
         let mut conn = self.report.engine.conn();
