@@ -7,8 +7,9 @@
 --                           "~label" -> the acquisition's label (only when it was given one);
 --                           or, while reserved, only "~reserved" -> the client id it is kept for
 -- KEYS[2]  fence counter    string: highest token issued in this slot (shared by every lock in it)
--- KEYS[3]  op record        string, keyed by the holder id: "a" once this acquisition ran, "c"
---                           when it was cancelled (see cancel.lua); kept ARGV[3] ms
+-- KEYS[3]  op record        string, keyed by the holder id, as in acquire.lua: "a" once a
+--                           recorded send ran (ARGV[7]), "c" when cancelled, "r:<op id>" once
+--                           released; kept ARGV[3] ms
 -- KEYS[4]  queue            sorted set: client id -> server time (µs) of its first failed
 --                           attempt since it was last served; same slot as the lock
 -- ARGV[1]  holder id        unique per acquisition, never reused
@@ -18,12 +19,15 @@
 -- ARGV[5]  "1": a waiter; on failure queue the client (ZADD NX); "0": try_acquire, no queueing
 -- ARGV[6]  queue slack in ms: the queue expires this long after the lock's current lease ends
 --          (every failed attempt sets it again), so entries of vanished clients cannot leak
--- ARGV[7]  label            optional, as acquire.lua ARGV[4]
+-- ARGV[7]  "1": record this send, "0": the acquisition's only send so far (acquire.lua ARGV[4]
+--          says when a record is needed and why a first send needs none)
+-- ARGV[8]  label            optional, as acquire.lua ARGV[5]
 --
 -- Returns  {1, token, 1}    acquired: the lock was free, or reserved for this client (claimed);
 --                           the hash now maps holder -> 1 with a new token, and the client's
 --                           queue entry is gone
 --          {1, token, n}    replay: this holder already holds the lock; nothing changes
+--                           but the record
 --          {0, pttl}        held by another holder, or reserved for another client; pttl is the
 --                           remaining lease or reservation in ms (-1: no expiry, operator-made)
 --          {-2}             cancelled, or a late duplicate of an acquisition whose hold ended;
@@ -42,6 +46,9 @@ local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'hash' then
   local count = redis.call('HGET', KEYS[1], ARGV[1])
   if count then
+    if ARGV[7] == '1' then
+      redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3], 'NX')
+    end
     return {1, tonumber(redis.call('HGET', KEYS[1], '~token')), tonumber(count)}
   end
 end
@@ -102,11 +109,13 @@ redis.call('SET', KEYS[2], token_text)
 if claim then
   redis.call('DEL', KEYS[1])
 end
-if ARGV[7] then
-  redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text, '~label', ARGV[7])
+if ARGV[8] then
+  redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text, '~label', ARGV[8])
 else
   redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text)
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])
+if ARGV[7] == '1' then
+  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])
+end
 return {1, token, 1}

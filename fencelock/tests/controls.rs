@@ -262,12 +262,14 @@ fn every_control_is_covered() {
     // `src/protocol/{fenced_read,election,job,idempotency,semaphore,rwlock}_tests.rs`).
     let source = [
         include_str!("controls.rs"),
+        include_str!("faults.rs"),
         include_str!("../src/protocol/tests.rs"),
         include_str!("../src/protocol/fenced_read_tests.rs"),
         include_str!("../src/protocol/election_tests.rs"),
         include_str!("../src/protocol/job_tests.rs"),
         include_str!("../src/protocol/idempotency_tests.rs"),
         include_str!("../src/protocol/retention_tests.rs"),
+        include_str!("../src/protocol/acquire_record_tests.rs"),
         include_str!("../src/protocol/semaphore_tests.rs"),
         include_str!("../src/protocol/rwlock_tests.rs"),
     ]

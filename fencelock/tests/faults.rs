@@ -91,13 +91,25 @@ async fn an_acquire_whose_reply_was_lost_is_retried_without_a_second_token() {
     let faulty = Faulty::start();
     let client = faulty.client().await;
     let lock = client.lock("retried").unwrap();
-    // Load the scripts first, so the lost request is the acquire itself.
-    lock.acquire().await.unwrap().release().await.unwrap();
+    // Load the scripts first, so the lost request is the acquire itself. An acquisition sent
+    // once leaves no op record.
+    let once = lock.acquire().await.unwrap();
+    let record_of = |holder: &str| -> Option<String> {
+        let key = faulty
+            .fx
+            .keys(&format!("fencelock:{{*}}op:{holder}"))
+            .pop()?;
+        faulty.fx.raw().get(key).unwrap()
+    };
+    assert_eq!(record_of(once.holder_id()), None);
+    once.release().await.unwrap();
 
     let guard = faulty
         .lose_reply_of(|fx| fx.lock_key("retried").is_some(), lock.acquire())
         .await
         .unwrap();
+    // The re-send recorded the acquisition, for a copy of the lost send still on its way.
+    assert_eq!(record_of(guard.holder_id()).as_deref(), Some("a"));
     let (holders, token) = faulty.fx.lock_state("retried").unwrap();
     assert_eq!(
         holders,
@@ -392,4 +404,71 @@ async fn a_definite_error_on_the_replicated_path_is_not_re_sent() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let attempts = evalsha_attempts(&fx) - before;
     assert!((1..=3).contains(&attempts), "{attempts} attempts");
+}
+
+/// A busy acquisition whose first send's reply was lost: the re-send is answered "busy", but
+/// the lost send may still be on its way and take the lock later. When the caller gives up
+/// (here at its deadline) the acquisition is undone in Redis all the same, which marks its op
+/// record cancelled, so that copy does nothing when it arrives.
+async fn an_unknown_send_of_a_busy_acquisition_is_undone_when_it_gives_up(
+    control: Option<fencelock::negative_controls::Control>,
+) -> Result<(), String> {
+    let faulty = Faulty::start();
+    let holder = faulty.fx.client().await;
+    let held = holder.lock("sold-out").unwrap().acquire().await.unwrap();
+    let mut builder = LockClient::builder(faulty.proxy.url());
+    if let Some(control) = control {
+        builder = builder.negative_control(control);
+    }
+    let client = builder.connect().await.unwrap();
+    faulty.fx.warm_up(&client).await;
+    let lock = client.lock("sold-out").unwrap();
+    let before = evalsha_attempts(&faulty.fx);
+    let outcome = faulty
+        .lose_reply_of(
+            |fx| evalsha_attempts(fx) > before,
+            lock.acquire_timeout(Duration::from_secs(1)),
+        )
+        .await;
+    assert!(
+        matches!(outcome, Err(ref e) if e.is_timeout()),
+        "{outcome:?}"
+    );
+    // The holder took no record; the undone acquisition's is "c".
+    let cancelled = eventually(Duration::from_secs(5), || {
+        faulty.fx.keys("fencelock:{*}op:*").iter().any(|key| {
+            let value: Option<String> = faulty.fx.raw().get(key).unwrap();
+            value.as_deref() == Some("c")
+        })
+    })
+    .await;
+    held.release().await.unwrap();
+    if cancelled {
+        Ok(())
+    } else {
+        Err("the acquisition with a send of unknown outcome was not undone".into())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_acquisition_with_a_lost_reply_is_undone_when_it_gives_up() {
+    an_unknown_send_of_a_busy_acquisition_is_undone_when_it_gives_up(None)
+        .await
+        .unwrap();
+}
+
+/// The negative control: an acquisition that stops its undo at the first definite "busy"
+/// leaves the lost send free to take the lock for nobody; the test above catches it.
+#[cfg(fencelock_negative_controls)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_undo_at_a_busy_reply_is_caught() {
+    use fencelock::negative_controls::Control;
+    let outcome = an_unknown_send_of_a_busy_acquisition_is_undone_when_it_gives_up(Some(
+        Control::StragglerNotUndone,
+    ))
+    .await;
+    assert!(
+        outcome.is_err(),
+        "Control::StragglerNotUndone was not caught"
+    );
 }

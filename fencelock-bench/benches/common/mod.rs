@@ -92,10 +92,6 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
             )]),
         ),
         (
-            "acquire: SET op record PX",
-            acquire(&[("redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])", "")]),
-        ),
-        (
             "acquire: TYPE lock key",
             acquire(&[(
                 "local kind = redis.call('TYPE', KEYS[1])['ok']",
@@ -144,9 +140,9 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
     ]
 }
 
-/// The physical limit's scripts: the same KEYS and ARGV as `acquire.lua` (3 keys, 2 args) and
-/// `release.lua` (2 keys, 2 args), doing the least work a lock can do (one write with expiry,
-/// one delete), padded with a comment to the byte size of ours.
+/// The physical limit's scripts: called with the same KEYS and ARGV as `acquire.lua` and
+/// `release.lua` (as their headers give them), doing the least work a lock can do (one write
+/// with expiry, one delete), padded with a comment to the byte size of ours.
 fn limit_script(body: &str, same_size_as: &str) -> Script {
     let mut code = String::from(body);
     code.push_str("\n--");
@@ -183,6 +179,9 @@ enum Slot {
     LeaseMs,
     OpTtlMs,
     PubSubMode,
+    /// Whether this send of an acquisition leaves an op record: "0", as fencelock's first
+    /// send of every acquisition (only a send after one whose outcome was unknown records).
+    RecordFlag,
     /// An optional trailing argument (an acquisition's label) that an unlabelled call, like
     /// fencelock's default, leaves out.
     Omitted,
@@ -211,6 +210,7 @@ fn contract(script: &str, name: &str) -> (Vec<Slot>, Vec<Slot>) {
             ("holder id", Slot::Holder),
             ("lease in ms", Slot::LeaseMs),
             ("pub/sub mode", Slot::PubSubMode),
+            ("\"1\": record this send", Slot::RecordFlag),
             ("label", Slot::Omitted),
         ]
         .into_iter()
@@ -337,6 +337,7 @@ impl Raw {
                 // One server: classic PUBLISH, as fencelock sends it there.
                 Slot::PubSubMode => call.arg("classic"),
                 Slot::OpId => call.arg(op),
+                Slot::RecordFlag => call.arg("0"),
                 Slot::Omitted => continue,
                 other => panic!("{other:?} is not an argument"),
             };

@@ -20,7 +20,7 @@ use crate::engine::wait::FairExit;
 use crate::engine::wait_record::WaitReport;
 use crate::protocol::keys::validate_name;
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
-use crate::transport::ack_pool;
+use crate::transport::{ack_pool, ResendsByItself};
 
 /// A handle to one named lock, made by [`LockClient::lock`].
 ///
@@ -399,6 +399,7 @@ impl Lock {
         let op_ttl = self.client.engine.config.op_record_ttl;
         let sent_at = Instant::now();
         pending.arm();
+        let sends = pending.sends();
         let (reply, acks) = match self.replica_ack {
             None => {
                 let reply = self
@@ -406,9 +407,10 @@ impl Lock {
                     .engine
                     .retrying_within(window, |mut conn| {
                         let (keys, label) = (&self.keys, self.label.as_deref());
+                        let recorded = sends.send() || conn.resends_by_itself();
                         async move {
                             protocol::acquire_with(
-                                &mut conn, keys, holder, lease, op_ttl, fair, label,
+                                &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
                             )
                             .await
                         }
@@ -425,9 +427,10 @@ impl Lock {
                     window,
                     |mut conn| {
                         let (keys, label) = (&self.keys, self.label.as_deref());
+                        let recorded = sends.send() || conn.resends_by_itself();
                         async move {
                             protocol::acquire_with(
-                                &mut conn, keys, holder, lease, op_ttl, fair, label,
+                                &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
                             )
                             .await
                         }
@@ -449,9 +452,9 @@ impl Lock {
                 });
             }
         }
-        pending.disarm();
         match reply {
             AcquireReply::Acquired { token, .. } => {
+                pending.disarm();
                 let holder = Holder::new(
                     self.client.engine.clone(),
                     self.keys.clone(),
@@ -470,8 +473,14 @@ impl Lock {
                     hand_on: false,
                 })
             }
-            AcquireReply::Held { pttl } => Ok(Attempt::Busy(pttl)),
-            AcquireReply::Cancelled => Err(Error::Cancelled),
+            AcquireReply::Held { pttl } => {
+                pending.busy();
+                Ok(Attempt::Busy(pttl))
+            }
+            AcquireReply::Cancelled => {
+                pending.disarm();
+                Err(Error::Cancelled)
+            }
         }
     }
 }

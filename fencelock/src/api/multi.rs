@@ -21,7 +21,7 @@ use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::Wake;
 use crate::protocol::{self, AcquireAllReply, AcquireReply, CancelKind, LockKeys};
-use crate::transport::ack_pool;
+use crate::transport::{ack_pool, ResendsByItself};
 
 /// Most locks one [`MultiLock`] may take at once. A set this large is already one script
 /// call with 3 keys per lock; larger sets are more likely a bug than a need.
@@ -520,22 +520,24 @@ impl MultiLock {
             None => None,
         };
         for (index, (member, holder)) in self.members.iter().zip(holders).enumerate() {
+            // Members taken so far stay armed: an error or a drop here undoes them.
+            pending[index].arm();
+            let sends = pending[index].sends();
             macro_rules! call {
                 () => {
                     |mut conn| {
                         let keys = member.keys();
                         let (holder, label) = (holder.as_str(), self.label.as_deref());
+                        let recorded = sends.send() || conn.resends_by_itself();
                         async move {
                             protocol::acquire_labelled(
-                                &mut conn, keys, holder, lease, op_ttl, label,
+                                &mut conn, keys, holder, lease, op_ttl, label, recorded,
                             )
                             .await
                         }
                     }
                 };
             }
-            // Members taken so far stay armed: an error or a drop here undoes them.
-            pending[index].arm();
             let outcome = match &mut session {
                 None => self.client.engine.retrying_within(window, call!()).await,
                 Some(session) => {
@@ -559,7 +561,7 @@ impl MultiLock {
             match reply {
                 AcquireReply::Acquired { token, .. } => tokens.push(token),
                 AcquireReply::Held { pttl } => {
-                    pending[index].disarm();
+                    pending[index].busy();
                     self.roll_back(holders, index).await?;
                     pending[..index].iter_mut().for_each(PendingOp::disarm);
                     if let Some(session) = session {

@@ -1,6 +1,7 @@
 //! An operation on its way to Redis that nobody may wait for: the undo that makes every
 //! acquire and re-entry cancel safe.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::runtime::Handle;
@@ -20,6 +21,45 @@ pub(crate) struct PendingOp {
     op: String,
     kind: CancelKind,
     armed: bool,
+    sends: Sends,
+}
+
+/// The sends of one acquisition, which decide whether a send leaves an op record
+/// (`acquire.lua` ARGV[4]).
+///
+/// A copy of an acquire request can arrive after the hold it asked for ended only if the
+/// request went out more than once: a send whose outcome was never known (its reply was lost,
+/// its connection reset) may still reach the server after a later send was answered. So the
+/// first send records nothing (the uncontended acquisition saves a record write), and once a
+/// send's outcome was unknown every later send of the acquisition leaves an op record, which
+/// such a straggler finds. Atomics rather than cells: a send is counted from inside the re-send
+/// closure, which only borrows, and acquire futures must be `Send`.
+#[derive(Debug, Default)]
+pub(crate) struct Sends {
+    /// A send went out and no definite reply has come back for it yet.
+    unanswered: AtomicBool,
+    /// Some send's outcome was unknown: a copy of it may still arrive.
+    uncertain: AtomicBool,
+}
+
+impl Sends {
+    /// A send is going out: whether it must leave an op record.
+    pub(crate) fn send(&self) -> bool {
+        if self.unanswered.swap(true, Ordering::Relaxed) {
+            self.uncertain.store(true, Ordering::Relaxed);
+        }
+        self.uncertain.load(Ordering::Relaxed)
+    }
+
+    /// A definite reply came back for the last send.
+    fn answered(&self) {
+        self.unanswered.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether a send of this acquisition may still arrive at the server.
+    fn uncertain(&self) -> bool {
+        self.uncertain.load(Ordering::Relaxed)
+    }
 }
 
 impl PendingOp {
@@ -37,7 +77,13 @@ impl PendingOp {
             op: op.to_owned(),
             kind,
             armed: false,
+            sends: Sends::default(),
         }
+    }
+
+    /// The acquisition's sends, which each ask whether to leave an op record.
+    pub(crate) fn sends(&self) -> &Sends {
+        &self.sends
     }
 
     /// The request is about to be sent: from now on its effect is unknown until a reply.
@@ -47,7 +93,23 @@ impl PendingOp {
 
     /// A definite reply arrived; the caller owns the outcome.
     pub(crate) fn disarm(&mut self) {
+        self.sends.answered();
         self.armed = false;
+    }
+
+    /// A definite "busy" reply arrived: nothing was taken by this send. Stays armed when an
+    /// earlier send's outcome was unknown: that copy may still take the lock after the caller
+    /// gave up, and only the undo on drop (which marks the op record cancelled) stops it.
+    pub(crate) fn busy(&mut self) {
+        self.sends.answered();
+        #[cfg(fencelock_negative_controls)]
+        if self.engine.broken(Control::StragglerNotUndone) {
+            self.armed = false;
+            return;
+        }
+        if !self.sends.uncertain() {
+            self.armed = false;
+        }
     }
 }
 

@@ -65,6 +65,12 @@ pub enum Control {
     RetentionForgetsExpiry,
     /// An acquire or re-entry whose caller gave up is never undone (no compensating cancel).
     CancelMissingOnDrop,
+    /// `acquire.lua` and `acquire_fair.lua` record no send: a copy of an acquisition that was
+    /// re-sent takes the lock again when it arrives after the hold ended.
+    ResendLeavesNoRecord,
+    /// An acquisition that got a definite "busy" stops its undo even though an earlier send's
+    /// outcome is unknown: that copy takes the lock after the caller gave up, for nobody.
+    StragglerNotUndone,
     /// The watchdog keeps renewing a holder whose guards are all gone.
     WatchdogIgnoresDrop,
     /// The holder's lease is measured from the reply instead of from the send.
@@ -133,7 +139,7 @@ const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 37] = [
+    pub const ALL: [Control; 39] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -148,6 +154,8 @@ impl Control {
         Control::SharedReadDoesNotFence,
         Control::RetentionForgetsExpiry,
         Control::CancelMissingOnDrop,
+        Control::ResendLeavesNoRecord,
+        Control::StragglerNotUndone,
         Control::WatchdogIgnoresDrop,
         Control::LeaseFromReply,
         Control::ClaimKeepsReservation,
@@ -341,7 +349,20 @@ impl Control {
                 "if deadline and deadline > now and",
                 "if deadline and",
             )],
+            Control::ResendLeavesNoRecord => &[
+                (
+                    "acquire",
+                    "if ARGV[4] == '1' then\n  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])\nend",
+                    "",
+                ),
+                (
+                    "acquire_fair",
+                    "if ARGV[7] == '1' then\n  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])\nend",
+                    "",
+                ),
+            ],
             Control::CancelMissingOnDrop
+            | Control::StragglerNotUndone
             | Control::WatchdogIgnoresDrop
             | Control::LeaseFromReply => &[],
         }

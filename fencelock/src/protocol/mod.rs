@@ -98,10 +98,12 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     lease: Duration,
     op_ttl: Duration,
 ) -> Result<AcquireReply, Error> {
-    acquire_labelled(conn, keys, holder, lease, op_ttl, None).await
+    acquire_labelled(conn, keys, holder, lease, op_ttl, None, false).await
 }
 
-/// `acquire.lua`; `label`, when given, is stored with the hold (ARGV[4]).
+/// `acquire.lua`; `label`, when given, is stored with the hold (ARGV[5]); `recorded`: an
+/// earlier send of this acquisition may still arrive, so this one leaves an op record
+/// (ARGV[4], [`crate::engine::pending::Sends`]).
 pub(crate) async fn acquire_labelled<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
@@ -109,6 +111,7 @@ pub(crate) async fn acquire_labelled<C: ConnectionLike>(
     lease: Duration,
     op_ttl: Duration,
     label: Option<&str>,
+    recorded: bool,
 ) -> Result<AcquireReply, Error> {
     let mut call = scripts().acquire.prepare_invoke();
     call.key(&keys.lock)
@@ -116,7 +119,8 @@ pub(crate) async fn acquire_labelled<C: ConnectionLike>(
         .key(keys.op(holder))
         .arg(holder)
         .arg(millis(lease))
-        .arg(millis(op_ttl));
+        .arg(millis(op_ttl))
+        .arg(flag(recorded));
     if let Some(label) = label {
         call.arg(label);
     }
@@ -136,7 +140,8 @@ pub(crate) struct FairAttempt<'a> {
 }
 
 /// One acquire attempt: `acquire.lua`, or `acquire_fair.lua` for a fair-mode client; `label`,
-/// when given, is stored with the hold.
+/// when given, is stored with the hold; `recorded`: this send leaves an op record.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_with<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
@@ -145,15 +150,17 @@ pub(crate) async fn acquire_with<C: ConnectionLike>(
     op_ttl: Duration,
     fair: Option<FairAttempt<'_>>,
     label: Option<&str>,
+    recorded: bool,
 ) -> Result<AcquireReply, Error> {
     match fair {
-        None => acquire_labelled(conn, keys, holder, lease, op_ttl, label).await,
-        Some(fair) => acquire_fair(conn, keys, holder, lease, op_ttl, fair, label).await,
+        None => acquire_labelled(conn, keys, holder, lease, op_ttl, label, recorded).await,
+        Some(fair) => acquire_fair(conn, keys, holder, lease, op_ttl, fair, label, recorded).await,
     }
 }
 
 /// `acquire.lua` with the fair-handoff queue: claims a reservation made for `fair.client`,
 /// queues the client when the lock is held (waiters only).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_fair<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
@@ -162,6 +169,7 @@ pub(crate) async fn acquire_fair<C: ConnectionLike>(
     op_ttl: Duration,
     fair: FairAttempt<'_>,
     label: Option<&str>,
+    recorded: bool,
 ) -> Result<AcquireReply, Error> {
     let mut call = scripts().acquire_fair.prepare_invoke();
     call.key(&keys.lock)
@@ -172,8 +180,9 @@ pub(crate) async fn acquire_fair<C: ConnectionLike>(
         .arg(millis(lease))
         .arg(millis(op_ttl))
         .arg(fair.client)
-        .arg(if fair.enqueue { "1" } else { "0" })
-        .arg(millis(fair.queue_slack));
+        .arg(flag(fair.enqueue))
+        .arg(millis(fair.queue_slack))
+        .arg(flag(recorded));
     if let Some(label) = label {
         call.arg(label);
     }
@@ -729,7 +738,7 @@ pub(crate) async fn permissions<C: ConnectionLike>(
         .key(keys.op("permissions"))
         .key(keys.queue())
         .arg(pubsub.script_arg())
-        .arg(if fair { "1" } else { "0" })
+        .arg(flag(fair))
         .arg(match holds {
             None => "",
             Some(false) => "holds",
@@ -854,6 +863,15 @@ fn owner_reply(script: &str, reply: &[i64]) -> Result<OwnerReply, Error> {
 
 /// Milliseconds for a script argument; callers validated that leases are whole, positive
 /// milliseconds well inside `u64`.
+/// A script's yes/no argument.
+fn flag(yes: bool) -> &'static str {
+    if yes {
+        "1"
+    } else {
+        "0"
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -899,3 +917,6 @@ mod fenced_read_tests;
 
 #[cfg(test)]
 mod retention_tests;
+
+#[cfg(test)]
+mod acquire_record_tests;

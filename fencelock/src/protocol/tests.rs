@@ -149,13 +149,13 @@ async fn a_label_is_kept_with_its_hold_and_only_there() {
             label
         }
     };
-    let first = acquire_labelled(&mut conn, &keys, "h1", LEASE, OP_TTL, Some("req-1"))
+    let first = acquire_labelled(&mut conn, &keys, "h1", LEASE, OP_TTL, Some("req-1"), false)
         .await
         .unwrap();
     assert!(matches!(first, AcquireReply::Acquired { count: 1, .. }));
     assert_eq!(label(&mut conn).await.as_deref(), Some("req-1"));
     // A replay with another label (a client never sends one) changes nothing.
-    let again = acquire_labelled(&mut conn, &keys, "h1", LEASE, OP_TTL, Some("other"))
+    let again = acquire_labelled(&mut conn, &keys, "h1", LEASE, OP_TTL, Some("other"), false)
         .await
         .unwrap();
     assert_eq!(first, again);
@@ -165,7 +165,7 @@ async fn a_label_is_kept_with_its_hold_and_only_there() {
         .unwrap();
     assert_eq!(count(&mut conn, &keys, "h1").await, Some(2));
     assert_eq!(label(&mut conn).await.as_deref(), Some("req-1"));
-    let busy = acquire_labelled(&mut conn, &keys, "h2", LEASE, OP_TTL, Some("req-2"))
+    let busy = acquire_labelled(&mut conn, &keys, "h2", LEASE, OP_TTL, Some("req-2"), false)
         .await
         .unwrap();
     assert!(matches!(busy, AcquireReply::Held { .. }), "{busy:?}");
@@ -572,8 +572,16 @@ async fn a_replayed_fenced_write_applies_once_and_a_stale_one_never() {
 #[tokio::test]
 async fn a_late_duplicate_acquire_after_the_hold_ended_does_nothing() {
     let (_server, mut conn, keys) = setup().await;
+    // A copy exists only of an acquisition sent more than once, and every send after one whose
+    // outcome was unknown is recorded: the acquisitions here are such re-sends, and the late
+    // copy is the first send (unrecorded), arriving last.
+    let recorded = async |conn: &mut MultiplexedConnection, holder: &str, lease: Duration| {
+        acquire_labelled(conn, &keys, holder, lease, OP_TTL, None, true)
+            .await
+            .unwrap()
+    };
     // Released: a copy of the acquire that arrives afterwards must not take the lock again.
-    acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap();
+    recorded(&mut conn, "h", LEASE).await;
     release(&mut conn, &keys, "h", "rel", OP_TTL, PubSub::Classic)
         .await
         .unwrap();
@@ -584,9 +592,7 @@ async fn a_late_duplicate_acquire_after_the_hold_ended_does_nothing() {
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists, "the duplicate took the lock");
     // Expired: the same.
-    acquire(&mut conn, &keys, "e", Duration::from_millis(20), OP_TTL)
-        .await
-        .unwrap();
+    recorded(&mut conn, "e", Duration::from_millis(20)).await;
     tokio::time::sleep(Duration::from_millis(60)).await;
     assert_eq!(
         acquire(&mut conn, &keys, "e", LEASE, OP_TTL).await.unwrap(),
@@ -898,7 +904,7 @@ mod fair {
         holder: &str,
         fair: FairAttempt<'_>,
     ) -> AcquireReply {
-        acquire_fair(conn, keys, holder, LEASE, OP_TTL, fair, None)
+        acquire_fair(conn, keys, holder, LEASE, OP_TTL, fair, None, false)
             .await
             .unwrap()
     }
@@ -1230,9 +1236,18 @@ mod fair {
         let (_server, mut conn, keys) = setup().await;
         let _: () = conn.set(keys.queue(), "foreign").await.unwrap();
         // Free lock: the winner's ZREM would fail; nothing is taken.
-        let err = acquire_fair(&mut conn, &keys, "ca:1", LEASE, OP_TTL, waiter("ca"), None)
-            .await
-            .unwrap_err();
+        let err = acquire_fair(
+            &mut conn,
+            &keys,
+            "ca:1",
+            LEASE,
+            OP_TTL,
+            waiter("ca"),
+            None,
+            false,
+        )
+        .await
+        .unwrap_err();
         assert!(err.is_wrong_type(), "{err}");
         for key in [keys.lock.clone(), keys.fence.clone(), keys.op("ca:1")] {
             let exists: bool = conn.exists(&key).await.unwrap();
@@ -1242,9 +1257,18 @@ mod fair {
         let _: () = conn.del(keys.queue()).await.unwrap();
         token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
         let _: () = conn.set(keys.queue(), "foreign").await.unwrap();
-        let err = acquire_fair(&mut conn, &keys, "cb:1", LEASE, OP_TTL, waiter("cb"), None)
-            .await
-            .unwrap_err();
+        let err = acquire_fair(
+            &mut conn,
+            &keys,
+            "cb:1",
+            LEASE,
+            OP_TTL,
+            waiter("cb"),
+            None,
+            false,
+        )
+        .await
+        .unwrap_err();
         assert!(err.is_wrong_type(), "{err}");
         let err = release_fair(
             &mut conn,

@@ -36,6 +36,29 @@ pub(crate) enum Conn {
     Sentinel(SentinelConn),
 }
 
+/// Whether the client library under a connection may send one request more than once by
+/// itself. Then any send may have a copy on its way, so every send of an acquisition leaves
+/// an op record (`engine::pending::Sends`).
+pub(crate) trait ResendsByItself {
+    fn resends_by_itself(&self) -> bool;
+}
+
+impl ResendsByItself for Conn {
+    /// redis-rs' cluster client re-sends after `MOVED`, `ASK`, `TRYAGAIN` and connection
+    /// errors; the one-server and Sentinel connections send each request once.
+    fn resends_by_itself(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+}
+
+impl ResendsByItself for redis::aio::MultiplexedConnection {
+    /// A plain connection to one node (a replica-acknowledged session's) sends each request
+    /// once.
+    fn resends_by_itself(&self) -> bool {
+        false
+    }
+}
+
 impl Conn {
     pub(crate) fn pubsub(&self) -> PubSub {
         match self {

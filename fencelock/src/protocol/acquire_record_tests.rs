@@ -1,0 +1,117 @@
+//! When an acquisition's send leaves an op record (`acquire.lua` ARGV[4], `acquire_fair.lua`
+//! ARGV[7]) against a real redis-server: a first send records nothing, a re-send records what it
+//! did, and a copy of an earlier send that arrives after the hold ended finds that record and
+//! does nothing, in both modes.
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+#[cfg(fencelock_negative_controls)]
+use super::tests::assert_controls_caught;
+use super::tests::{assert_checks_hold, setup, Check, LEASE, OP_TTL};
+use super::*;
+
+fn free_keys() -> LockKeys {
+    LockKeys::new(b"t:", b"res")
+}
+
+/// A fair-mode waiter's attempt.
+fn fair_waiter() -> FairAttempt<'static> {
+    FairAttempt {
+        client: "c",
+        enqueue: true,
+        queue_slack: Duration::from_secs(1),
+    }
+}
+
+async fn record(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> Option<String> {
+    conn.get(keys.op(holder)).await.unwrap()
+}
+
+/// The uncontended acquisition's one send writes the hold and nothing else; a re-send that
+/// finds its own hold (the first send ran, its reply was lost) answers with the same token and
+/// records the acquisition, so that a copy still on its way finds it after the hold ends.
+#[tokio::test]
+async fn a_first_send_records_nothing_and_a_re_send_records_its_acquisition() {
+    let (_server, mut conn, keys) = setup().await;
+    for fair in [None, Some(fair_waiter())] {
+        let holder = if fair.is_some() { "c:1" } else { "h" };
+        let first = acquire_with(&mut conn, &keys, holder, LEASE, OP_TTL, fair, None, false)
+            .await
+            .unwrap();
+        let AcquireReply::Acquired { token, count: 1 } = first else {
+            panic!("{first:?}");
+        };
+        assert_eq!(record(&mut conn, &keys, holder).await, None, "{fair:?}");
+        let again = acquire_with(&mut conn, &keys, holder, LEASE, OP_TTL, fair, None, true)
+            .await
+            .unwrap();
+        assert_eq!(again, AcquireReply::Acquired { token, count: 1 });
+        assert_eq!(
+            record(&mut conn, &keys, holder).await.as_deref(),
+            Some("a"),
+            "{fair:?}"
+        );
+        let ttl: i64 = conn.pttl(keys.op(holder)).await.unwrap();
+        assert!(ttl > 0 && ttl <= 10_000, "the record expires: {ttl}");
+        release(&mut conn, &keys, holder, "rel", OP_TTL, PubSub::Classic)
+            .await
+            .unwrap();
+        assert_eq!(
+            record(&mut conn, &keys, holder).await.as_deref(),
+            Some("r:rel"),
+            "the freeing release marks the record"
+        );
+    }
+}
+
+/// A re-send that acquires records it: the first send, arriving after that hold expired, is a
+/// late copy and does nothing, in the default mode and in fair mode.
+fn a_late_first_send_finds_the_record_of_its_re_send<'a>(
+    conn: &'a mut MultiplexedConnection,
+    keys: &'a LockKeys,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
+    Box::pin(async move {
+        for fair in [None, Some(fair_waiter())] {
+            let holder = if fair.is_some() { "c:1" } else { "h" };
+            let short = Duration::from_millis(20);
+            let resent = acquire_with(conn, keys, holder, short, OP_TTL, fair, None, true)
+                .await
+                .map_err(|e| e.to_string())?;
+            if !matches!(resent, AcquireReply::Acquired { count: 1, .. }) {
+                return Err(format!("the re-send answered {resent:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            let late = acquire_with(conn, keys, holder, LEASE, OP_TTL, fair, None, false)
+                .await
+                .map_err(|e| e.to_string())?;
+            let held: bool = conn.exists(&keys.lock).await.map_err(|e| e.to_string())?;
+            if late != AcquireReply::Cancelled || held {
+                return Err(format!(
+                    "fair {}: the late first send answered {late:?}; lock held after it: {held}",
+                    fair.is_some()
+                ));
+            }
+        }
+        Ok(())
+    })
+}
+
+const CHECKS: [(&str, Check); 1] = [(
+    "a_late_first_send_finds_the_record_of_its_re_send",
+    a_late_first_send_finds_the_record_of_its_re_send,
+)];
+
+#[tokio::test]
+async fn the_acquire_record_contract_checks_hold() {
+    assert_checks_hold(&CHECKS, free_keys).await;
+}
+
+/// Acquire scripts that record no re-send let the late first send take the lock again, for
+/// nobody: the check above catches them.
+#[cfg(fencelock_negative_controls)]
+#[tokio::test]
+async fn the_acquire_record_negative_control_is_caught() {
+    use super::controls::Control;
+    assert_controls_caught(&[Control::ResendLeavesNoRecord], &CHECKS, free_keys).await;
+}
