@@ -92,6 +92,7 @@ pub(crate) fn hold_json(hold: &HoldEntry) -> Value {
         "token": hold.token.map(FencingToken::get),
         "lease_ms": hold.lease_left.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         "held_ms": hold.held_for.map(millis),
+        "label": hold.label,
     })
 }
 

@@ -32,7 +32,7 @@ local held = redis.call('HGET', KEYS[1], ARGV[1])
 if not held or (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) <= now_ms() then
   return {-1}
 end
-local token = string.match(held, ':(%d+)$')
+local _, token = sem_hold_parse(held)
 local entries = tonumber(redis.call('HGET', KEYS[1], '~entries:' .. ARGV[1]) or 1) + 1
 sem_set_entries(KEYS[1], KEYS[2], ARGV[1], entries)
 redis.call('SET', KEYS[3], token .. ':' .. entries, 'PX', ARGV[2])

@@ -21,9 +21,12 @@
 -- ARGV[7]  "fields": a lock this creates keeps its deadlines as hash-field expiry (the server
 --                           must have HPEXPIREAT); else in the lease zset. An existing lock
 --                           keeps its own way (lib/sem_holds.lua)
+-- ARGV[8]  label            optional: an operator's tag for the hold (a request or trace id),
+--                           kept in the hold's field while it lasts ("<permits>:<token>:<label>",
+--                           lib/sem_holds.lua); absent: the field is "<permits>:<token>"
 --
 -- Returns  {1, token}       acquired (or a replay: this holder already holds it; nothing
---                           changes). A writer's token is greater than every token issued
+--                           changes, its label included). A writer's token is greater than every token issued
 --                           before in the slot; so is a reader's, which is also below every
 --                           later writer's: it places the read between two writes
 --          {0, wait_ms}     busy: a writer holds it, or (to read) a writer waits, or (to
@@ -55,7 +58,8 @@ local done = redis.call('GET', KEYS[5])
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 local now = now_ms()
 if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then
-  return {1, tonumber(string.match(held, ':(%d+)$'))}
+  local _, token_text = sem_hold_parse(held)
+  return {1, tonumber(token_text)}
 end
 if done then
   return {-2}
@@ -97,7 +101,7 @@ if blocked then
 end
 
 redis.call('SET', KEYS[4], token_text)
-sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, LIMIT, used, now + tonumber(ARGV[3]))
+sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[8], LIMIT, used, now + tonumber(ARGV[3]))
 redis.call('ZREM', KEYS[3], ARGV[1])
 sem_settle(KEYS[1], KEYS[2])
 redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5])

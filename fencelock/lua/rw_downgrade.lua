@@ -6,8 +6,8 @@
 -- ARGV[1]  holder id        the writer's
 -- ARGV[2]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
 --
--- Returns  {1}              the holder now holds one permit (a read) with its writer's token
---                           and lease; waiting readers were told on KEYS[1]. Also the reply
+-- Returns  {1}              the holder now holds one permit (a read) with its writer's token,
+--                           label and lease (the holder id stays, so does the label); waiting readers were told on KEYS[1]. Also the reply
 --                           when it already was a reader (a re-sent downgrade)
 --          {-1}             the holder holds nothing here (its lease ended, an operator
 --                           released it); nothing changed
@@ -25,10 +25,9 @@ local held = redis.call('HGET', KEYS[1], ARGV[1])
 if not held then
   return {-1}
 end
-local permits, token = string.match(held, '^(%d+):(%d+)$')
-permits = tonumber(permits)
+local permits, token_text, label = sem_hold_parse(held)
 if permits > 1 then
-  sem_change_permits(KEYS[1], KEYS[2], ARGV[1], permits, 1, token)
+  sem_change_permits(KEYS[1], KEYS[2], ARGV[1], permits, 1, token_text, label)
   redis.call(ARGV[2] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
 end
 return {1}

@@ -22,11 +22,15 @@
 -- ARGV[8]  "fields": a semaphore this creates keeps its deadlines as hash-field expiry (the
 --                           server must have HPEXPIREAT); else in the lease zset. An existing
 --                           semaphore keeps its own way (lib/sem_holds.lua)
+-- ARGV[9]  label            optional: an operator's tag for the hold (a request or trace id),
+--                           kept in the hold's field while it lasts ("<permits>:<token>:<label>",
+--                           lib/sem_holds.lua); absent: the field is "<permits>:<token>"
 --
 -- Returns  {1, token, permits, limit, free}
 --                           acquired: the hold takes `permits` until its lease ends; `free`
 --                           permits are left; or a replay: this holder already holds them (the
---                           same request ran before and its reply was lost); nothing changes
+--                           same request ran before and its reply was lost); nothing changes,
+--                           the hold keeps the label it was granted with
 --          {0, wait_ms, free, limit}
 --                           too few permits free; wait_ms: until the earliest lease of a
 --                           holder ends (when permits may come back without a release)
@@ -65,10 +69,10 @@ local done = redis.call('GET', KEYS[4])
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 local now = now_ms()
 if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then
-  local permits, token = string.match(held, '^(%d+):(%d+)$')
+  local permits, token_text = sem_hold_parse(held)
   local limit = tonumber(redis.call('HGET', KEYS[1], '~limit'))
   local used = sem_used(KEYS[1])
-  return {1, tonumber(token), tonumber(permits), limit, limit - used}
+  return {1, tonumber(token_text), permits, limit, limit - used}
 end
 if done then
   return {-2}
@@ -125,7 +129,7 @@ if wanted > limit or used + wanted + head_need > limit then
 end
 
 redis.call('SET', KEYS[3], token_text)
-sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, limit, used, now + tonumber(ARGV[4]))
+sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[9], limit, used, now + tonumber(ARGV[4]))
 sem_settle(KEYS[1], KEYS[2])
 redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])
 local free = limit - used - wanted

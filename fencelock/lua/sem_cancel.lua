@@ -17,8 +17,9 @@
 --
 -- Returns  {1, n}           a re-entry had run and was undone: n entries remain (0: it was the
 --                           hold's last, the hold ended and a message was published)
---          {1, 0}           the acquisition had run and was undone: its permits are free and
---                           a message was published on KEYS[1] (and KEYS[4]); the same message
+--          {1, 0}           the acquisition had run and was undone: its permits are free, its
+--                           field is gone with the label it kept, and a message was published
+--                           on KEYS[1] (and KEYS[4]); the same message
 --                           goes out when only a waiting writer's mark was removed
 --          {0}              it had not run (or was already undone or released); it never will
 --

@@ -17,9 +17,9 @@
 --
 -- Returns  {1, n}           left once; n entries remain (a read-write lock's hold entered again
 --                           through its guard); nothing else changed
---          {1, 0}           released (the permits are free and a message was published on
---                           KEYS[1], and KEYS[5] if given), or a replay of this same release
---                           (its mark is found)
+--          {1, 0}           released (the permits are free, the hold's field is gone with the
+--                           label it kept, and a message was published on KEYS[1], and KEYS[5]
+--                           if given), or a replay of this same release (its mark is found)
 --          {-1}             the holder holds nothing here (its lease ended, it was released
 --                           by another op or an operator); nothing of another hold is touched
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified

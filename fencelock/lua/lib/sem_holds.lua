@@ -6,7 +6,11 @@
 -- a semaphore whose writer takes every permit, plus the zset of its waiting writers:
 -- rw_acquire.lua):
 --   hash  "~limit" -> permits in all,
---         <holder id> -> "<permits>:<token>", one field per live hold
+--         <holder id> -> "<permits>:<token>", one field per live hold; "<permits>:<token>:<label>"
+--         when its acquisition was given a label (an operator's tag: sem_acquire.lua ARGV[9],
+--         rw_acquire.lua ARGV[8]). The label lives in the hold's own field, so it ends with
+--         the hold on every path (release, cancel, a purge, an operator's release, the
+--         server's field expiry) and costs no field, expiry or command of its own
 --         "~entries:<holder id>" -> its entries, only while a hold was entered again through
 --         its guard (hold_reenter.lua): at least 2; absent means 1
 --         lease zset path only: "~used" -> permits held now (the sum over the holds)
@@ -81,7 +85,8 @@ local function sem_check(hash, leases)
 end
 
 -- The permits held now. With field expiry, the sum over the holds' values
--- ("<permits>:<token>"; the "~" fields hold no colon).
+-- ("<permits>:<token>", or "<permits>:<token>:<label>": the number before the first colon;
+-- the "~" fields hold no colon).
 local function sem_used(hash)
   if not FIELD_EXPIRY then
     return tonumber(redis.call('HGET', hash, '~used')) or 0
@@ -118,22 +123,43 @@ local function sem_set_deadline(hash, leases, holder, deadline)
   end
 end
 
--- A new hold of `permits` with its token, the semaphore's `limit` (recorded) and `used`
--- permits held before it, until `deadline`.
-local function sem_grant(hash, leases, holder, permits, token_text, limit, used, deadline)
+-- A hold's field value: "<permits>:<token>", then ":<label>" when `label` is given.
+local function sem_hold_value(permits, token_text, label)
+  if label then
+    return permits .. ':' .. token_text .. ':' .. label
+  end
+  return permits .. ':' .. token_text
+end
+
+-- A hold's permits (a number), token (decimal text) and label (nil without one) from its
+-- field value. The first two colons end the permits and the token; a label may hold colons
+-- (and digits after them) of its own.
+local function sem_hold_parse(value)
+  local permits, token_text, rest = string.match(value, '^(%d+):(%d+)(.*)$')
+  local label = nil
+  if rest ~= '' then
+    label = string.sub(rest, 2)
+  end
+  return tonumber(permits), token_text, label
+end
+
+-- A new hold of `permits` with its token and `label` (nil: none), the semaphore's `limit`
+-- (recorded) and `used` permits held before it, until `deadline`.
+local function sem_grant(hash, leases, holder, permits, token_text, label, limit, used, deadline)
+  local value = sem_hold_value(permits, token_text, label)
   if FIELD_EXPIRY then
-    redis.call('HSET', hash, holder, permits .. ':' .. token_text, '~limit', limit, '~expiry', 'fields')
+    redis.call('HSET', hash, holder, value, '~limit', limit, '~expiry', 'fields')
   else
-    redis.call('HSET', hash, holder, permits .. ':' .. token_text, '~limit', limit, '~used', used + permits)
+    redis.call('HSET', hash, holder, value, '~limit', limit, '~used', used + permits)
   end
   sem_set_deadline(hash, leases, holder, deadline)
 end
 
--- A live hold of `from` permits keeps its token and deadline with `to` permits.
-local function sem_change_permits(hash, leases, holder, from, to, token)
+-- A live hold of `from` permits keeps its token, label and deadline with `to` permits.
+local function sem_change_permits(hash, leases, holder, from, to, token_text, label)
   local deadline = sem_deadline(hash, leases, holder)
   -- HSET clears a field's own expiry: set it again.
-  redis.call('HSET', hash, holder, to .. ':' .. token)
+  redis.call('HSET', hash, holder, sem_hold_value(to, token_text, label))
   if FIELD_EXPIRY then
     redis.call('HPEXPIREAT', hash, deadline, 'FIELDS', 1, holder)
   else

@@ -32,6 +32,10 @@ pub struct HoldEntry {
     /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)); `None`
     /// when that client registered none that is still kept.
     pub client_name: Option<String>,
+    /// The label its acquisition was given ([`Semaphore::with_label`](crate::Semaphore::with_label),
+    /// [`RwLock::with_label`](crate::RwLock::with_label): a request or trace id); `None` when
+    /// it was given none.
+    pub label: Option<String>,
 }
 
 impl fmt::Display for HoldEntry {
@@ -49,6 +53,9 @@ impl fmt::Display for HoldEntry {
         }
         if let Some(name) = &self.client_name {
             write!(f, "  client {name}")?;
+        }
+        if let Some(label) = &self.label {
+            write!(f, "  label {label}")?;
         }
         Ok(())
     }
@@ -441,8 +448,13 @@ impl Admin {
             let Some((_, value)) = fields.iter().find(|(f, _)| f == holder.as_bytes()) else {
                 continue;
             };
+            // "<permits>:<token>", then ":<label>" when the acquisition was given one (the
+            // label may hold colons of its own).
             let value = String::from_utf8_lossy(value);
-            let (permits, token) = value.split_once(':').unwrap_or((&value, ""));
+            let mut parts = value.splitn(3, ':');
+            let permits = parts.next().unwrap_or("");
+            let token = parts.next().unwrap_or("");
+            let label = parts.next().map(str::to_owned);
             let left = deadline - now_ms;
             let token = token.parse().ok().and_then(FencingToken::new);
             holds.push(HoldEntry {
@@ -454,6 +466,7 @@ impl Admin {
                     .then(|| Duration::try_from_secs_f64(left / 1000.0).ok())
                     .flatten(),
                 client_name: None,
+                label,
             });
         }
         let names = self

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::client::LockClient;
 use super::guard::LockGuard;
+use crate::base::config::checked_label;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
@@ -64,6 +65,8 @@ pub struct RwLock {
     name: Arc<[u8]>,
     keys: Arc<LockKeys>,
     lease: Option<Duration>,
+    /// Stored with each hold this handle takes (in the hold's field of the lock hash).
+    label: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for RwLock {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for RwLock {
         f.debug_struct("RwLock")
             .field("name", &String::from_utf8_lossy(&self.name))
             .field("lease", &self.lease())
+            .field("label", &self.label)
             .finish_non_exhaustive()
     }
 }
@@ -90,6 +94,7 @@ impl LockClient {
             keys: Arc::new(LockKeys::rwlock(&self.engine.config.prefix, name)),
             name: name.into(),
             lease: None,
+            label: None,
         })
     }
 }
@@ -117,6 +122,36 @@ impl RwLock {
         let mut lock = self.clone();
         lock.lease = Some(validate_lease(lease)?);
         Ok(lock)
+    }
+
+    /// A handle to the same lock whose holds, read or write, carry `label`: a request or trace
+    /// id that operators see next to the hold (`fencelock rwlocks`, `show`, the admin API's
+    /// [`HoldEntry::label`](crate::admin::HoldEntry::label)) and that the `fencelock.rwlock`
+    /// event and the `fencelock.long_hold` warning record. Stored in the hold's own field by
+    /// the acquisition's script call, only when given, and gone with the hold; a writer that
+    /// downgrades keeps it. Use it per request (`catalogue.with_label(request_id)?.read()`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a label that is empty, over 256 bytes, or has control
+    /// characters.
+    ///
+    /// ```
+    /// # async fn demo(catalogue: fencelock::RwLock) -> Result<(), fencelock::Error> {
+    /// let read = catalogue.with_label("report-118")?.read().await?;
+    /// assert!(catalogue.with_label("").unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<RwLock, Error> {
+        let label = Some(checked_label(label.as_ref())?);
+        Ok(RwLock {
+            label,
+            ..self.clone()
+        })
+    }
+
+    /// The label holds taken through this handle carry ([`RwLock::with_label`]).
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// Takes a read hold if no writer holds the lock or waits for it; `Ok(None)` otherwise.
@@ -228,20 +263,21 @@ impl RwLock {
             RwMode::Read => "read",
             RwMode::Write => "write",
         };
-        let label = match outcome {
+        let ended = match outcome {
             Ok(true) => metrics::ACQUIRED,
             Ok(false) => metrics::BUSY,
             Err(err) if err.is_timeout() => metrics::TIMEOUT,
             Err(err) => {
                 tracing::warn!(name: "fencelock.rwlock", lock = %lock(), mode, method,
-                    outcome = metrics::ERROR, error = %err, "read-write lock acquire failed");
+                    outcome = metrics::ERROR, label = self.label.as_deref(), error = %err,
+                    "read-write lock acquire failed");
                 metrics::rwlock(mode, metrics::ERROR);
                 return;
             }
         };
-        tracing::debug!(name: "fencelock.rwlock", lock = %lock(), mode, method, outcome = label,
-            "read-write lock acquire ended");
-        metrics::rwlock(mode, label);
+        tracing::debug!(name: "fencelock.rwlock", lock = %lock(), mode, method, outcome = ended,
+            label = self.label.as_deref(), "read-write lock acquire ended");
+        metrics::rwlock(mode, ended);
     }
 
     fn channel(&self, mode: RwMode) -> Vec<u8> {
@@ -309,6 +345,7 @@ impl Acquisition for HoldRequest<'_> {
         let lease = lock.lease();
         let op_ttl = engine.config.op_record_ttl;
         let field_expiry = engine.field_expiry;
+        let label = lock.label.as_deref();
         // Once per client, before anything is written (a drop here leaves nothing).
         engine.check_permissions(PermissionScope::Holds).await?;
         let sent_at = Instant::now();
@@ -328,6 +365,7 @@ impl Acquisition for HoldRequest<'_> {
                         op_ttl,
                         pubsub,
                         field_expiry,
+                        label,
                     )
                     .await
                 }
@@ -346,7 +384,7 @@ impl Acquisition for HoldRequest<'_> {
                     lease,
                     lock.lease.is_none(),
                     None,
-                    None,
+                    lock.label.clone(),
                 );
                 engine.watchdog.watch(&holder);
                 // Readers do not exclude each other: the next waiting reader of this client

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::client::LockClient;
 use super::guard::LockGuard;
+use crate::base::config::checked_label;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
@@ -55,6 +56,8 @@ pub struct Semaphore {
     keys: Arc<LockKeys>,
     limit: u32,
     lease: Option<Duration>,
+    /// Stored with each hold this handle takes (in the hold's field of the semaphore hash).
+    label: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -63,6 +66,7 @@ impl std::fmt::Debug for Semaphore {
             .field("name", &String::from_utf8_lossy(&self.name))
             .field("limit", &self.limit)
             .field("lease", &self.lease())
+            .field("label", &self.label)
             .finish_non_exhaustive()
     }
 }
@@ -96,6 +100,7 @@ impl LockClient {
             name: name.into(),
             limit,
             lease: None,
+            label: None,
         })
     }
 }
@@ -137,6 +142,36 @@ impl Semaphore {
         let mut semaphore = self.clone();
         semaphore.lease = Some(validate_lease(lease)?);
         Ok(semaphore)
+    }
+
+    /// A handle to the same semaphore whose holds carry `label`: a request or trace id that
+    /// operators see next to the hold (`fencelock semaphores`, `show`, the admin API's
+    /// [`HoldEntry::label`](crate::admin::HoldEntry::label)) and that the
+    /// `fencelock.semaphore` event and the `fencelock.long_hold` warning record. Stored in
+    /// the hold's own field by the acquisition's script call, only when given, and gone with
+    /// the hold. Use it per request (`pool.with_label(request_id)?.acquire(1)`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a label that is empty, over 256 bytes, or has control
+    /// characters.
+    ///
+    /// ```
+    /// # async fn demo(pool: fencelock::Semaphore) -> Result<(), fencelock::Error> {
+    /// let permit = pool.with_label("export-7731")?.acquire(1).await?;
+    /// assert!(pool.with_label("two\nlines").unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<Semaphore, Error> {
+        let label = Some(checked_label(label.as_ref())?);
+        Ok(Semaphore {
+            label,
+            ..self.clone()
+        })
+    }
+
+    /// The label holds taken through this handle carry ([`Semaphore::with_label`]).
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// Takes `permits` permits if that many are free, and returns at once either way
@@ -228,30 +263,33 @@ impl Semaphore {
         outcome: Result<Option<&SemaphorePermit>, &Error>,
     ) {
         let name = || String::from_utf8_lossy(&self.name);
-        let label = match outcome {
+        let ended = match outcome {
             Ok(Some(permit)) => {
                 tracing::debug!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
                     outcome = metrics::ACQUIRED, token = permit.token().get(),
-                    holder = permit.holder_id(), limit = permit.limit(), "permits acquired");
+                    holder = permit.holder_id(), limit = permit.limit(),
+                    label = self.label.as_deref(), "permits acquired");
                 metrics::ACQUIRED
             }
             Ok(None) => {
                 tracing::debug!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
-                    outcome = metrics::BUSY, "too few permits free");
+                    outcome = metrics::BUSY, label = self.label.as_deref(), "too few permits free");
                 metrics::BUSY
             }
             Err(err) if err.is_timeout() => {
                 tracing::debug!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
-                    outcome = metrics::TIMEOUT, "permit acquire timed out");
+                    outcome = metrics::TIMEOUT, label = self.label.as_deref(),
+                    "permit acquire timed out");
                 metrics::TIMEOUT
             }
             Err(err) => {
                 tracing::warn!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
-                    outcome = metrics::ERROR, error = %err, "permit acquire failed");
+                    outcome = metrics::ERROR, label = self.label.as_deref(), error = %err,
+                    "permit acquire failed");
                 metrics::ERROR
             }
         };
-        metrics::semaphore(label);
+        metrics::semaphore(ended);
     }
 
     async fn acquire_until(
@@ -311,6 +349,7 @@ impl Acquisition for PermitRequest<'_> {
         let limit = sem.limit;
         let fair = engine.config.fair_grace.map(|_| wait);
         let field_expiry = engine.field_expiry;
+        let label = sem.label.as_deref();
         // Once per client, before anything is written (a drop here leaves nothing).
         engine.check_permissions(PermissionScope::Holds).await?;
         let sent_at = Instant::now();
@@ -331,6 +370,7 @@ impl Acquisition for PermitRequest<'_> {
                         pubsub,
                         fair,
                         field_expiry,
+                        label,
                     )
                     .await
                 }
@@ -357,7 +397,7 @@ impl Acquisition for PermitRequest<'_> {
                     lease,
                     sem.lease.is_none(),
                     None,
-                    None,
+                    sem.label.clone(),
                 );
                 engine.watchdog.watch(&holder);
                 let permit = SemaphorePermit {

@@ -148,6 +148,12 @@ pub(crate) fn validate_tag(what: &str, tag: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// An acquisition label, checked as [`validate_tag`] checks it, ready to be kept by a handle.
+pub(crate) fn checked_label(label: &str) -> Result<std::sync::Arc<str>, Error> {
+    validate_tag("label", label)?;
+    Ok(label.into())
+}
+
 /// `<host name>:<process id>`. The host name is read by hand (the kernel's file on Linux, the
 /// usual environment variables elsewhere): the standard library has no call for it, and a
 /// crate for one line of fallback is not worth a dependency.

@@ -75,6 +75,27 @@ impl RwLock {
         })
     }
 
+    /// A handle whose holds carry `label` (a request or trace id) for operators; see
+    /// [`crate::RwLock::with_label`].
+    ///
+    /// ```no_run
+    /// use fencelock::blocking::LockClient;
+    ///
+    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+    /// let read = client.rwlock("catalogue")?.with_label("report-118")?.read()?;
+    /// read.release()?;
+    /// # Ok::<(), fencelock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an empty, over-long or multi-line label.
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<RwLock, Error> {
+        Ok(RwLock {
+            inner: self.inner.with_label(label)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
     /// A read hold if no writer holds or waits; see [`crate::RwLock::try_read`].
     ///
     /// # Errors

@@ -71,6 +71,27 @@ impl Semaphore {
         })
     }
 
+    /// A handle whose holds carry `label` (a request or trace id) for operators; see
+    /// [`crate::Semaphore::with_label`].
+    ///
+    /// ```no_run
+    /// use fencelock::blocking::LockClient;
+    ///
+    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+    /// let permit = client.semaphore("exports", 4)?.with_label("export-7731")?.acquire(1)?;
+    /// permit.release()?;
+    /// # Ok::<(), fencelock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an empty, over-long or multi-line label.
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<Semaphore, Error> {
+        Ok(Semaphore {
+            inner: self.inner.with_label(label)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
     /// Takes `permits` permits if that many are free; `Ok(None)` when they are not.
     ///
     /// # Errors

@@ -44,6 +44,7 @@ async fn take(
         OP_TTL,
         PubSub::Classic,
         hold_field_expiry(),
+        None,
     )
     .await
     .unwrap()
@@ -296,6 +297,7 @@ async fn replays_apply_once_and_nothing_stays_behind() {
             OP_TTL,
             PubSub::Classic,
             hold_field_expiry(),
+            None,
         )
         .await
         .unwrap_err();

@@ -43,7 +43,8 @@ pub(crate) enum SemAcquireReply {
 /// One semaphore acquire attempt. `fair`: `Some(wait)` for a fair-handoff client (the oldest
 /// queued acquisition is protected; `wait`: a busy attempt queues this one), `None` otherwise.
 /// `field_expiry`: a semaphore this creates keeps its deadlines as hash-field expiry (the
-/// server must have it; an existing semaphore keeps its own way).
+/// server must have it; an existing semaphore keeps its own way). `label`, when given, is
+/// stored in the hold's field (ARGV[9]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn sem_acquire<C: ConnectionLike>(
     conn: &mut C,
@@ -56,6 +57,7 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
     pubsub: PubSub,
     fair: Option<bool>,
     field_expiry: bool,
+    label: Option<&str>,
 ) -> Result<SemAcquireReply, Error> {
     let mut call = scripts().sem_acquire.prepare_invoke();
     call.key(&keys.lock)
@@ -73,6 +75,9 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
         .arg(pubsub.script_arg())
         .arg(if fair == Some(true) { "1" } else { "0" })
         .arg(expiry_arg(field_expiry));
+    if let Some(label) = label {
+        call.arg(label);
+    }
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     let permits_from = |raw: i64| {
         u32::try_from(raw.max(0))
@@ -230,7 +235,8 @@ pub(crate) enum RwMode {
 }
 
 /// One read-write lock acquire attempt; `wait`: a writer that will wait (marks itself
-/// waiting when busy, which stops new readers). `field_expiry` as for [`sem_acquire`].
+/// waiting when busy, which stops new readers). `field_expiry` as for [`sem_acquire`];
+/// `label`, when given, is stored in the hold's field (ARGV[8]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn rw_acquire<C: ConnectionLike>(
     conn: &mut C,
@@ -242,13 +248,13 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
     field_expiry: bool,
+    label: Option<&str>,
 ) -> Result<RwAcquireReply, Error> {
     let writers = keys
         .rw_writers()
         .ok_or_else(|| Error::Protocol("rw_acquire.lua called with keys of another kind".into()))?;
-    let reply: Vec<i64> = scripts()
-        .rw_acquire
-        .key(&keys.lock)
+    let mut call = scripts().rw_acquire.prepare_invoke();
+    call.key(&keys.lock)
         .key(keys.sem_leases())
         .key(writers)
         .key(&keys.fence)
@@ -262,10 +268,11 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
         .arg(if wait { "1" } else { "0" })
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
-        .arg(expiry_arg(field_expiry))
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+        .arg(expiry_arg(field_expiry));
+    if let Some(label) = label {
+        call.arg(label);
+    }
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
     match reply.as_slice() {
         [1, token] => Ok(RwAcquireReply::Acquired {
             token: token_from(*token)?,
@@ -296,3 +303,7 @@ pub(crate) async fn rw_downgrade<C: ConnectionLike>(
         .map_err(Error::from_reply)?;
     owner_reply("rw_downgrade", &reply)
 }
+
+#[cfg(test)]
+#[path = "hold_label_tests.rs"]
+mod label_tests;

@@ -43,6 +43,7 @@ async fn take(
         PubSub::Classic,
         None,
         hold_field_expiry(),
+        None,
     )
     .await
     .unwrap()
@@ -212,6 +213,7 @@ async fn the_queue_head_is_protected(
             PubSub::Classic,
             fair(wait),
             hold_field_expiry(),
+            None,
         )
         .await
         .unwrap()
@@ -362,6 +364,7 @@ async fn the_recorded_limit_wins_and_a_request_above_it_is_refused() {
                 PubSub::Classic,
                 None,
                 hold_field_expiry(),
+                None,
             )
             .await
             .unwrap();
@@ -459,6 +462,7 @@ async fn foreign_data_is_refused_and_nothing_is_written() {
                     PubSub::Classic,
                     None,
                     hold_field_expiry(),
+                    None,
                 )
                 .await
                 .unwrap_err();
@@ -780,6 +784,7 @@ async fn a_field_expiry_request_gets_the_lease_zset_where_the_server_cannot_keep
         PubSub::Classic,
         None,
         true,
+        None,
     )
     .await
     .unwrap();
@@ -924,6 +929,7 @@ async fn a_waiter_keeps_its_place_in_the_queue_across_attempts() {
                     PubSub::Classic,
                     Some(wait),
                     hold_field_expiry(),
+                    None,
                 )
                 .await
                 .unwrap()
@@ -992,6 +998,7 @@ async fn waiters_are_told_when_permits_may_have_come_back() {
                     PubSub::Classic,
                     Some(true),
                     hold_field_expiry(),
+                    None,
                 )
                 .await
                 .unwrap()
@@ -1047,6 +1054,7 @@ async fn a_dead_waiters_entry_ends_while_a_later_waiters_lives() {
                 PubSub::Classic,
                 Some(true),
                 hold_field_expiry(),
+                None,
             )
             .await
             .unwrap()

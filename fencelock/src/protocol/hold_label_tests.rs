@@ -1,0 +1,272 @@
+//! Labels on the holds of semaphores and read-write locks (`sem_acquire.lua` ARGV[9],
+//! `rw_acquire.lua` ARGV[8]) against a real redis-server, in both ways of keeping deadlines:
+//! a label is kept in its hold's own field only when given, survives a replay, a re-entry and
+//! a downgrade, and ends with the hold on every path (release, an operator's release, cancel,
+//! the lease running out).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use super::{rw_acquire, rw_downgrade, sem_acquire, RwAcquireReply, RwMode, SemAcquireReply};
+use crate::protocol::tests::{
+    assert_nothing_left, for_each_hold_expiry, hold_field_expiry, setup, LEASE, OP_TTL,
+};
+use crate::protocol::{cancel, reenter, release, CancelKind, CancelReply, OwnerReply, PubSub};
+use crate::protocol::{EnterReply, LockKeys};
+use crate::FencingToken;
+
+/// Ends with a colon and digits, as a token does: the scripts must not take it for one.
+const LABEL: &str = "order:8812";
+/// A lease that runs out during a test.
+const SHORT: Duration = Duration::from_millis(60);
+
+fn sem_keys() -> LockKeys {
+    LockKeys::semaphore(b"t:", b"pool")
+}
+
+fn rw_keys() -> LockKeys {
+    LockKeys::rwlock(b"t:", b"catalogue")
+}
+
+async fn take(
+    conn: &mut MultiplexedConnection,
+    holder: &str,
+    lease: Duration,
+    label: Option<&str>,
+) -> FencingToken {
+    let reply = sem_acquire(
+        conn,
+        &sem_keys(),
+        holder,
+        1,
+        3,
+        lease,
+        OP_TTL,
+        PubSub::Classic,
+        None,
+        hold_field_expiry(),
+        label,
+    )
+    .await
+    .unwrap();
+    match reply {
+        SemAcquireReply::Acquired { token, .. } => token,
+        other => panic!("expected permits for {holder}, got {other:?}"),
+    }
+}
+
+async fn hold(
+    conn: &mut MultiplexedConnection,
+    holder: &str,
+    mode: RwMode,
+    label: Option<&str>,
+) -> FencingToken {
+    let reply = rw_acquire(
+        conn,
+        &rw_keys(),
+        holder,
+        mode,
+        LEASE,
+        false,
+        OP_TTL,
+        PubSub::Classic,
+        hold_field_expiry(),
+        label,
+    )
+    .await
+    .unwrap();
+    match reply {
+        RwAcquireReply::Acquired { token } => token,
+        other => panic!("expected a hold for {holder}, got {other:?}"),
+    }
+}
+
+/// Releases `holder`'s hold once (a new op id each time); the reply.
+async fn leave(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    op: &str,
+) -> OwnerReply {
+    release(conn, keys, holder, op, OP_TTL, PubSub::Classic)
+        .await
+        .unwrap()
+}
+
+/// Releases every one of `holders` (each with one entry) and checks that nothing is left.
+async fn leave_all(conn: &mut MultiplexedConnection, keys: &LockKeys, holders: &[&str]) {
+    for holder in holders {
+        let reply = leave(conn, keys, holder, &format!("{holder}-out")).await;
+        assert_eq!(reply, OwnerReply::Done { remaining: 0 }, "{holder}");
+    }
+    assert_nothing_left(conn, keys).await;
+}
+
+/// Undoes `holder`'s acquisition, which ran: its hold ends.
+async fn undo(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
+    let kind = CancelKind::Acquire;
+    let reply = cancel(conn, keys, holder, holder, kind, OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    assert_eq!(reply, CancelReply::Undone { remaining: 0 });
+}
+
+async fn fields(conn: &mut MultiplexedConnection, keys: &LockKeys) -> HashMap<String, String> {
+    conn.hgetall(&keys.lock).await.unwrap()
+}
+
+/// Panics when any field or value of the hash still mentions the label.
+async fn assert_label_gone(conn: &mut MultiplexedConnection, keys: &LockKeys, after: &str) {
+    let hash = fields(conn, keys).await;
+    assert!(
+        !hash
+            .iter()
+            .any(|(f, v)| f.contains(LABEL) || v.contains(LABEL)),
+        "the label is gone after {after}: {hash:?}"
+    );
+}
+
+/// Without a label a hold's field is `<permits>:<token>` and nothing else is written; with one
+/// it is `<permits>:<token>:<label>`, still one field, and a replay of the acquisition keeps it
+/// and answers the hold's own token.
+#[tokio::test]
+async fn a_semaphore_label_is_kept_in_its_holds_field_only_when_given() {
+    let test = "a_semaphore_label_is_kept_in_its_holds_field_only_when_given";
+    for_each_hold_expiry(test, async || {
+        let (_server, mut conn, _lock) = setup().await;
+        let keys = sem_keys();
+        let plain = take(&mut conn, "plain", LEASE, None).await;
+        let before = fields(&mut conn, &keys).await;
+        assert_eq!(before.get("plain"), Some(&format!("1:{plain}")));
+        assert_eq!(
+            before.len(),
+            3,
+            "~limit, ~used or ~expiry, the hold: {before:?}"
+        );
+        let tagged = take(&mut conn, "tagged", LEASE, Some(LABEL)).await;
+        let after = fields(&mut conn, &keys).await;
+        assert_eq!(after.get("tagged"), Some(&format!("1:{tagged}:{LABEL}")));
+        assert_eq!(after.len(), 4, "one field more, the hold's own: {after:?}");
+        assert_eq!(take(&mut conn, "tagged", LEASE, Some(LABEL)).await, tagged);
+        assert_eq!(
+            fields(&mut conn, &keys).await,
+            after,
+            "a replay changes nothing"
+        );
+        if hold_field_expiry() {
+            let deadline: Vec<i64> = redis::cmd("HPEXPIRETIME")
+                .arg(&keys.lock)
+                .arg("FIELDS")
+                .arg(1)
+                .arg("tagged")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert!(
+                deadline[0] > 0,
+                "the labelled field keeps its deadline: {deadline:?}"
+            );
+        }
+        leave_all(&mut conn, &keys, &["plain", "tagged"]).await;
+    })
+    .await;
+}
+
+/// The label ends with its hold whichever way the hold ends: its release, an operator's
+/// release (`Admin::release_hold`: the same script under an operator's op id), a cancel of its
+/// acquisition, and its lease running out (dropped by the next script on the lease zset, by
+/// the server with field expiry). Other holds keep theirs.
+#[tokio::test]
+async fn a_semaphore_label_ends_with_its_hold_on_every_path() {
+    let test = "a_semaphore_label_ends_with_its_hold_on_every_path";
+    for_each_hold_expiry(test, async || {
+        let (_server, mut conn, _lock) = setup().await;
+        let keys = sem_keys();
+        let keeper = take(&mut conn, "keeper", LEASE, Some("keeper-1")).await;
+
+        take(&mut conn, "released", LEASE, Some(LABEL)).await;
+        let reply = leave(&mut conn, &keys, "released", "r1").await;
+        assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+        assert_label_gone(&mut conn, &keys, "a release").await;
+
+        take(&mut conn, "evicted", LEASE, Some(LABEL)).await;
+        let reply = leave(&mut conn, &keys, "evicted", "operator:1").await;
+        assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+        assert_label_gone(&mut conn, &keys, "an operator's release").await;
+
+        take(&mut conn, "undone", LEASE, Some(LABEL)).await;
+        undo(&mut conn, &keys, "undone").await;
+        assert_label_gone(&mut conn, &keys, "a cancel").await;
+
+        take(&mut conn, "crashed", SHORT, Some(LABEL)).await;
+        tokio::time::sleep(SHORT * 2).await;
+        // The next acquisition purges the lease zset; field expiry needed nobody.
+        take(&mut conn, "next", LEASE, None).await;
+        assert_label_gone(&mut conn, &keys, "the lease ran out").await;
+        assert!(!fields(&mut conn, &keys).await.contains_key("crashed"));
+
+        let hash = fields(&mut conn, &keys).await;
+        assert_eq!(hash.get("keeper"), Some(&format!("1:{keeper}:keeper-1")));
+        leave_all(&mut conn, &keys, &["keeper", "next"]).await;
+    })
+    .await;
+}
+
+/// A read-write lock's label is kept by a writer that downgrades (same holder, one permit) and
+/// by a hold entered again, whose re-entry answers the hold's token, not the digits at the end
+/// of the label; unlabelled readers write no more than before; everything ends with the holds.
+#[tokio::test]
+async fn a_read_write_label_survives_a_downgrade_and_a_reentry_and_ends_with_the_hold() {
+    let test = "a_read_write_label_survives_a_downgrade_and_a_reentry_and_ends_with_the_hold";
+    for_each_hold_expiry(test, async || {
+        let (_server, mut conn, _lock) = setup().await;
+        let keys = rw_keys();
+        let ps = PubSub::Classic;
+        let writer = hold(&mut conn, "w", RwMode::Write, Some(LABEL)).await;
+        let hash = fields(&mut conn, &keys).await;
+        assert_eq!(hash.get("w"), Some(&format!("1000000000:{writer}:{LABEL}")));
+        assert_eq!(
+            hold(&mut conn, "w", RwMode::Write, Some(LABEL)).await,
+            writer
+        );
+
+        assert_eq!(
+            rw_downgrade(&mut conn, &keys, "w", ps).await.unwrap(),
+            OwnerReply::Done { remaining: 0 }
+        );
+        let hash = fields(&mut conn, &keys).await;
+        assert_eq!(hash.get("w"), Some(&format!("1:{writer}:{LABEL}")));
+
+        let entered = reenter(&mut conn, &keys, "w", "w-again", OP_TTL)
+            .await
+            .unwrap();
+        assert_eq!(
+            entered,
+            EnterReply::Entered {
+                token: writer,
+                count: 2
+            }
+        );
+        let reader = hold(&mut conn, "r", RwMode::Read, None).await;
+        let hash = fields(&mut conn, &keys).await;
+        assert_eq!(hash.get("r"), Some(&format!("1:{reader}")));
+        assert_eq!(hash.get("w"), Some(&format!("1:{writer}:{LABEL}")));
+
+        let reply = leave(&mut conn, &keys, "w", "w-out").await;
+        assert_eq!(reply, OwnerReply::Done { remaining: 1 });
+        let reply = leave(&mut conn, &keys, "w", "w-last").await;
+        assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+        assert_label_gone(&mut conn, &keys, "the last release").await;
+        leave(&mut conn, &keys, "r", "r-out").await;
+        assert_nothing_left(&mut conn, &keys).await;
+
+        // A labelled reader whose acquisition is undone leaves nothing either.
+        hold(&mut conn, "undone", RwMode::Read, Some(LABEL)).await;
+        undo(&mut conn, &keys, "undone").await;
+        assert_nothing_left(&mut conn, &keys).await;
+    })
+    .await;
+}
