@@ -7,7 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use common::deadline::within;
 use common::Fixture;
-use fencelock::admin::Admin;
+use fencelock::admin::{Admin, HoldKind, HoldRelease};
 use fencelock::{Failure, IdempotencyOptions, JobOptions, LockClient};
 use redis::Commands;
 
@@ -83,8 +83,8 @@ async fn a_labelled_hold_of_a_named_client_shows_both_and_its_time_held() {
 }
 
 /// A label rides the acquisition's own script call: a labelled acquisition sends exactly the
-/// calls of an unlabelled one, in both modes and for a multi-lock, and only a labelled hold
-/// has the field.
+/// calls of an unlabelled one, in both modes, for a multi-lock, a semaphore and a read-write
+/// lock, and only a labelled hold has it.
 #[tokio::test]
 async fn a_label_costs_no_server_call_and_is_stored_only_when_given() {
     let fx = Fixture::start();
@@ -148,6 +148,10 @@ async fn a_label_costs_no_server_call_and_is_stored_only_when_given() {
         acquired <= unlabelled,
         "{acquired} calls to acquire a labelled set"
     );
+    assert_eq!(
+        holds_cost_the_same_with_a_label(&fx, &default).await,
+        [1, 1, 1, 1]
+    );
     let admin = admin(&fx).await;
     let locks = admin.locks().await.unwrap();
     assert_eq!(locks.len(), 2);
@@ -156,6 +160,108 @@ async fn a_label_costs_no_server_call_and_is_stored_only_when_given() {
         assert_eq!(lock.holders[0].client_name.as_deref(), Some(default.name()));
     }
     guards.release().await.unwrap();
+}
+
+/// The script calls of an uncontended semaphore acquisition and of a read-write lock's write,
+/// without and with a label (after one cycle of each, which loads their scripts and checks the
+/// client's permissions); checks that a hold's field carries the label only when given.
+async fn holds_cost_the_same_with_a_label(fx: &Fixture, client: &LockClient) -> Vec<u64> {
+    let pool = client.semaphore("counted-pool", 4).unwrap();
+    let lock = client.rwlock("counted-rw").unwrap();
+    pool.acquire(1).await.unwrap().release().await.unwrap();
+    lock.write().await.unwrap().release().await.unwrap();
+    let mut sent = Vec::new();
+    for label in [None, Some("req-2")] {
+        let (pool, lock) = match label {
+            Some(label) => (
+                pool.with_label(label).unwrap(),
+                lock.with_label(label).unwrap(),
+            ),
+            None => (pool.clone(), lock.clone()),
+        };
+        let suffix = label.map(|label| format!(":{label}")).unwrap_or_default();
+        let before = fx.calls("evalsha");
+        let permit = pool.acquire(2).await.unwrap();
+        sent.push(fx.calls("evalsha") - before);
+        let key = fx.keys("fencelock:{*}sem:counted-pool").pop().unwrap();
+        let stored: String = fx.raw().hget(&key, permit.holder_id()).unwrap();
+        assert_eq!(stored, format!("2:{}{suffix}", permit.token()));
+        let before = fx.calls("evalsha");
+        let write = lock.write().await.unwrap();
+        sent.push(fx.calls("evalsha") - before);
+        let key = fx.keys("fencelock:{*}rw:counted-rw").pop().unwrap();
+        let stored: String = fx.raw().hget(&key, write.holder_id()).unwrap();
+        assert_eq!(stored, format!("1000000000:{}{suffix}", write.token()));
+        permit.release().await.unwrap();
+        write.release().await.unwrap();
+    }
+    sent
+}
+
+/// Labelled semaphore and read-write lock holds of a named client show the label next to the
+/// client's name in the admin listing, a downgraded writer keeps its label, unlabelled holds
+/// show none, and an operator's release of a hold takes its label with it.
+#[tokio::test]
+async fn labelled_semaphore_and_read_write_holds_show_label_and_client() {
+    let fx = Fixture::start();
+    let client = named(&fx, "exporter-3").await;
+    let admin = admin(&fx).await;
+    let pool = client.semaphore("exports", 4).unwrap();
+    let labelled_pool = pool.with_label("export-7731").unwrap();
+    assert_eq!(labelled_pool.label(), Some("export-7731"));
+    assert_eq!(pool.label(), None, "with_label returns a new handle");
+    let permit = labelled_pool.acquire(2).await.unwrap();
+    let plain = pool.acquire(1).await.unwrap();
+    let catalogue = client.rwlock("catalogue").unwrap();
+    let labelled_lock = catalogue.with_label("report:118").unwrap();
+    assert_eq!(labelled_lock.label(), Some("report:118"));
+    let write = labelled_lock.write().await.unwrap();
+
+    let semaphores = admin.semaphores().await.unwrap();
+    let holds = &semaphores[0].holds;
+    let labelled = holds
+        .iter()
+        .find(|hold| hold.holder == permit.holder_id())
+        .unwrap();
+    assert_eq!(labelled.label.as_deref(), Some("export-7731"));
+    assert_eq!(labelled.permits, 2);
+    assert_eq!(labelled.token, Some(permit.token()));
+    assert_eq!(labelled.client_name.as_deref(), Some("exporter-3"));
+    let line = labelled.to_string();
+    assert!(
+        line.contains("  client exporter-3") && line.ends_with("  label export-7731"),
+        "{line}"
+    );
+    let unlabelled = holds
+        .iter()
+        .find(|hold| hold.holder == plain.holder_id())
+        .unwrap();
+    assert_eq!(unlabelled.label, None);
+    assert!(!unlabelled.to_string().contains("label"), "{unlabelled}");
+
+    let writer = admin.rwlock("catalogue").await.unwrap().unwrap().writer;
+    let writer = writer.expect("a writer");
+    assert_eq!(writer.label.as_deref(), Some("report:118"));
+    assert_eq!(writer.token, Some(write.token()));
+    assert_eq!(writer.client_name.as_deref(), Some("exporter-3"));
+    let read = write.downgrade().await.unwrap();
+    let shown = admin.rwlock("catalogue").await.unwrap().unwrap();
+    assert_eq!(shown.readers[0].label.as_deref(), Some("report:118"));
+    assert!(shown.to_string().contains("  label report:118"), "{shown}");
+
+    let released = admin
+        .release_hold(HoldKind::Semaphore, "exports", permit.holder_id())
+        .await
+        .unwrap();
+    assert_eq!(released, HoldRelease::Released);
+    let left = admin.semaphore("exports").await.unwrap().unwrap();
+    assert_eq!(left.holds.len(), 1, "{left}");
+    assert_eq!(left.holds[0].label, None, "{left}");
+    assert!(permit.release().await.is_err(), "the operator released it");
+    plain.release().await.unwrap();
+    read.release().await.unwrap();
+    assert_eq!(fx.keys("fencelock:{*}sem:*"), Vec::<Vec<u8>>::new());
+    assert_eq!(fx.keys("fencelock:{*}rw:*"), Vec::<Vec<u8>>::new());
 }
 
 /// A label or a client name that cannot be shown on one line is a typed error before anything
@@ -175,6 +281,13 @@ async fn a_bad_label_or_client_name_is_refused_and_leaves_nothing() {
             .with_label(bad)
             .unwrap_err();
         assert!(err.is_invalid_input(), "{bad:?}: {err}");
+        let err = client.semaphore("pool", 2).unwrap().with_label(bad);
+        assert!(err.unwrap_err().is_invalid_input(), "{bad:?}");
+        let err = client.rwlock("catalogue").unwrap().with_label(bad);
+        assert!(
+            matches!(err, Err(fencelock::Error::InvalidConfig { .. })),
+            "{bad:?}: {err:?}"
+        );
         let err = fx.builder().client_name(bad).connect().await.unwrap_err();
         assert!(
             matches!(err, fencelock::Error::InvalidConfig { .. }),

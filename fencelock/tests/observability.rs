@@ -160,6 +160,17 @@ async fn acquire_and_release_report_the_documented_fields_inside_the_callers_spa
     assert_eq!(released.spans[0].0, "http_request");
 }
 
+/// A client whose watchdog looks every second (a third of its lease) for holds kept a second
+/// or longer.
+async fn long_hold_client(fx: &Fixture) -> LockClient {
+    LockClient::builder(fx.server.url())
+        .default_lease(Duration::from_secs(3))
+        .max_hold(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap()
+}
+
 /// A label rides the acquire span, and a hold kept past the client's `max_hold` is reported
 /// once, with its label and how long it has been held.
 #[tokio::test]
@@ -167,12 +178,7 @@ async fn a_labelled_hold_past_max_hold_is_reported_once_with_its_label() {
     let capture = Capture::default();
     let _subscriber = capture.install();
     let fx = Fixture::start();
-    let client = LockClient::builder(fx.server.url())
-        .default_lease(Duration::from_secs(3))
-        .max_hold(Duration::from_secs(1))
-        .connect()
-        .await
-        .unwrap();
+    let client = long_hold_client(&fx).await;
     let guard = client
         .lock("orders:9")
         .unwrap()
@@ -204,6 +210,56 @@ async fn a_labelled_hold_past_max_hold_is_reported_once_with_its_label() {
     let held: u64 = long.field("held_ms").parse().unwrap();
     assert!((1000..3000).contains(&held), "held {held} ms");
     guard.release().await.unwrap();
+}
+
+/// A semaphore permit and a read-write lock's read carry their labels into their acquire
+/// events and, held past `max_hold`, into their one `fencelock.long_hold` report each.
+#[tokio::test]
+async fn labelled_permits_and_reads_past_max_hold_are_reported_with_their_labels() {
+    let capture = Capture::default();
+    let _subscriber = capture.install();
+    let fx = Fixture::start();
+    let client = long_hold_client(&fx).await;
+    let pool = client.semaphore("exports", 2).unwrap();
+    let permit = pool
+        .with_label("export-9")
+        .unwrap()
+        .acquire(1)
+        .await
+        .unwrap();
+    let catalogue = client.rwlock("catalogue").unwrap();
+    let read = catalogue
+        .with_label("report-4")
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    let acquired = capture.named("fencelock.semaphore");
+    assert_eq!(acquired[0].field("label"), "export-9", "{acquired:?}");
+    let acquired = capture.named("fencelock.rwlock");
+    assert_eq!(acquired[0].field("label"), "report-4", "{acquired:?}");
+    assert!(
+        eventually(Duration::from_secs(20), || capture
+            .named("fencelock.long_hold")
+            .len()
+            >= 2)
+        .await,
+        "no long-hold reports: {:?}",
+        capture.named("fencelock.long_hold")
+    );
+    // Two more watchdog rounds report nothing new.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let long = capture.named("fencelock.long_hold");
+    assert_eq!(long.len(), 2, "once per hold: {long:?}");
+    let of = |name: &str| long.iter().find(|e| e.field("lock") == name).unwrap();
+    let (permit_report, read_report) = (of("exports"), of("catalogue"));
+    assert_eq!(permit_report.field("label"), "export-9");
+    assert_eq!(permit_report.field("holder"), permit.holder_id());
+    assert_eq!(permit_report.field("token"), permit.token().to_string());
+    assert_eq!(read_report.field("label"), "report-4");
+    assert_eq!(read_report.field("holder"), read.holder_id());
+    permit.release().await.unwrap();
+    read.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -137,7 +137,12 @@ async fn semaphores_and_rwlocks_are_listed_and_a_stuck_hold_released() {
     assert!(empty.stdout.contains("no read-write lock"), "{empty:?}");
 
     let pool = client.semaphore("pool", 3).unwrap();
-    let two = pool.acquire(2).await.unwrap();
+    let two = pool
+        .with_label("export-7731")
+        .unwrap()
+        .acquire(2)
+        .await
+        .unwrap();
     let one = pool.acquire(1).await.unwrap();
     let catalogue = client.rwlock("catalogue").unwrap();
     let read = catalogue.read().await.unwrap();
@@ -154,17 +159,29 @@ async fn semaphores_and_rwlocks_are_listed_and_a_stuck_hold_released() {
         "{text:?}"
     );
     assert!(text.stdout.contains(two.holder_id()) && text.stdout.contains(one.holder_id()));
+    // The labelled hold's line ends with its label; the other shows none.
+    let line = |holder: &str| text.stdout.lines().find(|l| l.contains(holder)).unwrap();
+    assert!(
+        line(two.holder_id()).ends_with("  label export-7731"),
+        "{text:?}"
+    );
+    assert!(!line(one.holder_id()).contains("label"), "{text:?}");
     let json = fencelock(&url, &["--json", "semaphores"]).await;
     let value: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(value[0]["limit"], 3);
     assert_eq!(value[0]["used"], 3);
-    assert_eq!(value[0]["holds"].as_array().unwrap().len(), 2);
+    let holds = value[0]["holds"].as_array().unwrap();
+    assert_eq!(holds.len(), 2);
+    let label = |holder: &str| &holds.iter().find(|h| h["holder"] == holder).unwrap()["label"];
+    assert_eq!(label(two.holder_id()), "export-7731");
+    assert!(label(one.holder_id()).is_null());
 
     let json = fencelock(&url, &["--json", "rwlocks"]).await;
     let value: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(value[0]["name"], "catalogue");
     assert_eq!(value[0]["readers"][0]["holder"], read.holder_id());
     assert_eq!(value[0]["readers"][0]["token"], read.token().get());
+    assert!(value[0]["readers"][0]["label"].is_null());
     assert!(value[0]["writer"].is_null());
     assert_eq!(value[0]["waiting_writers"].as_array().unwrap().len(), 1);
 
@@ -271,7 +288,8 @@ async fn set_limit_changes_a_semaphore_in_use_and_refuses_an_idle_one() {
 }
 
 /// `show NAME --semaphore` / `--rwlock` shows one semaphore or read-write lock as the lists
-/// show each, with the way it keeps its deadlines; one not in use is exit 4 (not found).
+/// show each (a hold's label included), with the way it keeps its deadlines; one not in use is
+/// exit 4 (not found).
 #[tokio::test]
 async fn one_semaphore_or_read_write_lock_is_shown_with_how_it_keeps_deadlines() {
     let fx = Fixture::start();
@@ -298,10 +316,15 @@ async fn one_semaphore_or_read_write_lock_is_shown_with_how_it_keeps_deadlines()
     assert_eq!(value["expiry"], expiry);
 
     let doc = client.rwlock("doc").unwrap();
-    let write = doc.write().await.unwrap();
+    let write = doc.with_label("rebuild:5").unwrap().write().await.unwrap();
+    let text = fencelock(&url, &["show", "doc", "--rwlock"]).await;
+    let writer = format!("writer {}", write.holder_id());
+    let line = text.stdout.lines().find(|l| l.contains(&writer));
+    assert!(line.unwrap().ends_with("  label rebuild:5"), "{text:?}");
     let json = fencelock(&url, &["--json", "show", "doc", "--rwlock"]).await;
     let value: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(value["writer"]["holder"], write.holder_id());
+    assert_eq!(value["writer"]["label"], "rebuild:5");
     assert_eq!(value["readers"].as_array().unwrap().len(), 0);
     assert_eq!(value["expiry"], expiry);
 
