@@ -107,10 +107,10 @@ enum Command {
     /// tick, its state (running, done, failed, abandoned), runner, token and run time
     Jobs,
     /// Every semaphore in use under the prefix (SCAN, never KEYS): its limit, the permits in
-    /// use, and each hold's holder id, permits, token and remaining lease
+    /// use, and each hold's holder id, permits, token, remaining lease, client name and label
     Semaphores,
     /// Every read-write lock in use under the prefix (SCAN, never KEYS): its writer, readers
-    /// (holder id, token, remaining lease) and waiting writers
+    /// (holder id, token, remaining lease, client name, label) and waiting writers
     Rwlocks,
     /// Change the limit of a semaphore in use at once (every acquisition from now on is judged
     /// by it; holds above a lowered limit keep their permits until they leave). An idle
