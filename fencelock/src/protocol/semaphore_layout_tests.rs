@@ -1,0 +1,313 @@
+//! How a semaphore is laid out in Redis, both ways of keeping its holds' deadlines (the lease
+//! zset and hash-field expiry, `lib/sem_holds.lua`), against a real redis-server: the keys and
+//! fields DESIGN.md gives, expiring with the latest hold, the way chosen at creation kept, and
+//! nothing left after the last release.
+
+use super::*;
+
+/// The layout DESIGN.md gives: the hash with the limit, the sum and one field per hold, the
+/// zset of deadlines, both expiring with the latest lease; nothing left after the release.
+#[tokio::test]
+async fn a_hold_is_laid_out_as_documented_and_leaves_nothing_behind() {
+    let (_server, mut conn, _lock) = crate::protocol::tests::setup().await;
+    let keys = sem_keys();
+    let token = token_of(take(&mut conn, &keys, "h", 2, LEASE).await).unwrap();
+    let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    assert_eq!(hash.get("~limit").map(String::as_str), Some("3"));
+    assert_eq!(hash.get("~used").map(String::as_str), Some("2"));
+    assert_eq!(hash.get("h"), Some(&format!("2:{token}")));
+    assert_eq!(hash.len(), 3, "{hash:?}");
+    let deadline: Option<f64> = conn.zscore(keys.sem_leases(), "h").await.unwrap();
+    assert!(deadline.is_some());
+    for key in [keys.lock.clone(), keys.sem_leases()] {
+        let pttl: i64 = conn.pttl(&key).await.unwrap();
+        assert!(pttl > 0 && pttl <= LEASE.as_millis() as i64, "{pttl}");
+    }
+    let reply = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+    assert_nothing_left(&mut conn, &keys).await;
+}
+
+/// Each field's own expiry, in server ms (-1: none, -2: no such field).
+async fn field_deadlines(
+    conn: &mut MultiplexedConnection,
+    key: &[u8],
+    fields: &[&str],
+) -> Vec<i64> {
+    redis::cmd("HPEXPIRETIME")
+        .arg(key)
+        .arg("FIELDS")
+        .arg(fields.len())
+        .arg(fields)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// The server clock in ms.
+async fn server_ms(conn: &mut MultiplexedConnection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// The layout DESIGN.md gives for hash-field expiry: one hash, no lease zset, no `~used`; a
+/// hold's field expires at its deadline by itself, a renewal moves it, and the hash expires
+/// with the latest one; nothing is left after the release.
+#[tokio::test]
+async fn a_hold_with_field_expiry_is_laid_out_as_documented_and_leaves_nothing_behind() {
+    let test = "a_hold_with_field_expiry_is_laid_out_as_documented_and_leaves_nothing_behind";
+    if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
+        return;
+    }
+    let (_server, mut conn, _lock) = crate::protocol::tests::setup().await;
+    let keys = sem_keys();
+    let (token, short) = crate::protocol::tests::HOLD_FIELD_EXPIRY_SCOPE
+        .scope(true, async {
+            let token = token_of(take(&mut conn, &keys, "h", 2, LEASE).await).unwrap();
+            let short = token_of(take(&mut conn, &keys, "s", 1, SHORT).await).unwrap();
+            (token, short)
+        })
+        .await;
+    let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    assert_eq!(hash.get("~limit").map(String::as_str), Some("3"));
+    assert_eq!(hash.get("~expiry").map(String::as_str), Some("fields"));
+    assert_eq!(hash.get("h"), Some(&format!("2:{token}")));
+    assert_eq!(hash.get("s"), Some(&format!("1:{short}")));
+    assert_eq!(hash.len(), 4, "{hash:?}");
+    let zset: bool = conn.exists(keys.sem_leases()).await.unwrap();
+    assert!(!zset, "no lease zset with field expiry");
+    let now = server_ms(&mut conn).await;
+    let deadlines = field_deadlines(&mut conn, &keys.lock, &["h", "s", "~limit"]).await;
+    let lease = LEASE.as_millis() as i64;
+    assert!(
+        deadlines[0] > now && deadlines[0] <= now + lease,
+        "{deadlines:?}"
+    );
+    assert!(
+        deadlines[1] <= now + SHORT.as_millis() as i64,
+        "{deadlines:?}"
+    );
+    assert_eq!(deadlines[2], -1, "the limit lives as long as the hash");
+    let key_deadline: i64 = redis::cmd("PEXPIRETIME")
+        .arg(&keys.lock)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        key_deadline, deadlines[0],
+        "the hash expires with its latest hold"
+    );
+    // The short hold's field goes by itself, with nobody calling a script.
+    tokio::time::sleep(SHORT * 2).await;
+    let gone: bool = conn.hexists(&keys.lock, "s").await.unwrap();
+    assert!(!gone, "the expired hold's field is gone");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(
+        renew(&mut conn, &[(&keys, "h"), (&keys, "s")], LEASE * 2)
+            .await
+            .unwrap(),
+        [true, false]
+    );
+    let renewed = field_deadlines(&mut conn, &keys.lock, &["h"]).await;
+    assert!(renewed[0] > deadlines[0], "{renewed:?} after {deadlines:?}");
+    let reply = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+    assert_nothing_left(&mut conn, &keys).await;
+}
+
+/// A crashed holder's field whose expiry passed but that the server has not reclaimed yet
+/// still counts in `HLEN`: the release of the last live hold looks through the small hash and
+/// deletes it, limit included, instead of leaving it (and its limit) to its own expiry.
+#[tokio::test]
+async fn the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashed_hold() {
+    let test = "the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashed_hold";
+    if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
+        return;
+    }
+    let (_server, mut conn, _lock) = crate::protocol::tests::setup().await;
+    // One active expiry cycle a second: a field expired a few ms ago is usually still there.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hz")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let keys = sem_keys();
+    let mut judged = 0;
+    for round in 0..10 {
+        let (crashed, alive, op) = (
+            format!("crashed{round}"),
+            format!("alive{round}"),
+            format!("r{round}"),
+        );
+        crate::protocol::tests::HOLD_FIELD_EXPIRY_SCOPE
+            .scope(true, async {
+                token_of(take(&mut conn, &keys, &crashed, 1, SHORT).await).unwrap();
+                token_of(take(&mut conn, &keys, &alive, 1, LEASE).await).unwrap();
+            })
+            .await;
+        tokio::time::sleep(SHORT + Duration::from_millis(5)).await;
+        let counted: usize = conn.hlen(&keys.lock).await.unwrap();
+        let reply = release(&mut conn, &keys, &alive, &op, OP_TTL, PubSub::Classic)
+            .await
+            .unwrap();
+        assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+        assert_nothing_left(&mut conn, &keys).await;
+        // `~limit`, `~expiry`, the live hold and the expired one not yet reclaimed.
+        judged += usize::from(counted == 4);
+    }
+    assert!(
+        judged > 0,
+        "the server reclaimed every expired field before the release"
+    );
+}
+
+/// A semaphore keeps the way it was created with, whatever later clients ask for: a lease-zset
+/// semaphore joined by a field-expiry client keeps its zset and `~used`, and the reverse keeps
+/// field expiry; the permits are counted right either way.
+#[tokio::test]
+async fn a_semaphore_keeps_the_way_it_was_created_with() {
+    let test = "a_semaphore_keeps_the_way_it_was_created_with";
+    if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
+        return;
+    }
+    let (_server, mut conn, _lock) = crate::protocol::tests::setup().await;
+    let keys = sem_keys();
+    let scope = &crate::protocol::tests::HOLD_FIELD_EXPIRY_SCOPE;
+    for created_with_fields in [false, true] {
+        let first = scope
+            .scope(
+                created_with_fields,
+                take(&mut conn, &keys, "first", 1, LEASE),
+            )
+            .await;
+        token_of(first).unwrap();
+        let second = scope
+            .scope(
+                !created_with_fields,
+                take(&mut conn, &keys, "second", 1, LEASE),
+            )
+            .await;
+        token_of(second).unwrap();
+        let third = scope
+            .scope(
+                !created_with_fields,
+                take(&mut conn, &keys, "third", 2, LEASE),
+            )
+            .await;
+        assert!(
+            matches!(third, SemAcquireReply::Busy { free: 1, .. }),
+            "{third:?}"
+        );
+        let used = scope
+            .scope(created_with_fields, used(&mut conn, &keys))
+            .await;
+        assert_eq!(used, Some(2));
+        let zset: usize = conn.zcard(keys.sem_leases()).await.unwrap();
+        assert_eq!(zset, if created_with_fields { 0 } else { 2 });
+        for (holder, op) in [("first", "r1"), ("second", "r2")] {
+            let reply = release(&mut conn, &keys, holder, op, OP_TTL, PubSub::Classic)
+                .await
+                .unwrap();
+            assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+        }
+        assert_nothing_left(&mut conn, &keys).await;
+        let _: () = redis::cmd("DEL")
+            .arg(keys.op("first"))
+            .arg(keys.op("second"))
+            .arg(keys.op("third"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// A caller that asks for field expiry where the server cannot keep it (a server without
+/// hash-field expiry, or a user not granted `HPEXPIRETIME`) gets a lease-zset semaphore: the
+/// probe decides, and the hold keeps a deadline.
+#[tokio::test]
+async fn a_field_expiry_request_gets_the_lease_zset_where_the_server_cannot_keep_it() {
+    let (server, mut admin, _lock) = crate::protocol::tests::setup().await;
+    let binary = fencelock_testing::ServerBinary::current().unwrap();
+    let mut rule = vec!["SETUSER", "nofields", "on", ">pw", "~*", "&*", "+@all"];
+    if binary
+        .lacks(fencelock_testing::Feature::HashFieldExpiry)
+        .is_none()
+    {
+        rule.push("-hpexpiretime");
+    }
+    let _: () = redis::cmd("ACL")
+        .arg(&rule)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("AUTH")
+        .arg("nofields")
+        .arg("pw")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let keys = sem_keys();
+    let reply = sem_acquire(
+        &mut conn,
+        &keys,
+        "h",
+        2,
+        LIMIT,
+        LEASE,
+        OP_TTL,
+        PubSub::Classic,
+        None,
+        true,
+        None,
+    )
+    .await
+    .unwrap();
+    token_of(reply).unwrap();
+    let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    assert!(!hash.contains_key("~expiry"), "{hash:?}");
+    assert_eq!(hash.get("~used").map(String::as_str), Some("2"), "{hash:?}");
+    let deadline: Option<f64> = conn.zscore(keys.sem_leases(), "h").await.unwrap();
+    assert!(
+        deadline.is_some(),
+        "the hold's deadline is in the lease zset"
+    );
+    let reply = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+    assert_nothing_left(&mut conn, &keys).await;
+}
+
+/// A hold whose field was removed in Redis (an operator's HDEL) is not renewed: its holder
+/// learns that it lost it.
+#[tokio::test]
+async fn a_hold_whose_field_was_removed_is_not_renewed() {
+    for_each_hold_expiry(
+        "a_hold_whose_field_was_removed_is_not_renewed",
+        async || {
+            let (_server, mut conn, _lock) = crate::protocol::tests::setup().await;
+            let keys = sem_keys();
+            token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
+            token_of(take(&mut conn, &keys, "b", 1, LEASE).await).unwrap();
+            let _: () = conn.hdel(&keys.lock, "a").await.unwrap();
+            assert_eq!(
+                renew(&mut conn, &[(&keys, "a"), (&keys, "b")], LEASE)
+                    .await
+                    .unwrap(),
+                [false, true]
+            );
+        },
+    )
+    .await;
+}
