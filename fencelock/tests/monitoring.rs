@@ -264,6 +264,64 @@ async fn labelled_semaphore_and_read_write_holds_show_label_and_client() {
     assert_eq!(fx.keys("fencelock:{*}rw:*"), Vec::<Vec<u8>>::new());
 }
 
+/// The wait of a labelled semaphore acquisition and of a labelled writer is recorded with its
+/// label, like a lock's.
+#[tokio::test]
+async fn a_labelled_semaphore_or_read_write_wait_is_recorded_with_its_label() {
+    let fx = Fixture::start();
+    let holder = named(&fx, "holder").await;
+    let waiter = named(&fx, "waiter").await;
+    let admin = admin(&fx).await;
+    let permit = holder
+        .semaphore("exports", 1)
+        .unwrap()
+        .acquire(1)
+        .await
+        .unwrap();
+    let read = holder.rwlock("catalogue").unwrap().read().await.unwrap();
+    let sem_wait = tokio::spawn({
+        let pool = waiter
+            .semaphore("exports", 1)
+            .unwrap()
+            .with_label("export-1")
+            .unwrap();
+        async move { pool.acquire(1).await.unwrap().release().await }
+    });
+    let write_wait = tokio::spawn({
+        let lock = waiter
+            .rwlock("catalogue")
+            .unwrap()
+            .with_label("report-2")
+            .unwrap();
+        async move { lock.write().await.unwrap().release().await }
+    });
+    within(PATIENCE, "both waits are recorded", async {
+        while admin.waits().await.unwrap().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let mut labels: Vec<String> = admin
+        .waits()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|wait| {
+            assert_eq!(wait.client_name.as_deref(), Some("waiter"), "{wait}");
+            wait.label.unwrap_or_default()
+        })
+        .collect();
+    labels.sort();
+    assert_eq!(labels, ["export-1", "report-2"]);
+    permit.release().await.unwrap();
+    read.release().await.unwrap();
+    within(PATIENCE, "both waiters get in", async {
+        sem_wait.await.unwrap().unwrap();
+        write_wait.await.unwrap().unwrap();
+    })
+    .await;
+}
+
 /// A label or a client name that cannot be shown on one line is a typed error before anything
 /// is sent: nothing held, nothing registered.
 #[tokio::test]

@@ -320,6 +320,10 @@ impl Acquisition for HoldRequest<'_> {
         self.lock.channel(self.mode)
     }
 
+    fn label(&self) -> Option<&str> {
+        self.lock.label()
+    }
+
     fn pending(&self, holder: &str) -> PendingOp {
         PendingOp::new(
             &self.lock.client.engine,

@@ -319,6 +319,10 @@ impl Acquisition for PermitRequest<'_> {
         self.sem.keys.lock.clone()
     }
 
+    fn label(&self) -> Option<&str> {
+        self.sem.label()
+    }
+
     fn pending(&self, holder: &str) -> PendingOp {
         // An acquisition's operation id is its holder id, as for a lock.
         PendingOp::new(

@@ -43,6 +43,9 @@ pub(crate) trait Acquisition {
     /// The channel this acquisition waits on, and so the local queue it joins.
     fn channel(&self) -> Vec<u8>;
 
+    /// The acquisition's label, which its wait record shows operators.
+    fn label(&self) -> Option<&str>;
+
     /// The undo of the acquisition by `holder`, disarmed.
     fn pending(&self, holder: &str) -> PendingOp;
 
@@ -96,7 +99,7 @@ pub(crate) async fn acquire_until<A: Acquisition>(
         contended: None,
         report: engine.config.record_waits.then_some(WaitReport {
             engine,
-            label: None,
+            label: acq.label(),
         }),
     };
     acquire_with(
