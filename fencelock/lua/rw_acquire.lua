@@ -7,7 +7,7 @@
 -- KEYS[3]  waiting writers  zset: holder id of a writer that waits -> until when its mark
 --                           keeps new readers out (server ms); also the writers' channel
 -- KEYS[4]  fence counter    string: highest token issued in this slot (shared with the locks)
--- KEYS[5]  op record        string, keyed by the holder id: "a" once this acquisition ran, "c"
+-- KEYS[5]  op record        string, keyed by the holder id: "a" once a recorded send ran, "c"
 --                           when it was cancelled (sem_cancel.lua), "r:<op id>" once released;
 --                           kept ARGV[5] ms
 -- ARGV[1]  holder id        unique per acquisition, never reused
@@ -21,7 +21,9 @@
 -- ARGV[7]  "fields": a lock this creates keeps its deadlines as hash-field expiry (the server
 --                           must have HPEXPIREAT); else in the lease zset. An existing lock
 --                           keeps its own way (lib/sem_holds.lua)
--- ARGV[8]  label            optional: an operator's tag for the hold (a request or trace id),
+-- ARGV[8]  "1": record this send, "0": the acquisition's only send so far (acquire.lua ARGV[4]
+--          says when a record is needed and why a first send needs none)
+-- ARGV[9]  label            optional: an operator's tag for the hold (a request or trace id),
 --                           kept in the hold's field while it lasts ("<permits>:<token>:<label>",
 --                           lib/sem_holds.lua); absent: the field is "<permits>:<token>"
 --
@@ -59,6 +61,9 @@ local held = redis.call('HGET', KEYS[1], ARGV[1])
 local now = now_ms()
 if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then
   local _, token_text = sem_hold_parse(held)
+  if ARGV[8] == '1' then
+    redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5], 'NX')
+  end
   return {1, tonumber(token_text)}
 end
 if done then
@@ -101,8 +106,10 @@ if blocked then
 end
 
 redis.call('SET', KEYS[4], token_text)
-sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[8], LIMIT, used, now + tonumber(ARGV[3]))
+sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[9], LIMIT, used, now + tonumber(ARGV[3]))
 redis.call('ZREM', KEYS[3], ARGV[1])
 sem_settle(KEYS[1], KEYS[2])
-redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5])
+if ARGV[8] == '1' then
+  redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5])
+end
 return {1, token}

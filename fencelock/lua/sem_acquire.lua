@@ -3,7 +3,7 @@
 -- KEYS[1]  semaphore hash   (layout in lib/sem_holds.lua; also its release channel)
 -- KEYS[2]  lease zset       holder id -> deadline in server ms
 -- KEYS[3]  fence counter    string: highest token issued in this slot (shared with the locks)
--- KEYS[4]  op record        string, keyed by the holder id: "a" once this acquisition ran, "c"
+-- KEYS[4]  op record        string, keyed by the holder id: "a" once a recorded send ran, "c"
 --                           when it was cancelled (sem_cancel.lua), "r:<op id>" once released;
 --                           kept ARGV[5] ms
 -- ARGV[1]  holder id        unique per acquisition, never reused
@@ -22,7 +22,9 @@
 -- ARGV[8]  "fields": a semaphore this creates keeps its deadlines as hash-field expiry (the
 --                           server must have HPEXPIREAT); else in the lease zset. An existing
 --                           semaphore keeps its own way (lib/sem_holds.lua)
--- ARGV[9]  label            optional: an operator's tag for the hold (a request or trace id),
+-- ARGV[9]  "1": record this send, "0": the acquisition's only send so far (acquire.lua ARGV[4]
+--          says when a record is needed and why a first send needs none)
+-- ARGV[10] label            optional: an operator's tag for the hold (a request or trace id),
 --                           kept in the hold's field while it lasts ("<permits>:<token>:<label>",
 --                           lib/sem_holds.lua); absent: the field is "<permits>:<token>"
 --
@@ -72,6 +74,9 @@ if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then
   local permits, token_text = sem_hold_parse(held)
   local limit = tonumber(redis.call('HGET', KEYS[1], '~limit'))
   local used = sem_used(KEYS[1])
+  if ARGV[9] == '1' then
+    redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5], 'NX')
+  end
   return {1, tonumber(token_text), permits, limit, limit - used}
 end
 if done then
@@ -129,9 +134,11 @@ if wanted > limit or used + wanted + head_need > limit then
 end
 
 redis.call('SET', KEYS[3], token_text)
-sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[9], limit, used, now + tonumber(ARGV[4]))
+sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[10], limit, used, now + tonumber(ARGV[4]))
 sem_settle(KEYS[1], KEYS[2])
-redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])
+if ARGV[9] == '1' then
+  redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])
+end
 local free = limit - used - wanted
 if fair then
   redis.call('ZREM', KEYS[5], ARGV[1])

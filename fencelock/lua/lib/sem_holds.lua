@@ -7,8 +7,8 @@
 -- rw_acquire.lua):
 --   hash  "~limit" -> permits in all,
 --         <holder id> -> "<permits>:<token>", one field per live hold; "<permits>:<token>:<label>"
---         when its acquisition was given a label (an operator's tag: sem_acquire.lua ARGV[9],
---         rw_acquire.lua ARGV[8]). The label lives in the hold's own field, so it ends with
+--         when its acquisition was given a label (an operator's tag: sem_acquire.lua ARGV[10],
+--         rw_acquire.lua ARGV[9]). The label lives in the hold's own field, so it ends with
 --         the hold on every path (release, cancel, a purge, an operator's release, the
 --         server's field expiry) and costs no field, expiry or command of its own
 --         "~entries:<holder id>" -> its entries, only while a hold was entered again through

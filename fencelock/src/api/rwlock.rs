@@ -18,6 +18,7 @@ use crate::engine::{Engine, PermissionScope};
 use crate::protocol::keys::validate_name;
 use crate::protocol::semaphore::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use crate::protocol::{CancelKind, LockKeys, OwnerReply};
+use crate::transport::ResendsByItself;
 
 /// A handle to one named read-write lock, made by [`LockClient::rwlock`]: any number of
 /// readers at once, or one writer.
@@ -354,10 +355,12 @@ impl Acquisition for HoldRequest<'_> {
         engine.check_permissions(PermissionScope::Holds).await?;
         let sent_at = Instant::now();
         pending.arm();
+        let sends = pending.sends();
         let reply = engine
             .retrying_within(window, |mut conn| {
                 let keys = &lock.keys;
                 let pubsub = conn.pubsub();
+                let recorded = sends.send() || conn.resends_by_itself();
                 async move {
                     rw_acquire(
                         &mut conn,
@@ -370,6 +373,7 @@ impl Acquisition for HoldRequest<'_> {
                         pubsub,
                         field_expiry,
                         label,
+                        recorded,
                     )
                     .await
                 }
@@ -399,8 +403,11 @@ impl Acquisition for HoldRequest<'_> {
                 })
             }
             RwAcquireReply::Busy { wait: until } => {
+                // A waiting writer's mark stays until it wins or gives up: still armed.
                 if !(wait && mode == RwMode::Write) {
-                    pending.disarm();
+                    pending.busy();
+                } else {
+                    pending.answered();
                 }
                 Ok(Attempt::Busy(until))
             }

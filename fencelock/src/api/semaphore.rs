@@ -18,6 +18,7 @@ use crate::engine::{Engine, PermissionScope};
 use crate::protocol::keys::validate_name;
 use crate::protocol::semaphore::{sem_acquire, SemAcquireReply};
 use crate::protocol::{CancelKind, LockKeys};
+use crate::transport::ResendsByItself;
 
 /// A handle to one named semaphore, made by [`LockClient::semaphore`]: `limit` permits shared
 /// by every client of the same Redis.
@@ -358,10 +359,12 @@ impl Acquisition for PermitRequest<'_> {
         engine.check_permissions(PermissionScope::Holds).await?;
         let sent_at = Instant::now();
         pending.arm();
+        let sends = pending.sends();
         let reply = engine
             .retrying_within(window, |mut conn| {
                 let keys = &sem.keys;
                 let pubsub = conn.pubsub();
+                let recorded = sends.send() || conn.resends_by_itself();
                 async move {
                     sem_acquire(
                         &mut conn,
@@ -375,14 +378,17 @@ impl Acquisition for PermitRequest<'_> {
                         fair,
                         field_expiry,
                         label,
+                        recorded,
                     )
                     .await
                 }
             })
             .await?;
         let queued = fair == Some(true) && matches!(reply, SemAcquireReply::Busy { .. });
-        if !queued {
-            pending.disarm();
+        match reply {
+            SemAcquireReply::Busy { .. } if queued => pending.answered(),
+            SemAcquireReply::Busy { .. } => pending.busy(),
+            _ => pending.disarm(),
         }
         match reply {
             SemAcquireReply::Acquired {

@@ -91,6 +91,12 @@ impl PendingOp {
         self.armed = true;
     }
 
+    /// A definite reply arrived, and the operation stays armed (a waiter that left a mark in
+    /// Redis while busy: the undo on drop takes it out).
+    pub(crate) fn answered(&self) {
+        self.sends.answered();
+    }
+
     /// A definite reply arrived; the caller owns the outcome.
     pub(crate) fn disarm(&mut self) {
         self.sends.answered();

@@ -1,14 +1,16 @@
 //! When an acquisition's send leaves an op record (`acquire.lua` ARGV[4], `acquire_fair.lua`
-//! ARGV[7]) against a real redis-server: a first send records nothing, a re-send records what it
-//! did, and a copy of an earlier send that arrives after the hold ended finds that record and
-//! does nothing, in both modes.
+//! ARGV[7], `sem_acquire.lua` ARGV[9], `rw_acquire.lua` ARGV[8]) against a real redis-server: a
+//! first send records nothing, a re-send records what it did, and a copy of an earlier send
+//! that arrives after the hold ended finds that record and does nothing, for every kind of
+//! hold.
 
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
+use super::semaphore::{rw_acquire, sem_acquire, RwAcquireReply, RwMode, SemAcquireReply};
 #[cfg(fencelock_negative_controls)]
 use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, setup, Check, LEASE, OP_TTL};
+use super::tests::{assert_checks_hold, hold_field_expiry, setup, Check, LEASE, OP_TTL};
 use super::*;
 
 fn free_keys() -> LockKeys {
@@ -65,53 +67,169 @@ async fn a_first_send_records_nothing_and_a_re_send_records_its_acquisition() {
     }
 }
 
-/// A re-send that acquires records it: the first send, arriving after that hold expired, is a
-/// late copy and does nothing, in the default mode and in fair mode.
-fn a_late_first_send_finds_the_record_of_its_re_send<'a>(
+/// The checks' result: a future borrowing the connection and the keys.
+type Checked<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// A lease that has passed by the time the late copy arrives (after [`PAST`]).
+const SHORT: Duration = Duration::from_millis(20);
+const PAST: Duration = Duration::from_millis(60);
+
+/// A lock's re-send that acquires records it: the first send, arriving after that hold
+/// expired, is a late copy and does nothing (`fair`: through `acquire_fair.lua`).
+async fn late_lock_copy(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    fair: Option<FairAttempt<'_>>,
+) -> Result<(), String> {
+    let holder = if fair.is_some() { "c:1" } else { "h" };
+    let resent = acquire_with(conn, keys, holder, SHORT, OP_TTL, fair, None, true)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !matches!(resent, AcquireReply::Acquired { count: 1, .. }) {
+        return Err(format!("the re-send answered {resent:?}"));
+    }
+    tokio::time::sleep(PAST).await;
+    let late = acquire_with(conn, keys, holder, LEASE, OP_TTL, fair, None, false)
+        .await
+        .map_err(|e| e.to_string())?;
+    let held: bool = conn.exists(&keys.lock).await.map_err(|e| e.to_string())?;
+    if late != AcquireReply::Cancelled || held {
+        return Err(format!(
+            "the late first send answered {late:?}; lock held after it: {held}"
+        ));
+    }
+    Ok(())
+}
+
+fn a_late_first_send_of_a_lock_finds_the_record_of_its_re_send<'a>(
     conn: &'a mut MultiplexedConnection,
     keys: &'a LockKeys,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
+) -> Checked<'a> {
+    Box::pin(late_lock_copy(conn, keys, None))
+}
+
+fn a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send<'a>(
+    conn: &'a mut MultiplexedConnection,
+    keys: &'a LockKeys,
+) -> Checked<'a> {
+    Box::pin(late_lock_copy(conn, keys, Some(fair_waiter())))
+}
+
+/// As for a lock, a semaphore's permits.
+fn a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send<'a>(
+    conn: &'a mut MultiplexedConnection,
+    _keys: &'a LockKeys,
+) -> Checked<'a> {
     Box::pin(async move {
-        for fair in [None, Some(fair_waiter())] {
-            let holder = if fair.is_some() { "c:1" } else { "h" };
-            let short = Duration::from_millis(20);
-            let resent = acquire_with(conn, keys, holder, short, OP_TTL, fair, None, true)
-                .await
-                .map_err(|e| e.to_string())?;
-            if !matches!(resent, AcquireReply::Acquired { count: 1, .. }) {
-                return Err(format!("the re-send answered {resent:?}"));
-            }
-            tokio::time::sleep(Duration::from_millis(60)).await;
-            let late = acquire_with(conn, keys, holder, LEASE, OP_TTL, fair, None, false)
-                .await
-                .map_err(|e| e.to_string())?;
-            let held: bool = conn.exists(&keys.lock).await.map_err(|e| e.to_string())?;
-            if late != AcquireReply::Cancelled || held {
-                return Err(format!(
-                    "fair {}: the late first send answered {late:?}; lock held after it: {held}",
-                    fair.is_some()
-                ));
-            }
+        let pool = LockKeys::semaphore(b"t:", b"pool");
+        let field_expiry = hold_field_expiry();
+        let sem = async |conn: &mut MultiplexedConnection, lease, recorded| {
+            let (pubsub, fair) = (PubSub::Classic, None);
+            sem_acquire(
+                conn,
+                &pool,
+                "s",
+                1,
+                3,
+                lease,
+                OP_TTL,
+                pubsub,
+                fair,
+                field_expiry,
+                None,
+                recorded,
+            )
+            .await
+            .map_err(|e| e.to_string())
+        };
+        let resent = sem(conn, SHORT, true).await?;
+        if !matches!(resent, SemAcquireReply::Acquired { .. }) {
+            return Err(format!("the re-send answered {resent:?}"));
+        }
+        tokio::time::sleep(PAST).await;
+        let late = sem(conn, LEASE, false).await?;
+        if late != SemAcquireReply::Cancelled {
+            return Err(format!("the late first send answered {late:?}"));
         }
         Ok(())
     })
 }
 
-const CHECKS: [(&str, Check); 1] = [(
-    "a_late_first_send_finds_the_record_of_its_re_send",
-    a_late_first_send_finds_the_record_of_its_re_send,
-)];
+/// As for a lock, a read-write lock's write hold.
+fn a_late_first_send_of_a_writer_finds_the_record_of_its_re_send<'a>(
+    conn: &'a mut MultiplexedConnection,
+    _keys: &'a LockKeys,
+) -> Checked<'a> {
+    Box::pin(async move {
+        let catalogue = LockKeys::rwlock(b"t:", b"catalogue");
+        let field_expiry = hold_field_expiry();
+        let write = async |conn: &mut MultiplexedConnection, lease, recorded| {
+            let (mode, wait, pubsub) = (RwMode::Write, false, PubSub::Classic);
+            rw_acquire(
+                conn,
+                &catalogue,
+                "w",
+                mode,
+                lease,
+                wait,
+                OP_TTL,
+                pubsub,
+                field_expiry,
+                None,
+                recorded,
+            )
+            .await
+            .map_err(|e| e.to_string())
+        };
+        let resent = write(conn, SHORT, true).await?;
+        if !matches!(resent, RwAcquireReply::Acquired { .. }) {
+            return Err(format!("the re-send answered {resent:?}"));
+        }
+        tokio::time::sleep(PAST).await;
+        let late = write(conn, LEASE, false).await?;
+        if late != RwAcquireReply::Cancelled {
+            return Err(format!("the late first send answered {late:?}"));
+        }
+        Ok(())
+    })
+}
+
+const CHECKS: [(&str, Check); 4] = [
+    (
+        "a_late_first_send_of_a_lock_finds_the_record_of_its_re_send",
+        a_late_first_send_of_a_lock_finds_the_record_of_its_re_send,
+    ),
+    (
+        "a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send",
+        a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send,
+    ),
+    (
+        "a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send",
+        a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send,
+    ),
+    (
+        "a_late_first_send_of_a_writer_finds_the_record_of_its_re_send",
+        a_late_first_send_of_a_writer_finds_the_record_of_its_re_send,
+    ),
+];
 
 #[tokio::test]
 async fn the_acquire_record_contract_checks_hold() {
     assert_checks_hold(&CHECKS, free_keys).await;
 }
 
-/// Acquire scripts that record no re-send let the late first send take the lock again, for
-/// nobody: the check above catches them.
+/// Acquire scripts that record no re-send let the late first send take the hold again, for
+/// nobody: each is caught by the check of its script.
 #[cfg(fencelock_negative_controls)]
 #[tokio::test]
 async fn the_acquire_record_negative_control_is_caught() {
     use super::controls::Control;
-    assert_controls_caught(&[Control::ResendLeavesNoRecord], &CHECKS, free_keys).await;
+    let controls = [
+        Control::ResendLeavesNoRecord,
+        Control::FairResendLeavesNoRecord,
+        Control::SemResendLeavesNoRecord,
+        Control::RwResendLeavesNoRecord,
+    ];
+    assert_controls_caught(&controls, &CHECKS, free_keys).await;
 }

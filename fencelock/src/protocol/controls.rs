@@ -65,9 +65,15 @@ pub enum Control {
     RetentionForgetsExpiry,
     /// An acquire or re-entry whose caller gave up is never undone (no compensating cancel).
     CancelMissingOnDrop,
-    /// `acquire.lua` and `acquire_fair.lua` record no send: a copy of an acquisition that was
-    /// re-sent takes the lock again when it arrives after the hold ended.
+    /// `acquire.lua` records no send: a copy of an acquisition that was re-sent takes the lock
+    /// again when it arrives after the hold ended.
     ResendLeavesNoRecord,
+    /// `acquire_fair.lua` records no send (as [`Control::ResendLeavesNoRecord`]).
+    FairResendLeavesNoRecord,
+    /// `sem_acquire.lua` records no send: a late copy takes the permits again.
+    SemResendLeavesNoRecord,
+    /// `rw_acquire.lua` records no send: a late copy takes the read-write lock again.
+    RwResendLeavesNoRecord,
     /// An acquisition that got a definite "busy" stops its undo even though an earlier send's
     /// outcome is unknown: that copy takes the lock after the caller gave up, for nobody.
     StragglerNotUndone,
@@ -139,7 +145,7 @@ const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 39] = [
+    pub const ALL: [Control; 42] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -155,6 +161,9 @@ impl Control {
         Control::RetentionForgetsExpiry,
         Control::CancelMissingOnDrop,
         Control::ResendLeavesNoRecord,
+        Control::FairResendLeavesNoRecord,
+        Control::SemResendLeavesNoRecord,
+        Control::RwResendLeavesNoRecord,
         Control::StragglerNotUndone,
         Control::WatchdogIgnoresDrop,
         Control::LeaseFromReply,
@@ -349,18 +358,26 @@ impl Control {
                 "if deadline and deadline > now and",
                 "if deadline and",
             )],
-            Control::ResendLeavesNoRecord => &[
-                (
-                    "acquire",
-                    "if ARGV[4] == '1' then\n  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])\nend",
-                    "",
-                ),
-                (
-                    "acquire_fair",
-                    "if ARGV[7] == '1' then\n  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])\nend",
-                    "",
-                ),
-            ],
+            Control::ResendLeavesNoRecord => &[(
+                "acquire",
+                "if ARGV[4] == '1' then\n  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])\nend",
+                "",
+            )],
+            Control::FairResendLeavesNoRecord => &[(
+                "acquire_fair",
+                "if ARGV[7] == '1' then\n  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])\nend",
+                "",
+            )],
+            Control::SemResendLeavesNoRecord => &[(
+                "sem_acquire",
+                "if ARGV[9] == '1' then\n  redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])\nend",
+                "",
+            )],
+            Control::RwResendLeavesNoRecord => &[(
+                "rw_acquire",
+                "if ARGV[8] == '1' then\n  redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5])\nend",
+                "",
+            )],
             Control::CancelMissingOnDrop
             | Control::StragglerNotUndone
             | Control::WatchdogIgnoresDrop

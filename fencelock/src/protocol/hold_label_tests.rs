@@ -49,6 +49,7 @@ async fn take(
         None,
         hold_field_expiry(),
         label,
+        false,
     )
     .await
     .unwrap();
@@ -75,6 +76,7 @@ async fn hold(
         PubSub::Classic,
         hold_field_expiry(),
         label,
+        false,
     )
     .await
     .unwrap();

@@ -45,6 +45,7 @@ async fn take(
         PubSub::Classic,
         hold_field_expiry(),
         None,
+        false,
     )
     .await
     .unwrap()
@@ -298,6 +299,7 @@ async fn replays_apply_once_and_nothing_stays_behind() {
             PubSub::Classic,
             hold_field_expiry(),
             None,
+            false,
         )
         .await
         .unwrap_err();

@@ -44,7 +44,8 @@ pub(crate) enum SemAcquireReply {
 /// queued acquisition is protected; `wait`: a busy attempt queues this one), `None` otherwise.
 /// `field_expiry`: a semaphore this creates keeps its deadlines as hash-field expiry (the
 /// server must have it; an existing semaphore keeps its own way). `label`, when given, is
-/// stored in the hold's field (ARGV[9]).
+/// stored in the hold's field (ARGV[10]); `recorded`: this send leaves an op record (ARGV[9],
+/// as `acquire.lua`'s, [`crate::engine::pending::Sends`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn sem_acquire<C: ConnectionLike>(
     conn: &mut C,
@@ -58,6 +59,7 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
     fair: Option<bool>,
     field_expiry: bool,
     label: Option<&str>,
+    recorded: bool,
 ) -> Result<SemAcquireReply, Error> {
     let mut call = scripts().sem_acquire.prepare_invoke();
     call.key(&keys.lock)
@@ -74,7 +76,8 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
         .arg(if fair == Some(true) { "1" } else { "0" })
-        .arg(expiry_arg(field_expiry));
+        .arg(expiry_arg(field_expiry))
+        .arg(if recorded { "1" } else { "0" });
     if let Some(label) = label {
         call.arg(label);
     }
@@ -236,7 +239,8 @@ pub(crate) enum RwMode {
 
 /// One read-write lock acquire attempt; `wait`: a writer that will wait (marks itself
 /// waiting when busy, which stops new readers). `field_expiry` as for [`sem_acquire`];
-/// `label`, when given, is stored in the hold's field (ARGV[8]).
+/// `label`, when given, is stored in the hold's field (ARGV[9]); `recorded`: this send leaves an
+/// op record (ARGV[8]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn rw_acquire<C: ConnectionLike>(
     conn: &mut C,
@@ -249,6 +253,7 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
     pubsub: PubSub,
     field_expiry: bool,
     label: Option<&str>,
+    recorded: bool,
 ) -> Result<RwAcquireReply, Error> {
     let writers = keys
         .rw_writers()
@@ -268,7 +273,8 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
         .arg(if wait { "1" } else { "0" })
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
-        .arg(expiry_arg(field_expiry));
+        .arg(expiry_arg(field_expiry))
+        .arg(if recorded { "1" } else { "0" });
     if let Some(label) = label {
         call.arg(label);
     }

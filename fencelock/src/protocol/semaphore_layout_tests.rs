@@ -270,6 +270,7 @@ async fn a_field_expiry_request_gets_the_lease_zset_where_the_server_cannot_keep
         None,
         true,
         None,
+        false,
     )
     .await
     .unwrap();

@@ -36,6 +36,19 @@ async fn take(
     permits: u32,
     lease: Duration,
 ) -> SemAcquireReply {
+    take_sent(conn, keys, holder, permits, lease, false).await
+}
+
+/// [`take`] by a send that `recorded` its acquisition (one sent after a send of unknown
+/// outcome: only such an acquisition can have a late copy).
+async fn take_sent(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    permits: u32,
+    lease: Duration,
+    recorded: bool,
+) -> SemAcquireReply {
     sem_acquire(
         conn,
         keys,
@@ -48,6 +61,7 @@ async fn take(
         None,
         hold_field_expiry(),
         None,
+        recorded,
     )
     .await
     .unwrap()
@@ -218,6 +232,7 @@ async fn the_queue_head_is_protected(
             fair(wait),
             hold_field_expiry(),
             None,
+            false,
         )
         .await
         .unwrap()
@@ -344,6 +359,7 @@ async fn the_recorded_limit_wins_and_a_request_above_it_is_refused() {
                 None,
                 hold_field_expiry(),
                 None,
+                false,
             )
             .await
             .unwrap();
@@ -442,6 +458,7 @@ async fn foreign_data_is_refused_and_nothing_is_written() {
                     None,
                     hold_field_expiry(),
                     None,
+                    false,
                 )
                 .await
                 .unwrap_err();
@@ -575,7 +592,8 @@ async fn a_hold_whose_lease_passed_is_gone_for_every_script() {
             use super::semaphore::sem_limit;
             let (_server, mut conn, _lock) = super::tests::setup().await;
             let keys = sem_keys();
-            token_of(take(&mut conn, &keys, "a", 1, SHORT).await).unwrap();
+            // a's acquisition was re-sent: the copy below is its first send, arriving late.
+            token_of(take_sent(&mut conn, &keys, "a", 1, SHORT, true).await).unwrap();
             token_of(take(&mut conn, &keys, "b", 1, SHORT).await).unwrap();
             // A live hold keeps the semaphore's keys alive past the two short leases.
             token_of(take(&mut conn, &keys, "keeper", 1, LEASE).await).unwrap();
@@ -650,6 +668,7 @@ async fn a_waiter_keeps_its_place_in_the_queue_across_attempts() {
                     Some(wait),
                     hold_field_expiry(),
                     None,
+                    false,
                 )
                 .await
                 .unwrap()
@@ -719,6 +738,7 @@ async fn waiters_are_told_when_permits_may_have_come_back() {
                     Some(true),
                     hold_field_expiry(),
                     None,
+                    false,
                 )
                 .await
                 .unwrap()
@@ -775,6 +795,7 @@ async fn a_dead_waiters_entry_ends_while_a_later_waiters_lives() {
                 Some(true),
                 hold_field_expiry(),
                 None,
+                false,
             )
             .await
             .unwrap()
