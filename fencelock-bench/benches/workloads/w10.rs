@@ -293,4 +293,11 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
     }
     let _ = writeln!(text);
     report.section(text);
+    let readers_ratio = readers / readers_limit;
+    report.target(
+        "C-W10",
+        "cost: 64 readers of one read-write lock ≥ 0.6 × raw pipelined",
+        format!("{readers_ratio:.2}×"),
+        readers_ratio >= 0.6,
+    );
 }

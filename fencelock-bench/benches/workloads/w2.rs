@@ -100,6 +100,21 @@ pub async fn w2(cfg: &Cfg, report: &mut Report) {
         window.as_secs_f64()
     );
     report.section(text);
+    let vs_rslock = paired_with(Kind::Ours, Kind::Rslock);
+    report.target(
+        "C-W2",
+        "cost: throughput ≥ 1.0 × rslock's",
+        format!("{vs_rslock:.2}×"),
+        vs_rslock >= 1.0,
+    );
+    let redis_cpu = |kind: Kind| median(&cpu[&kind].iter().map(|c| c.1).collect::<Vec<_>>());
+    let (ours_cpu, rslock_cpu) = (redis_cpu(Kind::Ours), redis_cpu(Kind::Rslock));
+    report.target(
+        "C-W2 CPU",
+        "cost: Redis CPU per cycle ≤ rslock's",
+        format!("{ours_cpu:.1} µs vs {rslock_cpu:.1} µs"),
+        ours_cpu <= rslock_cpu,
+    );
     let ratio = paired(Kind::Ours);
     report.target(
         "W2",

@@ -192,6 +192,12 @@ pub async fn w3(cfg: &Cfg, report: &mut Report) {
         format!("{:.1}×", ours.wait_ratio()),
         ours.wait_ratio() < 10.0,
     );
+    report.target(
+        "C-W3",
+        "cost: ≥ 1.6 acquisitions per two raw RTT",
+        format!("{:.2}", ours.per_two_rtt()),
+        ours.per_two_rtt() >= 1.6,
+    );
     report.cdfs.push((
         "W3: 16 tasks, one client".into(),
         us(ours.rtt),

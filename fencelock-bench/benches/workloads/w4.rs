@@ -230,6 +230,12 @@ pub async fn w4(cfg: &Cfg, report: &mut Report) {
         format!("{:.1}×", ours.wait_ratio()),
         ours.wait_ratio() < 10.0,
     );
+    report.target(
+        "C-W4",
+        "cost: ≥ 1.0 acquisitions per two raw RTT, default mode",
+        format!("{:.2}", ours.per_two_rtt()),
+        ours.per_two_rtt() >= 1.0,
+    );
     let fair = runs
         .iter()
         .find(|r| r.kind == Kind::OursFair)

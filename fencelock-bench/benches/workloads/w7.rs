@@ -133,10 +133,10 @@ pub async fn w7(cfg: &Cfg, report: &mut Report) {
          | `MEMORY USAGE` of one held lock (`account:42`) | {one_lock} B (hash) | {r_hash} B (hash) + {r_token} B (token key, RFencedLock) |\n\
          | the same lock held with a 36-byte label (`with_label`) | {one_labelled} B (hash) | – |\n\
          | a client's name registration (one per client, its default name `host:pid`) | {one_name} B | – |\n\
-         | `used_memory` delta per held lock, {held_n} held | {ours_per_lock:.0} B (hash + the acquire's op record) | {redisson_per_lock:.0} B (hash + token key) |\n\
+         | `used_memory` delta per held lock, {held_n} held | {ours_per_lock:.0} B (hash; an acquisition sent once leaves no op record) | {redisson_per_lock:.0} B (hash + token key) |\n\
          | per lock name ever used (kept forever) | ≤ 16384 fence counters in all, {one_fence} B each | one token key per name, {r_token} B each |\n\
          | counter keys after {names_n} distinct lock names | {counters} | {names_n} (by construction) |\n\
-         | op record, one per hold (the release that frees the lock overwrites the acquisition's), kept for the op-record TTL (10 s) | {one_op} B each | – |\n"
+         | op record, one per hold (written by the release that frees the lock; already by the acquisition when it was re-sent), kept for the op-record TTL (10 s) | {one_op} B each | – |\n"
     );
     // --- Redis: one idempotency key after its run, with a small and a larger result.
     let small = idempotency_key_memory(&server, &mut admin, 64).await;
@@ -179,6 +179,12 @@ pub async fn w7(cfg: &Cfg, report: &mut Report) {
         "fence counter keys bounded (≤ 16384)",
         format!("{counters} after {names_n} names"),
         counters <= 16_384,
+    );
+    report.target(
+        "C-W7",
+        "cost: Redis memory per held lock ≤ 352 B (`used_memory` delta)",
+        format!("{ours_per_lock:.0} B"),
+        ours_per_lock <= 352.0,
     );
     drop(admin);
     drop(server);
