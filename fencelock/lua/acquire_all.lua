@@ -7,7 +7,7 @@
 -- ARGV[1]     lease in ms (every member)
 -- ARGV[2]     op record lifetime in ms
 -- ARGV[2+i]   holder id of member i      (one per member, never reused)
--- ARGV[3+N]   label                      optional, as acquire.lua ARGV[4], for every member
+-- ARGV[3+N]   label                      optional, as acquire.lua ARGV[5], for every member
 --
 -- Members come in the client's global order (sorted by lock key); the reply names the first
 -- busy one in that order.
