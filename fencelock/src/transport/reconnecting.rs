@@ -110,10 +110,21 @@ impl ReconnectingConn {
         }
     }
 
-    /// Reconnects when `outcome` says the connection of `generation` is gone.
+    /// Reconnects when `outcome` says the connection of `generation` is gone, or can no longer
+    /// be trusted to answer.
+    ///
+    /// A response timeout counts as such: redis-rs keeps the connection after one (it is not an
+    /// "unrecoverable" error there), but a connection that stopped answering without an error
+    /// is what a half-open TCP connection looks like (a server host that vanished, a firewall
+    /// or NAT that dropped the connection's state): every later request would time out too,
+    /// for as long as the operating system takes to notice (many minutes with default TCP
+    /// retransmission), while a new connection may reach the server, or its replacement, at
+    /// once. Replacing the connection after a timeout costs one connection set-up when the
+    /// server was merely slow; the request that timed out is re-sent with its operation id,
+    /// so it applies at most once either way.
     fn after<T>(&self, generation: u64, outcome: &RedisResult<T>) {
         if let Err(err) = outcome {
-            if err.is_unrecoverable_error() {
+            if err.is_unrecoverable_error() || err.is_timeout() {
                 self.shared.lost(generation);
             }
         }
@@ -436,6 +447,46 @@ mod tests {
         assert_eq!(client_id(&mut conn).await.unwrap(), second);
         // The test's own INFO call is not a connection; the replacement is the only one.
         assert_eq!(accepted(&mut raw).await - before, 1);
+    }
+
+    /// A connection that stops answering without an error (here the server pauses every
+    /// client for longer than the response timeout; a half-open connection looks the same) is
+    /// replaced by the request that timed out, and the next request goes on a new connection.
+    #[tokio::test]
+    async fn a_connection_that_stops_answering_is_replaced() {
+        let Setup {
+            server: _server,
+            mut conn,
+            mut raw,
+            ..
+        } = setup().await;
+        let first = client_id(&mut conn).await.unwrap();
+        let timeout = ClientConfig::default().response_timeout;
+        let pause = timeout * 2;
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(u64::try_from(pause.as_millis()).unwrap())
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let err = client_id(&mut conn).await.unwrap_err();
+        assert!(err.is_timeout(), "{err:?}");
+        assert_eq!(
+            conn.generation(),
+            1,
+            "the request that timed out replaced it"
+        );
+        // Once the pause is over, requests go on the new connection.
+        let mut second = None;
+        for _ in 0..100 {
+            if let Ok(id) = client_id(&mut conn).await {
+                second = Some(id);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let second = second.expect("the connection came back");
+        assert_ne!(second, first);
     }
 
     /// The push of a connection that was already replaced (read late, after a failed request
