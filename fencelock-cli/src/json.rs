@@ -45,6 +45,7 @@ pub(crate) fn election_json(election: &ElectionInfo) -> Value {
         "key": String::from_utf8_lossy(&election.key),
         "leader": leader,
         "leader_client_name": election.leader_client_name,
+        "leader_label": election.leader_label,
         "pttl_ms": election.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         "queued_candidates": election.queued_candidates,
         "subscribers": election.subscribers,
@@ -75,6 +76,7 @@ pub(crate) fn job_json(job: &JobInfo) -> Value {
         "finished_ms": job.last.finished().map(epoch_ms),
         "failed_ms": job.last.failed().map(epoch_ms),
         "runner_client_name": job.runner_client_name,
+        "runner_label": job.runner_label,
         "runner_holds": job.runner_holds,
         "retained_ms": job.retained_for.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
     });

@@ -454,6 +454,71 @@ async fn every_primitive_names_the_client_that_holds_it() {
     permit.release().await.unwrap();
 }
 
+/// A labelled campaign's leader and a labelled job's running tick show their label next to
+/// the client's name; an unlabelled leader shows none.
+#[tokio::test]
+async fn labelled_leaders_and_job_runs_show_their_label() {
+    let fx = Fixture::start();
+    let client = named(&fx, "scheduler-1").await;
+    let admin = admin(&fx).await;
+    let election = client.election("scheduler").unwrap();
+    let labelled = election.with_label("build-2026.12.5").unwrap();
+    assert_eq!(labelled.label(), Some("build-2026.12.5"));
+    assert_eq!(election.label(), None, "with_label returns a new handle");
+    let leader = labelled.campaign(b"10.0.0.7").await.unwrap();
+    let plain = client
+        .election("reporting")
+        .unwrap()
+        .campaign(b"")
+        .await
+        .unwrap();
+    let elections = admin.elections().await.unwrap();
+    let shown = |name: &str| {
+        elections
+            .iter()
+            .find(|e| e.display_name() == name)
+            .unwrap()
+            .clone()
+    };
+    let scheduler = shown("scheduler");
+    assert_eq!(scheduler.leader_label.as_deref(), Some("build-2026.12.5"));
+    assert!(
+        scheduler
+            .to_string()
+            .contains("  client scheduler-1  label build-2026.12.5"),
+        "{scheduler}"
+    );
+    assert_eq!(shown("reporting").leader_label, None);
+    leader.resign().await.unwrap();
+    plain.resign().await.unwrap();
+
+    let options = JobOptions::new(Duration::from_secs(60), Duration::from_secs(30));
+    let job = client
+        .job("report", options.clone())
+        .unwrap()
+        .with_label("nightly-cron")
+        .unwrap();
+    assert_eq!(job.label(), Some("nightly-cron"));
+    let tick = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let seen = job
+        .run_exclusive(tick, |_run| {
+            let admin = admin.clone();
+            async move { admin.jobs().await.unwrap() }
+        })
+        .await
+        .unwrap();
+    let jobs = seen.into_output().expect("the tick ran here");
+    assert!(jobs[0].runner_holds, "{}", jobs[0]);
+    assert_eq!(jobs[0].runner_label.as_deref(), Some("nightly-cron"));
+    assert!(
+        jobs[0].to_string().contains("  label nightly-cron"),
+        "{}",
+        jobs[0]
+    );
+    let refused = client.job("report", options).unwrap().with_label("a\tb");
+    assert!(refused.unwrap_err().is_invalid_input());
+}
+
 /// Set by the parent for a nesting child: `<url> <order>`, order `ab` or `ba`.
 const NEST_ENV: &str = "FENCELOCK_NEST_CHILD";
 /// Counts the children holding their outer lock (no prefix: a key of the test's own).

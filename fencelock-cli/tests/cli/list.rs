@@ -72,6 +72,8 @@ async fn elections_show_each_leader_as_text_and_json_and_list_leaves_them_out() 
     let scheduler = client
         .election("scheduler")
         .unwrap()
+        .with_label("build-7")
+        .unwrap()
         .campaign(b"10.0.0.7:8080")
         .await
         .unwrap();
@@ -93,6 +95,7 @@ async fn elections_show_each_leader_as_text_and_json_and_list_leaves_them_out() 
         format!("term {}", scheduler.term()),
         format!("leader {}", scheduler.id()),
         "metadata 10.0.0.7:8080".to_owned(),
+        "label build-7".to_owned(),
         "lease ".to_owned(),
     ] {
         assert!(lines[0].contains(&part), "{part}: {text:?}");
@@ -112,6 +115,8 @@ async fn elections_show_each_leader_as_text_and_json_and_list_leaves_them_out() 
     assert_eq!(elections[0]["leader"]["term"], scheduler.term().get());
     assert_eq!(elections[0]["leader"]["metadata"], "10.0.0.7:8080");
     assert!(elections[0]["leader"].get("metadata_hex").is_none());
+    assert_eq!(elections[0]["leader_label"], "build-7");
+    assert!(elections[1]["leader_label"].is_null(), "no label given");
     let pttl = elections[0]["pttl_ms"].as_u64().expect("a lease");
     assert!(pttl > 0 && pttl <= client.default_lease().as_millis() as u64);
     assert_eq!(elections[1]["name_hex"], "73686172642dff");

@@ -42,6 +42,10 @@ pub struct ElectionInfo {
     /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)); `None`
     /// without a leader or when its client registered none that is still kept.
     pub leader_client_name: Option<String>,
+    /// The label the leader's campaign was given
+    /// ([`Election::with_label`](crate::Election::with_label)); `None` without a leader or a
+    /// label.
+    pub leader_label: Option<String>,
     /// Connections subscribed to the election's channel (`PUBSUB NUMSUB`): each is a client
     /// with at least one waiting candidate or follower.
     pub subscribers: u64,
@@ -69,6 +73,9 @@ impl fmt::Display for ElectionInfo {
         }
         if let Some(name) = &self.leader_client_name {
             write!(f, "  client {name}")?;
+        }
+        if let Some(label) = &self.leader_label {
+            write!(f, "  label {label}")?;
         }
         match self.ttl {
             Some(ttl) => write!(f, "  lease {}", format_duration(ttl))?,
@@ -125,9 +132,12 @@ impl Admin {
                 .query_async(&mut conn)
                 .await?;
             let leader = read.leader.map(Leader::from);
-            let leader_client_name = match &leader {
-                Some(leader) => self.client_name(leader.id()).await?,
-                None => None,
+            let (leader_client_name, leader_label) = match &leader {
+                Some(leader) => (
+                    self.client_name(leader.id()).await?,
+                    self.hold_label(&key, leader.id()).await,
+                ),
+                None => (None, None),
             };
             elections.push(ElectionInfo {
                 subscribers: subscribers.get(&key).copied().unwrap_or(0),
@@ -135,6 +145,7 @@ impl Admin {
                 key,
                 leader,
                 leader_client_name,
+                leader_label,
                 ttl,
                 queued_candidates,
             });

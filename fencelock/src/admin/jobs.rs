@@ -39,6 +39,10 @@ pub struct JobInfo {
     /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)); `None`
     /// when that client registered none that is still kept.
     pub runner_client_name: Option<String>,
+    /// The label the runner's job handle gives its runs
+    /// ([`Job::with_label`](crate::Job::with_label)), while the runner holds the job; `None`
+    /// otherwise or without a label.
+    pub runner_label: Option<String>,
 }
 
 impl JobInfo {
@@ -83,6 +87,9 @@ impl fmt::Display for JobInfo {
         )?;
         if let Some(name) = &self.runner_client_name {
             write!(f, "  client {name}")?;
+        }
+        if let Some(label) = &self.runner_label {
+            write!(f, "  label {label}")?;
         }
         if let (Some(finished), Ok(ran)) = (
             self.last.finished(),
@@ -136,6 +143,11 @@ impl Admin {
             let runner_holds = read.lock_token == Some(record.token);
             let retained_for = self.record_ttl(&key).await?;
             let runner_client_name = self.client_name(&record.runner).await?;
+            let runner_label = if runner_holds {
+                self.hold_label(&job.lock, &record.runner).await
+            } else {
+                None
+            };
             jobs.push(JobInfo {
                 name,
                 key,
@@ -143,6 +155,7 @@ impl Admin {
                 runner_holds,
                 retained_for,
                 runner_client_name,
+                runner_label,
             });
         }
         jobs.sort_by(|a, b| a.name.cmp(&b.name));

@@ -81,3 +81,23 @@ impl Admin {
         Ok(ClientNames(names))
     }
 }
+
+impl Admin {
+    /// The label of `holder`'s hold of the lock hash at `lock_key` (the `~label` field that
+    /// [`Lock::with_label`](crate::Lock::with_label) stores), read together with the holder's
+    /// own field in one `HMGET`: `None` when the hold carries no label or is no longer
+    /// `holder`'s (ended or taken over since the caller read it). Like a name, a label is
+    /// advice: a key that cannot be read only leaves it out.
+    pub(super) async fn hold_label(&self, lock_key: &[u8], holder: &str) -> Option<String> {
+        let read: Result<(Option<String>, Option<String>), _> = redis::cmd("HMGET")
+            .arg(lock_key)
+            .arg(holder)
+            .arg("~label")
+            .query_async(&mut self.conn.clone())
+            .await;
+        match read {
+            Ok((Some(_count), label)) => label,
+            _ => None,
+        }
+    }
+}

@@ -155,6 +155,34 @@ impl Election {
         })
     }
 
+    /// A handle to the same election whose leaders' holds carry `label`: what operators see
+    /// next to the leader (`fencelock elections`, the admin API's
+    /// [`ElectionInfo::leader_label`](crate::admin::ElectionInfo::leader_label)), such as the
+    /// deployment or build this candidate runs. Stored with the leader's hold by the campaign's
+    /// own acquisition ([`Lock::with_label`]), and gone when the term ends.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a label that is empty, over 256 bytes, or has control
+    /// characters.
+    ///
+    /// ```no_run
+    /// # async fn demo(election: fencelock::Election) -> Result<(), fencelock::Error> {
+    /// let leader = election.with_label("build-2026.12.5")?.campaign(b"10.0.0.7:8080").await?;
+    /// assert!(election.with_label("two\nlines").unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<Election, Error> {
+        Ok(Election {
+            client: self.client.clone(),
+            lock: self.lock.with_label(label)?,
+        })
+    }
+
+    /// The label this handle's leaders carry ([`Election::with_label`]).
+    pub fn label(&self) -> Option<&str> {
+        self.lock.label()
+    }
+
     /// Leads if nobody does, and returns at once either way: `Ok(None)` when another candidate
     /// leads (or has won and is recording its metadata).
     ///

@@ -87,6 +87,31 @@ impl Election {
         })
     }
 
+    /// A handle whose leaders' holds carry `label`; see [`crate::Election::with_label`].
+    ///
+    /// ```no_run
+    /// use fencelock::blocking::LockClient;
+    ///
+    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+    /// let election = client.election("scheduler")?.with_label("build-2026.12.5")?;
+    /// assert_eq!(election.label(), Some("build-2026.12.5"));
+    /// # Ok::<(), fencelock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an empty, over-long or multi-line label.
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<Election, Error> {
+        Ok(Election {
+            inner: self.inner.with_label(label)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// The label this handle's leaders carry.
+    pub fn label(&self) -> Option<&str> {
+        self.inner.label()
+    }
+
     /// Leads if nobody does; `Ok(None)` when another candidate leads.
     ///
     /// # Errors

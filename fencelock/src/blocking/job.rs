@@ -26,6 +26,34 @@ impl Job {
         self.inner.options()
     }
 
+    /// A handle whose runs' holds carry `label`; see [`crate::Job::with_label`].
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use fencelock::blocking::LockClient;
+    /// use fencelock::JobOptions;
+    ///
+    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+    /// let options = JobOptions::new(Duration::from_secs(60), Duration::from_secs(30));
+    /// let job = client.job("cleanup", options)?.with_label("nightly-cron")?;
+    /// assert_eq!(job.label(), Some("nightly-cron"));
+    /// # Ok::<(), fencelock::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an empty, over-long or multi-line label.
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<Job, Error> {
+        Ok(Job {
+            inner: self.inner.with_label(label)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// The label this handle's runs carry.
+    pub fn label(&self) -> Option<&str> {
+        self.inner.label()
+    }
+
     /// The instants of the job's period, aligned to the Unix epoch (see [`crate::Ticks`]);
     /// wait for each with [`Ticks::next_blocking`](crate::Ticks::next_blocking).
     pub fn ticks(&self) -> crate::Ticks {

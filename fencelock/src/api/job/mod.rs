@@ -206,6 +206,35 @@ impl Job {
         self.lock.name()
     }
 
+    /// A handle to the same job whose runs' holds carry `label`: what operators see next to
+    /// a running tick (`fencelock jobs`, the admin API's
+    /// [`JobInfo::runner_label`](crate::admin::JobInfo::runner_label)), such as the deployment
+    /// or the trigger of this instance's scheduler. Stored with the run's hold of the job's
+    /// lock by its own acquisition ([`Lock::with_label`]), and gone when the hold ends.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a label that is empty, over 256 bytes, or has control
+    /// characters.
+    ///
+    /// ```no_run
+    /// # async fn demo(job: fencelock::Job, tick: std::time::SystemTime) -> Result<(), fencelock::Error> {
+    /// let outcome = job.with_label("nightly-cron")?.run_exclusive(tick, |_run| async {}).await?;
+    /// assert!(job.with_label("").unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<Job, Error> {
+        Ok(Job {
+            client: self.client.clone(),
+            lock: self.lock.with_label(label)?,
+            options: self.options.clone(),
+        })
+    }
+
+    /// The label this handle's runs carry ([`Job::with_label`]).
+    pub fn label(&self) -> Option<&str> {
+        self.lock.label()
+    }
+
     /// The job's options, as given to [`LockClient::job`].
     pub fn options(&self) -> &JobOptions {
         &self.options
