@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use super::client::LockClient;
 use super::guard::LockGuard;
-use crate::base::config::validate_tag;
+use crate::base::config::checked_label;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
@@ -20,7 +20,7 @@ use crate::engine::wait::FairExit;
 use crate::engine::wait_record::WaitReport;
 use crate::protocol::keys::validate_name;
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
-use crate::transport::{ack_pool, ResendsByItself};
+use crate::transport::ack_pool;
 
 /// A handle to one named lock, made by [`LockClient::lock`].
 ///
@@ -133,10 +133,8 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub fn with_label(&self, label: impl AsRef<str>) -> Result<Lock, Error> {
-        let label = label.as_ref();
-        validate_tag("label", label)?;
         let mut lock = self.clone();
-        lock.label = Some(label.into());
+        lock.label = Some(checked_label(label.as_ref())?);
         Ok(lock)
     }
 
@@ -407,7 +405,7 @@ impl Lock {
                     .engine
                     .retrying_within(window, |mut conn| {
                         let (keys, label) = (&self.keys, self.label.as_deref());
-                        let recorded = sends.send() || conn.resends_by_itself();
+                        let recorded = sends.send(&conn);
                         async move {
                             protocol::acquire_with(
                                 &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
@@ -427,7 +425,7 @@ impl Lock {
                     window,
                     |mut conn| {
                         let (keys, label) = (&self.keys, self.label.as_deref());
-                        let recorded = sends.send() || conn.resends_by_itself();
+                        let recorded = sends.send(&conn);
                         async move {
                             protocol::acquire_with(
                                 &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,

@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::client::LockClient;
 use super::guard::LockGuard;
 use super::lock::Lock;
-use crate::base::config::validate_tag;
+use crate::base::config::checked_label;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::replica_ack::{Acks, OnShortfall, ReplicaAck};
@@ -21,7 +21,7 @@ use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::Wake;
 use crate::protocol::{self, AcquireAllReply, AcquireReply, CancelKind, LockKeys};
-use crate::transport::{ack_pool, ResendsByItself};
+use crate::transport::ack_pool;
 
 /// Most locks one [`MultiLock`] may take at once. A set this large is already one script
 /// call with 3 keys per lock; larger sets are more likely a bug than a need.
@@ -184,10 +184,8 @@ impl MultiLock {
     /// # Errors
     /// [`Error::InvalidConfig`], as [`Lock::with_label`].
     pub fn with_label(&self, label: impl AsRef<str>) -> Result<MultiLock, Error> {
-        let label = label.as_ref();
-        validate_tag("label", label)?;
         let mut set = self.clone();
-        set.label = Some(label.into());
+        set.label = Some(checked_label(label.as_ref())?);
         Ok(set)
     }
 
@@ -528,7 +526,7 @@ impl MultiLock {
                     |mut conn| {
                         let keys = member.keys();
                         let (holder, label) = (holder.as_str(), self.label.as_deref());
-                        let recorded = sends.send() || conn.resends_by_itself();
+                        let recorded = sends.send(&conn);
                         async move {
                             protocol::acquire_labelled(
                                 &mut conn, keys, holder, lease, op_ttl, label, recorded,

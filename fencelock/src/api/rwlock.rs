@@ -18,7 +18,6 @@ use crate::engine::{Engine, PermissionScope};
 use crate::protocol::keys::validate_name;
 use crate::protocol::semaphore::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use crate::protocol::{CancelKind, LockKeys, OwnerReply};
-use crate::transport::ResendsByItself;
 
 /// A handle to one named read-write lock, made by [`LockClient::rwlock`]: any number of
 /// readers at once, or one writer.
@@ -360,7 +359,7 @@ impl Acquisition for HoldRequest<'_> {
             .retrying_within(window, |mut conn| {
                 let keys = &lock.keys;
                 let pubsub = conn.pubsub();
-                let recorded = sends.send() || conn.resends_by_itself();
+                let recorded = sends.send(&conn);
                 async move {
                     rw_acquire(
                         &mut conn,

@@ -18,7 +18,6 @@ use crate::engine::{Engine, PermissionScope};
 use crate::protocol::keys::validate_name;
 use crate::protocol::semaphore::{sem_acquire, SemAcquireReply};
 use crate::protocol::{CancelKind, LockKeys};
-use crate::transport::ResendsByItself;
 
 /// A handle to one named semaphore, made by [`LockClient::semaphore`]: `limit` permits shared
 /// by every client of the same Redis.
@@ -364,7 +363,7 @@ impl Acquisition for PermitRequest<'_> {
             .retrying_within(window, |mut conn| {
                 let keys = &sem.keys;
                 let pubsub = conn.pubsub();
-                let recorded = sends.send() || conn.resends_by_itself();
+                let recorded = sends.send(&conn);
                 async move {
                     sem_acquire(
                         &mut conn,

@@ -10,6 +10,7 @@ use super::Engine;
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::Control;
 use crate::protocol::{self, CancelKind, LockKeys};
+use crate::transport::ResendsByItself;
 
 /// An acquire or re-entry that is on its way to Redis. If the caller stops waiting for it
 /// (cancelled future, error after the retry window), dropping this undoes exactly that
@@ -43,12 +44,13 @@ pub(crate) struct Sends {
 }
 
 impl Sends {
-    /// A send is going out: whether it must leave an op record.
-    pub(crate) fn send(&self) -> bool {
+    /// A send is going out on `conn`: whether it must leave an op record (always on a
+    /// connection whose client library may re-send by itself).
+    pub(crate) fn send(&self, conn: &impl ResendsByItself) -> bool {
         if self.unanswered.swap(true, Ordering::Relaxed) {
             self.uncertain.store(true, Ordering::Relaxed);
         }
-        self.uncertain.load(Ordering::Relaxed)
+        self.uncertain.load(Ordering::Relaxed) || conn.resends_by_itself()
     }
 
     /// A definite reply came back for the last send.

@@ -9,8 +9,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    count_from, millis, owner_reply, scripts, token_from, unexpected, CancelKind, CancelReply,
-    LockKeys, OwnerReply, PubSub,
+    count_from, flag, millis, owner_reply, scripts, token_from, unexpected, CancelKind,
+    CancelReply, LockKeys, OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -75,9 +75,9 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
         .arg(millis(lease))
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
-        .arg(if fair == Some(true) { "1" } else { "0" })
+        .arg(flag(fair == Some(true)))
         .arg(expiry_arg(field_expiry))
-        .arg(if recorded { "1" } else { "0" });
+        .arg(flag(recorded));
     if let Some(label) = label {
         call.arg(label);
     }
@@ -270,11 +270,11 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
             RwMode::Write => "w",
         })
         .arg(millis(lease))
-        .arg(if wait { "1" } else { "0" })
+        .arg(flag(wait))
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
         .arg(expiry_arg(field_expiry))
-        .arg(if recorded { "1" } else { "0" });
+        .arg(flag(recorded));
     if let Some(label) = label {
         call.arg(label);
     }
