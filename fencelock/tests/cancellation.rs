@@ -6,7 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, Env, Rng};
+use common::cancel::CancelPoints;
+use common::{eventually, Env};
 use fencelock::{Lock, LockGuard};
 
 fn cases() -> u64 {
@@ -14,27 +15,6 @@ fn cases() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(500)
-}
-
-/// Gives the future `f` a random amount of progress, then drops it if it has not finished.
-async fn cancel_at_random<T>(rng: &mut Rng, f: impl std::future::Future<Output = T>) -> Option<T> {
-    // Yields land before, during and after the round trip (a few dozen yields on this
-    // runtime); the occasional sleep lets the operation finish before it is dropped.
-    let yields = rng.below(120);
-    let sleep_us = if rng.below(4) == 0 {
-        rng.below(1500)
-    } else {
-        0
-    };
-    tokio::select! {
-        out = f => Some(out),
-        () = async {
-            for _ in 0..yields {
-                tokio::task::yield_now().await;
-            }
-            tokio::time::sleep(Duration::from_micros(sleep_us)).await;
-        } => None,
-    }
 }
 
 /// Operation records that `cancel.lua` wrote in the last few seconds (value "c").
@@ -57,34 +37,28 @@ on_topologies_multi_thread! {
     async fn cancelled_acquires_never_leave_the_lock_held(fx) {
         let (a, b) = (fx.client().await, fx.client().await);
         let seed = 0x5eed_0001;
-        let mut rng = Rng(seed);
-        let mut won = 0;
+        let mut points = CancelPoints::new(seed).with_sleeps_up_to(Duration::from_micros(1500));
         for case in 0..cases() {
             let lock: Lock = a.lock("cancel-acquire").unwrap();
             // Half the time someone else holds it and lets go at a random moment.
-            let other = if rng.below(2) == 0 {
+            let other = if points.rng().below(2) == 0 {
                 Some(b.lock("cancel-acquire").unwrap().acquire().await.unwrap())
             } else {
                 None
             };
             let releaser = other.map(|guard| {
-                let delay = rng.below(2_000);
+                let delay = points.rng().below(2_000);
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_micros(delay)).await;
                     guard.release().await.unwrap();
                 })
             });
-            let outcome = if rng.below(2) == 0 {
-                cancel_at_random(&mut rng, lock.acquire())
-                    .await
-                    .map(|r| Some(r.unwrap()))
+            let outcome = if points.rng().below(2) == 0 {
+                points.run(lock.acquire()).await.map(|r| Some(r.unwrap()))
             } else {
-                cancel_at_random(&mut rng, lock.try_acquire())
-                    .await
-                    .map(|r| r.unwrap())
+                points.run(lock.try_acquire()).await.map(|r| r.unwrap())
             };
             if let Some(Some(guard)) = outcome {
-                won += 1;
                 release_all(vec![guard]).await;
             }
             if let Some(releaser) = releaser {
@@ -100,7 +74,7 @@ on_topologies_multi_thread! {
             );
         }
         // Both outcomes were exercised, and some cancels hit a request already on its way.
-        assert!(won > 0 && won < cases(), "won {won} of {}", cases());
+        points.assert_both_outcomes();
         assert!(
             cancel_records(&fx) > 0,
             "no cancel ever ran against an in-flight request"
@@ -112,13 +86,11 @@ on_topologies_multi_thread! {
     async fn cancelled_reentries_never_leave_a_stray_count(fx) {
         let client = fx.client().await;
         let seed = 0x5eed_0002;
-        let mut rng = Rng(seed);
+        let mut points = CancelPoints::new(seed);
         let lock = client.lock("cancel-reenter").unwrap();
-        let mut entered = 0;
         for case in 0..cases() {
             let outer = lock.acquire().await.unwrap();
-            if let Some(inner) = cancel_at_random(&mut rng, outer.reenter()).await {
-                entered += 1;
+            if let Some(inner) = points.run(outer.reenter()).await {
                 inner.unwrap().release().await.unwrap();
             }
             let holder = outer.holder_id().to_owned();
@@ -133,11 +105,7 @@ on_topologies_multi_thread! {
             outer.release().await.unwrap();
             assert!(fx.lock_key("cancel-reenter").is_none(), "case {case}");
         }
-        assert!(
-            entered > 0 && entered < cases(),
-            "entered {entered} of {}",
-            cases()
-        );
+        points.assert_both_outcomes();
         assert!(
             cancel_records(&fx) > 0,
             "no cancel ever ran against an in-flight request"

@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::cancel::CancelPoints;
 use common::child::ChildProcess;
 use common::deadline::{within, woken, Progress, HANDOFF};
 use common::{Env, Fixture};
@@ -386,7 +387,7 @@ on_topologies! {
         const CASES: u64 = 100;
         let (a, b) = (fx.client().await, fx.client().await);
         let election = a.election("dropped").unwrap();
-        let mut won = 0;
+        let mut points = CancelPoints::new(0x5eed_e1ec).with_sleeps_up_to(Duration::from_micros(1500));
         for case in 0..CASES {
             // Every third case another candidate leads and resigns inside the drop window, so
             // drops also land while waiting and right after the wake-up.
@@ -400,22 +401,10 @@ on_topologies! {
             } else {
                 None
             };
-            // Yields land before, during and after the acquisition's and the announcement's
+            // Drops land before, during and after the acquisition's and the announcement's
             // round trips; the occasional sleep lets the campaign finish first.
-            let yields = (case * 37) % 120;
-            let sleep = Duration::from_micros(if case % 4 == 0 { (case * 53) % 1500 } else { 0 });
-            let outcome = tokio::select! {
-                led = election.campaign(b"a") => Some(led.unwrap()),
-                () = async {
-                    for _ in 0..yields {
-                        tokio::task::yield_now().await;
-                    }
-                    tokio::time::sleep(sleep).await;
-                } => None,
-            };
-            if let Some(leader) = outcome {
-                won += 1;
-                leader.resign().await.unwrap();
+            if let Some(leader) = points.run(election.campaign(b"a")).await {
+                leader.unwrap().resign().await.unwrap();
             }
             if let Some(resigning) = resigning {
                 within(HANDOFF, "the other leader resigns", resigning)
@@ -429,7 +418,7 @@ on_topologies! {
                 "case {case}: a dropped campaign left the election held"
             );
         }
-        assert!(won > 0 && won < CASES, "won {won} of {CASES}");
+        points.assert_both_outcomes();
         assert_eq!(b.election("dropped").unwrap().leader().await.unwrap(), None);
     }
 }

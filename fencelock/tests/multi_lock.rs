@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::cancel::CancelPoints;
 use common::deadline::{woken, Progress};
 use common::{eventually, Fixture};
 use fencelock::{Error, LockClient, MultiLock, MAX_MULTI_LOCKS};
@@ -24,21 +25,6 @@ fn set(client: &LockClient, names: &[&str], path: Path) -> MultiLock {
     match path {
         Path::OneScript => set,
         Path::Ordered => set.force_ordered_acquisition(),
-    }
-}
-
-/// A small deterministic generator, so a failing case replays from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }
 
@@ -456,8 +442,7 @@ async fn cancelled_acquisitions_leave_nothing_held() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
     let names = ["c:1", "c:2", "c:3"];
-    let mut rng = Rng(0x5eed_3017);
-    let (mut won, mut dropped) = (0, 0);
+    let mut points = CancelPoints::new(0x5eed_3017).with_sleeps_up_to(Duration::from_micros(3000));
     for case in 0..cases {
         let path = if case % 2 == 0 {
             Path::OneScript
@@ -466,10 +451,10 @@ async fn cancelled_acquisitions_leave_nothing_held() {
         };
         let trio = set(&a, &names, path);
         // Half the time another client holds one member and lets go at a random moment.
-        let other = if rng.below(2) == 0 {
-            let name = names[rng.below(3) as usize];
+        let other = if points.rng().below(2) == 0 {
+            let name = names[usize::try_from(points.rng().below(3)).unwrap()];
             let guard = b.lock(name).unwrap().acquire().await.unwrap();
-            let after = Duration::from_micros(rng.below(3000));
+            let after = Duration::from_micros(points.rng().below(3000));
             Some(tokio::spawn(async move {
                 tokio::time::sleep(after).await;
                 guard.release().await.unwrap();
@@ -477,27 +462,8 @@ async fn cancelled_acquisitions_leave_nothing_held() {
         } else {
             None
         };
-        let yields = rng.below(150);
-        let sleep_us = if rng.below(4) == 0 {
-            rng.below(3000)
-        } else {
-            0
-        };
-        let outcome = tokio::select! {
-            out = trio.acquire() => Some(out.unwrap()),
-            () = async {
-                for _ in 0..yields {
-                    tokio::task::yield_now().await;
-                }
-                tokio::time::sleep(Duration::from_micros(sleep_us)).await;
-            } => None,
-        };
-        match outcome {
-            Some(guard) => {
-                won += 1;
-                guard.release().await.unwrap();
-            }
-            None => dropped += 1,
+        if let Some(guard) = points.run(Box::pin(trio.acquire())).await {
+            guard.unwrap().release().await.unwrap();
         }
         if let Some(other) = other {
             other.await.unwrap();
@@ -511,7 +477,7 @@ async fn cancelled_acquisitions_leave_nothing_held() {
         );
     }
     // Both outcomes happened, or the test did not test cancellation.
-    assert!(won > 0 && dropped > 0, "won {won}, dropped {dropped}");
+    points.assert_both_outcomes();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

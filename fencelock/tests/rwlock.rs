@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::cancel::CancelPoints;
 use common::child::ChildProcess;
 use common::deadline::{within, woken, HANDOFF};
-use common::{eventually, Env, Fixture, Rng};
+use common::{eventually, Env, Fixture};
 use fencelock::{LockClient, ReadGuard, MAX_NAME_LEN};
 use fencelock_testing::{send_signal, Signal};
 use redis::Commands;
@@ -132,17 +133,16 @@ on_topologies_multi_thread! {
     async fn cancelled_acquisitions_never_leave_a_share_behind(fx) {
         let (a, b) = (fx.client().await, fx.client().await);
         let seed = 0x5e3a_0002;
-        let mut rng = Rng(seed);
+        let mut points = CancelPoints::new(seed).with_sleeps_up_to(Duration::from_micros(1500));
         let cases = common::env_cases("FENCELOCK_CANCEL_CASES", 500);
-        let mut won = 0;
         for case in 0..cases {
             let lock = a.rwlock("cancel").unwrap();
             let other = b.rwlock("cancel").unwrap();
-            let releaser = match rng.below(3) {
+            let releaser = match points.rng().below(3) {
                 0 => None,
                 1 => Some(tokio::spawn({
                     let read = other.read().await.unwrap();
-                    let delay = rng.below(2_000);
+                    let delay = points.rng().below(2_000);
                     async move {
                         tokio::time::sleep(Duration::from_micros(delay)).await;
                         read.release().await.unwrap();
@@ -150,16 +150,14 @@ on_topologies_multi_thread! {
                 })),
                 _ => Some(tokio::spawn({
                     let write = other.write().await.unwrap();
-                    let delay = rng.below(2_000);
+                    let delay = points.rng().below(2_000);
                     async move {
                         tokio::time::sleep(Duration::from_micros(delay)).await;
                         write.release().await.unwrap();
                     }
                 })),
             };
-            let yields = rng.below(120);
-            let sleep_us = if rng.below(4) == 0 { rng.below(1500) } else { 0 };
-            let kind = rng.below(4);
+            let kind = points.rng().below(4);
             let acquire = async {
                 match kind {
                     0 => Some(Held::Read(lock.read().await.unwrap())),
@@ -168,17 +166,7 @@ on_topologies_multi_thread! {
                     _ => lock.try_write().await.unwrap().map(Held::Write),
                 }
             };
-            let outcome = tokio::select! {
-                out = acquire => out,
-                () = async {
-                    for _ in 0..yields {
-                        tokio::task::yield_now().await;
-                    }
-                    tokio::time::sleep(Duration::from_micros(sleep_us)).await;
-                } => None,
-            };
-            if let Some(held) = outcome {
-                won += 1;
+            if let Some(held) = points.run(acquire).await.flatten() {
                 match held {
                     Held::Read(read) => read.release().await.unwrap(),
                     Held::Write(write) => write.release().await.unwrap(),
@@ -193,7 +181,7 @@ on_topologies_multi_thread! {
                 rw_keys(&fx, "cancel")
             );
         }
-        assert!(won > 0 && won < cases, "won {won} of {cases}");
+        points.assert_both_outcomes();
         // Some cancels hit a request already on its way (they leave a "c" op record).
         let mut raw = fx.raw();
         let cancelled = fx
@@ -511,36 +499,20 @@ async fn cancelled_reentries_never_leave_an_entry_behind() {
     let fx = Fixture::start();
     let client = fx.client().await;
     let lock = client.rwlock("nested").unwrap();
-    let mut rng = Rng(0x5e3a_0003);
+    let mut points = CancelPoints::new(0x5e3a_0003);
     let cases = common::env_cases("FENCELOCK_CANCEL_CASES", 500) / 2;
-    let mut entered = 0;
     for case in 0..cases {
-        let yields = rng.below(120);
-        let dropped_after = async {
-            for _ in 0..yields {
-                tokio::task::yield_now().await;
-            }
-        };
-        if rng.below(2) == 0 {
+        if points.rng().below(2) == 0 {
             let outer = lock.read().await.unwrap();
-            let inner = tokio::select! {
-                inner = outer.reenter() => Some(inner.unwrap()),
-                () = dropped_after => None,
-            };
-            if let Some(inner) = inner {
-                entered += 1;
-                inner.release().await.unwrap();
+            if let Some(inner) = points.run(outer.reenter()).await {
+                inner.unwrap().release().await.unwrap();
             }
             outer.release().await.unwrap();
         } else {
             let outer = lock.write().await.unwrap();
-            let inner = tokio::select! {
-                inner = outer.reenter() => Some(inner.unwrap()),
-                () = dropped_after => None,
-            };
+            let inner = points.run(outer.reenter()).await.map(Result::unwrap);
             assert!(inner.as_ref().is_none_or(|i| i.token() == outer.token()));
             if let Some(inner) = inner {
-                entered += 1;
                 inner.release().await.unwrap();
             }
             outer.release().await.unwrap();
@@ -550,10 +522,7 @@ async fn cancelled_reentries_never_leave_an_entry_behind() {
             "case {case}: an entry was left behind"
         );
     }
-    assert!(
-        entered > 0 && entered < cases,
-        "entered {entered} of {cases}"
-    );
+    points.assert_both_outcomes();
 }
 
 /// Handles and guards describe themselves.

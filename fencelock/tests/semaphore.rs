@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::cancel::CancelPoints;
 use common::child::ChildProcess;
 use common::deadline::{within, woken, HANDOFF};
-use common::{eventually, Env, Fixture, Rng};
+use common::{eventually, Env, Fixture};
 use fencelock::{LockClient, Semaphore, SemaphorePermit, MAX_NAME_LEN};
 use fencelock_testing::{send_signal, Signal};
 use redis::Commands;
@@ -437,47 +438,31 @@ on_topologies_multi_thread! {
 /// permit and lets go at a random moment; after each case nothing of the semaphore is left.
 async fn cancel_at_random_points(fx: &Env, a: &LockClient, b: &LockClient, cases: u32) {
     let seed = 0x5e3a_0001;
-    let mut rng = Rng(seed);
-    let mut won = 0;
+    let mut points = CancelPoints::new(seed).with_sleeps_up_to(Duration::from_micros(1500));
     for case in 0..cases {
         let pool: Semaphore = a.semaphore("cancel", 2).unwrap();
-        let other = if rng.below(2) == 0 {
+        let other = if points.rng().below(2) == 0 {
             Some(b.semaphore("cancel", 2).unwrap().acquire(2).await.unwrap())
         } else {
             None
         };
         let releaser = other.map(|permit| {
-            let delay = rng.below(2_000);
+            let delay = points.rng().below(2_000);
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_micros(delay)).await;
                 permit.release().await.unwrap();
             })
         });
-        let permits = 1 + u32::try_from(rng.below(2)).unwrap();
-        let yields = rng.below(120);
-        let sleep_us = if rng.below(4) == 0 {
-            rng.below(1500)
-        } else {
-            0
-        };
+        let permits = 1 + u32::try_from(points.rng().below(2)).unwrap();
+        let waits = points.rng().below(2) == 0;
         let acquire = async {
-            if rng.below(2) == 0 {
+            if waits {
                 Some(pool.acquire(permits).await.unwrap())
             } else {
                 pool.try_acquire(permits).await.unwrap()
             }
         };
-        let outcome = tokio::select! {
-            out = acquire => out,
-            () = async {
-                for _ in 0..yields {
-                    tokio::task::yield_now().await;
-                }
-                tokio::time::sleep(Duration::from_micros(sleep_us)).await;
-            } => None,
-        };
-        if let Some(permit) = outcome {
-            won += 1;
+        if let Some(permit) = points.run(acquire).await.flatten() {
             permit.release().await.unwrap();
         }
         if let Some(releaser) = releaser {
@@ -491,7 +476,7 @@ async fn cancel_at_random_points(fx: &Env, a: &LockClient, b: &LockClient, cases
             used(fx, "cancel")
         );
     }
-    assert!(won > 0 && won < cases, "won {won} of {cases}");
+    points.assert_both_outcomes();
     // Some cancels hit a request already on its way (they leave a "c" op record).
     let mut raw = fx.raw();
     let cancelled = fx

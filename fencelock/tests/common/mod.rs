@@ -3,6 +3,7 @@
 // each binary uses only a part of it.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cancel;
 pub mod child;
 pub mod deadline;
 mod fixture;
