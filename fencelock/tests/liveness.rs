@@ -180,8 +180,16 @@ on_topologies_multi_thread! {
             (0..WAITERS).collect::<Vec<_>>(),
             "FIFO order"
         );
-        // One release by the holder, then per waiter exactly one attempt and one release.
-        assert_eq!(fx.calls("evalsha") - before, 1 + 2 * WAITERS as u64);
+        // One release by the holder, then per waiter one release and at most one attempt: a
+        // waiter that sat in its wait when the release before it freed the lock was handed
+        // the lock in that release's call (`handoff.lua`) and makes none. The first waiter
+        // always makes one (the holder is another client, which hands nothing on).
+        let calls = fx.calls("evalsha") - before;
+        let waiters = WAITERS as u64;
+        assert!(
+            (2 + waiters..=1 + 2 * waiters).contains(&calls),
+            "{calls} calls for {WAITERS} waiters"
+        );
     }
 }
 

@@ -8,9 +8,10 @@ use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
+use crate::engine::handoff::{Grant, Settled};
 use crate::engine::holder::{Holder, LostReason};
 use crate::engine::pending::PendingOp;
-use crate::protocol::{self, CancelKind, EnterReply, OwnerReply};
+use crate::protocol::{self, CancelKind, Candidate, EnterReply, HandoffReply, OwnerReply, PubSub};
 
 /// Proof that this holder holds a lock, with the fencing token to present to storage.
 ///
@@ -370,34 +371,91 @@ impl LockGuard {
 
 async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
     let ttl = holder.engine.config.op_record_ttl;
-    holder
+    let keys = &holder.keys;
+    // Semaphores have no fair mode: their holds leave by their own script.
+    let fair = holder
+        .engine
+        .config
+        .fair_grace
+        .filter(|_| !keys.has_hold_leases());
+    // In the default mode, a release that frees a plain lock grants it in the same call to
+    // this client's first waiter (`engine::handoff`), if it sits in its wait.
+    let offer = match fair {
+        None if !keys.has_hold_leases() => holder.engine.waiters.offer_to_head(&keys.lock),
+        _ => None,
+    };
+    let sent_at = Instant::now();
+    let reply = holder
         .engine
         .retrying(|mut conn| {
-            let (keys, id) = (&holder.keys, &holder.id);
+            let id = &holder.id;
             let pubsub = conn.pubsub();
-            // Semaphores have no fair mode: their holds leave by their own script.
-            let fair = holder
-                .engine
-                .config
-                .fair_grace
-                .filter(|_| !keys.has_hold_leases());
             // In fair mode a client with more waiters for this lock goes back to the end of
             // the queue in the release itself (decided per send: a waiter that arrives later
             // queues the client with its own first attempt).
             let requeue = fair
                 .filter(|_| holder.engine.waiters.has_waiters(&keys.lock))
                 .map(|grace| (holder.engine.id.as_str(), fair_queue_life(grace)));
+            // The script counts the channel's listeners on the lock's own node: in a cluster
+            // that is all of them only with sharded pub/sub.
+            let candidate = offer
+                .as_ref()
+                .filter(|_| !conn.is_cluster() || pubsub == PubSub::Sharded)
+                .map(|offer| Candidate {
+                    holder: &offer.holder,
+                    lease: offer.lease,
+                    label: offer.label.as_deref(),
+                });
             async move {
-                match fair {
-                    None => protocol::release(&mut conn, keys, id, op, ttl, pubsub).await,
-                    Some(grace) => {
+                match (fair, candidate) {
+                    (Some(grace), _) => {
                         protocol::release_fair(&mut conn, keys, id, op, ttl, pubsub, grace, requeue)
                             .await
+                            .map(released)
                     }
+                    (None, Some(candidate)) => {
+                        protocol::release_handing_off(
+                            &mut conn, keys, id, op, ttl, pubsub, candidate,
+                        )
+                        .await
+                    }
+                    (None, None) => protocol::release(&mut conn, keys, id, op, ttl, pubsub)
+                        .await
+                        .map(released),
                 }
             }
         })
-        .await
+        .await;
+    // Dropped unsettled on an error: the waiter then asks Redis, which replays a grant.
+    if let (Some(offer), Ok(reply)) = (offer, &reply) {
+        if let HandoffReply::HandedOff { token } = *reply {
+            tracing::debug!(
+                name: "fencelock.handoff",
+                lock = %String::from_utf8_lossy(&holder.name),
+                from = %holder.id,
+                to = %offer.holder,
+                token = token.get(),
+                "lock handed to a waiting task of this client"
+            );
+        }
+        offer.settle(match *reply {
+            HandoffReply::HandedOff { token } => Settled::Granted(Grant { token, sent_at }),
+            HandoffReply::Released { .. } | HandoffReply::NotHeld => Settled::Declined,
+        });
+    }
+    reply.map(|reply| match reply {
+        HandoffReply::Released { remaining } => OwnerReply::Done { remaining },
+        HandoffReply::HandedOff { .. } => OwnerReply::Done { remaining: 0 },
+        HandoffReply::NotHeld => OwnerReply::NotHeld,
+    })
+}
+
+/// A release script's reply as the handoff script words it.
+fn released(reply: OwnerReply) -> HandoffReply {
+    match reply {
+        OwnerReply::Done { remaining } => HandoffReply::Released { remaining },
+        OwnerReply::NotHeld => HandoffReply::NotHeld,
+    }
 }
 
 impl Drop for LockGuard {

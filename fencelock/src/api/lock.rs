@@ -12,8 +12,10 @@ use crate::base::config::checked_label;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
-use crate::base::replica_ack::{OnShortfall, ReplicaAck};
+use crate::base::replica_ack::{Acks, OnShortfall, ReplicaAck};
+use crate::base::token::FencingToken;
 use crate::engine::acquisition::{self, Attempt, Attempts, Waiting};
+use crate::engine::handoff::{Grant, HandoffTerms};
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::FairExit;
@@ -453,21 +455,8 @@ impl Lock {
         match reply {
             AcquireReply::Acquired { token, .. } => {
                 pending.disarm();
-                let holder = Holder::new(
-                    self.client.engine.clone(),
-                    self.keys.clone(),
-                    self.name.clone(),
-                    holder.to_owned(),
-                    token,
-                    sent_at,
-                    lease,
-                    self.lease.is_none(),
-                    acks,
-                    self.label.clone(),
-                );
-                self.client.engine.watchdog.watch(&holder);
                 Ok(Attempt::Won {
-                    held: LockGuard::new(holder),
+                    held: self.guard(holder, token, sent_at, acks),
                     hand_on: false,
                 })
             }
@@ -484,6 +473,31 @@ impl Lock {
 }
 
 impl Lock {
+    /// The guard of `holder`'s hold with `token`, whose lease started no earlier than
+    /// `sent_at`; watched when the lock has no lease of its own.
+    fn guard(
+        &self,
+        holder: &str,
+        token: FencingToken,
+        sent_at: Instant,
+        acks: Option<Acks>,
+    ) -> LockGuard {
+        let holder = Holder::new(
+            self.client.engine.clone(),
+            self.keys.clone(),
+            self.name.clone(),
+            holder.to_owned(),
+            token,
+            sent_at,
+            self.lease(),
+            self.lease.is_none(),
+            acks,
+            self.label.clone(),
+        );
+        self.client.engine.watchdog.watch(&holder);
+        LockGuard::new(holder)
+    }
+
     /// Undoes this lock's acquisition by `holder` (an acquisition whose replicas fell short):
     /// `cancel.lua` for the acquire op, which frees the lock and wakes waiters.
     pub(crate) async fn roll_back(&self, holder: &str) -> Result<(), Error> {
@@ -527,6 +541,30 @@ impl Attempts for LockAttempts<'_> {
         self.lock
             .attempt(&self.holder, &mut self.pending, true, window)
             .await
+    }
+
+    /// A plain lock's waiter takes the lock from a release of its client, except in fair
+    /// handoff (the Redis queue decides the order) and with replica acknowledgement (the
+    /// acquisition waits for replicas, which a grant in a release does not).
+    fn handoff_terms(&self) -> Option<HandoffTerms> {
+        let lock = self.lock;
+        if lock.client.fair_handoff().is_some() || lock.replica_ack.is_some() {
+            return None;
+        }
+        Some(HandoffTerms {
+            holder: self.holder.clone(),
+            lease: lock.lease(),
+            label: lock.label.clone(),
+            undo: lock.pending(&self.holder),
+        })
+    }
+
+    fn handed_off(&mut self, grant: Grant) -> Option<LockGuard> {
+        self.pending.disarm();
+        let guard = self
+            .lock
+            .guard(&self.holder, grant.token, grant.sent_at, None);
+        Some(guard)
     }
 }
 

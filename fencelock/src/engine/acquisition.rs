@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::handoff::{Grant, HandoffTerms};
 use super::pending::PendingOp;
 use super::wait::{self, FairExit, FirstAttempt, Waiters, Wake};
 use super::wait_record::{WaitRecord, WaitReport};
@@ -148,6 +149,20 @@ pub(crate) trait Attempts {
     /// One acquire round trip of a caller that will wait, re-sent within `window` while its
     /// outcome is unknown, with its undo armed while in flight.
     async fn attempt(&mut self, window: Duration) -> Result<Attempt<Self::Held>, Error>;
+
+    /// The terms on which this acquisition takes the lock from a release of this client
+    /// (`engine::handoff`), asked once as it starts waiting; `None` (the default): it does not.
+    fn handoff_terms(&self) -> Option<HandoffTerms> {
+        None
+    }
+
+    /// The hold a release of this client granted ([`Wake::HandedOff`]); only acquisitions that
+    /// gave [`Attempts::handoff_terms`] are granted one. `None`: the next attempt takes it (a
+    /// replay of the grant).
+    fn handed_off(&mut self, grant: Grant) -> Option<Self::Held> {
+        let _ = grant;
+        None
+    }
 }
 
 /// What waiting needs besides the attempts: where a lock's acquisition and a hold's differ.
@@ -244,6 +259,9 @@ async fn wait_and_acquire<T: Attempts>(
     }
     metrics::contended();
     let entry = how.waiters.enter(how.channel, how.fair).await?;
+    if let Some(terms) = attempts.handoff_terms() {
+        entry.accept_handoffs(terms);
+    }
     tracing::debug!(name: "fencelock.wait", holder = attempts.holder(), ahead = entry.ahead(), "waiting in this client's queue");
     // Declared after the entry, so dropped before it: the record goes as the wait ends.
     let mut record = how
@@ -260,16 +278,28 @@ async fn wait_and_acquire<T: Attempts>(
         }
     }
     loop {
-        if entry.wait(deadline).await == Wake::Deadline {
-            return Err(Error::Timeout {
-                waited: started.elapsed(),
-            });
+        match entry.wait(deadline).await {
+            Wake::Deadline => {
+                return Err(Error::Timeout {
+                    waited: started.elapsed(),
+                });
+            }
+            Wake::HandedOff(grant) => {
+                if let Some(held) = attempts.handed_off(grant) {
+                    if let Some(lease) = how.winner_lease {
+                        entry.acquired(lease);
+                    }
+                    return Ok(held);
+                }
+            }
+            Wake::Try => {}
         }
         let window = waiting_window(how.retry_window, deadline);
         let outcome = attempts.attempt(window).await?;
         entry.answered();
         match outcome {
             Attempt::Won { held, hand_on } => {
+                entry.won();
                 if hand_on {
                     entry.hand_on();
                 }

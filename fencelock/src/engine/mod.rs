@@ -9,6 +9,7 @@
 //! and the guards wrap these.
 
 pub(crate) mod acquisition;
+pub(crate) mod handoff;
 pub(crate) mod holder;
 pub(crate) mod pending;
 pub(crate) mod wait;

@@ -83,6 +83,12 @@ impl PendingOp {
         }
     }
 
+    /// Whether this operation's client runs with `control` planted (test builds only).
+    #[cfg(fencelock_negative_controls)]
+    pub(crate) fn broken(&self, control: Control) -> bool {
+        self.engine.broken(control)
+    }
+
     /// The acquisition's sends, which each ask whether to leave an op record.
     pub(crate) fn sends(&self) -> &Sends {
         &self.sends

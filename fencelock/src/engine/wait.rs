@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::handoff::{Grant, HandoffTerms, Look, Offer, Settled};
 use crate::base::error::{Error, Failure};
 use crate::base::retry;
 use crate::protocol::{self, LockKeys, ReleaseMessage};
@@ -100,7 +101,7 @@ struct Queue {
     lease_end: Option<Instant>,
 }
 
-struct Slot {
+pub(super) struct Slot {
     id: u64,
     /// A wake-up not taken yet.
     signal: AtomicU8,
@@ -108,6 +109,8 @@ struct Slot {
     /// ([`WaitEntry::answered`]): a waiter that leaves before that hands it on.
     in_hand: AtomicU8,
     notify: Notify,
+    /// A waiter's offer to take the lock from a release of this client (`engine::handoff`).
+    offer: Offer,
 }
 
 impl Slot {
@@ -175,6 +178,9 @@ impl Drop for FirstAttempt {
 pub(crate) enum Wake {
     /// The lock may be free (release message, lease ran out, reconnect): try to acquire.
     Try,
+    /// A release of this client granted the lock to this waiter (`engine::handoff`): it holds
+    /// it now.
+    HandedOff(Grant),
     /// The caller's deadline passed.
     Deadline,
 }
@@ -228,6 +234,7 @@ impl Waiters {
             signal: AtomicU8::new(SIGNAL_NONE),
             in_hand: AtomicU8::new(SIGNAL_NONE),
             notify: Notify::new(),
+            offer: Offer::new(),
         });
         #[cfg(test)]
         let looks = !self.planted(PlantedBug::NoLookAfterSubscribe);
@@ -361,6 +368,7 @@ impl Waiters {
             signal: AtomicU8::new(SIGNAL_NONE),
             in_hand: AtomicU8::new(SIGNAL_NONE),
             notify: Notify::new(),
+            offer: Offer::new(),
         });
         self.observers
             .lock()
@@ -489,6 +497,20 @@ impl Waiters {
                 head.wake(SIGNAL_RECONNECTED);
             }
         });
+    }
+
+    /// A release of `channel`'s lock is about to be sent: takes the offer of this client's first
+    /// waiter, if it sits in its wait and accepts handoffs (`engine::handoff`).
+    pub(crate) fn offer_to_head(&self, channel: &[u8]) -> Option<HandoffOffer> {
+        let head = self.queues.lock().get(channel)?.slots.front()?.clone();
+        let (holder, lease, label) = head.offer.take()?;
+        Some(HandoffOffer {
+            slot: head,
+            holder,
+            lease,
+            label,
+            settled: false,
+        })
     }
 
     fn leave(
@@ -622,127 +644,6 @@ fn subscribing_again_may_succeed(err: &Error) -> bool {
         .is_some_and(|failure| failure.is_transient() || failure == Failure::Redirected)
 }
 
-/// One waiter's place in a lock's queue. Dropping it leaves the queue.
-pub(crate) struct WaitEntry {
-    waiters: Arc<Waiters>,
-    channel: Vec<u8>,
-    slot: Arc<Slot>,
-    /// How many waiters of this client were ahead of this one when it joined the queue.
-    ahead: usize,
-    acquired_lease: Option<Duration>,
-    fair: Option<FairExit>,
-}
-
-impl WaitEntry {
-    /// How many waiters of this client were ahead of this one when it joined the queue: the
-    /// turns of its client it waits for before its own, in fair handoff.
-    pub(crate) fn ahead(&self) -> usize {
-        self.ahead
-    }
-
-    /// Records what Redis said about the holder's lease, for the head's fallback timer.
-    pub(crate) fn observed_lease(&self, remaining: Option<Duration>) {
-        let mut queues = self.waiters.queues.lock();
-        if let Some(queue) = queues.get_mut(&self.channel) {
-            queue.lease_end = Some(now() + remaining.unwrap_or(UNKNOWN_LEASE_RECHECK));
-        }
-    }
-
-    /// The waiter won the lock; when it leaves, the next waiter waits for this lease.
-    pub(crate) fn acquired(mut self, lease: Duration) {
-        self.acquired_lease = Some(lease);
-    }
-
-    /// This waiter was woken and went to Redis, but leaves without the lock although the lock
-    /// may be free (a multi-lock whose other member was busy): the wake-up is handed on to the
-    /// next waiter when the entry leaves, as a cancelled head's is, or that waiter would sleep
-    /// until its lease timer.
-    pub(crate) fn hand_on(&self) {
-        self.slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
-    }
-
-    /// Redis answered an attempt this waiter made: the wake-up that sent it there is used, and
-    /// no longer handed on when the entry leaves. The acquire loops call it after every
-    /// attempt that came back.
-    pub(crate) fn answered(&self) {
-        self.slot.in_hand.store(SIGNAL_NONE, Ordering::Release);
-    }
-
-    /// Waits until this waiter should try Redis, or until `deadline`.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a wake-up that arrives while the future is dropped stays in the slot and
-    /// is handed on when the entry leaves the queue; so is one this call took if no attempt
-    /// it led to was answered ([`WaitEntry::answered`]) when the entry leaves.
-    pub(crate) async fn wait(&self, deadline: Option<Instant>) -> Wake {
-        loop {
-            match self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel) {
-                SIGNAL_RELEASED => {
-                    self.slot.in_hand.store(SIGNAL_RELEASED, Ordering::Release);
-                    return Wake::Try;
-                }
-                SIGNAL_RECONNECTED => {
-                    self.slot
-                        .in_hand
-                        .store(SIGNAL_RECONNECTED, Ordering::Release);
-                    return self.jittered(deadline).await;
-                }
-                _ => {}
-            }
-            let timer = {
-                let queues = self.waiters.queues.lock();
-                queues.get(&self.channel).and_then(|q| {
-                    let is_head = q.slots.front().is_some_and(|s| s.id == self.slot.id);
-                    is_head.then(|| q.lease_end.unwrap_or_else(|| now() + UNKNOWN_LEASE_RECHECK))
-                })
-            };
-            let wake_at = match (timer, deadline) {
-                (Some(t), Some(d)) => Some(t.min(d)),
-                (t, d) => t.or(d),
-            };
-            let notified = self.slot.notify.notified();
-            match wake_at {
-                None => notified.await,
-                Some(at) => {
-                    // Biased, timer first: when a wake-up and the timer are ready together, a
-                    // passed deadline ends the wait (the wake-up is handed on as the entry
-                    // leaves). Fixed rather than random, so that a run replays exactly under a
-                    // paused test clock.
-                    tokio::select! {
-                        biased;
-                        () = tokio::time::sleep_until(at.into()) => {
-                            if deadline.is_some_and(|d| now() >= d) {
-                                return Wake::Deadline;
-                            }
-                            if timer.is_some_and(|t| now() >= t) {
-                                return self.jittered(deadline).await;
-                            }
-                        }
-                        () = notified => {}
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl WaitEntry {
-    /// Waits a random moment before trying, but never past the deadline.
-    async fn jittered(&self, deadline: Option<Instant>) -> Wake {
-        let at = now() + self.waiters.jitter();
-        match deadline {
-            Some(d) if d <= at => {
-                tokio::time::sleep_until(d.into()).await;
-                Wake::Deadline
-            }
-            _ => {
-                tokio::time::sleep_until(at.into()).await;
-                Wake::Try
-            }
-        }
-    }
-}
-
 /// One follower of an election's channel. Dropping it stops following (and unsubscribes when
 /// nobody of this client needs the channel any more).
 pub(crate) struct ObserveEntry {
@@ -785,16 +686,9 @@ impl Drop for ObserveEntry {
     }
 }
 
-impl Drop for WaitEntry {
-    fn drop(&mut self) {
-        self.waiters.leave(
-            &self.channel,
-            &self.slot,
-            self.acquired_lease,
-            self.fair.take(),
-        );
-    }
-}
+mod entry;
+
+pub(crate) use entry::{HandoffOffer, WaitEntry};
 
 #[cfg(test)]
 mod link_tests;

@@ -133,6 +133,15 @@ pub enum Control {
     RwWriterIgnoresReaders,
     /// `rw_downgrade.lua` answers done but leaves the hold a writer's, so readers stay out.
     RwDowngradeKeepsWriting,
+    /// `handoff.lua` grants the freed lock to this client's waiter even while another client
+    /// listens on the channel: a client's own waiters pass the others over.
+    HandoffIgnoresOtherClients,
+    /// `handoff.lua` grants the lock to a candidate whose acquisition was cancelled: the lock
+    /// is held for nobody until its lease ends.
+    HandoffIgnoresCancel,
+    /// A waiter that leaves while a release may have granted it the lock does not undo the
+    /// grant: the lock is held for nobody until its lease ends.
+    HandoffGrantNotUndone,
 }
 
 /// The condition of `lib/fence_mark.lua` under which a resource has no floor, and its broken
@@ -145,7 +154,7 @@ const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 42] = [
+    pub const ALL: [Control; 45] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -188,6 +197,9 @@ impl Control {
         Control::RwReadersIgnoreWaitingWriter,
         Control::RwWriterIgnoresReaders,
         Control::RwDowngradeKeepsWriting,
+        Control::HandoffIgnoresOtherClients,
+        Control::HandoffIgnoresCancel,
+        Control::HandoffGrantNotUndone,
     ];
 
     /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
@@ -214,16 +226,31 @@ impl Control {
             )],
             // A non-holder's release is taken for the last entry: it frees whoever's lock it
             // is (as the old HINCRBY -1 without an owner check did).
-            Control::ReleaseWithoutOwnerCheck => &[(
-                "release",
-                "if not count then\n",
-                "if not count then\n  count = '1'\nend\nif false then\n",
-            )],
-            Control::ReleaseDoesNotPublish => &[(
-                "release",
-                "redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')\n",
-                "",
-            )],
+            // In both release scripts: a release that hands the lock on frees it as well.
+            Control::ReleaseWithoutOwnerCheck => &[
+                (
+                    "release",
+                    "if not count then\n",
+                    "if not count then\n  count = '1'\nend\nif false then\n",
+                ),
+                (
+                    "handoff",
+                    "if not count then\n",
+                    "if not count then\n  count = '1'\nend\nif false then\n",
+                ),
+            ],
+            Control::ReleaseDoesNotPublish => &[
+                (
+                    "release",
+                    "redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')\n",
+                    "",
+                ),
+                (
+                    "handoff",
+                    "redis.call(sharded and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')\n",
+                    "",
+                ),
+            ],
             // Both records a release replays from: its own, and the mark the freeing release
             // leaves on the holder's acquire record.
             Control::RetriesApplyTwice => &[
@@ -234,6 +261,16 @@ impl Control {
                 ),
                 (
                     "release",
+                    "if redis.call('GET', KEYS[3]) == 'r:' .. ARGV[4] then",
+                    "if false then",
+                ),
+                (
+                    "handoff",
+                    "local done = redis.call('GET', KEYS[2])",
+                    "local done = false",
+                ),
+                (
+                    "handoff",
                     "if redis.call('GET', KEYS[3]) == 'r:' .. ARGV[4] then",
                     "if false then",
                 ),
@@ -378,7 +415,18 @@ impl Control {
                 "if ARGV[8] == '1' then\n  redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5])\nend",
                 "",
             )],
+            Control::HandoffIgnoresOtherClients => &[(
+                "handoff",
+                "and listeners[2] <= 1",
+                "",
+            )],
+            Control::HandoffIgnoresCancel => &[(
+                "handoff",
+                "if alone and not redis.call('GET', KEYS[5]) then",
+                "if alone then",
+            )],
             Control::CancelMissingOnDrop
+            | Control::HandoffGrantNotUndone
             | Control::StragglerNotUndone
             | Control::WatchdogIgnoresDrop
             | Control::LeaseFromReply => &[],
@@ -505,6 +553,7 @@ mod tests {
                 (&broken.acquire, &correct.acquire),
                 (&broken.reenter, &correct.reenter),
                 (&broken.release, &correct.release),
+                (&broken.handoff, &correct.handoff),
                 (&broken.extend, &correct.extend),
                 (&broken.renew, &correct.renew),
                 (&broken.fenced_write, &correct.fenced_write),

@@ -6,6 +6,7 @@
 
 #[cfg(fencelock_negative_controls)]
 pub(crate) mod controls;
+mod handoff;
 mod idempotency;
 mod job;
 pub(crate) mod keys;
@@ -21,6 +22,7 @@ use redis::aio::ConnectionLike;
 
 use crate::base::error::{Error, Superseded};
 use crate::base::token::FencingToken;
+pub(crate) use handoff::{release_handing_off, Candidate, HandoffReply};
 pub(crate) use idempotency::{
     idem_begin, idem_finish, idem_read, KeyArgs, KeyBeginReply, KeyFinish, KeyRead, KeyReadMode,
     KeyRecord,
@@ -920,3 +922,6 @@ mod retention_tests;
 
 #[cfg(test)]
 mod acquire_record_tests;
+
+#[cfg(test)]
+mod handoff_tests;

@@ -17,6 +17,7 @@ pub(crate) struct Scripts {
     pub(crate) release_all: Script,
     pub(crate) reenter: Script,
     pub(crate) release: Script,
+    pub(crate) handoff: Script,
     pub(crate) extend: Script,
     pub(crate) cancel: Script,
     pub(crate) renew: Script,
@@ -67,6 +68,10 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         release_all: load("release_all", include_str!("../../lua/release_all.lua")),
         reenter: load("reenter", include_str!("../../lua/reenter.lua")),
         release: load("release", include_str!("../../lua/release.lua")),
+        handoff: load(
+            "handoff",
+            &[next_token, include_str!("../../lua/handoff.lua")].concat(),
+        ),
         extend: load("extend", include_str!("../../lua/extend.lua")),
         cancel: load("cancel", include_str!("../../lua/cancel.lua")),
         renew: load("renew", include_str!("../../lua/renew.lua")),

@@ -221,6 +221,21 @@ impl Env {
                 break;
             }
         }
+        // The release that hands a lock to a waiting task of its client runs only under
+        // contention: loaded as the client loads it (the shared token code, then the script).
+        let handoff = [
+            include_str!("../../lua/lib/next_token.lua"),
+            include_str!("../../lua/handoff.lua"),
+        ]
+        .concat();
+        for node in self.data_nodes() {
+            let mut conn = node.client().get_connection().unwrap();
+            let _: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(&handoff)
+                .query(&mut conn)
+                .unwrap();
+        }
     }
 
     /// The port of the data node that owns the slot of lock `name`.

@@ -122,6 +122,16 @@ impl World {
 
     /// As [`World::new`], with every client in fair-handoff mode when `fair` is a grace.
     pub fn with_fair_handoff(control: Option<Control>, fair: Option<Duration>) -> World {
+        World::build(control, fair, false)
+    }
+
+    /// One client, behind the proxy, running every task: its releases hand the lock to its
+    /// own waiting tasks (`handoff.lua`), under cut connections and lost replies.
+    pub fn one_client(control: Option<Control>) -> World {
+        World::build(control, None, true)
+    }
+
+    fn build(control: Option<Control>, fair: Option<Duration>, one_client: bool) -> World {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -129,7 +139,11 @@ impl World {
             .unwrap();
         let fx = Fixture::start();
         let proxy = FaultProxy::start(fx.server.addr()).unwrap();
-        let urls = [fx.server.url(), fx.server.url(), proxy.url()];
+        let urls = if one_client {
+            vec![proxy.url()]
+        } else {
+            vec![fx.server.url(), fx.server.url(), proxy.url()]
+        };
         let clients = runtime.block_on(async {
             let mut clients = Vec::new();
             for url in urls {

@@ -1,0 +1,231 @@
+//! One-round-trip handoff inside a client: when a holder releases a lock that a task of the
+//! same client waits for, the release grants it to that waiter in the same script call
+//! (`handoff.lua`), instead of a release, its message and a second acquisition.
+//!
+//! The grant is a fresh acquisition by the waiter's own holder id, so it is exactly what the
+//! waiter's next attempt would have taken: the waiter may learn of it from the release's reply
+//! (an [`Offer`] settled [`Settled::Granted`]) or, when that reply is lost, from its own next
+//! attempt, which replays it (`acquire.lua`: the holder is already in the hash). Whatever
+//! happens to either side, the grant is claimed by the waiter or undone by it (`cancel.lua` for
+//! its acquisition): a waiter that leaves while a grant may exist that it has not claimed runs
+//! that undo, which frees the lock and publishes its release, so the lock goes on to the next
+//! waiter or is free; it is never stranded for a lease.
+//!
+//! Which waiters take part: the first waiter of this client's queue for a plain lock of a
+//! client in the default mode (not fair handoff, whose order is the Redis queue's, and not
+//! replica acknowledgement, whose acquisitions wait for replicas), and only while it sits in
+//! its wait, not while it is at Redis with an attempt of its own. The script grants it only
+//! while no other client is subscribed to the lock's channel, so waiters of other clients are
+//! never passed over (`handoff.lua` says why that bound holds).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::pending::PendingOp;
+use crate::base::token::FencingToken;
+
+/// What a waiter that accepts handoffs offers a release: its acquisition's terms and the undo
+/// of that acquisition.
+pub(crate) struct HandoffTerms {
+    /// The acquisition's holder id (also its operation id).
+    pub(crate) holder: String,
+    /// The lease the lock is granted for.
+    pub(crate) lease: Duration,
+    /// The acquisition's label.
+    pub(crate) label: Option<Arc<str>>,
+    /// `cancel.lua` for the acquisition, disarmed: armed and dropped when the waiter leaves
+    /// while a grant may exist that it has not claimed.
+    pub(crate) undo: PendingOp,
+}
+
+/// Where the offer of one waiter stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No release is handing the lock to this waiter.
+    Idle,
+    /// A release took the offer; its script is on its way.
+    Offered,
+    /// The release granted the lock; the waiter has not claimed it yet.
+    Granted {
+        token: FencingToken,
+        sent_at: Instant,
+    },
+    /// The waiter holds the lock (claimed the grant, or won by its own attempt): nothing to
+    /// undo when it leaves.
+    Claimed,
+}
+
+/// A grant the waiter claims: the token and when the release that granted it was sent (the
+/// server started the lease no earlier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) token: FencingToken,
+    pub(crate) sent_at: Instant,
+}
+
+/// The offer of one waiter's slot in its client's queue.
+pub(crate) struct Offer {
+    state: Mutex<OfferState>,
+}
+
+struct OfferState {
+    terms: Option<HandoffTerms>,
+    /// The waiter sits in its wait: a release may take the offer.
+    open: bool,
+    phase: Phase,
+    /// A release that took the offer ended without knowing whether its script ran: a grant may
+    /// exist that the waiter has not seen (its next attempt replays it). Stays set until the
+    /// waiter holds the lock or leaves.
+    exposed: bool,
+}
+
+/// What a waiter's look at its offer found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// A grant: the waiter holds the lock now.
+    Granted(Grant),
+    /// A release's script is on its way with this waiter as candidate: wait for its outcome.
+    InFlight,
+    /// Nothing for this waiter (the offer is closed until it waits again).
+    Nothing,
+}
+
+impl Offer {
+    pub(crate) fn new() -> Offer {
+        Offer {
+            state: Mutex::new(OfferState {
+                terms: None,
+                open: false,
+                phase: Phase::Idle,
+                exposed: false,
+            }),
+        }
+    }
+
+    /// The waiter accepts handoffs on these terms (once, as it joins the queue).
+    pub(crate) fn accept(&self, terms: HandoffTerms) {
+        self.state.lock().terms = Some(terms);
+    }
+
+    /// The waiter sits in its wait: releases may offer it the lock.
+    pub(crate) fn open(&self) {
+        let mut state = self.state.lock();
+        if state.terms.is_some() && state.phase == Phase::Idle {
+            state.open = true;
+        }
+    }
+
+    /// A look while waiting: claims a grant, or reports one on its way (the waiter then waits
+    /// for its outcome). Leaves the offer open.
+    pub(crate) fn look(&self) -> Look {
+        self.look_and(false)
+    }
+
+    /// The waiter is about to go to Redis: claims a grant, or reports one on its way (the
+    /// waiter then keeps waiting for its outcome), or closes the offer, so that no release
+    /// hands it the lock while its own attempt is out.
+    pub(crate) fn close(&self) -> Look {
+        self.look_and(true)
+    }
+
+    fn look_and(&self, close: bool) -> Look {
+        let mut state = self.state.lock();
+        match state.phase {
+            Phase::Granted { token, sent_at } => {
+                state.phase = Phase::Claimed;
+                state.open = false;
+                Look::Granted(Grant { token, sent_at })
+            }
+            Phase::Offered => Look::InFlight,
+            Phase::Idle | Phase::Claimed => {
+                if close {
+                    state.open = false;
+                }
+                Look::Nothing
+            }
+        }
+    }
+
+    /// The waiter won the lock by its own attempt (a replay of a grant, or a fresh
+    /// acquisition).
+    pub(crate) fn claimed(&self) {
+        let mut state = self.state.lock();
+        state.phase = Phase::Claimed;
+        state.open = false;
+    }
+
+    /// A release takes the offer, if the waiter is in its wait and accepts handoffs: the
+    /// candidate's holder id, lease and label.
+    pub(crate) fn take(&self) -> Option<(String, Duration, Option<Arc<str>>)> {
+        let mut state = self.state.lock();
+        if !state.open || state.phase != Phase::Idle {
+            return None;
+        }
+        let terms = state.terms.as_ref()?;
+        let candidate = (terms.holder.clone(), terms.lease, terms.label.clone());
+        state.open = false;
+        state.phase = Phase::Offered;
+        Some(candidate)
+    }
+
+    /// The release that took the offer ended: `settled` says how. Returns whether the waiter
+    /// must be woken to go to Redis itself (an unknown outcome).
+    pub(crate) fn settle(&self, settled: Settled) -> bool {
+        let mut state = self.state.lock();
+        if state.phase != Phase::Offered {
+            // The waiter left (its deadline passed, or it was dropped) and ran the undo.
+            return false;
+        }
+        match settled {
+            Settled::Granted(grant) => {
+                state.phase = Phase::Granted {
+                    token: grant.token,
+                    sent_at: grant.sent_at,
+                };
+                false
+            }
+            Settled::Declined => {
+                state.phase = Phase::Idle;
+                false
+            }
+            Settled::Unknown => {
+                state.phase = Phase::Idle;
+                state.exposed = true;
+                true
+            }
+        }
+    }
+
+    /// The waiter leaves the queue: the undo of its acquisition when a grant may exist that it
+    /// has not claimed (armed, to be dropped), else nothing.
+    pub(crate) fn leave(&self) -> Option<PendingOp> {
+        let mut state = self.state.lock();
+        state.open = false;
+        let unclaimed = match state.phase {
+            Phase::Offered | Phase::Granted { .. } => true,
+            Phase::Claimed => false,
+            Phase::Idle => state.exposed,
+        };
+        let mut undo = state.terms.take()?.undo;
+        if unclaimed {
+            undo.arm();
+            Some(undo)
+        } else {
+            None
+        }
+    }
+}
+
+/// How a release that took an offer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The script granted the lock to the candidate.
+    Granted(Grant),
+    /// The script answered and did not grant it (entries remain, another client listens, the
+    /// lock was not the releaser's any more).
+    Declined,
+    /// The release gave up without an answer: the script may have run.
+    Unknown,
+}

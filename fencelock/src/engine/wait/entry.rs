@@ -1,0 +1,247 @@
+//! One waiter's place in its client's queue ([`WaitEntry`]), and a release's hold on the
+//! offer of the waiter it hands the lock to ([`HandoffOffer`]).
+
+use super::*;
+
+/// One waiter's place in a lock's queue. Dropping it leaves the queue.
+pub(crate) struct WaitEntry {
+    pub(super) waiters: Arc<Waiters>,
+    pub(super) channel: Vec<u8>,
+    pub(super) slot: Arc<Slot>,
+    /// How many waiters of this client were ahead of this one when it joined the queue.
+    pub(super) ahead: usize,
+    pub(super) acquired_lease: Option<Duration>,
+    pub(super) fair: Option<FairExit>,
+}
+
+impl WaitEntry {
+    /// How many waiters of this client were ahead of this one when it joined the queue: the
+    /// turns of its client it waits for before its own, in fair handoff.
+    pub(crate) fn ahead(&self) -> usize {
+        self.ahead
+    }
+
+    /// Records what Redis said about the holder's lease, for the head's fallback timer.
+    pub(crate) fn observed_lease(&self, remaining: Option<Duration>) {
+        let mut queues = self.waiters.queues.lock();
+        if let Some(queue) = queues.get_mut(&self.channel) {
+            queue.lease_end = Some(now() + remaining.unwrap_or(UNKNOWN_LEASE_RECHECK));
+        }
+    }
+
+    /// The waiter won the lock; when it leaves, the next waiter waits for this lease.
+    pub(crate) fn acquired(mut self, lease: Duration) {
+        self.acquired_lease = Some(lease);
+    }
+
+    /// This waiter was woken and went to Redis, but leaves without the lock although the lock
+    /// may be free (a multi-lock whose other member was busy): the wake-up is handed on to the
+    /// next waiter when the entry leaves, as a cancelled head's is, or that waiter would sleep
+    /// until its lease timer.
+    pub(crate) fn hand_on(&self) {
+        self.slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
+    }
+
+    /// Redis answered an attempt this waiter made: the wake-up that sent it there is used, and
+    /// no longer handed on when the entry leaves. The acquire loops call it after every
+    /// attempt that came back.
+    pub(crate) fn answered(&self) {
+        self.slot.in_hand.store(SIGNAL_NONE, Ordering::Release);
+    }
+
+    /// This waiter takes the lock from a release of this client when one offers it
+    /// (`engine::handoff`), on these terms. Called once, before the first wait.
+    pub(crate) fn accept_handoffs(&self, terms: HandoffTerms) {
+        self.slot.offer.accept(terms);
+    }
+
+    /// This waiter won the lock with an attempt of its own: no grant of it is left to undo.
+    pub(crate) fn won(&self) {
+        self.slot.offer.claimed();
+    }
+
+    /// Waits until this waiter should try Redis, or a release of this client handed it the
+    /// lock, or until `deadline`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a wake-up that arrives while the future is dropped stays in the slot and
+    /// is handed on when the entry leaves the queue; so is one this call took if no attempt
+    /// it led to was answered ([`WaitEntry::answered`]) when the entry leaves. A grant that
+    /// arrives while it is dropped waits in the slot for the next call, or is undone when the
+    /// entry leaves.
+    pub(crate) async fn wait(&self, deadline: Option<Instant>) -> Wake {
+        let mut lease_ran_out = false;
+        loop {
+            // The offer is open while this waiter sleeps and closed whenever it goes to Redis,
+            // so that it never sends an attempt while a release hands it the lock.
+            match self.slot.offer.look() {
+                Look::Granted(grant) => return Wake::HandedOff(grant),
+                Look::InFlight => {
+                    if self.wait_for_outcome(deadline).await {
+                        return Wake::Deadline;
+                    }
+                    continue;
+                }
+                Look::Nothing => {}
+            }
+            let signal = self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel);
+            if signal != SIGNAL_NONE || lease_ran_out {
+                match self.slot.offer.close() {
+                    Look::Granted(grant) => return Wake::HandedOff(grant),
+                    Look::InFlight => {
+                        // Taken by a release just now: its outcome comes first; the wake-up
+                        // stays for after it.
+                        if signal != SIGNAL_NONE {
+                            self.slot.signal.store(signal, Ordering::Release);
+                        }
+                        continue;
+                    }
+                    Look::Nothing => {}
+                }
+            }
+            match signal {
+                SIGNAL_RELEASED => {
+                    self.slot.in_hand.store(SIGNAL_RELEASED, Ordering::Release);
+                    return Wake::Try;
+                }
+                SIGNAL_RECONNECTED => {
+                    self.slot
+                        .in_hand
+                        .store(SIGNAL_RECONNECTED, Ordering::Release);
+                    return self.jittered(deadline).await;
+                }
+                _ => {}
+            }
+            if lease_ran_out {
+                return self.jittered(deadline).await;
+            }
+            self.slot.offer.open();
+            let timer = {
+                let queues = self.waiters.queues.lock();
+                queues.get(&self.channel).and_then(|q| {
+                    let is_head = q.slots.front().is_some_and(|s| s.id == self.slot.id);
+                    is_head.then(|| q.lease_end.unwrap_or_else(|| now() + UNKNOWN_LEASE_RECHECK))
+                })
+            };
+            let wake_at = match (timer, deadline) {
+                (Some(t), Some(d)) => Some(t.min(d)),
+                (t, d) => t.or(d),
+            };
+            let notified = self.slot.notify.notified();
+            match wake_at {
+                None => notified.await,
+                Some(at) => {
+                    // Biased, timer first: when a wake-up and the timer are ready together, a
+                    // passed deadline ends the wait (the wake-up is handed on as the entry
+                    // leaves). Fixed rather than random, so that a run replays exactly under a
+                    // paused test clock.
+                    tokio::select! {
+                        biased;
+                        () = tokio::time::sleep_until(at.into()) => {
+                            if deadline.is_some_and(|d| now() >= d) {
+                                return Wake::Deadline;
+                            }
+                            if timer.is_some_and(|t| now() >= t) {
+                                // Tried once the offer is closed (a grant may be on its way).
+                                lease_ran_out = true;
+                            }
+                        }
+                        () = notified => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for the outcome of a release that is handing this waiter the lock (it notifies
+    /// the slot when it ends); `true` when `deadline` passed first.
+    async fn wait_for_outcome(&self, deadline: Option<Instant>) -> bool {
+        let notified = self.slot.notify.notified();
+        let Some(deadline) = deadline else {
+            notified.await;
+            return false;
+        };
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(deadline.into()) => now() >= deadline,
+            () = notified => false,
+        }
+    }
+}
+
+impl WaitEntry {
+    /// Waits a random moment before trying, but never past the deadline.
+    async fn jittered(&self, deadline: Option<Instant>) -> Wake {
+        let at = now() + self.waiters.jitter();
+        match deadline {
+            Some(d) if d <= at => {
+                tokio::time::sleep_until(d.into()).await;
+                Wake::Deadline
+            }
+            _ => {
+                tokio::time::sleep_until(at.into()).await;
+                Wake::Try
+            }
+        }
+    }
+}
+
+impl Drop for WaitEntry {
+    fn drop(&mut self) {
+        // A grant this waiter may have and has not claimed is undone (dropped armed: it runs
+        // `cancel.lua` for the acquisition, which frees the lock and publishes).
+        let undo = self.slot.offer.leave();
+        #[cfg(fencelock_negative_controls)]
+        let undo = undo.map(|mut undo| {
+            if undo.broken(crate::protocol::controls::Control::HandoffGrantNotUndone) {
+                undo.disarm();
+            }
+            undo
+        });
+        drop(undo);
+        self.waiters.leave(
+            &self.channel,
+            &self.slot,
+            self.acquired_lease,
+            self.fair.take(),
+        );
+    }
+}
+
+/// A release's hold on the offer of the waiter it hands the lock to (`engine::handoff`):
+/// settled with the script's outcome; dropped unsettled, the outcome is unknown, and the
+/// waiter is sent to Redis, where its attempt replays a grant that was made.
+pub(crate) struct HandoffOffer {
+    pub(super) slot: Arc<Slot>,
+    /// The candidate's holder id.
+    pub(crate) holder: String,
+    /// The candidate's lease.
+    pub(crate) lease: Duration,
+    /// The candidate's label.
+    pub(crate) label: Option<Arc<str>>,
+    pub(super) settled: bool,
+}
+
+impl HandoffOffer {
+    /// The release that took this offer ended as `settled`.
+    pub(crate) fn settle(mut self, settled: Settled) {
+        self.finish(settled);
+    }
+
+    fn finish(&mut self, settled: Settled) {
+        self.settled = true;
+        if self.slot.offer.settle(settled) {
+            self.slot.wake(SIGNAL_RELEASED);
+        } else {
+            self.slot.notify.notify_one();
+        }
+    }
+}
+
+impl Drop for HandoffOffer {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.finish(Settled::Unknown);
+        }
+    }
+}
