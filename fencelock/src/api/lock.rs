@@ -15,7 +15,7 @@ use crate::base::metrics;
 use crate::base::replica_ack::{Acks, OnShortfall, ReplicaAck};
 use crate::base::token::FencingToken;
 use crate::engine::acquisition::{self, Attempt, Attempts, Waiting};
-use crate::engine::handoff::{Grant, HandoffTerms};
+use crate::engine::handoff::{self, Grant, HandoffTerms};
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::FairExit;
@@ -244,7 +244,8 @@ impl Lock {
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves the queue and undoes an acquisition that may be
-    /// in flight; the lock is never left held by an acquire nobody waits for.
+    /// in flight, and a grant a release of this client may have made to it that it has not
+    /// claimed (DESIGN.md §7.2); the lock is never left held by an acquire nobody waits for.
     pub async fn acquire(&self) -> Result<LockGuard, Error> {
         let contended = AtomicBool::new(false);
         self.traced("acquire", &contended, || {
@@ -555,7 +556,7 @@ impl Attempts for LockAttempts<'_> {
             holder: self.holder.clone(),
             lease: lock.lease(),
             label: lock.label.clone(),
-            undo: lock.pending(&self.holder),
+            undo: handoff::undo_by(lock.pending(&self.holder)),
         })
     }
 

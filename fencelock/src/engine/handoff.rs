@@ -35,9 +35,28 @@ pub(crate) struct HandoffTerms {
     pub(crate) lease: Duration,
     /// The acquisition's label.
     pub(crate) label: Option<Arc<str>>,
-    /// `cancel.lua` for the acquisition, disarmed: armed and dropped when the waiter leaves
-    /// while a grant may exist that it has not claimed.
-    pub(crate) undo: PendingOp,
+    /// Runs when the waiter leaves while a grant may exist that it has not claimed: sends
+    /// `cancel.lua` for the acquisition (for a lock, its pending operation armed and dropped).
+    /// Dropped without running, it does nothing.
+    pub(crate) undo: Undo,
+}
+
+/// The undo of a waiter's acquisition ([`HandoffTerms::undo`]). A boxed action rather than the
+/// pending operation itself, so that the waiting machinery's exploration
+/// (`engine::wait_exploration`) can give its simulated one.
+pub(crate) type Undo = Box<dyn FnOnce() + Send + Sync>;
+
+/// The undo of a lock acquisition through its pending operation: armed, then dropped, which
+/// spawns `cancel.lua` for exactly that acquisition.
+pub(crate) fn undo_by(pending: PendingOp) -> Undo {
+    Box::new(move || {
+        let mut pending = pending;
+        #[cfg(fencelock_negative_controls)]
+        if pending.broken(crate::protocol::controls::Control::HandoffGrantNotUndone) {
+            return;
+        }
+        pending.arm();
+    })
 }
 
 /// Where the offer of one waiter stands.
@@ -199,8 +218,8 @@ impl Offer {
     }
 
     /// The waiter leaves the queue: the undo of its acquisition when a grant may exist that it
-    /// has not claimed (armed, to be dropped), else nothing.
-    pub(crate) fn leave(&self) -> Option<PendingOp> {
+    /// has not claimed (to be run), else nothing.
+    pub(crate) fn leave(&self) -> Option<Undo> {
         let mut state = self.state.lock();
         state.open = false;
         let unclaimed = match state.phase {
@@ -208,13 +227,8 @@ impl Offer {
             Phase::Claimed => false,
             Phase::Idle => state.exposed,
         };
-        let mut undo = state.terms.take()?.undo;
-        if unclaimed {
-            undo.arm();
-            Some(undo)
-        } else {
-            None
-        }
+        let undo = state.terms.take()?.undo;
+        unclaimed.then_some(undo)
     }
 }
 

@@ -92,6 +92,9 @@ pub(crate) enum PlantedBug {
     /// `enter` does not send the first waiter to Redis once it is subscribed, so a release
     /// between the busy first attempt and the subscription is missed.
     NoLookAfterSubscribe,
+    /// A waiter that leaves with a grant it has not claimed (or one that may exist) does not
+    /// undo it (`engine::handoff`): the lock stays held for nobody.
+    GrantNotUndone,
 }
 
 #[derive(Default)]

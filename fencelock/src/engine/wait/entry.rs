@@ -188,17 +188,14 @@ impl WaitEntry {
 
 impl Drop for WaitEntry {
     fn drop(&mut self) {
-        // A grant this waiter may have and has not claimed is undone (dropped armed: it runs
-        // `cancel.lua` for the acquisition, which frees the lock and publishes).
+        // A grant this waiter may have and has not claimed is undone (`cancel.lua` for the
+        // acquisition, which frees the lock and publishes).
         let undo = self.slot.offer.leave();
-        #[cfg(fencelock_negative_controls)]
-        let undo = undo.map(|mut undo| {
-            if undo.broken(crate::protocol::controls::Control::HandoffGrantNotUndone) {
-                undo.disarm();
-            }
-            undo
-        });
-        drop(undo);
+        #[cfg(test)]
+        let undo = undo.filter(|_| !self.waiters.planted(PlantedBug::GrantNotUndone));
+        if let Some(undo) = undo {
+            undo();
+        }
         self.waiters.leave(
             &self.channel,
             &self.slot,

@@ -23,7 +23,10 @@
 //! waiting task is cancelled wherever it is parked (mostly a client's oldest, likely its
 //! head); virtual time advances. Now and then two events come before the tasks run. Cases
 //! vary the number of clients, fair handoff, the cluster flavour, and whether a winner holds
-//! the next waiter for its lease (a lock) or not (a semaphore's permits).
+//! the next waiter for its lease (a lock) or not (a semaphore's permits). Outside fair mode a
+//! release offers the lock to its client's first waiter through the real offer
+//! (`engine::handoff`), the server grants it when no other client is subscribed and the
+//! candidate was not cancelled, and now and then the release's reply is lost.
 //!
 //! **What is checked.** After every step: at most one acquisition believes it holds the lock,
 //! and it is the one the server names; none times out before its deadline; none fails. At
@@ -35,19 +38,23 @@
 //! attempt per client that waits, DESIGN.md 7), so the lock is not free while some wait, and
 //! nobody is left to a fallback timer (leases are an hour here); and fair handoff's
 //! reservation is not left standing (claimed by its client, or passed on when its last waiter
-//! left). At the end, the holder releasing after each flush, every acquisition must have
-//! ended (won, timed out or cancelled) within a few rounds per task.
+//! left); and the server names as holder no acquisition that does not hold the lock (a grant
+//! nobody claimed or undid). At the end, the holder releasing after each flush, every
+//! acquisition must have ended (won, timed out or cancelled) within a few rounds per task.
 //!
 //! **What is modelled, not run.** The Lua scripts: the server here is a few lines of
-//! `acquire(_fair)`, `release(_fair)`, `cancel` and `leave_fair` (DESIGN.md 7.1), with leases
-//! and reservations that never run out; the scripts themselves are checked against real
-//! servers by the property harness (`tests/interleaving.rs`) and the contract tests in
-//! `src/protocol`. Not modelled: an attempt that gives up when its re-send window closes,
-//! failures of `leave_fair` (best effort, DESIGN.md 7.1), Sentinel's new primary, elections'
-//! followers, and the multi-lock's own loop.
+//! `acquire(_fair)`, `release(_fair)`, `handoff`, `cancel` and `leave_fair` (DESIGN.md 7.1,
+//! 7.2), with leases and reservations that never run out; the scripts themselves are checked
+//! against real servers by the property harness (`tests/interleaving.rs`) and the contract
+//! tests in `src/protocol`. Not modelled: an attempt that gives up when its re-send window
+//! closes, failures of `leave_fair` (best effort, DESIGN.md 7.1), Sentinel's new primary,
+//! elections' followers, the multi-lock's own loop, and a handing-off release that reaches the
+//! server only after its candidate's next attempt (its grant waits for the waiter's fallback
+//! timer, DESIGN.md 7.2).
 //!
-//! **Control.** [`PlantedBug`] plants a lost wake-up in `wait.rs` (unit tests only); the
-//! exploration must report each within the seeds it passes without them.
+//! **Control.** [`PlantedBug`] plants a lost wake-up or an unclaimed grant left in place in
+//! `wait.rs` (unit tests only); the exploration must report each within the seeds it passes
+//! without them.
 //!
 //! **Replaying.** A failure prints its seed and the event log.
 //! `FENCELOCK_WAIT_SEED=<seed> cargo test -p fencelock --lib wait_exploration -- --nocapture`
@@ -62,10 +69,12 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use self::sim::{
-    acquire, round_trip, try_once, Incoming, Outcome, Owner, Request, Rng, Shared, SimAttempts,
-    SimLink, World,
+    acquire, round_trip, try_once, Incoming, Outcome, Owner, Reply, Request, Rng, Shared,
+    SimAttempts, SimLink, World,
 };
+use super::handoff::{Grant, Settled};
 use super::wait::{self, PlantedBug, Waiters, HERD_JITTER};
+use crate::base::token::FencingToken;
 use crate::protocol::LockKeys;
 use crate::transport::PushListener;
 
@@ -133,6 +142,9 @@ enum Violation {
     LostWakeup,
     /// A reservation was neither claimed nor passed on.
     StrandedReservation,
+    /// The server names as holder an acquisition that does not hold the lock (a grant nobody
+    /// claimed and nobody undid).
+    StrandedHold,
     /// An acquisition never ended.
     NeverEnded,
     /// An acquisition timed out before its deadline, or failed.
@@ -180,6 +192,8 @@ struct Tally {
     timed_out: usize,
     cancelled: usize,
     flushes: usize,
+    /// Releases that handed the lock to a waiter of their client (`handoff.lua`).
+    handoffs: u64,
 }
 
 impl Tally {
@@ -190,6 +204,7 @@ impl Tally {
         self.timed_out += other.timed_out;
         self.cancelled += other.cancelled;
         self.flushes += other.flushes;
+        self.handoffs += other.handoffs;
     }
 }
 
@@ -283,6 +298,7 @@ impl Explorer {
             self.tally.events += 1;
         }
         self.finish().await?;
+        self.tally.handoffs = self.world.lock().server.handoffs;
         let log = std::mem::take(&mut self.world.lock().log);
         Ok((self.tally, log))
     }
@@ -453,6 +469,7 @@ impl Explorer {
             holder,
             name: format!("c{client}:{holder}"),
             waiting: !matches!(kind, Kind::Try),
+            handoff: !self.shape.fair,
         };
         let waiters = self.clients[client].clone();
         let keys = self.keys.clone();
@@ -475,15 +492,60 @@ impl Explorer {
     }
 
     /// The holder releases: an acquisition that returned the lock (over its client's
-    /// connection, telling release_fair whether its client has more waiters), or the outsider.
+    /// connection, telling release_fair whether its client has more waiters; outside fair mode
+    /// offering the lock to its client's first waiter, `handoff.lua`), or the outsider. Now and
+    /// then the release's reply is lost: the waiter it offered the lock to is sent to the
+    /// server to learn the outcome.
     fn release(&mut self) {
         if let Some((task, holder)) = self.holders.pop() {
             let client = self.tasks[task].client;
             let requeue = self.clients[client].has_waiters(&self.keys.lock);
-            self.log(format!("task {task} releases (requeue {requeue})"));
+            let offer = if self.shape.fair {
+                None
+            } else {
+                self.clients[client].offer_to_head(&self.keys.lock)
+            };
+            let candidate = offer.as_ref().map(|offer| {
+                let id = offer.holder.rsplit(':').next().unwrap_or_default();
+                id.parse::<u64>().expect("a simulated holder id")
+            });
+            let gives_up = offer.is_some() && self.rng.percent(20);
+            self.log(format!(
+                "task {task} releases (requeue {requeue}, candidate {candidate:?}{})",
+                if gives_up {
+                    ", gives up on its reply"
+                } else {
+                    ""
+                }
+            ));
             let world = self.world.clone();
+            let request = Request::Release {
+                holder,
+                requeue,
+                candidate,
+            };
+            if gives_up {
+                // The request ran but its reply is lost: the offer's outcome is unknown to the
+                // release. (A request that reaches the server only after the waiter's next
+                // attempt, a straggler on a replaced connection, is not modelled: its grant
+                // waits for the waiter's fallback timer, as a lost message does; DESIGN.md 7.2.)
+                tokio::spawn(async move {
+                    round_trip(&world, client, request).await;
+                    drop(offer);
+                });
+                return;
+            }
             tokio::spawn(async move {
-                round_trip(&world, client, Request::Release { holder, requeue }).await;
+                let reply = round_trip(&world, client, request).await;
+                if let Some(offer) = offer {
+                    offer.settle(match reply {
+                        Reply::HandedOff => Settled::Granted(Grant {
+                            token: FencingToken::new(1).expect("a positive token"),
+                            sent_at: wait::now(),
+                        }),
+                        _ => Settled::Declined,
+                    });
+                }
             });
         } else if self.world.lock().server.holder == Some(Owner::Outsider) {
             self.log("the outsider releases".into());
@@ -626,6 +688,15 @@ impl Explorer {
             let detail = format!("reserved for c{client}; waiting tasks {waiting:?}");
             return Err(self.fail(Violation::StrandedReservation, detail));
         }
+        if let Some(Owner::Task(client, held)) = holder {
+            if !self.holders.iter().any(|&(_, h)| h == held) {
+                let detail = format!(
+                    "the server names c{client}'s {held}, which no task holds; waiting tasks \
+                     {waiting:?}"
+                );
+                return Err(self.fail(Violation::StrandedHold, detail));
+            }
+        }
         if holder.is_none() && !waiting.is_empty() {
             let detail = format!(
                 "the lock is free and tasks {waiting:?} wait, {}ms after the last change",
@@ -732,6 +803,7 @@ fn the_planted_lost_wakeups_are_caught() {
     for bug in [
         PlantedBug::KeepsUnusedWake,
         PlantedBug::NoLookAfterSubscribe,
+        PlantedBug::GrantNotUndone,
     ] {
         let caught = (0..CI_CASES).find_map(|seed| run_case(seed, Some(bug)).err());
         let Some(failure) = caught else {
@@ -740,7 +812,7 @@ fn the_planted_lost_wakeups_are_caught() {
         assert!(
             matches!(
                 failure.violation,
-                Violation::LostWakeup | Violation::StrandedReservation
+                Violation::LostWakeup | Violation::StrandedReservation | Violation::StrandedHold
             ),
             "{bug:?} was caught as something else: {failure}"
         );

@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 
 use crate::base::error::Error;
 use crate::engine::acquisition::{acquire_with, Attempt, Attempts, Waiting};
+use crate::engine::handoff::{Grant, HandoffTerms};
 use crate::engine::wait::{self, FairExit, TestFuture, TestLink, Waiters};
 use crate::protocol::LockKeys;
 
@@ -59,9 +60,19 @@ pub(super) enum Owner {
 
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Request {
-    Acquire { holder: u64, waiting: bool },
-    Release { holder: u64, requeue: bool },
-    Cancel { holder: u64 },
+    Acquire {
+        holder: u64,
+        waiting: bool,
+    },
+    /// `release.lua`, or with a `candidate` (a waiter of the same client) `handoff.lua`.
+    Release {
+        holder: u64,
+        requeue: bool,
+        candidate: Option<u64>,
+    },
+    Cancel {
+        holder: u64,
+    },
     Subscribe,
     Unsubscribe,
     LeaveFair,
@@ -72,6 +83,8 @@ pub(super) enum Reply {
     Won,
     Busy(Duration),
     Done,
+    /// `handoff.lua` granted the lock to the candidate.
+    HandedOff,
     /// The connection dropped under a SUBSCRIBE or UNSUBSCRIBE (not re-sent by anyone).
     ConnectionLost,
 }
@@ -124,6 +137,10 @@ pub(super) struct Server {
     pub(super) last_publish: u64,
     /// When an attempt of each client last reached the server (by `ran`).
     pub(super) last_attempt: Vec<u64>,
+    /// Acquisitions `cancel.lua` marked cancelled (client, holder id): never granted after.
+    pub(super) cancelled: Vec<(usize, u64)>,
+    /// Releases that handed the lock on (`handoff.lua`).
+    pub(super) handoffs: u64,
 }
 
 /// The simulated world: the server, the clients' links, and the log of what happened.
@@ -242,6 +259,10 @@ impl World {
         match request {
             Request::Acquire { holder, waiting } => {
                 server.last_attempt[client] = server.ran;
+                if server.holder == Some(Owner::Task(client, holder)) {
+                    // A replay: a release of this client granted it the lock (acquire.lua).
+                    return Reply::Won;
+                }
                 let claim = server.fair && server.reserved == Some(client);
                 if claim {
                     server.reserved = None;
@@ -263,15 +284,31 @@ impl World {
                 server.holder = Some(Owner::Task(client, holder));
                 Reply::Won
             }
-            Request::Release { holder, requeue } => {
-                if server.holder == Some(Owner::Task(client, holder)) {
-                    self.free(Some(client).filter(|_| requeue));
+            Request::Release {
+                holder,
+                requeue,
+                candidate,
+            } => {
+                if server.holder != Some(Owner::Task(client, holder)) {
+                    return Reply::Done;
                 }
+                // handoff.lua: granted while no other client is subscribed, unless cancelled.
+                let alone = (0..server.subscribed.len())
+                    .all(|other| other == client || !server.subscribed[other]);
+                if let Some(candidate) = candidate {
+                    if !server.fair && alone && !server.cancelled.contains(&(client, candidate)) {
+                        server.holder = Some(Owner::Task(client, candidate));
+                        server.handoffs += 1;
+                        return Reply::HandedOff;
+                    }
+                }
+                self.free(Some(client).filter(|_| requeue));
                 Reply::Done
             }
             Request::Cancel { holder } => {
                 // cancel.lua: the undone acquisition frees the lock and publishes; a
                 // reservation is not passed on.
+                server.cancelled.push((client, holder));
                 if server.holder == Some(Owner::Task(client, holder)) {
                     server.holder = None;
                     self.publish();
@@ -473,6 +510,8 @@ pub(super) struct SimAttempts {
     pub(super) name: String,
     /// Whether a busy attempt queues a fair client (false for `try_acquire`).
     pub(super) waiting: bool,
+    /// Whether it takes the lock from a release of its client (not in fair handoff).
+    pub(super) handoff: bool,
 }
 
 struct Undo<'a> {
@@ -501,6 +540,30 @@ impl Attempts for SimAttempts {
 
     fn holder(&self) -> &str {
         &self.name
+    }
+
+    fn handoff_terms(&self) -> Option<HandoffTerms> {
+        if !self.handoff {
+            return None;
+        }
+        let (world, client, holder) = (self.world.clone(), self.client, self.holder);
+        Some(HandoffTerms {
+            holder: self.name.clone(),
+            lease: LEASE,
+            label: None,
+            undo: Box::new(move || {
+                let _ = Undo {
+                    world: &world,
+                    client,
+                    holder,
+                    armed: true,
+                };
+            }),
+        })
+    }
+
+    fn handed_off(&mut self, _grant: Grant) -> Option<u64> {
+        Some(self.holder)
     }
 
     async fn attempt(&mut self, _window: Duration) -> Result<Attempt<u64>, Error> {
