@@ -1,7 +1,7 @@
 //! One-round-trip handoff inside a client (`handoff.lua`, `engine::handoff`): a release that
 //! frees a lock a task of the same client waits for grants it to that waiter in the same call;
 //! waiters of other clients are never passed over; a waiter dropped at any point of a handoff
-//! never leaves the lock held for nobody.
+//! never leaves the lock held for nobody; a handoff whose reply is lost is applied once.
 
 mod common;
 
@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use common::cancel::CancelPoints;
 use common::deadline::HANDOFF;
-use common::{eventually, Env};
+use common::{eventually, Env, Fixture};
+use fencelock::LockClient;
+use fencelock_testing::{Direction, FaultProxy};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -190,4 +192,67 @@ async fn leaving_a_grant_unclaimed_is_caught() {
         outcome.is_err(),
         "Control::HandoffGrantNotUndone was not caught"
     );
+}
+
+/// The reply of a handing-off release is lost and its connection cut: the release is sent
+/// again over the new connection and replays the grant (or gives up, and the waiter's own
+/// attempt replays it), so the waiter holds the lock with the one token the grant issued, and
+/// nothing is granted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_whose_reply_is_lost_is_applied_once() {
+    let fx = Fixture::start();
+    let proxy = FaultProxy::start(fx.server.addr()).unwrap();
+    let client = LockClient::builder(proxy.url())
+        .record_waits(false)
+        .connect()
+        .await
+        .unwrap();
+    // Every script loaded: a NOSCRIPT answer would be lost with the reply.
+    fx.warm_up(&client).await;
+    let lock = client.lock("lost-reply").unwrap().with_lease(LONG).unwrap();
+    let held = lock.acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await }
+    });
+    // The waiter queued (subscribed) and settled into its wait.
+    let channel = fx.lock_key("lost-reply").unwrap();
+    assert!(eventually(Duration::from_secs(30), || fx.subscribers(&channel) == 1).await);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let releaser = held.holder_id().to_owned();
+    let moved_on = || {
+        fx.lock_state("lost-reply")
+            .is_none_or(|(holders, _)| holders.iter().all(|(id, _)| *id != releaser))
+    };
+    proxy.blackhole(Direction::Downstream);
+    let (released, ()) = tokio::join!(held.release(), async {
+        // The release ran once the releaser is gone from the hash; then its reply is lost.
+        assert!(eventually(Duration::from_secs(5), moved_on).await);
+        proxy.reset_all();
+        proxy.heal();
+    });
+    released.unwrap();
+    let next = tokio::time::timeout(HANDOFF, waiter)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
+    let (holders, token) = fx.lock_state("lost-reply").unwrap();
+    assert_eq!(holders, vec![(next.holder_id().to_owned(), 1)]);
+    assert_eq!(next.token().get(), token, "the grant's token");
+    assert_eq!(highest_token(&fx), token, "no token issued after the grant");
+    next.release().await.unwrap();
+    assert!(fx.lock_key("lost-reply").is_none());
+    assert_eq!(highest_token(&fx), token, "nothing was granted again");
+}
+
+/// The highest token any fence counter issued.
+fn highest_token(fx: &Fixture) -> u64 {
+    use redis::Commands;
+    let mut raw = fx.raw();
+    let keys: Vec<String> = raw.keys("fencelock:{*}fence").unwrap();
+    keys.iter()
+        .map(|key| raw.get::<_, u64>(key).unwrap())
+        .max()
+        .unwrap_or(0)
 }

@@ -253,7 +253,9 @@ impl LockGuard {
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped `release` is finished in the background as the same operation,
-    /// so it decrements exactly once.
+    /// so it decrements exactly once. When it was handing the lock to a waiting task of this
+    /// client, that task learns of the grant from its own next attempt, or undoes it if it
+    /// leaves first.
     pub async fn release(mut self) -> Result<(), Error> {
         let engine = self.holder.engine.clone();
         if self.release_op.is_none() {

@@ -126,6 +126,7 @@ impl Fixture {
             .await
             .unwrap();
         guard.release().await.unwrap();
+        super::load_contended_scripts(&self.server.client());
     }
 }
 

@@ -37,6 +37,23 @@ pub fn model_runner(cases: u32, fixed_seed: bool) -> proptest::test_runner::Test
     }
 }
 
+/// Loads the scripts only contention runs, which a warm-up cycle does not reach: the release
+/// that hands a lock to a waiting task of its client, loaded as the client loads it (the
+/// shared token code, then the script), so that it has the client's SHA.
+pub fn load_contended_scripts(server: &redis::Client) {
+    let handoff = [
+        include_str!("../../lua/lib/next_token.lua"),
+        include_str!("../../lua/handoff.lua"),
+    ]
+    .concat();
+    let mut conn = server.get_connection().unwrap();
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(&handoff)
+        .query(&mut conn)
+        .unwrap();
+}
+
 /// A number of random cases from the environment variable `var`, or `default`.
 pub fn env_cases(var: &str, default: u32) -> u32 {
     std::env::var(var)
@@ -221,20 +238,8 @@ impl Env {
                 break;
             }
         }
-        // The release that hands a lock to a waiting task of its client runs only under
-        // contention: loaded as the client loads it (the shared token code, then the script).
-        let handoff = [
-            include_str!("../../lua/lib/next_token.lua"),
-            include_str!("../../lua/handoff.lua"),
-        ]
-        .concat();
         for node in self.data_nodes() {
-            let mut conn = node.client().get_connection().unwrap();
-            let _: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(&handoff)
-                .query(&mut conn)
-                .unwrap();
+            load_contended_scripts(&node.client());
         }
     }
 
