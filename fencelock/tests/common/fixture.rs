@@ -126,8 +126,25 @@ impl Fixture {
             .await
             .unwrap();
         guard.release().await.unwrap();
-        super::load_contended_scripts(&self.server.client());
+        load_contended_scripts(&self.server.client());
     }
+}
+
+/// Loads the scripts only contention runs, which a warm-up cycle does not reach: the release
+/// that hands a lock to a waiting task of its client, loaded as the client loads it (the
+/// shared token code, then the script), so that it has the client's SHA.
+pub fn load_contended_scripts(server: &redis::Client) {
+    let handoff = [
+        include_str!("../../lua/lib/next_token.lua"),
+        include_str!("../../lua/handoff.lua"),
+    ]
+    .concat();
+    let mut conn = server.get_connection().unwrap();
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(&handoff)
+        .query(&mut conn)
+        .unwrap();
 }
 
 /// Whether `key` is a client's name registration (`prefix{tag}client:<client id>`).

@@ -15,7 +15,7 @@ use fencelock_testing::RedisServer;
 #[allow(unused_imports)]
 pub use fixture::is_name_registration as fixture_is_name_registration;
 #[allow(unused_imports)] // not every binary that includes this module uses it
-pub use fixture::Fixture;
+pub use fixture::{load_contended_scripts, Fixture};
 use redis::Commands;
 
 /// The proptest runner of a model check: `cases` programs, no failure files, shrinking
@@ -35,23 +35,6 @@ pub fn model_runner(cases: u32, fixed_seed: bool) -> proptest::test_runner::Test
     } else {
         TestRunner::new(config)
     }
-}
-
-/// Loads the scripts only contention runs, which a warm-up cycle does not reach: the release
-/// that hands a lock to a waiting task of its client, loaded as the client loads it (the
-/// shared token code, then the script), so that it has the client's SHA.
-pub fn load_contended_scripts(server: &redis::Client) {
-    let handoff = [
-        include_str!("../../lua/lib/next_token.lua"),
-        include_str!("../../lua/handoff.lua"),
-    ]
-    .concat();
-    let mut conn = server.get_connection().unwrap();
-    let _: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(&handoff)
-        .query(&mut conn)
-        .unwrap();
 }
 
 /// A number of random cases from the environment variable `var`, or `default`.
