@@ -8,6 +8,8 @@
 mod common;
 mod harness;
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use harness::interleaving::{run_cases, World};
 use harness::model::env_cases;
 
@@ -31,45 +33,54 @@ fn concurrent_histories_satisfy_every_property() {
 }
 
 /// The same check with one client running every task: a release hands the lock to a waiting
-/// task of the client in its own call (`handoff.lua`), while connections are cut and replies
-/// lost, so grants whose reply was lost are claimed by the waiter's replay or undone.
+/// task of the client in its own call (`handoff.lua`), and operations that meet on the way
+/// share script calls (`batch.lua`), while connections are cut and replies lost, so grants
+/// whose reply was lost are claimed by the waiter's replay or undone, and operations of a
+/// shared call whose reply was lost are each re-sent and applied once.
 #[test]
 fn one_client_handoff_histories_satisfy_every_property() {
-    let handoffs = handoff_counter();
-    let before = handoffs.load(std::sync::atomic::Ordering::Relaxed);
+    let (handoffs, batches) = (&event_counters()[0], &event_counters()[1]);
+    let before = (handoffs.load(Relaxed), batches.load(Relaxed));
     let cases = env_cases("FENCELOCK_INTERLEAVING_CASES", 16).div_ceil(2);
     let world = World::one_client(None);
     if let Err(failure) = run_cases(&world, 3..6, cases, Some(REGRESSIONS)) {
         panic!("{failure}");
     }
     let stats = world.stats();
-    let handed = handoffs.load(std::sync::atomic::Ordering::Relaxed) - before;
-    eprintln!("{cases} one-client interleaving schedules passed, {handed} handoffs: {stats:?}");
+    let handed = handoffs.load(Relaxed) - before.0;
+    let shared = batches.load(Relaxed) - before.1;
+    eprintln!(
+        "{cases} one-client interleaving schedules passed, {handed} handoffs, {shared} shared \
+         calls: {stats:?}"
+    );
     assert!(stats.granted > 0 && stats.accepted > 0, "{stats:?}");
     assert!(handed > 0, "no release handed the lock on");
+    assert!(shared > 0, "no operations shared a call");
 }
 
-/// Counts the `fencelock.handoff` events of this process (a global subscriber, installed once:
-/// the harness's runtime threads are not the test's).
-fn handoff_counter() -> &'static std::sync::atomic::AtomicU64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
+/// Counts the `fencelock.handoff` and `fencelock.batch` events of this process, in that order
+/// (a global subscriber, installed once: the harness's runtime threads are not the test's).
+fn event_counters() -> &'static [std::sync::atomic::AtomicU64; 2] {
+    use std::sync::atomic::AtomicU64;
     use tracing_subscriber::layer::{Context, SubscriberExt};
 
-    static COUNT: AtomicU64 = AtomicU64::new(0);
+    static COUNTS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
     static INSTALLED: std::sync::Once = std::sync::Once::new();
     struct Count;
     impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
         fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-            if event.metadata().name() == "fencelock.handoff" {
-                COUNT.fetch_add(1, Ordering::Relaxed);
-            }
+            match event.metadata().name() {
+                "fencelock.handoff" => COUNTS[0].fetch_add(1, Relaxed),
+                "fencelock.batch" => COUNTS[1].fetch_add(1, Relaxed),
+                _ => 0,
+            };
         }
     }
     INSTALLED.call_once(|| {
         // Another subscriber set first (none in this binary) would only hide the count.
         let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Count));
     });
-    &COUNT
+    &COUNTS
 }
 
 /// The same check with every client in fair-handoff mode: reservations, the queue and claims

@@ -116,6 +116,25 @@ impl LockClientBuilder {
         self
     }
 
+    /// How many lock acquisitions and releases of this client one script call carries at most
+    /// (default 64, at most 1000; 1 sends each alone). Operations go at once when no call to
+    /// their server (on a cluster: their hash slot) is on the wire; those that arrive while
+    /// one is ride the next call together, each with its own reply, error, retry and undo.
+    /// This cap bounds the time one call holds the server. DESIGN.md §7.3 has the details.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
+    ///     .op_batch(16)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn op_batch(mut self, operations: usize) -> Self {
+        self.config.op_batch = operations;
+        self
+    }
+
     /// Trusts the CA certificates in `pem` (PEM, one or more) for a `rediss://` server, instead
     /// of the system's root certificates: for a Redis whose certificate is signed by a private
     /// CA. Feature `tls`.
@@ -377,6 +396,11 @@ impl LockClientBuilder {
         if c.max_hold.is_some_and(|max| max.is_zero()) {
             return Err(Error::InvalidConfig {
                 reason: "max_hold must be above zero".into(),
+            });
+        }
+        if !(1..=1000).contains(&c.op_batch) {
+            return Err(Error::InvalidConfig {
+                reason: "op_batch must be between 1 and 1000".into(),
             });
         }
         if !(1..=1000).contains(&c.renew_batch) {

@@ -421,7 +421,15 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
                         )
                         .await
                     }
-                    (None, None) => protocol::release(&mut conn, keys, id, op, ttl, pubsub)
+                    (None, None) if keys.has_hold_leases() => {
+                        protocol::release(&mut conn, keys, id, op, ttl, pubsub)
+                            .await
+                            .map(released)
+                    }
+                    // A plain lock's release rides the group commit.
+                    (None, None) => holder
+                        .engine
+                        .release_grouped(&mut conn, keys, id, op, ttl)
                         .await
                         .map(released),
                 }

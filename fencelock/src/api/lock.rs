@@ -403,17 +403,29 @@ impl Lock {
         let sends = pending.sends();
         let (reply, acks) = match self.replica_ack {
             None => {
-                let reply = self
-                    .client
-                    .engine
+                let engine = &self.client.engine;
+                let reply = engine
                     .retrying_within(window, |mut conn| {
                         let (keys, label) = (&self.keys, self.label.as_deref());
                         let recorded = sends.send(&conn);
                         async move {
-                            protocol::acquire_with(
-                                &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
-                            )
-                            .await
+                            match fair {
+                                // The default mode's acquisitions ride the group commit.
+                                None => {
+                                    engine
+                                        .acquire_grouped(
+                                            &mut conn, keys, holder, lease, op_ttl, label, recorded,
+                                        )
+                                        .await
+                                }
+                                Some(_) => {
+                                    protocol::acquire_with(
+                                        &mut conn, keys, holder, lease, op_ttl, fair, label,
+                                        recorded,
+                                    )
+                                    .await
+                                }
+                            }
                         }
                     })
                     .await?;

@@ -9,6 +9,7 @@
 //! and the guards wrap these.
 
 pub(crate) mod acquisition;
+pub(crate) mod batch;
 pub(crate) mod handoff;
 pub(crate) mod holder;
 pub(crate) mod pending;
@@ -34,12 +35,15 @@ use crate::protocol::{self, FairAttempt, PermissionsReply};
 use crate::transport::ack_pool::{AckConnections, AckRoute};
 use crate::transport::slot_map::ClusterRoute;
 use crate::transport::{cluster, standalone, Conn, Connections, PushListener, SentinelConn};
+use batch::{Batcher, Route};
 use wait::Waiters;
 use watchdog::Watchdog;
 
 /// Everything one client shares between its clones, its locks and its holders.
 pub(crate) struct Engine {
     pub(crate) conn: Conn,
+    /// The group commit of lock acquisitions and releases ([`batch`]).
+    pub(crate) batcher: Arc<Batcher>,
     pub(crate) config: ClientConfig,
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) watchdog: Watchdog,
@@ -175,8 +179,15 @@ impl Engine {
             },
             None => Connections::shared(conn.clone()),
         });
+        let batcher = Batcher::new(
+            conn.clone(),
+            config.op_batch,
+            #[cfg(fencelock_negative_controls)]
+            control,
+        );
         let engine = Arc::new(Engine {
             conn,
+            batcher,
             config,
             waiters,
             watchdog: Watchdog::default(),
@@ -235,6 +246,16 @@ impl Engine {
     pub(crate) fn next_id(&self) -> String {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         format!("{}:{seq}", self.id)
+    }
+
+    /// Where a call on `keys` goes, for the group commit: on a cluster its hash slot, else the
+    /// one server.
+    pub(crate) fn route(&self, keys: &LockKeys) -> Route {
+        if self.conn.is_cluster() {
+            keys.slot
+        } else {
+            0
+        }
     }
 
     /// The client's connection (a cheap clone of a multiplexed handle).

@@ -28,7 +28,7 @@ fn candidate(holder: &str) -> Candidate<'_> {
 }
 
 /// A client subscribed to the lock's release channel, on a connection of its own.
-async fn listener(conn: &mut MultiplexedConnection, keys: &LockKeys) -> PubSubConn {
+pub(super) async fn listener(conn: &mut MultiplexedConnection, keys: &LockKeys) -> PubSubConn {
     let port: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("port")

@@ -4,6 +4,7 @@
 //! as deadlines, waiting or retries. Those live in the safe API above it (`client`, `lock`,
 //! `guard`), the way `lock_api` separates a raw mutex from its guards.
 
+pub(crate) mod batch;
 #[cfg(fencelock_negative_controls)]
 pub(crate) mod controls;
 mod handoff;
@@ -863,8 +864,6 @@ fn owner_reply(script: &str, reply: &[i64]) -> Result<OwnerReply, Error> {
     }
 }
 
-/// Milliseconds for a script argument; callers validated that leases are whole, positive
-/// milliseconds well inside `u64`.
 /// A script's yes/no argument.
 fn flag(yes: bool) -> &'static str {
     if yes {
@@ -874,6 +873,8 @@ fn flag(yes: bool) -> &'static str {
     }
 }
 
+/// Milliseconds for a script argument; callers validated that leases are whole, positive
+/// milliseconds well inside `u64`.
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -925,3 +926,6 @@ mod acquire_record_tests;
 
 #[cfg(test)]
 mod handoff_tests;
+
+#[cfg(test)]
+mod batch_tests;

@@ -42,6 +42,8 @@ pub(crate) struct Scripts {
     pub(crate) rw_acquire: Script,
     pub(crate) rw_downgrade: Script,
     pub(crate) wait_record: Script,
+    /// `batch.lua`, with the texts of `acquire` and `release` inside (see [`batch_text`]).
+    pub(crate) batch: Script,
 }
 
 /// Builds the scripts from their sources, each passed through `source(name, text)` first
@@ -53,11 +55,14 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
     let sem_holds = include_str!("../../lua/lib/sem_holds.lua");
     let next_token = include_str!("../../lua/lib/next_token.lua");
     let load = |name: &str, text: &str| Script::new(&source(name, text));
+    let acquire = [next_token, include_str!("../../lua/acquire.lua")].concat();
+    let release = include_str!("../../lua/release.lua");
     Scripts {
-        acquire: load(
-            "acquire",
-            &[next_token, include_str!("../../lua/acquire.lua")].concat(),
-        ),
+        batch: Script::new(&batch_text(
+            &source("acquire", &acquire),
+            &source("release", release),
+        )),
+        acquire: load("acquire", &acquire),
         acquire_fair: load(
             "acquire_fair",
             &[next_token, include_str!("../../lua/acquire_fair.lua")].concat(),
@@ -67,7 +72,7 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         acquire_all: load("acquire_all", include_str!("../../lua/acquire_all.lua")),
         release_all: load("release_all", include_str!("../../lua/release_all.lua")),
         reenter: load("reenter", include_str!("../../lua/reenter.lua")),
-        release: load("release", include_str!("../../lua/release.lua")),
+        release: load("release", release),
         handoff: load(
             "handoff",
             &[next_token, include_str!("../../lua/handoff.lua")].concat(),
@@ -155,6 +160,22 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
             &[sem_holds, include_str!("../../lua/rw_downgrade.lua")].concat(),
         ),
     }
+}
+
+/// `batch.lua` with the operations it runs defined above it: each script's whole text (as
+/// loaded on its own, so with its libraries and any negative control's substitution) becomes
+/// the body of a function whose parameters shadow the globals `KEYS` and `ARGV`. Its `return`s
+/// then return from that function, and the batch runs the operation's very lines.
+fn batch_text(acquire: &str, release: &str) -> String {
+    [
+        "local function op_acquire(KEYS, ARGV)\n",
+        acquire,
+        "\nend\n\nlocal function op_release(KEYS, ARGV)\n",
+        release,
+        "\nend\n\n",
+        include_str!("../../lua/batch.lua"),
+    ]
+    .concat()
 }
 
 /// The production scripts, hashed on first use.

@@ -1,0 +1,237 @@
+//! Group commit: the lock acquisitions and releases of one client that meet on the way to one
+//! server travel as one script call (`batch.lua`).
+//!
+//! Per route (the server; on a cluster, the hash slot, since one script call cannot span
+//! slots) at most one call is on the wire. An operation whose route is idle goes at once, alone,
+//! by its own script: the uncontended acquisition sends exactly what it sent before and waits
+//! for nothing. Operations that arrive while a call is on the wire queue, and ride the next
+//! call together as soon as it returns, up to `op_batch` per call (the cap bounds how long one
+//! call holds the server). Nothing waits on a timer.
+//!
+//! Each operation keeps its own semantics: its operation id (and so its replay), its reply,
+//! its error (`batch.lua` runs each under `pcall`), its retry (a call that fails as a whole
+//! fails every operation in it with the same transient error, and each re-sends on its own
+//! schedule, through here again), its undo (an acquisition whose caller gave up while it was
+//! queued or on the wire is undone by its `PendingOp` like any other in flight). A queued
+//! operation always goes out, also when its caller has left: it was sent as far as the caller
+//! knows, and its undo is on its way.
+//!
+//! Written here rather than taken from a crate: what is grouped is a script call whose
+//! arguments are the operations, with per-operation replies and errors, per-slot routes and the
+//! negative controls' scope; the generic batching crates group requests on a timer or a size.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::Value;
+use tokio::sync::oneshot;
+
+use crate::base::error::Error;
+use crate::protocol::batch::{self, Operation};
+#[cfg(fencelock_negative_controls)]
+use crate::protocol::controls::{self, Control};
+use crate::protocol::{AcquireReply, LockKeys, OwnerReply};
+use crate::transport::Conn;
+
+/// Where a call goes: the whole server, or one hash slot of a cluster.
+pub(crate) type Route = u16;
+
+/// The client's group commit of lock operations, shared by its clones.
+pub(crate) struct Batcher {
+    conn: Conn,
+    /// Operations per call at most.
+    cap: usize,
+    /// The routes with a call on the wire; absent: idle.
+    busy: Mutex<HashMap<Route, Vec<Queued>>>,
+    #[cfg(fencelock_negative_controls)]
+    control: Option<Control>,
+}
+
+/// An operation waiting for the next call of its route.
+struct Queued {
+    op: Operation,
+    reply: oneshot::Sender<Result<Value, Error>>,
+}
+
+impl Batcher {
+    pub(crate) fn new(
+        conn: Conn,
+        cap: usize,
+        #[cfg(fencelock_negative_controls)] control: Option<Control>,
+    ) -> Arc<Batcher> {
+        Arc::new(Batcher {
+            conn,
+            cap: cap.max(1),
+            busy: Mutex::new(HashMap::new()),
+            #[cfg(fencelock_negative_controls)]
+            control,
+        })
+    }
+
+    /// Runs `op` on `conn`, alone at once when `route` is idle, otherwise in the route's next
+    /// call; its raw reply. `route`: 0 on one server, the keys' hash slot on a cluster.
+    ///
+    /// Cancel safe in the sense of a request on the wire: dropped, a queued operation still
+    /// goes out with the next call, and an operation sent alone may still run.
+    pub(crate) async fn run(
+        self: &Arc<Self>,
+        conn: &mut Conn,
+        route: Route,
+        op: Operation,
+    ) -> Result<Value, Error> {
+        if self.cap == 1 {
+            return op.run_alone(conn).await;
+        }
+        let queued = {
+            let mut busy = self.busy.lock();
+            match busy.get_mut(&route) {
+                Some(queue) => {
+                    let (reply, answer) = oneshot::channel();
+                    queue.push(Queued { op, reply });
+                    Err(answer)
+                }
+                None => {
+                    busy.insert(route, Vec::new());
+                    Ok(op)
+                }
+            }
+        };
+        match queued {
+            Ok(op) => {
+                let _turn = Turn {
+                    batcher: self,
+                    route,
+                };
+                op.run_alone(conn).await
+            }
+            Err(answer) => answer.await.unwrap_or_else(|_| Err(call_lost())),
+        }
+    }
+
+    /// The route's call returned: its queue goes out as the next call, or the route is idle.
+    fn next(self: &Arc<Self>, route: Route) -> Option<Vec<Queued>> {
+        let mut busy = self.busy.lock();
+        let queue = busy.get_mut(&route)?;
+        if queue.is_empty() {
+            busy.remove(&route);
+            return None;
+        }
+        let take = queue.len().min(self.cap);
+        Some(queue.drain(..take).collect())
+    }
+
+    /// Sends the route's queued operations, call after call, until none are left.
+    async fn flush(self: Arc<Self>, route: Route, mut calls: Vec<Queued>) {
+        loop {
+            let outcomes = self.call(&calls).await;
+            for (queued, outcome) in calls.into_iter().zip(outcomes) {
+                // A caller that left needs no reply: its undo is on its way.
+                let _ = queued.reply.send(outcome);
+            }
+            match self.next(route) {
+                Some(next) => calls = next,
+                None => return,
+            }
+        }
+    }
+
+    /// One call with `queued`: alone by its own script when it is one operation.
+    async fn call(&self, queued: &[Queued]) -> Vec<Result<Value, Error>> {
+        let mut conn = self.conn.clone();
+        let call = async {
+            if let [one] = queued {
+                return vec![one.op.run_alone(&mut conn).await];
+            }
+            let ops: Vec<&Operation> = queued.iter().map(|q| &q.op).collect();
+            tracing::debug!(
+                name: "fencelock.batch",
+                operations = ops.len(),
+                "operations of this client share one script call"
+            );
+            match batch::run_batch(&mut conn, &ops).await {
+                Ok(outcomes) => outcomes,
+                Err(err) => ops
+                    .iter()
+                    .map(|_| Err(Error::from_reply(err.clone())))
+                    .collect(),
+            }
+        };
+        #[cfg(fencelock_negative_controls)]
+        if let Some(control) = self.control {
+            return controls::scoped(control, call).await;
+        }
+        call.await
+    }
+}
+
+/// The turn of an operation sent alone on an idle route: when its call ends (or its caller
+/// drops it), whatever queued behind it goes out, from a task of its own.
+struct Turn<'a> {
+    batcher: &'a Arc<Batcher>,
+    route: Route,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let Some(calls) = self.batcher.next(self.route) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(self.batcher.clone().flush(self.route, calls));
+            }
+            Err(_) => {
+                // No runtime to send from (a caller dropped outside one): the queued
+                // operations fail as if their connection dropped, and re-send themselves.
+                for queued in calls {
+                    let _ = queued.reply.send(Err(call_lost()));
+                }
+                self.batcher.busy.lock().remove(&self.route);
+            }
+        }
+    }
+}
+
+/// The error of an operation whose call was lost with the task that carried it: its outcome
+/// is unknown, so the operation re-sends (with its id) like after a dropped connection.
+fn call_lost() -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the script call carrying this operation was dropped",
+    )))
+}
+
+impl super::Engine {
+    /// `acquire.lua` of a plain lock in the default mode, through the group commit.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn acquire_grouped(
+        &self,
+        conn: &mut Conn,
+        keys: &LockKeys,
+        holder: &str,
+        lease: Duration,
+        op_ttl: Duration,
+        label: Option<&str>,
+        recorded: bool,
+    ) -> Result<AcquireReply, Error> {
+        let op = Operation::acquire(keys, holder, lease, op_ttl, label, recorded);
+        let reply = self.batcher.run(conn, self.route(keys), op).await?;
+        batch::acquire_outcome(reply)
+    }
+
+    /// `release.lua` of a plain lock's hold, through the group commit.
+    pub(crate) async fn release_grouped(
+        &self,
+        conn: &mut Conn,
+        keys: &LockKeys,
+        holder: &str,
+        op_id: &str,
+        op_ttl: Duration,
+    ) -> Result<OwnerReply, Error> {
+        let op = Operation::release(keys, holder, op_id, op_ttl, conn.pubsub());
+        let reply = self.batcher.run(conn, self.route(keys), op).await?;
+        batch::release_outcome(reply)
+    }
+}
