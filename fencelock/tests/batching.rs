@@ -49,7 +49,7 @@ on_topologies_multi_thread! {
     async fn operations_that_meet_share_calls_and_each_applies_once(fx) {
         const TASKS: usize = 64;
         const CYCLES: u64 = 20;
-        let client = fx.builder().record_waits(false).connect().await.unwrap();
+        let client = fx.builder().op_batch(64).record_waits(false).connect().await.unwrap();
         fx.warm_up(&client).await;
         let names = names_by_slot(8, TASKS / 8);
         let before = fx.calls("evalsha");
@@ -86,7 +86,13 @@ on_topologies_multi_thread! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_bad_operation_in_a_call_fails_alone() {
     let fx = Fixture::start();
-    let client = fx.builder().record_waits(false).connect().await.unwrap();
+    let client = fx
+        .builder()
+        .op_batch(64)
+        .record_waits(false)
+        .connect()
+        .await
+        .unwrap();
     fx.warm_up(&client).await;
     let bad = client.lock("bad").unwrap();
     // The key the lock uses, holding a string from now on.
@@ -134,7 +140,7 @@ async fn groups_dropped_at_random_points(
     control: Option<fencelock::negative_controls::Control>,
     cases: u32,
 ) -> Result<(), String> {
-    let mut builder = fx.builder().record_waits(false);
+    let mut builder = fx.builder().op_batch(64).record_waits(false);
     if let Some(control) = control {
         builder = builder.negative_control(control);
     }
@@ -202,6 +208,7 @@ async fn a_batched_call_whose_reply_is_lost_is_applied_once() {
     let fx = Fixture::start();
     let proxy = FaultProxy::start(fx.server.addr()).unwrap();
     let client = LockClient::builder(proxy.url())
+        .op_batch(64)
         .record_waits(false)
         .connect()
         .await
@@ -257,6 +264,7 @@ async fn a_batched_call_whose_reply_is_lost_is_applied_once() {
 async fn batched_operations_are_applied_once_across_a_sentinel_failover() {
     let set = RedisSentinels::start(1).unwrap();
     let client = LockClient::sentinel_builder(set.sentinel_urls(), set.master_name())
+        .op_batch(64)
         .record_waits(false)
         // A failover takes a few seconds: operations caught in it are re-sent for longer.
         .retry_window(Duration::from_secs(15))

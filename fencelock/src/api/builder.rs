@@ -117,10 +117,12 @@ impl LockClientBuilder {
     }
 
     /// How many lock acquisitions and releases of this client one script call carries at most
-    /// (default 64, at most 1000; 1 sends each alone). Operations go at once when no call to
-    /// their server (on a cluster: their hash slot) is on the wire; those that arrive while
-    /// one is ride the next call together, each with its own reply, error, retry and undo.
-    /// This cap bounds the time one call holds the server. DESIGN.md §7.3 has the details.
+    /// (at most 1000; default 1: each goes alone, pipelined with the others). Above 1,
+    /// operations go at once when no call to their server (on a cluster: their hash slot) is
+    /// on the wire, and those that arrive while one is ride the next call together, each with
+    /// its own reply, error, retry and undo; the cap bounds the time one call holds the
+    /// server. Off by default because on the measured workloads it saves no server time and
+    /// costs throughput (BENCHMARKS.md, W2); DESIGN.md §7.3 has the details.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), fencelock::Error> {

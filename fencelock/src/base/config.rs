@@ -61,7 +61,7 @@ pub(crate) struct ClientConfig {
     pub(crate) op_record_ttl: Duration,
     pub(crate) renew_batch: usize,
     /// How many acquisitions and releases one script call carries at most (`engine::batch`;
-    /// 1: each goes alone).
+    /// 1, the default: each goes alone).
     pub(crate) op_batch: usize,
     /// PEM certificates of the CAs a `rediss://` server's certificate must chain to, instead
     /// of the system's roots.
@@ -93,7 +93,7 @@ impl Default for ClientConfig {
             retry_window: Duration::from_secs(3),
             op_record_ttl: Duration::from_secs(10),
             renew_batch: 100,
-            op_batch: 64,
+            op_batch: 1,
             client_name: default_client_name(),
             max_hold: None,
             record_waits: true,

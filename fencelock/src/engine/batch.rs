@@ -32,7 +32,7 @@ use crate::base::error::Error;
 use crate::protocol::batch::{self, Operation};
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
-use crate::protocol::{AcquireReply, LockKeys, OwnerReply};
+use crate::protocol::{self, AcquireReply, LockKeys, OwnerReply};
 use crate::transport::Conn;
 
 /// Where a call goes: the whole server, or one hash slot of a cluster.
@@ -68,6 +68,11 @@ impl Batcher {
             #[cfg(fencelock_negative_controls)]
             control,
         })
+    }
+
+    /// Whether operations go alone, each by its own script (`op_batch` 1).
+    pub(crate) fn is_off(&self) -> bool {
+        self.cap == 1
     }
 
     /// Runs `op` on `conn`, alone at once when `route` is idle, otherwise in the route's next
@@ -216,6 +221,11 @@ impl super::Engine {
         label: Option<&str>,
         recorded: bool,
     ) -> Result<AcquireReply, Error> {
+        if self.batcher.is_off() {
+            // The call itself, without building an operation for a batch.
+            return protocol::acquire_labelled(conn, keys, holder, lease, op_ttl, label, recorded)
+                .await;
+        }
         let op = Operation::acquire(keys, holder, lease, op_ttl, label, recorded);
         let reply = self.batcher.run(conn, self.route(keys), op).await?;
         batch::acquire_outcome(reply)
@@ -230,6 +240,9 @@ impl super::Engine {
         op_id: &str,
         op_ttl: Duration,
     ) -> Result<OwnerReply, Error> {
+        if self.batcher.is_off() {
+            return protocol::release(conn, keys, holder, op_id, op_ttl, conn.pubsub()).await;
+        }
         let op = Operation::release(keys, holder, op_id, op_ttl, conn.pubsub());
         let reply = self.batcher.run(conn, self.route(keys), op).await?;
         batch::release_outcome(reply)
