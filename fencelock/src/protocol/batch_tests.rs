@@ -161,8 +161,9 @@ async fn one_bad_operation_fails_alone_and_the_others_apply_once() {
     let first = batch_of(&mut conn, &refs).await;
     let err = first[1].as_ref().unwrap_err();
     assert!(err.contains("not a fencelock hash"), "{first:?}");
+    // Two locks in two slots: two counters, whose tokens are not ordered against each other
+    // (with the clock frozen during a script, as on Redis 8 and Valkey, they may be equal).
     let (ta, tc) = (token_in(&first[0]).unwrap(), token_in(&first[2]).unwrap());
-    assert!(tc > ta, "{first:?}");
     let value: String = conn.get(&bad.lock).await.unwrap();
     assert_eq!(value, "not a lock");
     let written: bool = conn.exists(bad.op("h2")).await.unwrap();
