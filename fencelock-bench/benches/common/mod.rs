@@ -137,8 +137,30 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
                 "",
             )]),
         ),
+        (
+            "every check, record and the clock (the bare fenced pair left: INCR, HSET, PEXPIRE; \
+             HGET, DEL, PUBLISH)",
+            Some((
+                BARE_FENCED_ACQUIRE.to_owned(),
+                BARE_FENCED_RELEASE.to_owned(),
+            )),
+        ),
     ]
 }
+
+/// The least a fenced lock does in Lua, with none of our guarantees beyond the token: no
+/// check that the lock is free, no replay, no clock floor, no wrong-type refusal. Called with
+/// our scripts' KEYS and ARGV. It prices what any fenced lock built on scripts pays.
+const BARE_FENCED_ACQUIRE: &str = "local token = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, token, 1}";
+const BARE_FENCED_RELEASE: &str = "if redis.call('HGET', KEYS[1], ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[1], 'released')
+  return {1, 0}
+end
+return {-1}";
 
 /// The physical limit's scripts: called with the same KEYS and ARGV as `acquire.lua` and
 /// `release.lua` (as their headers give them), doing the least work a lock can do (one write
@@ -379,6 +401,8 @@ pub enum Kind {
     Ours,
     /// fencelock with `fair_handoff` (W3, W4 only).
     OursFair,
+    /// fencelock with operations sharing script calls, `op_batch(`[`OP_BATCH`]`)` (W2 only).
+    OursBatched,
     Limit,
     OurScripts,
     Rslock,
@@ -390,6 +414,7 @@ impl Kind {
         match self {
             Kind::Ours => "fencelock",
             Kind::OursFair => "fencelock (fair)",
+            Kind::OursBatched => "fencelock, op_batch(64)",
             Kind::Limit => "limit (raw EVALSHA)",
             Kind::OurScripts => "our scripts, raw",
             Kind::Rslock => "rslock 0.10 *",
@@ -401,6 +426,7 @@ impl Kind {
         match self {
             Kind::Ours => "ours",
             Kind::OursFair => "ours_fair",
+            Kind::OursBatched => "ours_batched",
             Kind::Limit => "limit",
             Kind::OurScripts => "our_scripts",
             Kind::Rslock => "rslock",
@@ -412,6 +438,7 @@ impl Kind {
         [
             Kind::Ours,
             Kind::OursFair,
+            Kind::OursBatched,
             Kind::Limit,
             Kind::OurScripts,
             Kind::Rslock,
@@ -423,7 +450,7 @@ impl Kind {
 
     /// fencelock in either mode (it has fencing tokens to check).
     pub fn is_ours(self) -> bool {
-        matches!(self, Kind::Ours | Kind::OursFair)
+        matches!(self, Kind::Ours | Kind::OursFair | Kind::OursBatched)
     }
 
     /// Whether the contender can wait for a held lock (the raw baselines cannot).
@@ -432,6 +459,9 @@ impl Kind {
     }
 }
 
+/// The `op_batch` of the [`Kind::OursBatched`] contender.
+pub const OP_BATCH: usize = 64;
+
 /// One connection (or client) per contender, as each library is meant to be used: one
 /// `LockClient`, one `rslock::LockManager`, one `ConnectionManager` shared by distkit mutexes.
 #[derive(Clone)]
@@ -439,6 +469,8 @@ pub struct Contenders {
     pub ours: LockClient,
     /// fencelock with [`FAIR_GRACE`] fair handoff.
     pub ours_fair: LockClient,
+    /// fencelock with operations sharing script calls ([`OP_BATCH`]).
+    pub ours_batched: LockClient,
     pub limit: Arc<Raw>,
     pub scripts: Arc<Raw>,
     pub rslock: rslock::LockManager,
@@ -454,6 +486,11 @@ impl Contenders {
                 .connect()
                 .await
                 .expect("fencelock connect (fair)"),
+            ours_batched: LockClient::builder(url)
+                .op_batch(OP_BATCH)
+                .connect()
+                .await
+                .expect("fencelock connect (batched)"),
             limit: Arc::new(Raw::connect(url, RawKind::Limit).await),
             scripts: Arc::new(Raw::connect(url, RawKind::OurScripts).await),
             // rslock with one Redis server, its defaults otherwise (RESP2 multiplexed
@@ -473,6 +510,7 @@ impl Contenders {
         match kind {
             Kind::Ours => Locker::Ours(self.ours.lock(name).expect("lock name")),
             Kind::OursFair => Locker::Ours(self.ours_fair.lock(name).expect("lock name")),
+            Kind::OursBatched => Locker::Ours(self.ours_batched.lock(name).expect("lock name")),
             Kind::Limit => Locker::Raw(self.limit.clone(), self.limit.keys(name)),
             Kind::OurScripts => Locker::Raw(self.scripts.clone(), self.scripts.keys(name)),
             Kind::Rslock => Locker::Rslock(self.rslock.clone(), name.as_bytes().to_vec()),
