@@ -69,7 +69,8 @@ end
 sem_mode(KEYS[1], ARGV[8])
 local done = redis.call('GET', KEYS[4])
 local held = redis.call('HGET', KEYS[1], ARGV[1])
-local now = now_ms()
+local clock = redis.call('TIME')
+local now = now_ms(clock)
 if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then
   local permits, token_text = sem_hold_parse(held)
   local limit = tonumber(redis.call('HGET', KEYS[1], '~limit'))
@@ -85,7 +86,7 @@ end
 
 -- Read (and type-check) the counter and compute the token before the first write, so an
 -- error leaves nothing done.
-local token, token_text = next_token(KEYS[3])
+local token, token_text = next_token(KEYS[3], clock)
 if not token then
   return token_text -- the error reply
 end

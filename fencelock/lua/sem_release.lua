@@ -39,7 +39,9 @@ if done then
   return {1, tonumber(done)}
 end
 sem_purge(KEYS[1], KEYS[2], now_ms())
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+-- The hold's field, read once: also what sem_drop would read (a missing field reads false).
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if held then
   local entries = tonumber(redis.call('HGET', KEYS[1], '~entries:' .. ARGV[1]) or 1)
   if entries > 1 then
     local remaining = entries - 1
@@ -48,7 +50,7 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     return {1, remaining}
   end
 end
-local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1])
+local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1], held)
 sem_settle(KEYS[1], KEYS[2])
 if permits == 0 then
   if redis.call('GET', KEYS[4]) == 'r:' .. ARGV[4] then

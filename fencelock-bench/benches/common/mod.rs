@@ -107,7 +107,10 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
         ),
         (
             "acquire: TIME",
-            acquire(&[("local now = redis.call('TIME')", "local now = {'1', '0'}")]),
+            acquire(&[(
+                "local now = clock or redis.call('TIME')",
+                "local now = {'1', '0'}",
+            )]),
         ),
         (
             "release: GET op record",

@@ -3,9 +3,10 @@
 -- multi-lock's acquire_all.lua reads several counters and does the same per counter). The
 -- loader (src/protocol/scripts.rs) prepends it to each.
 --
--- next_token(fence_key) reads the slot's fence counter and returns the next token,
+-- next_token(fence_key, clock) reads the slot's fence counter and returns the next token,
 -- max(counter + 1, server TIME in microseconds), as a number and as the decimal text to write
--- back; or nil and an error reply. It writes nothing: the caller writes the text to the counter
+-- back; or nil and an error reply. `clock`, optional: the reply of a TIME the script already
+-- made (one call less); without it, TIME is called here. It writes nothing: the caller writes the text to the counter
 -- together with its hold, after its own checks, so an error leaves nothing done.
 --
 -- The counter makes tokens strictly increasing while Redis keeps its data; the clock floor
@@ -14,7 +15,7 @@
 -- clock did not step back further than the time that passed. One GET reads the counter and
 -- checks its type (a non-string fails with WRONGTYPE, caught here); any other error (an ACL
 -- refusal) is returned as it is.
-local function next_token(fence_key)
+local function next_token(fence_key, clock)
   local counter = redis.pcall('GET', fence_key)
   if type(counter) == 'table' and counter.err then
     if string.sub(counter.err, 1, 9) == 'WRONGTYPE' then
@@ -29,7 +30,7 @@ local function next_token(fence_key)
       return nil, redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
     end
   end
-  local now = redis.call('TIME')
+  local now = clock or redis.call('TIME')
   local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
   local token = math.max(last + 1, floor)
   if token >= 9007199254740992 then

@@ -58,9 +58,10 @@ local function sem_mode(hash, wanted)
   end
 end
 
--- The server clock in milliseconds (the deadlines' clock).
-local function now_ms()
-  local t = redis.call('TIME')
+-- The server clock in milliseconds (the deadlines' clock); `t`, optional: the reply of a TIME
+-- the script already made (which it can then give next_token too: one call less).
+local function now_ms(t)
+  t = t or redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
@@ -180,12 +181,15 @@ local function sem_set_entries(hash, leases, holder, entries)
   end
 end
 
--- Removes one hold; returns the permits it had (0 when it was not there).
-local function sem_drop(hash, leases, holder)
+-- Removes one hold; returns the permits it had (0 when it was not there). `held`, optional:
+-- the hold's field as the caller just read it (false: absent), so it is not read again.
+local function sem_drop(hash, leases, holder, held)
   if not FIELD_EXPIRY then
     redis.call('ZREM', leases, holder)
   end
-  local held = redis.call('HGET', hash, holder)
+  if held == nil then
+    held = redis.call('HGET', hash, holder)
+  end
   if not held then
     return 0
   end
