@@ -42,7 +42,11 @@ pub(crate) struct Operation {
 }
 
 impl Operation {
-    /// `acquire.lua` (without fair handoff): as [`super::acquire_labelled`].
+    /// `acquire.lua` (without fair handoff): as [`super::acquire_labelled`]. The same
+    /// arguments are built twice on purpose: an operation owns copies of its keys and
+    /// arguments so it can wait in a queue, and building one for every call put 14 % more
+    /// client instructions on the uncontended cycle (callgrind), so a client that does not
+    /// batch calls `acquire_labelled` directly.
     pub(crate) fn acquire(
         keys: &LockKeys,
         holder: &str,
