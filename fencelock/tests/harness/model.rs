@@ -21,7 +21,12 @@ use crate::common::{eventually, Fixture};
 
 /// Holder slots; even slots use the direct client, odd slots the client behind the proxy.
 pub const HOLDERS: usize = 4;
-const NAME: &str = "model";
+/// The lock's name in program `n`: each program has a lock of its own, so that an operation a
+/// previous program left running in the background (a release given up after the harness's
+/// patience, finished by the client later) can never touch this program's lock.
+fn lock_name(n: u64) -> String {
+    format!("model-{n}")
+}
 const RESOURCE: &str = "model-res";
 /// The model clients' default lease: long enough that no watchdog tick ever happens during a
 /// run, so the watch lists only change through the operations under test.
@@ -223,6 +228,10 @@ pub struct World {
     leaked: [usize; 2],
     /// How long an abandoned acquire may take to be undone in the background.
     pub patience: Duration,
+    /// The lock of the program running now ([`lock_name`]).
+    name: String,
+    /// Programs run so far.
+    programs: u64,
 }
 
 impl World {
@@ -266,6 +275,8 @@ impl World {
             runtime,
             leaked: [0, 0],
             patience: PATIENCE,
+            name: lock_name(0),
+            programs: 0,
         };
         world.runtime.block_on(world.warm_up());
         world
@@ -286,6 +297,8 @@ impl World {
 
     /// Runs one program from an empty server.
     pub fn run(&mut self, steps: &[Step]) -> Result<(), Violation> {
+        self.programs += 1;
+        self.name = lock_name(self.programs);
         let _: () = redis::cmd("FLUSHALL").query(&mut self.fx.raw()).unwrap();
         let runtime = std::mem::replace(
             &mut self.runtime,
@@ -404,7 +417,7 @@ impl<'w> Program<'w> {
         let unexpected = |e: Error| (Property::ModelAgreement, format!("unexpected error: {e}"));
         match *step {
             Step::Acquire { h, wait } => {
-                let lock = self.client(h).lock(NAME).unwrap();
+                let lock = self.client(h).lock(&self.world.name).unwrap();
                 let got = if wait && self.model.owner.is_none() {
                     match tokio::time::timeout(PATIENCE, lock.acquire()).await {
                         Ok(got) => Some(got.map_err(unexpected)?),
@@ -441,13 +454,13 @@ impl<'w> Program<'w> {
                 }
             }
             Step::Expire { by_delete } => {
-                if let Some(key) = self.fx().lock_key(NAME) {
+                if let Some(key) = self.fx().lock_key(&self.world.name) {
                     if by_delete {
                         let _: () = self.fx().raw().del(&key).unwrap();
                     } else {
                         let _: () = self.fx().raw().pexpire(&key, 1).unwrap();
-                        let fx = self.fx();
-                        eventually(PATIENCE, || fx.lock_key(NAME).is_none()).await;
+                        let (fx, name) = (self.fx(), &self.world.name);
+                        eventually(PATIENCE, || fx.lock_key(name).is_none()).await;
                     }
                 }
                 self.lose_owner();
@@ -529,11 +542,12 @@ impl<'w> Program<'w> {
                 let expected = if release { count - 1 } else { count + 1 };
                 let proxy = &self.world.proxy;
                 let fx = &self.world.fx;
+                let name = &self.world.name;
                 // When the request ran and its connection was reset, from its first send: a
                 // failure says so, as the re-sends' window is counted from there.
                 let sent = std::time::Instant::now();
                 let ran = move || async move {
-                    let ran = eventually(PATIENCE, || match fx.lock_state(NAME) {
+                    let ran = eventually(PATIENCE, || match fx.lock_state(name) {
                         None => expected == 0,
                         Some((holders, _)) => holders == vec![(id.clone(), expected)],
                     })
@@ -581,7 +595,7 @@ impl<'w> Program<'w> {
                 }
             }
             Step::CancelledAcquire(h) => {
-                let lock = self.client(h).lock(NAME).unwrap();
+                let lock = self.client(h).lock(&self.world.name).unwrap();
                 let cancels = cancel_records(self.fx());
                 let mut acquire = Box::pin(lock.try_acquire());
                 match (&mut acquire).now_or_never() {
@@ -607,7 +621,7 @@ impl<'w> Program<'w> {
                 if self.model.owner.is_some() {
                     return Ok(());
                 }
-                let lock = self.client(h).lock(NAME).unwrap();
+                let lock = self.client(h).lock(&self.world.name).unwrap();
                 let lock = lock.with_lease(Duration::from_secs(5)).unwrap();
                 self.world
                     .proxy
@@ -620,7 +634,7 @@ impl<'w> Program<'w> {
                 let pttl: i64 = self
                     .fx()
                     .raw()
-                    .pttl(self.fx().lock_key(NAME).unwrap())
+                    .pttl(self.fx().lock_key(&self.world.name).unwrap())
                     .unwrap();
                 let server_end = Instant::now() + Duration::from_millis(pttl as u64 + 1);
                 if guard.valid_until() > server_end {
@@ -831,12 +845,12 @@ impl<'w> Program<'w> {
             return Ok(());
         }
         let unexpected = |e: Error| (Property::ModelAgreement, format!("takeover: {e}"));
-        let lock = self.world.watched.lock(NAME).unwrap();
+        let lock = self.world.watched.lock(&self.world.name).unwrap();
         let first = lock.acquire().await.map_err(unexpected)?;
-        let key = self.fx().lock_key(NAME).unwrap();
+        let key = self.fx().lock_key(&self.world.name).unwrap();
         let _: () = self.fx().raw().del(&key).unwrap();
         let second = self.world.clients[0]
-            .lock(NAME)
+            .lock(&self.world.name)
             .unwrap()
             .try_acquire()
             .await
@@ -868,7 +882,7 @@ impl<'w> Program<'w> {
     }
 
     fn check_redis(&self, property: Property) -> Result<(), (Property, String)> {
-        let actual = self.fx().lock_state(NAME);
+        let actual = self.fx().lock_state(&self.world.name);
         let ok = match (&self.model.owner, &actual) {
             (None, None) => true,
             (Some((id, _, count)), Some((holders, token))) => {
@@ -943,7 +957,7 @@ impl<'w> Program<'w> {
             .as_ref()
             .is_some_and(|(id, _, _)| self.crashed.contains(id))
         {
-            if let Some(key) = self.fx().lock_key(NAME) {
+            if let Some(key) = self.fx().lock_key(&self.world.name) {
                 let _: () = self.fx().raw().del(key).unwrap();
             }
         }
