@@ -34,21 +34,10 @@ if err then
   return err
 end
 sem_mode(KEYS[1], nil)
-local done = redis.call('GET', KEYS[3])
-if done then
-  return {1, tonumber(done)}
-end
-sem_purge(KEYS[1], KEYS[2], now_ms())
 -- The hold's field, read once: also what sem_drop would read (a missing field reads false).
-local held = redis.call('HGET', KEYS[1], ARGV[1])
-if held then
-  local entries = tonumber(redis.call('HGET', KEYS[1], '~entries:' .. ARGV[1]) or 1)
-  if entries > 1 then
-    local remaining = entries - 1
-    sem_set_entries(KEYS[1], KEYS[2], ARGV[1], remaining)
-    redis.call('SET', KEYS[3], remaining, 'PX', ARGV[2])
-    return {1, remaining}
-  end
+local left, held = sem_leave_entry(KEYS[1], KEYS[2], ARGV[1], KEYS[3], ARGV[2], now_ms())
+if left then
+  return left
 end
 local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1], held)
 sem_settle(KEYS[1], KEYS[2])

@@ -258,8 +258,9 @@ fn judge(
 fn every_control_is_covered() {
     // The fair-handoff, shared-read, election, job, idempotency and semaphore scripts'
     // controls are caught by their contract checks, which call the scripts directly
-    // (`src/protocol/tests.rs` for fair handoff, `src/protocol/handoff_tests.rs` for the
-    // one-round-trip handoff, whose waiter-side control `tests/handoff.rs` catches,
+    // (`src/protocol/tests.rs` for fair handoff, `src/protocol/handoff_tests.rs` and
+    // `sem_handoff_tests.rs` for the one-round-trip handoff, whose waiter-side control
+    // `tests/handoff.rs` catches,
     // `src/protocol/{fenced_read,election,job,idempotency,semaphore,rwlock}_tests.rs`).
     let source = [
         include_str!("controls.rs"),
@@ -267,6 +268,7 @@ fn every_control_is_covered() {
         include_str!("handoff.rs"),
         include_str!("../src/protocol/tests.rs"),
         include_str!("../src/protocol/handoff_tests.rs"),
+        include_str!("../src/protocol/sem_handoff_tests.rs"),
         include_str!("../src/protocol/fenced_read_tests.rs"),
         include_str!("../src/protocol/election_tests.rs"),
         include_str!("../src/protocol/job_tests.rs"),

@@ -1,7 +1,8 @@
-//! One-round-trip handoff inside a client (`handoff.lua`, `engine::handoff`): a release that
-//! frees a lock a task of the same client waits for grants it to that waiter in the same call;
-//! waiters of other clients are never passed over; a waiter dropped at any point of a handoff
-//! never leaves the lock held for nobody; a handoff whose reply is lost is applied once.
+//! One-round-trip handoff inside a client (`handoff.lua`, `sem_handoff.lua`,
+//! `engine::handoff`): a release that frees a lock (or a semaphore hold's permits) a task of the
+//! same client waits for grants it to that waiter in the same call; waiters of other clients are
+//! never passed over; a waiter dropped at any point of a handoff never leaves the lock or the
+//! permits held for nobody; a handoff whose reply is lost is applied once.
 
 mod common;
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use common::cancel::CancelPoints;
 use common::deadline::HANDOFF;
+use common::events::event_counts;
 use common::{eventually, Env, Fixture};
 use fencelock::LockClient;
 use fencelock_testing::{Direction, FaultProxy};
@@ -63,11 +65,72 @@ on_topologies_multi_thread! {
     }
 }
 
-/// Tasks of client `a` take turns on one lock without pause while client `b` waits for it:
-/// `b` gets it within `patience`, because a release hands the lock on inside its client only
-/// while nobody else listens on the lock's channel.
+/// What a test hands round between tasks: a lock, or the permit of a one-permit semaphore.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Lock,
+    Permit,
+}
+
+/// A lock's guard or a semaphore's permit.
+enum Held {
+    Lock(fencelock::LockGuard),
+    Permit(fencelock::SemaphorePermit),
+}
+
+impl Held {
+    async fn release(self) -> Result<(), fencelock::Error> {
+        match self {
+            Held::Lock(guard) => guard.release().await,
+            Held::Permit(permit) => permit.release().await,
+        }
+    }
+}
+
+impl Kind {
+    /// Takes `name` with a 30-second lease, waiting at most `patience` (`None`: as long as it
+    /// takes).
+    async fn acquire(
+        self,
+        client: &LockClient,
+        name: &str,
+        patience: Option<Duration>,
+    ) -> Result<Held, fencelock::Error> {
+        match self {
+            Kind::Lock => {
+                let lock = client.lock(name).unwrap().with_lease(LONG).unwrap();
+                match patience {
+                    Some(patience) => lock.acquire_timeout(patience).await,
+                    None => lock.acquire().await,
+                }
+                .map(Held::Lock)
+            }
+            Kind::Permit => {
+                let pool = client.semaphore(name, 1).unwrap().with_lease(LONG).unwrap();
+                match patience {
+                    Some(patience) => pool.acquire_timeout(1, patience).await,
+                    None => pool.acquire(1).await,
+                }
+                .map(Held::Permit)
+            }
+        }
+    }
+
+    /// The key that exists in Redis while `name` is held (its lock hash, its semaphore hash).
+    fn pattern(self, name: &str) -> String {
+        match self {
+            Kind::Lock => format!("fencelock:{{*}}lock:{name}"),
+            Kind::Permit => format!("fencelock:{{*}}sem:{name}"),
+        }
+    }
+}
+
+/// Tasks of client `a` take turns on `name` without pause while client `b` waits for it: `b`
+/// gets it within `patience`, because a release hands it on inside its client only while
+/// nobody else listens on its channel.
 async fn another_client_gets_in(
     fx: &Env,
+    kind: Kind,
     control: Option<fencelock::negative_controls::Control>,
     patience: Duration,
 ) -> Result<(), String> {
@@ -80,25 +143,25 @@ async fn another_client_gets_in(
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for _ in 0..4 {
-        let (lock, stop) = (a.lock("busy").unwrap(), stop.clone());
+        let (a, stop) = (a.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let guard = lock.acquire().await.unwrap();
+                let held = kind.acquire(&a, "busy", None).await.unwrap();
                 tokio::task::yield_now().await;
-                guard.release().await.unwrap();
+                held.release().await.unwrap();
             }
         }));
     }
-    // Client a's tasks are churning and handing the lock on among themselves.
+    // Client a's tasks are churning and handing it on among themselves.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let outcome = b.lock("busy").unwrap().acquire_timeout(patience).await;
+    let outcome = kind.acquire(&b, "busy", Some(patience)).await;
     stop.store(true, Ordering::Relaxed);
     let outcome = match outcome {
-        Ok(guard) => {
-            guard.release().await.unwrap();
+        Ok(held) => {
+            held.release().await.unwrap();
             Ok(())
         }
-        Err(err) => Err(format!("the other client never got the lock: {err}")),
+        Err(err) => Err(format!("the other client never got {kind:?}: {err}")),
     };
     for task in tasks {
         task.await.unwrap();
@@ -108,37 +171,44 @@ async fn another_client_gets_in(
 
 on_topologies_multi_thread! {
     async fn waiters_of_other_clients_are_never_passed_over(fx) {
-        another_client_gets_in(&fx, None, Duration::from_secs(20))
+        another_client_gets_in(&fx, Kind::Lock, None, Duration::from_secs(20))
             .await
             .unwrap();
     }
 }
 
-/// The negative control: a handoff that ignores the other client's subscription starves it;
-/// the test above catches it.
+on_topologies_multi_thread! {
+    async fn semaphore_waiters_of_other_clients_are_never_passed_over(fx) {
+        another_client_gets_in(&fx, Kind::Permit, None, Duration::from_secs(20))
+            .await
+            .unwrap();
+    }
+}
+
+/// The negative controls: a handoff that ignores the other client's subscription starves it;
+/// the tests above catch it, for a lock and for a semaphore.
 #[cfg(fencelock_negative_controls)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handing_on_past_another_client_is_caught() {
     use fencelock::negative_controls::Control;
     let fx = Env::start(common::Topology::Standalone);
-    let outcome = another_client_gets_in(
-        &fx,
-        Some(Control::HandoffIgnoresOtherClients),
-        Duration::from_secs(3),
-    )
-    .await;
-    assert!(
-        outcome.is_err(),
-        "Control::HandoffIgnoresOtherClients was not caught"
-    );
+    for (kind, control) in [
+        (Kind::Lock, Control::HandoffIgnoresOtherClients),
+        (Kind::Permit, Control::SemHandoffIgnoresOtherClients),
+    ] {
+        let outcome =
+            another_client_gets_in(&fx, kind, Some(control), Duration::from_secs(3)).await;
+        assert!(outcome.is_err(), "Control::{control:?} was not caught");
+    }
 }
 
 /// `cases` handoffs whose waiter is dropped at a random point: before it queues, while the
-/// release that grants it the lock is on the wire, after the grant arrived and before the
-/// waiter claimed it. After each case the lock is free within [`HANDOFF`] (a grant nobody
+/// release that grants it the lock (or permit) is on the wire, after the grant arrived and
+/// before the waiter claimed it. After each case it is free within [`HANDOFF`] (a grant nobody
 /// claimed is undone), never held for the waiter's 30-second lease.
 async fn waiters_dropped_during_handoffs(
     fx: &Env,
+    kind: Kind,
     control: Option<fencelock::negative_controls::Control>,
     cases: u32,
 ) -> Result<(), String> {
@@ -148,23 +218,26 @@ async fn waiters_dropped_during_handoffs(
     }
     let client = builder.connect().await.unwrap();
     fx.warm_up(&client).await;
-    let lock = client.lock("dropped").unwrap().with_lease(LONG).unwrap();
-    let mut points = CancelPoints::new(0x5eed_4a0d);
+    let mut points = CancelPoints::new(match kind {
+        Kind::Lock => 0x5eed_4a0d,
+        Kind::Permit => 0x5eed_5e4a,
+    });
     for case in 0..cases {
-        let held = lock.acquire().await.unwrap();
+        let held = kind.acquire(&client, "dropped", None).await.unwrap();
         let delay = Duration::from_micros(points.rng().below(1_500));
         let releaser = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             held.release().await.unwrap();
         });
-        if let Some(guard) = points.run(lock.acquire()).await {
-            guard.unwrap().release().await.unwrap();
+        if let Some(held) = points.run(kind.acquire(&client, "dropped", None)).await {
+            held.unwrap().release().await.unwrap();
         }
         releaser.await.unwrap();
-        if !eventually(HANDOFF, || fx.lock_key("dropped").is_none()).await {
+        let pattern = kind.pattern("dropped");
+        if !eventually(HANDOFF, || fx.keys(&pattern).is_empty()).await {
             return Err(format!(
-                "case {case}: the lock stayed held: {:?}",
-                fx.lock_state("dropped")
+                "case {case}: {kind:?} stayed held: {:?}",
+                fx.keys(&pattern)
             ));
         }
     }
@@ -175,23 +248,37 @@ async fn waiters_dropped_during_handoffs(
 on_topologies_multi_thread! {
     async fn a_waiter_dropped_at_any_point_of_a_handoff_never_strands_the_lock(fx) {
         let cases = common::env_cases("FENCELOCK_CANCEL_CASES", 500);
-        waiters_dropped_during_handoffs(&fx, None, cases).await.unwrap();
+        waiters_dropped_during_handoffs(&fx, Kind::Lock, None, cases)
+            .await
+            .unwrap();
+    }
+}
+
+on_topologies_multi_thread! {
+    async fn a_semaphore_waiter_dropped_at_any_point_of_a_handoff_never_strands_permits(fx) {
+        let cases = common::env_cases("FENCELOCK_CANCEL_CASES", 500);
+        waiters_dropped_during_handoffs(&fx, Kind::Permit, None, cases)
+            .await
+            .unwrap();
     }
 }
 
 /// The negative control: a waiter that leaves without undoing a grant it did not claim leaves
-/// the lock held for nobody; the test above catches it.
+/// the lock (or the permit) held for nobody; the tests above catch it.
 #[cfg(fencelock_negative_controls)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaving_a_grant_unclaimed_is_caught() {
     use fencelock::negative_controls::Control;
     let fx = Env::start(common::Topology::Standalone);
-    let outcome =
-        waiters_dropped_during_handoffs(&fx, Some(Control::HandoffGrantNotUndone), 500).await;
-    assert!(
-        outcome.is_err(),
-        "Control::HandoffGrantNotUndone was not caught"
-    );
+    for kind in [Kind::Lock, Kind::Permit] {
+        let outcome =
+            waiters_dropped_during_handoffs(&fx, kind, Some(Control::HandoffGrantNotUndone), 500)
+                .await;
+        assert!(
+            outcome.is_err(),
+            "Control::HandoffGrantNotUndone was not caught for a {kind:?}"
+        );
+    }
 }
 
 /// The reply of a handing-off release is lost and its connection cut: the release is sent
@@ -244,6 +331,204 @@ async fn a_handoff_whose_reply_is_lost_is_applied_once() {
     next.release().await.unwrap();
     assert!(fx.lock_key("lost-reply").is_none());
     assert_eq!(highest_token(&fx), token, "nothing was granted again");
+}
+
+on_topologies_multi_thread! {
+    /// A semaphore hold's release is the only call: the waiting task holds its permits when it
+    /// returns, with a greater token, its label and the limit, and makes no attempt of its own.
+    async fn a_release_hands_permits_to_a_waiting_task_of_its_client_in_one_call(fx) {
+        let client = fx.builder().record_waits(false).connect().await.unwrap();
+        fx.warm_up(&client).await;
+        let pool = client.semaphore("exports", 3).unwrap().with_lease(LONG).unwrap();
+        let _one = pool.acquire(1).await.unwrap();
+        let held = pool.acquire(2).await.unwrap();
+        let base = fx.calls("evalsha");
+        let waiter = tokio::spawn({
+            let pool = pool.with_label("export:7").unwrap();
+            async move { pool.acquire(2).await }
+        });
+        assert!(
+            eventually(Duration::from_secs(30), || fx.calls("evalsha") - base == 2).await,
+            "the waiter did not queue"
+        );
+        // Settled into its wait (as in the lock's test above).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = fx.calls("evalsha");
+        let token = held.token();
+        held.release().await.unwrap();
+        let next = tokio::time::timeout(HANDOFF, waiter)
+            .await
+            .expect("the waiter was handed the permits")
+            .unwrap()
+            .unwrap();
+        assert_eq!(fx.calls("evalsha") - before, 1, "one call for release and grant");
+        assert!(next.token() > token);
+        assert_eq!((next.permits(), next.limit()), (2, 3));
+        assert!(next.is_valid());
+        let fields = semaphore_holds(&fx, "exports");
+        let expected = format!("2:{}:export:7", next.token().get());
+        assert_eq!(fields.get(next.holder_id()), Some(&expected), "{fields:?}");
+        assert_eq!(fields.len(), 2, "{fields:?}");
+        next.release().await.unwrap();
+    }
+}
+
+on_topologies_multi_thread! {
+    /// A release of three permits hands them to the first of three waiters for one, and the
+    /// permits left wake the next ones at once (nothing was published: every waiter is of this
+    /// client), so all three hold before the holder's lease could have mattered.
+    async fn permits_left_after_a_handoff_go_on_to_the_next_waiters(fx) {
+        let client = fx.client().await;
+        let pool = client.semaphore("spread", 3).unwrap().with_lease(LONG).unwrap();
+        let all = pool.acquire(3).await.unwrap();
+        let mut waiters = Vec::new();
+        for _ in 0..3 {
+            let pool = pool.clone();
+            waiters.push(tokio::spawn(async move { pool.acquire(1).await }));
+        }
+        // Queued behind the holder (one still on its way would find a permit free itself:
+        // the test would then only be easier).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        all.release().await.unwrap();
+        let mut held = Vec::new();
+        for waiter in waiters {
+            let permit = tokio::time::timeout(HANDOFF, waiter)
+                .await
+                .expect("every waiter got a permit promptly")
+                .unwrap()
+                .unwrap();
+            held.push(permit);
+        }
+        let tokens: std::collections::HashSet<_> = held.iter().map(|p| p.token()).collect();
+        assert_eq!(tokens.len(), 3);
+        for permit in held {
+            permit.release().await.unwrap();
+        }
+        assert!(fx.keys("fencelock:{*}sem*:spread").is_empty());
+    }
+}
+
+/// Eight tasks of one client, behind a proxy that cuts its connections every few dozen
+/// milliseconds (replies lost, requests re-sent), take one or two of three permits in turn,
+/// some dropping their acquisition or their permit midway: at no moment do the tasks that hold
+/// have more than three permits between them, releases hand permits on inside the client, and
+/// when the tasks are done nothing is held. `Err` says which of these broke.
+async fn churn_one_clients_semaphore(
+    control: Option<fencelock::negative_controls::Control>,
+) -> Result<(), String> {
+    use std::sync::atomic::AtomicU32;
+    let fx = Fixture::start();
+    let proxy = Arc::new(FaultProxy::start(fx.server.addr()).unwrap());
+    let mut builder = LockClient::builder(proxy.url()).record_waits(false);
+    if let Some(control) = control {
+        builder = builder.negative_control(control);
+    }
+    let client = builder.connect().await.unwrap();
+    fx.warm_up(&client).await;
+    let handoffs = &event_counts()[0];
+    let before = handoffs.load(Ordering::Relaxed);
+    let pool = client.semaphore("churn", 3).unwrap();
+    let (held, most) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let cutter = tokio::spawn({
+        let (proxy, stop) = (proxy.clone(), stop.clone());
+        async move {
+            let mut rng = common::Rng(0x5eed_c0de);
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(20 + rng.below(60))).await;
+                proxy.reset_all();
+            }
+        }
+    });
+    let mut tasks = Vec::new();
+    for task in 0..8u64 {
+        let (pool, held, most) = (pool.clone(), held.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = common::Rng(0x5eed_0000 + task);
+            let failed = |err: fencelock::Error| format!("task {task}: {err}");
+            for _ in 0..100 {
+                let permits = 1 + u32::try_from(rng.below(2)).unwrap();
+                let permit = if rng.below(8) == 0 {
+                    let patience = Duration::from_micros(rng.below(3_000));
+                    match tokio::time::timeout(patience, pool.acquire(permits)).await {
+                        Ok(permit) => permit.map_err(failed)?,
+                        Err(_dropped) => continue,
+                    }
+                } else {
+                    pool.acquire(permits).await.map_err(failed)?
+                };
+                let now = held.fetch_add(permits, Ordering::SeqCst) + permits;
+                most.fetch_max(now, Ordering::SeqCst);
+                // Held a moment, so that waiters queue behind the holds.
+                tokio::time::sleep(Duration::from_micros(rng.below(500))).await;
+                held.fetch_sub(permits, Ordering::SeqCst);
+                if rng.below(8) == 0 {
+                    drop(permit);
+                } else {
+                    permit.release().await.map_err(failed)?;
+                }
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    let mut outcome = Ok(());
+    for task in tasks {
+        outcome = outcome.and(task.await.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    cutter.await.unwrap();
+    outcome?;
+    let gone = || {
+        use redis::Commands;
+        let keys: Vec<String> = fx.raw().keys("fencelock:{*}sem*:churn").unwrap();
+        keys.is_empty()
+    };
+    let handed = handoffs.load(Ordering::Relaxed) - before;
+    let connections = proxy.stats().connections_accepted;
+    eprintln!("{handed} handoffs over {connections} connections");
+    let most = most.load(Ordering::SeqCst);
+    if most > 3 {
+        return Err(format!("{most} permits held at once of 3"));
+    }
+    if !eventually(HANDOFF, gone).await {
+        return Err("permits stayed held".into());
+    }
+    if handed == 0 {
+        return Err("no release handed permits on".into());
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_one_client_churning_a_semaphore_never_exceed_its_limit() {
+    churn_one_clients_semaphore(None).await.unwrap();
+}
+
+/// The negative control: a handoff that grants permits that do not fit puts more than the
+/// limit in the tasks' hands (or its reply shows the overdraft, a negative count of free
+/// permits, which the client refuses as a protocol error); the test above catches it.
+#[cfg(fencelock_negative_controls)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handing_on_permits_beyond_the_limit_is_caught() {
+    use fencelock::negative_controls::Control;
+    let outcome = churn_one_clients_semaphore(Some(Control::SemHandoffIgnoresRoom)).await;
+    assert!(
+        outcome.is_err(),
+        "Control::SemHandoffIgnoresRoom was not caught"
+    );
+}
+
+/// The holds' fields of semaphore `name` (holder id -> value); empty when it does not exist.
+fn semaphore_holds(fx: &Env, name: &str) -> std::collections::HashMap<String, String> {
+    use redis::Commands;
+    let Some(key) = fx.keys(&format!("fencelock:{{*}}sem:{name}")).pop() else {
+        return Default::default();
+    };
+    let fields: std::collections::HashMap<String, String> = fx.raw().hgetall(key).unwrap();
+    fields
+        .into_iter()
+        .filter(|(field, _)| !field.starts_with('~'))
+        .collect()
 }
 
 /// The highest token any fence counter issued.

@@ -10,6 +10,7 @@ mod harness;
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use common::events::event_counts;
 use harness::interleaving::{run_cases, World};
 use harness::model::env_cases;
 
@@ -39,7 +40,7 @@ fn concurrent_histories_satisfy_every_property() {
 /// shared call whose reply was lost are each re-sent and applied once.
 #[test]
 fn one_client_handoff_histories_satisfy_every_property() {
-    let (handoffs, batches) = (&event_counters()[0], &event_counters()[1]);
+    let (handoffs, batches) = (&event_counts()[0], &event_counts()[1]);
     let before = (handoffs.load(Relaxed), batches.load(Relaxed));
     let cases = env_cases("FENCELOCK_INTERLEAVING_CASES", 16).div_ceil(2);
     let world = World::one_client(None);
@@ -56,31 +57,6 @@ fn one_client_handoff_histories_satisfy_every_property() {
     assert!(stats.granted > 0 && stats.accepted > 0, "{stats:?}");
     assert!(handed > 0, "no release handed the lock on");
     assert!(shared > 0, "no operations shared a call");
-}
-
-/// Counts the `fencelock.handoff` and `fencelock.batch` events of this process, in that order
-/// (a global subscriber, installed once: the harness's runtime threads are not the test's).
-fn event_counters() -> &'static [std::sync::atomic::AtomicU64; 2] {
-    use std::sync::atomic::AtomicU64;
-    use tracing_subscriber::layer::{Context, SubscriberExt};
-
-    static COUNTS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-    static INSTALLED: std::sync::Once = std::sync::Once::new();
-    struct Count;
-    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
-        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-            match event.metadata().name() {
-                "fencelock.handoff" => COUNTS[0].fetch_add(1, Relaxed),
-                "fencelock.batch" => COUNTS[1].fetch_add(1, Relaxed),
-                _ => 0,
-            };
-        }
-    }
-    INSTALLED.call_once(|| {
-        // Another subscriber set first (none in this binary) would only hide the count.
-        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Count));
-    });
-    &COUNTS
 }
 
 /// The same check with every client in fair-handoff mode: reservations, the queue and claims

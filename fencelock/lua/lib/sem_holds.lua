@@ -1,6 +1,6 @@
 -- lib/sem_holds.lua: shared by the scripts of holds with leases of their own (sem_acquire.lua,
--- sem_release.lua, sem_cancel.lua, sem_renew.lua, rw_acquire.lua, rw_downgrade.lua); the
--- loader (src/protocol/scripts.rs) prepends it to each.
+-- sem_release.lua, sem_handoff.lua, sem_cancel.lua, sem_renew.lua, rw_acquire.lua,
+-- rw_downgrade.lua); the loader (src/protocol/scripts.rs) prepends it to each.
 --
 -- A semaphore is a hash, and on the lease-zset path a zset, in one slot (a read-write lock is
 -- a semaphore whose writer takes every permit, plus the zset of its waiting writers:
@@ -214,6 +214,30 @@ local function sem_purge(hash, leases, now)
     freed = freed + sem_drop(hash, leases, holder)
   end
   return freed
+end
+
+-- The part of a holder's release that does not end its hold (sem_release.lua, sem_handoff.lua):
+-- replays a release that left entries (its reply kept in its op record `record`), or takes one
+-- entry of a hold entered more than once (the record keeps the entries left, `ttl` ms). Drops
+-- expired holds first (judged at `now`), so a holder whose lease ended holds nothing. Returns
+-- that reply, or nil and the hold's field as read (false: no such hold) for the caller to end.
+local function sem_leave_entry(hash, leases, holder, record, ttl, now)
+  local done = redis.call('GET', record)
+  if done then
+    return {1, tonumber(done)}, nil
+  end
+  sem_purge(hash, leases, now)
+  local held = redis.call('HGET', hash, holder)
+  if held then
+    local entries = tonumber(redis.call('HGET', hash, '~entries:' .. holder) or 1)
+    if entries > 1 then
+      local remaining = entries - 1
+      sem_set_entries(hash, leases, holder, remaining)
+      redis.call('SET', record, remaining, 'PX', ttl)
+      return {1, remaining}, nil
+    end
+  end
+  return nil, held
 end
 
 -- After a change: deletes a semaphore with no hold left; with the zset, else sets both keys

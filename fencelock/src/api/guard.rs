@@ -380,11 +380,16 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
         .config
         .fair_grace
         .filter(|_| !keys.has_hold_leases());
-    // In the default mode, a release that frees a plain lock grants it in the same call to
-    // this client's first waiter (`engine::handoff`), if it sits in its wait.
-    let offer = match fair {
-        None if !keys.has_hold_leases() => holder.engine.waiters.offer_to_head(&keys.lock),
-        _ => None,
+    // In the default mode, a release that frees a plain lock (or a semaphore hold's permits)
+    // grants it in the same call to this client's first waiter (`engine::handoff`), if it
+    // sits in its wait. A fair-handoff client's semaphore waiters queue in Redis instead, and
+    // a read-write lock's holds are not handed on.
+    let hands_off = holder.engine.config.fair_grace.is_none()
+        && (!keys.has_hold_leases() || keys.is_semaphore());
+    let offer = if hands_off {
+        holder.engine.waiters.offer_to_head(&keys.lock)
+    } else {
+        None
     };
     let sent_at = Instant::now();
     let reply = holder
@@ -407,6 +412,7 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
                     holder: &offer.holder,
                     lease: offer.lease,
                     label: offer.label.as_deref(),
+                    permits: offer.permits,
                 });
             async move {
                 match (fair, candidate) {
@@ -414,6 +420,12 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
                         protocol::release_fair(&mut conn, keys, id, op, ttl, pubsub, grace, requeue)
                             .await
                             .map(released)
+                    }
+                    (None, Some(candidate)) if keys.has_hold_leases() => {
+                        protocol::sem_release_handing_off(
+                            &mut conn, keys, id, op, ttl, pubsub, candidate,
+                        )
+                        .await
                     }
                     (None, Some(candidate)) => {
                         protocol::release_handing_off(
@@ -438,18 +450,23 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
         .await;
     // Dropped unsettled on an error: the waiter then asks Redis, which replays a grant.
     if let (Some(offer), Ok(reply)) = (offer, &reply) {
-        if let HandoffReply::HandedOff { token } = *reply {
+        if let HandoffReply::HandedOff { token, .. } = *reply {
             tracing::debug!(
                 name: "fencelock.handoff",
                 lock = %String::from_utf8_lossy(&holder.name),
                 from = %holder.id,
                 to = %offer.holder,
                 token = token.get(),
+                permits = offer.permits,
                 "lock handed to a waiting task of this client"
             );
         }
         offer.settle(match *reply {
-            HandoffReply::HandedOff { token } => Settled::Granted(Grant { token, sent_at }),
+            HandoffReply::HandedOff { token, room } => Settled::Granted(Grant {
+                token,
+                sent_at,
+                room,
+            }),
             HandoffReply::Released { .. } | HandoffReply::NotHeld => Settled::Declined,
         });
     }

@@ -568,6 +568,7 @@ impl Attempts for LockAttempts<'_> {
             holder: self.holder.clone(),
             lease: lock.lease(),
             label: lock.label.clone(),
+            permits: 1,
             undo: handoff::undo_by(lock.pending(&self.holder)),
         })
     }

@@ -12,6 +12,7 @@ use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::acquisition::{self, Acquisition, Attempt};
+use crate::engine::handoff::{self, Grant, HandoffTerms};
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::{Engine, PermissionScope};
@@ -208,6 +209,9 @@ impl Semaphore {
     /// in Redis, and the oldest one is protected: no other acquisition (a try included) is
     /// granted unless it leaves that one's permits free, so a stream of small requests cannot
     /// starve a big one. Once waiting, a lost connection is retried for as long as it lasts.
+    /// In the default mode, a release by a task of the same client hands its permits to the
+    /// first waiter in the release's own script call when they are enough for it and no other
+    /// client waits: the waiter returns without a round trip of its own.
     ///
     /// # Errors
     /// As [`Semaphore::try_acquire`], except that [`Error::Redis`] for an unreachable Redis
@@ -215,7 +219,8 @@ impl Semaphore {
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves the queue and undoes an acquisition that may be
-    /// in flight; no permit is left held by an acquire nobody waits for.
+    /// in flight, or permits a release of this client may have handed it; no permit is left
+    /// held by an acquire nobody waits for.
     pub async fn acquire(&self, permits: u32) -> Result<SemaphorePermit, Error> {
         let outcome = self.acquire_until(permits, None).await;
         self.report("acquire", permits, outcome.as_ref().map(Some));
@@ -396,24 +401,7 @@ impl Acquisition for PermitRequest<'_> {
                 limit,
                 free,
             } => {
-                let holder = Holder::new(
-                    engine.clone(),
-                    sem.keys.clone(),
-                    sem.name.clone(),
-                    holder.to_owned(),
-                    token,
-                    sent_at,
-                    lease,
-                    sem.lease.is_none(),
-                    None,
-                    sem.label.clone(),
-                );
-                engine.watchdog.watch(&holder);
-                let permit = SemaphorePermit {
-                    guard: LockGuard::new(holder),
-                    permits,
-                    limit,
-                };
+                let permit = self.permit(holder, token, sent_at, permits, limit);
                 // Permits are left: the next waiter of this client may fit.
                 Ok(Attempt::Won {
                     held: permit,
@@ -429,6 +417,67 @@ impl Acquisition for PermitRequest<'_> {
                     String::from_utf8_lossy(&sem.name)
                 ),
             }),
+        }
+    }
+
+    /// A waiter of a client in the default mode takes permits from a release of its client
+    /// (`sem_handoff.lua`); a fair-handoff client's waiters queue in Redis instead.
+    fn handoff_terms(&self, holder: &str) -> Option<HandoffTerms> {
+        let sem = self.sem;
+        if sem.client.fair_handoff().is_some() {
+            return None;
+        }
+        Some(HandoffTerms {
+            holder: holder.to_owned(),
+            lease: sem.lease(),
+            label: sem.label.clone(),
+            permits: self.permits,
+            undo: handoff::undo_by(self.pending(holder)),
+        })
+    }
+
+    fn handed_off(
+        &self,
+        holder: &str,
+        pending: &mut PendingOp,
+        grant: Grant,
+    ) -> Option<SemaphorePermit> {
+        pending.disarm();
+        let limit = grant.room.map_or(self.sem.limit, |room| room.limit);
+        Some(self.permit(holder, grant.token, grant.sent_at, self.permits, limit))
+    }
+}
+
+impl PermitRequest<'_> {
+    /// The permit of a hold `holder` won (by its attempt, or from a release's grant), its lease
+    /// counted from `sent_at`, renewed by the watchdog from now on.
+    fn permit(
+        &self,
+        holder: &str,
+        token: FencingToken,
+        sent_at: Instant,
+        permits: u32,
+        limit: u32,
+    ) -> SemaphorePermit {
+        let sem = self.sem;
+        let engine = &sem.client.engine;
+        let holder = Holder::new(
+            engine.clone(),
+            sem.keys.clone(),
+            sem.name.clone(),
+            holder.to_owned(),
+            token,
+            sent_at,
+            sem.lease(),
+            sem.lease.is_none(),
+            None,
+            sem.label.clone(),
+        );
+        engine.watchdog.watch(&holder);
+        SemaphorePermit {
+            guard: LockGuard::new(holder),
+            permits,
+            limit,
         }
     }
 }
@@ -519,7 +568,8 @@ impl SemaphorePermit {
         self.guard.lost().await;
     }
 
-    /// Gives the permits back and wakes waiters.
+    /// Gives the permits back and wakes waiters (or, in the same call, hands them to this
+    /// client's first waiter when they are enough for it and no other client waits).
     ///
     /// # Errors
     /// [`Error::NotHeld`] when the hold had already ended (its lease ran out, or an operator

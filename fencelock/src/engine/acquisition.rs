@@ -60,6 +60,26 @@ pub(crate) trait Acquisition {
         wait: bool,
         window: Duration,
     ) -> Result<Attempt<Self::Held>, Error>;
+
+    /// The terms on which `holder`'s acquisition takes the hold from a release of this client
+    /// (`engine::handoff`), asked once as it starts waiting; `None` (the default): it does not.
+    fn handoff_terms(&self, holder: &str) -> Option<HandoffTerms> {
+        let _ = holder;
+        None
+    }
+
+    /// The hold a release of this client granted `holder` ([`Wake::HandedOff`]), with its
+    /// `pending` operation (disarmed here: the grant is claimed). Only acquisitions that gave
+    /// [`Acquisition::handoff_terms`] are granted one; `None`: the next attempt takes it.
+    fn handed_off(
+        &self,
+        holder: &str,
+        pending: &mut PendingOp,
+        grant: Grant,
+    ) -> Option<Self::Held> {
+        let _ = (holder, pending, grant);
+        None
+    }
 }
 
 /// One try: the hold, or `None` when it is busy.
@@ -133,6 +153,14 @@ impl<A: Acquisition> Attempts for HoldAttempts<'_, A> {
         self.acq
             .attempt(&self.holder, &mut self.pending, true, window)
             .await
+    }
+
+    fn handoff_terms(&self) -> Option<HandoffTerms> {
+        self.acq.handoff_terms(&self.holder)
+    }
+
+    fn handed_off(&mut self, grant: Grant) -> Option<A::Held> {
+        self.acq.handed_off(&self.holder, &mut self.pending, grant)
     }
 }
 
@@ -286,6 +314,11 @@ async fn wait_and_acquire<T: Attempts>(
             }
             Wake::HandedOff(grant) => {
                 if let Some(held) = attempts.handed_off(grant) {
+                    // Permits are left after the grant: the next waiter of this client may
+                    // fit (the release published nothing), as after a won attempt.
+                    if grant.room.is_some_and(|room| room.free > 0) {
+                        entry.hand_on();
+                    }
                     if let Some(lease) = how.winner_lease {
                         entry.acquired(lease);
                     }

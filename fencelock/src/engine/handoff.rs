@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 
 use super::pending::PendingOp;
 use crate::base::token::FencingToken;
+use crate::protocol::Room;
 
 /// What a waiter that accepts handoffs offers a release: its acquisition's terms and the undo
 /// of that acquisition.
@@ -35,6 +36,8 @@ pub(crate) struct HandoffTerms {
     pub(crate) lease: Duration,
     /// The acquisition's label.
     pub(crate) label: Option<Arc<str>>,
+    /// The permits it waits for (a semaphore's; 1 for a lock).
+    pub(crate) permits: u32,
     /// Runs when the waiter leaves while a grant may exist that it has not claimed: sends
     /// `cancel.lua` for the acquisition (for a lock, its pending operation armed and dropped).
     /// Dropped without running, it does nothing.
@@ -67,21 +70,19 @@ enum Phase {
     /// A release took the offer; its script is on its way.
     Offered,
     /// The release granted the lock; the waiter has not claimed it yet.
-    Granted {
-        token: FencingToken,
-        sent_at: Instant,
-    },
+    Granted(Grant),
     /// The waiter holds the lock (claimed the grant, or won by its own attempt): nothing to
     /// undo when it leaves.
     Claimed,
 }
 
-/// A grant the waiter claims: the token and when the release that granted it was sent (the
-/// server started the lease no earlier).
+/// A grant the waiter claims: the token, when the release that granted it was sent (the
+/// server started the lease no earlier) and, for a semaphore's permits, what the grant left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Grant {
     pub(crate) token: FencingToken,
     pub(crate) sent_at: Instant,
+    pub(crate) room: Option<Room>,
 }
 
 /// The offer of one waiter's slot in its client's queue.
@@ -152,10 +153,10 @@ impl Offer {
     fn look_and(&self, close: bool) -> Look {
         let mut state = self.state.lock();
         match state.phase {
-            Phase::Granted { token, sent_at } => {
+            Phase::Granted(grant) => {
                 state.phase = Phase::Claimed;
                 state.open = false;
-                Look::Granted(Grant { token, sent_at })
+                Look::Granted(grant)
             }
             Phase::Offered => Look::InFlight,
             Phase::Idle | Phase::Claimed => {
@@ -176,14 +177,19 @@ impl Offer {
     }
 
     /// A release takes the offer, if the waiter is in its wait and accepts handoffs: the
-    /// candidate's holder id, lease and label.
-    pub(crate) fn take(&self) -> Option<(String, Duration, Option<Arc<str>>)> {
+    /// candidate's holder id, lease, label and permits.
+    pub(crate) fn take(&self) -> Option<(String, Duration, Option<Arc<str>>, u32)> {
         let mut state = self.state.lock();
         if !state.open || state.phase != Phase::Idle {
             return None;
         }
         let terms = state.terms.as_ref()?;
-        let candidate = (terms.holder.clone(), terms.lease, terms.label.clone());
+        let candidate = (
+            terms.holder.clone(),
+            terms.lease,
+            terms.label.clone(),
+            terms.permits,
+        );
         state.open = false;
         state.phase = Phase::Offered;
         Some(candidate)
@@ -199,10 +205,7 @@ impl Offer {
         }
         match settled {
             Settled::Granted(grant) => {
-                state.phase = Phase::Granted {
-                    token: grant.token,
-                    sent_at: grant.sent_at,
-                };
+                state.phase = Phase::Granted(grant);
                 false
             }
             Settled::Declined => {
@@ -223,7 +226,7 @@ impl Offer {
         let mut state = self.state.lock();
         state.open = false;
         let unclaimed = match state.phase {
-            Phase::Offered | Phase::Granted { .. } => true,
+            Phase::Offered | Phase::Granted(_) => true,
             Phase::Claimed => false,
             Phase::Idle => state.exposed,
         };

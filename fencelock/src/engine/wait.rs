@@ -506,12 +506,13 @@ impl Waiters {
     /// waiter, if it sits in its wait and accepts handoffs (`engine::handoff`).
     pub(crate) fn offer_to_head(&self, channel: &[u8]) -> Option<HandoffOffer> {
         let head = self.queues.lock().get(channel)?.slots.front()?.clone();
-        let (holder, lease, label) = head.offer.take()?;
+        let (holder, lease, label, permits) = head.offer.take()?;
         Some(HandoffOffer {
             slot: head,
             holder,
             lease,
             label,
+            permits,
             settled: false,
         })
     }

@@ -142,6 +142,15 @@ pub enum Control {
     /// A waiter that leaves while a release may have granted it the lock does not undo the
     /// grant: the lock is held for nobody until its lease ends.
     HandoffGrantNotUndone,
+    /// `sem_handoff.lua` grants the freed permits to this client's waiter even while another
+    /// client listens on the semaphore's channel.
+    SemHandoffIgnoresOtherClients,
+    /// `sem_handoff.lua` grants permits to a candidate whose acquisition was cancelled: they
+    /// are held for nobody until the lease ends.
+    SemHandoffIgnoresCancel,
+    /// `sem_handoff.lua` grants a candidate without checking that its permits fit under the
+    /// limit, or that it does not hold already (whose permits it would count twice).
+    SemHandoffIgnoresRoom,
 }
 
 /// The condition of `lib/fence_mark.lua` under which a resource has no floor, and its broken
@@ -154,7 +163,7 @@ const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 45] = [
+    pub const ALL: [Control; 48] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -200,6 +209,9 @@ impl Control {
         Control::HandoffIgnoresOtherClients,
         Control::HandoffIgnoresCancel,
         Control::HandoffGrantNotUndone,
+        Control::SemHandoffIgnoresOtherClients,
+        Control::SemHandoffIgnoresCancel,
+        Control::SemHandoffIgnoresRoom,
     ];
 
     /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
@@ -425,6 +437,21 @@ impl Control {
                 "if alone and not redis.call('GET', KEYS[5]) then",
                 "if alone then",
             )],
+            Control::SemHandoffIgnoresOtherClients => &[(
+                "sem_handoff",
+                "and listeners[2] <= 1",
+                "",
+            )],
+            Control::SemHandoffIgnoresCancel => &[(
+                "sem_handoff",
+                "and not redis.call('GET', KEYS[6])",
+                "",
+            )],
+            Control::SemHandoffIgnoresRoom => &[(
+                "sem_handoff",
+                "used + wanted <= limit and not redis.call('GET', KEYS[6])\n    and not redis.call('HGET', KEYS[1], ARGV[5]) then",
+                "not redis.call('GET', KEYS[6]) then",
+            )],
             Control::CancelMissingOnDrop
             | Control::HandoffGrantNotUndone
             | Control::StragglerNotUndone
@@ -570,6 +597,7 @@ mod tests {
                 (&broken.idem_read, &correct.idem_read),
                 (&broken.sem_acquire, &correct.sem_acquire),
                 (&broken.sem_release, &correct.sem_release),
+                (&broken.sem_handoff, &correct.sem_handoff),
                 (&broken.sem_cancel, &correct.sem_cancel),
                 (&broken.sem_renew, &correct.sem_renew),
                 (&broken.rw_acquire, &correct.rw_acquire),

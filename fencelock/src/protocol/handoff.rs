@@ -1,5 +1,6 @@
-//! `handoff.lua`: a release that grants the freed lock to a waiter of the releasing client in
-//! the same script call (the engine's one-round-trip handoff, `engine::handoff`).
+//! `handoff.lua` and `sem_handoff.lua`: a release that grants the freed lock (or a semaphore
+//! hold's permits) to a waiter of the releasing client in the same script call (the engine's
+//! one-round-trip handoff, `engine::handoff`).
 
 use std::time::Duration;
 
@@ -18,6 +19,15 @@ pub(crate) struct Candidate<'a> {
     pub(crate) lease: Duration,
     /// Its label, if it was given one.
     pub(crate) label: Option<&'a str>,
+    /// The permits it waits for (a semaphore's; 1 for a lock, whose script ignores it).
+    pub(crate) permits: u32,
+}
+
+/// A semaphore's permits after a grant: `limit` in all, `free` left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Room {
+    pub(crate) limit: u32,
+    pub(crate) free: u32,
 }
 
 /// Outcome of `handoff.lua`.
@@ -26,8 +36,12 @@ pub(crate) enum HandoffReply {
     /// Released once; `remaining` entries remain (0: the lock was freed and its release
     /// published; the candidate did not get it).
     Released { remaining: u64 },
-    /// Freed and granted to the candidate with `token`.
-    HandedOff { token: FencingToken },
+    /// Freed and granted to the candidate with `token`; for a semaphore, what the grant left
+    /// (`None` for a lock).
+    HandedOff {
+        token: FencingToken,
+        room: Option<Room>,
+    },
     /// The releasing holder does not hold the lock; nothing changed.
     NotHeld,
 }
@@ -67,8 +81,61 @@ pub(crate) async fn release_handing_off<C: ConnectionLike>(
         }),
         [2, token] => Ok(HandoffReply::HandedOff {
             token: token_from(*token)?,
+            room: None,
         }),
         [-1] => Ok(HandoffReply::NotHeld),
         other => Err(unexpected("handoff", other)),
+    }
+}
+
+/// `sem_handoff.lua`: releases `holder`'s hold of a semaphore as `sem_release.lua` does (same
+/// op record and mark, so either script replays the other's release) and, if that gives its
+/// permits back, no other client listens on the channel and enough are free, grants
+/// `candidate.permits` of them to `candidate`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn sem_release_handing_off<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    holder: &str,
+    op_id: &str,
+    op_ttl: Duration,
+    pubsub: PubSub,
+    candidate: Candidate<'_>,
+) -> Result<HandoffReply, Error> {
+    let mut call = scripts().sem_handoff.prepare_invoke();
+    call.key(&keys.lock)
+        .key(keys.sem_leases())
+        .key(keys.op(op_id))
+        .key(keys.op(holder))
+        .key(&keys.fence)
+        .key(keys.op(candidate.holder))
+        .arg(holder)
+        .arg(millis(op_ttl))
+        .arg(pubsub.script_arg())
+        .arg(op_id)
+        .arg(candidate.holder)
+        .arg(candidate.permits)
+        .arg(millis(candidate.lease));
+    if let Some(label) = candidate.label {
+        call.arg(label);
+    }
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
+    let permits = |raw: i64| {
+        u32::try_from(raw)
+            .map_err(|_| Error::Protocol(format!("sem_handoff.lua answered {raw} permits")))
+    };
+    match reply.as_slice() {
+        [1, remaining] => Ok(HandoffReply::Released {
+            remaining: count_from(*remaining)?,
+        }),
+        [2, token, limit, free] => Ok(HandoffReply::HandedOff {
+            token: token_from(*token)?,
+            room: Some(Room {
+                limit: permits(*limit)?,
+                free: permits(*free)?,
+            }),
+        }),
+        [-1] => Ok(HandoffReply::NotHeld),
+        other => Err(unexpected("sem_handoff", other)),
     }
 }

@@ -24,6 +24,7 @@ fn candidate(holder: &str) -> Candidate<'_> {
         holder,
         lease: Duration::from_secs(20),
         label: Some("order:7"),
+        permits: 1,
     }
 }
 
@@ -42,7 +43,7 @@ pub(super) async fn listener(conn: &mut MultiplexedConnection, keys: &LockKeys) 
 }
 
 /// Whether a message arrives on `pubsub` within a moment.
-async fn published(pubsub: &mut PubSubConn) -> bool {
+pub(super) async fn published(pubsub: &mut PubSubConn) -> bool {
     let mut messages = pubsub.on_message();
     tokio::time::timeout(Duration::from_millis(200), messages.next())
         .await
@@ -93,7 +94,7 @@ fn grants_the_freed_lock_to_the_candidate<'a>(
             return Err("the first acquisition failed".into());
         };
         let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
-        let HandoffReply::HandedOff { token } = reply else {
+        let HandoffReply::HandedOff { token, .. } = reply else {
             return Err(format!("not handed off: {reply:?}"));
         };
         if token <= first || token_of(conn, keys).await? != token.get() {
@@ -190,12 +191,12 @@ fn copies_replay_and_entries_left_hand_nothing_on<'a>(
         if reply != (HandoffReply::Released { remaining: 1 }) {
             return Err(format!("an inner release: {reply:?}"));
         }
-        let HandoffReply::HandedOff { token } = hand_off(conn, keys, "h1", "op1", "h2").await?
+        let HandoffReply::HandedOff { token, .. } = hand_off(conn, keys, "h1", "op1", "h2").await?
         else {
             return Err("the outer release did not hand off".into());
         };
         let again = hand_off(conn, keys, "h1", "op1", "h2").await?;
-        if again != (HandoffReply::HandedOff { token }) {
+        if again != (HandoffReply::HandedOff { token, room: None }) {
             return Err(format!("a re-sent copy answered {again:?}"));
         }
         let plain = release(conn, keys, "h1", "op1", OP_TTL, PubSub::Classic)

@@ -23,7 +23,9 @@ use redis::aio::ConnectionLike;
 
 use crate::base::error::{Error, Superseded};
 use crate::base::token::FencingToken;
-pub(crate) use handoff::{release_handing_off, Candidate, HandoffReply};
+pub(crate) use handoff::{
+    release_handing_off, sem_release_handing_off, Candidate, HandoffReply, Room,
+};
 pub(crate) use idempotency::{
     idem_begin, idem_finish, idem_read, KeyArgs, KeyBeginReply, KeyFinish, KeyRead, KeyReadMode,
     KeyRecord,
@@ -926,6 +928,9 @@ mod acquire_record_tests;
 
 #[cfg(test)]
 mod handoff_tests;
+
+#[cfg(test)]
+mod sem_handoff_tests;
 
 #[cfg(test)]
 mod batch_tests;

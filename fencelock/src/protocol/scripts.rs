@@ -35,6 +35,7 @@ pub(crate) struct Scripts {
     pub(crate) idem_read: Script,
     pub(crate) sem_acquire: Script,
     pub(crate) sem_release: Script,
+    pub(crate) sem_handoff: Script,
     pub(crate) sem_cancel: Script,
     pub(crate) sem_renew: Script,
     pub(crate) sem_limit: Script,
@@ -129,6 +130,15 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         sem_release: load(
             "sem_release",
             &[sem_holds, include_str!("../../lua/sem_release.lua")].concat(),
+        ),
+        sem_handoff: load(
+            "sem_handoff",
+            &[
+                sem_holds,
+                next_token,
+                include_str!("../../lua/sem_handoff.lua"),
+            ]
+            .concat(),
         ),
         sem_cancel: load(
             "sem_cancel",

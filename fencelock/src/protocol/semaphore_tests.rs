@@ -41,7 +41,7 @@ async fn take(
 
 /// [`take`] by a send that `recorded` its acquisition (one sent after a send of unknown
 /// outcome: only such an acquisition can have a late copy).
-async fn take_sent(
+pub(super) async fn take_sent(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
     holder: &str,
@@ -67,7 +67,7 @@ async fn take_sent(
     .unwrap()
 }
 
-fn token_of(reply: SemAcquireReply) -> Result<FencingToken, String> {
+pub(super) fn token_of(reply: SemAcquireReply) -> Result<FencingToken, String> {
     match reply {
         SemAcquireReply::Acquired { token, .. } => Ok(token),
         other => Err(format!("expected an acquisition, got {other:?}")),

@@ -130,21 +130,29 @@ impl Fixture {
     }
 }
 
-/// Loads the scripts only contention runs, which a warm-up cycle does not reach: the release
-/// that hands a lock to a waiting task of its client, loaded as the client loads it (the
-/// shared token code, then the script), so that it has the client's SHA.
+/// Loads the scripts only contention runs, which a warm-up cycle does not reach: the releases
+/// that hand a lock or a semaphore's permits to a waiting task of their client, loaded as the
+/// client loads them (the shared code, then the script), so that they have the client's SHAs.
 pub fn load_contended_scripts(server: &redis::Client) {
     let handoff = [
         include_str!("../../lua/lib/next_token.lua"),
         include_str!("../../lua/handoff.lua"),
     ]
     .concat();
+    let sem_handoff = [
+        include_str!("../../lua/lib/sem_holds.lua"),
+        include_str!("../../lua/lib/next_token.lua"),
+        include_str!("../../lua/sem_handoff.lua"),
+    ]
+    .concat();
     let mut conn = server.get_connection().unwrap();
-    let _: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(&handoff)
-        .query(&mut conn)
-        .unwrap();
+    for script in [handoff, sem_handoff] {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&script)
+            .query(&mut conn)
+            .unwrap();
+    }
 }
 
 /// Whether `key` is a client's name registration (`prefix{tag}client:<client id>`).

@@ -6,6 +6,7 @@
 pub mod cancel;
 pub mod child;
 pub mod deadline;
+pub mod events;
 mod fixture;
 pub mod ledger;
 pub mod ticks;

@@ -216,6 +216,8 @@ pub(crate) struct HandoffOffer {
     pub(crate) lease: Duration,
     /// The candidate's label.
     pub(crate) label: Option<Arc<str>>,
+    /// The permits the candidate waits for (1 for a lock).
+    pub(crate) permits: u32,
     pub(super) settled: bool,
 }
 

@@ -542,6 +542,7 @@ impl Explorer {
                         Reply::HandedOff => Settled::Granted(Grant {
                             token: FencingToken::new(1).expect("a positive token"),
                             sent_at: wait::now(),
+                            room: None,
                         }),
                         _ => Settled::Declined,
                     });

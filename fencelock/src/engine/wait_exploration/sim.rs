@@ -551,6 +551,7 @@ impl Attempts for SimAttempts {
             holder: self.name.clone(),
             lease: LEASE,
             label: None,
+            permits: 1,
             undo: Box::new(move || {
                 let _ = Undo {
                     world: &world,

@@ -1,0 +1,328 @@
+//! The contract of `sem_handoff.lua` against a real redis-server, both ways of keeping hold
+//! deadlines: a release that gives a hold's permits back grants the candidate its permits with
+//! a greater token and publishes nothing, unless another client listens on the channel, the
+//! candidate was cancelled or already holds, or too few permits are free (then it releases and
+//! publishes, as `sem_release.lua` does); entries left hand nothing on; a re-sent copy replays
+//! the grant, and either release script replays the other's release.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use super::handoff_tests::{listener, published};
+use super::semaphore_tests::{take_sent, token_of};
+#[cfg(fencelock_negative_controls)]
+use super::tests::assert_controls_caught;
+use super::tests::{
+    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
+    OP_TTL,
+};
+use super::*;
+
+const CANDIDATE_LEASE: Duration = Duration::from_secs(20);
+
+fn sem_keys() -> LockKeys {
+    LockKeys::semaphore(b"t:", b"pool")
+}
+
+/// `holder` takes `permits` of the semaphore's 3 (its acquisition's only send, or a
+/// `recorded` one).
+async fn take(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    permits: u32,
+    recorded: bool,
+) -> Result<FencingToken, String> {
+    token_of(take_sent(conn, keys, holder, permits, LEASE, recorded).await)
+        .map_err(|why| format!("{holder}, {permits} permits: {why}"))
+}
+
+/// `holder`'s release by `op`, offering `to` its `permits`.
+async fn hand_off(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    op: &str,
+    to: &str,
+    permits: u32,
+) -> Result<HandoffReply, String> {
+    let candidate = Candidate {
+        holder: to,
+        lease: CANDIDATE_LEASE,
+        label: Some("export:7"),
+        permits,
+    };
+    sem_release_handing_off(conn, keys, holder, op, OP_TTL, PubSub::Classic, candidate)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The holds' fields (holder id -> value), and the permits held as the layout counts them
+/// (`~used` on the lease zset, which must equal the fields' sum).
+async fn holds(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(HashMap<String, String>, u32), String> {
+    let hash: HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    let holds: HashMap<String, String> = hash
+        .iter()
+        .filter(|(field, _)| !field.starts_with('~'))
+        .map(|(f, v)| (f.clone(), v.clone()))
+        .collect();
+    let sum: u32 = holds
+        .values()
+        .map(|v| v.split(':').next().unwrap().parse::<u32>().unwrap())
+        .sum();
+    if !hold_field_expiry() && !hash.is_empty() && hash.get("~used") != Some(&sum.to_string()) {
+        return Err(format!("~used does not count the holds: {hash:?}"));
+    }
+    Ok((holds, sum))
+}
+
+/// With one listener (the releasing client's own subscription), the release that ends the
+/// hold grants the candidate its permits: a greater token, its label and lease, the room left,
+/// no message; the releaser's record carries the release's mark.
+async fn grants_the_permits_to_the_candidate(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let mut own = listener(conn, keys).await;
+    take(conn, keys, "other", 1, false).await?;
+    let first = take(conn, keys, "h1", 2, false).await?;
+    let reply = hand_off(conn, keys, "h1", "op1", "h2", 2).await?;
+    let HandoffReply::HandedOff { token, room } = reply else {
+        return Err(format!("not handed off: {reply:?}"));
+    };
+    if token <= first || room != Some(Room { limit: 3, free: 0 }) {
+        return Err(format!("handed off {reply:?} after token {first:?}"));
+    }
+    let (holds, used) = holds(conn, keys).await?;
+    let expected = format!("2:{}:export:7", token.get());
+    if holds.get("h2") != Some(&expected) || holds.contains_key("h1") || used != 3 {
+        return Err(format!("the holds after the handoff: {holds:?}"));
+    }
+    let deadline: i64 = if hold_field_expiry() {
+        let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
+            .arg(&keys.lock)
+            .arg("FIELDS")
+            .arg(1)
+            .arg("h2")
+            .query_async(conn)
+            .await
+            .unwrap();
+        at[0]
+    } else {
+        let at: Option<i64> = conn.zscore(keys.sem_leases(), "h2").await.unwrap();
+        at.unwrap_or(0)
+    };
+    let time: (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    let left = deadline - (time.0 * 1000 + time.1 / 1000);
+    if !(10_000..=20_000).contains(&left) {
+        return Err(format!("the candidate's lease is not set: {left} ms left"));
+    }
+    let mark: Option<String> = conn.get(keys.op("h1")).await.unwrap();
+    if mark.as_deref() != Some("r:op1") {
+        return Err(format!("the releaser's record is {mark:?}"));
+    }
+    if published(&mut own).await {
+        return Err("a handoff published a release".into());
+    }
+    Ok(())
+}
+
+/// While another client listens on the channel, the release gives the permits back and
+/// publishes: the clients race, and this client's waiters pass nobody over.
+async fn another_listening_client_gets_a_release(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let _own = listener(conn, keys).await;
+    let mut other = listener(conn, keys).await;
+    take(conn, keys, "h1", 2, false).await?;
+    let reply = hand_off(conn, keys, "h1", "op1", "h2", 1).await?;
+    if reply != (HandoffReply::Released { remaining: 0 }) {
+        return Err(format!("handed on past another client: {reply:?}"));
+    }
+    if !published(&mut other).await {
+        return Err("the release was not published".into());
+    }
+    assert_nothing_left(conn, keys).await;
+    Ok(())
+}
+
+/// A candidate whose acquisition was cancelled first (`sem_cancel.lua` marked it) is never
+/// granted: the permits come back and the release is published.
+async fn a_cancelled_candidate_is_never_granted(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let mut own = listener(conn, keys).await;
+    take(conn, keys, "h1", 2, false).await?;
+    cancel(
+        conn,
+        keys,
+        "h2",
+        "h2",
+        CancelKind::Acquire,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap();
+    let reply = hand_off(conn, keys, "h1", "op1", "h2", 1).await?;
+    if reply != (HandoffReply::Released { remaining: 0 }) {
+        return Err(format!("a cancelled candidate got permits: {reply:?}"));
+    }
+    if !published(&mut own).await {
+        return Err("the release was not published".into());
+    }
+    assert_nothing_left(conn, keys).await;
+    Ok(())
+}
+
+/// A candidate the freed permits are not enough for, or one that already holds (a straggling
+/// copy of its own acquisition ran), is not granted: the permits come back, the release is
+/// published, and no hold is counted twice.
+async fn a_candidate_that_does_not_fit_or_holds_is_not_granted(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let mut own = listener(conn, keys).await;
+    take(conn, keys, "h1", 1, false).await?;
+    take(conn, keys, "other", 2, false).await?;
+    let reply = hand_off(conn, keys, "h1", "op1", "big", 2).await?;
+    if reply != (HandoffReply::Released { remaining: 0 }) || !published(&mut own).await {
+        return Err(format!(
+            "2 free of 3 was handed to a request for 2: {reply:?}"
+        ));
+    }
+    release(conn, keys, "other", "op2", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    take(conn, keys, "h3", 1, false).await?;
+    let straggler = take(conn, keys, "h4", 1, false).await?;
+    let reply = hand_off(conn, keys, "h3", "op3", "h4", 1).await?;
+    if reply != (HandoffReply::Released { remaining: 0 }) || !published(&mut own).await {
+        return Err(format!("a holding candidate was granted again: {reply:?}"));
+    }
+    let (holds, used) = holds(conn, keys).await?;
+    let expected = format!("1:{}", straggler.get());
+    if holds.get("h4") != Some(&expected) || used != 1 {
+        return Err(format!("the holds after a straggler's handoff: {holds:?}"));
+    }
+    Ok(())
+}
+
+/// A re-sent copy of a handing-off release replays the grant while the candidate holds, and
+/// `sem_release.lua` replays it as a release; once the candidate's hold ended, the copy answers
+/// a plain release. A release with entries left hands nothing on; a non-holder's is refused.
+async fn copies_replay_and_entries_left_hand_nothing_on(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    take(conn, keys, "h1", 2, false).await?;
+    reenter(conn, keys, "h1", "in1", OP_TTL).await.unwrap();
+    let reply = hand_off(conn, keys, "h1", "out1", "h2", 2).await?;
+    if reply != (HandoffReply::Released { remaining: 1 }) {
+        return Err(format!("an inner release: {reply:?}"));
+    }
+    let granted = hand_off(conn, keys, "h1", "op1", "h2", 2).await?;
+    let HandoffReply::HandedOff { token, .. } = granted else {
+        return Err(format!("the outer release did not hand off: {granted:?}"));
+    };
+    let again = hand_off(conn, keys, "h1", "op1", "h2", 2).await?;
+    if again != granted {
+        return Err(format!(
+            "a re-sent copy answered {again:?}, not {granted:?}"
+        ));
+    }
+    let plain = release(conn, keys, "h1", "op1", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    if plain != (OwnerReply::Done { remaining: 0 }) {
+        return Err(format!("sem_release.lua replayed {plain:?}"));
+    }
+    // The candidate's own recorded attempt replays the grant, with the grant's token.
+    let replay = take(conn, keys, "h2", 2, true).await?;
+    if replay != token {
+        return Err(format!(
+            "the candidate's own attempt: {replay:?}, not {token:?}"
+        ));
+    }
+    release(conn, keys, "h2", "op2", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    let after = hand_off(conn, keys, "h1", "op1", "h2", 2).await?;
+    if after != (HandoffReply::Released { remaining: 0 }) {
+        return Err(format!("a copy after the grant ended: {after:?}"));
+    }
+    if hand_off(conn, keys, "h9", "op9", "h2", 1).await? != HandoffReply::NotHeld {
+        return Err("a non-holder's release was taken".into());
+    }
+    assert_nothing_left(conn, keys).await;
+    Ok(())
+}
+
+const CHECKS: [(&str, Check); 5] = [
+    ("grants_the_permits_to_the_candidate", |c, k| {
+        Box::pin(grants_the_permits_to_the_candidate(c, k))
+    }),
+    ("another_listening_client_gets_a_release", |c, k| {
+        Box::pin(another_listening_client_gets_a_release(c, k))
+    }),
+    ("a_cancelled_candidate_is_never_granted", |c, k| {
+        Box::pin(a_cancelled_candidate_is_never_granted(c, k))
+    }),
+    (
+        "a_candidate_that_does_not_fit_or_holds_is_not_granted",
+        |c, k| Box::pin(a_candidate_that_does_not_fit_or_holds_is_not_granted(c, k)),
+    ),
+    ("copies_replay_and_entries_left_hand_nothing_on", |c, k| {
+        Box::pin(copies_replay_and_entries_left_hand_nothing_on(c, k))
+    }),
+];
+
+#[tokio::test]
+async fn the_semaphore_handoff_keeps_its_contract() {
+    for_each_hold_expiry("the_semaphore_handoff_keeps_its_contract", async || {
+        assert_checks_hold(&CHECKS, sem_keys).await;
+    })
+    .await;
+}
+
+/// A key of another type is refused before anything is written.
+#[tokio::test]
+async fn a_wrong_type_semaphore_key_is_refused_and_left_alone() {
+    let (_server, mut conn, _) = super::tests::setup().await;
+    let keys = sem_keys();
+    let _: () = conn.set(&keys.lock, "x").await.unwrap();
+    let err = hand_off(&mut conn, &keys, "h1", "op1", "h2", 1)
+        .await
+        .unwrap_err();
+    assert!(err.contains("not a fencelock hash"), "{err}");
+    let value: String = conn.get(&keys.lock).await.unwrap();
+    assert_eq!(value, "x");
+    let written: bool = conn.exists(keys.op("h1")).await.unwrap();
+    assert!(!written);
+}
+
+/// Each control is caught by its check: a grant past another listening client, to a cancelled
+/// candidate, and beyond the limit (or twice to a holding candidate).
+#[cfg(fencelock_negative_controls)]
+#[tokio::test]
+async fn the_semaphore_handoff_checks_catch_their_controls() {
+    use super::controls::Control;
+    assert_controls_caught(
+        &[
+            Control::SemHandoffIgnoresOtherClients,
+            Control::SemHandoffIgnoresCancel,
+            Control::SemHandoffIgnoresRoom,
+        ],
+        &[CHECKS[1], CHECKS[2], CHECKS[3]],
+        sem_keys,
+    )
+    .await;
+}
