@@ -227,7 +227,9 @@ impl super::Engine {
                 .await;
         }
         let op = Operation::acquire(keys, holder, lease, op_ttl, label, recorded);
-        let reply = self.batcher.run(conn, self.route(keys), op).await?;
+        // Boxed: inline, the group commit's state would make every acquire future that much
+        // larger, also with the group commit off (a waiting acquisition carries it).
+        let reply = Box::pin(self.batcher.run(conn, self.route(keys), op)).await?;
         batch::acquire_outcome(reply)
     }
 
@@ -244,7 +246,7 @@ impl super::Engine {
             return protocol::release(conn, keys, holder, op_id, op_ttl, conn.pubsub()).await;
         }
         let op = Operation::release(keys, holder, op_id, op_ttl, conn.pubsub());
-        let reply = self.batcher.run(conn, self.route(keys), op).await?;
+        let reply = Box::pin(self.batcher.run(conn, self.route(keys), op)).await?;
         batch::release_outcome(reply)
     }
 }
