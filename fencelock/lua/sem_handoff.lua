@@ -58,7 +58,8 @@ if left then
   return left
 end
 
--- The candidate's hold as the semaphore has it now: {token, limit, free}, or nil.
+-- The grant's reply {2, token, limit, free} from the candidate's hold as the semaphore has it
+-- now; nil when the candidate holds nothing.
 local function granted()
   local value = redis.call('HGET', KEYS[1], ARGV[5])
   if not value then
