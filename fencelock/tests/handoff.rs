@@ -27,38 +27,13 @@ on_topologies_multi_thread! {
         let client = fx.builder().record_waits(false).connect().await.unwrap();
         fx.warm_up(&client).await;
         let lock = client.lock("sale").unwrap().with_lease(LONG).unwrap();
-        let mut round = 0;
-        let (next, token) = loop {
-            round += 1;
-            let held = lock.acquire().await.unwrap();
-            let base = fx.calls("evalsha");
-            let waiter = tokio::spawn({
-                let lock = lock.with_label("order:7").unwrap();
-                async move { lock.acquire().await }
-            });
-            // Its busy fast attempt, then the look the first waiter takes once subscribed.
-            assert!(
-                eventually(Duration::from_secs(30), || fx.calls("evalsha") - base == 2).await,
-                "the waiter did not queue"
-            );
-            // Let it settle into its wait: the look's reply is handled a moment after the
-            // server counted the call.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let before = fx.calls("evalsha");
-            let token = held.token();
-            held.release().await.unwrap();
-            let next = tokio::time::timeout(HANDOFF, waiter)
-                .await
-                .expect("the waiter got the lock")
-                .unwrap()
-                .unwrap();
-            match fx.calls("evalsha") - before {
-                1 => break (next, token),
-                // A waiter still on its way into its wait (a stalled machine) is sent the
-                // release's message instead and makes an attempt of its own: another round.
-                2 if round < 5 => next.release().await.unwrap(),
-                calls => panic!("{calls} calls for release and grant (round {round})"),
-            }
+        let take = || async { Held::Lock(lock.acquire().await.unwrap()) };
+        let wait = || {
+            let lock = lock.with_label("order:7").unwrap();
+            async move { lock.acquire().await.map(Held::Lock) }
+        };
+        let (Held::Lock(next), token) = handed_over_in_one_call(&fx, take, wait).await else {
+            panic!("a lock's waiter holds a lock");
         };
         assert!(next.token() > token);
         assert!(next.is_valid());
@@ -88,6 +63,13 @@ enum Held {
 }
 
 impl Held {
+    fn token(&self) -> fencelock::FencingToken {
+        match self {
+            Held::Lock(guard) => guard.token(),
+            Held::Permit(permit) => permit.token(),
+        }
+    }
+
     async fn release(self) -> Result<(), fencelock::Error> {
         match self {
             Held::Lock(guard) => guard.release().await,
@@ -132,6 +114,48 @@ impl Kind {
             Kind::Permit => format!("fencelock:{{*}}sem:{name}"),
         }
     }
+}
+
+/// Rounds of a hold (`take`) released while another task of the same client waits for it
+/// (`wait`), until a release hands it over as the only call, at most five: the waiter's hold
+/// and the releaser's token. The waiter's busy fast attempt and the look it takes once
+/// subscribed come first; then it is let settle into its wait, since the look's reply is
+/// handled a moment after the server counted the call. A waiter still on its way in (a stalled
+/// machine) is sent the release's message instead and makes an attempt of its own, two calls:
+/// that round is let go. Any other count fails at once.
+async fn handed_over_in_one_call<T, W>(
+    fx: &Env,
+    take: impl Fn() -> T,
+    wait: impl Fn() -> W,
+) -> (Held, fencelock::FencingToken)
+where
+    T: std::future::Future<Output = Held>,
+    W: std::future::Future<Output = Result<Held, fencelock::Error>> + Send + 'static,
+{
+    for round in 1..=5 {
+        let held = take().await;
+        let base = fx.calls("evalsha");
+        let waiter = tokio::spawn(wait());
+        assert!(
+            eventually(Duration::from_secs(30), || fx.calls("evalsha") - base == 2).await,
+            "the waiter did not queue"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = fx.calls("evalsha");
+        let token = held.token();
+        held.release().await.unwrap();
+        let next = tokio::time::timeout(HANDOFF, waiter)
+            .await
+            .expect("the waiter got the hold")
+            .unwrap()
+            .unwrap();
+        match fx.calls("evalsha") - before {
+            1 => return (next, token),
+            2 if round < 5 => next.release().await.unwrap(),
+            calls => panic!("{calls} calls for release and grant (round {round})"),
+        }
+    }
+    unreachable!("the fifth round returns or fails")
 }
 
 /// Tasks of client `a` take turns on `name` without pause while client `b` waits for it: `b`
@@ -350,34 +374,13 @@ on_topologies_multi_thread! {
         fx.warm_up(&client).await;
         let pool = client.semaphore("exports", 3).unwrap().with_lease(LONG).unwrap();
         let _one = pool.acquire(1).await.unwrap();
-        let mut round = 0;
-        let (next, token) = loop {
-            round += 1;
-            let held = pool.acquire(2).await.unwrap();
-            let base = fx.calls("evalsha");
-            let waiter = tokio::spawn({
-                let pool = pool.with_label("export:7").unwrap();
-                async move { pool.acquire(2).await }
-            });
-            assert!(
-                eventually(Duration::from_secs(30), || fx.calls("evalsha") - base == 2).await,
-                "the waiter did not queue"
-            );
-            // Settled into its wait, and another round if it was not (as in the lock's test).
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let before = fx.calls("evalsha");
-            let token = held.token();
-            held.release().await.unwrap();
-            let next = tokio::time::timeout(HANDOFF, waiter)
-                .await
-                .expect("the waiter got the permits")
-                .unwrap()
-                .unwrap();
-            match fx.calls("evalsha") - before {
-                1 => break (next, token),
-                2 if round < 5 => next.release().await.unwrap(),
-                calls => panic!("{calls} calls for release and grant (round {round})"),
-            }
+        let take = || async { Held::Permit(pool.acquire(2).await.unwrap()) };
+        let wait = || {
+            let pool = pool.with_label("export:7").unwrap();
+            async move { pool.acquire(2).await.map(Held::Permit) }
+        };
+        let (Held::Permit(next), token) = handed_over_in_one_call(&fx, take, wait).await else {
+            panic!("a semaphore's waiter holds permits");
         };
         assert!(next.token() > token);
         assert_eq!((next.permits(), next.limit()), (2, 3));
