@@ -23,17 +23,15 @@ elseif done then
   local token, entries = string.match(done, '^(%d+):(%d+)$')
   return {1, tonumber(token), tonumber(entries)}
 end
-local err = sem_check(KEYS[1], KEYS[2])
-if err then
+local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now_ms(), nil)
+if not sem then
   return err
 end
-sem_mode(KEYS[1], nil)
-local held = redis.call('HGET', KEYS[1], ARGV[1])
-if not held or (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) <= now_ms() then
+if not sem.live then
   return {-1}
 end
-local _, token = sem_hold_parse(held)
-local entries = tonumber(redis.call('HGET', KEYS[1], '~entries:' .. ARGV[1]) or 1) + 1
+local _, token = sem_hold_parse(sem.held)
+local entries = sem.entries + 1
 sem_set_entries(KEYS[1], KEYS[2], ARGV[1], entries)
 redis.call('SET', KEYS[3], token .. ':' .. entries, 'PX', ARGV[2])
 return {1, tonumber(token), entries}

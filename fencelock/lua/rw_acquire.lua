@@ -47,21 +47,19 @@
 -- deadline at the latest) but not a writer that died: a crashed writer keeps readers out for
 -- at most that long. A writer that gives up removes its mark (sem_cancel.lua).
 local LIMIT = 1000000000
-local err = sem_check(KEYS[1], KEYS[2])
-if err then
+local clock = redis.call('TIME')
+local now = now_ms(clock)
+local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[7])
+if not sem then
   return err
 end
 local marks_kind = redis.call('TYPE', KEYS[3])['ok']
 if marks_kind ~= 'zset' and marks_kind ~= 'none' then
   return redis.error_reply('FENCELOCK_WRONGTYPE waiting writers key holds a ' .. marks_kind .. ', not a sorted set')
 end
-sem_mode(KEYS[1], ARGV[7])
 local done = redis.call('GET', KEYS[5])
-local held = redis.call('HGET', KEYS[1], ARGV[1])
-local clock = redis.call('TIME')
-local now = now_ms(clock)
-if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then
-  local _, token_text = sem_hold_parse(held)
+if sem.live then
+  local _, token_text = sem_hold_parse(sem.held)
   if ARGV[8] == '1' then
     redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5], 'NX')
   end
@@ -78,7 +76,7 @@ if not token then
   return token_text -- the error reply
 end
 
-local freed = sem_purge(KEYS[1], KEYS[2], now)
+local freed = sem_purge(KEYS[1], KEYS[2], sem)
 -- No waiting writers key (the common case for readers): nothing to drop, read or remove
 -- from it below; three calls less.
 local marks = marks_kind == 'zset'
@@ -112,11 +110,10 @@ if blocked then
 end
 
 redis.call('SET', KEYS[4], token_text)
-sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[9], LIMIT, used, now + tonumber(ARGV[3]))
+sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[9], LIMIT, now + tonumber(ARGV[3]))
 if marks then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
-sem_settle(KEYS[1], KEYS[2])
 if ARGV[8] == '1' then
   redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5])
 end

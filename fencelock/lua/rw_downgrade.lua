@@ -15,17 +15,15 @@
 --
 -- Idempotent by state, without an op record: a second copy finds the hold already at one
 -- permit. Waiting writers are not woken: a reader still holds the lock.
-local err = sem_check(KEYS[1], KEYS[2])
-if err then
+local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now_ms(), nil)
+if not sem then
   return err
 end
-sem_mode(KEYS[1], nil)
-sem_purge(KEYS[1], KEYS[2], now_ms())
-local held = redis.call('HGET', KEYS[1], ARGV[1])
-if not held then
+sem_purge(KEYS[1], KEYS[2], sem)
+if not sem.live then
   return {-1}
 end
-local permits, token_text, label = sem_hold_parse(held)
+local permits, token_text, label = sem_hold_parse(sem.held)
 if permits > 1 then
   sem_change_permits(KEYS[1], KEYS[2], ARGV[1], permits, 1, token_text, label)
   redis.call(ARGV[2] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')

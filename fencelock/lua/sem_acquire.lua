@@ -53,8 +53,10 @@
 -- that gives up takes it out (sem_cancel.lua). A head that wins with permits left publishes,
 -- so the acquisitions it held back try again. The token is
 -- max(counter + 1, server TIME in microseconds) (lib/next_token.lua).
-local err = sem_check(KEYS[1], KEYS[2])
-if err then
+local clock = redis.call('TIME')
+local now = now_ms(clock)
+local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[8])
+if not sem then
   return err
 end
 local fair = KEYS[5] ~= nil
@@ -66,14 +68,10 @@ if fair then
     end
   end
 end
-sem_mode(KEYS[1], ARGV[8])
 local done = redis.call('GET', KEYS[4])
-local held = redis.call('HGET', KEYS[1], ARGV[1])
-local clock = redis.call('TIME')
-local now = now_ms(clock)
-if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then
-  local permits, token_text = sem_hold_parse(held)
-  local limit = tonumber(redis.call('HGET', KEYS[1], '~limit'))
+if sem.live then
+  local permits, token_text = sem_hold_parse(sem.held)
+  local limit = sem.limit
   local used = sem_used(KEYS[1])
   if ARGV[9] == '1' then
     redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5], 'NX')
@@ -91,8 +89,8 @@ if not token then
   return token_text -- the error reply
 end
 
-local freed = sem_purge(KEYS[1], KEYS[2], now)
-local limit = tonumber(redis.call('HGET', KEYS[1], '~limit')) or tonumber(ARGV[3])
+local freed = sem_purge(KEYS[1], KEYS[2], sem)
+local limit = sem.limit or tonumber(ARGV[3])
 local used = sem_used(KEYS[1])
 local wanted = tonumber(ARGV[2])
 -- Fair mode: drop dead queue entries; the first live one is the head.
@@ -135,8 +133,7 @@ if wanted > limit or used + wanted + head_need > limit then
 end
 
 redis.call('SET', KEYS[3], token_text)
-sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[10], limit, used, now + tonumber(ARGV[4]))
-sem_settle(KEYS[1], KEYS[2])
+sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[10], limit, now + tonumber(ARGV[4]))
 if ARGV[9] == '1' then
   redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])
 end

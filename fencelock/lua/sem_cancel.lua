@@ -30,28 +30,28 @@ if done == 'c' then
   return {0}
 end
 redis.call('SET', KEYS[3], 'c', 'PX', ARGV[2])
-if sem_check(KEYS[1], KEYS[2]) then
+local sem = sem_open(KEYS[1], KEYS[2], ARGV[1], now_ms(), nil)
+if not sem then
   return {0}
 end
-sem_mode(KEYS[1], nil)
 if ARGV[4] == 'reenter' then
   -- A re-entry that ran left its reply in its record; undo its entry once.
-  if not done or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  if not done or not sem.held then
     return {0}
   end
-  local remaining = tonumber(redis.call('HGET', KEYS[1], '~entries:' .. ARGV[1]) or 1) - 1
+  local remaining = sem.entries - 1
   if remaining >= 1 then
     sem_set_entries(KEYS[1], KEYS[2], ARGV[1], remaining)
   else
     -- The other entries were released first: this was the hold's last entry.
-    sem_drop(KEYS[1], KEYS[2], ARGV[1])
+    sem_drop(KEYS[1], KEYS[2], ARGV[1], sem.held)
     sem_settle(KEYS[1], KEYS[2])
     sem_publish(KEYS[1], ARGV[3], KEYS[4])
   end
   return {1, remaining}
 end
-local freed = sem_purge(KEYS[1], KEYS[2], now_ms())
-local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1])
+local freed = sem_purge(KEYS[1], KEYS[2], sem)
+local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1], sem.live and sem.held)
 sem_settle(KEYS[1], KEYS[2])
 local unmarked = 0
 if KEYS[4] and redis.call('TYPE', KEYS[4])['ok'] == 'zset' then

@@ -46,14 +46,13 @@
 -- client is subscribed to the semaphore's channel (every waiting client is: handoff.lua says
 -- why that bounds every other client's wait). A candidate that already holds (a straggling
 -- copy of its own acquisition ran) is not granted again: that would count its permits twice.
-local err = sem_check(KEYS[1], KEYS[2])
-if err then
-  return err
-end
-sem_mode(KEYS[1], nil)
 local clock = redis.call('TIME')
 local now = now_ms(clock)
-local left, held = sem_leave_entry(KEYS[1], KEYS[2], ARGV[1], KEYS[3], ARGV[2], now)
+local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, nil)
+if not sem then
+  return err
+end
+local left, held = sem_leave_entry(KEYS[1], KEYS[2], ARGV[1], KEYS[3], ARGV[2], sem)
 if left then
   return left
 end
@@ -66,7 +65,7 @@ local function granted()
     return nil
   end
   local _, token_text = sem_hold_parse(value)
-  local limit = tonumber(redis.call('HGET', KEYS[1], '~limit'))
+  local limit = sem.limit
   return {2, tonumber(token_text), limit, limit - sem_used(KEYS[1])}
 end
 
@@ -81,7 +80,7 @@ end
 
 -- Every decision is read before the next write. A server or user that may not run PUBSUB (an
 -- ACL without it) counts as another client listening: the permits come back and are published.
-local limit = tonumber(redis.call('HGET', KEYS[1], '~limit'))
+local limit = sem.limit
 local used = sem_used(KEYS[1])
 local wanted = tonumber(ARGV[6])
 local sharded = ARGV[3] == 'sharded'
@@ -99,6 +98,5 @@ if not token then
   return {1, 0}
 end
 redis.call('SET', KEYS[5], token_text)
-sem_grant(KEYS[1], KEYS[2], ARGV[5], wanted, token_text, ARGV[8], limit, used, now + tonumber(ARGV[7]))
-sem_settle(KEYS[1], KEYS[2])
+sem_grant(KEYS[1], KEYS[2], ARGV[5], wanted, token_text, ARGV[8], limit, now + tonumber(ARGV[7]))
 return {2, token, limit, limit - used - wanted}

@@ -12,17 +12,16 @@
 --          {0}              the semaphore is not in use (no live hold): nothing is recorded,
 --                           and its next acquisition records its own handle's limit
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
-local err = sem_check(KEYS[1], KEYS[2])
-if err then
+local sem, err = sem_open(KEYS[1], KEYS[2], nil, now_ms(), nil)
+if not sem then
   return err
 end
-sem_mode(KEYS[1], nil)
-sem_purge(KEYS[1], KEYS[2], now_ms())
+sem_purge(KEYS[1], KEYS[2], sem)
 sem_settle(KEYS[1], KEYS[2])
 if not sem_earliest(KEYS[1], KEYS[2]) then
   return {0}
 end
-local old = tonumber(redis.call('HGET', KEYS[1], '~limit'))
+local old = sem.limit
 redis.call('HSET', KEYS[1], '~limit', ARGV[1])
 sem_publish(KEYS[1], ARGV[2], nil)
 return {1, old}

@@ -19,7 +19,9 @@
 --                           through its guard); nothing else changed
 --          {1, 0}           released (the permits are free, the hold's field is gone with the
 --                           label it kept, and a message was published on KEYS[1], and KEYS[5]
---                           if given), or a replay of this same release (its mark is found)
+--                           if given; a read-write lock's release that leaves holds publishes
+--                           nothing on the lease-zset path: below), or a replay of this same
+--                           release (its mark is found)
 --          {-1}             the holder holds nothing here (its lease ended, it was released
 --                           by another op or an operator); nothing of another hold is touched
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
@@ -29,13 +31,12 @@
 -- record (KEYS[4]) instead, and a late copy of the acquisition finds that mark and does
 -- nothing. Expired holds are dropped first, so a holder whose lease ended is told {-1} even
 -- before anyone else purged it.
-local err = sem_check(KEYS[1], KEYS[2])
-if err then
+local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now_ms(), nil)
+if not sem then
   return err
 end
-sem_mode(KEYS[1], nil)
--- The hold's field, read once: also what sem_drop would read (a missing field reads false).
-local left, held = sem_leave_entry(KEYS[1], KEYS[2], ARGV[1], KEYS[3], ARGV[2], now_ms())
+-- The hold's field, read once by sem_open: also what sem_drop would read (none reads false).
+local left, held = sem_leave_entry(KEYS[1], KEYS[2], ARGV[1], KEYS[3], ARGV[2], sem)
 if left then
   return left
 end
@@ -47,6 +48,11 @@ if permits == 0 then
   end
   return {-1}
 end
-sem_publish(KEYS[1], ARGV[3], KEYS[5])
+-- A read-write lock's release that leaves holds (known on the lease-zset path) wakes nobody:
+-- its waiting writers wait for no hold at all, and its waiting readers for a writer's hold or
+-- mark, which a reader's release does not end.
+if not (KEYS[5] and not FIELD_EXPIRY and USED > 0) then
+  sem_publish(KEYS[1], ARGV[3], KEYS[5])
+end
 redis.call('SET', KEYS[4], 'r:' .. ARGV[4], 'PX', ARGV[2])
 return {1, 0}

@@ -18,14 +18,10 @@ local renewed = {}
 for i = 1, #ARGV - 1 do
   local hash, leases, holder = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
   renewed[i] = 0
-  if not sem_check(hash, leases) then
-    sem_mode(hash, nil)
-    local deadline = sem_deadline(hash, leases, holder)
-    if deadline and deadline > now and redis.call('HEXISTS', hash, holder) == 1 then
-      sem_set_deadline(hash, leases, holder, now + tonumber(ARGV[1]))
-      sem_settle(hash, leases)
-      renewed[i] = 1
-    end
+  local sem = sem_open(hash, leases, holder, now, nil)
+  if sem and sem.live then
+    sem_set_deadline(hash, leases, holder, now + tonumber(ARGV[1]))
+    renewed[i] = 1
   end
 end
 return renewed

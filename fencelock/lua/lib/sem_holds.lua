@@ -30,33 +30,31 @@
 --     earlier than its latest deadline (extended, never shortened: a semaphore whose holds
 --     left early keeps its "~limit" until then) and is deleted when its last hold is released
 --     (sem_settle).
--- Every script reads the way from the hash (sem_mode), so clients that would choose
+-- Every script reads the way from the hash (sem_open), so clients that would choose
 -- differently (one configured for the zset, or connected before the server was upgraded)
--- share a semaphore correctly. With the zset, both keys expire at the latest deadline
--- (sem_settle). Either way a semaphore nobody holds any more disappears, limit included, and
--- nothing stays behind per holder.
+-- share a semaphore correctly. With the zset, both keys expire no earlier than the latest
+-- deadline: a grant or renewal whose deadline is the latest moves both keys' expiry to it
+-- (sem_set_deadline), and a release leaves it (never shortened: a release that left other
+-- holds would need a read of the zset and two writes to move it earlier, for a key that
+-- outlives its last hold by at most that hold's lease). Either way a semaphore nobody holds
+-- any more disappears, limit included, and nothing stays behind per holder: the release of
+-- the last hold deletes it (sem_settle).
+--
+-- A script opens the semaphore once (sem_open): one HMGET reads the way, the limit, "~used"
+-- and the holder's fields, and on the lease-zset path one ZRANGEBYSCORE lists the expired
+-- holds. Those two reads also check the keys' types, through their own WRONGTYPE errors
+-- (pcall) rather than a TYPE per key; what a script changes afterwards keeps USED current, so
+-- no script reads the hash twice for the same question.
 
--- Whether the semaphore being worked on keeps its deadlines as field expiry; set by sem_mode.
+-- Whether the semaphore being worked on keeps its deadlines as field expiry; set by sem_open.
 local FIELD_EXPIRY = false
 
 -- The most fields of a field-expiry hash that sem_settle looks through for a live hold.
 local SETTLE_SCAN_FIELDS = 10
 
--- Reads the way `hash` keeps its deadlines into FIELD_EXPIRY; `wanted` ("fields" or anything
--- else) decides it for a semaphore that does not exist yet, if this server runs HPEXPIRETIME
--- (a cluster node not yet upgraded, or a user not granted it, gets the zset: a script that
--- failed at its first HPEXPIREAT would keep a hold without a deadline).
-local function sem_mode(hash, wanted)
-  local recorded = redis.call('HGET', hash, '~expiry')
-  if recorded then
-    FIELD_EXPIRY = recorded == 'fields'
-  elseif wanted == 'fields' and redis.call('EXISTS', hash) == 0 then
-    local probe = redis.pcall('HPEXPIRETIME', hash, 'FIELDS', 1, '~expiry')
-    FIELD_EXPIRY = type(probe) == 'table' and probe.err == nil
-  else
-    FIELD_EXPIRY = false
-  end
-end
+-- Lease zset path only: the permits held now ("~used"), as sem_open read it and every change
+-- below keeps it (sem_grant, sem_drop, sem_change_permits), so it is read once per script.
+local USED = 0
 
 -- The server clock in milliseconds (the deadlines' clock); `t`, optional: the reply of a TIME
 -- the script already made (which it can then give next_token too: one call less).
@@ -71,26 +69,12 @@ local function micros_now()
   return string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 end
 
--- nil when both keys are absent or of the types above; else an error reply (nothing read or
--- written yet).
-local function sem_check(hash, leases)
-  local hash_kind = redis.call('TYPE', hash)['ok']
-  if hash_kind ~= 'hash' and hash_kind ~= 'none' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE semaphore key holds a ' .. hash_kind .. ', not a fencelock hash')
-  end
-  local leases_kind = redis.call('TYPE', leases)['ok']
-  if leases_kind ~= 'zset' and leases_kind ~= 'none' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE semaphore lease key holds a ' .. leases_kind .. ', not a sorted set')
-  end
-  return nil
-end
-
--- The permits held now. With field expiry, the sum over the holds' values
--- ("<permits>:<token>", or "<permits>:<token>:<label>": the number before the first colon;
--- the "~" fields hold no colon).
+-- The permits held now: USED on the lease-zset path. With field expiry, the sum over the
+-- holds' values ("<permits>:<token>", or "<permits>:<token>:<label>": the number before the
+-- first colon; the "~" fields hold no colon).
 local function sem_used(hash)
   if not FIELD_EXPIRY then
-    return tonumber(redis.call('HGET', hash, '~used')) or 0
+    return USED
   end
   local used = 0
   for _, value in ipairs(redis.call('HVALS', hash)) do
@@ -111,8 +95,79 @@ local function sem_deadline(hash, leases, holder)
   return tonumber(redis.call('ZSCORE', leases, holder))
 end
 
--- Sets a live hold's deadline (server ms); with field expiry its entries field's too, and
--- the hash's own expiry is extended to it.
+-- The FENCELOCK_WRONGTYPE reply for `key` (`what` it should be: `wanted`), naming what it
+-- holds; or `reply` itself when the call failed for another reason (an ACL refusal).
+local function sem_refusal(reply, key, what, wanted)
+  if string.sub(reply.err, 1, 9) ~= 'WRONGTYPE' then
+    return reply
+  end
+  local kind = redis.call('TYPE', key)['ok']
+  return redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' holds a ' .. kind .. ', not ' .. wanted)
+end
+
+-- Opens the semaphore at `hash` (with its lease zset `leases`) for a script, at server time
+-- `now` (ms), for `holder` (nil: none). Sets FIELD_EXPIRY from the hash's "~expiry"; for a
+-- semaphore that does not exist yet `wanted` ("fields" or anything else) decides it, if this
+-- server runs HPEXPIRETIME (a cluster node not yet upgraded, or a user not granted it, gets
+-- the zset: a script that failed at its first HPEXPIREAT would keep a hold without a
+-- deadline). Returns a table, or nil and an error reply (nothing written):
+--   limit    the recorded "~limit" (nil: none recorded)
+--   held     the holder's field (false: none)
+--   live     whether the holder holds now: its field is there and its deadline is after `now`
+--   entries  the holder's entries ("~entries:<holder id>", 1 without that field)
+--   expired  lease zset path: the holders whose deadline is at or before `now` (sem_purge)
+-- A key of another type fails the call that reads it, caught here, so neither key costs a
+-- TYPE when both are right. With field expiry the zset is never read: its type is checked
+-- with TYPE, so a foreign key under its name is refused and never deleted (sem_settle).
+local function sem_open(hash, leases, holder, now, wanted)
+  local got
+  if holder then
+    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used', holder, '~entries:' .. holder)
+  else
+    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used')
+  end
+  if got.err then
+    return nil, sem_refusal(got, hash, 'semaphore key', 'a fencelock hash')
+  end
+  if got[1] then
+    FIELD_EXPIRY = got[1] == 'fields'
+  elseif wanted == 'fields' and redis.call('EXISTS', hash) == 0 then
+    local probe = redis.pcall('HPEXPIRETIME', hash, 'FIELDS', 1, '~expiry')
+    FIELD_EXPIRY = type(probe) == 'table' and probe.err == nil
+  else
+    FIELD_EXPIRY = false
+  end
+  local state = {
+    limit = tonumber(got[2]),
+    held = holder and got[4] or false,
+    entries = holder and tonumber(got[5]) or 1,
+    expired = {},
+  }
+  if FIELD_EXPIRY then
+    local kind = redis.call('TYPE', leases)['ok']
+    if kind ~= 'zset' and kind ~= 'none' then
+      return nil, redis.error_reply('FENCELOCK_WRONGTYPE semaphore lease key holds a ' .. kind .. ', not a sorted set')
+    end
+    state.live = state.held and (sem_deadline(hash, leases, holder) or 0) > now
+    return state
+  end
+  local expired = redis.pcall('ZRANGEBYSCORE', leases, '-inf', now)
+  if expired.err then
+    return nil, sem_refusal(expired, leases, 'semaphore lease key', 'a sorted set')
+  end
+  state.expired = expired
+  USED = tonumber(got[3]) or 0
+  state.live = state.held and true or false
+  for _, gone in ipairs(expired) do
+    if gone == holder then
+      state.live = false
+    end
+  end
+  return state
+end
+
+-- Sets a live hold's deadline (server ms); with field expiry its entries field's too. The
+-- keys' own expiry is extended to it when it is the latest (never shortened: header).
 local function sem_set_deadline(hash, leases, holder, deadline)
   if FIELD_EXPIRY then
     redis.call('HPEXPIREAT', hash, deadline, 'FIELDS', 2, holder, '~entries:' .. holder)
@@ -121,6 +176,11 @@ local function sem_set_deadline(hash, leases, holder, deadline)
     end
   else
     redis.call('ZADD', leases, deadline, holder)
+    local latest = redis.call('ZRANGE', leases, -1, -1, 'WITHSCORES')
+    if tonumber(latest[2]) <= deadline then
+      redis.call('PEXPIREAT', hash, deadline)
+      redis.call('PEXPIREAT', leases, deadline)
+    end
   end
 end
 
@@ -144,14 +204,15 @@ local function sem_hold_parse(value)
   return tonumber(permits), token_text, label
 end
 
--- A new hold of `permits` with its token and `label` (nil: none), the semaphore's `limit`
--- (recorded) and `used` permits held before it, until `deadline`.
-local function sem_grant(hash, leases, holder, permits, token_text, label, limit, used, deadline)
+-- A new hold of `permits` with its token and `label` (nil: none) and the semaphore's `limit`
+-- (recorded), until `deadline`; the keys expire no earlier than it.
+local function sem_grant(hash, leases, holder, permits, token_text, label, limit, deadline)
   local value = sem_hold_value(permits, token_text, label)
   if FIELD_EXPIRY then
     redis.call('HSET', hash, holder, value, '~limit', limit, '~expiry', 'fields')
   else
-    redis.call('HSET', hash, holder, value, '~limit', limit, '~used', used + permits)
+    USED = USED + permits
+    redis.call('HSET', hash, holder, value, '~limit', limit, '~used', USED)
   end
   sem_set_deadline(hash, leases, holder, deadline)
 end
@@ -164,7 +225,7 @@ local function sem_change_permits(hash, leases, holder, from, to, token_text, la
   if FIELD_EXPIRY then
     redis.call('HPEXPIREAT', hash, deadline, 'FIELDS', 1, holder)
   else
-    redis.call('HINCRBY', hash, '~used', to - from)
+    USED = redis.call('HINCRBY', hash, '~used', to - from)
   end
 end
 
@@ -196,54 +257,52 @@ local function sem_drop(hash, leases, holder, held)
   local permits = tonumber(string.match(held, '^(%d+):'))
   redis.call('HDEL', hash, holder, '~entries:' .. holder)
   if not FIELD_EXPIRY then
-    redis.call('HINCRBY', hash, '~used', -permits)
+    USED = redis.call('HINCRBY', hash, '~used', -permits)
   end
   return permits
 end
 
--- Drops every hold whose deadline is at or before `now`; returns the permits freed. With
--- field expiry the server drops them itself (nothing to do, 0 freed); it judges a field by
--- the time the script began, so a hold whose deadline passes while a script runs counts as
+-- Drops every hold that sem_open found expired (`state.expired`); returns the permits freed.
+-- With field expiry the server drops them itself (nothing to do, 0 freed); it judges a field
+-- by the time the script began, so a hold whose deadline passes while a script runs counts as
 -- held until that script ends: for microseconds, and on the safe side.
-local function sem_purge(hash, leases, now)
+local function sem_purge(hash, leases, state)
   local freed = 0
-  if FIELD_EXPIRY then
-    return freed
-  end
-  for _, holder in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now)) do
+  for _, holder in ipairs(state.expired) do
     freed = freed + sem_drop(hash, leases, holder)
   end
+  state.expired = {}
   return freed
 end
 
--- The part of a holder's release that does not end its hold (sem_release.lua, sem_handoff.lua):
--- replays a release that left entries (its reply kept in its op record `record`), or takes one
--- entry of a hold entered more than once (the record keeps the entries left, `ttl` ms). Drops
--- expired holds first (judged at `now`), so a holder whose lease ended holds nothing. Returns
--- that reply, or nil and the hold's field as read (false: no such hold) for the caller to end.
-local function sem_leave_entry(hash, leases, holder, record, ttl, now)
+-- The part of a holder's release that does not end its hold (sem_release.lua, sem_handoff.lua),
+-- on the semaphore `state` that sem_open read for `holder`: replays a release that left
+-- entries (its reply kept in its op record `record`), or takes one entry of a hold entered
+-- more than once (the record keeps the entries left, `ttl` ms). Drops expired holds first, so
+-- a holder whose lease ended holds nothing. Returns that reply, or nil and the hold's field
+-- (false: no live hold) for the caller to end.
+local function sem_leave_entry(hash, leases, holder, record, ttl, state)
   local done = redis.call('GET', record)
   if done then
     return {1, tonumber(done)}, nil
   end
-  sem_purge(hash, leases, now)
-  local held = redis.call('HGET', hash, holder)
-  if held then
-    local entries = tonumber(redis.call('HGET', hash, '~entries:' .. holder) or 1)
-    if entries > 1 then
-      local remaining = entries - 1
-      sem_set_entries(hash, leases, holder, remaining)
-      redis.call('SET', record, remaining, 'PX', ttl)
-      return {1, remaining}, nil
-    end
+  sem_purge(hash, leases, state)
+  if not state.live then
+    return nil, false
   end
-  return nil, held
+  if state.entries > 1 then
+    local remaining = state.entries - 1
+    sem_set_entries(hash, leases, holder, remaining)
+    redis.call('SET', record, remaining, 'PX', ttl)
+    return {1, remaining}, nil
+  end
+  return nil, state.held
 end
 
--- After a change: deletes a semaphore with no hold left; with the zset, else sets both keys
--- to expire at the latest deadline (field expiry extends the hash's expiry as deadlines are
--- set: sem_set_deadline). With field expiry "no hold left" is judged by HLEN, which may still
--- count a field the server has not reclaimed yet; such a hash goes at its own expiry.
+-- After a change that may have ended holds: deletes a semaphore with no hold left (the keys'
+-- expiry is left as it is: the header says why). With the zset "no hold left" is USED at 0;
+-- with field expiry it is judged by HLEN, which may still count a field the server has not
+-- reclaimed yet; such a hash goes at its own expiry.
 local function sem_settle(hash, leases)
   if FIELD_EXPIRY then
     -- "~limit" and "~expiry" are the only fields of a hash without holds. HLEN also counts a
@@ -266,13 +325,9 @@ local function sem_settle(hash, leases)
     end
     return
   end
-  local last = redis.call('ZRANGE', leases, -1, -1, 'WITHSCORES')
-  if #last == 0 then
+  if USED <= 0 then
     redis.call('DEL', hash, leases)
-    return
   end
-  redis.call('PEXPIREAT', hash, last[2])
-  redis.call('PEXPIREAT', leases, last[2])
 end
 
 -- The earliest deadline among the live holds (server ms), nil when none is held.

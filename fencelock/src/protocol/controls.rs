@@ -158,7 +158,7 @@ pub enum Control {
 const RETENTION_FLOOR: &str = "if retention == 0 or exclusive > 0 or shared > 0 then";
 const RETENTION_NO_FLOOR: &str = "if true then";
 /// The line of `lib/sem_holds.lua` that finds the expired holds, and its broken form.
-const SEM_PURGE: &str = "redis.call('ZRANGEBYSCORE', leases, '-inf', now)";
+const SEM_PURGE: &str = "redis.pcall('ZRANGEBYSCORE', leases, '-inf', now)";
 const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
@@ -383,7 +383,7 @@ impl Control {
             ],
             Control::SemResendNotRecognised => &[(
                 "sem_acquire",
-                "if held and (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or 0) > now then",
+                "if sem.live then",
                 "if false then",
             )],
             Control::SemIgnoresQueueHead => &[(
@@ -404,8 +404,8 @@ impl Control {
             Control::RwDowngradeKeepsWriting => &[("rw_downgrade", "if permits > 1 then", "if false then")],
             Control::SemRenewRevivesExpired => &[(
                 "sem_renew",
-                "if deadline and deadline > now and",
-                "if deadline and",
+                "if sem and sem.live then",
+                "if sem and sem.held then",
             )],
             Control::ResendLeavesNoRecord => &[(
                 "acquire",

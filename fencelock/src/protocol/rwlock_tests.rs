@@ -699,3 +699,46 @@ async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends() {
     })
     .await;
 }
+
+/// A reader's release that leaves other readers holding publishes nothing on either channel
+/// (no waiter can use it: a writer waits for no hold at all, a reader for a writer's hold or
+/// mark); the last reader's release tells both sides. With field expiry the script does not
+/// know the holds left, and publishes every release.
+#[tokio::test]
+async fn only_the_release_that_leaves_no_hold_wakes_waiters() {
+    let test = "only_the_release_that_leaves_no_hold_wakes_waiters";
+    for_each_hold_expiry(test, async || {
+        use futures_util::StreamExt;
+        let (server, mut conn, _lock) = super::tests::setup().await;
+        let keys = rw_keys();
+        let writers = keys.rw_writers().unwrap();
+        token_of("the first reader", read(&mut conn, &keys, "a").await).unwrap();
+        token_of("the second reader", read(&mut conn, &keys, "b").await).unwrap();
+        busy("the writer", write(&mut conn, &keys, "w", true).await).unwrap();
+        let mut sub = server.client().get_async_pubsub().await.unwrap();
+        sub.subscribe(&keys.lock).await.unwrap();
+        sub.subscribe(&writers).await.unwrap();
+        leave(&mut conn, &keys, "a").await;
+        // Messages arrive in the order they were published: a probe published after the
+        // release is the first message unless the release published.
+        let _: () = conn.publish(&writers, "probe").await.unwrap();
+        let mut expected = if hold_field_expiry() {
+            vec!["released", "released", "probe"]
+        } else {
+            vec!["probe"]
+        };
+        leave(&mut conn, &keys, "b").await;
+        expected.extend(["released", "released"]);
+        let mut messages = sub.on_message();
+        let mut received = Vec::new();
+        while received.len() < expected.len() {
+            let message = tokio::time::timeout(Duration::from_secs(2), messages.next())
+                .await
+                .expect("a message within two seconds")
+                .unwrap();
+            received.push(message.get_payload::<String>().unwrap());
+        }
+        assert_eq!(received, expected);
+    })
+    .await;
+}

@@ -1,7 +1,7 @@
 //! How a semaphore is laid out in Redis, both ways of keeping its holds' deadlines (the lease
 //! zset and hash-field expiry, `lib/sem_holds.lua`), against a real redis-server: the keys and
-//! fields DESIGN.md gives, expiring with the latest hold, the way chosen at creation kept, and
-//! nothing left after the last release.
+//! fields DESIGN.md gives, expiring no earlier than the latest hold, the way chosen at creation
+//! kept, and nothing left after the last release.
 
 use super::*;
 
@@ -308,6 +308,49 @@ async fn a_hold_whose_field_was_removed_is_not_renewed() {
                     .unwrap(),
                 [false, true]
             );
+        },
+    )
+    .await;
+}
+
+/// The keys expire no earlier than the latest hold's deadline: a shorter hold granted later
+/// does not bring their expiry forward, nor does the release of the longest hold (the keys
+/// then outlive the holds left by at most its lease). An operator's new limit finds the
+/// semaphore idle once those holds' leases passed, and nothing is left.
+#[tokio::test]
+async fn the_keys_outlive_every_hold_and_go_with_the_last() {
+    for_each_hold_expiry(
+        "the_keys_outlive_every_hold_and_go_with_the_last",
+        async || {
+            use crate::protocol::semaphore::sem_limit;
+            let (_server, mut conn, _lock) = crate::protocol::tests::setup().await;
+            let keys = sem_keys();
+            token_of(take(&mut conn, &keys, "long", 1, LEASE).await).unwrap();
+            token_of(take(&mut conn, &keys, "short", 1, SHORT).await).unwrap();
+            let mut keys_now = vec![keys.lock.clone()];
+            if !crate::protocol::tests::hold_field_expiry() {
+                keys_now.push(keys.sem_leases());
+            }
+            for key in &keys_now {
+                let pttl: i64 = conn.pttl(key).await.unwrap();
+                assert!(
+                    pttl > SHORT.as_millis() as i64,
+                    "{pttl} after the short hold"
+                );
+            }
+            let reply = release(&mut conn, &keys, "long", "r", OP_TTL, PubSub::Classic)
+                .await
+                .unwrap();
+            assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+            tokio::time::sleep(SHORT * 2).await;
+            assert_eq!(
+                sem_limit(&mut conn, &keys, 5, PubSub::Classic)
+                    .await
+                    .unwrap(),
+                None,
+                "a new limit once the hold left has expired"
+            );
+            assert_nothing_left(&mut conn, &keys).await;
         },
     )
     .await;

@@ -21,6 +21,10 @@ use super::*;
 #[path = "semaphore_layout_tests.rs"]
 mod layout;
 
+/// Which scripts wake a semaphore's waiters.
+#[path = "semaphore_wakeup_tests.rs"]
+mod wakeups;
+
 const LIMIT: u32 = 3;
 /// A lease that runs out during a check.
 const SHORT: Duration = Duration::from_millis(60);
@@ -62,6 +66,34 @@ pub(super) async fn take_sent(
         hold_field_expiry(),
         None,
         recorded,
+    )
+    .await
+    .unwrap()
+}
+
+/// [`take`] by a fair-handoff client, on a semaphore of 4 permits; `wait`: the caller will wait
+/// (a busy attempt queues it).
+async fn take_fair(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    permits: u32,
+    wait: bool,
+    lease: Duration,
+) -> SemAcquireReply {
+    sem_acquire(
+        conn,
+        keys,
+        holder,
+        permits,
+        4,
+        lease,
+        OP_TTL,
+        PubSub::Classic,
+        Some(wait),
+        hold_field_expiry(),
+        None,
+        false,
     )
     .await
     .unwrap()
@@ -218,24 +250,8 @@ async fn the_queue_head_is_protected(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
 ) -> Result<(), String> {
-    let fair = |wait| Some(wait);
     let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, wait, lease| {
-        sem_acquire(
-            conn,
-            keys,
-            holder,
-            permits,
-            4,
-            lease,
-            OP_TTL,
-            PubSub::Classic,
-            fair(wait),
-            hold_field_expiry(),
-            None,
-            false,
-        )
-        .await
-        .unwrap()
+        take_fair(conn, keys, holder, permits, wait, lease).await
     };
     token_of(ask(conn, "held", 3, false, LEASE).await)?;
     if !matches!(
@@ -656,22 +672,7 @@ async fn a_waiter_keeps_its_place_in_the_queue_across_attempts() {
             let (_server, mut conn, _lock) = super::tests::setup().await;
             let keys = sem_keys();
             let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, wait| {
-                sem_acquire(
-                    conn,
-                    &keys,
-                    holder,
-                    permits,
-                    4,
-                    LEASE,
-                    OP_TTL,
-                    PubSub::Classic,
-                    Some(wait),
-                    hold_field_expiry(),
-                    None,
-                    false,
-                )
-                .await
-                .unwrap()
+                take_fair(conn, &keys, holder, permits, wait, LEASE).await
             };
             token_of(ask(&mut conn, "held", 3, false).await).unwrap();
             for holder in ["first", "second", "first"] {
@@ -695,85 +696,6 @@ async fn a_waiter_keeps_its_place_in_the_queue_across_attempts() {
     .await;
 }
 
-/// Waiters are told when permits may have come back: by an acquisition whose purge of an
-/// expired hold left permits free (lease zset: with field expiry the server drops holds
-/// without any script, and waiters go by their timers), by a queue head that wins with
-/// permits left, and by an operator's new limit.
-#[tokio::test]
-async fn waiters_are_told_when_permits_may_have_come_back() {
-    for_each_hold_expiry(
-        "waiters_are_told_when_permits_may_have_come_back",
-        async || {
-            use super::semaphore::sem_limit;
-            let (server, mut conn, _lock) = super::tests::setup().await;
-            let keys = sem_keys();
-            let channel = keys.lock.clone();
-            if !hold_field_expiry() {
-                token_of(take(&mut conn, &keys, "crashed", 2, SHORT).await).unwrap();
-                token_of(take(&mut conn, &keys, "alive", 1, LEASE).await).unwrap();
-                tokio::time::sleep(SHORT * 2).await;
-                let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
-                token_of(take(&mut conn, &keys, "next", 1, LEASE).await).unwrap();
-                assert_eq!(
-                    next_message(&mut sub).await,
-                    Some(channel.clone()),
-                    "an acquisition that dropped an expired hold and left permits free"
-                );
-                for (holder, op) in [("next", "r0"), ("alive", "r00")] {
-                    release(&mut conn, &keys, holder, op, OP_TTL, PubSub::Classic)
-                        .await
-                        .unwrap();
-                }
-            }
-            let fair = async |conn: &mut MultiplexedConnection, holder: &str, permits| {
-                sem_acquire(
-                    conn,
-                    &keys,
-                    holder,
-                    permits,
-                    4,
-                    LEASE,
-                    OP_TTL,
-                    PubSub::Classic,
-                    Some(true),
-                    hold_field_expiry(),
-                    None,
-                    false,
-                )
-                .await
-                .unwrap()
-            };
-            token_of(fair(&mut conn, "held", 3).await).unwrap();
-            let queued = fair(&mut conn, "head", 2).await;
-            assert!(matches!(queued, SemAcquireReply::Busy { .. }), "{queued:?}");
-            release(&mut conn, &keys, "held", "r1", OP_TTL, PubSub::Classic)
-                .await
-                .unwrap();
-            let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
-            token_of(fair(&mut conn, "head", 2).await).unwrap();
-            assert_eq!(
-                next_message(&mut sub).await,
-                Some(channel.clone()),
-                "a queue head that won with permits left"
-            );
-            drop(sub);
-            let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
-            assert_eq!(
-                sem_limit(&mut conn, &keys, 6, PubSub::Classic)
-                    .await
-                    .unwrap(),
-                Some(4)
-            );
-            assert_eq!(
-                next_message(&mut sub).await,
-                Some(channel.clone()),
-                "an operator's new limit"
-            );
-        },
-    )
-    .await;
-}
-
 /// A waiter whose entry passed (it died) stops protecting its place even while the queue
 /// lives on for a later waiter: that one becomes the head and gets in.
 #[tokio::test]
@@ -783,22 +705,7 @@ async fn a_dead_waiters_entry_ends_while_a_later_waiters_lives() {
         let (_server, mut conn, _lock) = super::tests::setup().await;
         let keys = sem_keys();
         let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, lease| {
-            sem_acquire(
-                conn,
-                &keys,
-                holder,
-                permits,
-                4,
-                lease,
-                OP_TTL,
-                PubSub::Classic,
-                Some(true),
-                hold_field_expiry(),
-                None,
-                false,
-            )
-            .await
-            .unwrap()
+            take_fair(conn, &keys, holder, permits, true, lease).await
         };
         token_of(ask(&mut conn, "held", 2, LEASE).await).unwrap();
         token_of(ask(&mut conn, "brief", 1, SHORT).await).unwrap();
