@@ -139,6 +139,8 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
     // writer's attempt: 2 round trips), against 2 raw EVALSHA measured right after.
     let mut handoffs = Vec::new();
     let mut handoff_limits = Vec::new();
+    let mut handoff_calls = Vec::new();
+    let mut admin = Admin::new(&server).await;
     for _ in 0..cfg.pick(30, 2) {
         let shared = clients[0].rwlock("w10-handoff").expect("rwlock");
         let mut reads = Vec::new();
@@ -161,6 +163,7 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         let last = reads.pop().expect("a reader");
+        admin.reset_stats().await;
         for read in reads {
             read.release().await.expect("release");
         }
@@ -168,6 +171,12 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
         last.release().await.expect("release");
         let granted = waiting.await.expect("writer");
         handoffs.push(us(granted - started));
+        let calls = admin
+            .command_stats()
+            .await
+            .get("evalsha")
+            .map_or(0, |c| c.0);
+        handoff_calls.push(calls as f64);
         let started = Instant::now();
         raw_pair().await;
         handoff_limits.push(us(started.elapsed()));
@@ -175,7 +184,6 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
     }
 
     // (d) memory: the semaphore's and the read-write lock's keys with 1 and with 101 holds.
-    let mut admin = Admin::new(&server).await;
     let mut bytes = Vec::new();
     for (what, pattern) in [("permit holder", "sem"), ("reader", "rw")] {
         let mut sizes = Vec::new();
@@ -218,6 +226,69 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
             }
         }
         bytes.push((what, sizes[0], (sizes[1] - sizes[0]) as f64 / 100.0));
+    }
+
+    // (e) the server's work per cycle, one task after another (nothing else runs): script
+    // calls, the server commands they run, and the server µs spent inside the scripts and
+    // inside those commands (`INFO commandstats`), for a read beside 8 readers that hold,
+    // a permit and a lock.
+    let cycles: u32 = cfg.pick(2000, 20);
+    let mut work = Vec::new();
+    {
+        let rw = ours.rwlock("w10-work").expect("rwlock");
+        let mut others = Vec::new();
+        for _ in 0..8 {
+            others.push(rw.read().await.expect("read"));
+        }
+        let pool = ours.semaphore("w10-work-pool", 4).expect("semaphore");
+        let lock = ours.lock("w10-work-lock").expect("lock");
+        enum Cycle {
+            Read,
+            Permit,
+            Lock,
+        }
+        for (what, cycle) in [
+            ("read + release, 8 other readers holding", Cycle::Read),
+            ("semaphore: acquire(1) + release", Cycle::Permit),
+            ("lock: acquire + release (for comparison)", Cycle::Lock),
+        ] {
+            // One cycle first, so that loading the scripts is not counted.
+            for round in [1, cycles] {
+                admin.reset_stats().await;
+                for _ in 0..round {
+                    match cycle {
+                        Cycle::Read => rw
+                            .read()
+                            .await
+                            .expect("read")
+                            .release()
+                            .await
+                            .expect("release"),
+                        Cycle::Permit => pool
+                            .acquire(1)
+                            .await
+                            .expect("permit")
+                            .release()
+                            .await
+                            .expect("release"),
+                        Cycle::Lock => lock
+                            .acquire()
+                            .await
+                            .expect("lock")
+                            .release()
+                            .await
+                            .expect("release"),
+                    }
+                }
+            }
+            work.push((
+                what,
+                ServerWork::per_cycle(admin.command_stats().await, cycles),
+            ));
+        }
+        for read in others {
+            read.release().await.expect("release");
+        }
     }
 
     let mut text = String::from(
@@ -263,10 +334,13 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
     let _ = writeln!(
         text,
         "\n{rounds} interleaved rounds of {n} calls each for the free calls; ratio = median of \
-         per-round ratios. The handoff: median of {} handoffs, each followed by 2 raw EVALSHA.\n\n\
+         per-round ratios. The handoff: median of {} handoffs, each followed by 2 raw EVALSHA; \
+         the 8 releases and the writer's attempts and release made {:.0} script calls per \
+         handoff (median).\n\n\
          | under contention ({:.1} s windows) | fencelock, calls/s | raw acquire + release pairs/s, same tasks | ratio |\n\
          | --- | ---: | ---: | ---: |",
         handoffs.len(),
+        median(&handoff_calls),
         window.as_secs_f64(),
     );
     let _ = writeln!(
@@ -291,6 +365,19 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
     for (what, one, per) in bytes {
         let _ = writeln!(text, "| {what} | {one} B | {per:.0} B |");
     }
+    let _ = writeln!(
+        text,
+        "\n| the server's work per cycle ({cycles} cycles, one task) | script calls | server \
+         commands | µs in the scripts | µs in their commands |\n\
+         | --- | ---: | ---: | ---: | ---: |"
+    );
+    for (what, work) in &work {
+        let _ = writeln!(
+            text,
+            "| {what} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            work.scripts, work.commands, work.script_us, work.command_us
+        );
+    }
     let _ = writeln!(text);
     report.section(text);
     let readers_ratio = readers / readers_limit;
@@ -300,4 +387,35 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
         format!("{readers_ratio:.2}×"),
         readers_ratio >= 0.6,
     );
+}
+
+/// What the server did per cycle, from `INFO commandstats` (which also counts the commands
+/// scripts run).
+struct ServerWork {
+    scripts: f64,
+    commands: f64,
+    script_us: f64,
+    command_us: f64,
+}
+
+impl ServerWork {
+    fn per_cycle(stats: std::collections::BTreeMap<String, (u64, f64)>, cycles: u32) -> Self {
+        let n = f64::from(cycles);
+        let mut work = ServerWork {
+            scripts: 0.0,
+            commands: 0.0,
+            script_us: 0.0,
+            command_us: 0.0,
+        };
+        for (name, (calls, usec)) in stats {
+            if name == "evalsha" {
+                work.scripts += calls as f64 / n;
+                work.script_us += usec / n;
+            } else if !name.contains("subscribe") && name != "script|load" {
+                work.commands += calls as f64 / n;
+                work.command_us += usec / n;
+            }
+        }
+        work
+    }
 }
