@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::cancel::CancelPoints;
 use common::deadline::HANDOFF;
-use common::events::event_counts;
+use common::events::{event_counts, waits_on};
 use common::{eventually, Env, Fixture};
 use fencelock::LockClient;
 use fencelock_testing::{Direction, FaultProxy};
@@ -399,16 +399,22 @@ on_topologies_multi_thread! {
     /// client), so all three hold before the holder's lease could have mattered.
     async fn permits_left_after_a_handoff_go_on_to_the_next_waiters(fx) {
         let client = fx.client().await;
-        let pool = client.semaphore("spread", 3).unwrap().with_lease(LONG).unwrap();
+        // A name of its own: the topologies run at once, and the waits are counted by name.
+        let name = format!("spread-{}", uuid::Uuid::new_v4().simple());
+        let pool = client.semaphore(name.as_str(), 3).unwrap().with_lease(LONG).unwrap();
         let all = pool.acquire(3).await.unwrap();
+        // Read before the waiters start: the first read installs the counting subscriber.
+        let channel = format!("sem:{name}");
+        let before = waits_on(&channel);
         let mut waiters = Vec::new();
         for _ in 0..3 {
             let pool = pool.clone();
             waiters.push(tokio::spawn(async move { pool.acquire(1).await }));
         }
-        // Queued behind the holder (one still on its way would find a permit free itself:
-        // the test would then only be easier).
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // All three queued behind the holder before it releases (one still on its way would
+        // find a permit free itself, and the permits left would go on to nobody).
+        let queued = || waits_on(&channel) == before + 3;
+        assert!(eventually(HANDOFF, queued).await, "the three waiters queued");
         all.release().await.unwrap();
         let mut held = Vec::new();
         for waiter in waiters {
@@ -424,7 +430,7 @@ on_topologies_multi_thread! {
         for permit in held {
             permit.release().await.unwrap();
         }
-        assert!(fx.keys("fencelock:{*}sem*:spread").is_empty());
+        assert!(fx.keys(&format!("fencelock:{{*}}sem*:{name}")).is_empty());
     }
 }
 

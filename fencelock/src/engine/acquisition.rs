@@ -290,7 +290,7 @@ async fn wait_and_acquire<T: Attempts>(
     if let Some(terms) = attempts.handoff_terms() {
         entry.accept_handoffs(terms);
     }
-    tracing::debug!(name: "fencelock.wait", holder = attempts.holder(), ahead = entry.ahead(), "waiting in this client's queue");
+    tracing::debug!(name: "fencelock.wait", holder = attempts.holder(), ahead = entry.ahead(), channel = %String::from_utf8_lossy(how.channel), "waiting in this client's queue");
     // Declared after the entry, so dropped before it: the record goes as the wait ends.
     let mut record = how
         .report
