@@ -27,6 +27,24 @@ impl Faulty {
         LockClient::connect(&self.proxy.url()).await.unwrap()
     }
 
+    /// Restores the connection and checks that whatever an abandoned attempt on `lock` did is
+    /// undone: the lock ends free, and can be taken.
+    async fn heal_and_find_free(&self, lock: &fencelock::Lock) {
+        self.proxy.reset_all();
+        self.proxy.heal();
+        let name = String::from_utf8(lock.name().to_vec()).unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || self
+                .fx
+                .lock_key(&name)
+                .is_none())
+            .await,
+            "{name} was left held"
+        );
+        let guard = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
+        guard.release().await.unwrap();
+    }
+
     /// Lets `request` reach Redis and run, then kills the connection before the reply gets
     /// back: the client cannot know whether it ran, which is what a retry must survive.
     async fn lose_reply_of<T>(
@@ -239,18 +257,39 @@ async fn an_acquire_deadline_holds_while_redis_does_not_answer() {
         "{:?}",
         started.elapsed()
     );
-    faulty.proxy.heal();
-    faulty.proxy.reset_all();
-    // Whatever the abandoned attempt did is undone: the lock ends free.
-    assert!(
-        eventually(Duration::from_secs(10), || faulty
-            .fx
-            .lock_key("unanswered")
-            .is_none())
+    faulty.heal_and_find_free(&lock).await;
+}
+
+/// An operation that meets a reconnect it cannot finish (the server's replies, the new
+/// connection's handshake among them, are lost) gives up when its retry window closes, not
+/// when the reconnect's tries run out: each attempt waits for the connection at most one
+/// response timeout. Here the reconnect alone would take four connection timeouts (8 s and
+/// pauses); the operation's bound is its window plus one response timeout, 1.2 s. Whatever
+/// the acquisition did on Redis is undone once the server can be reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_that_meets_a_reconnect_ends_with_its_retry_window() {
+    const WINDOW: Duration = Duration::from_secs(1);
+    const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+    let faulty = Faulty::start();
+    let client = LockClient::builder(faulty.proxy.url())
+        .response_timeout(Duration::from_millis(200))
+        .connection_timeout(CONNECTION_TIMEOUT)
+        .retry_window(WINDOW)
+        .connect()
         .await
-    );
-    let guard = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
-    guard.release().await.unwrap();
+        .unwrap();
+    let lock = client.lock("reconnecting").unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+
+    faulty.proxy.blackhole(Direction::Downstream);
+    let started = std::time::Instant::now();
+    let outcome = lock.try_acquire().await;
+    let took = started.elapsed();
+    assert!(outcome.is_err(), "{outcome:?}");
+    // Far above the bound, for a loaded machine, and far below the reconnect's 8 s that an
+    // attempt waiting for it would take.
+    assert!(took < WINDOW + CONNECTION_TIMEOUT, "{took:?}");
+    faulty.heal_and_find_free(&lock).await;
 }
 
 /// An ordered multi-lock (the member-by-member path a cluster takes) whose first member's

@@ -8,9 +8,12 @@
 //! response timeout), and when the server became unreachable in between they outlast their
 //! retry window. Here every connection has a generation, and a loss is acted on only when the
 //! connection that reports it (by a failed request or by its push) is still the current one.
+//! And a request waits for a connect in progress no longer than for a reply, so that no
+//! attempt of an operation runs past its retry window by a reconnect's whole set-up.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -18,7 +21,7 @@ use redis::{
     AsyncConnectionConfig, Cmd, Pipeline, PushInfo, PushKind, RedisError, RedisFuture, RedisResult,
     Value,
 };
-use tokio::sync::OnceCell;
+use tokio::sync::Notify;
 
 use super::push::{push_handler, PushListener};
 use crate::base::config::ClientConfig;
@@ -33,10 +36,10 @@ const MAX_CONNECT_PAUSE: Duration = Duration::from_millis(500);
 
 /// A self-reconnecting connection to one server. Clones share the connection.
 ///
-/// A request waits for the current connection (connecting it if no one is), and a request that
-/// fails in a way that leaves the connection unusable, a failed connect, or the connection's
-/// own `Disconnection` push starts one reconnect, unless another one already replaced that
-/// connection. A new connection subscribes to every channel subscribed through this one before
+/// A request waits for the current connection (starting its connect if no one has) at most one
+/// response timeout. A request that fails in a way that leaves the connection unusable, a
+/// failed connect, or the connection's own `Disconnection` push starts one reconnect, unless
+/// another one already replaced that connection. A new connection subscribes to every channel subscribed through this one before
 /// any request can use it, so a waiter that the loss sent back to Redis cannot miss a release
 /// published after its look.
 #[derive(Clone)]
@@ -57,17 +60,36 @@ struct Shared {
 /// One connection (or the attempt to make it) and its number; a later one replaces it.
 struct Generation {
     number: u64,
-    /// Set once by whoever drives the connect: the reconnect's own task, or the first request
-    /// when no task runs (a dropped request leaves it to the next one).
-    conn: OnceCell<RedisResult<MultiplexedConnection>>,
+    /// Set once, by the task that connects it ([`Shared::connect_in_background`]).
+    conn: OnceLock<RedisResult<MultiplexedConnection>>,
+    /// Wakes the requests waiting for `conn` once it is set.
+    connected: Notify,
+    /// Whether a task connecting it was started.
+    connecting: AtomicBool,
 }
 
 impl Generation {
     fn new(number: u64) -> Arc<Generation> {
         Arc::new(Generation {
             number,
-            conn: OnceCell::new(),
+            conn: OnceLock::new(),
+            connected: Notify::new(),
+            connecting: AtomicBool::new(false),
         })
+    }
+
+    /// The outcome of its connect, once there is one.
+    async fn connected(&self) -> &RedisResult<MultiplexedConnection> {
+        loop {
+            // Registered before the look, so a connect that ends in between still wakes it.
+            let woken = self.connected.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if let Some(outcome) = self.conn.get() {
+                return outcome;
+            }
+            woken.await;
+        }
     }
 }
 
@@ -88,17 +110,37 @@ impl ReconnectingConn {
                 channels: parking_lot::Mutex::new(HashSet::new()),
             }),
         };
-        conn.connection().await?;
+        // The first connect takes all its tries: nothing is retried around it.
+        conn.connection(None).await?;
         Ok(conn)
     }
 
-    /// The current connection and its generation, once connected.
-    async fn connection(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+    /// The current connection and its generation, once connected, waiting at most `limit`
+    /// for a connect in progress.
+    ///
+    /// A request waits for a reconnect no longer than for a reply (the response timeout), and
+    /// fails as a timed-out request would: a reconnect takes up to its tries' connection
+    /// timeouts and pauses (about 5 s by default), and a request blocked for that long inside
+    /// one attempt would outlast the retry window of the operation that sent it, which checks
+    /// its window only between attempts. The connect goes on in its task; the operation's
+    /// next attempt waits for it again, while its window is open.
+    async fn connection(
+        &self,
+        limit: Option<Duration>,
+    ) -> RedisResult<(u64, MultiplexedConnection)> {
         let generation = self.shared.current.lock().clone();
-        let outcome = generation
-            .conn
-            .get_or_init(|| self.shared.establish(generation.number))
-            .await;
+        let outcome = match generation.conn.get() {
+            Some(outcome) => outcome,
+            None => {
+                self.shared.connect_in_background(&generation);
+                match limit {
+                    None => generation.connected().await,
+                    Some(limit) => tokio::time::timeout(limit, generation.connected())
+                        .await
+                        .map_err(|_| not_connected_in_time())?,
+                }
+            }
+        };
         match outcome {
             Ok(conn) => Ok((generation.number, conn.clone())),
             Err(err) => {
@@ -108,6 +150,12 @@ impl ReconnectingConn {
                 Err(err)
             }
         }
+    }
+
+    /// [`ReconnectingConn::connection`] for a request: waiting for a connect in progress at
+    /// most one response timeout.
+    async fn connection_for_request(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        self.connection(Some(self.shared.response_timeout)).await
     }
 
     /// Reconnects when `outcome` says the connection of `generation` is gone, or can no longer
@@ -134,7 +182,7 @@ impl ReconnectingConn {
     pub(crate) async fn subscribe(&self, channel: &[u8]) -> RedisResult<()> {
         // Recorded before it is sent: a reconnect that reads the set after this sends it too.
         self.shared.channels.lock().insert(channel.to_vec());
-        let (generation, mut conn) = self.connection().await?;
+        let (generation, mut conn) = self.connection_for_request().await?;
         let outcome = conn.subscribe(channel).await;
         self.after(generation, &outcome);
         if outcome.as_ref().is_err_and(refused) {
@@ -147,7 +195,7 @@ impl ReconnectingConn {
     /// Unsubscribes from `channel`, now and on later connections.
     pub(crate) async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
         self.shared.channels.lock().remove(channel);
-        let (generation, mut conn) = self.connection().await?;
+        let (generation, mut conn) = self.connection_for_request().await?;
         let outcome = conn.unsubscribe(channel).await;
         self.after(generation, &outcome);
         outcome
@@ -181,15 +229,25 @@ impl Shared {
         tracing::debug!(generation = next.number, "reconnecting");
         // Connected in a task of its own, as the connection manager did: the channels are
         // subscribed again even when no request comes, so waiters keep hearing releases.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let shared = Arc::clone(self);
-            runtime.spawn(async move {
-                let _ = next
-                    .conn
-                    .get_or_init(|| shared.establish(next.number))
-                    .await;
-            });
+        // (Outside a runtime the next request starts it.)
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.connect_in_background(&next);
         }
+    }
+
+    /// Starts the task that connects `generation`, unless one was started. Only that task
+    /// connects: a request waiting for it may give up (its limit, or a drop) without
+    /// abandoning a connect halfway.
+    fn connect_in_background(self: &Arc<Self>, generation: &Arc<Generation>) {
+        if generation.connecting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (shared, generation) = (Arc::clone(self), Arc::clone(generation));
+        tokio::spawn(async move {
+            let outcome = shared.establish(generation.number).await;
+            let _ = generation.conn.set(outcome);
+            generation.connected.notify_waiters();
+        });
     }
 
     /// Connects the connection of `generation` (a few tries, with pauses) and subscribes it
@@ -262,6 +320,16 @@ impl Shared {
     }
 }
 
+/// The error of a request that found its connection being made and gave up waiting: a
+/// timeout, as for a request whose reply did not come, so the operation re-sends it while its
+/// retry window is open.
+fn not_connected_in_time() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no connection within the response timeout: the connection is being made again",
+    ))
+}
+
 /// Whether the server answered `err` itself (an ACL refusal, say), which asking again on
 /// another connection would not change.
 fn refused(err: &RedisError) -> bool {
@@ -271,7 +339,7 @@ fn refused(err: &RedisError) -> bool {
 impl ConnectionLike for ReconnectingConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let (generation, mut conn) = self.connection().await?;
+            let (generation, mut conn) = self.connection_for_request().await?;
             let outcome = conn.req_packed_command(cmd).await;
             self.after(generation, &outcome);
             outcome
@@ -285,7 +353,7 @@ impl ConnectionLike for ReconnectingConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let (generation, mut conn) = self.connection().await?;
+            let (generation, mut conn) = self.connection_for_request().await?;
             let outcome = conn.req_packed_commands(pipeline, offset, count).await;
             self.after(generation, &outcome);
             outcome
