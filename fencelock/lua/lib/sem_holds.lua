@@ -14,6 +14,7 @@
 --         "~entries:<holder id>" -> its entries, only while a hold was entered again through
 --         its guard (hold_reenter.lua): at least 2; absent means 1
 --         lease zset path only: "~used" -> permits held now (the sum over the holds)
+--         lease zset path only: "~until" -> when both keys expire (server ms, sem_set_deadline)
 --         field-expiry path only: "~expiry" -> "fields"
 --   zset  lease zset path only: <holder id> -> the hold's lease deadline, in server ms
 --
@@ -33,10 +34,11 @@
 -- Every script reads the way from the hash (sem_open), so clients that would choose
 -- differently (one configured for the zset, or connected before the server was upgraded)
 -- share a semaphore correctly. With the zset, both keys expire no earlier than the latest
--- deadline: a grant or renewal whose deadline is the latest moves both keys' expiry to it
--- (sem_set_deadline), and a release leaves it (never shortened: a release that left other
--- holds would need a read of the zset and two writes to move it earlier, for a key that
--- outlives its last hold by at most that hold's lease). Either way a semaphore nobody holds
+-- deadline: a grant or renewal whose deadline is after the keys' expiry ("~until") moves it a
+-- lease beyond that deadline (sem_set_deadline), so the holds granted and renewed during the
+-- next lease leave it alone, and a release leaves it too (never shortened: a release that
+-- left other holds would need a read of the zset and two writes to move it earlier). Keys
+-- whose holders all vanished so outlive the last deadline by at most one lease. Either way a semaphore nobody holds
 -- any more disappears, limit included, and nothing stays behind per holder: the release of
 -- the last hold deletes it (sem_settle).
 --
@@ -55,6 +57,22 @@ local SETTLE_SCAN_FIELDS = 10
 -- Lease zset path only: the permits held now ("~used"), as sem_open read it and every change
 -- below keeps it (sem_grant, sem_drop, sem_change_permits), so it is read once per script.
 local USED = 0
+
+-- Lease zset path only: when both keys expire ("~until", server ms; 0 when not recorded), and
+-- the script's clock (server ms), as sem_open read them.
+local KEYS_UNTIL = 0
+local NOW = 0
+
+-- The limit the hash records ("~limit"; nil: none), as sem_open read it: a grant writes it
+-- only when it differs.
+local RECORDED_LIMIT = nil
+
+-- An integer's decimal text. A number given to redis.call is formatted with "%.17g" (Redis
+-- 6.2 and 7.0), and Lua's own tostring with "%.14g": both take glibc's floating-point path,
+-- several times the cost of "%d", and a hot script formats a few numbers per call.
+local function int_text(n)
+  return string.format('%d', n)
+end
 
 -- The server clock in milliseconds (the deadlines' clock); `t`, optional: the reply of a TIME
 -- the script already made (which it can then give next_token too: one call less).
@@ -122,9 +140,9 @@ end
 local function sem_open(hash, leases, holder, now, wanted)
   local got
   if holder then
-    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used', holder, '~entries:' .. holder)
+    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used', '~until', holder, '~entries:' .. holder)
   else
-    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used')
+    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used', '~until')
   end
   if got.err then
     return nil, sem_refusal(got, hash, 'semaphore key', 'a fencelock hash')
@@ -137,10 +155,11 @@ local function sem_open(hash, leases, holder, now, wanted)
   else
     FIELD_EXPIRY = false
   end
+  RECORDED_LIMIT = tonumber(got[2])
   local state = {
-    limit = tonumber(got[2]),
-    held = holder and got[4] or false,
-    entries = holder and tonumber(got[5]) or 1,
+    limit = RECORDED_LIMIT,
+    held = holder and got[5] or false,
+    entries = holder and tonumber(got[6]) or 1,
     expired = {},
   }
   if FIELD_EXPIRY then
@@ -151,12 +170,14 @@ local function sem_open(hash, leases, holder, now, wanted)
     state.live = state.held and (sem_deadline(hash, leases, holder) or 0) > now
     return state
   end
-  local expired = redis.pcall('ZRANGEBYSCORE', leases, '-inf', now)
+  local expired = redis.pcall('ZRANGEBYSCORE', leases, '-inf', int_text(now))
   if expired.err then
     return nil, sem_refusal(expired, leases, 'semaphore lease key', 'a sorted set')
   end
   state.expired = expired
   USED = tonumber(got[3]) or 0
+  KEYS_UNTIL = tonumber(got[4]) or 0
+  NOW = now
   state.live = state.held and true or false
   for _, gone in ipairs(expired) do
     if gone == holder then
@@ -167,7 +188,8 @@ local function sem_open(hash, leases, holder, now, wanted)
 end
 
 -- Sets a live hold's deadline (server ms); with field expiry its entries field's too. The
--- keys' own expiry is extended to it when it is the latest (never shortened: header).
+-- keys' own expiry is extended to it when it is the latest (never shortened: header); with
+-- the zset, when it is after "~until", to one lease (`deadline` - NOW) beyond it.
 local function sem_set_deadline(hash, leases, holder, deadline)
   if FIELD_EXPIRY then
     redis.call('HPEXPIREAT', hash, deadline, 'FIELDS', 2, holder, '~entries:' .. holder)
@@ -175,11 +197,13 @@ local function sem_set_deadline(hash, leases, holder, deadline)
       redis.call('PEXPIREAT', hash, deadline)
     end
   else
-    redis.call('ZADD', leases, deadline, holder)
-    local latest = redis.call('ZRANGE', leases, -1, -1, 'WITHSCORES')
-    if tonumber(latest[2]) <= deadline then
-      redis.call('PEXPIREAT', hash, deadline)
-      redis.call('PEXPIREAT', leases, deadline)
+    redis.call('ZADD', leases, int_text(deadline), holder)
+    if deadline > KEYS_UNTIL then
+      KEYS_UNTIL = deadline + math.max(deadline - NOW, 0)
+      local until_text = int_text(KEYS_UNTIL)
+      redis.call('HSET', hash, '~until', until_text)
+      redis.call('PEXPIREAT', hash, until_text)
+      redis.call('PEXPIREAT', leases, until_text)
     end
   end
 end
@@ -212,7 +236,12 @@ local function sem_grant(hash, leases, holder, permits, token_text, label, limit
     redis.call('HSET', hash, holder, value, '~limit', limit, '~expiry', 'fields')
   else
     USED = USED + permits
-    redis.call('HSET', hash, holder, value, '~limit', limit, '~used', USED)
+    if RECORDED_LIMIT == limit then
+      redis.call('HSET', hash, holder, value, '~used', int_text(USED))
+    else
+      redis.call('HSET', hash, holder, value, '~limit', int_text(limit), '~used', int_text(USED))
+      RECORDED_LIMIT = limit
+    end
   end
   sem_set_deadline(hash, leases, holder, deadline)
 end
@@ -254,12 +283,12 @@ local function sem_drop(hash, leases, holder, held)
   if not held then
     return 0
   end
-  local permits = tonumber(string.match(held, '^(%d+):'))
+  local permits_text = string.match(held, '^(%d+):')
   redis.call('HDEL', hash, holder, '~entries:' .. holder)
   if not FIELD_EXPIRY then
-    USED = redis.call('HINCRBY', hash, '~used', -permits)
+    USED = redis.call('HINCRBY', hash, '~used', '-' .. permits_text)
   end
-  return permits
+  return tonumber(permits_text)
 end
 
 -- Drops every hold that sem_open found expired (`state.expired`); returns the permits freed.

@@ -158,7 +158,7 @@ pub enum Control {
 const RETENTION_FLOOR: &str = "if retention == 0 or exclusive > 0 or shared > 0 then";
 const RETENTION_NO_FLOOR: &str = "if true then";
 /// The line of `lib/sem_holds.lua` that finds the expired holds, and its broken form.
-const SEM_PURGE: &str = "redis.pcall('ZRANGEBYSCORE', leases, '-inf', now)";
+const SEM_PURGE: &str = "redis.pcall('ZRANGEBYSCORE', leases, '-inf', int_text(now))";
 const SEM_NO_PURGE: &str = "{}";
 
 impl Control {

@@ -5,8 +5,9 @@
 
 use super::*;
 
-/// The layout DESIGN.md gives: the hash with the limit, the sum and one field per hold, the
-/// zset of deadlines, both expiring with the latest lease; nothing left after the release.
+/// The layout DESIGN.md gives: the hash with the limit, the sum, the keys' expiry and one
+/// field per hold, the zset of deadlines; both keys expire one lease after the hold's
+/// deadline, as `~until` says; nothing left after the release.
 #[tokio::test]
 async fn a_hold_is_laid_out_as_documented_and_leaves_nothing_behind() {
     let (_server, mut conn, _lock) = crate::protocol::tests::setup().await;
@@ -16,12 +17,14 @@ async fn a_hold_is_laid_out_as_documented_and_leaves_nothing_behind() {
     assert_eq!(hash.get("~limit").map(String::as_str), Some("3"));
     assert_eq!(hash.get("~used").map(String::as_str), Some("2"));
     assert_eq!(hash.get("h"), Some(&format!("2:{token}")));
-    assert_eq!(hash.len(), 3, "{hash:?}");
-    let deadline: Option<f64> = conn.zscore(keys.sem_leases(), "h").await.unwrap();
-    assert!(deadline.is_some());
+    assert_eq!(hash.len(), 4, "{hash:?}");
+    let deadline: f64 = conn.zscore(keys.sem_leases(), "h").await.unwrap();
+    let until: i64 = hash["~until"].parse().unwrap();
+    let lease = LEASE.as_millis() as i64;
+    assert_eq!(until, deadline as i64 + lease, "{hash:?}");
     for key in [keys.lock.clone(), keys.sem_leases()] {
         let pttl: i64 = conn.pttl(&key).await.unwrap();
-        assert!(pttl > 0 && pttl <= LEASE.as_millis() as i64, "{pttl}");
+        assert!(pttl > lease && pttl <= 2 * lease, "{pttl}");
     }
     let reply = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
         .await
@@ -354,4 +357,31 @@ async fn the_keys_outlive_every_hold_and_go_with_the_last() {
         },
     )
     .await;
+}
+
+/// With the lease zset, the keys' expiry moves only when a deadline passes `~until`, and
+/// then to one lease beyond that deadline: the holds taken during the next lease leave it
+/// (and both keys' expiry) alone, and a longer hold moves it again.
+#[tokio::test]
+async fn the_keys_expiry_moves_once_per_lease() {
+    let (_server, mut conn, _lock) = crate::protocol::tests::setup().await;
+    let keys = sem_keys();
+    let until = async |conn: &mut MultiplexedConnection| -> i64 {
+        let text: String = conn.hget(&keys.lock, "~until").await.unwrap();
+        text.parse().unwrap()
+    };
+    token_of(take(&mut conn, &keys, "first", 1, LEASE).await).unwrap();
+    let first = until(&mut conn).await;
+    token_of(take(&mut conn, &keys, "second", 1, LEASE).await).unwrap();
+    assert_eq!(until(&mut conn).await, first, "a hold within the lease");
+    let pttl: i64 = conn.pttl(keys.sem_leases()).await.unwrap();
+    assert!(pttl <= first - server_ms(&mut conn).await, "{pttl}");
+    token_of(take(&mut conn, &keys, "long", 1, LEASE * 3).await).unwrap();
+    let long: f64 = conn.zscore(keys.sem_leases(), "long").await.unwrap();
+    let moved = until(&mut conn).await;
+    assert_eq!(moved, long as i64 + (LEASE * 3).as_millis() as i64);
+    for key in [keys.lock.clone(), keys.sem_leases()] {
+        let pttl: i64 = conn.pttl(&key).await.unwrap();
+        assert!(pttl > (LEASE * 5).as_millis() as i64, "{pttl}");
+    }
 }
