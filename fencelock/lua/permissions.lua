@@ -116,6 +116,7 @@ if ARGV[3] == 'holds' or ARGV[3] == 'holds+fields' then
   local far = '99999999999999'
   check('EXISTS', KEYS[1])
   check('HMGET', KEYS[1], 'f')
+  check('MGET', KEYS[3])
   check('HDEL', KEYS[1], 'f')
   check('PEXPIREAT', KEYS[1], far)
   check('ZADD', KEYS[4], '1', 'm')

@@ -277,6 +277,8 @@ fn every_control_is_covered() {
         include_str!("../src/protocol/acquire_record_tests.rs"),
         include_str!("../src/protocol/semaphore_tests.rs"),
         include_str!("../src/protocol/rwlock_tests.rs"),
+        include_str!("../src/protocol/rw_read_many_tests.rs"),
+        include_str!("../src/protocol/sem_release_many_tests.rs"),
     ]
     .concat();
     for control in Control::ALL {

@@ -481,7 +481,7 @@ async fn fair_handoff_needs_the_queue_commands_and_says_so() {
 /// What semaphores and read-write locks need on top of [`FENCELOCK_ACL`], as README.md gives
 /// it; on a server with hash-field expiry also [`HOLD_FIELDS_ACL_EXTRA`].
 const HOLD_ACL_EXTRA: &str =
-    "+hmget +hdel +pexpireat +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore";
+    "+hmget +mget +hdel +pexpireat +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore";
 const HOLD_FIELDS_ACL_EXTRA: &str = "+hvals +hkeys +hlen +hpexpireat +hpexpiretime +pexpiretime";
 
 /// The hold grants the server under test needs.

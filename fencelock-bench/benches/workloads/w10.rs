@@ -112,6 +112,29 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
         })
         .await
     };
+    // The same readers with clients whose reads of one lock share script calls.
+    let mut grouping = Vec::new();
+    for _ in 0..4 {
+        grouping.push(
+            LockClient::builder(server.url())
+                .op_batch(64)
+                .connect()
+                .await
+                .expect("connect"),
+        );
+    }
+    let grouped_readers = throughput(64, window, move |task| {
+        let lock = grouping[task % 4].rwlock("w10-grouped").expect("rwlock");
+        async move {
+            lock.read()
+                .await
+                .expect("read")
+                .release()
+                .await
+                .expect("release")
+        }
+    })
+    .await;
     let readers_limit = raw_limit(64).await;
     let mut sem_rates = Vec::new();
     for permits in [4u32, 16] {
@@ -347,6 +370,11 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
         text,
         "| 64 readers of one read-write lock, 4 clients | {readers:.0} | {readers_limit:.0} | {:.2} |",
         readers / readers_limit
+    );
+    let _ = writeln!(
+        text,
+        "| the same, reads of one lock sharing calls (`op_batch(64)`) | {grouped_readers:.0} | {readers_limit:.0} | {:.2} |",
+        grouped_readers / readers_limit
     );
     for (permits, rate) in &sem_rates {
         let _ = writeln!(

@@ -187,6 +187,18 @@ local function sem_open(hash, leases, holder, now, wanted)
   return state
 end
 
+-- Lease zset path: after a deadline went into the zset, moves the keys' expiry (and
+-- "~until") one lease beyond it when it passes "~until".
+local function sem_set_deadline_after_zadd(hash, leases, deadline)
+  if deadline > KEYS_UNTIL then
+    KEYS_UNTIL = deadline + math.max(deadline - NOW, 0)
+    local until_text = int_text(KEYS_UNTIL)
+    redis.call('HSET', hash, '~until', until_text)
+    redis.call('PEXPIREAT', hash, until_text)
+    redis.call('PEXPIREAT', leases, until_text)
+  end
+end
+
 -- Sets a live hold's deadline (server ms); with field expiry its entries field's too. The
 -- keys' own expiry is extended to it when it is the latest (never shortened: header); with
 -- the zset, when it is after "~until", to one lease (`deadline` - NOW) beyond it.
@@ -198,13 +210,7 @@ local function sem_set_deadline(hash, leases, holder, deadline)
     end
   else
     redis.call('ZADD', leases, int_text(deadline), holder)
-    if deadline > KEYS_UNTIL then
-      KEYS_UNTIL = deadline + math.max(deadline - NOW, 0)
-      local until_text = int_text(KEYS_UNTIL)
-      redis.call('HSET', hash, '~until', until_text)
-      redis.call('PEXPIREAT', hash, until_text)
-      redis.call('PEXPIREAT', leases, until_text)
-    end
+    sem_set_deadline_after_zadd(hash, leases, deadline)
   end
 end
 
@@ -244,6 +250,33 @@ local function sem_grant(hash, leases, holder, permits, token_text, label, limit
     end
   end
   sem_set_deadline(hash, leases, holder, deadline)
+end
+
+-- New holds of one permit each, all until `deadline`: `grants` lists {holder, token_text,
+-- label} (label nil: none). As sem_grant for each, in one HSET and one ZADD on the lease-zset
+-- path (rw_read_many.lua).
+local function sem_grant_ones(hash, leases, grants, limit, deadline)
+  if FIELD_EXPIRY then
+    for _, grant in ipairs(grants) do
+      sem_grant(hash, leases, grant[1], 1, grant[2], grant[3], limit, deadline)
+    end
+    return
+  end
+  USED = USED + #grants
+  local fields, members = {}, {}
+  local deadline_text = int_text(deadline)
+  for k, grant in ipairs(grants) do
+    fields[2 * k - 1], fields[2 * k] = grant[1], sem_hold_value(1, grant[2], grant[3])
+    members[2 * k - 1], members[2 * k] = deadline_text, grant[1]
+  end
+  fields[#fields + 1], fields[#fields + 2] = '~used', int_text(USED)
+  if RECORDED_LIMIT ~= limit then
+    fields[#fields + 1], fields[#fields + 2] = '~limit', int_text(limit)
+    RECORDED_LIMIT = limit
+  end
+  redis.call('HSET', hash, unpack(fields))
+  redis.call('ZADD', leases, unpack(members))
+  sem_set_deadline_after_zadd(hash, leases, deadline)
 end
 
 -- A live hold of `from` permits keeps its token, label and deadline with `to` permits.

@@ -121,8 +121,11 @@ impl LockClientBuilder {
     /// operations go at once when no call to their server (on a cluster: their hash slot) is
     /// on the wire, and those that arrive while one is ride the next call together, each with
     /// its own reply, error, retry and undo; the cap bounds the time one call holds the
-    /// server. Off by default because on the measured workloads it saves no server time and
-    /// costs throughput (BENCHMARKS.md, W2); DESIGN.md §7.3 has the details.
+    /// server. Reads of one read-write lock ride their own calls, and so do releases of holds
+    /// of one semaphore or read-write lock, and those calls do the work the operations share
+    /// once (64 readers of one lock: 0.54 of the raw limit instead of 0.33, BENCHMARKS.md
+    /// W10). Off by default because on plain locks it saves no server time and costs
+    /// throughput (BENCHMARKS.md, W2); DESIGN.md §7.3 has the details.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), fencelock::Error> {

@@ -433,11 +433,13 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
                         )
                         .await
                     }
-                    (None, None) if keys.has_hold_leases() => {
-                        protocol::release(&mut conn, keys, id, op, ttl, pubsub)
-                            .await
-                            .map(released)
-                    }
+                    // A hold's release rides the group commit with the releases of holds
+                    // of the same lock.
+                    (None, None) if keys.has_hold_leases() => holder
+                        .engine
+                        .hold_release_grouped(&mut conn, keys, id, op, ttl, pubsub)
+                        .await
+                        .map(released),
                     // A plain lock's release rides the group commit.
                     (None, None) => holder
                         .engine

@@ -361,6 +361,14 @@ impl Acquisition for HoldRequest<'_> {
                 let pubsub = conn.pubsub();
                 let recorded = sends.send(&conn);
                 async move {
+                    if mode == RwMode::Read {
+                        // Reads of one lock that meet in this client may share a call.
+                        return engine
+                            .read_grouped(
+                                &mut conn, keys, holder, lease, op_ttl, pubsub, label, recorded,
+                            )
+                            .await;
+                    }
                     rw_acquire(
                         &mut conn,
                         keys,

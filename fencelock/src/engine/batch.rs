@@ -1,8 +1,11 @@
 //! Group commit: the lock acquisitions and releases of one client that meet on the way to one
-//! server travel as one script call (`batch.lua`).
+//! server travel as one script call (`batch.lua`), and so do its read acquisitions of one
+//! read-write lock (`rw_read_many.lua`) and its releases of holds of one semaphore or
+//! read-write lock (`sem_release_many.lua`), which do their common work once.
 //!
-//! Per route (the server; on a cluster, the hash slot, since one script call cannot span
-//! slots) at most one call is on the wire. An operation whose route is idle goes at once, alone,
+//! Per queue at most one call is on the wire. A queue is a route (the server; on a cluster,
+//! the hash slot, since one script call cannot span slots) for lock operations; a route, a
+//! read-write lock and a lease for reads; a route and a lock for releases of holds. An operation whose route is idle goes at once, alone,
 //! by its own script: the uncontended acquisition sends exactly what it sent before and waits
 //! for nothing. Operations that arrive while a call is on the wire queue, and ride the next
 //! call together as soon as it returns, up to `op_batch` per call (the cap bounds how long one
@@ -29,29 +32,57 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use crate::base::error::Error;
-use crate::protocol::batch::{self, Operation};
+use crate::protocol::batch::{self, HoldRelease, Operation, ReadOperation};
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
-use crate::protocol::{self, AcquireReply, LockKeys, OwnerReply};
+use crate::protocol::semaphore::RwAcquireReply;
+use crate::protocol::{self, AcquireReply, LockKeys, OwnerReply, PubSub};
 use crate::transport::Conn;
 
 /// Where a call goes: the whole server, or one hash slot of a cluster.
 pub(crate) type Route = u16;
 
-/// The client's group commit of lock operations, shared by its clones.
+/// Which operations may share a call: a route's lock operations, or the reads of one
+/// read-write lock (its hash key) with one lease (ms) on a route.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Queue {
+    Locks(Route),
+    Reads(Route, Vec<u8>, u64),
+    HoldReleases(Route, Vec<u8>),
+}
+
+/// An operation of a queue.
+enum Work {
+    Lock(Operation),
+    Read(ReadOperation),
+    HoldRelease(HoldRelease),
+}
+
+impl Work {
+    /// The operation by its own script, on its own: its raw reply.
+    async fn run_alone(&self, conn: &mut Conn) -> Result<Value, Error> {
+        match self {
+            Work::Lock(op) => op.run_alone(conn).await,
+            Work::Read(read) => read.run_alone(conn).await,
+            Work::HoldRelease(release) => release.run_alone(conn).await,
+        }
+    }
+}
+
+/// The client's group commit of lock operations and reads, shared by its clones.
 pub(crate) struct Batcher {
     conn: Conn,
     /// Operations per call at most.
     cap: usize,
-    /// The routes with a call on the wire; absent: idle.
-    busy: Mutex<HashMap<Route, Vec<Queued>>>,
+    /// The queues with a call on the wire; absent: idle.
+    busy: Mutex<HashMap<Queue, Vec<Queued>>>,
     #[cfg(fencelock_negative_controls)]
     control: Option<Control>,
 }
 
-/// An operation waiting for the next call of its route.
+/// An operation waiting for the next call of its queue.
 struct Queued {
-    op: Operation,
+    op: Work,
     reply: oneshot::Sender<Result<Value, Error>>,
 }
 
@@ -75,16 +106,16 @@ impl Batcher {
         self.cap == 1
     }
 
-    /// Runs `op` on `conn`, alone at once when `route` is idle, otherwise in the route's next
-    /// call; its raw reply. `route`: 0 on one server, the keys' hash slot on a cluster.
+    /// Runs `op` on `conn`, alone at once when its queue is idle, otherwise in the queue's
+    /// next call; its raw reply.
     ///
     /// Cancel safe in the sense of a request on the wire: dropped, a queued operation still
     /// goes out with the next call, and an operation sent alone may still run.
-    pub(crate) async fn run(
+    async fn run(
         self: &Arc<Self>,
         conn: &mut Conn,
-        route: Route,
-        op: Operation,
+        route: Queue,
+        op: Work,
     ) -> Result<Value, Error> {
         if self.cap == 1 {
             return op.run_alone(conn).await;
@@ -98,7 +129,7 @@ impl Batcher {
                     Err(answer)
                 }
                 None => {
-                    busy.insert(route, Vec::new());
+                    busy.insert(route.clone(), Vec::new());
                     Ok(op)
                 }
             }
@@ -116,11 +147,11 @@ impl Batcher {
     }
 
     /// The route's call returned: its queue goes out as the next call, or the route is idle.
-    fn next(self: &Arc<Self>, route: Route) -> Option<Vec<Queued>> {
+    fn next(self: &Arc<Self>, route: &Queue) -> Option<Vec<Queued>> {
         let mut busy = self.busy.lock();
-        let queue = busy.get_mut(&route)?;
+        let queue = busy.get_mut(route)?;
         if queue.is_empty() {
-            busy.remove(&route);
+            busy.remove(route);
             return None;
         }
         let take = queue.len().min(self.cap);
@@ -128,14 +159,14 @@ impl Batcher {
     }
 
     /// Sends the route's queued operations, call after call, until none are left.
-    async fn flush(self: Arc<Self>, route: Route, mut calls: Vec<Queued>) {
+    async fn flush(self: Arc<Self>, route: Queue, mut calls: Vec<Queued>) {
         loop {
             let outcomes = self.call(&calls).await;
             for (queued, outcome) in calls.into_iter().zip(outcomes) {
                 // A caller that left needs no reply: its undo is on its way.
                 let _ = queued.reply.send(outcome);
             }
-            match self.next(route) {
+            match self.next(&route) {
                 Some(next) => calls = next,
                 None => return,
             }
@@ -149,15 +180,38 @@ impl Batcher {
             if let [one] = queued {
                 return vec![one.op.run_alone(&mut conn).await];
             }
-            let ops: Vec<&Operation> = queued.iter().map(|q| &q.op).collect();
             tracing::debug!(
                 name: "fencelock.batch",
-                operations = ops.len(),
+                operations = queued.len(),
                 "operations of this client share one script call"
             );
-            match batch::run_batch(&mut conn, &ops).await {
+            // A queue holds one kind of operation (its key says which).
+            let outcome = match &queued[0].op {
+                Work::Lock(_) => {
+                    let ops = of_kind(queued, |op| match op {
+                        Work::Lock(op) => Some(op),
+                        _ => None,
+                    });
+                    batch::run_batch(&mut conn, &ops).await
+                }
+                Work::Read(_) => {
+                    let reads = of_kind(queued, |op| match op {
+                        Work::Read(read) => Some(read),
+                        _ => None,
+                    });
+                    batch::run_reads(&mut conn, &reads).await
+                }
+                Work::HoldRelease(_) => {
+                    let releases = of_kind(queued, |op| match op {
+                        Work::HoldRelease(release) => Some(release),
+                        _ => None,
+                    });
+                    batch::run_hold_releases(&mut conn, &releases).await
+                }
+            };
+            match outcome {
                 Ok(outcomes) => outcomes,
-                Err(err) => ops
+                Err(err) => queued
                     .iter()
                     .map(|_| Err(Error::from_reply(err.clone())))
                     .collect(),
@@ -171,21 +225,26 @@ impl Batcher {
     }
 }
 
+/// The operations of `queued` that `pick` takes (a queue's, which are all of one kind).
+fn of_kind<'a, T>(queued: &'a [Queued], pick: impl Fn(&'a Work) -> Option<&'a T>) -> Vec<&'a T> {
+    queued.iter().filter_map(|q| pick(&q.op)).collect()
+}
+
 /// The turn of an operation sent alone on an idle route: when its call ends (or its caller
 /// drops it), whatever queued behind it goes out, from a task of its own.
 struct Turn<'a> {
     batcher: &'a Arc<Batcher>,
-    route: Route,
+    route: Queue,
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        let Some(calls) = self.batcher.next(self.route) else {
+        let Some(calls) = self.batcher.next(&self.route) else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(self.batcher.clone().flush(self.route, calls));
+                runtime.spawn(self.batcher.clone().flush(self.route.clone(), calls));
             }
             Err(_) => {
                 // No runtime to send from (a caller dropped outside one): the queued
@@ -229,7 +288,8 @@ impl super::Engine {
         let op = Operation::acquire(keys, holder, lease, op_ttl, label, recorded);
         // Boxed: inline, the group commit's state would make every acquire future that much
         // larger, also with the group commit off (a waiting acquisition carries it).
-        let reply = Box::pin(self.batcher.run(conn, self.route(keys), op)).await?;
+        let queue = Queue::Locks(self.route(keys));
+        let reply = Box::pin(self.batcher.run(conn, queue, Work::Lock(op))).await?;
         batch::acquire_outcome(reply)
     }
 
@@ -246,7 +306,76 @@ impl super::Engine {
             return protocol::release(conn, keys, holder, op_id, op_ttl, conn.pubsub()).await;
         }
         let op = Operation::release(keys, holder, op_id, op_ttl, conn.pubsub());
-        let reply = Box::pin(self.batcher.run(conn, self.route(keys), op)).await?;
+        let queue = Queue::Locks(self.route(keys));
+        let reply = Box::pin(self.batcher.run(conn, queue, Work::Lock(op))).await?;
         batch::release_outcome(reply)
+    }
+
+    /// `rw_acquire.lua` of a read, through the group commit: with the reads of the same lock
+    /// and lease that meet it, by `rw_read_many.lua`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn read_grouped(
+        &self,
+        conn: &mut Conn,
+        keys: &LockKeys,
+        holder: &str,
+        lease: Duration,
+        op_ttl: Duration,
+        pubsub: PubSub,
+        label: Option<&str>,
+        recorded: bool,
+    ) -> Result<RwAcquireReply, Error> {
+        let field_expiry = self.field_expiry;
+        if self.batcher.is_off() {
+            return protocol::semaphore::rw_acquire(
+                conn,
+                keys,
+                holder,
+                protocol::semaphore::RwMode::Read,
+                lease,
+                false,
+                op_ttl,
+                pubsub,
+                field_expiry,
+                label,
+                recorded,
+            )
+            .await;
+        }
+        let read = ReadOperation::new(
+            keys,
+            holder,
+            lease,
+            op_ttl,
+            pubsub,
+            field_expiry,
+            label,
+            recorded,
+        );
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        let queue = Queue::Reads(self.route(keys), keys.lock.clone(), lease_ms);
+        let reply = Box::pin(self.batcher.run(conn, queue, Work::Read(read))).await?;
+        batch::read_outcome(reply)
+    }
+
+    /// `sem_release.lua` of a semaphore's or read-write lock's hold, through the group commit:
+    /// with the releases of holds of the same lock that meet it, by `sem_release_many.lua`.
+    pub(crate) async fn hold_release_grouped(
+        &self,
+        conn: &mut Conn,
+        keys: &LockKeys,
+        holder: &str,
+        op_id: &str,
+        op_ttl: Duration,
+        pubsub: PubSub,
+    ) -> Result<OwnerReply, Error> {
+        if self.batcher.is_off() {
+            return protocol::release(conn, keys, holder, op_id, op_ttl, pubsub).await;
+        }
+        let release = HoldRelease::new(keys, holder, op_id, op_ttl, pubsub);
+        let queue = Queue::HoldReleases(self.route(keys), keys.lock.clone());
+        let work = Work::HoldRelease(release);
+        let reply = Box::pin(self.batcher.run(conn, queue, work)).await?;
+        batch::hold_release_outcome(reply)
     }
 }

@@ -3,15 +3,23 @@
 //!
 //! An [`Operation`] is one `acquire.lua` or `release.lua` call, built once with its keys and
 //! arguments; it goes alone ([`Operation::run_alone`], the script itself) or with others
-//! ([`run_batch`], `batch.lua`, which runs the same script text per operation). Either way its
-//! reply is the script's own, parsed by the same functions. Which operations ride together is
-//! the engine's business (`engine::batch`).
+//! ([`run_batch`], `batch.lua`, which runs the same script text per operation). A
+//! [`ReadOperation`] is one read acquisition of a read-write lock; it goes alone
+//! (`rw_acquire.lua`) or with other reads of the same lock ([`run_reads`],
+//! `rw_read_many.lua`, which does their common work once). Either way a reply is the script's
+//! own, parsed by the same functions. A [`HoldRelease`] is one release of a semaphore's or
+//! read-write lock's hold; it goes alone (`sem_release.lua`) or with other releases of holds
+//! of the same lock ([`run_hold_releases`], `sem_release_many.lua`). Which operations ride together is the engine's business
+//! (`engine::batch`).
 
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::Value;
 
+use super::semaphore::{
+    expiry_arg, rw_acquire_call, rw_acquire_reply, sem_release_call, RwAcquireReply, RwMode,
+};
 use super::{acquire_reply, flag, millis, owner_reply, scripts, AcquireReply, LockKeys};
 use super::{OwnerReply, PubSub};
 use crate::base::error::Error;
@@ -115,6 +123,180 @@ impl Operation {
     }
 }
 
+/// One read acquisition of a read-write lock (`rw_acquire.lua`, mode "r"), with everything it
+/// sends; reads of the same lock with the same lease may share a call ([`run_reads`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ReadOperation {
+    keys: LockKeys,
+    holder: String,
+    lease: Duration,
+    op_ttl: Duration,
+    pubsub: PubSub,
+    field_expiry: bool,
+    label: Option<String>,
+    recorded: bool,
+}
+
+impl ReadOperation {
+    /// As [`super::semaphore::rw_acquire`] with [`RwMode::Read`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        keys: &LockKeys,
+        holder: &str,
+        lease: Duration,
+        op_ttl: Duration,
+        pubsub: PubSub,
+        field_expiry: bool,
+        label: Option<&str>,
+        recorded: bool,
+    ) -> ReadOperation {
+        ReadOperation {
+            keys: keys.clone(),
+            holder: holder.to_owned(),
+            lease,
+            op_ttl,
+            pubsub,
+            field_expiry,
+            label: label.map(str::to_owned),
+            recorded,
+        }
+    }
+
+    /// The read by `rw_acquire.lua`, on its own: its raw reply.
+    pub(crate) async fn run_alone<C: ConnectionLike>(&self, conn: &mut C) -> Result<Value, Error> {
+        let call = rw_acquire_call(
+            &self.keys,
+            &self.holder,
+            RwMode::Read,
+            self.lease,
+            false,
+            self.op_ttl,
+            self.pubsub,
+            self.field_expiry,
+            self.label.as_deref(),
+            self.recorded,
+        )?;
+        call.invoke_async(conn).await.map_err(Error::from_reply)
+    }
+}
+
+/// Runs `reads`, all of one read-write lock with one lease, in one `rw_read_many.lua` call:
+/// one outcome per read, in their order, each `rw_acquire.lua`'s reply for it or its error.
+/// `Err`: the call as a whole failed (as [`run_batch`]'s; also a key of a foreign type, which
+/// every read shares).
+pub(crate) async fn run_reads<C: ConnectionLike>(
+    conn: &mut C,
+    reads: &[&ReadOperation],
+) -> Result<Vec<Result<Value, Error>>, redis::RedisError> {
+    let first = reads[0];
+    let keys = &first.keys;
+    let writers = keys.rw_writers().unwrap_or_default();
+    let mut call = scripts().rw_read_many.prepare_invoke();
+    call.key(&keys.lock)
+        .key(keys.sem_leases())
+        .key(writers)
+        .key(&keys.fence)
+        .arg(reads.len())
+        .arg(millis(first.lease))
+        .arg(millis(first.op_ttl))
+        .arg(first.pubsub.script_arg())
+        .arg(expiry_arg(first.field_expiry));
+    for read in reads {
+        debug_assert!(read.keys.lock == keys.lock && read.lease == first.lease);
+        call.key(keys.op(&read.holder))
+            .arg(&read.holder)
+            .arg(flag(read.recorded))
+            .arg(read.label.as_deref().unwrap_or(""));
+    }
+    let reply: Value = call.invoke_async(conn).await?;
+    per_operation("rw_read_many", reads.len(), reply)
+}
+
+/// One release of a hold of a semaphore or read-write lock (`sem_release.lua`), with everything
+/// it sends; releases of holds of the same lock may share a call ([`run_hold_releases`]).
+#[derive(Debug, Clone)]
+pub(crate) struct HoldRelease {
+    keys: LockKeys,
+    holder: String,
+    op_id: String,
+    op_ttl: Duration,
+    pubsub: PubSub,
+}
+
+impl HoldRelease {
+    /// As [`super::release`] of a hold.
+    pub(crate) fn new(
+        keys: &LockKeys,
+        holder: &str,
+        op_id: &str,
+        op_ttl: Duration,
+        pubsub: PubSub,
+    ) -> HoldRelease {
+        debug_assert!(
+            keys.has_hold_leases(),
+            "a plain lock releases by release.lua"
+        );
+        HoldRelease {
+            keys: keys.clone(),
+            holder: holder.to_owned(),
+            op_id: op_id.to_owned(),
+            op_ttl,
+            pubsub,
+        }
+    }
+
+    /// The release by `sem_release.lua`, on its own: its raw reply.
+    pub(crate) async fn run_alone<C: ConnectionLike>(&self, conn: &mut C) -> Result<Value, Error> {
+        let call = sem_release_call(
+            &self.keys,
+            &self.holder,
+            &self.op_id,
+            self.op_ttl,
+            self.pubsub,
+        );
+        call.invoke_async(conn).await.map_err(Error::from_reply)
+    }
+}
+
+/// Runs `releases`, all of holds of one semaphore or read-write lock, in one
+/// `sem_release_many.lua` call: one outcome per release, in their order (as [`run_reads`]).
+pub(crate) async fn run_hold_releases<C: ConnectionLike>(
+    conn: &mut C,
+    releases: &[&HoldRelease],
+) -> Result<Vec<Result<Value, Error>>, redis::RedisError> {
+    let first = releases[0];
+    let keys = &first.keys;
+    let mut call = scripts().sem_release_many.prepare_invoke();
+    call.key(&keys.lock).key(keys.sem_leases());
+    let writers = keys.rw_writers();
+    if let Some(writers) = &writers {
+        call.key(writers);
+    }
+    call.arg(releases.len())
+        .arg(millis(first.op_ttl))
+        .arg(first.pubsub.script_arg())
+        .arg(if writers.is_some() { 3 } else { 2 });
+    for release in releases {
+        debug_assert!(release.keys.lock == keys.lock);
+        call.key(keys.op(&release.op_id))
+            .key(keys.op(&release.holder))
+            .arg(&release.holder)
+            .arg(&release.op_id);
+    }
+    let reply: Value = call.invoke_async(conn).await?;
+    per_operation("sem_release_many", releases.len(), reply)
+}
+
+/// A hold's release's raw reply (alone or from [`run_hold_releases`]), typed.
+pub(crate) fn hold_release_outcome(reply: Value) -> Result<OwnerReply, Error> {
+    owner_reply("sem_release", &integers("sem_release", reply)?)
+}
+
+/// A read's raw reply (alone or from [`run_reads`]), typed.
+pub(crate) fn read_outcome(reply: Value) -> Result<RwAcquireReply, Error> {
+    rw_acquire_reply(&integers("rw_acquire", reply)?)
+}
+
 /// Runs `operations` in one `batch.lua` call, in their order: one outcome per operation, each
 /// its own script's reply or the error of that operation alone. `Err`: the call as a whole
 /// failed (the connection, a timeout: the outcome of every operation is unknown), as redis-rs
@@ -137,11 +319,21 @@ pub(crate) async fn run_batch<C: ConnectionLike>(
         }
     }
     let reply: Value = call.invoke_async(conn).await?;
+    per_operation("batch", operations.len(), reply)
+}
+
+/// The replies of a call that carried `count` operations, one per operation: a string is the
+/// error of that operation alone.
+fn per_operation(
+    script: &str,
+    count: usize,
+    reply: Value,
+) -> Result<Vec<Result<Value, Error>>, redis::RedisError> {
     let replies = match reply {
-        Value::Array(replies) if replies.len() == operations.len() => replies,
+        Value::Array(replies) if replies.len() == count => replies,
         other => {
-            let wrong = || Err(Error::Protocol(format!("batch.lua answered {other:?}")));
-            return Ok(operations.iter().map(|_| wrong()).collect());
+            let wrong = || Err(Error::Protocol(format!("{script}.lua answered {other:?}")));
+            return Ok((0..count).map(|_| wrong()).collect());
         }
     };
     Ok(replies

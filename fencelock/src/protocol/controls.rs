@@ -133,6 +133,18 @@ pub enum Control {
     RwWriterIgnoresReaders,
     /// `rw_downgrade.lua` answers done but leaves the hold a writer's, so readers stay out.
     RwDowngradeKeepsWriting,
+    /// `rw_read_many.lua` lets grouped readers in while a writer waits (no writer preference
+    /// for reads that share a call).
+    RwGroupedReadersIgnoreWaitingWriter,
+    /// `rw_read_many.lua` writes no op record for a recorded send: a late copy of a grouped
+    /// read takes the lock again after its hold ended.
+    RwGroupedResendLeavesNoRecord,
+    /// `sem_release_many.lua` ends a re-entered hold at its first release: the entries left
+    /// are lost, and the hold's other guards hold nothing.
+    SemGroupedReleaseIgnoresEntries,
+    /// `sem_release_many.lua` publishes nothing: waiters of a lock its releases freed sleep
+    /// until their timers.
+    SemGroupedReleaseDoesNotPublish,
     /// `handoff.lua` grants the freed lock to this client's waiter even while another client
     /// listens on the channel: a client's own waiters pass the others over.
     HandoffIgnoresOtherClients,
@@ -163,7 +175,7 @@ const SEM_NO_PURGE: &str = "{}";
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 48] = [
+    pub const ALL: [Control; 52] = [
         Control::AcquireIgnoresHolder,
         Control::AcquireReusesToken,
         Control::ReentryBumpsToken,
@@ -206,6 +218,10 @@ impl Control {
         Control::RwReadersIgnoreWaitingWriter,
         Control::RwWriterIgnoresReaders,
         Control::RwDowngradeKeepsWriting,
+        Control::RwGroupedReadersIgnoreWaitingWriter,
+        Control::RwGroupedResendLeavesNoRecord,
+        Control::SemGroupedReleaseIgnoresEntries,
+        Control::SemGroupedReleaseDoesNotPublish,
         Control::HandoffIgnoresOtherClients,
         Control::HandoffIgnoresCancel,
         Control::HandoffGrantNotUndone,
@@ -402,6 +418,26 @@ impl Control {
                 "local wanted = writing and 1 or 1",
             )],
             Control::RwDowngradeKeepsWriting => &[("rw_downgrade", "if permits > 1 then", "if false then")],
+            Control::RwGroupedReadersIgnoreWaitingWriter => &[(
+                "rw_read_many",
+                "if used + 1 > LIMIT or #marked > 0 then",
+                "if used + 1 > LIMIT then",
+            )],
+            Control::SemGroupedReleaseIgnoresEntries => &[(
+                "sem_release_many",
+                "elseif hold.entries > 1 then",
+                "elseif false then",
+            )],
+            Control::SemGroupedReleaseDoesNotPublish => &[(
+                "sem_release_many",
+                "  sem_publish(KEYS[1], ARGV[3], writers)\n",
+                "",
+            )],
+            Control::RwGroupedResendLeavesNoRecord => &[(
+                "rw_read_many",
+                "  if recorded(i) then\n    redis.call('SET', KEYS[4 + i], 'a', 'PX', ARGV[3])\n  end\n",
+                "",
+            )],
             Control::SemRenewRevivesExpired => &[(
                 "sem_renew",
                 "if sem and sem.live then",
@@ -602,6 +638,8 @@ mod tests {
                 (&broken.sem_renew, &correct.sem_renew),
                 (&broken.rw_acquire, &correct.rw_acquire),
                 (&broken.rw_downgrade, &correct.rw_downgrade),
+                (&broken.rw_read_many, &correct.rw_read_many),
+                (&broken.sem_release_many, &correct.sem_release_many),
             ]
             .iter()
             .filter(|(b, c)| b.get_hash() != c.get_hash())

@@ -918,6 +918,12 @@ mod semaphore_tests;
 mod rwlock_tests;
 
 #[cfg(test)]
+mod rw_read_many_tests;
+
+#[cfg(test)]
+mod sem_release_many_tests;
+
+#[cfg(test)]
 mod fenced_read_tests;
 
 #[cfg(test)]

@@ -42,6 +42,8 @@ pub(crate) struct Scripts {
     pub(crate) hold_reenter: Script,
     pub(crate) rw_acquire: Script,
     pub(crate) rw_downgrade: Script,
+    pub(crate) rw_read_many: Script,
+    pub(crate) sem_release_many: Script,
     pub(crate) wait_record: Script,
     /// `batch.lua`, with the texts of `acquire` and `release` inside (see [`batch_text`]).
     pub(crate) batch: Script,
@@ -168,6 +170,19 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         rw_downgrade: load(
             "rw_downgrade",
             &[sem_holds, include_str!("../../lua/rw_downgrade.lua")].concat(),
+        ),
+        sem_release_many: load(
+            "sem_release_many",
+            &[sem_holds, include_str!("../../lua/sem_release_many.lua")].concat(),
+        ),
+        rw_read_many: load(
+            "rw_read_many",
+            &[
+                sem_holds,
+                next_token,
+                include_str!("../../lua/rw_read_many.lua"),
+            ]
+            .concat(),
         ),
     }
 }

@@ -114,6 +114,19 @@ pub(super) async fn sem_release<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
+    let call = sem_release_call(keys, holder, op_id, op_ttl, pubsub);
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
+    owner_reply("sem_release", &reply)
+}
+
+/// The `sem_release.lua` call of [`sem_release`], ready to send.
+pub(crate) fn sem_release_call(
+    keys: &LockKeys,
+    holder: &str,
+    op_id: &str,
+    op_ttl: Duration,
+    pubsub: PubSub,
+) -> redis::ScriptInvocation<'static> {
     let mut call = scripts().sem_release.prepare_invoke();
     call.key(&keys.lock)
         .key(keys.sem_leases())
@@ -127,8 +140,7 @@ pub(super) async fn sem_release<C: ConnectionLike>(
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
         .arg(op_id);
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    owner_reply("sem_release", &reply)
+    call
 }
 
 pub(super) async fn sem_cancel<C: ConnectionLike>(
@@ -211,7 +223,7 @@ pub(crate) async fn sem_limit<C: ConnectionLike>(
 }
 
 /// The scripts' word for how a new semaphore keeps its deadlines (`lib/sem_holds.lua`).
-fn expiry_arg(field_expiry: bool) -> &'static str {
+pub(crate) fn expiry_arg(field_expiry: bool) -> &'static str {
     if field_expiry {
         "fields"
     } else {
@@ -255,6 +267,36 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
     label: Option<&str>,
     recorded: bool,
 ) -> Result<RwAcquireReply, Error> {
+    let call = rw_acquire_call(
+        keys,
+        holder,
+        mode,
+        lease,
+        wait,
+        op_ttl,
+        pubsub,
+        field_expiry,
+        label,
+        recorded,
+    )?;
+    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
+    rw_acquire_reply(&reply)
+}
+
+/// The `rw_acquire.lua` call of [`rw_acquire`], ready to send.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rw_acquire_call(
+    keys: &LockKeys,
+    holder: &str,
+    mode: RwMode,
+    lease: Duration,
+    wait: bool,
+    op_ttl: Duration,
+    pubsub: PubSub,
+    field_expiry: bool,
+    label: Option<&str>,
+    recorded: bool,
+) -> Result<redis::ScriptInvocation<'static>, Error> {
     let writers = keys
         .rw_writers()
         .ok_or_else(|| Error::Protocol("rw_acquire.lua called with keys of another kind".into()))?;
@@ -278,8 +320,12 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
     if let Some(label) = label {
         call.arg(label);
     }
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    match reply.as_slice() {
+    Ok(call)
+}
+
+/// `rw_acquire.lua`'s reply (also each of `rw_read_many.lua`'s), typed.
+pub(crate) fn rw_acquire_reply(reply: &[i64]) -> Result<RwAcquireReply, Error> {
+    match reply {
         [1, token] => Ok(RwAcquireReply::Acquired {
             token: token_from(*token)?,
         }),

@@ -1,0 +1,386 @@
+//! The contract of `rw_read_many.lua` against a real redis-server: reads of one read-write lock
+//! that share a call are each answered as `rw_acquire.lua` answers a read alone (fresh holds
+//! with consecutive tokens, replays, late copies, a writer holding or waiting), and a call with
+//! a malformed list or foreign keys changes nothing.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use super::batch::{read_outcome, run_reads, ReadOperation};
+use super::semaphore::{rw_acquire, RwAcquireReply, RwMode};
+#[cfg(fencelock_negative_controls)]
+use super::tests::assert_controls_caught;
+use super::tests::{
+    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
+    OP_TTL,
+};
+use super::*;
+
+fn rw_keys() -> LockKeys {
+    LockKeys::rwlock(b"t:", b"shelf")
+}
+
+/// A read of `holder` as the group commit builds it; `recorded`: a send that records.
+fn reading(keys: &LockKeys, holder: &str, label: Option<&str>, recorded: bool) -> ReadOperation {
+    ReadOperation::new(
+        keys,
+        holder,
+        LEASE,
+        OP_TTL,
+        PubSub::Classic,
+        hold_field_expiry(),
+        label,
+        recorded,
+    )
+}
+
+/// The reads of `holders` in one call, each answered; `recorded` for every one.
+async fn read_together(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holders: &[&str],
+    recorded: bool,
+) -> Result<Vec<RwAcquireReply>, String> {
+    let reads: Vec<ReadOperation> = holders
+        .iter()
+        .map(|holder| reading(keys, holder, None, recorded))
+        .collect();
+    let refs: Vec<&ReadOperation> = reads.iter().collect();
+    let outcomes = run_reads(conn, &refs)
+        .await
+        .map_err(|err| format!("the call failed: {err}"))?;
+    outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome
+                .and_then(read_outcome)
+                .map_err(|err| err.to_string())
+        })
+        .collect()
+}
+
+async fn write(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    wait: bool,
+) -> RwAcquireReply {
+    rw_acquire(
+        conn,
+        keys,
+        holder,
+        RwMode::Write,
+        LEASE,
+        wait,
+        OP_TTL,
+        PubSub::Classic,
+        hold_field_expiry(),
+        None,
+        false,
+    )
+    .await
+    .unwrap()
+}
+
+async fn leave(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
+    let reply = release(
+        conn,
+        keys,
+        holder,
+        &format!("{holder}:out"),
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply, OwnerReply::Done { remaining: 0 }, "{holder} left");
+}
+
+fn tokens(what: &str, replies: &[RwAcquireReply]) -> Result<Vec<u64>, String> {
+    replies
+        .iter()
+        .map(|reply| match reply {
+            RwAcquireReply::Acquired { token } => Ok(token.get()),
+            other => Err(format!(
+                "{what}: expected holds, got {replies:?} ({other:?})"
+            )),
+        })
+        .collect()
+}
+
+/// Fresh reads of one call hold one permit each with consecutive tokens, all above the last
+/// writer's; a read already held is a replay with its own token, next to a fresh one whose
+/// token continues the count; a late copy of a released read does nothing; and a writer is
+/// then refused, as after the same reads sent one by one.
+async fn grouped_reads_hold_as_reads_alone_do(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let RwAcquireReply::Acquired { token: written } = write(conn, keys, "w", false).await else {
+        return Err("a writer on a free lock".into());
+    };
+    leave(conn, keys, "w").await;
+    let first = tokens(
+        "three reads",
+        &read_together(conn, keys, &["a", "b", "c"], false).await?,
+    )?;
+    if first[0] <= written.get() || first[1] != first[0] + 1 || first[2] != first[1] + 1 {
+        return Err(format!("tokens {first:?} after the writer's {written:?}"));
+    }
+    let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    for (holder, token) in ["a", "b", "c"].iter().zip(&first) {
+        if hash.get(*holder) != Some(&format!("1:{token}")) {
+            return Err(format!("{holder}'s field in {hash:?}"));
+        }
+    }
+    if !hold_field_expiry() && hash.get("~used").map(String::as_str) != Some("3") {
+        return Err(format!("~used in {hash:?}"));
+    }
+    let again = tokens(
+        "a replay and a fresh read",
+        &read_together(conn, keys, &["b", "d"], false).await?,
+    )?;
+    if again[0] != first[1] || again[1] <= first[2] {
+        return Err(format!("replay and fresh {again:?} after {first:?}"));
+    }
+    leave(conn, keys, "a").await;
+    let late = read_together(conn, keys, &["a"], false).await?;
+    if late != [RwAcquireReply::Cancelled] {
+        return Err(format!("a late copy of a released read: {late:?}"));
+    }
+    match write(conn, keys, "w2", false).await {
+        RwAcquireReply::Busy { .. } => Ok(()),
+        other => Err(format!("a writer while reads hold: {other:?}")),
+    }
+}
+
+/// Reads that share a call while a writer holds the lock, or waits for it, are all busy, with
+/// the wait of a read alone; once the writer is done they all get in.
+async fn grouped_reads_wait_for_a_writer_together(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let RwAcquireReply::Acquired { .. } = write(conn, keys, "w", false).await else {
+        return Err("a writer on a free lock".into());
+    };
+    let behind_holder = read_together(conn, keys, &["a", "b"], false).await?;
+    if !behind_holder
+        .iter()
+        .all(|reply| matches!(reply, RwAcquireReply::Busy { wait: Some(_) }))
+    {
+        return Err(format!("reads behind a writer: {behind_holder:?}"));
+    }
+    leave(conn, keys, "w").await;
+    tokens("a reader", &read_together(conn, keys, &["r"], false).await?)?;
+    // A writer that will wait marks itself, and the mark keeps new readers out.
+    if !matches!(
+        write(conn, keys, "w2", true).await,
+        RwAcquireReply::Busy { .. }
+    ) {
+        return Err("a writer while a reader holds".into());
+    }
+    let behind_mark = read_together(conn, keys, &["a", "b", "c"], false).await?;
+    if !behind_mark
+        .iter()
+        .all(|reply| matches!(reply, RwAcquireReply::Busy { .. }))
+    {
+        return Err(format!("reads behind a waiting writer: {behind_mark:?}"));
+    }
+    leave(conn, keys, "r").await;
+    tokens("the waiting writer", &[write(conn, keys, "w2", true).await])?;
+    leave(conn, keys, "w2").await;
+    tokens(
+        "reads after the writer",
+        &read_together(conn, keys, &["a", "b", "c"], false).await?,
+    )?;
+    Ok(())
+}
+
+/// A recorded read (a re-send) leaves its op record, so a late copy of it that arrives after
+/// its hold ended does nothing, as for a read alone.
+async fn a_recorded_grouped_read_stops_its_late_copies(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    tokens(
+        "recorded reads",
+        &read_together(conn, keys, &["a", "b"], true).await?,
+    )?;
+    // Gone without a release that marks the record: an operator's, or its lease's end.
+    let _: () = conn.hdel(&keys.lock, &["a", "b"]).await.unwrap();
+    let _: () = conn.zrem(keys.sem_leases(), &["a", "b"]).await.unwrap();
+    if !hold_field_expiry() {
+        let _: () = conn.hset(&keys.lock, "~used", 0).await.unwrap();
+    }
+    let late = read_together(conn, keys, &["a", "b"], false).await?;
+    if late != [RwAcquireReply::Cancelled, RwAcquireReply::Cancelled] {
+        return Err(format!("late copies of recorded reads: {late:?}"));
+    }
+    Ok(())
+}
+
+/// The checks above, by name; each is also the check of one negative control (the first of
+/// none of its own: the grouped path shares the library the semaphore controls break).
+const CHECKS: [(&str, Check); 3] = [
+    ("grouped_reads_hold_as_reads_alone_do", |c, k| {
+        Box::pin(grouped_reads_hold_as_reads_alone_do(c, k))
+    }),
+    ("grouped_reads_wait_for_a_writer_together", |c, k| {
+        Box::pin(grouped_reads_wait_for_a_writer_together(c, k))
+    }),
+    ("a_recorded_grouped_read_stops_its_late_copies", |c, k| {
+        Box::pin(a_recorded_grouped_read_stops_its_late_copies(c, k))
+    }),
+];
+
+#[tokio::test]
+async fn the_grouped_read_checks_hold() {
+    for_each_hold_expiry("the_grouped_read_checks_hold", async || {
+        assert_checks_hold(&CHECKS, rw_keys).await;
+    })
+    .await;
+}
+
+#[cfg(fencelock_negative_controls)]
+#[tokio::test]
+async fn the_grouped_read_negative_controls_are_caught() {
+    use super::controls::Control;
+    let controls = [
+        Control::RwGroupedReadersIgnoreWaitingWriter,
+        Control::RwGroupedResendLeavesNoRecord,
+    ];
+    assert_controls_caught(&controls, &CHECKS[1..], rw_keys).await;
+}
+
+/// A labelled read keeps its label in its own field, next to a read without one.
+#[tokio::test]
+async fn a_grouped_read_keeps_its_own_label() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = rw_keys();
+    let reads = [
+        reading(&keys, "plain", None, false),
+        reading(&keys, "tagged", Some("req:7"), false),
+    ];
+    let outcomes = run_reads(&mut conn, &[&reads[0], &reads[1]]).await.unwrap();
+    let tokens: Vec<u64> = outcomes
+        .into_iter()
+        .map(|o| match read_outcome(o.unwrap()).unwrap() {
+            RwAcquireReply::Acquired { token } => token.get(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let plain: String = conn.hget(&keys.lock, "plain").await.unwrap();
+    let tagged: String = conn.hget(&keys.lock, "tagged").await.unwrap();
+    assert_eq!(plain, format!("1:{}", tokens[0]));
+    assert_eq!(tagged, format!("1:{}:req:7", tokens[1]));
+}
+
+/// A holder given twice in one call (a read re-sent while its first send waits in the same
+/// call) is answered as its first: one hold, one token, one permit.
+#[tokio::test]
+async fn a_holder_given_twice_is_answered_as_its_first() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = rw_keys();
+    let twice = read_together(&mut conn, &keys, &["a", "b", "a"], true)
+        .await
+        .unwrap();
+    assert_eq!(twice[0], twice[2]);
+    assert!(
+        matches!(twice[0], RwAcquireReply::Acquired { .. }),
+        "{twice:?}"
+    );
+    let used: Option<String> = conn.hget(&keys.lock, "~used").await.unwrap();
+    assert_eq!(used.as_deref(), Some("2"));
+}
+
+/// A malformed list of reads, and a call whose lock key holds foreign data, are refused as a
+/// whole, and nothing is written.
+#[tokio::test]
+async fn a_refused_call_writes_nothing() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = rw_keys();
+    // Two reads announced, one given.
+    let err = scripts()
+        .rw_read_many
+        .key(&keys.lock)
+        .key(keys.sem_leases())
+        .key(keys.rw_writers().unwrap())
+        .key(&keys.fence)
+        .key(keys.op("a"))
+        .arg(2)
+        .arg(30_000)
+        .arg(10_000)
+        .arg("classic")
+        .arg("zset")
+        .arg("a")
+        .arg("1")
+        .arg("")
+        .invoke_async::<redis::Value>(&mut conn)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("FENCELOCK_BADARG"), "{err}");
+    assert_nothing_left(&mut conn, &keys).await;
+    let records: usize = conn.exists(keys.op("a")).await.unwrap();
+    assert_eq!(records, 0);
+
+    let _: () = conn.set(&keys.lock, "foreign").await.unwrap();
+    let reads = [
+        reading(&keys, "a", None, true),
+        reading(&keys, "b", None, true),
+    ];
+    let err = run_reads(&mut conn, &[&reads[0], &reads[1]])
+        .await
+        .unwrap_err();
+    let err = Error::from_reply(err);
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    let value: String = conn.get(&keys.lock).await.unwrap();
+    assert_eq!(value, "foreign");
+    let written: usize = conn
+        .exists(&[keys.op("a"), keys.op("b"), keys.fence.clone()])
+        .await
+        .unwrap();
+    assert_eq!(written, 0);
+}
+
+/// The reads of a call expire with their lease like reads alone: a crashed grouped reader's
+/// hold ends by itself and lets a writer in.
+#[tokio::test]
+async fn grouped_reads_end_with_their_lease() {
+    for_each_hold_expiry("grouped_reads_end_with_their_lease", async || {
+        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let keys = rw_keys();
+        let short = Duration::from_millis(60);
+        let reads: Vec<ReadOperation> = ["a", "b"]
+            .iter()
+            .map(|h| {
+                ReadOperation::new(
+                    &keys,
+                    h,
+                    short,
+                    OP_TTL,
+                    PubSub::Classic,
+                    hold_field_expiry(),
+                    None,
+                    false,
+                )
+            })
+            .collect();
+        let outcomes = run_reads(&mut conn, &[&reads[0], &reads[1]]).await.unwrap();
+        for outcome in outcomes {
+            let reply = read_outcome(outcome.unwrap()).unwrap();
+            assert!(
+                matches!(reply, RwAcquireReply::Acquired { .. }),
+                "{reply:?}"
+            );
+        }
+        tokio::time::sleep(short * 3).await;
+        let reply = write(&mut conn, &keys, "w", false).await;
+        assert!(
+            matches!(reply, RwAcquireReply::Acquired { .. }),
+            "{reply:?}"
+        );
+    })
+    .await;
+}
