@@ -1,6 +1,7 @@
 //! Random programs over a semaphore (three permits) and a read-write lock, by three clients,
 //! checked step by step against a reference model: tries of one to three permits, reads and
-//! writes, releases, downgrades, and holds whose lease ends under them (their deadline moved
+//! writes (also several reads at once, and several releases at once, which the third client
+//! sends through shared calls), releases, downgrades, and holds whose lease ends under them (their deadline moved
 //! into the past, as a crashed holder's). After every step the permits Redis counts equal the
 //! model's; never more than the limit, never a writer beside another holder; every hold's token
 //! is greater than every token before it (so every read sits between the writes around it); and
@@ -53,6 +54,15 @@ enum Op {
     TryWrite(usize),
     /// The `n`-th live read hold is released.
     ReleaseRead(usize),
+    /// A client tries `count` reads at once; on the client whose operations share calls,
+    /// all but the first ride one call (`rw_read_many.lua`).
+    TryReads {
+        client: usize,
+        count: usize,
+    },
+    /// Up to three live read holds from the `n`-th on are released at once (those of the
+    /// client that shares calls, together: `sem_release_many.lua`).
+    ReleaseReads(usize),
     /// The write hold is released, or downgraded to a read.
     ReleaseWrite,
     Downgrade,
@@ -81,6 +91,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..CLIENTS).prop_map(Op::TryRead),
         3 => (0..CLIENTS).prop_map(Op::TryWrite),
         2 => (0..8usize).prop_map(Op::ReleaseRead),
+        2 => (0..CLIENTS, 2..=4usize).prop_map(|(client, count)| Op::TryReads { client, count }),
+        2 => (0..8usize).prop_map(Op::ReleaseReads),
         1 => Just(Op::ReleaseWrite),
         1 => Just(Op::Downgrade),
         1 => (0..8usize).prop_map(Op::ExpireRead),
@@ -256,6 +268,40 @@ impl World<'_> {
                 let released = read.release().await;
                 check(released.is_ok(), || {
                     format!("a live read's release: {released:?}")
+                })?;
+            }
+            Op::TryReads { client, count } => {
+                let free = self.write.is_none();
+                let rw = self.clients[client].rwlock("doc").unwrap();
+                let got = futures_util::future::join_all((0..count).map(|_| rw.try_read())).await;
+                let mut tokens = Vec::new();
+                for read in got {
+                    let read = read.unwrap();
+                    check(read.is_some() == free, || {
+                        format!("{count} reads at once with a writer: {}", !free)
+                    })?;
+                    if let Some(read) = read {
+                        tokens.push(read.token());
+                        self.reads.push(read);
+                    }
+                }
+                tokens.sort();
+                check(tokens.windows(2).all(|pair| pair[0] < pair[1]), || {
+                    format!("reads at once got tokens {tokens:?}")
+                })?;
+                if let Some(&first) = tokens.first() {
+                    self.fresh(first, "the first of reads at once")?;
+                    self.newest = tokens.last().copied();
+                }
+            }
+            Op::ReleaseReads(n) if !self.reads.is_empty() => {
+                let from = n % self.reads.len();
+                let count = (self.reads.len() - from).min(3);
+                let reads: Vec<ReadGuard> = self.reads.drain(from..from + count).collect();
+                let released =
+                    futures_util::future::join_all(reads.into_iter().map(ReadGuard::release)).await;
+                check(released.iter().all(Result::is_ok), || {
+                    format!("live reads released at once: {released:?}")
                 })?;
             }
             Op::ReleaseWrite => {
@@ -483,6 +529,11 @@ async fn run_program(
         // choose field expiry, so whichever client creates a semaphore, the others share it.
         if client == 1 {
             builder = builder.hold_expiry(HoldExpiry::LeaseZset);
+        }
+        // One client's operations that meet share calls (reads and releases of holds of one
+        // lock: the grouped scripts).
+        if client == 2 {
+            builder = builder.op_batch(16);
         }
         #[cfg(fencelock_negative_controls)]
         if let Some(control) = control {
