@@ -309,6 +309,65 @@ async fn bad_input_is_a_typed_error_and_leaves_nothing_behind() {
     .await;
 }
 
+/// A duplicate whose busy attempt met a hold that ended before its read of the record (here
+/// a runner frozen past `at_most_for`, met through a proxy that delays every message 200 ms:
+/// the attempt reaches Redis while the hold lasts, the read after it ended) takes the key over
+/// and runs it, instead of answering "in progress" for a key nobody holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_that_ends_between_the_attempt_and_the_read_leaves_the_key_to_the_call() {
+    let fx = Fixture::start();
+    let proxy = fencelock_testing::FaultProxy::start(fx.server.addr()).unwrap();
+    let frozen = fx
+        .client()
+        .await
+        .idempotency(
+            "payments",
+            IdempotencyOptions::new(Duration::from_millis(400)),
+        )
+        .unwrap();
+    let far = fencelock::LockClient::connect(&proxy.url())
+        .await
+        .unwrap()
+        .idempotency("payments", options())
+        .unwrap();
+    // Every script loaded, so that each call below is one round trip through the proxy.
+    let warm = far
+        .run("warm", FINGERPRINT, |_| async {
+            Ok::<_, Failure<()>>(vec![])
+        })
+        .await
+        .unwrap();
+    assert!(warm.ran());
+    let (began_tx, began_rx) = tokio::sync::oneshot::channel();
+    let runner = tokio::spawn(async move {
+        frozen
+            .run("k", FINGERPRINT, |run| async move {
+                began_tx.send(run.token()).unwrap();
+                // Frozen well past its 400 ms hold.
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                Ok::<_, Failure<()>>(b"late".to_vec())
+            })
+            .await
+    });
+    let dead = within(HANDOFF, "the run begins", began_rx).await.unwrap();
+    proxy.delay(
+        fencelock_testing::Direction::Both,
+        Duration::from_millis(200),
+    );
+    let outcome = far
+        .run("k", FINGERPRINT, |run| async move {
+            Ok::<_, Failure<()>>(run.took_over().unwrap().to_string().into_bytes())
+        })
+        .await
+        .unwrap();
+    assert!(outcome.ran(), "{outcome:?}");
+    assert_eq!(outcome.result(), Some(dead.to_string().as_bytes()));
+    proxy.heal();
+    // The frozen runner's late result is refused: the key is the newer run's.
+    let late = runner.await.unwrap().unwrap_err();
+    assert!(late.is_stale_token(), "{late}");
+}
+
 #[tokio::test]
 async fn a_dead_runners_key_is_given_up_under_that_policy() {
     let fx = Fixture::start();

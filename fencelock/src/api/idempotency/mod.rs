@@ -40,6 +40,9 @@ pub const MAX_RESULT_LEN: usize = 1 << 20;
 pub const MAX_FINGERPRINT_LEN: usize = 1024;
 /// The longest namespace accepted, in bytes.
 const MAX_NAMESPACE_LEN: usize = 256;
+/// How many times a call tries to take a key it found held and then free (the hold ended
+/// between its attempt and its read of the record) before it answers "in progress".
+const BUSY_TRIES: u32 = 3;
 
 /// The idempotency keys of one namespace (a kind of request: `payments`, `refunds`), made by
 /// [`LockClient::idempotency`]: [`run`](Idempotency::run) a request under its key, and it
@@ -351,6 +354,11 @@ impl Idempotency {
     }
 
     /// Takes the key's lock and records the run as this call's, or finds why not.
+    ///
+    /// A call that finds the key held and then, reading its record, finds the lock free (the
+    /// hold ended in between) tries again, up to [`BUSY_TRIES`] times in all: answering
+    /// "in progress" for a key nobody holds would send the caller into a retry it need not
+    /// make.
     pub(crate) async fn begin(&self, key: &[u8], fingerprint: &[u8]) -> Result<KeyBegun, Error> {
         let lock = self.lock_for(key)?;
         if fingerprint.is_empty() || fingerprint.len() > MAX_FINGERPRINT_LEN {
@@ -361,21 +369,32 @@ impl Idempotency {
                 ),
             });
         }
-        let held = if self.options.wait.is_zero() {
-            lock.try_acquire().await
-        } else {
-            match lock.acquire_timeout(self.options.wait).await {
-                Err(Error::Timeout { .. }) => Ok(None),
-                other => other.map(Some),
+        let mut tries = 0;
+        let guard = loop {
+            tries += 1;
+            // A key seen free again is tried at once, without waiting for an outcome.
+            let held = if self.options.wait.is_zero() || tries > 1 {
+                lock.try_acquire().await
+            } else {
+                match lock.acquire_timeout(self.options.wait).await {
+                    Err(Error::Timeout { .. }) => Ok(None),
+                    other => other.map(Some),
+                }
+            };
+            match held {
+                Ok(Some(guard)) => break guard,
+                Ok(None) => match self.busy(&lock, key, fingerprint).await {
+                    // The hold this call met ended before its read of the record: the key
+                    // is free (its runner finished without a result, died, or only just
+                    // took it and let go), so this call takes it after all.
+                    Ok(None) if tries < BUSY_TRIES => continue,
+                    answer => {
+                        let answer = answer.map(|a| a.unwrap_or(Answer::InProgress(None)));
+                        return self.report_answer(key, answer);
+                    }
+                },
+                Err(err) => return Err(self.report_error(key, err)),
             }
-        };
-        let guard = match held {
-            Ok(Some(guard)) => guard,
-            Ok(None) => {
-                let answer = self.busy(&lock, key, fingerprint).await;
-                return self.report_answer(key, answer);
-            }
-            Err(err) => return Err(self.report_error(key, err)),
         };
         let args = KeyArgs {
             holder: guard.holder_id(),
@@ -432,21 +451,29 @@ impl Idempotency {
         self.report_answer(key, answer)
     }
 
-    /// The answer for a key another run holds, from its record.
-    async fn busy(&self, lock: &Lock, key: &[u8], fingerprint: &[u8]) -> Result<Answer, Error> {
+    /// The answer for a key another run holds, from its record; `None` when the key's lock
+    /// is free by now and no finished run answers for it (the caller takes the key).
+    async fn busy(
+        &self,
+        lock: &Lock,
+        key: &[u8],
+        fingerprint: &[u8],
+    ) -> Result<Option<Answer>, Error> {
         let read = self.read(lock).await?;
         let Some(record) = read.record else {
-            return Ok(Answer::InProgress(None));
+            return Ok(read.lock_token.map(|_| Answer::InProgress(None)));
         };
         if record.fingerprint != fingerprint {
             return Err(Error::KeyReused { key: key.into() });
         }
+        if record.finished_ms.is_some() {
+            return Ok(Some(Answer::Completed(record.into())));
+        }
+        if read.lock_token.is_none() {
+            return Ok(None);
+        }
         let alive = read.lock_token == Some(record.token);
-        Ok(if record.finished_ms.is_some() {
-            Answer::Completed(record.into())
-        } else {
-            Answer::InProgress(alive.then(|| record.into()))
-        })
+        Ok(Some(Answer::InProgress(alive.then(|| record.into()))))
     }
 
     fn report_answer(&self, key: &[u8], answer: Result<Answer, Error>) -> Result<KeyBegun, Error> {

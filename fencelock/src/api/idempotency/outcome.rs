@@ -167,8 +167,9 @@ pub enum Processed<E> {
     Completed(RunRecord),
     /// Another run holds the key now (by whom and since when, when its record is there: a
     /// hold just taken has none yet). With [`IdempotencyOptions::wait_for_outcome`], after
-    /// that long. `None` also when the hold this call found ended before it read the record
-    /// (its lease ran out that moment): the key may be free already, and a retry takes it.
+    /// that long. A hold that ended between this call's attempt and its read of the record
+    /// does not answer this: the call takes the key itself (or, when that keeps racing other
+    /// calls, answers `None` here after a few tries).
     InProgress(Option<RunRecord>),
     /// The key's runner lost its hold before finishing, and the namespace's
     /// [`OnRunnerDeath::GiveUp`] policy leaves it: nothing runs it again within the
