@@ -94,7 +94,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..CLIENTS, 2..=4usize).prop_map(|(client, count)| Op::TryReads { client, count }),
         2 => (0..8usize).prop_map(Op::ReleaseReads),
         1 => Just(Op::ReleaseWrite),
-        1 => Just(Op::Downgrade),
+        2 => Just(Op::Downgrade),
         1 => (0..8usize).prop_map(Op::ExpireRead),
         1 => Just(Op::ExpireWrite),
         3 => (0..8usize, prop::bool::weighted(0.3)).prop_map(|(n, ended)| Op::ReadData { n, ended }),
