@@ -5,14 +5,15 @@
 //!
 //! Per queue at most one call is on the wire. A queue is a route (the server; on a cluster,
 //! the hash slot, since one script call cannot span slots) for lock operations; a route, a
-//! read-write lock and a lease for reads; a route and a lock for releases of holds. An operation whose route is idle goes at once, alone,
-//! by its own script: the uncontended acquisition sends exactly what it sent before and waits
-//! for nothing. Operations that arrive while a call is on the wire queue, and ride the next
+//! read-write lock and a lease for reads; a route and a lock for releases of holds. An
+//! operation whose queue is idle goes at once, alone, by its own script: the uncontended
+//! acquisition sends exactly what it sent before and waits for nothing. Operations that arrive while a call is on the wire queue, and ride the next
 //! call together as soon as it returns, up to `op_batch` per call (the cap bounds how long one
 //! call holds the server). Nothing waits on a timer.
 //!
 //! Each operation keeps its own semantics: its operation id (and so its replay), its reply,
-//! its error (`batch.lua` runs each under `pcall`), its retry (a call that fails as a whole
+//! its error (`batch.lua` runs each under `pcall`; the grouped hold scripts answer each
+//! alone), its retry (a call that fails as a whole
 //! fails every operation in it with the same transient error, and each re-sends on its own
 //! schedule, through here again), its undo (an acquisition whose caller gave up while it was
 //! queued or on the wire is undone by its `PendingOp` like any other in flight). A queued
@@ -42,8 +43,8 @@ use crate::transport::Conn;
 /// Where a call goes: the whole server, or one hash slot of a cluster.
 pub(crate) type Route = u16;
 
-/// Which operations may share a call: a route's lock operations, or the reads of one
-/// read-write lock (its hash key) with one lease (ms) on a route.
+/// Which operations may share a call: a route's lock operations, the reads of one read-write
+/// lock (its hash key) with one lease (ms) on a route, or the releases of holds of one lock.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Queue {
     Locks(Route),
@@ -69,7 +70,8 @@ impl Work {
     }
 }
 
-/// The client's group commit of lock operations and reads, shared by its clones.
+/// The client's group commit of lock operations, reads and releases of holds, shared by its
+/// clones.
 pub(crate) struct Batcher {
     conn: Conn,
     /// Operations per call at most.
