@@ -97,10 +97,10 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
             .await
         }
     };
-    let readers = {
-        let clients = clients.clone();
+    // 64 tasks over four clients reading one lock and releasing, over and over.
+    let readers_of = |clients: Vec<LockClient>, name: &'static str| {
         throughput(64, window, move |task| {
-            let lock = clients[task % 4].rwlock("w10-shared").expect("rwlock");
+            let lock = clients[task % 4].rwlock(name).expect("rwlock");
             async move {
                 lock.read()
                     .await
@@ -110,8 +110,8 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
                     .expect("release")
             }
         })
-        .await
     };
+    let readers = readers_of(clients.clone(), "w10-shared").await;
     // The same readers with clients whose reads of one lock share script calls.
     let mut grouping = Vec::new();
     for _ in 0..4 {
@@ -123,18 +123,7 @@ pub async fn w10(cfg: &Cfg, report: &mut Report) {
                 .expect("connect"),
         );
     }
-    let grouped_readers = throughput(64, window, move |task| {
-        let lock = grouping[task % 4].rwlock("w10-grouped").expect("rwlock");
-        async move {
-            lock.read()
-                .await
-                .expect("read")
-                .release()
-                .await
-                .expect("release")
-        }
-    })
-    .await;
+    let grouped_readers = readers_of(grouping, "w10-grouped").await;
     let readers_limit = raw_limit(64).await;
     let mut sem_rates = Vec::new();
     for permits in [4u32, 16] {
