@@ -9,8 +9,8 @@
 //! `rw_read_many.lua`, which does their common work once). Either way a reply is the script's
 //! own, parsed by the same functions. A [`HoldRelease`] is one release of a semaphore's or
 //! read-write lock's hold; it goes alone (`sem_release.lua`) or with other releases of holds
-//! of the same lock ([`run_hold_releases`], `sem_release_many.lua`). Which operations ride together is the engine's business
-//! (`engine::batch`).
+//! of the same lock ([`run_hold_releases`], `sem_release_many.lua`). Which operations ride
+//! together is the engine's business (`engine::batch`).
 
 use std::time::Duration;
 
