@@ -7,9 +7,10 @@
 //! the hash slot, since one script call cannot span slots) for lock operations; a route, a
 //! read-write lock and a lease for reads; a route and a lock for releases of holds. An
 //! operation whose queue is idle goes at once, alone, by its own script: the uncontended
-//! acquisition sends exactly what it sent before and waits for nothing. Operations that arrive while a call is on the wire queue, and ride the next
-//! call together as soon as it returns, up to `op_batch` per call (the cap bounds how long one
-//! call holds the server). Nothing waits on a timer.
+//! acquisition sends exactly what it sent before and waits for nothing. Operations that
+//! arrive while a call is on the wire queue, and ride the next call together as soon as it
+//! returns, up to `op_batch` per call (the cap bounds how long one call holds the server).
+//! Nothing waits on a timer.
 //!
 //! Each operation keeps its own semantics: its operation id (and so its replay), its reply,
 //! its error (`batch.lua` runs each under `pcall`; the grouped hold scripts answer each

@@ -39,9 +39,9 @@ const MAX_CONNECT_PAUSE: Duration = Duration::from_millis(500);
 /// A request waits for the current connection (starting its connect if no one has) at most one
 /// response timeout. A request that fails in a way that leaves the connection unusable, a
 /// failed connect, or the connection's own `Disconnection` push starts one reconnect, unless
-/// another one already replaced that connection. A new connection subscribes to every channel subscribed through this one before
-/// any request can use it, so a waiter that the loss sent back to Redis cannot miss a release
-/// published after its look.
+/// another one already replaced that connection. A new connection subscribes to every
+/// channel subscribed through this one before any request can use it, so a waiter that the
+/// loss sent back to Redis cannot miss a release published after its look.
 #[derive(Clone)]
 pub(crate) struct ReconnectingConn {
     shared: Arc<Shared>,
