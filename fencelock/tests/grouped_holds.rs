@@ -1,6 +1,7 @@
 //! Reads of one read-write lock that meet in one client share a script call
 //! (`rw_read_many.lua`), and so do releases of holds of one semaphore or read-write lock
-//! (`sem_release_many.lua`), through the group commit that `op_batch` turns on: each read
+//! (`sem_release_many.lua`), through the group commit that is on for holds by default
+//! (`hold_batch`, 64): each read
 //! holds once with a token of its own, each release ends its own hold; reads and releases
 //! dropped at any point, queued or on the wire, leave no hold behind; a shared call whose reply
 //! is lost is re-sent and applied once.
@@ -18,14 +19,9 @@ use fencelock_testing::{Direction, FaultProxy};
 
 const LONG: Duration = Duration::from_secs(30);
 
-/// A client whose operations share calls.
+/// A client with the default group commit of holds.
 async fn grouping_client(fx: &Env) -> LockClient {
-    fx.builder()
-        .op_batch(64)
-        .record_waits(false)
-        .connect()
-        .await
-        .unwrap()
+    fx.builder().record_waits(false).connect().await.unwrap()
 }
 
 /// Whether anything of read-write lock `name` is left in Redis (its hash or its lease zset).
@@ -61,6 +57,58 @@ on_topologies_multi_thread! {
     }
 }
 
+/// With `hold_batch(1)` every read and every release goes by its own script call, also when
+/// they meet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_cap_of_one_every_read_and_release_goes_alone() {
+    let fx = Fixture::start();
+    let client = fx
+        .builder()
+        .hold_batch(1)
+        .record_waits(false)
+        .connect()
+        .await
+        .unwrap();
+    fx.warm_up(&client).await;
+    let rw = client.rwlock("alone").unwrap().with_lease(LONG).unwrap();
+    rw.read().await.unwrap().release().await.unwrap();
+    let before = fx.calls("evalsha");
+    let guards =
+        futures_util::future::join_all((0..32).map(|_| async { rw.read().await.unwrap() })).await;
+    futures_util::future::join_all(guards.into_iter().map(|g| g.release()))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>, _>>()
+        .unwrap();
+    assert_eq!(
+        fx.calls("evalsha") - before,
+        64,
+        "32 reads and 32 releases, one call each"
+    );
+    assert!(
+        fx.keys("fencelock:{*}rw*:alone").is_empty(),
+        "a read left its hold"
+    );
+}
+
+/// A cap outside 1..=1000 is refused when the client is built, before anything is sent.
+#[tokio::test]
+async fn a_cap_out_of_range_is_a_typed_error() {
+    let fx = Fixture::start();
+    for builder in [
+        fx.builder().hold_batch(0),
+        fx.builder().hold_batch(1001),
+        fx.builder().op_batch(0),
+        fx.builder().op_batch(1001),
+    ] {
+        let err = builder.connect().await.map(|_| ()).unwrap_err();
+        assert!(
+            matches!(err, fencelock::Error::InvalidConfig { .. }),
+            "{err}"
+        );
+    }
+}
+
 on_topologies_multi_thread! {
     async fn permits_of_one_semaphore_released_together_come_back(fx) {
         let client = grouping_client(&fx).await;
@@ -89,7 +137,7 @@ async fn grouped_reads_dropped_at_random_points(
     control: Option<fencelock::negative_controls::Control>,
     cases: u32,
 ) -> Result<(), String> {
-    let mut builder = fx.builder().op_batch(64).record_waits(false);
+    let mut builder = fx.builder().record_waits(false);
     if let Some(control) = control {
         builder = builder.negative_control(control);
     }
@@ -145,7 +193,6 @@ async fn a_grouped_call_whose_reply_is_lost_is_applied_once() {
     let fx = Fixture::start();
     let proxy = FaultProxy::start(fx.server.addr()).unwrap();
     let client = LockClient::builder(proxy.url())
-        .op_batch(64)
         .record_waits(false)
         .connect()
         .await

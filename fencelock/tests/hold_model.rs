@@ -530,10 +530,13 @@ async fn run_program(
         if client == 1 {
             builder = builder.hold_expiry(HoldExpiry::LeaseZset);
         }
-        // One client's operations that meet share calls (reads and releases of holds of one
-        // lock: the grouped scripts).
+        // One client sends every read and release alone; the others' that meet share calls
+        // (reads and releases of holds of one lock: the grouped scripts), one with a small cap.
+        if client == 0 {
+            builder = builder.hold_batch(1);
+        }
         if client == 2 {
-            builder = builder.op_batch(16);
+            builder = builder.hold_batch(16);
         }
         #[cfg(fencelock_negative_controls)]
         if let Some(control) = control {

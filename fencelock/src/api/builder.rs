@@ -121,11 +121,10 @@ impl LockClientBuilder {
     /// operations go at once when no call to their server (on a cluster: their hash slot) is
     /// on the wire, and those that arrive while one is ride the next call together, each with
     /// its own reply, error, retry and undo; the cap bounds the time one call holds the
-    /// server. Reads of one read-write lock ride their own calls, and so do releases of holds
-    /// of one semaphore or read-write lock, and those calls do the work the operations share
-    /// once (64 readers of one lock: 0.54 of the raw limit instead of 0.33, BENCHMARKS.md
-    /// W10). Off by default because on plain locks it saves no server time and costs
-    /// throughput (BENCHMARKS.md, W2); DESIGN.md §7.3 has the details.
+    /// server. Off by default because on plain locks it saves no server time and costs
+    /// throughput (BENCHMARKS.md, W2); DESIGN.md §7.3 has the details. The reads and releases
+    /// of semaphores' and read-write locks' holds have their own cap,
+    /// [`hold_batch`](Self::hold_batch).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), fencelock::Error> {
@@ -137,6 +136,34 @@ impl LockClientBuilder {
     /// ```
     pub fn op_batch(mut self, operations: usize) -> Self {
         self.config.op_batch = operations;
+        self
+    }
+
+    /// How many reads of one read-write lock, or releases of holds of one semaphore or
+    /// read-write lock, one script call of this client carries at most (at most 1000; default
+    /// 64; 1: each goes alone, pipelined with the others).
+    ///
+    /// A read or release goes at once when no call of its kind for the same lock is on the
+    /// wire; those that arrive while one is ride the next call together
+    /// (`rw_read_many.lua`, `sem_release_many.lua`), which does the work they share once: the
+    /// clock, the hash of holders, the check for writers, one write of all the grants, one
+    /// wake-up. Each keeps its own reply, error, retry and undo. 64 readers of one lock on
+    /// four clients reach 0.54 of the raw limit this way against 0.33 one by one
+    /// (BENCHMARKS.md, W10). The price: a read that meets a call in flight for its lock
+    /// waits for that call to return (at most one round trip) before its own goes.
+    /// DESIGN.md §7.3 has the details.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), fencelock::Error> {
+    /// // Every read and release by its own script call.
+    /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
+    ///     .hold_batch(1)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_batch(mut self, operations: usize) -> Self {
+        self.config.hold_batch = operations;
         self
     }
 
@@ -406,6 +433,11 @@ impl LockClientBuilder {
         if !(1..=1000).contains(&c.op_batch) {
             return Err(Error::InvalidConfig {
                 reason: "op_batch must be between 1 and 1000".into(),
+            });
+        }
+        if !(1..=1000).contains(&c.hold_batch) {
+            return Err(Error::InvalidConfig {
+                reason: "hold_batch must be between 1 and 1000".into(),
             });
         }
         if !(1..=1000).contains(&c.renew_batch) {

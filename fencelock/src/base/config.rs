@@ -63,6 +63,10 @@ pub(crate) struct ClientConfig {
     /// How many acquisitions and releases one script call carries at most (`engine::batch`;
     /// 1, the default: each goes alone).
     pub(crate) op_batch: usize,
+    /// How many reads of one read-write lock, or releases of holds of one semaphore or
+    /// read-write lock, one script call carries at most (`engine::batch`; 64 by default, 1:
+    /// each goes alone).
+    pub(crate) hold_batch: usize,
     /// PEM certificates of the CAs a `rediss://` server's certificate must chain to, instead
     /// of the system's roots.
     #[cfg(feature = "tls")]
@@ -94,6 +98,7 @@ impl Default for ClientConfig {
             op_record_ttl: Duration::from_secs(10),
             renew_batch: 100,
             op_batch: 1,
+            hold_batch: 64,
             client_name: default_client_name(),
             max_hold: None,
             record_waits: true,

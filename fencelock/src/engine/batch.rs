@@ -9,8 +9,10 @@
 //! operation whose queue is idle goes at once, alone, by its own script: the uncontended
 //! acquisition sends exactly what it sent before and waits for nothing. Operations that
 //! arrive while a call is on the wire queue, and ride the next call together as soon as it
-//! returns, up to `op_batch` per call (the cap bounds how long one call holds the server).
-//! Nothing waits on a timer.
+//! returns, up to the queue's cap per call (`op_batch` for lock operations, `hold_batch` for
+//! the reads and releases of holds; the cap bounds how long one call holds the server). A cap
+//! of 1 turns grouping off for its kind: each operation goes alone, pipelined with the
+//! others. Nothing waits on a timer.
 //!
 //! Each operation keeps its own semantics: its operation id (and so its replay), its reply,
 //! its error (`batch.lua` runs each under `pcall`; the grouped hold scripts answer each
@@ -75,8 +77,10 @@ impl Work {
 /// clones.
 pub(crate) struct Batcher {
     conn: Conn,
-    /// Operations per call at most.
-    cap: usize,
+    /// Lock operations per call at most (`op_batch`).
+    lock_cap: usize,
+    /// Reads or releases of holds per call at most (`hold_batch`).
+    hold_cap: usize,
     /// The queues with a call on the wire; absent: idle.
     busy: Mutex<HashMap<Queue, Vec<Queued>>>,
     #[cfg(fencelock_negative_controls)]
@@ -92,21 +96,36 @@ struct Queued {
 impl Batcher {
     pub(crate) fn new(
         conn: Conn,
-        cap: usize,
+        lock_cap: usize,
+        hold_cap: usize,
         #[cfg(fencelock_negative_controls)] control: Option<Control>,
     ) -> Arc<Batcher> {
         Arc::new(Batcher {
             conn,
-            cap: cap.max(1),
+            lock_cap: lock_cap.max(1),
+            hold_cap: hold_cap.max(1),
             busy: Mutex::new(HashMap::new()),
             #[cfg(fencelock_negative_controls)]
             control,
         })
     }
 
-    /// Whether operations go alone, each by its own script (`op_batch` 1).
-    pub(crate) fn is_off(&self) -> bool {
-        self.cap == 1
+    /// Whether lock operations go alone, each by its own script (`op_batch` 1).
+    pub(crate) fn locks_alone(&self) -> bool {
+        self.lock_cap == 1
+    }
+
+    /// Whether reads and releases of holds go alone, each by its own script (`hold_batch` 1).
+    pub(crate) fn holds_alone(&self) -> bool {
+        self.hold_cap == 1
+    }
+
+    /// The most operations of `queue` one call carries.
+    fn cap_of(&self, queue: &Queue) -> usize {
+        match queue {
+            Queue::Locks(_) => self.lock_cap,
+            Queue::Reads(..) | Queue::HoldReleases(..) => self.hold_cap,
+        }
     }
 
     /// Runs `op` on `conn`, alone at once when its queue is idle, otherwise in the queue's
@@ -120,7 +139,7 @@ impl Batcher {
         route: Queue,
         op: Work,
     ) -> Result<Value, Error> {
-        if self.cap == 1 {
+        if self.cap_of(&route) == 1 {
             return op.run_alone(conn).await;
         }
         let queued = {
@@ -157,7 +176,7 @@ impl Batcher {
             busy.remove(route);
             return None;
         }
-        let take = queue.len().min(self.cap);
+        let take = queue.len().min(self.cap_of(route));
         Some(queue.drain(..take).collect())
     }
 
@@ -283,7 +302,7 @@ impl super::Engine {
         label: Option<&str>,
         recorded: bool,
     ) -> Result<AcquireReply, Error> {
-        if self.batcher.is_off() {
+        if self.batcher.locks_alone() {
             // The call itself, without building an operation for a batch.
             return protocol::acquire_labelled(conn, keys, holder, lease, op_ttl, label, recorded)
                 .await;
@@ -305,7 +324,7 @@ impl super::Engine {
         op_id: &str,
         op_ttl: Duration,
     ) -> Result<OwnerReply, Error> {
-        if self.batcher.is_off() {
+        if self.batcher.locks_alone() {
             return protocol::release(conn, keys, holder, op_id, op_ttl, conn.pubsub()).await;
         }
         let op = Operation::release(keys, holder, op_id, op_ttl, conn.pubsub());
@@ -329,7 +348,7 @@ impl super::Engine {
         recorded: bool,
     ) -> Result<RwAcquireReply, Error> {
         let field_expiry = self.field_expiry;
-        if self.batcher.is_off() {
+        if self.batcher.holds_alone() {
             return protocol::semaphore::rw_acquire(
                 conn,
                 keys,
@@ -372,7 +391,7 @@ impl super::Engine {
         op_ttl: Duration,
         pubsub: PubSub,
     ) -> Result<OwnerReply, Error> {
-        if self.batcher.is_off() {
+        if self.batcher.holds_alone() {
             return protocol::release(conn, keys, holder, op_id, op_ttl, pubsub).await;
         }
         let release = HoldRelease::new(keys, holder, op_id, op_ttl, pubsub);

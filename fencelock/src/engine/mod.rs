@@ -182,6 +182,7 @@ impl Engine {
         let batcher = Batcher::new(
             conn.clone(),
             config.op_batch,
+            config.hold_batch,
             #[cfg(fencelock_negative_controls)]
             control,
         );
