@@ -24,6 +24,20 @@ async fn grouping_client(fx: &Env) -> LockClient {
     fx.builder().record_waits(false).connect().await.unwrap()
 }
 
+/// `n` reads of `rw` started at once, so that those meeting a call in flight queue together.
+async fn read_together(rw: &RwLock, n: usize) -> Vec<fencelock::ReadGuard> {
+    futures_util::future::join_all((0..n).map(|_| async { rw.read().await.unwrap() })).await
+}
+
+/// Releases every guard at once, each successfully.
+async fn release_together(guards: Vec<fencelock::ReadGuard>) {
+    futures_util::future::join_all(guards.into_iter().map(|g| g.release()))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>, _>>()
+        .unwrap();
+}
+
 /// Whether anything of read-write lock `name` is left in Redis (its hash or its lease zset).
 fn anything_left(fx: &Env, name: &str) -> bool {
     !fx.keys(&format!("fencelock:{{*}}rw*:{name}")).is_empty()
@@ -38,17 +52,11 @@ on_topologies_multi_thread! {
         let before = fx.calls("evalsha");
         let mut seen = HashSet::new();
         for _ in 0..10 {
-            let guards =
-                futures_util::future::join_all((0..32).map(|_| async { rw.read().await.unwrap() }))
-                    .await;
+            let guards = read_together(&rw, 32).await;
             for guard in &guards {
                 assert!(seen.insert(guard.token()), "a token twice: {:?}", guard.token());
             }
-            futures_util::future::join_all(guards.into_iter().map(|g| g.release()))
-                .await
-                .into_iter()
-                .collect::<Result<Vec<()>, _>>()
-                .unwrap();
+            release_together(guards).await;
             assert!(!anything_left(&fx, "shelf"), "a read left its hold");
         }
         let calls = fx.calls("evalsha") - before;
@@ -73,13 +81,7 @@ async fn with_a_cap_of_one_every_read_and_release_goes_alone() {
     let rw = client.rwlock("alone").unwrap().with_lease(LONG).unwrap();
     rw.read().await.unwrap().release().await.unwrap();
     let before = fx.calls("evalsha");
-    let guards =
-        futures_util::future::join_all((0..32).map(|_| async { rw.read().await.unwrap() })).await;
-    futures_util::future::join_all(guards.into_iter().map(|g| g.release()))
-        .await
-        .into_iter()
-        .collect::<Result<Vec<()>, _>>()
-        .unwrap();
+    release_together(read_together(&rw, 32).await).await;
     assert_eq!(
         fx.calls("evalsha") - before,
         64,
