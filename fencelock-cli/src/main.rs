@@ -27,6 +27,7 @@
 //!
 //! The work is done by `fencelock::admin`; this file parses arguments, prints and chooses the
 //! exit code (the table is [`EXIT_CODES`], also in `--help`).
+#![forbid(unsafe_code)]
 
 use std::ffi::OsString;
 use std::io::{BufRead, IsTerminal, Write};

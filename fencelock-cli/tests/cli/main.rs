@@ -2,7 +2,7 @@
 //! throwaway redis-server, while the test holds, waits for and releases locks with the library.
 
 // The core crate's test fixture (a throwaway server and a look at the keys fencelock wrote).
-#[path = "../../../fencelock/tests/common/fixture.rs"]
+#[path = "../../../tests/common/fixture.rs"]
 mod fixture;
 
 mod doctor;

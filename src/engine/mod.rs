@@ -1,0 +1,408 @@
+//! The engine: the per-client machinery under the public API. One [`Engine`] per connected
+//! client holds its connection, its ids, its waiters ([`wait`]), its watchdog ([`watchdog`])
+//! and its pool for replicated acquisitions; a [`holder::Holder`] is what one acquisition
+//! holds, and a [`pending::PendingOp`] undoes an operation nobody waits for any more. Requests
+//! whose outcome is unknown are re-sent by [`Engine::retrying`], with the one retry policy
+//! (`base::retry`).
+//!
+//! Nothing here is public, and nothing here knows the public types: `LockClient`, `Lock`
+//! and the guards wrap these.
+
+pub(crate) mod acquisition;
+pub(crate) mod batch;
+pub(crate) mod handoff;
+pub(crate) mod holder;
+pub(crate) mod pending;
+pub(crate) mod wait;
+#[cfg(test)]
+mod wait_exploration;
+pub(crate) mod wait_record;
+pub(crate) mod watchdog;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target};
+use crate::base::error::{Error, Failure};
+use crate::base::retry::Resends;
+#[cfg(fencelock_negative_controls)]
+use crate::protocol::controls::{self, Control};
+use crate::protocol::keys::{client_key, LockKeys};
+use crate::protocol::server::{self, ServerInfo};
+use crate::protocol::{self, FairAttempt, PermissionsReply};
+use crate::transport::ack_pool::{AckConnections, AckRoute};
+use crate::transport::slot_map::ClusterRoute;
+use crate::transport::{cluster, standalone, Conn, Connections, PushListener, SentinelConn};
+use batch::{Batcher, Route};
+use wait::Waiters;
+use watchdog::Watchdog;
+
+/// Everything one client shares between its clones, its locks and its holders.
+pub(crate) struct Engine {
+    pub(crate) conn: Conn,
+    /// The group commit of lock acquisitions and releases ([`batch`]).
+    pub(crate) batcher: Arc<Batcher>,
+    pub(crate) config: ClientConfig,
+    pub(crate) waiters: Arc<Waiters>,
+    pub(crate) watchdog: Watchdog,
+    /// Connections reserved for replicated acquisitions (script + `WAIT`), per node, opened on
+    /// first use.
+    pub(crate) acks: AckConnections,
+    /// A random UUID v4: the first part of every holder and operation id of this client.
+    pub(crate) id: String,
+    /// What the server is (`HELLO` at connect).
+    pub(crate) server: ServerInfo,
+    /// Whether the semaphores and read-write locks this client creates keep their deadlines
+    /// as hash-field expiry ([`HoldExpiry`] resolved against the server at connect).
+    pub(crate) field_expiry: bool,
+    next_seq: AtomicU64,
+    /// Whether the user's permissions for semaphores and read-write locks were checked and
+    /// granted ([`Engine::check_permissions`]).
+    holds_permitted: AtomicBool,
+    /// A deliberately broken protocol variant (test builds only; `None` is the real protocol).
+    #[cfg(fencelock_negative_controls)]
+    pub(crate) control: Option<Control>,
+}
+
+/// How long a client's registered name is kept after its last refresh: a client gone for a day
+/// leaves nothing behind.
+pub(crate) const NAME_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// How often a live client registers its name again, well inside [`NAME_KEPT`].
+const NAME_REFRESH: Duration = Duration::from_secs(12 * 3600);
+/// How soon a registration that failed is tried again.
+const NAME_RETRY: Duration = Duration::from_secs(10);
+
+/// Registers the client's name again while its engine lives: every [`NAME_REFRESH`] once
+/// registered, every [`NAME_RETRY`] until then (`registered`: the connect's own registration
+/// succeeded). The name is advice for operators, never needed by a lock, so a failure is only
+/// a DEBUG event.
+pub(crate) async fn keep_name_registered(engine: Weak<Engine>, mut registered: bool) {
+    loop {
+        tokio::time::sleep(if registered { NAME_REFRESH } else { NAME_RETRY }).await;
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        registered = engine.try_register_name().await;
+    }
+}
+
+/// The name whose keys `permissions.lua` checks (a lock's at connect, a semaphore's before the
+/// first hold). Nothing stays under it; any name would do, as an ACL grants by key pattern.
+const PERMISSIONS_PROBE: &[u8] = b"permissions-probe";
+
+/// Which scripts' commands a permission check covers ([`Engine::check_permissions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PermissionScope {
+    /// The locks' (and elections', jobs', fair handoff's): at connect.
+    Locks,
+    /// The semaphores' and read-write locks': before a client's first such acquisition.
+    Holds,
+}
+
+impl Engine {
+    /// Connects to `target` and starts the client's watchdog.
+    pub(crate) async fn connect(
+        target: &Target,
+        config: ClientConfig,
+        node_auth: Option<NodeAuth>,
+        #[cfg(fencelock_negative_controls)] control: Option<Control>,
+    ) -> Result<Arc<Engine>, Error> {
+        let waiters = Arc::new(Waiters::default());
+        let listener: Weak<dyn PushListener> = Arc::downgrade(&waiters) as Weak<dyn PushListener>;
+        if !matches!(target, Target::Standalone(_)) {
+            // The cluster and Sentinel clients take TLS settings from their URLs only; redis-rs
+            // has no per-client root certificates for them.
+            #[cfg(feature = "tls")]
+            if config.tls_root_ca.is_some() {
+                return Err(Error::InvalidConfig {
+                    reason: "tls_root_ca is available for standalone URLs only".into(),
+                });
+            }
+        }
+        let (conn, subscriptions, route) = match target {
+            Target::Standalone(url) => {
+                let (manager, client) = standalone::connect(url, &config, listener).await?;
+                (
+                    Conn::Standalone(manager),
+                    None,
+                    AckRoute::Standalone(client),
+                )
+            }
+            Target::Cluster(nodes) => {
+                // Scripts and subscriptions on cluster connections of their own: see
+                // `transport::Connections`. Only the subscriptions' connection hears pushes.
+                let conn = cluster::connect(nodes, &config, None).await?;
+                let subscriptions = cluster::connect(nodes, &config, Some(listener)).await?;
+                // cluster::connect refused an empty list.
+                let route = ClusterRoute::new(conn.clone(), &nodes[0], &config)?;
+                (
+                    Conn::Cluster(conn),
+                    Some(Conn::Cluster(subscriptions)),
+                    AckRoute::Cluster(route),
+                )
+            }
+            Target::Sentinel { sentinels, master } => {
+                let conn =
+                    SentinelConn::connect(sentinels, master, node_auth, &config, listener).await?;
+                (Conn::Sentinel(conn.clone()), None, AckRoute::Sentinel(conn))
+            }
+        };
+        let server = server::hello(&mut conn.clone()).await?;
+        if matches!(target, Target::Cluster(_)) && !server.has_sharded_pubsub() {
+            return Err(Error::UnsupportedServer {
+                server: server.to_string(),
+                lacks: "sharded pub/sub (SPUBLISH, SSUBSCRIBE: Redis 7.0+, every Valkey), which \
+                        a cluster client needs to wake waiters on the node of a lock's slot"
+                    .into(),
+            });
+        }
+        let field_expiry = match config.hold_expiry {
+            HoldExpiry::LeaseZset => false,
+            HoldExpiry::Auto => server.has_hash_field_expiry(),
+            HoldExpiry::FieldExpiry if server.has_hash_field_expiry() => true,
+            HoldExpiry::FieldExpiry => {
+                return Err(Error::UnsupportedServer {
+                    server: server.to_string(),
+                    lacks: "hash-field expiry (HPEXPIREAT: Redis 7.4+, Valkey 9.0+), which \
+                            HoldExpiry::FieldExpiry asks for"
+                        .into(),
+                })
+            }
+        };
+        let acks = AckConnections::new(route, &config);
+        waiters.set_connection(match subscriptions {
+            Some(subscriptions) => Connections {
+                commands: conn.clone(),
+                subscriptions,
+            },
+            None => Connections::shared(conn.clone()),
+        });
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let batcher = Batcher::new(
+            id.clone(),
+            conn.clone(),
+            config.op_batch,
+            config.hold_batch,
+            #[cfg(fencelock_negative_controls)]
+            control,
+        );
+        let engine = Arc::new(Engine {
+            conn,
+            batcher,
+            config,
+            waiters,
+            watchdog: Watchdog::default(),
+            acks,
+            id,
+            server,
+            field_expiry,
+            holds_permitted: AtomicBool::new(false),
+            next_seq: AtomicU64::new(1),
+            #[cfg(fencelock_negative_controls)]
+            control,
+        });
+        tokio::spawn(watchdog::run(Arc::downgrade(&engine)));
+        Ok(engine)
+    }
+
+    /// [`register_name`](Self::register_name), with a failure only logged (the name is advice
+    /// for operators, never needed by a lock): whether it was registered.
+    pub(crate) async fn try_register_name(&self) -> bool {
+        match self.register_name().await {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::debug!(
+                    name: "fencelock.name_registration_failed",
+                    error = %err,
+                    "could not register the client's name; retrying in the background"
+                );
+                false
+            }
+        }
+    }
+
+    /// Registers this client's name for operators (`prefix{tag}client:<id>`, kept for
+    /// [`NAME_KEPT`]); one `SET` at connect and one per [`NAME_REFRESH`] after.
+    pub(crate) async fn register_name(&self) -> Result<(), Error> {
+        let key = client_key(&self.config.prefix, &self.id);
+        let name = self.config.client_name.as_str();
+        self.retrying(|mut conn| {
+            let key = &key;
+            async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(name)
+                    .arg("PX")
+                    .arg(u64::try_from(NAME_KEPT.as_millis()).unwrap_or(u64::MAX))
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .map_err(Error::from_reply)
+            }
+        })
+        .await
+    }
+
+    /// A fresh id for a holder or an operation: unique across clients (random client id) and
+    /// within this one (sequence number).
+    pub(crate) fn next_id(&self) -> String {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{seq}", self.id)
+    }
+
+    /// Where a call on `keys` goes, for the group commit: on a cluster its hash slot, else the
+    /// one server.
+    pub(crate) fn route(&self, keys: &LockKeys) -> Route {
+        if self.conn.is_cluster() {
+            keys.slot
+        } else {
+            0
+        }
+    }
+
+    /// The client's connection (a cheap clone of a multiplexed handle).
+    pub(crate) fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
+    /// The fair-mode part of an acquire attempt, `None` in the default mode.
+    pub(crate) fn fair_attempt(&self, enqueue: bool) -> Option<FairAttempt<'_>> {
+        self.config.fair_grace.map(|grace| FairAttempt {
+            client: &self.id,
+            enqueue,
+            queue_slack: grace * 2 + crate::base::config::FAIR_QUEUE_SLACK,
+        })
+    }
+
+    /// Runs one protocol call with this client's negative control in scope (test builds);
+    /// otherwise this is the call itself.
+    pub(crate) async fn controlled<T>(&self, call: impl Future<Output = T>) -> T {
+        #[cfg(fencelock_negative_controls)]
+        if let Some(control) = self.control {
+            return controls::scoped(control, call).await;
+        }
+        call.await
+    }
+
+    /// Refuses a Redis user that may not run every command the scripts of `scope` send on
+    /// this client's keys: a script refused midway keeps what it wrote before the refused
+    /// command (Redis does not roll scripts back), so without this a missing `+pexpire` would
+    /// leave a lock hash that never expires. One `permissions.lua` call on a probe's keys (on a
+    /// cluster, at the probe's slot): `redis.acl_check_cmd` where the server has it, probes
+    /// that are undone in the same script on Redis 6.2 (DESIGN.md §12). The locks' commands
+    /// are checked at connect; the holds' (semaphores, read-write locks) before the client's
+    /// first such acquisition, once, so that a user of locks alone needs none of them. A
+    /// failed call for any reason other than a refusal leaves the check to the operation
+    /// itself (and, for holds, to the next acquisition).
+    pub(crate) async fn check_permissions(&self, scope: PermissionScope) -> Result<(), Error> {
+        if scope == PermissionScope::Holds && self.holds_permitted.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let prefix = &self.config.prefix;
+        let (keys, holds) = match scope {
+            PermissionScope::Locks => (LockKeys::new(prefix, PERMISSIONS_PROBE), None),
+            // Field-expiry commands wherever the server has them: any client may create a
+            // semaphore that uses them, and every client of it then runs them.
+            PermissionScope::Holds => (
+                LockKeys::semaphore(prefix, PERMISSIONS_PROBE),
+                Some(self.server.has_hash_field_expiry()),
+            ),
+        };
+        let mut conn = self.conn();
+        let pubsub = conn.pubsub();
+        let fair = self.config.fair_grace.is_some();
+        let reply = self
+            .controlled(protocol::permissions(&mut conn, &keys, pubsub, fair, holds))
+            .await;
+        match reply {
+            Ok(PermissionsReply::Granted) => {
+                if scope == PermissionScope::Holds {
+                    self.holds_permitted.store(true, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            Ok(PermissionsReply::Refused(commands)) => Err(Error::PermissionDenied {
+                detail: format!(
+                    "the Redis user may not run {} on the keys under prefix {:?} (and their \
+                     channels){}; grant every command the README's Security section lists",
+                    commands.join(", "),
+                    String::from_utf8_lossy(prefix),
+                    match scope {
+                        PermissionScope::Locks => "",
+                        PermissionScope::Holds => ", which semaphores and read-write locks need",
+                    },
+                ),
+            }),
+            Err(err) if err.is_permission_denied() => Err(err),
+            Err(err) => {
+                tracing::debug!(
+                    name: "fencelock.permission_check_failed",
+                    error = %err,
+                    "could not check the user's permissions"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether this client runs `control` (test builds).
+    #[cfg(fencelock_negative_controls)]
+    pub(crate) fn broken(&self, control: Control) -> bool {
+        self.control == Some(control)
+    }
+
+    /// Runs one idempotent operation, re-sending it while its outcome is unknown (timeout,
+    /// dropped connection, server loading, a primary that moved) and the retry window is open.
+    /// Every caller passes the same operation id on each attempt, so the server applies it at
+    /// most once.
+    ///
+    /// Not an async fn: that would wrap the (hot, large) future of [`Engine::retrying_within`]
+    /// in one more state machine.
+    pub(crate) fn retrying<'a, T, F, Fut>(
+        &'a self,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, Error>> + 'a
+    where
+        F: FnMut(Conn) -> Fut + 'a,
+        Fut: Future<Output = Result<T, Error>> + 'a,
+        T: 'a,
+    {
+        self.retrying_within(self.config.retry_window, attempt)
+    }
+
+    /// [`Engine::retrying`] with another window: a waiting acquirer's
+    /// ([`crate::base::retry::waiting_window`]).
+    pub(crate) async fn retrying_within<T, F, Fut>(
+        &self,
+        window: Duration,
+        mut attempt: F,
+    ) -> Result<T, Error>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let mut resends = Resends::new(window);
+        loop {
+            // Not through `controlled`: an async fn keeps its argument and the future it
+            // awaits side by side, which would double this (hot, large) future.
+            let call = attempt(self.conn());
+            #[cfg(fencelock_negative_controls)]
+            let outcome = match self.control {
+                Some(control) => controls::scoped(control, call).await,
+                None => call.await,
+            };
+            #[cfg(not(fencelock_negative_controls))]
+            let outcome = call.await;
+            let err = match outcome {
+                Err(err) if err.failure().is_some_and(Failure::is_transient) => err,
+                outcome => return outcome,
+            };
+            let Some(pause) = resends.next_pause() else {
+                return Err(err);
+            };
+            tracing::debug!(error = %err, "retrying lock operation with the same id");
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
