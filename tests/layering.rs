@@ -1,10 +1,11 @@
-//! The layering of the core crate, checked: every `crate::` path in `src/` (outside test
+//! The structure of the core crate, checked: every `crate::` path in `src/` (outside test
 //! code) points at the file's own layer or a lower one, and the modules of the top layer do not
-//! use each other. DESIGN.md §1 draws the same layers.
+//! use each other; DESIGN.md §1 draws the same layers, names every file of the library in its
+//! map and every export in its public surface.
 //!
 //! Test modules are left out: a unit test may drive its layer through the public API.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -42,11 +43,21 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The code of a file without comments and without its test modules (by convention the last
-/// item of a file, or a file of its own named `tests.rs` / `*_tests.rs`).
-fn production_code(path: &Path, text: &str) -> String {
+/// Whether a file is test code of its own: named `tests.rs` or `*_tests.rs`, or inside a
+/// `tests/` folder of a module.
+fn is_test_file(path: &Path) -> bool {
     let name = path.file_name().unwrap().to_string_lossy();
-    if name == "tests.rs" || name.ends_with("_tests.rs") {
+    name == "tests.rs"
+        || name.ends_with("_tests.rs")
+        || path
+            .parent()
+            .is_some_and(|dir| dir.iter().any(|part| part == "tests"))
+}
+
+/// The code of a file without comments and without its test modules (by convention the last
+/// item of a file, or a file of its own: [`is_test_file`]).
+fn production_code(path: &Path, text: &str) -> String {
+    if is_test_file(path) {
         return String::new();
     }
     let mut code = String::new();
@@ -150,7 +161,8 @@ fn violations(src: &Path) -> Vec<String> {
             )
         });
         let text = fs::read_to_string(file).expect("source file");
-        for name in crate_references(&production_code(file, &text)) {
+        let relative = file.strip_prefix(src).unwrap();
+        for name in crate_references(&production_code(relative, &text)) {
             let target = exports.get(&name).cloned().unwrap_or(name);
             if target == module {
                 continue;
@@ -210,6 +222,136 @@ fn the_check_sees_an_upward_import_in_every_form() {
             "base/mod.rs: base (layer 0) uses api (layer 4)",
             "base/mod.rs: base (layer 0) uses engine (layer 3)",
             "sql.rs: sql (layer 5) uses blocking (layer 5)",
+        ]
+    );
+}
+
+/// DESIGN.md §1, from its heading to the next section's.
+fn design_map(design: &str) -> &str {
+    let start = design.find("## 1. Architecture").expect("DESIGN.md has §1");
+    let end = design[start..]
+        .find("\n## 2.")
+        .map_or(design.len(), |at| start + at);
+    &design[start..end]
+}
+
+/// The names in backticks of `text`.
+fn ticked(text: &str) -> BTreeSet<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// What the public surface and the map of `design` miss or name in vain, against the crate
+/// rooted at `src`; empty when they match.
+fn map_mismatches(src: &Path, design: &str) -> Vec<String> {
+    let map = design_map(design);
+    let lib = fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+    // The root's own items (not those of its inline modules, which are indented).
+    let top: Vec<&str> = lib
+        .lines()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+        .collect();
+    let mut public: BTreeSet<String> = root_exports(&top.join("\n")).into_keys().collect();
+    public.extend(
+        lib.lines()
+            .filter_map(|l| l.trim().strip_prefix("pub mod "))
+            .map(|rest| rest.trim_end_matches([';', ' ', '{']).to_owned()),
+    );
+    let surface = map
+        .find("Public surface")
+        .map(|at| ticked(&map[at..]))
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    for name in &public {
+        if !surface.contains(name) {
+            found.push(format!("exported but not in the public surface: {name}"));
+        }
+    }
+    // The drawing: every file of the library named (a folder module by `folder/`), and no
+    // name of a file that is not there.
+    let drawing = map.split("```").nth(1).unwrap_or("");
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut names = BTreeSet::new();
+    for file in &files {
+        let relative = file.strip_prefix(src).unwrap();
+        let parts: Vec<String> = relative
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        if is_test_file(relative) || parts == ["lib.rs"] {
+            continue;
+        }
+        let name = match parts.as_slice() {
+            [.., folder, last] if last == "mod.rs" => format!("{folder}/"),
+            [.., last] => last.clone(),
+            [] => unreachable!(),
+        };
+        if !drawing.contains(&name) {
+            found.push(format!(
+                "{} is not named in the map (as {name})",
+                relative.display()
+            ));
+        }
+        names.insert(name);
+        names.insert(parts.last().unwrap().clone());
+    }
+    for word in drawing.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.')) {
+        if word.ends_with(".rs") && !names.contains(word) {
+            found.push(format!(
+                "the map names {word}, which is no file of the library"
+            ));
+        }
+    }
+    found
+}
+
+#[test]
+fn the_design_map_names_every_export_and_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let design = fs::read_to_string(root.join("DESIGN.md")).expect("DESIGN.md");
+    let found = map_mismatches(&root.join("src"), &design);
+    assert!(
+        found.is_empty(),
+        "DESIGN.md §1 does not match the crate:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn the_map_check_sees_a_missing_export_a_missing_file_and_a_stale_name() {
+    let dir = std::env::temp_dir().join(format!("fencelock-map-{}", std::process::id()));
+    let src = dir.join("src");
+    fs::create_dir_all(src.join("api/job/tests")).unwrap();
+    fs::write(
+        src.join("lib.rs"),
+        "pub mod admin;\npub use api::lock::{Lock, Guard};\n",
+    )
+    .unwrap();
+    for file in [
+        "api/lock.rs",
+        "api/job/mod.rs",
+        "api/job/ticks.rs",
+        "api/job/tests/x.rs",
+    ] {
+        fs::write(src.join(file), "").unwrap();
+    }
+    fs::write(src.join("admin.rs"), "").unwrap();
+    let design = "## 1. Architecture\n```\n api/ lock.rs job/ gone.rs\n```\n\
+                  Public surface: `Lock`, `admin`.\n## 2. Next\n";
+    let mut found = map_mismatches(&src, design);
+    fs::remove_dir_all(&dir).unwrap();
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "admin.rs is not named in the map (as admin.rs)",
+            "api/job/ticks.rs is not named in the map (as ticks.rs)",
+            "exported but not in the public surface: Guard",
+            "the map names gone.rs, which is no file of the library",
         ]
     );
 }

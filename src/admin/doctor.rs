@@ -8,7 +8,7 @@ use redis::aio::MultiplexedConnection;
 use redis::Value;
 
 use super::{format_duration, Admin};
-use crate::base::error::Failure;
+use crate::base::error::ErrorClass;
 use crate::protocol::server::{EvictionRisk, ServerFlavour, ServerInfo};
 use crate::Error;
 
@@ -90,7 +90,7 @@ impl Check {
 fn settle(outcome: Result<Check, redis::RedisError>, name: &'static str) -> Result<Check, Error> {
     match outcome {
         Ok(check) => Ok(check),
-        Err(err) if Failure::of(&err) == Failure::ConnectionLost => Err(Error::Redis(err)),
+        Err(err) if ErrorClass::of(&err) == ErrorClass::ConnectionLost => Err(Error::Redis(err)),
         Err(err) => Ok(Check::bad(
             name,
             Status::Warn,

@@ -281,7 +281,7 @@ impl Lock {
     /// The acquisition is passed as a closure and its future made here: a future passed as an
     /// argument would be kept in this one's state next to the copy being awaited, doubling the
     /// size of every acquire future.
-    async fn traced<T: Acquisition, F>(
+    async fn traced<T: Acquired, F>(
         &self,
         method: &'static str,
         contended: &AtomicBool,
@@ -304,7 +304,7 @@ impl Lock {
         let waited_us = || u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let contended = contended.load(Ordering::Relaxed);
         let _entered = span.enter();
-        let label = match outcome.as_ref().map(Acquisition::guard) {
+        let label = match outcome.as_ref().map(Acquired::guard) {
             Ok(Some(guard)) => {
                 tracing::debug!(
                     name: "fencelock.acquire",
@@ -361,7 +361,7 @@ impl Lock {
             holder,
             pending,
         };
-        acquisition::acquire_with(how, deadline, attempts).await
+        acquisition::acquire_loop(how, deadline, attempts).await
     }
 
     /// What a fair-mode client must undo in Redis when an acquisition leaves without the lock.
@@ -419,7 +419,7 @@ impl Lock {
                                         .await
                                 }
                                 Some(_) => {
-                                    protocol::acquire_with(
+                                    protocol::acquire_attempt(
                                         &mut conn, keys, holder, lease, op_ttl, fair, label,
                                         recorded,
                                     )
@@ -442,7 +442,7 @@ impl Lock {
                         let (keys, label) = (&self.keys, self.label.as_deref());
                         let recorded = sends.send(&conn);
                         async move {
-                            protocol::acquire_with(
+                            protocol::acquire_attempt(
                                 &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
                             )
                             .await
@@ -583,17 +583,17 @@ impl Attempts for LockAttempts<'_> {
 }
 
 /// What an acquire method returns: a guard, or (try_acquire) maybe one.
-trait Acquisition {
+trait Acquired {
     fn guard(&self) -> Option<&LockGuard>;
 }
 
-impl Acquisition for LockGuard {
+impl Acquired for LockGuard {
     fn guard(&self) -> Option<&LockGuard> {
         Some(self)
     }
 }
 
-impl Acquisition for Option<LockGuard> {
+impl Acquired for Option<LockGuard> {
     fn guard(&self) -> Option<&LockGuard> {
         self.as_ref()
     }

@@ -297,7 +297,7 @@ impl RwLock {
         mode: RwMode,
         deadline: Option<Instant>,
     ) -> Result<LockGuard, Error> {
-        acquisition::acquire_until(&HoldRequest { lock: self, mode }, deadline).await
+        acquisition::acquire_hold(&HoldRequest { lock: self, mode }, deadline).await
     }
 }
 

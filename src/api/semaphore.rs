@@ -303,7 +303,7 @@ impl Semaphore {
         deadline: Option<Instant>,
     ) -> Result<SemaphorePermit, Error> {
         self.check(permits)?;
-        acquisition::acquire_until(&PermitRequest { sem: self, permits }, deadline).await
+        acquisition::acquire_hold(&PermitRequest { sem: self, permits }, deadline).await
     }
 }
 

@@ -208,10 +208,10 @@ pub enum Error {
 
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
-        match Failure::of(&err) {
+        match ErrorClass::of(&err) {
             // ACL refusals are a configuration problem, not a flaky connection: typed, so
             // callers and the retry policy never retry them.
-            Failure::PermissionDenied => Error::PermissionDenied {
+            ErrorClass::PermissionDenied => Error::PermissionDenied {
                 detail: permission_detail(&err),
             },
             _ => Error::Redis(err),
@@ -300,9 +300,9 @@ impl Error {
 
     /// What a failed request says about itself and the server, for a Redis error; `None` for
     /// every error fencelock decided on by itself.
-    pub(crate) fn failure(&self) -> Option<Failure> {
+    pub(crate) fn class(&self) -> Option<ErrorClass> {
         match self {
-            Error::Redis(err) => Some(Failure::of(err)),
+            Error::Redis(err) => Some(ErrorClass::of(err)),
             _ => None,
         }
     }
@@ -361,7 +361,7 @@ fn refusal_among(err: &redis::RedisError) -> Option<(usize, redis::ServerError)>
 /// redis-rs' error kinds and the server's error codes. Every retry, failover and
 /// redirection decision of the crate asks this, so they cannot disagree about an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
+pub(crate) enum ErrorClass {
     /// The connection failed: not reached, cut, or no reply in time. The request may or may
     /// not have run, and the primary may be another server now.
     ///
@@ -391,26 +391,26 @@ pub(crate) enum Failure {
     Other,
 }
 
-impl Failure {
+impl ErrorClass {
     /// Classifies a redis-rs error.
-    pub(crate) fn of(err: &redis::RedisError) -> Failure {
+    pub(crate) fn of(err: &redis::RedisError) -> ErrorClass {
         if err.is_io_error() {
-            return Failure::ConnectionLost;
+            return ErrorClass::ConnectionLost;
         }
         if err.kind() == redis::ErrorKind::AuthenticationFailed {
-            return Failure::AuthRefused;
+            return ErrorClass::AuthRefused;
         }
         if err.redirect_node().is_some() {
-            return Failure::Redirected;
+            return ErrorClass::Redirected;
         }
         if let Some(code) = err.code() {
-            let failure = Failure::of_code(code);
-            if failure != Failure::Other {
+            let failure = ErrorClass::of_code(code);
+            if failure != ErrorClass::Other {
                 return failure;
             }
         }
         if refusal_among(err).is_some() {
-            return Failure::PermissionDenied;
+            return ErrorClass::PermissionDenied;
         }
         // A command refused inside a script comes back as a plain script error; Redis 7.0
         // and 7.2+ word it differently.
@@ -418,7 +418,7 @@ impl Failure {
         if text.contains("can't run this command or subcommand")
             || text.contains("ACL failure in script")
         {
-            return Failure::PermissionDenied;
+            return ErrorClass::PermissionDenied;
         }
         // redis-rs 1.8 takes every `sunsubscribe` push for the confirmation of a request
         // (`PushKind::has_reply`), also one a cluster node sends by itself when it drops its
@@ -427,20 +427,20 @@ impl Failure {
         // unknown, as when the connection is lost: it is re-sent with the same operation id,
         // which replays it if it ran (DESIGN.md 15, known limit).
         if text.contains("(value was push(") {
-            return Failure::ConnectionLost;
+            return ErrorClass::ConnectionLost;
         }
-        Failure::Other
+        ErrorClass::Other
     }
 
     /// Classifies a server error code (a reply's `-CODE`, also an error value inside a reply).
-    pub(crate) fn of_code(code: &str) -> Failure {
+    pub(crate) fn of_code(code: &str) -> ErrorClass {
         match code {
-            "LOADING" | "TRYAGAIN" | "NOSCRIPT" => Failure::NotReady,
-            "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" => Failure::NotPrimary,
-            "MOVED" | "ASK" => Failure::Redirected,
-            "NOPERM" => Failure::PermissionDenied,
-            "WRONGPASS" | "NOAUTH" => Failure::AuthRefused,
-            _ => Failure::Other,
+            "LOADING" | "TRYAGAIN" | "NOSCRIPT" => ErrorClass::NotReady,
+            "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" => ErrorClass::NotPrimary,
+            "MOVED" | "ASK" => ErrorClass::Redirected,
+            "NOPERM" => ErrorClass::PermissionDenied,
+            "WRONGPASS" | "NOAUTH" => ErrorClass::AuthRefused,
+            _ => ErrorClass::Other,
         }
     }
 
@@ -449,18 +449,18 @@ impl Failure {
     pub(crate) fn is_transient(self) -> bool {
         matches!(
             self,
-            Failure::ConnectionLost | Failure::NotReady | Failure::NotPrimary
+            ErrorClass::ConnectionLost | ErrorClass::NotReady | ErrorClass::NotPrimary
         )
     }
 
     /// The primary may be another server now: ask the Sentinels or the cluster again.
     pub(crate) fn primary_may_have_moved(self) -> bool {
-        matches!(self, Failure::ConnectionLost | Failure::NotPrimary)
+        matches!(self, ErrorClass::ConnectionLost | ErrorClass::NotPrimary)
     }
 
     /// Whether the request may have run although no reply says so.
     pub(crate) fn outcome_unknown(self) -> bool {
-        self == Failure::ConnectionLost
+        self == ErrorClass::ConnectionLost
     }
 }
 
@@ -519,13 +519,13 @@ impl Error {
 
     /// Redis could not be reached or the connection failed mid-request.
     pub fn is_connection(&self) -> bool {
-        self.failure() == Some(Failure::ConnectionLost)
+        self.class() == Some(ErrorClass::ConnectionLost)
     }
 
     /// Redis refused the credentials (wrong user or password, or none given where one is
     /// required).
     pub fn is_auth_refused(&self) -> bool {
-        self.failure() == Some(Failure::AuthRefused)
+        self.class() == Some(ErrorClass::AuthRefused)
     }
 }
 
@@ -549,8 +549,8 @@ mod tests {
             Other,
         ] {
             let err = redis::RedisError::from(std::io::Error::from(kind));
-            assert_eq!(Failure::of(&err), Failure::ConnectionLost, "{kind:?}");
-            assert!(Failure::of(&err).is_transient(), "{kind:?}");
+            assert_eq!(ErrorClass::of(&err), ErrorClass::ConnectionLost, "{kind:?}");
+            assert!(ErrorClass::of(&err).is_transient(), "{kind:?}");
             assert!(
                 !(err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal())
                     || err.is_io_error(),
@@ -559,17 +559,17 @@ mod tests {
         }
         let dropped = redis::RedisError::from((redis::ErrorKind::Io, "driver terminated"));
         assert!(dropped.is_connection_dropped());
-        assert_eq!(Failure::of(&dropped), Failure::ConnectionLost);
+        assert_eq!(ErrorClass::of(&dropped), ErrorClass::ConnectionLost);
         let reply = redis::parse_redis_value(b"-READONLY replica\r\n").unwrap();
         assert_eq!(
-            Failure::of(&reply.extract_error().unwrap_err()),
-            Failure::NotPrimary
+            ErrorClass::of(&reply.extract_error().unwrap_err()),
+            ErrorClass::NotPrimary
         );
         let parse = redis::RedisError::from((redis::ErrorKind::Parse, "bad reply"));
-        assert_eq!(Failure::of(&parse), Failure::Other);
-        assert!(!Failure::of(&parse).is_transient());
+        assert_eq!(ErrorClass::of(&parse), ErrorClass::Other);
+        assert!(!ErrorClass::of(&parse).is_transient());
         let client = redis::RedisError::from((redis::ErrorKind::Client, "bad reply"));
-        assert!(!Failure::of(&client).is_transient());
+        assert!(!ErrorClass::of(&client).is_transient());
         assert!(
             Error::Redis(redis::RedisError::from(std::io::Error::from(BrokenPipe))).is_connection()
         );
@@ -585,74 +585,74 @@ mod tests {
 
     #[test]
     fn every_server_code_has_one_class_and_the_policies_follow_from_it() {
-        let cases: [(&[u8], Failure); 11] = [
-            (b"-LOADING Redis is loading the dataset in memory\r\n", Failure::NotReady),
-            (b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", Failure::NotReady),
-            (b"-NOSCRIPT No matching script. Please use EVAL.\r\n", Failure::NotReady),
-            (b"-READONLY You can't write against a read only replica.\r\n", Failure::NotPrimary),
-            (b"-MASTERDOWN Link with MASTER is down\r\n", Failure::NotPrimary),
-            (b"-CLUSTERDOWN The cluster is down\r\n", Failure::NotPrimary),
-            (b"-MOVED 3999 127.0.0.1:6381\r\n", Failure::Redirected),
-            (b"-ASK 3999 127.0.0.1:6381\r\n", Failure::Redirected),
-            (b"-NOPERM User x has no permissions to run the 'set' command\r\n", Failure::PermissionDenied),
-            (b"-WRONGPASS invalid username-password pair\r\n", Failure::AuthRefused),
-            (b"-ERR Error running script (call to f_x): @user_script:1: ACL failure in script\r\n", Failure::PermissionDenied),
+        let cases: [(&[u8], ErrorClass); 11] = [
+            (b"-LOADING Redis is loading the dataset in memory\r\n", ErrorClass::NotReady),
+            (b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", ErrorClass::NotReady),
+            (b"-NOSCRIPT No matching script. Please use EVAL.\r\n", ErrorClass::NotReady),
+            (b"-READONLY You can't write against a read only replica.\r\n", ErrorClass::NotPrimary),
+            (b"-MASTERDOWN Link with MASTER is down\r\n", ErrorClass::NotPrimary),
+            (b"-CLUSTERDOWN The cluster is down\r\n", ErrorClass::NotPrimary),
+            (b"-MOVED 3999 127.0.0.1:6381\r\n", ErrorClass::Redirected),
+            (b"-ASK 3999 127.0.0.1:6381\r\n", ErrorClass::Redirected),
+            (b"-NOPERM User x has no permissions to run the 'set' command\r\n", ErrorClass::PermissionDenied),
+            (b"-WRONGPASS invalid username-password pair\r\n", ErrorClass::AuthRefused),
+            (b"-ERR Error running script (call to f_x): @user_script:1: ACL failure in script\r\n", ErrorClass::PermissionDenied),
         ];
         for (reply, class) in cases {
             let err = server_error(reply);
             assert_eq!(
-                Failure::of(&err),
+                ErrorClass::of(&err),
                 class,
                 "{}",
                 String::from_utf8_lossy(reply)
             );
         }
         assert_eq!(
-            Failure::of(&server_error(b"-ERR unknown command\r\n")),
-            Failure::Other
+            ErrorClass::of(&server_error(b"-ERR unknown command\r\n")),
+            ErrorClass::Other
         );
         // The codes alone, as they come inside a reply (a pipeline's or a transaction's
         // errors): the same classes.
         for (code, class) in [
-            ("LOADING", Failure::NotReady),
-            ("TRYAGAIN", Failure::NotReady),
-            ("NOSCRIPT", Failure::NotReady),
-            ("READONLY", Failure::NotPrimary),
-            ("MASTERDOWN", Failure::NotPrimary),
-            ("CLUSTERDOWN", Failure::NotPrimary),
-            ("MOVED", Failure::Redirected),
-            ("ASK", Failure::Redirected),
-            ("NOPERM", Failure::PermissionDenied),
-            ("WRONGPASS", Failure::AuthRefused),
-            ("NOAUTH", Failure::AuthRefused),
-            ("ERR", Failure::Other),
-            ("EXECABORT", Failure::Other),
+            ("LOADING", ErrorClass::NotReady),
+            ("TRYAGAIN", ErrorClass::NotReady),
+            ("NOSCRIPT", ErrorClass::NotReady),
+            ("READONLY", ErrorClass::NotPrimary),
+            ("MASTERDOWN", ErrorClass::NotPrimary),
+            ("CLUSTERDOWN", ErrorClass::NotPrimary),
+            ("MOVED", ErrorClass::Redirected),
+            ("ASK", ErrorClass::Redirected),
+            ("NOPERM", ErrorClass::PermissionDenied),
+            ("WRONGPASS", ErrorClass::AuthRefused),
+            ("NOAUTH", ErrorClass::AuthRefused),
+            ("ERR", ErrorClass::Other),
+            ("EXECABORT", ErrorClass::Other),
         ] {
-            assert_eq!(Failure::of_code(code), class, "{code}");
+            assert_eq!(ErrorClass::of_code(code), class, "{code}");
         }
         // Transient: may or may not have run, or did not run for a reason that passes.
         for class in [
-            Failure::ConnectionLost,
-            Failure::NotReady,
-            Failure::NotPrimary,
+            ErrorClass::ConnectionLost,
+            ErrorClass::NotReady,
+            ErrorClass::NotPrimary,
         ] {
             assert!(class.is_transient(), "{class:?}");
         }
         for class in [
-            Failure::Redirected,
-            Failure::PermissionDenied,
-            Failure::AuthRefused,
-            Failure::Other,
+            ErrorClass::Redirected,
+            ErrorClass::PermissionDenied,
+            ErrorClass::AuthRefused,
+            ErrorClass::Other,
         ] {
             assert!(!class.is_transient(), "{class:?}");
             assert!(!class.primary_may_have_moved(), "{class:?}");
         }
-        assert!(Failure::ConnectionLost.primary_may_have_moved());
-        assert!(Failure::NotPrimary.primary_may_have_moved());
-        assert!(!Failure::NotReady.primary_may_have_moved());
-        assert!(Failure::ConnectionLost.outcome_unknown());
-        assert!(!Failure::NotPrimary.outcome_unknown());
-        assert!(!Failure::NotReady.outcome_unknown());
+        assert!(ErrorClass::ConnectionLost.primary_may_have_moved());
+        assert!(ErrorClass::NotPrimary.primary_may_have_moved());
+        assert!(!ErrorClass::NotReady.primary_may_have_moved());
+        assert!(ErrorClass::ConnectionLost.outcome_unknown());
+        assert!(!ErrorClass::NotPrimary.outcome_unknown());
+        assert!(!ErrorClass::NotReady.outcome_unknown());
     }
 
     #[test]
@@ -672,8 +672,8 @@ mod tests {
         let wrongpass = server_error(b"-WRONGPASS invalid username-password pair\r\n");
         assert!(Error::from(wrongpass).is_auth_refused());
         assert!(!Error::NotHeld.is_auth_refused());
-        assert_eq!(Error::NotHeld.failure(), None);
-        assert_eq!(Error::Protocol("x".into()).failure(), None);
+        assert_eq!(Error::NotHeld.class(), None);
+        assert_eq!(Error::Protocol("x".into()).class(), None);
     }
 
     /// Each public predicate answers `true` for its own kind of error and `false` for every
@@ -780,14 +780,14 @@ mod tests {
             .expect_err("a push is no script reply");
         let err: redis::RedisError = err.into();
         assert!(err.to_string().contains("(value was push("), "{err}");
-        assert_eq!(Failure::of(&err), Failure::ConnectionLost);
-        assert!(Failure::of(&err).is_transient());
+        assert_eq!(ErrorClass::of(&err), ErrorClass::ConnectionLost);
+        assert!(ErrorClass::of(&err).is_transient());
         let other =
             <Vec<redis::Value> as redis::FromRedisValue>::from_redis_value(redis::Value::Int(1))
                 .map(|_| ())
                 .expect_err("an integer is no script reply");
         let other: redis::RedisError = other.into();
-        assert_eq!(Failure::of(&other), Failure::Other, "{other}");
+        assert_eq!(ErrorClass::of(&other), ErrorClass::Other, "{other}");
     }
 
     /// A failed connect names the address it tried and classifies exactly as the bare failure
@@ -821,7 +821,7 @@ mod tests {
             let Error::Redis(inner) = &err else {
                 panic!("{err:?}")
             };
-            assert_eq!(Failure::of(inner), Failure::of(&bare), "{bare:?}");
+            assert_eq!(ErrorClass::of(inner), ErrorClass::of(&bare), "{bare:?}");
             assert_eq!(
                 inner.is_connection_refusal(),
                 bare.is_connection_refusal(),

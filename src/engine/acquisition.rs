@@ -2,7 +2,7 @@
 //! read-write lock's holds): a fast attempt, then waiting in this client's FIFO on the
 //! channel, going back to Redis on every wake-up until it wins or the deadline passes. The
 //! callers say what one attempt is ([`Attempts`]); the loop, the deadline and fair handoff's
-//! first-attempt guard are here, once ([`acquire_with`]). The holds' handles describe
+//! first-attempt guard are here, once ([`acquire_loop`]). The holds' handles describe
 //! themselves through [`Acquisition`], which also gives them one try ([`try_once`]).
 //!
 //! A multi-lock (`api::multi`) has a loop of its own: it moves between the queues of its
@@ -103,7 +103,7 @@ pub(crate) async fn try_once<A: Acquisition>(acq: &A) -> Result<Option<A::Held>,
 /// answer: at the deadline the attempt is dropped, and its pending operation undoes it.
 ///
 /// Cancel safe: dropping the future leaves the queue and undoes an attempt in flight.
-pub(crate) async fn acquire_until<A: Acquisition>(
+pub(crate) async fn acquire_hold<A: Acquisition>(
     acq: &A,
     deadline: Option<Instant>,
 ) -> Result<A::Held, Error> {
@@ -123,7 +123,7 @@ pub(crate) async fn acquire_until<A: Acquisition>(
             label: acq.label(),
         }),
     };
-    acquire_with(
+    acquire_loop(
         how,
         deadline,
         HoldAttempts {
@@ -222,7 +222,7 @@ pub(crate) struct Waiting<'a> {
 ///
 /// Cancel safe: dropping the future leaves the queue and drops an attempt in flight, whose
 /// pending operation undoes it.
-pub(crate) async fn acquire_with<T: Attempts>(
+pub(crate) async fn acquire_loop<T: Attempts>(
     how: Waiting<'_>,
     deadline: Option<Instant>,
     mut attempts: T,

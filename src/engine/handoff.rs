@@ -46,7 +46,7 @@ pub(crate) struct HandoffTerms {
 
 /// The undo of a waiter's acquisition ([`HandoffTerms::undo`]). A boxed action rather than the
 /// pending operation itself, so that the waiting machinery's exploration
-/// (`engine::wait_exploration`) can give its simulated one.
+/// (`engine::wait::tests::exploration`) can give its simulated one.
 pub(crate) type Undo = Box<dyn FnOnce() + Send + Sync>;
 
 /// The undo of a lock acquisition through its pending operation: armed, then dropped, which

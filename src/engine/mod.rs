@@ -14,8 +14,6 @@ pub(crate) mod handoff;
 pub(crate) mod holder;
 pub(crate) mod pending;
 pub(crate) mod wait;
-#[cfg(test)]
-mod wait_exploration;
 pub(crate) mod wait_record;
 pub(crate) mod watchdog;
 
@@ -25,7 +23,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target};
-use crate::base::error::{Error, Failure};
+use crate::base::error::{Error, ErrorClass};
 use crate::base::retry::Resends;
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
@@ -395,7 +393,7 @@ impl Engine {
             #[cfg(not(fencelock_negative_controls))]
             let outcome = call.await;
             let err = match outcome {
-                Err(err) if err.failure().is_some_and(Failure::is_transient) => err,
+                Err(err) if err.class().is_some_and(ErrorClass::is_transient) => err,
                 outcome => return outcome,
             };
             let Some(pause) = resends.next_pause() else {

@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::handoff::{Grant, HandoffTerms, Look, Offer, Settled};
-use crate::base::error::{Error, Failure};
+use crate::base::error::{Error, ErrorClass};
 use crate::base::retry;
 use crate::protocol::{self, LockKeys, ReleaseMessage};
 use crate::transport::{Conn, Connections, PushListener};
@@ -65,7 +65,7 @@ pub(crate) struct Waiters {
 
 /// What the waiters send by themselves (subscriptions, leaving the fair queue) and where their
 /// randomness comes from, in unit tests that run them against a simulated server
-/// (`engine::wait_exploration`) instead of a connection. Production has no such seam.
+/// (`engine::wait::tests::exploration`) instead of a connection. Production has no such seam.
 #[cfg(test)]
 pub(crate) trait TestLink: Send + Sync {
     /// `SUBSCRIBE channel`, one round trip.
@@ -82,7 +82,7 @@ pub(crate) trait TestLink: Send + Sync {
 #[cfg(test)]
 pub(crate) type TestFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
-/// A lost wake-up planted on purpose, so that the exploration (`engine::wait_exploration`)
+/// A lost wake-up planted on purpose, so that the exploration (`engine::wait::tests::exploration`)
 /// shows it can catch one. Exists only in the crate's unit tests.
 #[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -644,8 +644,8 @@ impl PushListener for Waiters {
 /// owner (a node that has handed the slot over drops its shard subscribers, and the waiters
 /// subscribe again at once), and the cluster client rebuilds its slot map after each `MOVED`.
 fn subscribing_again_may_succeed(err: &Error) -> bool {
-    err.failure()
-        .is_some_and(|failure| failure.is_transient() || failure == Failure::Redirected)
+    err.class()
+        .is_some_and(|failure| failure.is_transient() || failure == ErrorClass::Redirected)
 }
 
 /// One follower of an election's channel. Dropping it stops following (and unsubscribes when
@@ -693,9 +693,6 @@ impl Drop for ObserveEntry {
 mod entry;
 
 pub(crate) use entry::{HandoffOffer, WaitEntry};
-
-#[cfg(test)]
-mod link_tests;
 
 #[cfg(test)]
 mod tests;

@@ -38,14 +38,14 @@ async fn a_first_send_records_nothing_and_a_re_send_records_its_acquisition() {
     let (_server, mut conn, keys) = setup().await;
     for fair in [None, Some(fair_waiter())] {
         let holder = if fair.is_some() { "c:1" } else { "h" };
-        let first = acquire_with(&mut conn, &keys, holder, LEASE, OP_TTL, fair, None, false)
+        let first = acquire_attempt(&mut conn, &keys, holder, LEASE, OP_TTL, fair, None, false)
             .await
             .unwrap();
         let AcquireReply::Acquired { token, count: 1 } = first else {
             panic!("{first:?}");
         };
         assert_eq!(record(&mut conn, &keys, holder).await, None, "{fair:?}");
-        let again = acquire_with(&mut conn, &keys, holder, LEASE, OP_TTL, fair, None, true)
+        let again = acquire_attempt(&mut conn, &keys, holder, LEASE, OP_TTL, fair, None, true)
             .await
             .unwrap();
         assert_eq!(again, AcquireReply::Acquired { token, count: 1 });
@@ -83,14 +83,14 @@ async fn late_lock_copy(
     fair: Option<FairAttempt<'_>>,
 ) -> Result<(), String> {
     let holder = if fair.is_some() { "c:1" } else { "h" };
-    let resent = acquire_with(conn, keys, holder, SHORT, OP_TTL, fair, None, true)
+    let resent = acquire_attempt(conn, keys, holder, SHORT, OP_TTL, fair, None, true)
         .await
         .map_err(|e| e.to_string())?;
     if !matches!(resent, AcquireReply::Acquired { count: 1, .. }) {
         return Err(format!("the re-send answered {resent:?}"));
     }
     tokio::time::sleep(PAST).await;
-    let late = acquire_with(conn, keys, holder, LEASE, OP_TTL, fair, None, false)
+    let late = acquire_attempt(conn, keys, holder, LEASE, OP_TTL, fair, None, false)
         .await
         .map_err(|e| e.to_string())?;
     let held: bool = conn.exists(&keys.lock).await.map_err(|e| e.to_string())?;

@@ -147,7 +147,7 @@ pub(crate) struct FairAttempt<'a> {
 /// One acquire attempt: `acquire.lua`, or `acquire_fair.lua` for a fair-mode client; `label`,
 /// when given, is stored with the hold; `recorded`: this send leaves an op record.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn acquire_with<C: ConnectionLike>(
+pub(crate) async fn acquire_attempt<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
     holder: &str,

@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 use super::sentinel::SentinelConn;
 use super::slot_map::ClusterRoute;
 use crate::base::config::ClientConfig;
-use crate::base::error::{Error, Failure};
+use crate::base::error::{Error, ErrorClass};
 use crate::base::replica_ack::{Acks, ReplicaAck};
 use crate::base::retry::Resends;
 use crate::protocol::{self, LockKeys};
@@ -335,7 +335,8 @@ impl AckSession<'_> {
                                 if redirect(&err).is_none() {
                                     // Closed, not reused: a request may still run on it.
                                     held.conn = None;
-                                    if sent && err.failure().is_some_and(Failure::outcome_unknown) {
+                                    if sent && err.class().is_some_and(ErrorClass::outcome_unknown)
+                                    {
                                         resent = true;
                                     }
                                 }
@@ -364,8 +365,8 @@ impl AckSession<'_> {
                 }
                 continue;
             }
-            let failure = err.failure();
-            if !failure.is_some_and(Failure::is_transient) {
+            let failure = err.class();
+            if !failure.is_some_and(ErrorClass::is_transient) {
                 return Err(err);
             }
             let Some(pause) = resends.next_pause() else {
@@ -373,7 +374,7 @@ impl AckSession<'_> {
             };
             tracing::debug!(error = %err, "re-sending a replicated acquisition");
             if let Some(stamp) =
-                stamp.filter(|_| failure.is_some_and(Failure::primary_may_have_moved))
+                stamp.filter(|_| failure.is_some_and(ErrorClass::primary_may_have_moved))
             {
                 pool.reroute(stamp).await;
             }
@@ -530,11 +531,11 @@ async fn bounded<T>(
 mod tests {
     use super::*;
     fn primary_may_have_moved(err: &Error) -> bool {
-        err.failure().is_some_and(Failure::primary_may_have_moved)
+        err.class().is_some_and(ErrorClass::primary_may_have_moved)
     }
 
     fn outcome_unknown(err: &Error) -> bool {
-        err.failure().is_some_and(Failure::outcome_unknown)
+        err.class().is_some_and(ErrorClass::outcome_unknown)
     }
 
     /// A server's error reply as redis-rs hands it to us.

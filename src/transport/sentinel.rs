@@ -13,7 +13,7 @@ use super::push::PushListener;
 use super::reconnecting::ReconnectingConn;
 use super::standalone::connect_reconnecting;
 use crate::base::config::{ClientConfig, NodeAuth};
-use crate::base::error::{Error, Failure};
+use crate::base::error::{Error, ErrorClass};
 
 /// The primary of a Sentinel-monitored group, followed across failovers.
 ///
@@ -177,10 +177,10 @@ impl ConnectionLike for SentinelConn {
             };
             let outcome = conn.req_packed_command(cmd).await;
             let moved = match &outcome {
-                Err(err) => Failure::of(err).primary_may_have_moved(),
+                Err(err) => ErrorClass::of(err).primary_may_have_moved(),
                 // A script's error reply (READONLY from inside EVALSHA) arrives as a value.
                 Ok(Value::ServerError(err)) => {
-                    Failure::of_code(err.code()).primary_may_have_moved()
+                    ErrorClass::of_code(err.code()).primary_may_have_moved()
                 }
                 Ok(_) => false,
             };
@@ -204,10 +204,10 @@ impl ConnectionLike for SentinelConn {
             };
             let outcome = conn.req_packed_commands(pipeline, offset, count).await;
             let moved = match &outcome {
-                Err(err) => Failure::of(err).primary_may_have_moved(),
+                Err(err) => ErrorClass::of(err).primary_may_have_moved(),
                 Ok(values) => values.iter().any(|v| {
                     matches!(v, Value::ServerError(err)
-                        if Failure::of_code(err.code()).primary_may_have_moved())
+                        if ErrorClass::of_code(err.code()).primary_may_have_moved())
                 }),
             };
             if moved {

@@ -4,6 +4,12 @@
 //! depends on how fast the machine is.
 use super::*;
 
+/// The queue against a simulated connection's links (subscribe, unsubscribe, re-subscribe).
+mod links;
+
+/// The whole waiting machinery, explored deterministically against a simulated server.
+mod exploration;
+
 pub(super) const CHANNEL: &[u8] = b"fencelock:{0}lock:test";
 /// Far beyond every deadline used here: a head that wakes before a deadline did not wake
 /// for this lease.

@@ -1,5 +1,5 @@
 //! A deterministic exploration of the waiting machinery's interleavings: the real
-//! [`Waiters`], `WaitEntry`, `FirstAttempt` and acquire loop ([`acquire_with`]) against a
+//! [`Waiters`], `WaitEntry`, `FirstAttempt` and acquire loop ([`acquire_loop`]) against a
 //! simulated server, every event chosen by a seeded generator on a paused clock.
 //!
 //! **What runs.** Each case is one tokio current-thread runtime with paused time, so every
@@ -57,7 +57,7 @@
 //! without them.
 //!
 //! **Replaying.** A failure prints its seed and the event log.
-//! `FENCELOCK_WAIT_SEED=<seed> cargo test -p fencelock --lib wait_exploration -- --nocapture`
+//! `FENCELOCK_WAIT_SEED=<seed> cargo test -p fencelock --lib wait::tests::exploration -- --nocapture`
 //! runs that one case and prints its log; `FENCELOCK_WAIT_CASES=<n>` runs more cases than
 //! CI's.
 
@@ -72,9 +72,9 @@ use self::sim::{
     acquire, round_trip, try_once, Incoming, Outcome, Owner, Reply, Request, Rng, Shared,
     SimAttempts, SimLink, World,
 };
-use super::handoff::{Grant, Settled};
-use super::wait::{self, PlantedBug, Waiters, HERD_JITTER};
 use crate::base::token::FencingToken;
+use crate::engine::handoff::{Grant, Settled};
+use crate::engine::wait::{self, PlantedBug, Waiters, HERD_JITTER};
 use crate::protocol::LockKeys;
 use crate::transport::PushListener;
 
@@ -153,7 +153,7 @@ enum Violation {
     Livelock,
 }
 
-struct Failure {
+struct CaseFailure {
     seed: u64,
     planted: Option<PlantedBug>,
     violation: Violation,
@@ -161,7 +161,7 @@ struct Failure {
     log: Vec<String>,
 }
 
-impl std::fmt::Display for Failure {
+impl std::fmt::Display for CaseFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
@@ -175,7 +175,7 @@ impl std::fmt::Display for Failure {
             Some(bug) => write!(f, "(with {bug:?} planted)"),
             None => write!(
                 f,
-                "replay: FENCELOCK_WAIT_SEED={} cargo test -p fencelock --lib wait_exploration \
+                "replay: FENCELOCK_WAIT_SEED={} cargo test -p fencelock --lib wait::tests::exploration \
                  -- --nocapture",
                 self.seed
             ),
@@ -278,8 +278,8 @@ impl Explorer {
         self.world.lock().note(line);
     }
 
-    fn fail(&self, violation: Violation, detail: String) -> Failure {
-        Failure {
+    fn fail(&self, violation: Violation, detail: String) -> CaseFailure {
+        CaseFailure {
             seed: self.seed,
             planted: self.planted,
             violation,
@@ -288,7 +288,7 @@ impl Explorer {
         }
     }
 
-    async fn run(mut self) -> Result<(Tally, Vec<String>), Failure> {
+    async fn run(mut self) -> Result<(Tally, Vec<String>), CaseFailure> {
         self.log(format!("case {:?}", self.shape));
         // The lock starts held, so that the first arrivals wait.
         self.world.lock().server.holder = Some(Owner::Outsider);
@@ -304,7 +304,7 @@ impl Explorer {
     }
 
     /// Releases after every flush until every acquisition has ended.
-    async fn finish(&mut self) -> Result<(), Failure> {
+    async fn finish(&mut self) -> Result<(), CaseFailure> {
         self.log("winding down".into());
         for _ in 0..(3 * self.shape.max_tasks + 16) {
             self.flush().await?;
@@ -405,7 +405,7 @@ impl Explorer {
         unreachable!("a pick within the total weight")
     }
 
-    async fn apply(&mut self, event: Event) -> Result<(), Failure> {
+    async fn apply(&mut self, event: Event) -> Result<(), CaseFailure> {
         match event {
             Event::Arrive(client, kind) => {
                 // Sometimes a burst: more waiters of the same client arrive while the first
@@ -586,7 +586,7 @@ impl Explorer {
     }
 
     /// Takes the outcomes of the tasks that ended, and checks them.
-    fn collect(&mut self) -> Result<(), Failure> {
+    fn collect(&mut self) -> Result<(), CaseFailure> {
         for index in 0..self.tasks.len() {
             let task = &mut self.tasks[index];
             if task.done || !task.handle.is_finished() {
@@ -640,7 +640,7 @@ impl Explorer {
     /// 1 ms steps with no acquisition ending; then judges: every client with waiters tried
     /// since the last release message, and the lock is neither free with waiters nor
     /// reserved.
-    async fn flush(&mut self) -> Result<(), Failure> {
+    async fn flush(&mut self) -> Result<(), CaseFailure> {
         self.tally.flushes += 1;
         self.log("flush".into());
         for client in 0..self.shape.clients {
@@ -709,7 +709,7 @@ impl Explorer {
     }
 
     /// Delivers all traffic, in a random order across clients, with time standing still.
-    async fn drain(&mut self) -> Result<(), Failure> {
+    async fn drain(&mut self) -> Result<(), CaseFailure> {
         for _ in 0..DRAIN_CAP {
             let ready: Vec<Event> = {
                 let world = self.world.lock();
@@ -749,7 +749,7 @@ fn outcome_now<T>(handle: &mut JoinHandle<T>) -> Option<Result<T, tokio::task::J
 }
 
 /// Runs one case on its own paused runtime.
-fn run_case(seed: u64, planted: Option<PlantedBug>) -> Result<(Tally, Vec<String>), Failure> {
+fn run_case(seed: u64, planted: Option<PlantedBug>) -> Result<(Tally, Vec<String>), CaseFailure> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)

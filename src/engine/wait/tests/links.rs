@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::tests::{head, is_subscribed, CHANNEL, LONG_LEASE};
-use super::{now, FairExit, TestFuture, TestLink, Waiters, Wake};
+use super::super::{now, FairExit, TestFuture, TestLink, Waiters, Wake};
+use super::{head, is_subscribed, CHANNEL, LONG_LEASE};
 use crate::base::error::Error;
 use crate::protocol::LockKeys;
 

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use crate::base::error::Error;
-use crate::engine::acquisition::{acquire_with, Attempt, Attempts, Waiting};
+use crate::engine::acquisition::{acquire_loop, Attempt, Attempts, Waiting};
 use crate::engine::handoff::{Grant, HandoffTerms};
 use crate::engine::wait::{self, FairExit, TestFuture, TestLink, Waiters};
 use crate::protocol::LockKeys;
@@ -622,7 +622,7 @@ pub(super) async fn acquire(
         contended: None,
         report: None,
     };
-    match acquire_with(how, deadline, attempts).await {
+    match acquire_loop(how, deadline, attempts).await {
         Ok(holder) => Outcome::Won(holder),
         Err(err) if err.is_timeout() => Outcome::TimedOut,
         Err(err) => Outcome::Failed(err.to_string()),
