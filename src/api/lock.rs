@@ -22,7 +22,6 @@ use crate::engine::wait::FairExit;
 use crate::engine::wait_record::WaitReport;
 use crate::protocol::keys::validate_name;
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
-use crate::transport::ack_pool;
 
 /// A handle to one named lock, made by [`LockClient::lock`].
 ///
@@ -433,8 +432,7 @@ impl Lock {
             }
             // Boxed, so that the replicated path's state does not enlarge every acquire future.
             Some(ack) => {
-                Box::pin(ack_pool::acquire_acknowledged(
-                    &self.client.engine.acks,
+                Box::pin(self.client.engine.acquire_acknowledged(
                     ack,
                     &self.keys,
                     window,

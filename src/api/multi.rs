@@ -21,7 +21,6 @@ use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::Wake;
 use crate::protocol::{self, AcquireAllReply, AcquireReply, CancelKind, LockKeys};
-use crate::transport::ack_pool;
 
 /// Most locks one [`MultiLock`] may take at once. A set this large is already one script
 /// call with 3 keys per lock; larger sets are more likely a bug than a need.
@@ -476,15 +475,12 @@ impl MultiLock {
                 // One script reaches every member here (not a cluster), so any member's keys
                 // route it; a set has at least one member.
                 let first = self.members[0].keys();
-                ack_pool::acquire_acknowledged(
-                    &self.client.engine.acks,
-                    ack,
-                    first,
-                    window,
-                    call!(),
-                    |reply| matches!(reply, AcquireAllReply::Acquired { .. }),
-                )
-                .await?
+                self.client
+                    .engine
+                    .acquire_acknowledged(ack, first, window, call!(), |reply| {
+                        matches!(reply, AcquireAllReply::Acquired { .. })
+                    })
+                    .await?
             }
         };
         match reply {
@@ -514,7 +510,7 @@ impl MultiLock {
         // runs on the session's connection to its slot's primary, and once every member is
         // taken, one WAIT per node covers all the members written there.
         let mut session = match self.replica_ack {
-            Some(_) => Some(self.client.engine.acks.session().await?),
+            Some(_) => Some(self.client.engine.ack_session().await?),
             None => None,
         };
         for (index, (member, holder)) in self.members.iter().zip(holders).enumerate() {

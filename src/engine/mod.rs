@@ -22,15 +22,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use redis::aio::MultiplexedConnection;
+
 use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target};
 use crate::base::error::{Error, ErrorClass};
+use crate::base::replica_ack::{Acks, ReplicaAck};
 use crate::base::retry::Resends;
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
 use crate::protocol::keys::{client_key, LockKeys};
 use crate::protocol::server::{self, ServerInfo};
 use crate::protocol::{self, FairAttempt, PermissionsReply};
-use crate::transport::ack_pool::{AckConnections, AckRoute};
+use crate::transport::ack_pool::{self, AckConnections, AckRoute, AckSession};
 use crate::transport::slot_map::ClusterRoute;
 use crate::transport::{cluster, standalone, Conn, Connections, PushListener, SentinelConn};
 use batch::{Batcher, Route};
@@ -367,6 +370,32 @@ impl Engine {
         T: 'a,
     {
         self.retrying_within(self.config.retry_window, attempt)
+    }
+
+    /// One acquisition that returns only once `ack.replicas` replicas confirmed it (`WAIT`):
+    /// `attempt` runs on the acknowledgement pool's connection to the primary of `keys`,
+    /// re-sent within `window`; when `acquired` says it took the lock, the acknowledgement
+    /// follows on the same connection. The API's one way to the replica acknowledgement of
+    /// the transport (DESIGN.md section 13).
+    pub(crate) async fn acquire_acknowledged<R, F, Fut>(
+        &self,
+        ack: ReplicaAck,
+        keys: &LockKeys,
+        window: Duration,
+        attempt: F,
+        acquired: impl Fn(&R) -> bool,
+    ) -> Result<(R, Option<Acks>), Error>
+    where
+        F: FnMut(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = Result<R, Error>>,
+    {
+        ack_pool::acquire_acknowledged(&self.acks, ack, keys, window, attempt, acquired).await
+    }
+
+    /// A session of the acknowledgement pool, for a set of acquisitions acknowledged at
+    /// once (a multi-lock's members).
+    pub(crate) async fn ack_session(&self) -> Result<AckSession<'_>, Error> {
+        self.acks.session().await
     }
 
     /// [`Engine::retrying`] with another window: a waiting acquirer's
