@@ -1,35 +1,43 @@
 //! The blocking idempotency keys.
 
-use std::sync::Arc;
-
 use crate::api::idempotency::KeyBegun;
 use crate::{Error, Failure, IdempotencyOptions, KeyRun, Processed, RunRecord};
 
-/// A blocking [`crate::Idempotency`]: [`run`](Idempotency::run) a request under its key, on
-/// the calling thread, and it runs once; its duplicates get the stored result.
-#[derive(Clone, Debug)]
-pub struct Idempotency {
-    pub(super) inner: crate::Idempotency,
-    pub(super) runtime: Arc<tokio::runtime::Runtime>,
+facade! {
+    /// A blocking [`crate::Idempotency`]: [`run`](Idempotency::run) a request under its key,
+    /// on the calling thread, and it runs once; its duplicates get the stored result.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use fencelock::{blocking::LockClient, Failure, IdempotencyOptions};
+    ///
+    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+    /// let payments = client.idempotency("payments", IdempotencyOptions::new(Duration::from_secs(30)))?;
+    /// let outcome = payments.run("key-5f2c", "charge acct-9 500", |run| {
+    ///     println!("charging with token {}", run.token()); // on this thread
+    ///     Ok::<_, Failure<String>>(b"charged".to_vec())
+    /// })?;
+    /// println!("answer: {:?}", outcome.result());
+    /// # Ok::<(), fencelock::Error>(())
+    /// ```
+    #[derive(Clone, Debug)]
+    pub struct Idempotency(crate::Idempotency);
 }
 
 impl Idempotency {
-    /// The namespace.
-    pub fn namespace(&self) -> &[u8] {
-        self.inner.namespace()
+    forward! {
+        /// See [`crate::Idempotency::namespace`].
+        fn namespace(&self) -> &[u8];
+        /// See [`crate::Idempotency::options`].
+        fn options(&self) -> &IdempotencyOptions;
+        /// See [`crate::Idempotency::record`]; blocks the thread until Redis answered.
+        fn record(&self, key: impl AsRef<[u8]>) -> Result<Option<RunRecord>, Error> = block;
     }
 
-    /// The options.
-    pub fn options(&self) -> &IdempotencyOptions {
-        self.inner.options()
-    }
-
-    /// Runs `run` on the calling thread under `key` if no run has stored a result for the key
-    /// and none holds it now; answers from the key's record otherwise. See
-    /// [`crate::Idempotency::run`] for the fingerprint, what is stored and each outcome. The
-    /// key's hold is taken and the run recorded before `run` is called, and its result
-    /// stored after it returns; a `run` that panics leaves the key as one whose runner died
-    /// (the lock is released as the panic unwinds, and the policy decides).
+    /// See [`crate::Idempotency::run`]; `run` runs on the calling thread, between the blocking
+    /// calls that take the key's hold and record the run and the one that stores its result.
+    /// A `run` that panics leaves the key as one whose runner died (the lock is released as the
+    /// panic unwinds, and the policy decides).
     ///
     /// # Errors
     /// As [`crate::Idempotency::run`].
@@ -49,13 +57,5 @@ impl Idempotency {
                 self.runtime.block_on(active.finish(output))
             }
         }
-    }
-
-    /// The key's record; see [`crate::Idempotency::record`].
-    ///
-    /// # Errors
-    /// As [`crate::Idempotency::record`].
-    pub fn record(&self, key: impl AsRef<[u8]>) -> Result<Option<RunRecord>, Error> {
-        self.runtime.block_on(self.inner.record(key))
     }
 }

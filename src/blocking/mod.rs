@@ -16,11 +16,16 @@
 //! # Ok::<(), fencelock::Error>(())
 //! ```
 //!
-//! Each method blocks the calling thread until the async operation it wraps completes, so do
-//! not call it from inside an async runtime (it panics there, as `Runtime::block_on` does); use
-//! the async API instead. A blocking call cannot be cancelled from outside: bound waiting with
-//! the `*_timeout` methods, whose deadline cancels the async operation exactly as dropping its
-//! future would (an attempt in flight is undone in the background).
+//! Every type here is its async namesake driven by the client's runtime, and every method is
+//! documented there: a method of this module links to its async counterpart and says only
+//! what differs. What differs is the same everywhere. Each method blocks the calling thread
+//! until the async operation it wraps completes, so do not call it from inside an async
+//! runtime (it panics there, as `Runtime::block_on` does); use the async API instead. The
+//! async docs' notes on cancel safety do not apply: a blocking call cannot be cancelled from
+//! outside. Bound waiting with the `*_timeout` methods, whose deadline cancels the async
+//! operation exactly as dropping its future would (an attempt in flight is undone in the
+//! background). A guard dropped without `release` is released in the background, as the
+//! async guard is.
 //!
 //! Multi-lock ([`LockClient::multi_lock`], [`MultiLock`], [`MultiGuard`]) and replica
 //! acknowledgement ([`Lock::with_replica_ack`], [`MultiLock::with_replica_ack`]) have the
@@ -34,6 +39,100 @@
 //! abandoned acquisitions) runs on the client's own runtime threads; when the last client,
 //! lock and guard of a runtime are gone the runtime stops, and a release still pending then
 //! falls back to the lease.
+
+// How the facade is built. Every blocking type is the async value (`inner`) plus the client's
+// runtime (`runtime`), and nearly every method is the async one, run under `block_on` when it
+// is async, with any async type in its result swapped for the blocking one. Three pieces say
+// that once:
+//
+// - `facade!` declares each type. It writes a plain struct per public name, not an alias of
+//   one generic `Blocking<T>`: an alias cannot carry the guards' `#[must_use]` (a generic
+//   struct would put it on every handle too), and a struct keeps its own name in `Debug`
+//   output and its own page in rustdoc.
+// - `FromAsync` is the one generic part: it turns what an async method returned (an async
+//   handle or guard, or an `Option`, `Result` or `Vec` of them) into the blocking type, handing
+//   on the runtime. A new blocking type gets it from `facade!`.
+// - `forward!` writes a method from its public signature, one line each; `= block` runs it
+//   under `block_on`, `= wrap` converts its result with `FromAsync`. The signature is written
+//   out, so the public API reads in the source as it does in rustdoc, and the compiler checks
+//   it against the async method's.
+//
+// Methods that do more than forward (connecting, running a closure on the calling thread, the
+// timed waits) are written out, with `Runtime::block_on_timeout` for the timed waits.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{Error, IdempotencyOptions, JobOptions};
+
+/// Declares blocking types: each `pub struct Name(Async);` (with its docs and attributes)
+/// becomes a struct of the async value `inner` and the client's `runtime`, and `FromAsync` of
+/// the async value.
+macro_rules! facade {
+    ($($(#[$attr:meta])* pub struct $name:ident($async:ty);)+) => {$(
+        $(#[$attr])*
+        pub struct $name {
+            pub(in crate::blocking) inner: $async,
+            pub(in crate::blocking) runtime: crate::blocking::Runtime,
+        }
+
+        impl crate::blocking::FromAsync<$async> for $name {
+            fn from_async(inner: $async, runtime: &crate::blocking::Runtime) -> Self {
+                $name {
+                    inner,
+                    runtime: runtime.clone(),
+                }
+            }
+        }
+    )+};
+}
+
+/// Writes public methods that forward to the async method of the same name on `self.inner`:
+/// `fn name(&self, arg: Type) -> Return;` returns its result as is, `= block` blocks on it
+/// with the client's runtime, `= wrap` converts it with [`FromAsync`], `= block wrap` does
+/// both. The receiver is `&self` or `self`.
+macro_rules! forward {
+    (@body [] $s:ident $name:ident($($arg:ident),*)) => {
+        $s.inner.$name($($arg),*)
+    };
+    (@body [wrap] $s:ident $name:ident($($arg:ident),*)) => {
+        crate::blocking::FromAsync::from_async($s.inner.$name($($arg),*), &$s.runtime)
+    };
+    (@body [block] $s:ident $name:ident($($arg:ident),*)) => {
+        $s.runtime.block_on($s.inner.$name($($arg),*))
+    };
+    (@body [block wrap] $s:ident $name:ident($($arg:ident),*)) => {
+        crate::blocking::FromAsync::from_async(
+            $s.runtime.block_on($s.inner.$name($($arg),*)),
+            &$s.runtime,
+        )
+    };
+    () => {};
+    (
+        $(#[$attr:meta])*
+        fn $name:ident(&$s:ident $(, $arg:ident: $ty:ty)*) -> $ret:ty $(= $($how:ident)+)?;
+        $($rest:tt)*
+    ) => {
+        $(#[$attr])*
+        pub fn $name(&$s $(, $arg: $ty)*) -> $ret {
+            forward!(@body [$($($how)+)?] $s $name($($arg),*))
+        }
+        forward!($($rest)*);
+    };
+    (
+        $(#[$attr:meta])*
+        fn $name:ident($s:ident $(, $arg:ident: $ty:ty)*) -> $ret:ty $(= $($how:ident)+)?;
+        $($rest:tt)*
+    ) => {
+        $(#[$attr])*
+        pub fn $name($s $(, $arg: $ty)*) -> $ret {
+            forward!(@body [$($($how)+)?] $s $name($($arg),*))
+        }
+        forward!($($rest)*);
+    };
+}
 
 mod election;
 mod idempotency;
@@ -53,15 +152,63 @@ pub use resource::FencedResource;
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
 
-use std::sync::Arc;
+/// The client's runtime, shared by its clones and everything made from it; it stops when the
+/// last of them is gone. `Debug` shows the runtime itself.
+#[derive(Clone)]
+struct Runtime(Arc<tokio::runtime::Runtime>);
 
-use crate::{Error, IdempotencyOptions, JobOptions};
+impl Runtime {
+    /// Runs `future` to completion on this runtime, blocking the calling thread. Panics inside
+    /// an async runtime, as tokio's `Runtime::block_on` does.
+    fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.0.block_on(future)
+    }
 
-/// A blocking [`crate::LockClient`]. Cheap to clone; clones share the connection and runtime.
-#[derive(Clone, Debug)]
-pub struct LockClient {
-    inner: crate::LockClient,
-    runtime: Arc<tokio::runtime::Runtime>,
+    /// As [`Runtime::block_on`], giving up after `timeout`: `None` then, and `future` is
+    /// dropped. The timer is made inside the runtime, where tokio's timers must be made.
+    fn block_on_timeout<F: Future>(&self, timeout: Duration, future: F) -> Option<F::Output> {
+        self.block_on(async { tokio::time::timeout(timeout, future).await })
+            .ok()
+    }
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A blocking value made from what an async method returned, sharing the client's runtime.
+trait FromAsync<A> {
+    fn from_async(value: A, runtime: &Runtime) -> Self;
+}
+
+impl<A, B: FromAsync<A>> FromAsync<Option<A>> for Option<B> {
+    fn from_async(value: Option<A>, runtime: &Runtime) -> Self {
+        value.map(|value| B::from_async(value, runtime))
+    }
+}
+
+impl<A, B: FromAsync<A>> FromAsync<Result<A, Error>> for Result<B, Error> {
+    fn from_async(value: Result<A, Error>, runtime: &Runtime) -> Self {
+        value.map(|value| B::from_async(value, runtime))
+    }
+}
+
+impl<A, B: FromAsync<A>> FromAsync<Vec<A>> for Vec<B> {
+    fn from_async(value: Vec<A>, runtime: &Runtime) -> Self {
+        value
+            .into_iter()
+            .map(|value| B::from_async(value, runtime))
+            .collect()
+    }
+}
+
+facade! {
+    /// A blocking [`crate::LockClient`]. Cheap to clone; clones share the connection and
+    /// runtime.
+    #[derive(Clone, Debug)]
+    pub struct LockClient(crate::LockClient);
 }
 
 impl LockClient {
@@ -73,10 +220,11 @@ impl LockClient {
         LockClient::connect_with(crate::LockClient::builder(url))
     }
 
-    /// Connects with the options of `builder`.
+    /// Connects with the options of `builder`; see [`crate::LockClientBuilder::connect`].
     ///
     /// # Errors
-    /// As [`crate::LockClientBuilder::connect`].
+    /// As [`crate::LockClientBuilder::connect`]; [`Error::InvalidConfig`] if the runtime
+    /// cannot start.
     pub fn connect_with(builder: crate::LockClientBuilder) -> Result<LockClient, Error> {
         // Two worker threads: one for the connection and the watchdog, one so that a release
         // scheduled by a dropped guard never waits behind a blocked caller.
@@ -91,127 +239,50 @@ impl LockClient {
         let inner = runtime.block_on(builder.connect())?;
         Ok(LockClient {
             inner,
-            runtime: Arc::new(runtime),
+            runtime: Runtime(Arc::new(runtime)),
         })
     }
 
-    /// A handle to the lock called `name`; see [`crate::LockClient::lock`].
+    /// See [`crate::LockClient::multi_lock`] (and [`crate::MultiLock`] for an example).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for an empty or over-long name.
-    pub fn lock(&self, name: impl AsRef<[u8]>) -> Result<Lock, Error> {
-        Ok(Lock {
-            inner: self.inner.lock(name)?,
-            runtime: self.runtime.clone(),
-        })
-    }
-
-    /// A handle to the set of locks `names`, taken all or nothing; see
-    /// [`crate::LockClient::multi_lock`]. Nothing is sent until an acquisition.
-    ///
-    /// ```no_run
-    /// use fencelock::blocking::LockClient;
-    ///
-    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
-    /// let set = client.multi_lock(["account:bob", "account:alice"])?;
-    /// // Acquired in the global order, whatever order the names were given in.
-    /// assert_eq!(set.names().count(), 2);
-    /// assert!(client.multi_lock(["x", "x"]).is_err()); // a name twice is a bug
-    /// # Ok::<(), fencelock::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidName`] for an unusable name, [`Error::InvalidLockSet`] for an empty set,
-    /// more than [`MAX_MULTI_LOCKS`](crate::MAX_MULTI_LOCKS) names, or a name given twice.
+    /// As [`crate::LockClient::multi_lock`].
     pub fn multi_lock<I, N>(&self, names: I) -> Result<MultiLock, Error>
     where
         I: IntoIterator<Item = N>,
         N: AsRef<[u8]>,
     {
-        Ok(MultiLock {
-            inner: self.inner.multi_lock(names)?,
-            runtime: self.runtime.clone(),
-        })
-    }
-
-    /// A handle to the election called `name`; see [`crate::LockClient::election`].
-    ///
-    /// ```no_run
-    /// use fencelock::blocking::LockClient;
-    ///
-    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
-    /// let election = client.election("scheduler")?;
-    /// let leader = election.campaign(b"10.0.0.7:8080")?; // blocks until this one leads
-    /// leader.resign()?;
-    /// # Ok::<(), fencelock::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidName`] for an empty or over-long name.
-    pub fn election(&self, name: impl AsRef<[u8]>) -> Result<Election, Error> {
-        Ok(Election {
-            inner: self.inner.election(name)?,
-            runtime: self.runtime.clone(),
-        })
-    }
-
-    /// A handle to the scheduled job called `name`; see [`crate::LockClient::job`].
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use fencelock::{blocking::LockClient, JobOptions};
-    ///
-    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
-    /// let options = JobOptions::new(Duration::from_secs(3600), Duration::from_secs(600));
-    /// let report = client.job("hourly-report", options)?;
-    /// let tick = report.ticks().next_blocking(); // the instant this tick was scheduled for
-    /// let outcome = report.run_exclusive(tick, |run| {
-    ///     println!("running with token {}", run.token()); // on this thread
-    /// })?;
-    /// println!("ran here: {}", outcome.ran());
-    /// # Ok::<(), fencelock::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`crate::LockClient::job`].
-    pub fn job(&self, name: impl AsRef<[u8]>, options: JobOptions) -> Result<Job, Error> {
-        Ok(Job {
-            inner: self.inner.job(name, options)?,
-            runtime: self.runtime.clone(),
-        })
-    }
-
-    /// A handle to the idempotency keys of `namespace`; see [`crate::LockClient::idempotency`].
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use fencelock::{blocking::LockClient, Failure, IdempotencyOptions};
-    ///
-    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
-    /// let payments = client.idempotency("payments", IdempotencyOptions::new(Duration::from_secs(30)))?;
-    /// let outcome = payments.run("key-5f2c", "charge acct-9 500", |run| {
-    ///     println!("charging with token {}", run.token()); // on this thread
-    ///     Ok::<_, Failure<String>>(b"charged".to_vec())
-    /// })?;
-    /// println!("answer: {:?}", outcome.result());
-    /// # Ok::<(), fencelock::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`crate::LockClient::idempotency`].
-    pub fn idempotency(
-        &self,
-        namespace: impl AsRef<[u8]>,
-        options: IdempotencyOptions,
-    ) -> Result<Idempotency, Error> {
-        Ok(Idempotency {
-            inner: self.inner.idempotency(namespace, options)?,
-            runtime: self.runtime.clone(),
-        })
+        FromAsync::from_async(self.inner.multi_lock(names), &self.runtime)
     }
 
     /// The async client underneath, for code that mixes both.
     pub fn as_async(&self) -> &crate::LockClient {
         &self.inner
+    }
+
+    forward! {
+        /// See [`crate::LockClient::lock`] (and [`crate::Lock`] for an example).
+        fn lock(&self, name: impl AsRef<[u8]>) -> Result<Lock, Error> = wrap;
+        /// See [`crate::LockClient::election`].
+        fn election(&self, name: impl AsRef<[u8]>) -> Result<Election, Error> = wrap;
+        /// See [`crate::LockClient::job`]; [`Job`] shows a job run from a thread.
+        fn job(&self, name: impl AsRef<[u8]>, options: JobOptions) -> Result<Job, Error> = wrap;
+        /// See [`crate::LockClient::idempotency`]; [`Idempotency`] shows a request run from a
+        /// thread.
+        fn idempotency(
+            &self,
+            namespace: impl AsRef<[u8]>,
+            options: IdempotencyOptions
+        ) -> Result<Idempotency, Error> = wrap;
+        /// See [`crate::LockClient::resource`] (and [`crate::FencedResource`] for an example).
+        fn resource(&self, name: impl AsRef<[u8]>) -> Result<FencedResource, Error> = wrap;
+        /// See [`crate::LockClient::semaphore`].
+        fn semaphore(
+            &self,
+            name: impl AsRef<[u8]>,
+            limit: u32
+        ) -> Result<Semaphore, Error> = wrap;
+        /// See [`crate::LockClient::rwlock`] (and [`crate::RwLock`] for an example).
+        fn rwlock(&self, name: impl AsRef<[u8]>) -> Result<RwLock, Error> = wrap;
     }
 }
