@@ -45,62 +45,19 @@
 -- before anything else: a key reused for another request never runs it, whatever state the
 -- first request is in. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
--- Uses hash_field() from lib/hash_field.lua, which the loader prepends to this file.
-local held, held_err = hash_field(KEYS[1], ARGV[1], 'lock key')
-if held == nil then
-  return held_err
-end
-if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then
-  return {-1}
-end
-
-local recorded, recorded_err = hash_field(KEYS[2], 'token', 'idempotency record')
-if recorded == nil then
-  return recorded_err
-end
-
-local function record(code)
-  local finished = redis.call('HGET', KEYS[2], 'finished')
-  return {
-    code,
-    redis.call('HGET', KEYS[2], 'runner'),
-    tonumber(recorded),
-    tonumber(redis.call('HGET', KEYS[2], 'started')),
-    tonumber(finished or '0'),
-    tonumber(redis.call('HGET', KEYS[2], 'failed') or '0'),
-    tonumber(redis.call('HGET', KEYS[2], 'final') or '0'),
-    finished and (redis.call('HGET', KEYS[2], 'result') or '') or '',
-    redis.call('HGET', KEYS[2], 'fingerprint'),
-  }
-end
-
-local function begin(previous)
-  local now = redis.call('TIME')
-  local started = now[1] * 1000 + math.floor(now[2] / 1000)
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[2], 'fingerprint', ARGV[3], 'runner', ARGV[1], 'token', ARGV[2],
-    'started', started)
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
-  return {1, previous, started}
-end
-
-if not recorded then
-  return begin(0)
-end
-if redis.call('HGET', KEYS[2], 'fingerprint') ~= ARGV[3] then
-  return record(-3)
-end
-local token = tonumber(ARGV[2])
-if tonumber(recorded) == token then
-  return {1, 0, tonumber(redis.call('HGET', KEYS[2], 'started'))}
-end
-if tonumber(recorded) > token then
-  return record(-2)
-end
-if redis.call('HGET', KEYS[2], 'finished') then
-  return record(2)
-end
-if ARGV[5] == 'run-again' or redis.call('HGET', KEYS[2], 'failed') then
-  return begin(tonumber(recorded))
-end
-return record(3)
+-- Uses hash_field() (lib/hash_field.lua), run_begin() (lib/run_record.lua) and idem_record()
+-- (lib/idem_record.lua), which the loader prepends to this file.
+return run_begin({
+  lock = KEYS[1], key = KEYS[2], holder = ARGV[1], token = ARGV[2],
+  field = 'fingerprint', value = ARGV[3], retention = ARGV[4], policy = ARGV[5],
+  what = 'idempotency record',
+  record = function(code, recorded)
+    return idem_record(KEYS[2], code, recorded)
+  end,
+  -- Another request's record: refused before anything else.
+  before = function(recorded)
+    if redis.call('HGET', KEYS[2], 'fingerprint') ~= ARGV[3] then
+      return idem_record(KEYS[2], -3, recorded)
+    end
+  end,
+})

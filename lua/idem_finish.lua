@@ -30,32 +30,17 @@
 -- token in the record cannot happen while tokens increase; the newer finish wins it too.
 -- Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
--- Uses hash_field() from lib/hash_field.lua, which the loader prepends to this file.
-local field = ({done = 'finished', final = 'finished', failed = 'failed'})[ARGV[6]]
-if not field then
+-- Uses hash_field() (lib/hash_field.lua) and run_finish() (lib/run_record.lua), which the
+-- loader prepends to this file.
+local ended = ({done = 'finished', final = 'finished', failed = 'failed'})[ARGV[6]]
+if not ended then
   return redis.error_reply('FENCELOCK_BADARG unknown run outcome ' .. tostring(ARGV[6]))
 end
-local recorded, recorded_err = hash_field(KEYS[1], 'token', 'idempotency record')
-if recorded == nil then
-  return recorded_err
-end
-local token = tonumber(ARGV[2])
-if recorded and tonumber(recorded) > token then
-  return {-2, tonumber(recorded)}
-end
-if recorded and tonumber(recorded) == token then
-  local at = redis.call('HGET', KEYS[1], field)
-  if at then
-    return {1, tonumber(at)}
-  end
-end
-local now = redis.call('TIME')
-local at = now[1] * 1000 + math.floor(now[2] / 1000)
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[3], 'runner', ARGV[1], 'token', ARGV[2],
-  'started', ARGV[4], field, at)
-if field == 'finished' then
-  redis.call('HSET', KEYS[1], 'result', ARGV[7], 'final', ARGV[6] == 'final' and '1' or '0')
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return {1, at}
+return run_finish({
+  key = KEYS[1], holder = ARGV[1], token = ARGV[2], started = ARGV[4], retention = ARGV[5],
+  field = 'fingerprint', value = ARGV[3], ended = ended, what = 'idempotency record',
+  -- A stored result goes with "finished".
+  also = ended == 'finished' and function()
+    redis.call('HSET', KEYS[1], 'result', ARGV[7], 'final', ARGV[6] == 'final' and '1' or '0')
+  end,
+})

@@ -20,35 +20,12 @@
 -- record again anyway and a duplicate could run meanwhile. Commands: HGET, PTTL, DEL (the
 -- least-privilege ACL has no HGETALL).
 --
--- Uses hash_field() from lib/hash_field.lua, which the loader prepends to this file.
-local lock_token, lock_err = hash_field(KEYS[1], '~token', 'lock key')
-if lock_token == nil then
-  return lock_err
-end
-local recorded, recorded_err = hash_field(KEYS[2], 'token', 'idempotency record')
-if recorded == nil then
-  return recorded_err
-end
-lock_token = tonumber(lock_token or '0')
-local pttl = redis.call('PTTL', KEYS[1])
-if not recorded then
-  return {0, lock_token, pttl}
-end
-local finished = redis.call('HGET', KEYS[2], 'finished')
-local reply = {
-  1,
-  redis.call('HGET', KEYS[2], 'runner'),
-  tonumber(recorded),
-  tonumber(redis.call('HGET', KEYS[2], 'started')),
-  tonumber(finished or '0'),
-  tonumber(redis.call('HGET', KEYS[2], 'failed') or '0'),
-  tonumber(redis.call('HGET', KEYS[2], 'final') or '0'),
-  finished and (redis.call('HGET', KEYS[2], 'result') or '') or '',
-  redis.call('HGET', KEYS[2], 'fingerprint'),
-  lock_token,
-  pttl,
-}
-if ARGV[1] == 'forget' and lock_token == 0 then
-  redis.call('DEL', KEYS[2])
-end
-return reply
+-- Uses hash_field() (lib/hash_field.lua), run_read() (lib/run_record.lua) and idem_record()
+-- (lib/idem_record.lua), which the loader prepends to this file.
+return run_read(KEYS[1], KEYS[2], 'idempotency record', function(recorded, lock_token, pttl)
+  local reply = idem_record(KEYS[2], 1, recorded, lock_token, pttl)
+  if ARGV[1] == 'forget' and lock_token == 0 then
+    redis.call('DEL', KEYS[2])
+  end
+  return reply
+end)

@@ -48,66 +48,26 @@
 -- (`failed`) is taken over whatever that policy: it did not run the job to the end, and said
 -- so. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
--- Uses hash_field() from lib/hash_field.lua, which the loader prepends to this file.
-local held, held_err = hash_field(KEYS[1], ARGV[1], 'lock key')
-if held == nil then
-  return held_err
-end
-if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then
-  return {-1}
+-- Uses hash_field() (lib/hash_field.lua) and run_begin(), run_fields() (lib/run_record.lua),
+-- which the loader prepends to this file.
+local function record(code, recorded)
+  return {code, tonumber(redis.call('HGET', KEYS[2], 'tick')), run_fields(KEYS[2], recorded)}
 end
 
-local recorded, recorded_err = hash_field(KEYS[2], 'token', 'tick record')
-if recorded == nil then
-  return recorded_err
-end
-
-local function record(code)
-  return {
-    code,
-    tonumber(redis.call('HGET', KEYS[2], 'tick')),
-    redis.call('HGET', KEYS[2], 'runner'),
-    tonumber(recorded),
-    tonumber(redis.call('HGET', KEYS[2], 'started')),
-    tonumber(redis.call('HGET', KEYS[2], 'finished') or '0'),
-    tonumber(redis.call('HGET', KEYS[2], 'failed') or '0'),
-  }
-end
-
-local function begin(previous)
-  local now = redis.call('TIME')
-  local started = now[1] * 1000 + math.floor(now[2] / 1000)
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[2], 'tick', ARGV[3], 'runner', ARGV[1], 'token', ARGV[2],
-    'started', started)
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
-  return {1, previous, started}
-end
-
-if not recorded then
-  return begin(0)
-end
-local token = tonumber(ARGV[2])
-if tonumber(recorded) == token then
-  return {1, 0, tonumber(redis.call('HGET', KEYS[2], 'started'))}
-end
-if tonumber(recorded) > token then
-  return record(-2)
-end
-
--- Twice the distance against the period keeps the comparison in integers.
-local distance = 2 * (tonumber(ARGV[3]) - tonumber(redis.call('HGET', KEYS[2], 'tick')))
-local period = tonumber(ARGV[4])
-if distance >= period then
-  return begin(0)
-end
-if distance <= -period then
-  return record(4)
-end
-if redis.call('HGET', KEYS[2], 'finished') then
-  return record(2)
-end
-if ARGV[6] == 'run-again' or redis.call('HGET', KEYS[2], 'failed') then
-  return begin(tonumber(recorded))
-end
-return record(3)
+return run_begin({
+  lock = KEYS[1], key = KEYS[2], holder = ARGV[1], token = ARGV[2],
+  field = 'tick', value = ARGV[3], retention = ARGV[5], policy = ARGV[6],
+  what = 'tick record', record = record,
+  -- A record of another tick: a newer one makes this tick past; an older one is replaced.
+  after = function(recorded)
+    -- Twice the distance against the period keeps the comparison in integers.
+    local distance = 2 * (tonumber(ARGV[3]) - tonumber(redis.call('HGET', KEYS[2], 'tick')))
+    local period = tonumber(ARGV[4])
+    if distance >= period then
+      return 'new'
+    end
+    if distance <= -period then
+      return record(4, recorded)
+    end
+  end,
+})

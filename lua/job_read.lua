@@ -14,28 +14,12 @@
 --
 -- Commands: HGET, PTTL (the least-privilege ACL has no HGETALL).
 --
--- Uses hash_field() from lib/hash_field.lua, which the loader prepends to this file.
-local lock_token, lock_err = hash_field(KEYS[1], '~token', 'lock key')
-if lock_token == nil then
-  return lock_err
-end
-local recorded, recorded_err = hash_field(KEYS[2], 'token', 'tick record')
-if recorded == nil then
-  return recorded_err
-end
-lock_token = tonumber(lock_token or '0')
-local pttl = redis.call('PTTL', KEYS[1])
-if not recorded then
-  return {0, lock_token, pttl}
-end
-return {
-  1,
-  tonumber(redis.call('HGET', KEYS[2], 'tick')),
-  redis.call('HGET', KEYS[2], 'runner'),
-  tonumber(recorded),
-  tonumber(redis.call('HGET', KEYS[2], 'started')),
-  tonumber(redis.call('HGET', KEYS[2], 'finished') or '0'),
-  tonumber(redis.call('HGET', KEYS[2], 'failed') or '0'),
-  lock_token,
-  pttl,
-}
+-- Uses hash_field() (lib/hash_field.lua) and run_read(), run_fields() (lib/run_record.lua),
+-- which the loader prepends to this file.
+return run_read(KEYS[1], KEYS[2], 'tick record', function(recorded, lock_token, pttl)
+  return {
+    1,
+    tonumber(redis.call('HGET', KEYS[2], 'tick')),
+    run_fields(KEYS[2], recorded, lock_token, pttl),
+  }
+end)

@@ -1,7 +1,7 @@
 -- lib/hash_field.lua: shared by the job scripts (job_begin.lua, job_finish.lua, job_read.lua)
 -- and the idempotency scripts (idem_begin.lua, idem_finish.lua, idem_read.lua);
--- the loader (src/protocol/scripts.rs) prepends it to each of them, since Redis scripts cannot
--- import.
+-- the loader (src/protocol/scripts.rs) prepends it to each of them, before lib/run_record.lua,
+-- which uses it too, since Redis scripts cannot import.
 --
 -- hash_field(key, field, what) reads one field of a hash this protocol writes (HGET: the
 -- least-privilege ACL has no HGETALL). Returns the value (false when the key or field is

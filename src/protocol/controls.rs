@@ -172,6 +172,11 @@ const RETENTION_NO_FLOOR: &str = "if true then";
 /// The line of `lib/sem_holds.lua` that finds the expired holds, and its broken form.
 const SEM_PURGE: &str = "redis.pcall('ZRANGEBYSCORE', leases, '-inf', int_text(now))";
 const SEM_NO_PURGE: &str = "{}";
+/// The owner check of `lib/run_record.lua`'s begin (jobs and idempotency keys alike).
+const RUN_OWNER_CHECK: &str =
+    "if not held or redis.call('HGET', run.lock, '~token') ~= run.token then";
+/// The answer of `lib/run_record.lua`'s begin for a run that finished.
+const RUN_DONE: &str = "return run.record(2, recorded)";
 
 impl Control {
     /// Every control.
@@ -354,7 +359,7 @@ impl Control {
             )],
             Control::JobBeginWithoutOwnerCheck => &[(
                 "job_begin",
-                "if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then",
+                RUN_OWNER_CHECK,
                 "if false then",
             )],
             Control::JobFinishWithoutFence => &[(
@@ -362,16 +367,20 @@ impl Control {
                 "if recorded and tonumber(recorded) > token then",
                 "if false then",
             )],
-            Control::JobRerunsDoneTick => &[("job_begin", "return record(2)", "return begin(0)")],
-            Control::JobRunsOlderTick => &[("job_begin", "return record(4)", "return begin(0)")],
+            Control::JobRerunsDoneTick => &[("job_begin", RUN_DONE, "return begin(0)")],
+            Control::JobRunsOlderTick => &[(
+                "job_begin",
+                "return record(4, recorded)",
+                "return 'new'",
+            )],
             Control::JobGivesUpFailedTick => &[(
                 "job_begin",
-                "if ARGV[6] == 'run-again' or redis.call('HGET', KEYS[2], 'failed') then",
-                "if ARGV[6] == 'run-again' then",
+                "if run.policy == 'run-again' or redis.call('HGET', run.key, 'failed') then",
+                "if run.policy == 'run-again' then",
             )],
             Control::KeyBeginWithoutOwnerCheck => &[(
                 "idem_begin",
-                "if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then",
+                RUN_OWNER_CHECK,
                 "if false then",
             )],
             Control::KeyResultWithoutFence => &[(
@@ -379,7 +388,7 @@ impl Control {
                 "if recorded and tonumber(recorded) > token then",
                 "if false then",
             )],
-            Control::KeyRerunsDone => &[("idem_begin", "return record(2)", "return begin(0)")],
+            Control::KeyRerunsDone => &[("idem_begin", RUN_DONE, "return begin(0)")],
             Control::KeyIgnoresFingerprint => &[(
                 "idem_begin",
                 "if redis.call('HGET', KEYS[2], 'fingerprint') ~= ARGV[3] then",

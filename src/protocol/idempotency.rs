@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::RunnerDeathArg;
-use super::{lock_state, millis, ms_from, scripts, token_from, unexpected, FinishReply, LockKeys};
+use super::run_record::{begin_code, finish_reply, read_reply, BeginCode, RawRun, RunRead};
+use super::{millis, scripts, FinishReply, LockKeys, RunnerDeathArg};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -91,29 +91,27 @@ pub(crate) async fn idem_begin<C: ConnectionLike>(
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;
-    use redis::Value::Int;
-    match reply.as_slice() {
-        [Int(1), Int(previous), Int(started)] => Ok(KeyBeginReply::Begun {
-            took_over: u64::try_from(*previous).ok().and_then(FencingToken::new),
-            started_ms: ms_from("idem_begin", *started)?,
-        }),
-        [Int(-1)] => Ok(KeyBeginReply::NotHeld),
-        [Int(code), record @ ..] => {
+    Ok(match begin_code("idem_begin", &reply)? {
+        BeginCode::Begun(took_over, started_ms) => KeyBeginReply::Begun {
+            took_over,
+            started_ms,
+        },
+        BeginCode::NotHeld => KeyBeginReply::NotHeld,
+        BeginCode::Record(code, record) => {
             let record = key_record("idem_begin", record)?;
             match code {
-                2 => Ok(KeyBeginReply::Done(record)),
-                3 => Ok(KeyBeginReply::Abandoned(record)),
-                -2 => Ok(KeyBeginReply::Newer(record)),
-                -3 => Ok(KeyBeginReply::OtherFingerprint(record)),
-                _ => Err(Error::Protocol(format!(
-                    "idem_begin.lua answered {reply:?}"
-                ))),
+                2 => KeyBeginReply::Done(record),
+                3 => KeyBeginReply::Abandoned(record),
+                -2 => KeyBeginReply::Newer(record),
+                -3 => KeyBeginReply::OtherFingerprint(record),
+                _ => {
+                    return Err(Error::Protocol(format!(
+                        "idem_begin.lua answered {reply:?}"
+                    )))
+                }
             }
         }
-        _ => Err(Error::Protocol(format!(
-            "idem_begin.lua answered {reply:?}"
-        ))),
-    }
+    })
 }
 
 /// Stores the run's result, or leaves the key to a retry, fenced by its token
@@ -143,27 +141,12 @@ pub(crate) async fn idem_finish<C: ConnectionLike>(
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;
-    match reply.as_slice() {
-        [1, finished] => Ok(FinishReply::Done {
-            finished_ms: ms_from("idem_finish", *finished)?,
-        }),
-        [-2, token] => Ok(FinishReply::TakenOver {
-            token: token_from(*token)?,
-        }),
-        other => Err(unexpected("idem_finish", other)),
-    }
+    finish_reply("idem_finish", &reply)
 }
 
-/// Outcome of `idem_read.lua`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeyRead {
-    /// The newest run within the record's retention.
-    pub(crate) record: Option<KeyRecord>,
-    /// The token of the key lock's holder; `None` when the lock is free.
-    pub(crate) lock_token: Option<FencingToken>,
-    /// When the lock is held: the time left of its lease (`None` inside: no expiry).
-    pub(crate) lease_left: Option<Option<Duration>>,
-}
+/// Outcome of `idem_read.lua`: the newest run within the record's retention, and the key
+/// lock's holder.
+pub(crate) type KeyRead = RunRead<KeyRecord>;
 
 /// Whether `idem_read.lua` only reads, or deletes the record of a key nobody holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,50 +173,35 @@ pub(crate) async fn idem_read<C: ConnectionLike>(
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;
-    use redis::Value::Int;
-    match reply.as_slice() {
-        [Int(0), Int(token), Int(pttl)] => {
-            let (lock_token, lease_left) = lock_state(*token, *pttl);
-            Ok(KeyRead {
-                record: None,
-                lock_token,
-                lease_left,
-            })
-        }
-        [Int(1), record @ .., Int(token), Int(pttl)] => {
-            let (lock_token, lease_left) = lock_state(*token, *pttl);
-            Ok(KeyRead {
-                record: Some(key_record("idem_read", record)?),
-                lock_token,
-                lease_left,
-            })
-        }
-        other => Err(Error::Protocol(format!("idem_read.lua answered {other:?}"))),
-    }
+    read_reply("idem_read", &reply, |record| {
+        key_record("idem_read", record)
+    })
 }
 
 /// Decodes `runner, token, started, finished, failed, final, result, fingerprint` (0: not
 /// set).
 fn key_record(script: &str, fields: &[redis::Value]) -> Result<KeyRecord, Error> {
     use redis::Value::{BulkString, Int};
-    let time = |raw: i64| (raw != 0).then(|| ms_from(script, raw)).transpose();
-    match fields {
-        [BulkString(runner), Int(token), Int(started), Int(finished), Int(failed), Int(is_final), BulkString(result), BulkString(fingerprint)] => {
-            Ok(KeyRecord {
-                runner: String::from_utf8(runner.clone()).map_err(|_| {
-                    Error::Protocol(format!("{script}.lua answered a runner that is not UTF-8"))
-                })?,
-                token: token_from(*token)?,
-                started_ms: ms_from(script, *started)?,
-                finished_ms: time(*finished)?,
-                failed_ms: time(*failed)?,
-                is_final_failure: *is_final == 1,
-                result: result.clone(),
-                fingerprint: fingerprint.clone(),
-            })
+    let shaped = match fields {
+        [run @ .., Int(is_final), BulkString(result), BulkString(fingerprint)] => {
+            RawRun::shape(run).map(|run| (run, *is_final, result, fingerprint))
         }
-        other => Err(Error::Protocol(format!(
-            "{script}.lua answered the idempotency record {other:?}"
-        ))),
-    }
+        _ => None,
+    };
+    let Some((run, is_final, result, fingerprint)) = shaped else {
+        return Err(Error::Protocol(format!(
+            "{script}.lua answered the idempotency record {fields:?}"
+        )));
+    };
+    let run = run.decode(script)?;
+    Ok(KeyRecord {
+        runner: run.runner,
+        token: run.token,
+        started_ms: run.started_ms,
+        finished_ms: run.finished_ms,
+        failed_ms: run.failed_ms,
+        is_final_failure: is_final == 1,
+        result: result.clone(),
+        fingerprint: fingerprint.clone(),
+    })
 }

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{lock_state, millis, ms_from, scripts, token_from, unexpected, LockKeys};
+use super::run_record::{begin_code, finish_reply, read_reply, BeginCode, RawRun, RunRead};
+use super::{millis, ms_from, scripts, FinishReply, LockKeys, RunnerDeathArg};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -44,23 +45,6 @@ pub(crate) enum BeginReply {
     Newer(TickRecord),
 }
 
-/// What a job does with a tick whose runner lost its hold before finishing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RunnerDeathArg {
-    RunAgain,
-    GiveUp,
-}
-
-impl RunnerDeathArg {
-    /// The policy as the begin scripts take it.
-    pub(crate) fn as_arg(self) -> &'static str {
-        match self {
-            RunnerDeathArg::RunAgain => "run-again",
-            RunnerDeathArg::GiveUp => "give-up",
-        }
-    }
-}
-
 /// The arguments of one tick's begin and finish.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TickArgs<'a> {
@@ -92,25 +76,23 @@ pub(crate) async fn job_begin<C: ConnectionLike>(
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;
-    use redis::Value::Int;
-    match reply.as_slice() {
-        [Int(1), Int(previous), Int(started)] => Ok(BeginReply::Begun {
-            took_over: u64::try_from(*previous).ok().and_then(FencingToken::new),
-            started_ms: ms_from("job_begin", *started)?,
-        }),
-        [Int(-1)] => Ok(BeginReply::NotHeld),
-        [Int(code), record @ ..] => {
+    Ok(match begin_code("job_begin", &reply)? {
+        BeginCode::Begun(took_over, started_ms) => BeginReply::Begun {
+            took_over,
+            started_ms,
+        },
+        BeginCode::NotHeld => BeginReply::NotHeld,
+        BeginCode::Record(code, record) => {
             let record = tick_record("job_begin", record)?;
             match code {
-                2 => Ok(BeginReply::Done(record)),
-                3 => Ok(BeginReply::Abandoned(record)),
-                4 => Ok(BeginReply::Late(record)),
-                -2 => Ok(BeginReply::Newer(record)),
-                _ => Err(Error::Protocol(format!("job_begin.lua answered {reply:?}"))),
+                2 => BeginReply::Done(record),
+                3 => BeginReply::Abandoned(record),
+                4 => BeginReply::Late(record),
+                -2 => BeginReply::Newer(record),
+                _ => return Err(Error::Protocol(format!("job_begin.lua answered {reply:?}"))),
             }
         }
-        _ => Err(Error::Protocol(format!("job_begin.lua answered {reply:?}"))),
-    }
+    })
 }
 
 /// How a run ended, as `job_finish.lua` records it: the tick done, or left to a retry.
@@ -118,15 +100,6 @@ pub(crate) async fn job_begin<C: ConnectionLike>(
 pub(crate) enum RunOutcome {
     Done,
     Failed,
-}
-
-/// Outcome of `job_finish.lua`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FinishReply {
-    /// The tick is recorded done (or failed) at server time `finished_ms`.
-    Done { finished_ms: u64 },
-    /// A runner with the newer `token` took the job over; nothing changed.
-    TakenOver { token: FencingToken },
 }
 
 /// Records the tick of `args` done, fenced by its token (`job_finish.lua`).
@@ -152,27 +125,12 @@ pub(crate) async fn job_finish<C: ConnectionLike>(
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;
-    match reply.as_slice() {
-        [1, finished] => Ok(FinishReply::Done {
-            finished_ms: ms_from("job_finish", *finished)?,
-        }),
-        [-2, token] => Ok(FinishReply::TakenOver {
-            token: token_from(*token)?,
-        }),
-        other => Err(unexpected("job_finish", other)),
-    }
+    finish_reply("job_finish", &reply)
 }
 
-/// Outcome of `job_read.lua`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct JobRead {
-    /// The newest tick begun within the record's retention.
-    pub(crate) record: Option<TickRecord>,
-    /// The token of the job lock's holder; `None` when the lock is free.
-    pub(crate) lock_token: Option<FencingToken>,
-    /// When the lock is held: the time left of its lease (`None` inside: no expiry).
-    pub(crate) lease_left: Option<Option<Duration>>,
-}
+/// Outcome of `job_read.lua`: the newest tick begun within the record's retention, and the
+/// job lock's holder.
+pub(crate) type JobRead = RunRead<TickRecord>;
 
 /// Reads a job's tick record and its lock's holder token (`job_read.lua`); writes nothing.
 pub(crate) async fn job_read<C: ConnectionLike>(
@@ -186,47 +144,28 @@ pub(crate) async fn job_read<C: ConnectionLike>(
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;
-    use redis::Value::Int;
-    match reply.as_slice() {
-        [Int(0), Int(token), Int(pttl)] => {
-            let (lock_token, lease_left) = lock_state(*token, *pttl);
-            Ok(JobRead {
-                record: None,
-                lock_token,
-                lease_left,
-            })
-        }
-        [Int(1), record @ .., Int(token), Int(pttl)] => {
-            let (lock_token, lease_left) = lock_state(*token, *pttl);
-            Ok(JobRead {
-                record: Some(tick_record("job_read", record)?),
-                lock_token,
-                lease_left,
-            })
-        }
-        other => Err(Error::Protocol(format!("job_read.lua answered {other:?}"))),
-    }
+    read_reply("job_read", &reply, |record| tick_record("job_read", record))
 }
 
 /// Decodes `tick, runner, token, started, finished, failed` (0: not set).
 fn tick_record(script: &str, fields: &[redis::Value]) -> Result<TickRecord, Error> {
-    use redis::Value::{BulkString, Int};
-    let time = |raw: i64| (raw != 0).then(|| ms_from(script, raw)).transpose();
-    match fields {
-        [Int(tick), BulkString(runner), Int(token), Int(started), Int(finished), Int(failed)] => {
-            Ok(TickRecord {
-                tick_ms: ms_from(script, *tick)?,
-                runner: String::from_utf8(runner.clone()).map_err(|_| {
-                    Error::Protocol(format!("{script}.lua answered a runner that is not UTF-8"))
-                })?,
-                token: token_from(*token)?,
-                started_ms: ms_from(script, *started)?,
-                finished_ms: time(*finished)?,
-                failed_ms: time(*failed)?,
-            })
-        }
-        other => Err(Error::Protocol(format!(
-            "{script}.lua answered the tick record {other:?}"
-        ))),
-    }
+    let shaped = match fields {
+        [redis::Value::Int(tick), run @ ..] => RawRun::shape(run).map(|run| (*tick, run)),
+        _ => None,
+    };
+    let Some((tick, run)) = shaped else {
+        return Err(Error::Protocol(format!(
+            "{script}.lua answered the tick record {fields:?}"
+        )));
+    };
+    let tick_ms = ms_from(script, tick)?;
+    let run = run.decode(script)?;
+    Ok(TickRecord {
+        tick_ms,
+        runner: run.runner,
+        token: run.token,
+        started_ms: run.started_ms,
+        finished_ms: run.finished_ms,
+        failed_ms: run.failed_ms,
+    })
 }

@@ -12,6 +12,7 @@ mod idempotency;
 mod job;
 pub(crate) mod keys;
 mod pubsub;
+mod run_record;
 mod scripts;
 pub(crate) mod semaphore;
 pub(crate) mod server;
@@ -31,11 +32,11 @@ pub(crate) use idempotency::{
     KeyRecord,
 };
 pub(crate) use job::{
-    job_begin, job_finish, job_read, BeginReply, FinishReply, JobRead, RunOutcome, RunnerDeathArg,
-    TickArgs, TickRecord,
+    job_begin, job_finish, job_read, BeginReply, JobRead, RunOutcome, TickArgs, TickRecord,
 };
 pub(crate) use keys::{LockKeys, ResourceKeys};
 pub(crate) use pubsub::{PubSub, ReleaseMessage};
+pub(crate) use run_record::{FinishReply, RunnerDeathArg};
 use scripts::Scripts;
 pub(crate) use waits::{forget_wait, record_wait, WaitArgs};
 

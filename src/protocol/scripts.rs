@@ -55,6 +55,16 @@ pub(crate) struct Scripts {
 pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
     let fence_mark = include_str!("../../lua/lib/fence_mark.lua");
     let hash_field = include_str!("../../lua/lib/hash_field.lua");
+    let run_record = include_str!("../../lua/lib/run_record.lua");
+    let idem_record = include_str!("../../lua/lib/idem_record.lua");
+    // The run-record scripts: hash_field and run_record before each, idem_record before the
+    // idempotency scripts that answer a key's record.
+    let run = |name: &str, libs: &[&str], text: &str| {
+        let text = [&[hash_field, run_record][..], libs, &[text]]
+            .concat()
+            .concat();
+        Script::new(&source(name, &text))
+    };
     let sem_holds = include_str!("../../lua/lib/sem_holds.lua");
     let next_token = include_str!("../../lua/lib/next_token.lua");
     let load = |name: &str, text: &str| Script::new(&source(name, text));
@@ -96,29 +106,23 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         announce: load("announce", include_str!("../../lua/announce.lua")),
         leader: load("leader", include_str!("../../lua/leader.lua")),
         wait_record: load("wait_record", include_str!("../../lua/wait_record.lua")),
-        job_begin: load(
-            "job_begin",
-            &[hash_field, include_str!("../../lua/job_begin.lua")].concat(),
-        ),
-        job_finish: load(
-            "job_finish",
-            &[hash_field, include_str!("../../lua/job_finish.lua")].concat(),
-        ),
-        job_read: load(
-            "job_read",
-            &[hash_field, include_str!("../../lua/job_read.lua")].concat(),
-        ),
-        idem_begin: load(
+        job_begin: run("job_begin", &[], include_str!("../../lua/job_begin.lua")),
+        job_finish: run("job_finish", &[], include_str!("../../lua/job_finish.lua")),
+        job_read: run("job_read", &[], include_str!("../../lua/job_read.lua")),
+        idem_begin: run(
             "idem_begin",
-            &[hash_field, include_str!("../../lua/idem_begin.lua")].concat(),
+            &[idem_record],
+            include_str!("../../lua/idem_begin.lua"),
         ),
-        idem_finish: load(
+        idem_finish: run(
             "idem_finish",
-            &[hash_field, include_str!("../../lua/idem_finish.lua")].concat(),
+            &[],
+            include_str!("../../lua/idem_finish.lua"),
         ),
-        idem_read: load(
+        idem_read: run(
             "idem_read",
-            &[hash_field, include_str!("../../lua/idem_read.lua")].concat(),
+            &[idem_record],
+            include_str!("../../lua/idem_read.lua"),
         ),
         sem_acquire: load(
             "sem_acquire",

@@ -21,16 +21,16 @@ use std::time::Instant;
 
 use super::client::LockClient;
 use super::guard::LockGuard;
+use super::job::run;
+#[cfg(doc)]
 use super::job::OnRunnerDeath;
 use super::lock::Lock;
-use crate::base::error::{Error, Superseded};
+use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::holder::Holder;
 use crate::protocol::keys::{validate_name, MAX_NAME_LEN};
-use crate::protocol::{
-    self, FinishReply, KeyArgs, KeyBeginReply, KeyFinish, KeyReadMode, LockKeys, RunnerDeathArg,
-};
+use crate::protocol::{self, KeyArgs, KeyBeginReply, KeyFinish, KeyReadMode, LockKeys};
 
 /// The longest result a key's record stores, in bytes (1 MiB): a response body, not a
 /// report. Every duplicate's answer carries it over the network.
@@ -403,10 +403,7 @@ impl Idempotency {
             retention: self.options.retention,
         };
         let keys = lock.keys();
-        let on_death = match self.options.on_runner_death {
-            OnRunnerDeath::GiveUp => RunnerDeathArg::GiveUp,
-            OnRunnerDeath::RunAgain => RunnerDeathArg::RunAgain,
-        };
+        let on_death = self.options.on_runner_death.arg();
         let reply = self
             .client
             .engine
@@ -438,11 +435,7 @@ impl Idempotency {
             Ok(KeyBeginReply::Abandoned(record)) => Ok(Answer::Abandoned(record.into())),
             Ok(KeyBeginReply::OtherFingerprint(_)) => Err(Error::KeyReused { key: key.into() }),
             Ok(KeyBeginReply::NotHeld) => Err(Error::NotHeld),
-            Ok(KeyBeginReply::Newer(record)) => Err(Error::StaleToken {
-                presented: guard.token(),
-                latest: record.token,
-                by: Superseded::TookOver,
-            }),
+            Ok(KeyBeginReply::Newer(record)) => Err(run::taken_over(guard.token(), record.token)),
             Err(err) => Err(err),
         };
         // Nothing to run: let go of the key at once (a failed release is finished in the
@@ -565,24 +558,9 @@ impl ActiveKeyRun {
                 protocol::idem_finish(&mut conn, keys, args, started_ms, finish).await
             })
             .await;
-        let finished_ms = match reply {
-            Ok(FinishReply::Done { finished_ms }) => finished_ms,
-            Ok(FinishReply::TakenOver { token }) => {
-                metrics::stale_write_rejected();
-                let err = Error::StaleToken {
-                    presented: view.token,
-                    latest: token,
-                    by: Superseded::TookOver,
-                };
-                return Err(idempotency.report_error(&view.key, err));
-            }
-            Err(err) => {
-                // Whether the result landed is unknown: keep the key held until at_most_for
-                // ends rather than let a duplicate run the request again at once.
-                guard.keep_until_lease_ends();
-                return Err(idempotency.report_error(&view.key, err));
-            }
-        };
+        let (guard, finished_ms) = run::finished(reply, guard, view.token, |err| {
+            idempotency.report_error(&view.key, err)
+        })?;
         // A failed release (the hold had ended, Redis is away) changes nothing: the record
         // is what answers duplicates.
         let _ = guard.release().await;

@@ -1,10 +1,11 @@
 //! What a run of an idempotency key learns: the key's record, what the run's closure may
 //! return, and the outcome (ran here, or why not).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 #[cfg(doc)]
 use super::{Idempotency, IdempotencyOptions, KeyRun};
+use crate::api::job::run::from_millis;
 #[cfg(doc)]
 use crate::api::job::OnRunnerDeath;
 use crate::base::metrics;
@@ -34,10 +35,6 @@ pub struct RunRecord {
     is_final_failure: bool,
     result: Vec<u8>,
     fingerprint: Vec<u8>,
-}
-
-fn from_millis(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
 }
 
 impl From<protocol::KeyRecord> for RunRecord {

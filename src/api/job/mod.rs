@@ -9,6 +9,7 @@
 
 mod options;
 mod outcome;
+pub(crate) mod run;
 mod ticks;
 
 pub use options::{JobOptions, OnFailure, OnRunnerDeath};
@@ -23,14 +24,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::client::LockClient;
 use super::guard::LockGuard;
 use super::lock::Lock;
-use crate::base::error::{Error, Superseded};
+use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::holder::Holder;
 use crate::protocol::keys::validate_name;
-use crate::protocol::{
-    self, BeginReply, FinishReply, LockKeys, RunOutcome, RunnerDeathArg, TickArgs,
-};
+use crate::protocol::{self, BeginReply, LockKeys, RunOutcome, TickArgs};
 
 /// The latest tick accepted: 2^53 ms after the Unix epoch, the last millisecond a Lua number
 /// holds exactly (about the year 287 396).
@@ -405,10 +404,7 @@ impl Job {
         };
         let args = self.args(&guard, tick_ms);
         let (keys, period) = (self.lock.keys(), self.options.period);
-        let on_death = match self.options.on_runner_death {
-            OnRunnerDeath::GiveUp => RunnerDeathArg::GiveUp,
-            OnRunnerDeath::RunAgain => RunnerDeathArg::RunAgain,
-        };
+        let on_death = self.options.on_runner_death.arg();
         let reply = self
             .client
             .engine
@@ -440,11 +436,7 @@ impl Job {
             Ok(BeginReply::Abandoned(record)) => Ok(Skip::Abandoned(record.into())),
             Ok(BeginReply::Late(record)) => Ok(Skip::Late(record.into())),
             Ok(BeginReply::NotHeld) => Err(Error::NotHeld),
-            Ok(BeginReply::Newer(record)) => Err(Error::StaleToken {
-                presented: guard.token(),
-                latest: record.token,
-                by: Superseded::TookOver,
-            }),
+            Ok(BeginReply::Newer(record)) => Err(run::taken_over(guard.token(), record.token)),
             Err(err) => Err(err),
         };
         // Nothing to run: let go of the job at once (a failed release is finished in the
@@ -541,24 +533,9 @@ impl ActiveRun {
                 protocol::job_finish(&mut conn, keys, args, started_ms, outcome).await
             })
             .await;
-        let finished_ms = match reply {
-            Ok(FinishReply::Done { finished_ms }) => finished_ms,
-            Ok(FinishReply::TakenOver { token }) => {
-                metrics::stale_write_rejected();
-                let err = Error::StaleToken {
-                    presented: view.token,
-                    latest: token,
-                    by: Superseded::TookOver,
-                };
-                return Err(job.report_error(tick_ms, err));
-            }
-            Err(err) => {
-                // Whether the finish landed is unknown: keep the job held until at_most_for
-                // ends rather than let another instance run the tick again at once.
-                guard.keep_until_lease_ends();
-                return Err(job.report_error(tick_ms, err));
-            }
-        };
+        let (guard, finished_ms) = run::finished(reply, guard, view.token, |err| {
+            job.report_error(tick_ms, err)
+        })?;
         let label = match outcome {
             RunOutcome::Done => metrics::JOB_RAN,
             RunOutcome::Failed => metrics::JOB_RAN_FAILED,

@@ -1,7 +1,8 @@
 //! What a call for a tick learns: the tick record, and the outcome (ran here, or why not).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
+use super::run::from_millis;
 #[cfg(doc)]
 use super::{Job, OnFailure, OnRunnerDeath};
 use crate::base::metrics;
@@ -28,10 +29,6 @@ pub struct TickRecord {
     pub(super) started: SystemTime,
     pub(super) finished: Option<SystemTime>,
     pub(super) failed: Option<SystemTime>,
-}
-
-pub(super) fn from_millis(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
 }
 
 impl From<protocol::TickRecord> for TickRecord {

@@ -1,0 +1,160 @@
+-- lib/run_record.lua: the run record, shared by the job scripts (job_begin.lua, job_finish.lua,
+-- job_read.lua) and the idempotency scripts (idem_begin.lua, idem_finish.lua, idem_read.lua);
+-- the loader (src/protocol/scripts.rs) prepends it to each of them, after lib/hash_field.lua
+-- (whose hash_field() it uses), since Redis scripts cannot import.
+--
+-- A run record is a hash next to a lock that names the newest run begun under that lock: the
+-- kind's own field first (a job's "tick", an idempotency key's "fingerprint"), then "runner"
+-- -> the holder id that runs or ran it, "token" -> that runner's fencing token, "started" ->
+-- server time of the begin (ms), and once the run ended "finished" (it ran) or "failed" (it
+-- left the record to a retry) -> server time of that end (ms). Every write replaces the whole
+-- hash and sets its expiry to the retention the caller passes. Each script's header states its
+-- own contract in full; these functions are how the scripts carry it out.
+--
+-- run_now() is the server time in ms (TIME).
+--
+-- run_fields(key, recorded, ...) returns the fields every reply naming the record `key` carries,
+-- in this order: runner, token (`recorded`, the record's "token" as read), started, finished or
+-- 0, failed or 0; then the arguments after `recorded` as given. Reads only (HGET).
+--
+-- run_begin(run) is the begin of job_begin.lua and idem_begin.lua: the lock's holder records a
+-- run as its own, unless the record says not to. `run` names: `lock` and `key` (the lock hash
+-- and the record), `holder` and `token` (the caller's holder id and token, as the arguments give
+-- them), `field` and `value` (the kind's own field and the caller's value of it), `retention`
+-- (ms the record is kept after this write), `policy` (for a run whose runner's hold ended
+-- before it finished: "run-again" takes it over, anything else gives it up), `what` (how
+-- FENCELOCK_WRONGTYPE names the record), `record(code, recorded)` (the kind's reply naming the
+-- record), and the kind's checks of an existing record: `before(recorded)`, made before the
+-- tokens are compared, answers a reply or nil; `after(recorded)`, made after, answers nil (the
+-- same run goes on), 'new' (the record is another run's that this one replaces) or a reply.
+-- In that order it answers: {-1} when the caller does not hold the lock with its token; a
+-- fresh begin {1, 0, started} without a record; the kind's reply from `before`; {1, 0,
+-- started} again for the token the record names (a re-sent begin); record(-2) for a newer
+-- token; what `after` says; record(2) for a finished run; a takeover {1, old token, started}
+-- of a failed run (whatever the policy) or of a running one under "run-again"; record(3)
+-- otherwise. A begin deletes the record and writes the kind's field, runner, token and started
+-- anew. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
+--
+-- run_finish(run) is the finish of job_finish.lua and idem_finish.lua: records that a run ended,
+-- fenced by its token. `run` names `key`, `holder`, `token`, `field`, `value`, `retention` and
+-- `what` as run_begin's, `started` (the server time its begin recorded), `ended` (the field the
+-- end goes to: "finished" or "failed") and, optionally, `also()` (writes the kind's further
+-- fields after the record's, before its expiry is set). Answers {-2, token} when the record
+-- carries a newer token (nothing changed); {1, at} with the time already in `ended` for this
+-- token (a re-sent finish; nothing changed); else deletes the record, writes it again from
+-- `run` with `ended` = server time `at`, and answers {1, at}. Commands: HGET, HSET, DEL,
+-- PEXPIRE, TIME.
+--
+-- run_read(lock, key, what, answer) is the read of job_read.lua and idem_read.lua: {0,
+-- lock_token, pttl} without a record, else what answer(recorded, lock_token, pttl) returns;
+-- lock_token is the lock hash's "~token" (0: the lock is free) and pttl the lock's PTTL.
+-- Commands: HGET, PTTL.
+--
+-- Each returns an error reply as hash_field() does when a key holds another type.
+local function run_now()
+  local now = redis.call('TIME')
+  return now[1] * 1000 + math.floor(now[2] / 1000)
+end
+
+local function run_fields(key, recorded, ...)
+  return redis.call('HGET', key, 'runner'),
+    tonumber(recorded),
+    tonumber(redis.call('HGET', key, 'started')),
+    tonumber(redis.call('HGET', key, 'finished') or '0'),
+    tonumber(redis.call('HGET', key, 'failed') or '0'),
+    ...
+end
+
+local function run_begin(run)
+  local held, held_err = hash_field(run.lock, run.holder, 'lock key')
+  if held == nil then
+    return held_err
+  end
+  if not held or redis.call('HGET', run.lock, '~token') ~= run.token then
+    return {-1}
+  end
+  local recorded, recorded_err = hash_field(run.key, 'token', run.what)
+  if recorded == nil then
+    return recorded_err
+  end
+
+  local function begin(previous)
+    local started = run_now()
+    redis.call('DEL', run.key)
+    redis.call('HSET', run.key, run.field, run.value, 'runner', run.holder, 'token', run.token,
+      'started', started)
+    redis.call('PEXPIRE', run.key, run.retention)
+    return {1, previous, started}
+  end
+
+  if not recorded then
+    return begin(0)
+  end
+  local refused = run.before and run.before(recorded)
+  if refused then
+    return refused
+  end
+  local token = tonumber(run.token)
+  if tonumber(recorded) == token then
+    return {1, 0, tonumber(redis.call('HGET', run.key, 'started'))}
+  end
+  if tonumber(recorded) > token then
+    return run.record(-2, recorded)
+  end
+  local other = run.after and run.after(recorded)
+  if other == 'new' then
+    return begin(0)
+  elseif other then
+    return other
+  end
+  if redis.call('HGET', run.key, 'finished') then
+    return run.record(2, recorded)
+  end
+  if run.policy == 'run-again' or redis.call('HGET', run.key, 'failed') then
+    return begin(tonumber(recorded))
+  end
+  return run.record(3, recorded)
+end
+
+local function run_finish(run)
+  local recorded, recorded_err = hash_field(run.key, 'token', run.what)
+  if recorded == nil then
+    return recorded_err
+  end
+  local token = tonumber(run.token)
+  if recorded and tonumber(recorded) > token then
+    return {-2, tonumber(recorded)}
+  end
+  if recorded and tonumber(recorded) == token then
+    local at = redis.call('HGET', run.key, run.ended)
+    if at then
+      return {1, tonumber(at)}
+    end
+  end
+  local at = run_now()
+  redis.call('DEL', run.key)
+  redis.call('HSET', run.key, run.field, run.value, 'runner', run.holder, 'token', run.token,
+    'started', run.started, run.ended, at)
+  if run.also then
+    run.also()
+  end
+  redis.call('PEXPIRE', run.key, run.retention)
+  return {1, at}
+end
+
+local function run_read(lock, key, what, answer)
+  local lock_token, lock_err = hash_field(lock, '~token', 'lock key')
+  if lock_token == nil then
+    return lock_err
+  end
+  local recorded, recorded_err = hash_field(key, 'token', what)
+  if recorded == nil then
+    return recorded_err
+  end
+  lock_token = tonumber(lock_token or '0')
+  local pttl = redis.call('PTTL', lock)
+  if not recorded then
+    return {0, lock_token, pttl}
+  end
+  return answer(recorded, lock_token, pttl)
+end
