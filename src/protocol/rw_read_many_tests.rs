@@ -384,3 +384,228 @@ async fn grouped_reads_end_with_their_lease() {
     })
     .await;
 }
+
+/// The hold deadline of `holder` (server ms), as the lock keeps it: its field's expiry, or its
+/// score in the lease zset.
+async fn deadline_of(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> i64 {
+    if hold_field_expiry() {
+        let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
+            .arg(&keys.lock)
+            .arg("FIELDS")
+            .arg(1)
+            .arg(holder)
+            .query_async(conn)
+            .await
+            .unwrap();
+        at[0]
+    } else {
+        let at: Option<f64> = conn.zscore(keys.sem_leases(), holder).await.unwrap();
+        at.map_or(-2, |at| at as i64)
+    }
+}
+
+/// Asserts that the lock's keys still expire: the hash, and on the lease-zset path the zset.
+async fn assert_keys_expire(conn: &mut MultiplexedConnection, keys: &LockKeys) {
+    let hash: i64 = conn.pttl(&keys.lock).await.unwrap();
+    assert!(hash > 0, "the hash expires: {hash}");
+    if !hold_field_expiry() {
+        let leases: i64 = conn.pttl(keys.sem_leases()).await.unwrap();
+        assert!(leases > 0, "the lease zset expires: {leases}");
+    }
+}
+
+/// One read alone (`rw_acquire.lua`), which must hold: its token.
+async fn read_alone(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> u64 {
+    let reply = reading(keys, holder, None, false)
+        .run_alone(conn)
+        .await
+        .and_then(read_outcome)
+        .unwrap();
+    match reply {
+        RwAcquireReply::Acquired { token } => token.get(),
+        other => panic!("{holder} reads a lock only readers hold: {other:?}"),
+    }
+}
+
+/// The reads `(holder, recorded)` in one call, each answered.
+async fn reads_of(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    reads: &[(&str, bool)],
+) -> Vec<RwAcquireReply> {
+    let reads: Vec<ReadOperation> = reads
+        .iter()
+        .map(|(holder, recorded)| reading(keys, holder, None, *recorded))
+        .collect();
+    let refs: Vec<&ReadOperation> = reads.iter().collect();
+    run_reads(conn, &refs)
+        .await
+        .expect("the call as a whole")
+        .into_iter()
+        .map(|outcome| outcome.and_then(read_outcome).expect("a read's reply"))
+        .collect()
+}
+
+fn held(token: u64) -> RwAcquireReply {
+    RwAcquireReply::Acquired {
+        token: FencingToken::new(token).unwrap(),
+    }
+}
+
+/// A lock's hash, as its fields.
+type Fields = std::collections::HashMap<String, String>;
+
+/// Asserts that `outcome` is the `WRONGTYPE` the server raised at a `redis.call` of a script
+/// run alone: typed by its code, or on Redis 6.2, which reports an error raised in a script as
+/// "ERR Error running script ...: WRONGTYPE ...", named in that text.
+fn assert_raised_wrongtype(outcome: &Result<redis::Value, Error>) {
+    let raised = match outcome {
+        Err(Error::WrongType { detail }) => detail.contains("wrong kind"),
+        Err(other) => other.to_string().contains("WRONGTYPE"),
+        Ok(_) => false,
+    };
+    assert!(raised, "expected the server's WRONGTYPE: {outcome:?}");
+}
+
+/// No read of the call can raise on a key of its own: the reads' op records are read with one
+/// `MGET`, which reads a key of another type as absent, where `rw_acquire.lua` alone raises
+/// `WRONGTYPE` at its `GET` of the record and changes nothing (the one difference the header
+/// and DESIGN section 7.3 state). So a read whose record key holds a hash is answered as a read
+/// with no record: a fresh hold, its token next in the call's order; the other reads apply
+/// once, and a first send writes nothing over the foreign value. Re-sent (recorded), every
+/// read replays with its token, no token is issued, and the foreign value is still there (a
+/// replay records only where no record is).
+async fn a_foreign_record_reads_as_absent() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = rw_keys();
+    let tc = read_alone(&mut conn, &keys, "c").await;
+    let ta = read_alone(&mut conn, &keys, "a").await;
+    let _: () = conn.hset(keys.op("x"), "f", "foreign").await.unwrap();
+    let foreign = Fields::from([("f".to_owned(), "foreign".to_owned())]);
+    let before: Fields = conn.hgetall(&keys.lock).await.unwrap();
+
+    let alone = reading(&keys, "x", None, false).run_alone(&mut conn).await;
+    assert_raised_wrongtype(&alone);
+    let after_alone: Fields = conn.hgetall(&keys.lock).await.unwrap();
+    assert_eq!(after_alone, before, "the read alone changed the lock");
+
+    let group = [("a", true), ("x", false), ("b", false)];
+    let first = reads_of(&mut conn, &keys, &group).await;
+    let got = tokens("a replay and two fresh reads", &first).unwrap();
+    let (tx, tb) = (got[1], got[2]);
+    assert_eq!(got[0], ta, "{first:?}");
+    assert!(
+        tx > ta.max(tc) && tb == tx + 1,
+        "{first:?} after {ta}, {tc}"
+    );
+    let hash: Fields = conn.hgetall(&keys.lock).await.unwrap();
+    for (holder, token) in [("a", ta), ("b", tb), ("c", tc), ("x", tx)] {
+        assert_eq!(hash.get(holder), Some(&format!("1:{token}")), "{hash:?}");
+    }
+    if !hold_field_expiry() {
+        assert_eq!(hash.get("~used").map(String::as_str), Some("4"), "{hash:?}");
+    }
+    let record: Fields = conn.hgetall(keys.op("x")).await.unwrap();
+    assert_eq!(
+        record, foreign,
+        "the first send wrote over the foreign value"
+    );
+    let counter: u64 = conn.get(&keys.fence).await.unwrap();
+    assert_eq!(counter, tb);
+
+    let resent = [("a", true), ("x", true), ("b", true)];
+    let again = reads_of(&mut conn, &keys, &resent).await;
+    assert_eq!(again, [held(ta), held(tx), held(tb)]);
+    let after: u64 = conn.get(&keys.fence).await.unwrap();
+    assert_eq!(after, counter, "a replay issued a token");
+    let rehash: Fields = conn.hgetall(&keys.lock).await.unwrap();
+    assert_eq!(rehash, hash, "a replay changed the holds");
+    let record: Fields = conn.hgetall(keys.op("x")).await.unwrap();
+    assert_eq!(record, foreign, "a replay wrote over the foreign value");
+    let records: Vec<Option<String>> = conn.mget(&[keys.op("a"), keys.op("b")]).await.unwrap();
+    assert_eq!(records, [Some("a".to_owned()), Some("a".to_owned())]);
+    assert_keys_expire(&mut conn, &keys).await;
+}
+
+/// [`a_foreign_record_reads_as_absent`], on each way of keeping hold deadlines the server has.
+#[tokio::test]
+async fn a_read_whose_record_key_holds_another_type_reads_it_as_absent() {
+    for_each_hold_expiry(
+        "a_read_whose_record_key_holds_another_type_reads_it_as_absent",
+        a_foreign_record_reads_as_absent,
+    )
+    .await;
+}
+
+/// A group of reads holds only reads, so there is no inner release here: the mixed group of a
+/// read-write lock's reads is a re-send of a read already granted beside a new reader, while a
+/// third reader holds. The re-send is a replay (its own token, its deadline unchanged, a
+/// recorded send leaves its record), the new reader holds with the next token of the slot,
+/// the third reader's hold is untouched, and the keys still expire. The group re-sent replays
+/// both, with no new token and no change to the holds.
+async fn a_replay_beside_a_new_reader_and_a_holder() {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let keys = rw_keys();
+    let tc = read_alone(&mut conn, &keys, "c").await;
+    let ta = read_alone(&mut conn, &keys, "a").await;
+    let a_until = deadline_of(&mut conn, &keys, "a").await;
+    let c_until = deadline_of(&mut conn, &keys, "c").await;
+
+    let first = reads_of(&mut conn, &keys, &[("a", true), ("b", false)]).await;
+    let got = tokens("a replay and a fresh read", &first).unwrap();
+    let tb = got[1];
+    assert_eq!(got[0], ta, "the replay's token: {first:?}");
+    assert!(
+        tb > ta.max(tc),
+        "the new reader's token {tb} after {ta}, {tc}"
+    );
+    let hash: Fields = conn.hgetall(&keys.lock).await.unwrap();
+    for (holder, token) in [("a", ta), ("b", tb), ("c", tc)] {
+        assert_eq!(hash.get(holder), Some(&format!("1:{token}")), "{hash:?}");
+    }
+    if !hold_field_expiry() {
+        assert_eq!(hash.get("~used").map(String::as_str), Some("3"), "{hash:?}");
+    }
+    assert_eq!(
+        deadline_of(&mut conn, &keys, "a").await,
+        a_until,
+        "a's lease moved"
+    );
+    assert_eq!(
+        deadline_of(&mut conn, &keys, "c").await,
+        c_until,
+        "c's lease moved"
+    );
+    assert!(
+        deadline_of(&mut conn, &keys, "b").await > 0,
+        "b's hold has a deadline"
+    );
+    let records: Vec<Option<String>> = conn.mget(&[keys.op("a"), keys.op("b")]).await.unwrap();
+    assert_eq!(
+        records,
+        [Some("a".to_owned()), None],
+        "a recorded send's record only"
+    );
+    assert_keys_expire(&mut conn, &keys).await;
+    let counter: u64 = conn.get(&keys.fence).await.unwrap();
+    assert_eq!(counter, tb);
+
+    let again = reads_of(&mut conn, &keys, &[("a", true), ("b", true)]).await;
+    assert_eq!(again, [held(ta), held(tb)]);
+    let after: u64 = conn.get(&keys.fence).await.unwrap();
+    assert_eq!(after, counter, "a replay issued a token");
+    let rehash: Fields = conn.hgetall(&keys.lock).await.unwrap();
+    assert_eq!(rehash, hash, "a replay changed the holds");
+    assert_keys_expire(&mut conn, &keys).await;
+}
+
+/// [`a_replay_beside_a_new_reader_and_a_holder`], on each way of keeping hold deadlines the
+/// server has.
+#[tokio::test]
+async fn a_replayed_read_and_a_new_reader_share_a_call_beside_a_holder() {
+    for_each_hold_expiry(
+        "a_replayed_read_and_a_new_reader_share_a_call_beside_a_holder",
+        a_replay_beside_a_new_reader_and_a_holder,
+    )
+    .await;
+}

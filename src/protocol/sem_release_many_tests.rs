@@ -331,3 +331,319 @@ async fn a_refused_release_call_writes_nothing() {
         .unwrap();
     assert_eq!(written, 0);
 }
+
+type Fields = std::collections::HashMap<String, String>;
+
+/// A hold of `holder` on `keys`: one permit of a semaphore of three, or a read of a read-write
+/// lock.
+async fn hold(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
+    if !keys.is_semaphore() {
+        return read(conn, keys, holder).await.unwrap();
+    }
+    let reply = semaphore::sem_acquire(
+        conn,
+        keys,
+        holder,
+        1,
+        3,
+        LEASE,
+        OP_TTL,
+        PubSub::Classic,
+        None,
+        hold_field_expiry(),
+        None,
+        false,
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(reply, semaphore::SemAcquireReply::Acquired { .. }),
+        "{holder} takes a permit: {reply:?}"
+    );
+}
+
+/// Asserts that the lock's keys still expire: the hash, and on the lease-zset path the zset.
+async fn assert_keys_expire(conn: &mut MultiplexedConnection, keys: &LockKeys) {
+    let hash: i64 = conn.pttl(&keys.lock).await.unwrap();
+    assert!(hash > 0, "the hash expires: {hash}");
+    if !hold_field_expiry() {
+        let leases: i64 = conn.pttl(keys.sem_leases()).await.unwrap();
+        assert!(leases > 0, "the lease zset expires: {leases}");
+    }
+}
+
+/// The hold deadline of `holder` (server ms; -2: none), as the lock keeps it: its field's
+/// expiry, or its score in the lease zset.
+async fn deadline_of(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> i64 {
+    if hold_field_expiry() {
+        let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
+            .arg(&keys.lock)
+            .arg("FIELDS")
+            .arg(1)
+            .arg(holder)
+            .query_async(conn)
+            .await
+            .unwrap();
+        at[0]
+    } else {
+        let at: Option<f64> = conn.zscore(keys.sem_leases(), holder).await.unwrap();
+        at.map_or(-2, |at| at as i64)
+    }
+}
+
+/// A subscriber to the lock's channels: its hash's, and a read-write lock's waiting writers'.
+async fn subscribed(conn: &mut MultiplexedConnection, keys: &LockKeys) -> redis::aio::PubSub {
+    let mut sub = subscriber_of(conn).await;
+    sub.subscribe(&keys.lock).await.unwrap();
+    if let Some(writers) = keys.rw_writers() {
+        sub.subscribe(&writers).await.unwrap();
+    }
+    sub
+}
+
+/// What `sub` received as (channel, payload), up to a probe published now on the hash's
+/// channel: everything published before it.
+async fn messages_before_probe(
+    conn: &mut MultiplexedConnection,
+    sub: &mut redis::aio::PubSub,
+    keys: &LockKeys,
+) -> Vec<(String, String)> {
+    let _: () = conn.publish(&keys.lock, "probe").await.unwrap();
+    let mut messages = sub.on_message();
+    let mut received = Vec::new();
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(2), messages.next())
+            .await
+            .expect("the probe arrives")
+            .expect("the subscription is open");
+        let payload: String = message.get_payload().unwrap();
+        if payload == "probe" {
+            return received;
+        }
+        received.push((message.get_channel_name().to_owned(), payload));
+    }
+}
+
+/// The wake-up of a release that freed permits (`sem_release.lua`): "released" on the hash's
+/// channel, and on a read-write lock's waiting writers' channel; none from a read-write lock's
+/// release that leaves holds on the lease-zset path.
+fn wake_up(keys: &LockKeys, holds_left: bool) -> Vec<(String, String)> {
+    let channel = |key: Vec<u8>| (String::from_utf8(key).unwrap(), "released".to_owned());
+    match keys.rw_writers() {
+        None => vec![channel(keys.lock.clone())],
+        Some(_) if holds_left && !hold_field_expiry() => vec![],
+        Some(writers) => vec![channel(keys.lock.clone()), channel(writers)],
+    }
+}
+
+/// No release of the call can raise on a key of its own: the releases' records are read with
+/// one `MGET`, which reads a key of another type as absent, where `sem_release.lua` alone
+/// raises `WRONGTYPE` at its `GET` of the op record and changes nothing (DESIGN section 7.3;
+/// this script's header does not say so). So a release whose op record key holds a hash is
+/// answered as a release with no record: it ends its hold, and the foreign value is left as
+/// it was (a release that ends a hold writes only its holder's mark). The other release of
+/// the call applies once, the third hold is untouched, what is published is what the
+/// releases alone publish, and the same call re-sent replays both from their marks.
+async fn a_foreign_record_reads_as_absent(keys: LockKeys) {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    for holder in ["a", "b", "c"] {
+        hold(&mut conn, &keys, holder).await;
+    }
+    let _: () = conn.hset(keys.op("b:out"), "f", "foreign").await.unwrap();
+    let foreign = Fields::from([("f".to_owned(), "foreign".to_owned())]);
+    let before: Fields = conn.hgetall(&keys.lock).await.unwrap();
+
+    let alone = release(&mut conn, &keys, "b", "b:out", OP_TTL, PubSub::Classic).await;
+    // Typed by its code; Redis 6.2 reports an error raised in a script as "ERR Error running
+    // script ...: WRONGTYPE ...".
+    let raised = match &alone {
+        Err(Error::WrongType { detail }) => detail.contains("wrong kind"),
+        Err(other) => other.to_string().contains("WRONGTYPE"),
+        Ok(_) => false,
+    };
+    assert!(raised, "the release alone: {alone:?}");
+    let after_alone: Fields = conn.hgetall(&keys.lock).await.unwrap();
+    assert_eq!(after_alone, before, "the release alone changed the holds");
+    let marked: usize = conn.exists(keys.op("b")).await.unwrap();
+    assert_eq!(marked, 0, "the release alone marked its holder's record");
+
+    let mut sub = subscribed(&mut conn, &keys).await;
+    let group = [("a", "a:out"), ("b", "b:out")];
+    for send in ["first", "re-sent"] {
+        let replies = release_together(&mut conn, &keys, &group).await.unwrap();
+        assert_eq!(replies, [DONE, DONE], "{send}");
+        let hash: Fields = conn.hgetall(&keys.lock).await.unwrap();
+        assert!(
+            !hash.contains_key("a") && !hash.contains_key("b"),
+            "{send}: {hash:?}"
+        );
+        assert_eq!(hash.get("c"), before.get("c"), "{send}: c's hold");
+        if !hold_field_expiry() {
+            assert_eq!(
+                hash.get("~used").map(String::as_str),
+                Some("1"),
+                "{send}: {hash:?}"
+            );
+        }
+        let record: Fields = conn.hgetall(keys.op("b:out")).await.unwrap();
+        assert_eq!(record, foreign, "{send}: the foreign value");
+        let marks: Vec<Option<String>> = conn.mget(&[keys.op("a"), keys.op("b")]).await.unwrap();
+        assert_eq!(
+            marks,
+            [Some("r:a:out".to_owned()), Some("r:b:out".to_owned())],
+            "{send}: the holders' marks"
+        );
+        assert_keys_expire(&mut conn, &keys).await;
+        let expected = match send {
+            "first" => wake_up(&keys, true),
+            _ => vec![],
+        };
+        assert_eq!(
+            messages_before_probe(&mut conn, &mut sub, &keys).await,
+            expected,
+            "{send}: what was published"
+        );
+    }
+}
+
+/// [`a_foreign_record_reads_as_absent`] for a semaphore's holds, on each way of keeping hold
+/// deadlines the server has.
+#[tokio::test]
+async fn a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_semaphore() {
+    for_each_hold_expiry(
+        "a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_semaphore",
+        async || {
+            a_foreign_record_reads_as_absent(LockKeys::semaphore(b"t:", b"pool")).await;
+        },
+    )
+    .await;
+}
+
+/// [`a_foreign_record_reads_as_absent`] for a read-write lock's reads, on each way of keeping hold
+/// deadlines the server has.
+#[tokio::test]
+async fn a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_rwlock() {
+    for_each_hold_expiry(
+        "a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_rwlock",
+        async || {
+            a_foreign_record_reads_as_absent(rw_keys()).await;
+        },
+    )
+    .await;
+}
+
+/// In one call, A's inner release of its re-entered hold leaves A one entry (its field, token
+/// and deadline kept, its entries field gone) while B's release of its only entry ends B's
+/// hold, and C's hold is untouched: the keys keep their expiry, and what is published is what
+/// the two releases alone publish (B's freed permit wakes a semaphore's waiters; a read-write
+/// lock's reader release that leaves holds wakes nobody on the lease-zset path, and both
+/// channels with field expiry). Re-sent, the call replays both replies from their records,
+/// takes no entry twice and publishes nothing.
+async fn an_inner_and_a_final_release(keys: LockKeys) {
+    let (_server, mut conn, _lock) = super::tests::setup().await;
+    for holder in ["A", "B", "C"] {
+        hold(&mut conn, &keys, holder).await;
+    }
+    match reenter(&mut conn, &keys, "A", "A:in", OP_TTL)
+        .await
+        .unwrap()
+    {
+        EnterReply::Entered { count: 2, .. } => {}
+        other => panic!("A enters its hold again: {other:?}"),
+    }
+    let before: Fields = conn.hgetall(&keys.lock).await.unwrap();
+    assert_eq!(before.get("~entries:A").map(String::as_str), Some("2"));
+    let (a_until, c_until) = (
+        deadline_of(&mut conn, &keys, "A").await,
+        deadline_of(&mut conn, &keys, "C").await,
+    );
+
+    let mut sub = subscribed(&mut conn, &keys).await;
+    let group = [("A", "A:out1"), ("B", "B:out")];
+    for send in ["first", "re-sent"] {
+        let replies = release_together(&mut conn, &keys, &group).await.unwrap();
+        assert_eq!(
+            replies,
+            [OwnerReply::Done { remaining: 1 }, DONE],
+            "{send}: A's inner release, B's final one"
+        );
+        let hash: Fields = conn.hgetall(&keys.lock).await.unwrap();
+        assert_eq!(hash.get("A"), before.get("A"), "{send}: A's hold: {hash:?}");
+        assert!(
+            !hash.contains_key("~entries:A"),
+            "{send}: A's entries: {hash:?}"
+        );
+        assert!(
+            !hash.contains_key("B") && !hash.contains_key("~entries:B"),
+            "{send}: B's hold: {hash:?}"
+        );
+        assert_eq!(hash.get("C"), before.get("C"), "{send}: C's hold: {hash:?}");
+        if !hold_field_expiry() {
+            assert_eq!(
+                hash.get("~used").map(String::as_str),
+                Some("2"),
+                "{send}: {hash:?}"
+            );
+        }
+        assert_eq!(
+            deadline_of(&mut conn, &keys, "A").await,
+            a_until,
+            "{send}: A's lease"
+        );
+        assert_eq!(
+            deadline_of(&mut conn, &keys, "C").await,
+            c_until,
+            "{send}: C's lease"
+        );
+        assert_eq!(
+            deadline_of(&mut conn, &keys, "B").await,
+            -2,
+            "{send}: B's lease"
+        );
+        assert_keys_expire(&mut conn, &keys).await;
+        let records: Vec<Option<String>> = conn
+            .mget(&[keys.op("A:out1"), keys.op("B:out"), keys.op("B")])
+            .await
+            .unwrap();
+        assert_eq!(
+            records,
+            [Some("1".to_owned()), None, Some("r:B:out".to_owned())],
+            "{send}: the inner release's record, the final release's mark"
+        );
+        let expected = match send {
+            "first" => wake_up(&keys, true),
+            _ => vec![],
+        };
+        assert_eq!(
+            messages_before_probe(&mut conn, &mut sub, &keys).await,
+            expected,
+            "{send}: what was published"
+        );
+    }
+}
+
+/// [`an_inner_and_a_final_release`] for a semaphore's holds, on each way of keeping hold
+/// deadlines the server has.
+#[tokio::test]
+async fn an_inner_release_and_a_final_release_share_a_call_in_a_semaphore() {
+    for_each_hold_expiry(
+        "an_inner_release_and_a_final_release_share_a_call_in_a_semaphore",
+        async || {
+            an_inner_and_a_final_release(LockKeys::semaphore(b"t:", b"pool")).await;
+        },
+    )
+    .await;
+}
+
+/// [`an_inner_and_a_final_release`] for a read-write lock's reads, on each way of keeping hold
+/// deadlines the server has.
+#[tokio::test]
+async fn an_inner_release_and_a_final_release_share_a_call_in_a_rwlock() {
+    for_each_hold_expiry(
+        "an_inner_release_and_a_final_release_share_a_call_in_a_rwlock",
+        async || {
+            an_inner_and_a_final_release(rw_keys()).await;
+        },
+    )
+    .await;
+}
