@@ -36,7 +36,8 @@
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write (every read
 --                               shares the keys); nothing modified. An op record key of
 --                               another type reads as absent here (MGET), where rw_acquire.lua
---                               alone refuses it; those keys are the protocol's own
+--                               alone refuses it, and a fresh recorded read writes its record
+--                               over it; those keys are the protocol's own
 --          FENCELOCK_BADARG     the list of reads is malformed (a client bug); nothing done
 local LIMIT = 1000000000
 local n = tonumber(ARGV[1])

@@ -22,8 +22,12 @@
 -- Returns  an array of n replies in the order of the releases, each sem_release.lua's for it:
 --          {1, n}  left once, n entries remain; {1, 0} released, or a replay of this same
 --          release; {-1} the holder holds nothing here
--- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
+-- Errors   FENCELOCK_WRONGTYPE  the hash or a zset holds a value this protocol did not write;
+--                               nothing modified
 --          FENCELOCK_BADARG     the list of releases is malformed; nothing done
+--          A release's op record or acquire record of another type reads as absent here
+--          (MGET), where sem_release.lua alone raises WRONGTYPE and writes nothing: the release
+--          goes ahead, and one that leaves an entry writes its record over that value.
 --
 -- The releases of one holder (a hold entered again through its guard) apply in order: the
 -- first leaves an entry, a later one ends the hold. A call wakes the waiters once when
