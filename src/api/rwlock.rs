@@ -16,7 +16,7 @@ use crate::engine::holder::{Holder, LostReason};
 use crate::engine::pending::PendingOp;
 use crate::engine::{Engine, PermissionScope};
 use crate::protocol::keys::validate_name;
-use crate::protocol::semaphore::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
+use crate::protocol::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use crate::protocol::{CancelKind, LockKeys, OwnerReply};
 
 /// A handle to one named read-write lock, made by [`LockClient::rwlock`]: any number of

@@ -10,7 +10,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::{rw_acquire, rw_downgrade, sem_acquire, RwAcquireReply, RwMode, SemAcquireReply};
+use super::{sem_acquire, SemAcquireReply};
+use crate::protocol::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use crate::protocol::tests::{
     assert_nothing_left, for_each_hold_expiry, hold_field_expiry, setup, LEASE, OP_TTL,
 };

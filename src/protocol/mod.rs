@@ -13,6 +13,7 @@ mod job;
 pub(crate) mod keys;
 mod pubsub;
 mod run_record;
+pub(crate) mod rwlock;
 mod scripts;
 pub(crate) mod semaphore;
 pub(crate) mod server;

@@ -9,7 +9,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::batch::{read_outcome, run_reads, ReadOperation};
-use super::semaphore::{rw_acquire, RwAcquireReply, RwMode};
+use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
 #[cfg(fencelock_negative_controls)]
 use super::tests::assert_controls_caught;
 use super::tests::{

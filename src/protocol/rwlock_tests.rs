@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::semaphore::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
+use super::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 #[cfg(fencelock_negative_controls)]
 use super::tests::assert_controls_caught;
 use super::tests::{
