@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::base::config::fair_queue_life;
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
@@ -11,7 +10,7 @@ use crate::base::token::FencingToken;
 use crate::engine::handoff::{Grant, Settled};
 use crate::engine::holder::{Holder, LostReason};
 use crate::engine::pending::PendingOp;
-use crate::protocol::{self, CancelKind, Candidate, EnterReply, HandoffReply, OwnerReply, PubSub};
+use crate::protocol::{CancelKind, Candidate, EnterReply, HandoffReply, OwnerReply, PubSub};
 
 /// Proof that this holder holds a lock, with the fencing token to present to storage.
 ///
@@ -168,7 +167,8 @@ impl LockGuard {
     pub async fn reenter(&self) -> Result<LockGuard, Error> {
         let engine = &self.holder.engine;
         let op = engine.next_id();
-        let mut pending = PendingOp::new(
+        let mut pending = PendingOp::of_kind(
+            self.holder.kind,
             engine,
             &self.holder.keys,
             &self.holder.id,
@@ -176,12 +176,10 @@ impl LockGuard {
             CancelKind::Reenter,
         );
         let ttl = engine.config.op_record_ttl;
+        let (kind, keys, holder) = (self.holder.kind, &self.holder.keys, &self.holder.id);
         pending.arm();
         let reply = engine
-            .retrying(|mut conn| {
-                let (keys, holder, op) = (&self.holder.keys, &self.holder.id, &op);
-                async move { protocol::reenter(&mut conn, keys, holder, op, ttl).await }
-            })
+            .retrying(|conn| kind.reenter(conn, keys, holder, &op, ttl))
             .await?;
         match reply {
             EnterReply::Entered { token, .. } if token == self.holder.token => {
@@ -225,9 +223,9 @@ impl LockGuard {
         let reply = self
             .holder
             .engine
-            .retrying(|mut conn| {
+            .retrying(|conn| {
                 let (keys, holder) = (&self.holder.keys, &self.holder.id);
-                async move { protocol::extend(&mut conn, keys, holder, lease).await }
+                self.holder.kind.extend(conn, keys, holder, lease)
             })
             .await?;
         match reply {
@@ -371,38 +369,21 @@ impl LockGuard {
     }
 }
 
+/// One release of `holder`'s hold by its kind's script, with the handoff offer when the kind
+/// hands off (`engine::handoff`): the freed hold goes, in the same call, to this client's first
+/// waiter if it sits in its wait.
 async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
-    let ttl = holder.engine.config.op_record_ttl;
-    let keys = &holder.keys;
-    // Semaphores have no fair mode: their holds leave by their own script.
-    let fair = holder
-        .engine
-        .config
-        .fair_grace
-        .filter(|_| !keys.has_hold_leases());
-    // In the default mode, a release that frees a plain lock (or a semaphore hold's permits)
-    // grants it in the same call to this client's first waiter (`engine::handoff`), if it
-    // sits in its wait. A fair-handoff client's semaphore waiters queue in Redis instead, and
-    // a read-write lock's holds are not handed on.
-    let hands_off = holder.engine.config.fair_grace.is_none()
-        && (!keys.has_hold_leases() || keys.is_semaphore());
-    let offer = if hands_off {
-        holder.engine.waiters.offer_to_head(&keys.lock)
+    let kind = holder.kind;
+    let offer = if kind.hands_off(&holder.engine) {
+        holder.engine.waiters.offer_to_head(&holder.keys.lock)
     } else {
         None
     };
     let sent_at = Instant::now();
     let reply = holder
         .engine
-        .retrying(|mut conn| {
-            let id = &holder.id;
+        .retrying(|conn| {
             let pubsub = conn.pubsub();
-            // In fair mode a client with more waiters for this lock goes back to the end of
-            // the queue in the release itself (decided per send: a waiter that arrives later
-            // queues the client with its own first attempt).
-            let requeue = fair
-                .filter(|_| holder.engine.waiters.has_waiters(&keys.lock))
-                .map(|grace| (holder.engine.id.as_str(), fair_queue_life(grace)));
             // The script counts the channel's listeners on the lock's own node: in a cluster
             // that is all of them only with sharded pub/sub.
             let candidate = offer
@@ -414,40 +395,7 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
                     label: offer.label.as_deref(),
                     permits: offer.permits,
                 });
-            async move {
-                match (fair, candidate) {
-                    (Some(grace), _) => {
-                        protocol::release_fair(&mut conn, keys, id, op, ttl, pubsub, grace, requeue)
-                            .await
-                            .map(released)
-                    }
-                    (None, Some(candidate)) if keys.has_hold_leases() => {
-                        protocol::sem_release_handing_off(
-                            &mut conn, keys, id, op, ttl, pubsub, candidate,
-                        )
-                        .await
-                    }
-                    (None, Some(candidate)) => {
-                        protocol::release_handing_off(
-                            &mut conn, keys, id, op, ttl, pubsub, candidate,
-                        )
-                        .await
-                    }
-                    // A hold's release rides the group commit with the releases of holds
-                    // of the same lock.
-                    (None, None) if keys.has_hold_leases() => holder
-                        .engine
-                        .hold_release_grouped(&mut conn, keys, id, op, ttl, pubsub)
-                        .await
-                        .map(released),
-                    // A plain lock's release rides the group commit.
-                    (None, None) => holder
-                        .engine
-                        .release_grouped(&mut conn, keys, id, op, ttl)
-                        .await
-                        .map(released),
-                }
-            }
+            kind.release(holder, conn, op, pubsub, candidate)
         })
         .await;
     // Dropped unsettled on an error: the waiter then asks Redis, which replays a grant.
@@ -477,14 +425,6 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
         HandoffReply::HandedOff { .. } => OwnerReply::Done { remaining: 0 },
         HandoffReply::NotHeld => OwnerReply::NotHeld,
     })
-}
-
-/// A release script's reply as the handoff script words it.
-fn released(reply: OwnerReply) -> HandoffReply {
-    match reply {
-        OwnerReply::Done { remaining } => HandoffReply::Released { remaining },
-        OwnerReply::NotHeld => HandoffReply::NotHeld,
-    }
 }
 
 impl Drop for LockGuard {

@@ -12,6 +12,7 @@ use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::acquisition::{self, Acquisition, Attempt};
+use crate::engine::hold::RW_LOCK;
 use crate::engine::holder::{Holder, LostReason};
 use crate::engine::pending::PendingOp;
 use crate::engine::{Engine, PermissionScope};
@@ -325,7 +326,8 @@ impl Acquisition for HoldRequest<'_> {
     }
 
     fn pending(&self, holder: &str) -> PendingOp {
-        PendingOp::new(
+        PendingOp::of_kind(
+            &RW_LOCK,
             &self.lock.client.engine,
             &self.lock.keys,
             holder,
@@ -389,7 +391,8 @@ impl Acquisition for HoldRequest<'_> {
         match reply {
             RwAcquireReply::Acquired { token } => {
                 pending.disarm();
-                let holder = Holder::new(
+                let holder = Holder::of_kind(
+                    &RW_LOCK,
                     engine.clone(),
                     lock.keys.clone(),
                     lock.name.clone(),

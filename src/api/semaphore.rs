@@ -13,6 +13,7 @@ use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::acquisition::{self, Acquisition, Attempt};
 use crate::engine::handoff::{self, Grant, HandoffTerms};
+use crate::engine::hold::SEMAPHORE;
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::{Engine, PermissionScope};
@@ -330,7 +331,8 @@ impl Acquisition for PermitRequest<'_> {
 
     fn pending(&self, holder: &str) -> PendingOp {
         // An acquisition's operation id is its holder id, as for a lock.
-        PendingOp::new(
+        PendingOp::of_kind(
+            &SEMAPHORE,
             &self.sem.client.engine,
             &self.sem.keys,
             holder,
@@ -461,7 +463,8 @@ impl PermitRequest<'_> {
     ) -> SemaphorePermit {
         let sem = self.sem;
         let engine = &sem.client.engine;
-        let holder = Holder::new(
+        let holder = Holder::of_kind(
+            &SEMAPHORE,
             engine.clone(),
             sem.keys.clone(),
             sem.name.clone(),

@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
+use super::hold::{HoldKind, PLAIN_LOCK};
 use super::Engine;
 use crate::base::metrics;
 use crate::base::replica_ack::Acks;
@@ -24,6 +25,8 @@ pub(crate) struct Holder {
     pub(crate) name: Arc<[u8]>,
     pub(crate) id: String,
     pub(crate) token: FencingToken,
+    /// What kind of hold this is, and so which scripts release, extend, re-enter and undo it.
+    pub(crate) kind: &'static dyn HoldKind,
     /// Renewed by the client's watchdog (acquired without a lease of its own).
     pub(crate) watched: bool,
     /// Replicas that confirmed the acquisition, when it required any.
@@ -97,8 +100,39 @@ pub(crate) fn validity(lease: Duration) -> Duration {
 }
 
 impl Holder {
+    /// A plain lock's holder (a lock's, a multi-lock member's, an election's, a job's).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        engine: Arc<Engine>,
+        keys: Arc<LockKeys>,
+        name: Arc<[u8]>,
+        id: String,
+        token: FencingToken,
+        sent_at: Instant,
+        lease: Duration,
+        watched: bool,
+        replication: Option<Acks>,
+        label: Option<Arc<str>>,
+    ) -> Arc<Holder> {
+        Holder::of_kind(
+            &PLAIN_LOCK,
+            engine,
+            keys,
+            name,
+            id,
+            token,
+            sent_at,
+            lease,
+            watched,
+            replication,
+            label,
+        )
+    }
+
+    /// A holder of a hold of `kind`, whose lease started no earlier than `sent_at`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn of_kind(
+        kind: &'static dyn HoldKind,
         engine: Arc<Engine>,
         keys: Arc<LockKeys>,
         name: Arc<[u8]>,
@@ -122,6 +156,7 @@ impl Holder {
             name,
             id,
             token,
+            kind,
             watched,
             replication,
             deadline: Mutex::new(sent_at + validity(lease)),

@@ -11,6 +11,7 @@
 pub(crate) mod acquisition;
 pub(crate) mod batch;
 pub(crate) mod handoff;
+pub(crate) mod hold;
 pub(crate) mod holder;
 pub(crate) mod pending;
 pub(crate) mod wait;

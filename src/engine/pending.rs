@@ -6,16 +6,19 @@ use std::sync::Arc;
 
 use tokio::runtime::Handle;
 
+use super::hold::{HoldKind, PLAIN_LOCK};
 use super::Engine;
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::Control;
-use crate::protocol::{self, CancelKind, LockKeys};
+use crate::protocol::{CancelKind, LockKeys};
 use crate::transport::ResendsByItself;
 
 /// An acquire or re-entry that is on its way to Redis. If the caller stops waiting for it
 /// (cancelled future, error after the retry window), dropping this undoes exactly that
 /// operation on the server, whether it already ran or is still in flight.
 pub(crate) struct PendingOp {
+    /// The kind of hold the operation takes, whose script undoes it.
+    hold: &'static dyn HoldKind,
     engine: Arc<Engine>,
     keys: Arc<LockKeys>,
     holder: String,
@@ -65,6 +68,7 @@ impl Sends {
 }
 
 impl PendingOp {
+    /// An operation on a plain lock (a lock's, a multi-lock member's).
     pub(crate) fn new(
         engine: &Arc<Engine>,
         keys: &Arc<LockKeys>,
@@ -72,7 +76,20 @@ impl PendingOp {
         op: &str,
         kind: CancelKind,
     ) -> Self {
+        PendingOp::of_kind(&PLAIN_LOCK, engine, keys, holder, op, kind)
+    }
+
+    /// An operation on a hold of kind `hold`.
+    pub(crate) fn of_kind(
+        hold: &'static dyn HoldKind,
+        engine: &Arc<Engine>,
+        keys: &Arc<LockKeys>,
+        holder: &str,
+        op: &str,
+        kind: CancelKind,
+    ) -> Self {
         PendingOp {
+            hold,
             engine: engine.clone(),
             keys: keys.clone(),
             holder: holder.to_owned(),
@@ -144,19 +161,12 @@ impl Drop for PendingOp {
         let keys = self.keys.clone();
         let holder = std::mem::take(&mut self.holder);
         let op = std::mem::take(&mut self.op);
-        let kind = self.kind;
+        let (hold, kind) = (self.hold, self.kind);
         runtime.spawn(async move {
             let ttl = engine.config.op_record_ttl;
-            let outcome =
-                engine
-                    .retrying(|mut conn| {
-                        let (keys, holder, op) = (&keys, &holder, &op);
-                        let pubsub = conn.pubsub();
-                        async move {
-                            protocol::cancel(&mut conn, keys, holder, op, kind, ttl, pubsub).await
-                        }
-                    })
-                    .await;
+            let outcome = engine
+                .retrying(|conn| hold.cancel(conn, &keys, &holder, &op, kind, ttl))
+                .await;
             match outcome {
                 Ok(reply) => tracing::debug!(?reply, ?kind, "undid an abandoned lock operation"),
                 Err(err) => tracing::warn!(

@@ -127,11 +127,6 @@ impl LockKeys {
         matches!(self.kind, HashKind::Semaphore | HashKind::RwLock)
     }
 
-    /// Whether these are a semaphore's keys.
-    pub(crate) fn is_semaphore(&self) -> bool {
-        self.kind == HashKind::Semaphore
-    }
-
     /// The lease zset of a semaphore or read-write lock (`prefix{tag}sem-leases:NAME`,
     /// `prefix{tag}rw-leases:NAME`, in its hash's slot): holder id -> deadline in server
     /// milliseconds. Built on each call.

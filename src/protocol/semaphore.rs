@@ -149,7 +149,7 @@ pub(crate) fn sem_release_call(
     call
 }
 
-pub(super) async fn sem_cancel<C: ConnectionLike>(
+pub(crate) async fn sem_cancel<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
     holder: &str,
@@ -185,7 +185,7 @@ pub(super) async fn sem_cancel<C: ConnectionLike>(
     }
 }
 
-pub(super) async fn sem_renew<C: ConnectionLike>(
+pub(crate) async fn sem_renew<C: ConnectionLike>(
     conn: &mut C,
     batch: &[(&LockKeys, &str)],
     lease: Duration,
