@@ -431,6 +431,9 @@ impl Acquisition for HoldRequest<'_> {
 
 /// Proof of a read hold on an [`RwLock`]. Dropping it releases in the background;
 /// [`ReadGuard::release`] releases and reports.
+///
+/// A read hold is a [`LockGuard`] of its kind of hold, which it dereferences to: its holder
+/// id, lock name, validity (`valid_until`, `is_valid`, `lost`) and the rest are the guard's.
 #[must_use = "a read guard releases when dropped; bind it for as long as the read lasts"]
 pub struct ReadGuard {
     guard: LockGuard,
@@ -438,68 +441,60 @@ pub struct ReadGuard {
 
 /// Proof of the write hold on an [`RwLock`]. Dropping it releases in the background;
 /// [`WriteGuard::release`] releases and reports.
+///
+/// A write hold is a [`LockGuard`] of its kind of hold, which it dereferences to, as a
+/// [`ReadGuard`] does.
 #[must_use = "a write guard releases when dropped; bind it for as long as the write lasts"]
 pub struct WriteGuard {
     guard: LockGuard,
 }
 
+impl std::ops::Deref for ReadGuard {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+impl std::ops::Deref for WriteGuard {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+/// A read or write guard as its `Debug` shows it, under the type's `name`.
+fn debug_hold(name: &str, guard: &LockGuard, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    f.debug_struct(name)
+        .field("lock", &String::from_utf8_lossy(guard.lock_name()))
+        .field("holder", &guard.holder_id())
+        .field("token", &guard.token())
+        .field("valid", &guard.is_valid())
+        .finish()
+}
+
 impl std::fmt::Debug for ReadGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadGuard")
-            .field("lock", &String::from_utf8_lossy(self.guard.lock_name()))
-            .field("holder", &self.guard.holder_id())
-            .field("token", &self.guard.token())
-            .field("valid", &self.guard.is_valid())
-            .finish()
+        debug_hold("ReadGuard", &self.guard, f)
     }
 }
 
 impl std::fmt::Debug for WriteGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WriteGuard")
-            .field("lock", &String::from_utf8_lossy(self.guard.lock_name()))
-            .field("holder", &self.guard.holder_id())
-            .field("token", &self.guard.token())
-            .field("valid", &self.guard.is_valid())
-            .finish()
+        debug_hold("WriteGuard", &self.guard, f)
     }
 }
 
+// `token` stays a method of each guard type (not only the guard's, through `Deref`): it says
+// what the token is for this side, and callers name it as a path (`ReadGuard::token`).
 impl ReadGuard {
     /// The read's write epoch: greater than the token of every writer before this read (and
     /// every token issued before it in the slot), less than the token of every writer after it.
     /// For a read that began as a write ([`WriteGuard::downgrade`]), that writer's token.
     pub fn token(&self) -> FencingToken {
         self.guard.token()
-    }
-
-    /// The id Redis knows this hold by.
-    pub fn holder_id(&self) -> &str {
-        self.guard.holder_id()
-    }
-
-    /// The lock's name.
-    pub fn lock_name(&self) -> &[u8] {
-        self.guard.lock_name()
-    }
-
-    /// Until when this process may count on the hold, by its own clock.
-    pub fn valid_until(&self) -> Instant {
-        self.guard.valid_until()
-    }
-
-    /// Whether the hold is still this process's as far as it knows.
-    pub fn is_valid(&self) -> bool {
-        self.guard.is_valid()
-    }
-
-    /// Resolves once the hold is lost (a renewal found it gone, or its lease ran out by this
-    /// process's clock).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits.
-    pub async fn lost(&self) {
-        self.guard.lost().await;
     }
 
     /// Enters the read hold once more (a nested read): the same hold, token and lease; each
@@ -537,34 +532,6 @@ impl WriteGuard {
     /// greater than every earlier writer's and reader's of this lock). Pass it to every write.
     pub fn token(&self) -> FencingToken {
         self.guard.token()
-    }
-
-    /// The id Redis knows this hold by.
-    pub fn holder_id(&self) -> &str {
-        self.guard.holder_id()
-    }
-
-    /// The lock's name.
-    pub fn lock_name(&self) -> &[u8] {
-        self.guard.lock_name()
-    }
-
-    /// Until when this process may count on the hold, by its own clock.
-    pub fn valid_until(&self) -> Instant {
-        self.guard.valid_until()
-    }
-
-    /// Whether the hold is still this process's as far as it knows.
-    pub fn is_valid(&self) -> bool {
-        self.guard.is_valid()
-    }
-
-    /// Resolves once the hold is lost.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits.
-    pub async fn lost(&self) {
-        self.guard.lost().await;
     }
 
     /// Enters the write hold once more (a nested write): the same hold, token and lease; each

@@ -491,7 +491,7 @@ impl PermitRequest<'_> {
 /// [`LockGuard`] releases a lock); [`SemaphorePermit::release`] does it and reports the
 /// outcome. While it lives, the watchdog renews its lease (unless the semaphore handle has a
 /// fixed lease); if renewal fails until the lease ends, or Redis no longer has the hold,
-/// [`SemaphorePermit::lost`] resolves and [`SemaphorePermit::is_valid`] turns false: the
+/// [`lost`](LockGuard::lost) resolves and [`is_valid`](LockGuard::is_valid) turns false: the
 /// permits may be someone else's by then.
 ///
 /// ```no_run
@@ -503,6 +503,9 @@ impl PermitRequest<'_> {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// A permit is a [`LockGuard`] of its kind of hold, which it dereferences to: its holder id,
+/// validity (`valid_until`, `is_valid`, `lost`) and the rest are the guard's.
 #[must_use = "a permit is given back when dropped; bind it for as long as the work lasts"]
 pub struct SemaphorePermit {
     guard: LockGuard,
@@ -523,6 +526,17 @@ impl std::fmt::Debug for SemaphorePermit {
     }
 }
 
+impl std::ops::Deref for SemaphorePermit {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+// `token` stays a method of the permit (not only the guard's, through `Deref`): callers name
+// it as a path (`SemaphorePermit::token`). `semaphore_name` is the guard's `lock_name` under
+// the semaphore's word.
 impl SemaphorePermit {
     /// The hold's fencing token: greater than every token issued before it to any hold of this
     /// semaphore (and any lock of its slot).
@@ -543,32 +557,6 @@ impl SemaphorePermit {
     /// The semaphore's name.
     pub fn semaphore_name(&self) -> &[u8] {
         self.guard.lock_name()
-    }
-
-    /// The id Redis knows this hold by (in the semaphore's hash and lease set).
-    pub fn holder_id(&self) -> &str {
-        self.guard.holder_id()
-    }
-
-    /// Until when this process may count on the hold, by its own clock (the lease minus a
-    /// margin for clock drift, from when the last successful renewal was sent).
-    pub fn valid_until(&self) -> Instant {
-        self.guard.valid_until()
-    }
-
-    /// Whether the hold is still this process's as far as it knows: not reported lost and
-    /// its lease not run out.
-    pub fn is_valid(&self) -> bool {
-        self.guard.is_valid()
-    }
-
-    /// Resolves once the hold is lost: a renewal found it gone, or its lease ran out by this
-    /// process's clock.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits; dropping it changes nothing.
-    pub async fn lost(&self) {
-        self.guard.lost().await;
     }
 
     /// Gives the permits back and wakes waiters (or, in the same call, hands them to this
