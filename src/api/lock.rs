@@ -1,5 +1,6 @@
 //! A handle to one named lock.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,12 +15,12 @@ use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::replica_ack::{Acks, OnShortfall, ReplicaAck};
 use crate::base::token::FencingToken;
-use crate::engine::acquisition::{self, Attempt, Attempts, Waiting};
+use crate::engine::acquisition::{self, Acquisition, Attempt};
 use crate::engine::handoff::{self, Grant, HandoffTerms};
 use crate::engine::holder::Holder;
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::FairExit;
-use crate::engine::wait_record::WaitReport;
+use crate::engine::Engine;
 use crate::protocol::keys::validate_name;
 use crate::protocol::{self, AcquireReply, CancelKind, LockKeys};
 
@@ -215,13 +216,11 @@ impl Lock {
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, Error> {
         let contended = AtomicBool::new(false);
         self.traced("try_acquire", &contended, || async {
-            let holder = self.client.engine.next_id();
-            let mut pending = self.pending(&holder);
-            let window = self.client.engine.config.retry_window;
-            match self.attempt(&holder, &mut pending, false, window).await? {
-                Attempt::Won { held, .. } => Ok(Some(held)),
-                Attempt::Busy(_) => Ok(None),
-            }
+            let request = LockRequest {
+                lock: self,
+                contended: &contended,
+            };
+            acquisition::try_once(&request).await
         })
         .await
     }
@@ -340,27 +339,11 @@ impl Lock {
         deadline: Option<Instant>,
         contended: &AtomicBool,
     ) -> Result<LockGuard, Error> {
-        let engine = &self.client.engine;
-        let holder = engine.next_id();
-        let pending = self.pending(&holder);
-        let how = Waiting {
-            waiters: &engine.waiters,
-            channel: &self.keys.lock,
-            fair: self.fair_exit(),
-            retry_window: engine.config.retry_window,
-            winner_lease: Some(self.lease()),
-            contended: Some(contended),
-            report: engine.config.record_waits.then_some(WaitReport {
-                engine,
-                label: self.label.as_deref(),
-            }),
-        };
-        let attempts = LockAttempts {
+        let request = LockRequest {
             lock: self,
-            holder,
-            pending,
+            contended,
         };
-        acquisition::acquire_loop(how, deadline, attempts).await
+        acquisition::acquire_hold(&request, deadline).await
     }
 
     /// What a fair-mode client must undo in Redis when an acquisition leaves without the lock.
@@ -534,49 +517,75 @@ impl Lock {
     }
 }
 
-/// The attempts of one acquisition of a lock that waits: one holder id, one pending operation.
-struct LockAttempts<'a> {
+/// One acquisition of `lock`, on the acquire loop of every kind (`engine::acquisition`).
+struct LockRequest<'a> {
     lock: &'a Lock,
-    holder: String,
-    pending: PendingOp,
+    /// Set when the acquisition starts waiting (the `fencelock.acquire` event reports it).
+    contended: &'a AtomicBool,
 }
 
-impl Attempts for LockAttempts<'_> {
+impl Acquisition for LockRequest<'_> {
     type Held = LockGuard;
 
-    fn holder(&self) -> &str {
-        &self.holder
+    fn engine(&self) -> &Engine {
+        &self.lock.client.engine
     }
 
-    async fn attempt(&mut self, window: Duration) -> Result<Attempt<LockGuard>, Error> {
-        self.lock
-            .attempt(&self.holder, &mut self.pending, true, window)
-            .await
+    fn channel(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.lock.keys.lock)
+    }
+
+    fn label(&self) -> Option<&str> {
+        self.lock.label()
+    }
+
+    fn pending(&self, holder: &str) -> PendingOp {
+        self.lock.pending(holder)
+    }
+
+    async fn attempt(
+        &self,
+        holder: &str,
+        pending: &mut PendingOp,
+        wait: bool,
+        window: Duration,
+    ) -> Result<Attempt<LockGuard>, Error> {
+        self.lock.attempt(holder, pending, wait, window).await
+    }
+
+    fn fair_exit(&self) -> Option<FairExit> {
+        self.lock.fair_exit()
+    }
+
+    /// Nobody shares a lock: a won attempt holds the next local waiter for its lease.
+    fn winner_lease(&self) -> Option<Duration> {
+        Some(self.lock.lease())
+    }
+
+    fn contended(&self) -> Option<&AtomicBool> {
+        Some(self.contended)
     }
 
     /// A plain lock's waiter takes the lock from a release of its client, except in fair
     /// handoff (the Redis queue decides the order) and with replica acknowledgement (the
     /// acquisition waits for replicas, which a grant in a release does not).
-    fn handoff_terms(&self) -> Option<HandoffTerms> {
+    fn handoff_terms(&self, holder: &str) -> Option<HandoffTerms> {
         let lock = self.lock;
         if lock.client.fair_handoff().is_some() || lock.replica_ack.is_some() {
             return None;
         }
         Some(HandoffTerms {
-            holder: self.holder.clone(),
+            holder: holder.to_owned(),
             lease: lock.lease(),
             label: lock.label.clone(),
             permits: 1,
-            undo: handoff::undo_by(lock.pending(&self.holder)),
+            undo: handoff::undo_by(lock.pending(holder)),
         })
     }
 
-    fn handed_off(&mut self, grant: Grant) -> Option<LockGuard> {
-        self.pending.disarm();
-        let guard = self
-            .lock
-            .guard(&self.holder, grant.token, grant.sent_at, None);
-        Some(guard)
+    fn handed_off(&self, holder: &str, pending: &mut PendingOp, grant: Grant) -> Option<LockGuard> {
+        pending.disarm();
+        Some(self.lock.guard(holder, grant.token, grant.sent_at, None))
     }
 }
 

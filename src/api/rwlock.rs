@@ -1,6 +1,7 @@
 //! A named read-write lock: many readers or one writer, every hold with its own lease, writers
 //! fenced, readers placed between writers.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -281,11 +282,11 @@ impl RwLock {
         metrics::rwlock(mode, ended);
     }
 
-    fn channel(&self, mode: RwMode) -> Vec<u8> {
+    fn channel(&self, mode: RwMode) -> Cow<'_, [u8]> {
         match mode {
-            RwMode::Read => self.keys.lock.clone(),
+            RwMode::Read => Cow::Borrowed(&self.keys.lock),
             // Laid out for this kind: never `None`.
-            RwMode::Write => self.keys.rw_writers().unwrap_or_default(),
+            RwMode::Write => Cow::Owned(self.keys.rw_writers().unwrap_or_default()),
         }
     }
 
@@ -317,7 +318,7 @@ impl Acquisition for HoldRequest<'_> {
 
     /// Readers and writers wait on channels of their own, so neither blocks the other's local
     /// queue.
-    fn channel(&self) -> Vec<u8> {
+    fn channel(&self) -> Cow<'_, [u8]> {
         self.lock.channel(self.mode)
     }
 

@@ -1,6 +1,7 @@
 //! A named semaphore: a number of permits shared by every process, each hold with its own
 //! lease.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -321,8 +322,8 @@ impl Acquisition for PermitRequest<'_> {
         &self.sem.client.engine
     }
 
-    fn channel(&self) -> Vec<u8> {
-        self.sem.keys.lock.clone()
+    fn channel(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.sem.keys.lock)
     }
 
     fn label(&self) -> Option<&str> {

@@ -2,12 +2,14 @@
 //! read-write lock's holds): a fast attempt, then waiting in this client's FIFO on the
 //! channel, going back to Redis on every wake-up until it wins or the deadline passes. The
 //! callers say what one attempt is ([`Attempts`]); the loop, the deadline and fair handoff's
-//! first-attempt guard are here, once ([`acquire_loop`]). The holds' handles describe
-//! themselves through [`Acquisition`], which also gives them one try ([`try_once`]).
+//! first-attempt guard are here, once ([`acquire_loop`]). Every kind's handle describes its
+//! acquisitions through [`Acquisition`], which gives them one try ([`try_once`]) and the
+//! wait ([`acquire_hold`]).
 //!
 //! A multi-lock (`api::multi`) has a loop of its own: it moves between the queues of its
 //! members.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,7 +44,7 @@ pub(crate) trait Acquisition {
     fn engine(&self) -> &Engine;
 
     /// The channel this acquisition waits on, and so the local queue it joins.
-    fn channel(&self) -> Vec<u8>;
+    fn channel(&self) -> Cow<'_, [u8]>;
 
     /// The acquisition's label, which its wait record shows operators.
     fn label(&self) -> Option<&str>;
@@ -60,6 +62,24 @@ pub(crate) trait Acquisition {
         wait: bool,
         window: Duration,
     ) -> Result<Attempt<Self::Held>, Error>;
+
+    /// What a fair-handoff client undoes in Redis when the acquisition leaves without the
+    /// hold; `None` (the default): it does not queue in Redis that way.
+    fn fair_exit(&self) -> Option<FairExit> {
+        None
+    }
+
+    /// The lease of a hold nobody shares (a plain lock's): a won attempt holds the next local
+    /// waiter for it. `None` (the default): holds others may share.
+    fn winner_lease(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Set when the acquisition starts waiting, for its caller's report; `None` (the
+    /// default): nobody asks.
+    fn contended(&self) -> Option<&AtomicBool> {
+        None
+    }
 
     /// The terms on which `holder`'s acquisition takes the hold from a release of this client
     /// (`engine::handoff`), asked once as it starts waiting; `None` (the default): it does not.
@@ -114,10 +134,10 @@ pub(crate) async fn acquire_hold<A: Acquisition>(
     let how = Waiting {
         waiters: &engine.waiters,
         channel: &channel,
-        fair: None,
+        fair: acq.fair_exit(),
         retry_window: engine.config.retry_window,
-        winner_lease: None,
-        contended: None,
+        winner_lease: acq.winner_lease(),
+        contended: acq.contended(),
         report: engine.config.record_waits.then_some(WaitReport {
             engine,
             label: acq.label(),

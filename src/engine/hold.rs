@@ -92,15 +92,20 @@ pub(crate) trait HoldKind: Send + Sync {
 /// idempotency key's.
 pub(crate) struct PlainLock;
 
-/// A semaphore's hold of permits.
-pub(crate) struct SemaphoreHold;
-
-/// A read-write lock's read or write hold (the two differ only in how they are acquired).
-pub(crate) struct RwLockHold;
+/// A hold with a lease of its own, a semaphore's permits or a read-write lock's read or write
+/// (the two sides differ only in how they are acquired): the semaphore's scripts release,
+/// extend, re-enter and undo it.
+pub(crate) struct LeasedHold {
+    /// Whether a release offers the freed hold to a waiter of the client: a semaphore's
+    /// permits, when they are enough for it (`sem_handoff.lua`). A read-write lock's holds are
+    /// not handed on: a writer hands over to readers, and readers to a writer, only through
+    /// the release's message.
+    handed_on: bool,
+}
 
 pub(crate) static PLAIN_LOCK: PlainLock = PlainLock;
-pub(crate) static SEMAPHORE: SemaphoreHold = SemaphoreHold;
-pub(crate) static RW_LOCK: RwLockHold = RwLockHold;
+pub(crate) static SEMAPHORE: LeasedHold = LeasedHold { handed_on: true };
+pub(crate) static RW_LOCK: LeasedHold = LeasedHold { handed_on: false };
 
 impl HoldKind for PlainLock {
     /// In the default mode, a release that frees the lock grants it in the same call to this
@@ -173,13 +178,11 @@ impl HoldKind for PlainLock {
     }
 }
 
-impl HoldKind for SemaphoreHold {
-    /// A release that gives permits back offers them to this client's first waiter when they
-    /// are enough for it (`sem_handoff.lua`), in the default mode; a fair-handoff client's
-    /// waiters queue in Redis instead. Semaphores have no fair release: their holds leave by
-    /// their own script.
+impl HoldKind for LeasedHold {
+    /// In the default mode; a fair-handoff client's waiters queue in Redis instead. These
+    /// holds have no fair release: they leave by their own script.
     fn hands_off(&self, engine: &Engine) -> bool {
-        engine.config.fair_grace.is_none()
+        self.handed_on && engine.config.fair_grace.is_none()
     }
 
     fn release<'a>(
@@ -190,129 +193,57 @@ impl HoldKind for SemaphoreHold {
         pubsub: PubSub,
         candidate: Option<Candidate<'a>>,
     ) -> Call<'a, HandoffReply> {
-        let Some(candidate) = candidate else {
-            return release_hold(holder, conn, op, pubsub);
-        };
-        let (keys, id) = (&holder.keys, holder.id.as_str());
-        let ttl = holder.engine.config.op_record_ttl;
+        let (engine, keys, id) = (&holder.engine, &holder.keys, holder.id.as_str());
+        let ttl = engine.config.op_record_ttl;
         Box::pin(async move {
-            protocol::sem_release_handing_off(&mut conn, keys, id, op, ttl, pubsub, candidate).await
+            match candidate {
+                Some(candidate) => {
+                    protocol::sem_release_handing_off(
+                        &mut conn, keys, id, op, ttl, pubsub, candidate,
+                    )
+                    .await
+                }
+                // Alone, the release rides the group commit with the releases of holds of
+                // the same lock.
+                None => engine
+                    .hold_release_grouped(&mut conn, keys, id, op, ttl, pubsub)
+                    .await
+                    .map(released),
+            }
         })
     }
 
+    /// The watchdog's owner-checked renewal (`sem_renew.lua`), for this one hold.
     fn extend<'a>(
         &'a self,
-        conn: Conn,
+        mut conn: Conn,
         keys: &'a LockKeys,
         holder: &'a str,
         lease: Duration,
     ) -> Call<'a, OwnerReply> {
-        extend_hold(conn, keys, holder, lease)
+        Box::pin(async move {
+            let renewed = sem_renew(&mut conn, &[(keys, holder)], lease).await?;
+            Ok(if renewed.first() == Some(&true) {
+                OwnerReply::Done { remaining: 1 }
+            } else {
+                OwnerReply::NotHeld
+            })
+        })
     }
 
+    /// `sem_cancel.lua`, which also takes a waiting writer's mark or a fair queue's entry out.
     fn cancel<'a>(
         &'a self,
-        conn: Conn,
+        mut conn: Conn,
         keys: &'a LockKeys,
         holder: &'a str,
         op: &'a str,
         kind: CancelKind,
         op_ttl: Duration,
     ) -> Call<'a, CancelReply> {
-        cancel_hold(conn, keys, holder, op, kind, op_ttl)
+        let pubsub = conn.pubsub();
+        Box::pin(async move { sem_cancel(&mut conn, keys, holder, op, kind, op_ttl, pubsub).await })
     }
-}
-
-impl HoldKind for RwLockHold {
-    /// Not handed on: a read-write lock's holds leave by `sem_release.lua`, and a writer hands
-    /// over to readers, and readers to a writer, only through the release's message.
-    fn hands_off(&self, _engine: &Engine) -> bool {
-        false
-    }
-
-    fn release<'a>(
-        &'a self,
-        holder: &'a Holder,
-        conn: Conn,
-        op: &'a str,
-        pubsub: PubSub,
-        candidate: Option<Candidate<'a>>,
-    ) -> Call<'a, HandoffReply> {
-        debug_assert!(candidate.is_none(), "read-write holds are not handed off");
-        release_hold(holder, conn, op, pubsub)
-    }
-
-    fn extend<'a>(
-        &'a self,
-        conn: Conn,
-        keys: &'a LockKeys,
-        holder: &'a str,
-        lease: Duration,
-    ) -> Call<'a, OwnerReply> {
-        extend_hold(conn, keys, holder, lease)
-    }
-
-    fn cancel<'a>(
-        &'a self,
-        conn: Conn,
-        keys: &'a LockKeys,
-        holder: &'a str,
-        op: &'a str,
-        kind: CancelKind,
-        op_ttl: Duration,
-    ) -> Call<'a, CancelReply> {
-        cancel_hold(conn, keys, holder, op, kind, op_ttl)
-    }
-}
-
-/// A hold's release (`sem_release.lua`), riding the group commit with the releases of holds
-/// of the same lock.
-fn release_hold<'a>(
-    holder: &'a Holder,
-    mut conn: Conn,
-    op: &'a str,
-    pubsub: PubSub,
-) -> Call<'a, HandoffReply> {
-    let (engine, keys, id) = (&holder.engine, &holder.keys, holder.id.as_str());
-    let ttl = engine.config.op_record_ttl;
-    Box::pin(async move {
-        engine
-            .hold_release_grouped(&mut conn, keys, id, op, ttl, pubsub)
-            .await
-            .map(released)
-    })
-}
-
-/// A hold's lease set again from now: the watchdog's owner-checked renewal
-/// (`sem_renew.lua`), for this one hold.
-fn extend_hold<'a>(
-    mut conn: Conn,
-    keys: &'a LockKeys,
-    holder: &'a str,
-    lease: Duration,
-) -> Call<'a, OwnerReply> {
-    Box::pin(async move {
-        let renewed = sem_renew(&mut conn, &[(keys, holder)], lease).await?;
-        Ok(if renewed.first() == Some(&true) {
-            OwnerReply::Done { remaining: 1 }
-        } else {
-            OwnerReply::NotHeld
-        })
-    })
-}
-
-/// A hold's undo (`sem_cancel.lua`), which also takes a waiting writer's mark or a fair
-/// queue's entry out.
-fn cancel_hold<'a>(
-    mut conn: Conn,
-    keys: &'a LockKeys,
-    holder: &'a str,
-    op: &'a str,
-    kind: CancelKind,
-    op_ttl: Duration,
-) -> Call<'a, CancelReply> {
-    let pubsub = conn.pubsub();
-    Box::pin(async move { sem_cancel(&mut conn, keys, holder, op, kind, op_ttl, pubsub).await })
 }
 
 /// A release script's reply as the handoff script words it.
