@@ -16,7 +16,7 @@ use super::holder::Holder;
 use super::Engine;
 use crate::base::config::fair_queue_life;
 use crate::base::error::Error;
-use crate::protocol::semaphore::{sem_cancel, sem_renew};
+use crate::protocol::semaphore::sem_renew;
 use crate::protocol::{
     self, CancelKind, CancelReply, Candidate, EnterReply, HandoffReply, LockKeys, OwnerReply,
     PubSub,
@@ -31,9 +31,10 @@ pub(crate) type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Se
 ///
 /// Dynamic dispatch, one `&'static dyn HoldKind` per holder, rather than a type parameter:
 /// every kind is served by the one public guard type, `LockGuard` (which `SemaphorePermit`,
-/// `ReadGuard` and `WriteGuard` wrap, and which multi-locks, elections, jobs and idempotency
-/// keys hold), and a generic guard would change that public type. A call through it is one
-/// indirect call and one boxed future per script call, next to a round trip to Redis.
+/// `ReadGuard` and `WriteGuard` dereference to, and which multi-locks, elections, jobs and
+/// idempotency keys hold), and a generic guard would change that public type. A call through
+/// it is one indirect call and one boxed future per script call, next to a round trip to
+/// Redis.
 pub(crate) trait HoldKind: Send + Sync {
     /// Whether a release of this kind, in a client with `engine`'s settings, offers the freed
     /// hold to the client's first waiter (`engine::handoff`).
@@ -75,17 +76,23 @@ pub(crate) trait HoldKind: Send + Sync {
     }
 
     /// Undoes operation `op` of `holder` (an acquisition or a re-entry nobody waits for), or
-    /// forestalls it if it has not run.
-    #[allow(clippy::too_many_arguments)]
+    /// forestalls it if it has not run. The script is the one of the keys' layout
+    /// (`cancel.lua`; `sem_cancel.lua`, which also takes a waiting writer's mark or a fair
+    /// queue's entry out), which `protocol::cancel` picks for every caller.
     fn cancel<'a>(
         &'a self,
-        conn: Conn,
+        mut conn: Conn,
         keys: &'a LockKeys,
         holder: &'a str,
         op: &'a str,
         kind: CancelKind,
         op_ttl: Duration,
-    ) -> Call<'a, CancelReply>;
+    ) -> Call<'a, CancelReply> {
+        let pubsub = conn.pubsub();
+        Box::pin(async move {
+            protocol::cancel(&mut conn, keys, holder, op, kind, op_ttl, pubsub).await
+        })
+    }
 }
 
 /// A plain lock's hold: a lock's, a multi-lock member's, an election's, a job's, an
@@ -161,21 +168,6 @@ impl HoldKind for PlainLock {
     ) -> Call<'a, OwnerReply> {
         Box::pin(async move { protocol::extend(&mut conn, keys, holder, lease).await })
     }
-
-    fn cancel<'a>(
-        &'a self,
-        mut conn: Conn,
-        keys: &'a LockKeys,
-        holder: &'a str,
-        op: &'a str,
-        kind: CancelKind,
-        op_ttl: Duration,
-    ) -> Call<'a, CancelReply> {
-        let pubsub = conn.pubsub();
-        Box::pin(async move {
-            protocol::cancel(&mut conn, keys, holder, op, kind, op_ttl, pubsub).await
-        })
-    }
 }
 
 impl HoldKind for LeasedHold {
@@ -229,20 +221,6 @@ impl HoldKind for LeasedHold {
                 OwnerReply::NotHeld
             })
         })
-    }
-
-    /// `sem_cancel.lua`, which also takes a waiting writer's mark or a fair queue's entry out.
-    fn cancel<'a>(
-        &'a self,
-        mut conn: Conn,
-        keys: &'a LockKeys,
-        holder: &'a str,
-        op: &'a str,
-        kind: CancelKind,
-        op_ttl: Duration,
-    ) -> Call<'a, CancelReply> {
-        let pubsub = conn.pubsub();
-        Box::pin(async move { sem_cancel(&mut conn, keys, holder, op, kind, op_ttl, pubsub).await })
     }
 }
 

@@ -149,7 +149,7 @@ pub(crate) fn sem_release_call(
     call
 }
 
-pub(crate) async fn sem_cancel<C: ConnectionLike>(
+pub(super) async fn sem_cancel<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
     holder: &str,
