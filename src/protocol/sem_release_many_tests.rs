@@ -337,7 +337,7 @@ type Fields = std::collections::HashMap<String, String>;
 /// A hold of `holder` on `keys`: one permit of a semaphore of three, or a read of a read-write
 /// lock.
 async fn hold(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
-    if !keys.is_semaphore() {
+    if keys.rw_writers().is_some() {
         return read(conn, keys, holder).await.unwrap();
     }
     let reply = semaphore::sem_acquire(

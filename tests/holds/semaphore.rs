@@ -157,6 +157,30 @@ on_topologies_multi_thread! {
         next.release().await.unwrap();
     }
 
+    /// What a permit has of its guard (it dereferences to it) works on the semaphore's hold: a
+    /// re-entry is the same hold with the same token and takes no permit, its release leaves
+    /// the permits held until the permit's own release gives them back, and an extension moves
+    /// a fixed lease.
+    async fn a_permit_is_reentered_and_extended_as_its_guard(fx) {
+        let client = fx.client().await;
+        let pool = client.semaphore("nested", 3).unwrap();
+        let fixed = pool.with_lease(Duration::from_secs(5)).unwrap();
+        let permit = fixed.acquire(2).await.unwrap();
+        let nested = permit.reenter().await.unwrap();
+        assert_eq!(nested.token(), permit.token());
+        assert_eq!(used(&fx, "nested"), 2, "a re-entry takes no permit");
+        nested.release().await.unwrap();
+        assert!(permit.is_valid());
+        assert_eq!(used(&fx, "nested"), 2, "the inner release gives nothing back");
+        assert!(pool.try_acquire(2).await.unwrap().is_none(), "two permits are still held");
+        let before = permit.valid_until();
+        permit.extend(Duration::from_secs(60)).await.unwrap();
+        assert!(permit.valid_until() > before + Duration::from_secs(30), "the lease moved");
+        permit.release().await.unwrap();
+        assert_eq!(used(&fx, "nested"), 0);
+        pool.try_acquire(3).await.unwrap().expect("every permit is free").release().await.unwrap();
+    }
+
     /// A hold removed behind its holder's back (an operator) is reported lost by the next
     /// renewal.
     async fn a_hold_removed_in_redis_is_reported_lost(fx) {
