@@ -7,10 +7,10 @@
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::semaphore::{rw_acquire, sem_acquire, RwAcquireReply, RwMode, SemAcquireReply};
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, hold_field_expiry, setup, Check, LEASE, OP_TTL};
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{assert_checks_hold, hold_field_expiry, setup, Check, LEASE, OP_TTL};
+use super::semaphore::{rw_acquire, sem_acquire, RwAcquireReply, RwMode, SemAcquireReply};
 use super::*;
 
 fn free_keys() -> LockKeys {

@@ -11,8 +11,8 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, setup, Check, LEASE, OP_TTL};
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{assert_checks_hold, setup, Check, LEASE, OP_TTL};
 use super::*;
 use batch::{acquire_outcome, release_outcome, run_batch, Operation};
 

@@ -8,13 +8,13 @@ use redis::AsyncCommands;
 use fencelock_testing::RedisServer;
 
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{assert_checks_hold, Check, LEASE, OP_TTL};
 use super::*;
 
 /// A server of its own, a connection to it, and the keys of a free election.
 async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
-    let (server, conn, _lock) = super::tests::setup().await;
+    let (server, conn, _lock) = super::lock_tests::setup().await;
     (server, conn, LockKeys::election(b"t:", b"scheduler"))
 }
 

@@ -11,8 +11,8 @@ use redis::aio::{MultiplexedConnection, PubSub as PubSubConn};
 use redis::AsyncCommands;
 
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{assert_checks_hold, Check, LEASE, OP_TTL};
 use super::*;
 
 fn free_keys() -> LockKeys {
@@ -265,7 +265,7 @@ async fn the_handoff_keeps_its_contract() {
 /// A key of another type is refused before anything is written.
 #[tokio::test]
 async fn a_wrong_type_lock_key_is_refused_and_left_alone() {
-    let (_server, mut conn, keys) = super::tests::setup().await;
+    let (_server, mut conn, keys) = super::lock_tests::setup().await;
     let _: () = conn.set(&keys.lock, "x").await.unwrap();
     let err = hand_off(&mut conn, &keys, "h1", "op1", "h2")
         .await

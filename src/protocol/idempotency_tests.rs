@@ -9,8 +9,8 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{assert_checks_hold, Check, LEASE, OP_TTL};
 use super::*;
 
 const RETENTION: Duration = Duration::from_secs(60);
@@ -71,7 +71,7 @@ async fn hold_ends(conn: &mut MultiplexedConnection, keys: &LockKeys) {
 
 #[tokio::test]
 async fn a_run_begins_stores_its_result_and_answers_duplicates() {
-    let (_server, mut conn, _) = super::tests::setup().await;
+    let (_server, mut conn, _) = super::lock_tests::setup().await;
     let keys = free_keys();
     assert_eq!(
         read(&mut conn, &keys).await,
@@ -148,7 +148,7 @@ async fn a_run_begins_stores_its_result_and_answers_duplicates() {
 
 #[tokio::test]
 async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
-    let (_server, mut conn, _) = super::tests::setup().await;
+    let (_server, mut conn, _) = super::lock_tests::setup().await;
     let keys = free_keys();
     // Retryable: the record says failed, the next caller takes over whatever the policy.
     let first = won(&mut conn, &keys, "first").await;
@@ -184,7 +184,7 @@ async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
 
 #[tokio::test]
 async fn a_dead_runners_key_is_run_again_or_given_up_by_policy() {
-    let (_server, mut conn, _) = super::tests::setup().await;
+    let (_server, mut conn, _) = super::lock_tests::setup().await;
     let keys = free_keys();
     let dead = won(&mut conn, &keys, "dead").await;
     begin(&mut conn, &keys, "dead", dead, RunnerDeathArg::RunAgain).await;
@@ -207,7 +207,7 @@ async fn a_dead_runners_key_is_run_again_or_given_up_by_policy() {
 
 #[tokio::test]
 async fn forget_deletes_only_a_record_nobody_holds() {
-    let (_server, mut conn, _) = super::tests::setup().await;
+    let (_server, mut conn, _) = super::lock_tests::setup().await;
     let keys = free_keys();
     let token = won(&mut conn, &keys, "a").await;
     begin(&mut conn, &keys, "a", token, RunnerDeathArg::RunAgain).await;
@@ -229,7 +229,7 @@ async fn forget_deletes_only_a_record_nobody_holds() {
 
 #[tokio::test]
 async fn foreign_data_is_a_typed_error_and_stays_untouched() {
-    let (_server, mut conn, _) = super::tests::setup().await;
+    let (_server, mut conn, _) = super::lock_tests::setup().await;
     let keys = free_keys();
     let _: () = conn.set(keys.idem_record(), "not ours").await.unwrap();
     let token = won(&mut conn, &keys, "a").await;

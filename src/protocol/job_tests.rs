@@ -10,8 +10,8 @@ use redis::AsyncCommands;
 use fencelock_testing::RedisServer;
 
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{assert_checks_hold, Check, LEASE, OP_TTL};
 use super::*;
 
 const PERIOD: Duration = Duration::from_secs(10);
@@ -21,7 +21,7 @@ const TICK: u64 = 1_800_000_000_000;
 
 /// A server of its own, a connection to it, and the keys of a job nobody ran.
 async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
-    let (server, conn, _lock) = super::tests::setup().await;
+    let (server, conn, _lock) = super::lock_tests::setup().await;
     (server, conn, LockKeys::job(b"t:", b"report"))
 }
 

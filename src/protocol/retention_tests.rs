@@ -7,9 +7,10 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, Check, OP_TTL};
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{assert_checks_hold, Check, OP_TTL};
 use super::*;
+use crate::base::error::Superseded;
 
 const RETENTION: Duration = Duration::from_secs(60);
 
@@ -75,7 +76,7 @@ async fn marks_expire(conn: &mut MultiplexedConnection) {
 
 #[tokio::test]
 async fn every_accepted_call_keeps_data_and_marks_for_the_retention_together() {
-    let (_server, mut conn, _) = super::tests::setup().await;
+    let (_server, mut conn, _) = super::lock_tests::setup().await;
     let token = issued(&mut conn, Duration::from_secs(1)).await;
     assert_eq!(
         write(&mut conn, token, "w1", RETENTION).await,
@@ -183,7 +184,7 @@ async fn the_retention_negative_control_is_caught() {
 /// A retention that is not a whole number of milliseconds is refused, and nothing written.
 #[tokio::test]
 async fn a_bad_retention_argument_is_refused() {
-    let (_server, mut conn, _) = super::tests::setup().await;
+    let (_server, mut conn, _) = super::lock_tests::setup().await;
     let keys = resource();
     let err = scripts()
         .fenced_write

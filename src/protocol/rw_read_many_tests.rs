@@ -9,13 +9,13 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::batch::{read_outcome, run_reads, ReadOperation};
-use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{
     assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
     OP_TTL,
 };
+use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
 use super::*;
 
 fn rw_keys() -> LockKeys {
@@ -257,7 +257,7 @@ async fn the_grouped_read_negative_controls_are_caught() {
 /// A labelled read keeps its label in its own field, next to a read without one.
 #[tokio::test]
 async fn a_grouped_read_keeps_its_own_label() {
-    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
     let keys = rw_keys();
     let reads = [
         reading(&keys, "plain", None, false),
@@ -281,7 +281,7 @@ async fn a_grouped_read_keeps_its_own_label() {
 /// call) is answered as its first: one hold, one token, one permit.
 #[tokio::test]
 async fn a_holder_given_twice_is_answered_as_its_first() {
-    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
     let keys = rw_keys();
     let twice = read_together(&mut conn, &keys, &["a", "b", "a"], true)
         .await
@@ -299,7 +299,7 @@ async fn a_holder_given_twice_is_answered_as_its_first() {
 /// whole, and nothing is written.
 #[tokio::test]
 async fn a_refused_call_writes_nothing() {
-    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
     let keys = rw_keys();
     // Two reads announced, one given.
     let err = scripts()
@@ -349,7 +349,7 @@ async fn a_refused_call_writes_nothing() {
 #[tokio::test]
 async fn grouped_reads_end_with_their_lease() {
     for_each_hold_expiry("grouped_reads_end_with_their_lease", async || {
-        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
         let keys = rw_keys();
         let short = Duration::from_millis(60);
         let reads: Vec<ReadOperation> = ["a", "b"]
@@ -476,7 +476,7 @@ fn assert_raised_wrongtype(outcome: &Result<redis::Value, Error>) {
 /// read replays with its token, no token is issued, and the foreign value is still there (a
 /// replay records only where no record is).
 async fn a_foreign_record_reads_as_absent() {
-    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
     let keys = rw_keys();
     let tc = read_alone(&mut conn, &keys, "c").await;
     let ta = read_alone(&mut conn, &keys, "a").await;
@@ -544,7 +544,7 @@ async fn a_read_whose_record_key_holds_another_type_reads_it_as_absent() {
 /// the third reader's hold is untouched, and the keys still expire. The group re-sent replays
 /// both, with no new token and no change to the holds.
 async fn a_replay_beside_a_new_reader_and_a_holder() {
-    let (_server, mut conn, _lock) = super::tests::setup().await;
+    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
     let keys = rw_keys();
     let tc = read_alone(&mut conn, &keys, "c").await;
     let ta = read_alone(&mut conn, &keys, "a").await;

@@ -9,13 +9,13 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{
     assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
     OP_TTL,
 };
+use super::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use super::*;
 
 /// A lease that runs out during a check.
@@ -256,7 +256,7 @@ async fn the_rwlock_scripts_negative_controls_are_caught() {
 #[tokio::test]
 async fn replays_apply_once_and_nothing_stays_behind() {
     for_each_hold_expiry("replays_apply_once_and_nothing_stays_behind", async || {
-        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
         let keys = rw_keys();
         let first = token_of("write", write(&mut conn, &keys, "w", true).await).unwrap();
         let again = token_of("re-sent write", write(&mut conn, &keys, "w", true).await).unwrap();
@@ -319,7 +319,7 @@ async fn replays_apply_once_and_nothing_stays_behind() {
 #[tokio::test]
 async fn a_hold_entered_again_is_left_entry_by_entry() {
     for_each_hold_expiry("a_hold_entered_again_is_left_entry_by_entry", async || {
-        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
         let keys = rw_keys();
         let ps = PubSub::Classic;
         let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
@@ -416,7 +416,7 @@ async fn deadlines(
 async fn a_downgrade_and_a_reentry_keep_the_holds_deadline() {
     let test = "a_downgrade_and_a_reentry_keep_the_holds_deadline";
     for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
         let keys = rw_keys();
         let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
         let (before, _) = deadlines(&mut conn, &keys, "w", &[]).await;
@@ -459,7 +459,7 @@ async fn a_downgrade_and_a_reentry_keep_the_holds_deadline() {
 async fn a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_none() {
     let test = "a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_none";
     for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
         let keys = rw_keys();
         token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
         busy(
@@ -492,7 +492,7 @@ async fn a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_no
 #[tokio::test]
 async fn undoing_a_reentry_keeps_the_first_entry() {
     for_each_hold_expiry("undoing_a_reentry_keeps_the_first_entry", async || {
-        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
         let keys = rw_keys();
         let ps = PubSub::Classic;
         let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
@@ -522,7 +522,7 @@ async fn undoing_a_reentry_keeps_the_first_entry() {
 #[tokio::test]
 async fn a_renewal_keeps_a_reentered_holds_entries() {
     for_each_hold_expiry("a_renewal_keeps_a_reentered_holds_entries", async || {
-        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
         let keys = rw_keys();
         let ps = PubSub::Classic;
         token_of(
@@ -558,7 +558,7 @@ async fn a_renewal_keeps_a_reentered_holds_entries() {
 #[tokio::test]
 async fn an_expired_hold_leaves_nothing_of_its_own() {
     for_each_hold_expiry("an_expired_hold_leaves_nothing_of_its_own", async || {
-        let (_server, mut conn, _lock) = super::tests::setup().await;
+        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
         let keys = rw_keys();
         token_of(
             "a short read",
@@ -616,7 +616,7 @@ async fn a_dead_writers_mark_ends_while_another_writers_lives() {
     for_each_hold_expiry(
         "a_dead_writers_mark_ends_while_another_writers_lives",
         async || {
-            let (_server, mut conn, _lock) = super::tests::setup().await;
+            let (_server, mut conn, _lock) = super::lock_tests::setup().await;
             let keys = rw_keys();
             token_of(
                 "a short read",
@@ -657,7 +657,7 @@ async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends() {
     let test = "readers_are_told_when_a_writer_gives_up_or_a_lease_ends";
     for_each_hold_expiry(test, async || {
         use super::semaphore_tests::{next_message, subscriber};
-        let (server, mut conn, _lock) = super::tests::setup().await;
+        let (server, mut conn, _lock) = super::lock_tests::setup().await;
         let keys = rw_keys();
         let channel = keys.lock.clone();
         token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
@@ -709,7 +709,7 @@ async fn only_the_release_that_leaves_no_hold_wakes_waiters() {
     let test = "only_the_release_that_leaves_no_hold_wakes_waiters";
     for_each_hold_expiry(test, async || {
         use futures_util::StreamExt;
-        let (server, mut conn, _lock) = super::tests::setup().await;
+        let (server, mut conn, _lock) = super::lock_tests::setup().await;
         let keys = rw_keys();
         let writers = keys.rw_writers().unwrap();
         token_of("the first reader", read(&mut conn, &keys, "a").await).unwrap();

@@ -12,13 +12,13 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::handoff_tests::{listener, published};
-use super::semaphore_tests::{take_sent, token_of};
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{
     assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
     OP_TTL,
 };
+use super::semaphore_tests::{take_sent, token_of};
 use super::*;
 
 const CANDIDATE_LEASE: Duration = Duration::from_secs(20);
@@ -296,7 +296,7 @@ async fn the_semaphore_handoff_keeps_its_contract() {
 /// A key of another type is refused before anything is written.
 #[tokio::test]
 async fn a_wrong_type_semaphore_key_is_refused_and_left_alone() {
-    let (_server, mut conn, _) = super::tests::setup().await;
+    let (_server, mut conn, _) = super::lock_tests::setup().await;
     let keys = sem_keys();
     let _: () = conn.set(&keys.lock, "x").await.unwrap();
     let err = hand_off(&mut conn, &keys, "h1", "op1", "h2", 1)

@@ -255,18 +255,18 @@ fn judge(
 fn every_control_is_covered() {
     // The fair-handoff, shared-read, election, job, idempotency and semaphore scripts'
     // controls are caught by their contract checks, which call the scripts directly
-    // (`src/protocol/tests.rs` for fair handoff, `src/protocol/handoff_tests.rs` and
+    // (`src/protocol/lock_tests.rs` for fair handoff, `src/protocol/handoff_tests.rs` and
     // `sem_handoff_tests.rs` for the one-round-trip handoff, whose waiter-side control
     // `tests/lock/handoff.rs` catches,
-    // `src/protocol/{fenced_read,election,job,idempotency,semaphore,rwlock}_tests.rs`).
+    // `src/protocol/{resource,election,job,idempotency,semaphore,rwlock}_tests.rs`).
     let source = [
         include_str!("controls.rs"),
         include_str!("../lock/faults.rs"),
         include_str!("../lock/handoff.rs"),
-        include_str!("../../src/protocol/tests.rs"),
+        include_str!("../../src/protocol/lock_tests.rs"),
         include_str!("../../src/protocol/handoff_tests.rs"),
         include_str!("../../src/protocol/sem_handoff_tests.rs"),
-        include_str!("../../src/protocol/fenced_read_tests.rs"),
+        include_str!("../../src/protocol/resource_tests.rs"),
         include_str!("../../src/protocol/election_tests.rs"),
         include_str!("../../src/protocol/job_tests.rs"),
         include_str!("../../src/protocol/idempotency_tests.rs"),

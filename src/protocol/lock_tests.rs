@@ -9,6 +9,7 @@ use redis::AsyncCommands;
 use fencelock_testing::RedisServer;
 
 use super::*;
+use crate::base::error::Superseded;
 
 pub(super) const LEASE: Duration = Duration::from_secs(30);
 pub(super) const OP_TTL: Duration = Duration::from_secs(10);
@@ -702,7 +703,8 @@ async fn over_a_cluster_replays_apply_once_and_a_call_never_spans_slots() {
 
     // A cluster client publishes with SPUBLISH; without it (Redis 6.2) clients refuse a
     // cluster at connect, so there is no cluster protocol to check.
-    let test = "protocol::tests::over_a_cluster_replays_apply_once_and_a_call_never_spans_slots";
+    let test =
+        "protocol::lock_tests::over_a_cluster_replays_apply_once_and_a_call_never_spans_slots";
     if !fencelock_testing::requires(Feature::ShardedPubSub, test) {
         return;
     }

@@ -5,9 +5,10 @@
 use redis::aio::MultiplexedConnection;
 
 #[cfg(fencelock_negative_controls)]
-use super::tests::assert_controls_caught;
-use super::tests::{assert_checks_hold, Check, OP_TTL};
+use super::lock_tests::assert_controls_caught;
+use super::lock_tests::{assert_checks_hold, Check, OP_TTL};
 use super::*;
+use crate::base::error::Superseded;
 
 fn t(raw: u64) -> FencingToken {
     FencingToken::new(raw).unwrap()
@@ -167,7 +168,7 @@ async fn the_shared_read_negative_controls_are_caught() {
 /// A mode the script does not know is refused as a protocol error, and reads nothing.
 #[tokio::test]
 async fn an_unknown_read_mode_is_refused() {
-    let (_server, mut conn, _) = super::tests::setup().await;
+    let (_server, mut conn, _) = super::lock_tests::setup().await;
     let keys = resource();
     let err = scripts()
         .fenced_read
