@@ -65,7 +65,7 @@ impl ReadGuard {
         fn reenter(&self) -> Result<ReadGuard, Error> = block wrap;
         /// See [`crate::ReadGuard::token`].
         fn token(&self) -> FencingToken;
-        /// See [`crate::ReadGuard::is_valid`].
+        /// See [`crate::LockGuard::is_valid`], which a read guard dereferences to.
         fn is_valid(&self) -> bool;
         /// See [`crate::ReadGuard::release`]; blocks the thread until Redis answered.
         fn release(self) -> Result<(), Error> = block;
@@ -78,7 +78,7 @@ impl WriteGuard {
         fn reenter(&self) -> Result<WriteGuard, Error> = block wrap;
         /// See [`crate::WriteGuard::token`].
         fn token(&self) -> FencingToken;
-        /// See [`crate::WriteGuard::is_valid`].
+        /// See [`crate::LockGuard::is_valid`], which a write guard dereferences to.
         fn is_valid(&self) -> bool;
         /// See [`crate::WriteGuard::downgrade`]; blocks the thread until Redis answered.
         fn downgrade(self) -> Result<ReadGuard, Error> = block wrap;

@@ -59,9 +59,9 @@ impl SemaphorePermit {
         fn permits(&self) -> u32;
         /// See [`crate::SemaphorePermit::limit`].
         fn limit(&self) -> u32;
-        /// See [`crate::SemaphorePermit::is_valid`].
+        /// See [`crate::LockGuard::is_valid`], which a permit dereferences to.
         fn is_valid(&self) -> bool;
-        /// See [`crate::SemaphorePermit::valid_until`].
+        /// See [`crate::LockGuard::valid_until`], which a permit dereferences to.
         fn valid_until(&self) -> Instant;
         /// See [`crate::SemaphorePermit::release`]; blocks the thread until Redis answered.
         fn release(self) -> Result<(), Error> = block;
