@@ -7,9 +7,7 @@
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{assert_checks_hold, hold_field_expiry, setup, Check, LEASE, OP_TTL};
+use super::contract_tests::{contract_checks, hold_field_expiry, setup, LEASE, OP_TTL};
 use super::semaphore::{rw_acquire, sem_acquire, RwAcquireReply, RwMode, SemAcquireReply};
 use super::*;
 
@@ -67,10 +65,6 @@ async fn a_first_send_records_nothing_and_a_re_send_records_its_acquisition() {
     }
 }
 
-/// The checks' result: a future borrowing the connection and the keys.
-type Checked<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
-
 /// A lease that has passed by the time the late copy arrives (after [`PAST`]).
 const SHORT: Duration = Duration::from_millis(20);
 const PAST: Duration = Duration::from_millis(60);
@@ -102,134 +96,108 @@ async fn late_lock_copy(
     Ok(())
 }
 
-fn a_late_first_send_of_a_lock_finds_the_record_of_its_re_send<'a>(
-    conn: &'a mut MultiplexedConnection,
-    keys: &'a LockKeys,
-) -> Checked<'a> {
-    Box::pin(late_lock_copy(conn, keys, None))
+async fn a_late_first_send_of_a_lock_finds_the_record_of_its_re_send(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    late_lock_copy(conn, keys, None).await
 }
 
-fn a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send<'a>(
-    conn: &'a mut MultiplexedConnection,
-    keys: &'a LockKeys,
-) -> Checked<'a> {
-    Box::pin(late_lock_copy(conn, keys, Some(fair_waiter())))
+async fn a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    late_lock_copy(conn, keys, Some(fair_waiter())).await
 }
 
 /// As for a lock, a semaphore's permits.
-fn a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send<'a>(
-    conn: &'a mut MultiplexedConnection,
-    _keys: &'a LockKeys,
-) -> Checked<'a> {
-    Box::pin(async move {
-        let pool = LockKeys::semaphore(b"t:", b"pool");
-        let field_expiry = hold_field_expiry();
-        let sem = async |conn: &mut MultiplexedConnection, lease, recorded| {
-            let (pubsub, fair) = (PubSub::Classic, None);
-            sem_acquire(
-                conn,
-                &pool,
-                "s",
-                1,
-                3,
-                lease,
-                OP_TTL,
-                pubsub,
-                fair,
-                field_expiry,
-                None,
-                recorded,
-            )
-            .await
-            .map_err(|e| e.to_string())
-        };
-        let resent = sem(conn, SHORT, true).await?;
-        if !matches!(resent, SemAcquireReply::Acquired { .. }) {
-            return Err(format!("the re-send answered {resent:?}"));
-        }
-        tokio::time::sleep(PAST).await;
-        let late = sem(conn, LEASE, false).await?;
-        if late != SemAcquireReply::Cancelled {
-            return Err(format!("the late first send answered {late:?}"));
-        }
-        Ok(())
-    })
+async fn a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send(
+    conn: &mut MultiplexedConnection,
+    _keys: &LockKeys,
+) -> Result<(), String> {
+    let pool = LockKeys::semaphore(b"t:", b"pool");
+    let field_expiry = hold_field_expiry();
+    let sem = async |conn: &mut MultiplexedConnection, lease, recorded| {
+        let (pubsub, fair) = (PubSub::Classic, None);
+        sem_acquire(
+            conn,
+            &pool,
+            "s",
+            1,
+            3,
+            lease,
+            OP_TTL,
+            pubsub,
+            fair,
+            field_expiry,
+            None,
+            recorded,
+        )
+        .await
+        .map_err(|e| e.to_string())
+    };
+    let resent = sem(conn, SHORT, true).await?;
+    if !matches!(resent, SemAcquireReply::Acquired { .. }) {
+        return Err(format!("the re-send answered {resent:?}"));
+    }
+    tokio::time::sleep(PAST).await;
+    let late = sem(conn, LEASE, false).await?;
+    if late != SemAcquireReply::Cancelled {
+        return Err(format!("the late first send answered {late:?}"));
+    }
+    Ok(())
 }
 
 /// As for a lock, a read-write lock's write hold.
-fn a_late_first_send_of_a_writer_finds_the_record_of_its_re_send<'a>(
-    conn: &'a mut MultiplexedConnection,
-    _keys: &'a LockKeys,
-) -> Checked<'a> {
-    Box::pin(async move {
-        let catalogue = LockKeys::rwlock(b"t:", b"catalogue");
-        let field_expiry = hold_field_expiry();
-        let write = async |conn: &mut MultiplexedConnection, lease, recorded| {
-            let (mode, wait, pubsub) = (RwMode::Write, false, PubSub::Classic);
-            rw_acquire(
-                conn,
-                &catalogue,
-                "w",
-                mode,
-                lease,
-                wait,
-                OP_TTL,
-                pubsub,
-                field_expiry,
-                None,
-                recorded,
-            )
-            .await
-            .map_err(|e| e.to_string())
-        };
-        let resent = write(conn, SHORT, true).await?;
-        if !matches!(resent, RwAcquireReply::Acquired { .. }) {
-            return Err(format!("the re-send answered {resent:?}"));
-        }
-        tokio::time::sleep(PAST).await;
-        let late = write(conn, LEASE, false).await?;
-        if late != RwAcquireReply::Cancelled {
-            return Err(format!("the late first send answered {late:?}"));
-        }
-        Ok(())
-    })
+async fn a_late_first_send_of_a_writer_finds_the_record_of_its_re_send(
+    conn: &mut MultiplexedConnection,
+    _keys: &LockKeys,
+) -> Result<(), String> {
+    let catalogue = LockKeys::rwlock(b"t:", b"catalogue");
+    let field_expiry = hold_field_expiry();
+    let write = async |conn: &mut MultiplexedConnection, lease, recorded| {
+        let (mode, wait, pubsub) = (RwMode::Write, false, PubSub::Classic);
+        rw_acquire(
+            conn,
+            &catalogue,
+            "w",
+            mode,
+            lease,
+            wait,
+            OP_TTL,
+            pubsub,
+            field_expiry,
+            None,
+            recorded,
+        )
+        .await
+        .map_err(|e| e.to_string())
+    };
+    let resent = write(conn, SHORT, true).await?;
+    if !matches!(resent, RwAcquireReply::Acquired { .. }) {
+        return Err(format!("the re-send answered {resent:?}"));
+    }
+    tokio::time::sleep(PAST).await;
+    let late = write(conn, LEASE, false).await?;
+    if late != RwAcquireReply::Cancelled {
+        return Err(format!("the late first send answered {late:?}"));
+    }
+    Ok(())
 }
 
-const CHECKS: [(&str, Check); 4] = [
-    (
-        "a_late_first_send_of_a_lock_finds_the_record_of_its_re_send",
-        a_late_first_send_of_a_lock_finds_the_record_of_its_re_send,
-    ),
-    (
-        "a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send",
-        a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send,
-    ),
-    (
-        "a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send",
-        a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send,
-    ),
-    (
-        "a_late_first_send_of_a_writer_finds_the_record_of_its_re_send",
-        a_late_first_send_of_a_writer_finds_the_record_of_its_re_send,
-    ),
-];
-
-#[tokio::test]
-async fn the_acquire_record_contract_checks_hold() {
-    assert_checks_hold(&CHECKS, free_keys).await;
-}
-
-/// Acquire scripts that record no re-send let the late first send take the hold again, for
-/// nobody: each is caught by the check of its script.
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_acquire_record_negative_control_is_caught() {
-    use super::controls::Control;
-    let controls = [
-        Control::ResendLeavesNoRecord,
-        Control::FairResendLeavesNoRecord,
-        Control::SemResendLeavesNoRecord,
-        Control::RwResendLeavesNoRecord,
-    ];
-    assert_controls_caught(&controls, &CHECKS, free_keys).await;
+contract_checks! {
+    holds: the_acquire_record_contract_checks_hold,
+    /// Acquire scripts that record no re-send let the late first send take the hold again,
+    /// for nobody: each is caught by the check of its script.
+    caught: the_acquire_record_negative_control_is_caught,
+    keys: free_keys,
+    checks: {
+        a_late_first_send_of_a_lock_finds_the_record_of_its_re_send => [ResendLeavesNoRecord],
+        a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send =>
+            [FairResendLeavesNoRecord],
+        a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send =>
+            [SemResendLeavesNoRecord],
+        a_late_first_send_of_a_writer_finds_the_record_of_its_re_send =>
+            [RwResendLeavesNoRecord],
+    }
 }

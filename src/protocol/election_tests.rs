@@ -7,14 +7,12 @@ use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::contract_tests::{contract_checks, LEASE, OP_TTL};
 use super::*;
 
 /// A server of its own, a connection to it, and the keys of a free election.
 async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
-    let (server, conn, _lock) = super::lock_tests::setup().await;
+    let (server, conn, _lock) = super::contract_tests::setup().await;
     (server, conn, LockKeys::election(b"t:", b"scheduler"))
 }
 
@@ -300,34 +298,15 @@ fn free_keys() -> LockKeys {
     LockKeys::election(b"t:", b"scheduler")
 }
 
-/// The contract checks above, by name; each is also the check of one negative control.
-const CHECKS: [(&str, Check); 3] = [
-    ("a_late_announcement_leaves_the_new_leader_alone", |c, k| {
-        Box::pin(a_late_announcement_leaves_the_new_leader_alone(c, k))
-    }),
-    ("an_announcement_tells_the_followers", |c, k| {
-        Box::pin(an_announcement_tells_the_followers(c, k))
-    }),
-    ("a_record_naming_no_holder_is_nobody", |c, k| {
-        Box::pin(a_record_naming_no_holder_is_nobody(c, k))
-    }),
-];
-
-#[tokio::test]
-async fn the_election_contract_checks_hold() {
-    assert_checks_hold(&CHECKS, free_keys).await;
-}
-
-/// Each election control breaks exactly the contract check next to it (which holds on the
-/// production scripts: [`the_election_contract_checks_hold`]), each on a fresh server.
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_election_scripts_negative_controls_are_caught() {
-    use super::controls::Control;
-    let controls = [
-        Control::AnnounceWithoutOwnerCheck,
-        Control::AnnounceDoesNotPublish,
-        Control::LeaderTrustsRecord,
-    ];
-    assert_controls_caught(&controls, &CHECKS, free_keys).await;
+contract_checks! {
+    holds: the_election_contract_checks_hold,
+    /// Each election control breaks exactly the contract check that names it (which holds on
+    /// the production scripts: [`the_election_contract_checks_hold`]), each on a fresh server.
+    caught: the_election_scripts_negative_controls_are_caught,
+    keys: free_keys,
+    checks: {
+        a_late_announcement_leaves_the_new_leader_alone => [AnnounceWithoutOwnerCheck],
+        an_announcement_tells_the_followers => [AnnounceDoesNotPublish],
+        a_record_naming_no_holder_is_nobody => [LeaderTrustsRecord],
+    }
 }

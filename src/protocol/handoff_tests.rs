@@ -10,9 +10,7 @@ use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSub as PubSubConn};
 use redis::AsyncCommands;
 
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::contract_tests::{contract_checks, LEASE, OP_TTL};
 use super::*;
 
 fn free_keys() -> LockKeys {
@@ -82,190 +80,167 @@ async fn token_of(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Result<u
 /// With one listener (the releasing client's own subscription), the freeing release grants
 /// the lock to the candidate: count 1, a greater token, its label and lease, no message; the
 /// releaser's record carries the release's mark.
-fn grants_the_freed_lock_to_the_candidate<'a>(
-    conn: &'a mut MultiplexedConnection,
-    keys: &'a LockKeys,
-) -> Checked<'a> {
-    Box::pin(async move {
-        let mut own = listener(conn, keys).await;
-        let AcquireReply::Acquired { token: first, .. } =
-            acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap()
-        else {
-            return Err("the first acquisition failed".into());
-        };
-        let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
-        let HandoffReply::HandedOff { token, .. } = reply else {
-            return Err(format!("not handed off: {reply:?}"));
-        };
-        if token <= first || token_of(conn, keys).await? != token.get() {
-            return Err(format!("token {token:?} after {first:?}"));
-        }
-        let fields: std::collections::HashMap<String, String> =
-            conn.hgetall(&keys.lock).await.unwrap();
-        if fields.get("h2").map(String::as_str) != Some("1")
-            || fields.contains_key("h1")
-            || fields.get("~label").map(String::as_str) != Some("order:7")
-        {
-            return Err(format!("the hash after the handoff: {fields:?}"));
-        }
-        let pttl: i64 = conn.pttl(&keys.lock).await.unwrap();
-        if !(10_000..=20_000).contains(&pttl) {
-            return Err(format!("the candidate's lease is not set: {pttl} ms"));
-        }
-        let mark: Option<String> = conn.get(keys.op("h1")).await.unwrap();
-        if mark.as_deref() != Some("r:op1") {
-            return Err(format!("the releaser's record is {mark:?}"));
-        }
-        if published(&mut own).await {
-            return Err("a handoff published a release".into());
-        }
-        Ok(())
-    })
+async fn grants_the_freed_lock_to_the_candidate(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let mut own = listener(conn, keys).await;
+    let AcquireReply::Acquired { token: first, .. } =
+        acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap()
+    else {
+        return Err("the first acquisition failed".into());
+    };
+    let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
+    let HandoffReply::HandedOff { token, .. } = reply else {
+        return Err(format!("not handed off: {reply:?}"));
+    };
+    if token <= first || token_of(conn, keys).await? != token.get() {
+        return Err(format!("token {token:?} after {first:?}"));
+    }
+    let fields: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    if fields.get("h2").map(String::as_str) != Some("1")
+        || fields.contains_key("h1")
+        || fields.get("~label").map(String::as_str) != Some("order:7")
+    {
+        return Err(format!("the hash after the handoff: {fields:?}"));
+    }
+    let pttl: i64 = conn.pttl(&keys.lock).await.unwrap();
+    if !(10_000..=20_000).contains(&pttl) {
+        return Err(format!("the candidate's lease is not set: {pttl} ms"));
+    }
+    let mark: Option<String> = conn.get(keys.op("h1")).await.unwrap();
+    if mark.as_deref() != Some("r:op1") {
+        return Err(format!("the releaser's record is {mark:?}"));
+    }
+    if published(&mut own).await {
+        return Err("a handoff published a release".into());
+    }
+    Ok(())
 }
 
 /// While another client listens on the channel, the freeing release frees the lock and
 /// publishes: the clients race, and this client's waiters pass nobody over.
-fn another_listening_client_gets_a_release<'a>(
-    conn: &'a mut MultiplexedConnection,
-    keys: &'a LockKeys,
-) -> Checked<'a> {
-    Box::pin(async move {
-        let _own = listener(conn, keys).await;
-        let mut other = listener(conn, keys).await;
-        acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
-        let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
-        if reply != (HandoffReply::Released { remaining: 0 }) {
-            return Err(format!("handed on past another client: {reply:?}"));
-        }
-        let exists: bool = conn.exists(&keys.lock).await.unwrap();
-        if exists || !published(&mut other).await {
-            return Err("the lock was not freed and published".into());
-        }
-        Ok(())
-    })
+async fn another_listening_client_gets_a_release(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let _own = listener(conn, keys).await;
+    let mut other = listener(conn, keys).await;
+    acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
+    let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
+    if reply != (HandoffReply::Released { remaining: 0 }) {
+        return Err(format!("handed on past another client: {reply:?}"));
+    }
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    if exists || !published(&mut other).await {
+        return Err("the lock was not freed and published".into());
+    }
+    Ok(())
 }
 
 /// A candidate whose acquisition was cancelled first (`cancel.lua` marked it) is never
 /// granted: the lock is freed and published.
-fn a_cancelled_candidate_is_never_granted<'a>(
-    conn: &'a mut MultiplexedConnection,
-    keys: &'a LockKeys,
-) -> Checked<'a> {
-    Box::pin(async move {
-        let mut own = listener(conn, keys).await;
-        acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
-        cancel(
-            conn,
-            keys,
-            "h2",
-            "h2",
-            CancelKind::Acquire,
-            OP_TTL,
-            PubSub::Classic,
-        )
-        .await
-        .unwrap();
-        let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
-        if reply != (HandoffReply::Released { remaining: 0 }) {
-            return Err(format!("a cancelled candidate got the lock: {reply:?}"));
-        }
-        let exists: bool = conn.exists(&keys.lock).await.unwrap();
-        if exists || !published(&mut own).await {
-            return Err("the lock was not freed and published".into());
-        }
-        Ok(())
-    })
+async fn a_cancelled_candidate_is_never_granted(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    let mut own = listener(conn, keys).await;
+    acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
+    cancel(
+        conn,
+        keys,
+        "h2",
+        "h2",
+        CancelKind::Acquire,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+    .unwrap();
+    let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
+    if reply != (HandoffReply::Released { remaining: 0 }) {
+        return Err(format!("a cancelled candidate got the lock: {reply:?}"));
+    }
+    let exists: bool = conn.exists(&keys.lock).await.unwrap();
+    if exists || !published(&mut own).await {
+        return Err("the lock was not freed and published".into());
+    }
+    Ok(())
 }
 
 /// A re-sent copy of a handing-off release replays the grant while the candidate holds the
 /// lock, and `release.lua` replays it as a release; once the candidate's hold ended, the copy
 /// answers a plain release. A release with entries left hands nothing on.
-fn copies_replay_and_entries_left_hand_nothing_on<'a>(
-    conn: &'a mut MultiplexedConnection,
-    keys: &'a LockKeys,
-) -> Checked<'a> {
-    Box::pin(async move {
-        acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
-        reenter(conn, keys, "h1", "in1", OP_TTL).await.unwrap();
-        let reply = hand_off(conn, keys, "h1", "out1", "h2").await?;
-        if reply != (HandoffReply::Released { remaining: 1 }) {
-            return Err(format!("an inner release: {reply:?}"));
-        }
-        let HandoffReply::HandedOff { token, .. } = hand_off(conn, keys, "h1", "op1", "h2").await?
-        else {
-            return Err("the outer release did not hand off".into());
-        };
-        let again = hand_off(conn, keys, "h1", "op1", "h2").await?;
-        if again != (HandoffReply::HandedOff { token, room: None }) {
-            return Err(format!("a re-sent copy answered {again:?}"));
-        }
-        let plain = release(conn, keys, "h1", "op1", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap();
-        if plain != (OwnerReply::Done { remaining: 0 }) {
-            return Err(format!("release.lua replayed {plain:?}"));
-        }
-        // A late copy of the releaser's acquisition finds the mark; the candidate's replays.
-        let late = acquire_labelled(conn, keys, "h1", LEASE, OP_TTL, None, true)
-            .await
-            .unwrap();
-        if late != AcquireReply::Cancelled {
-            return Err(format!(
-                "a late copy of the releaser's acquisition: {late:?}"
-            ));
-        }
-        let replay = acquire_labelled(conn, keys, "h2", LEASE, OP_TTL, None, true)
-            .await
-            .unwrap();
-        if replay != (AcquireReply::Acquired { token, count: 1 }) {
-            return Err(format!("the candidate's own attempt: {replay:?}"));
-        }
-        release(conn, keys, "h2", "op2", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap();
-        let after = hand_off(conn, keys, "h1", "op1", "h2").await?;
-        if after != (HandoffReply::Released { remaining: 0 }) {
-            return Err(format!("a copy after the grant ended: {after:?}"));
-        }
-        if hand_off(conn, keys, "h9", "op9", "h2").await? != HandoffReply::NotHeld {
-            return Err("a non-holder's release was taken".into());
-        }
-        Ok(())
-    })
+async fn copies_replay_and_entries_left_hand_nothing_on(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+) -> Result<(), String> {
+    acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
+    reenter(conn, keys, "h1", "in1", OP_TTL).await.unwrap();
+    let reply = hand_off(conn, keys, "h1", "out1", "h2").await?;
+    if reply != (HandoffReply::Released { remaining: 1 }) {
+        return Err(format!("an inner release: {reply:?}"));
+    }
+    let HandoffReply::HandedOff { token, .. } = hand_off(conn, keys, "h1", "op1", "h2").await?
+    else {
+        return Err("the outer release did not hand off".into());
+    };
+    let again = hand_off(conn, keys, "h1", "op1", "h2").await?;
+    if again != (HandoffReply::HandedOff { token, room: None }) {
+        return Err(format!("a re-sent copy answered {again:?}"));
+    }
+    let plain = release(conn, keys, "h1", "op1", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    if plain != (OwnerReply::Done { remaining: 0 }) {
+        return Err(format!("release.lua replayed {plain:?}"));
+    }
+    // A late copy of the releaser's acquisition finds the mark; the candidate's replays.
+    let late = acquire_labelled(conn, keys, "h1", LEASE, OP_TTL, None, true)
+        .await
+        .unwrap();
+    if late != AcquireReply::Cancelled {
+        return Err(format!(
+            "a late copy of the releaser's acquisition: {late:?}"
+        ));
+    }
+    let replay = acquire_labelled(conn, keys, "h2", LEASE, OP_TTL, None, true)
+        .await
+        .unwrap();
+    if replay != (AcquireReply::Acquired { token, count: 1 }) {
+        return Err(format!("the candidate's own attempt: {replay:?}"));
+    }
+    release(conn, keys, "h2", "op2", OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    let after = hand_off(conn, keys, "h1", "op1", "h2").await?;
+    if after != (HandoffReply::Released { remaining: 0 }) {
+        return Err(format!("a copy after the grant ended: {after:?}"));
+    }
+    if hand_off(conn, keys, "h9", "op9", "h2").await? != HandoffReply::NotHeld {
+        return Err("a non-holder's release was taken".into());
+    }
+    Ok(())
 }
 
-/// The checks' result: a future borrowing the connection and the keys.
-type Checked<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
-
-const CHECKS: [(&str, Check); 4] = [
-    (
-        "grants_the_freed_lock_to_the_candidate",
-        grants_the_freed_lock_to_the_candidate,
-    ),
-    (
-        "another_listening_client_gets_a_release",
-        another_listening_client_gets_a_release,
-    ),
-    (
-        "a_cancelled_candidate_is_never_granted",
-        a_cancelled_candidate_is_never_granted,
-    ),
-    (
-        "copies_replay_and_entries_left_hand_nothing_on",
-        copies_replay_and_entries_left_hand_nothing_on,
-    ),
-];
-
-#[tokio::test]
-async fn the_handoff_keeps_its_contract() {
-    assert_checks_hold(&CHECKS, free_keys).await;
+contract_checks! {
+    holds: the_handoff_keeps_its_contract,
+    /// Each handoff control is caught by its check: a grant past another listening client,
+    /// and a grant to a cancelled candidate.
+    caught: the_handoff_checks_catch_their_controls,
+    keys: free_keys,
+    checks: {
+        grants_the_freed_lock_to_the_candidate => [],
+        another_listening_client_gets_a_release => [HandoffIgnoresOtherClients],
+        a_cancelled_candidate_is_never_granted => [HandoffIgnoresCancel],
+        copies_replay_and_entries_left_hand_nothing_on => [],
+    }
 }
 
 /// A key of another type is refused before anything is written.
 #[tokio::test]
 async fn a_wrong_type_lock_key_is_refused_and_left_alone() {
-    let (_server, mut conn, keys) = super::lock_tests::setup().await;
+    let (_server, mut conn, keys) = super::contract_tests::setup().await;
     let _: () = conn.set(&keys.lock, "x").await.unwrap();
     let err = hand_off(&mut conn, &keys, "h1", "op1", "h2")
         .await
@@ -275,21 +250,4 @@ async fn a_wrong_type_lock_key_is_refused_and_left_alone() {
     assert_eq!(value, "x");
     let written: bool = conn.exists(keys.op("h1")).await.unwrap();
     assert!(!written);
-}
-
-/// Each handoff control is caught by its check: a grant past another listening client, and a
-/// grant to a cancelled candidate.
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_handoff_checks_catch_their_controls() {
-    use super::controls::Control;
-    assert_controls_caught(
-        &[
-            Control::HandoffIgnoresOtherClients,
-            Control::HandoffIgnoresCancel,
-        ],
-        &[CHECKS[1], CHECKS[2]],
-        free_keys,
-    )
-    .await;
 }

@@ -11,7 +11,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::{sem_acquire, SemAcquireReply};
-use crate::protocol::lock_tests::{
+use crate::protocol::contract_tests::{
     assert_nothing_left, for_each_hold_expiry, hold_field_expiry, setup, LEASE, OP_TTL,
 };
 use crate::protocol::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
@@ -145,7 +145,7 @@ async fn a_semaphore_label_is_kept_in_its_holds_field_only_when_given() {
         let before = fields(&mut conn, &keys).await;
         assert_eq!(before.get("plain"), Some(&format!("1:{plain}")));
         // `~limit`, the hold and `~expiry` (field expiry) or `~used` and `~until` (the zset).
-        let kept = if crate::protocol::lock_tests::hold_field_expiry() {
+        let kept = if crate::protocol::contract_tests::hold_field_expiry() {
             3
         } else {
             4

@@ -6,98 +6,17 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use fencelock_testing::RedisServer;
-
 use super::*;
 use crate::base::error::Superseded;
 
-pub(super) const LEASE: Duration = Duration::from_secs(30);
-pub(super) const OP_TTL: Duration = Duration::from_secs(10);
-
-tokio::task_local! {
-    /// Whether the semaphores and read-write locks the hold scripts create in this scope keep
-    /// their deadlines as hash-field expiry (else in the lease zset).
-    pub(super) static HOLD_FIELD_EXPIRY_SCOPE: bool;
-}
-
-/// The way of keeping hold deadlines in scope ([`for_each_hold_expiry`]); the lease zset
-/// outside any.
-pub(super) fn hold_field_expiry() -> bool {
-    HOLD_FIELD_EXPIRY_SCOPE
-        .try_with(|way| *way)
-        .unwrap_or(false)
-}
-
-/// Runs `test` once per way of keeping hold deadlines the server under test has: the lease
-/// zset, and hash-field expiry where the server has it (else that run is skipped, and says
-/// so). Each run sees its way through [`hold_field_expiry`].
-pub(super) async fn for_each_hold_expiry(test: &str, mut run: impl AsyncFnMut()) {
-    HOLD_FIELD_EXPIRY_SCOPE.scope(false, run()).await;
-    let with_fields = format!("{test} (hash-field expiry)");
-    if fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, &with_fields) {
-        HOLD_FIELD_EXPIRY_SCOPE.scope(true, run()).await;
-    }
-}
-
-/// Asserts that a semaphore's or read-write lock's hash and lease zset are gone.
-pub(super) async fn assert_nothing_left(conn: &mut MultiplexedConnection, keys: &LockKeys) {
-    let left: usize = conn
-        .exists(&[keys.lock.clone(), keys.sem_leases()])
-        .await
-        .unwrap();
-    assert_eq!(left, 0, "nothing left behind, entries included");
-}
-
-/// A contract check of a script family: `Ok` when the scripts keep the contract on a fresh
-/// server with `keys` free, `Err` saying how they broke it. Each check is also the check of one
-/// negative control.
-pub(super) type Check = for<'a> fn(
-    &'a mut MultiplexedConnection,
-    &'a LockKeys,
-) -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>,
->;
-
-/// Runs every check, each on a server of its own with the keys `keys()` lays out; panics
-/// naming the first check the production scripts break.
-pub(super) async fn assert_checks_hold(checks: &[(&str, Check)], keys: fn() -> LockKeys) {
-    for (name, check) in checks {
-        let (_server, mut conn, _lock) = setup().await;
-        if let Err(why) = check(&mut conn, &keys()).await {
-            panic!("{name}: {why}");
-        }
-    }
-}
-
-/// Runs each control against the check next to it (as [`assert_checks_hold`]); panics naming
-/// a control its check does not catch.
+// The shared harness, also under this module's name for the files that still reach it here.
 #[cfg(fencelock_negative_controls)]
-pub(super) async fn assert_controls_caught(
-    controls: &[super::controls::Control],
-    checks: &[(&str, Check)],
-    keys: fn() -> LockKeys,
-) {
-    assert_eq!(controls.len(), checks.len(), "one check per control");
-    for (control, (name, check)) in controls.iter().zip(checks) {
-        let (_server, mut conn, _lock) = setup().await;
-        let keys = keys();
-        match super::controls::scoped(*control, check(&mut conn, &keys)).await {
-            Ok(()) => panic!("{control:?} was not caught by {name}"),
-            Err(why) => eprintln!("{control:?} caught by {name}: {why}"),
-        }
-    }
-}
-
-/// A server of its own, a connection to it, and the keys of the lock `res` on it.
-pub(super) async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
-    let server = RedisServer::start().unwrap();
-    let conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    (server, conn, LockKeys::new(b"t:", b"res"))
-}
+pub(super) use super::contract_tests::assert_controls_caught;
+use super::contract_tests::contract_checks;
+pub(super) use super::contract_tests::{
+    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, setup, Check,
+    LEASE, OP_TTL,
+};
 
 async fn count(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> Option<u64> {
     conn.hget(&keys.lock, holder).await.unwrap()
@@ -880,471 +799,8 @@ async fn foreign_data_is_refused_by_the_first_read_and_left_alone() {
 /// Fair handoff (`acquire_fair.lua`, `release_fair.lua`): the release that frees the lock
 /// reserves it for the first queued client; nobody else can take it, nobody holds it, and the
 /// claim is an ordinary fresh acquisition.
-mod fair {
-    use super::*;
-
-    const GRACE: Duration = Duration::from_secs(5);
-
-    fn waiter(client: &str) -> FairAttempt<'_> {
-        FairAttempt {
-            client,
-            enqueue: true,
-            queue_slack: Duration::from_secs(1),
-        }
-    }
-
-    fn trying(client: &str) -> FairAttempt<'_> {
-        FairAttempt {
-            enqueue: false,
-            ..waiter(client)
-        }
-    }
-
-    async fn fair_acquire(
-        conn: &mut MultiplexedConnection,
-        keys: &LockKeys,
-        holder: &str,
-        fair: FairAttempt<'_>,
-    ) -> AcquireReply {
-        acquire_fair(conn, keys, holder, LEASE, OP_TTL, fair, None, false)
-            .await
-            .unwrap()
-    }
-
-    async fn fair_release(
-        conn: &mut MultiplexedConnection,
-        keys: &LockKeys,
-        holder: &str,
-        op: &str,
-        grace: Duration,
-    ) -> OwnerReply {
-        release_fair(conn, keys, holder, op, OP_TTL, PubSub::Classic, grace, None)
-            .await
-            .unwrap()
-    }
-
-    async fn queue(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Vec<String> {
-        conn.zrange(keys.queue(), 0, -1).await.unwrap()
-    }
-
-    async fn reserved(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Vec<(String, String)> {
-        conn.hgetall(&keys.lock).await.unwrap()
-    }
-
-    fn token_of(reply: AcquireReply) -> FencingToken {
-        match reply {
-            AcquireReply::Acquired { token, count: 1 } => token,
-            other => panic!("expected a fresh acquisition, got {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_release_reserves_the_lock_for_the_first_queued_client_only() {
-        let (_server, mut conn, keys) = setup().await;
-        let first = token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
-        // Waiters queue in the order of their first failed attempt; a try_acquire never does,
-        // and a second failure of a queued client keeps its place.
-        for (holder, fair) in [
-            ("cb:1", waiter("cb")),
-            ("cc:1", waiter("cc")),
-            ("cd:1", trying("cd")),
-            ("cb:1", waiter("cb")),
-        ] {
-            let reply = fair_acquire(&mut conn, &keys, holder, fair).await;
-            assert!(
-                matches!(reply, AcquireReply::Held { pttl: Some(_) }),
-                "{reply:?}"
-            );
-        }
-        assert_eq!(queue(&mut conn, &keys).await, ["cb", "cc"]);
-        let ttl: i64 = conn.pttl(keys.queue()).await.unwrap();
-        assert!(ttl > 0, "the queue has no expiry: {ttl}");
-
-        assert_eq!(
-            fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE).await,
-            OwnerReply::Done { remaining: 0 }
-        );
-        let reservation = vec![("~reserved".to_owned(), "cb".to_owned())];
-        assert_eq!(reserved(&mut conn, &keys).await, reservation);
-        assert_eq!(queue(&mut conn, &keys).await, ["cc"]);
-        // A re-sent copy of that release replays its reply and reserves nothing again.
-        assert_eq!(
-            fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE).await,
-            OwnerReply::Done { remaining: 0 }
-        );
-        assert_eq!(queue(&mut conn, &keys).await, ["cc"]);
-
-        // Held for everyone else: fair waiters, try_acquire, and a default-mode acquire.
-        for reply in [
-            fair_acquire(&mut conn, &keys, "cc:1", waiter("cc")).await,
-            fair_acquire(&mut conn, &keys, "cd:2", trying("cd")).await,
-            acquire(&mut conn, &keys, "x:1", LEASE, OP_TTL)
-                .await
-                .unwrap(),
-        ] {
-            match reply {
-                AcquireReply::Held { pttl: Some(pttl) } => assert!(pttl <= GRACE),
-                other => panic!("a reservation was taken by another client: {other:?}"),
-            }
-        }
-        // Nobody holds it: every owner-checked script says so and changes nothing.
-        // (Holder ids are `<client id>:<n>`; none can be the "~reserved" field.)
-        for holder in ["ca:1", "cb:1"] {
-            assert_eq!(
-                release(&mut conn, &keys, holder, "r-x", OP_TTL, PubSub::Classic)
-                    .await
-                    .unwrap(),
-                OwnerReply::NotHeld
-            );
-            assert_eq!(
-                fair_release(&mut conn, &keys, holder, "r-y", GRACE).await,
-                OwnerReply::NotHeld
-            );
-            assert_eq!(
-                extend(&mut conn, &keys, holder, LEASE).await.unwrap(),
-                OwnerReply::NotHeld
-            );
-            assert_eq!(
-                reenter(&mut conn, &keys, holder, "e-x", OP_TTL)
-                    .await
-                    .unwrap(),
-                EnterReply::NotHeld
-            );
-            assert_eq!(
-                renew(&mut conn, &[(&keys, holder)], LEASE).await.unwrap(),
-                vec![false]
-            );
-            let undone = cancel(
-                &mut conn,
-                &keys,
-                holder,
-                "c-x",
-                CancelKind::Acquire,
-                OP_TTL,
-                PubSub::Classic,
-            )
-            .await
-            .unwrap();
-            assert_eq!(undone, CancelReply::NotRun);
-        }
-        assert_eq!(reserved(&mut conn, &keys).await, reservation);
-        let ttl: i64 = conn.pttl(&keys.lock).await.unwrap();
-        assert!(ttl > 0 && ttl <= GRACE.as_millis() as i64, "{ttl}");
-
-        // The reserved client claims with a fresh, higher token; a re-sent claim replays it.
-        let claim = fair_acquire(&mut conn, &keys, "cb:7", waiter("cb")).await;
-        let second = token_of(claim);
-        assert!(second > first);
-        assert_eq!(
-            fair_acquire(&mut conn, &keys, "cb:7", waiter("cb")).await,
-            claim
-        );
-        assert_eq!(count(&mut conn, &keys, "cb:7").await, Some(1));
-        let fields = reserved(&mut conn, &keys).await;
-        assert!(
-            fields.iter().all(|(f, _)| f != "~reserved"),
-            "the claim kept the reservation: {fields:?}"
-        );
-        let lease: i64 = conn.pttl(&keys.lock).await.unwrap();
-        assert!(
-            lease > GRACE.as_millis() as i64,
-            "the claim kept the grace: {lease}"
-        );
-
-        // Next in line: cc. Then the queue is empty and the last release frees the lock.
-        fair_release(&mut conn, &keys, "cb:7", "cb:8", GRACE).await;
-        let third = token_of(fair_acquire(&mut conn, &keys, "cc:2", waiter("cc")).await);
-        assert!(third > second);
-        fair_release(&mut conn, &keys, "cc:2", "cc:3", GRACE).await;
-        let left: bool = conn.exists(&keys.lock).await.unwrap();
-        assert!(!left, "a release with an empty queue left the hash");
-        let left: bool = conn.exists(keys.queue()).await.unwrap();
-        assert!(!left, "the empty queue is still there");
-    }
-
-    #[tokio::test]
-    async fn a_winner_leaves_the_queue_and_an_unclaimed_reservation_ends_with_its_grace() {
-        let (_server, mut conn, keys) = setup().await;
-        token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
-        fair_acquire(&mut conn, &keys, "cb:1", waiter("cb")).await;
-        fair_acquire(&mut conn, &keys, "cc:1", waiter("cc")).await;
-        // Reserved for cb, which never comes (crashed): after the grace anyone may take it.
-        let grace = Duration::from_millis(20);
-        fair_release(&mut conn, &keys, "ca:1", "ca:2", grace).await;
-        let mut tries = 0;
-        let won = loop {
-            tries += 1;
-            assert!(tries < 10_000, "the unclaimed reservation never ended");
-            match fair_acquire(&mut conn, &keys, "cc:1", waiter("cc")).await {
-                AcquireReply::Held { .. } => tokio::time::sleep(Duration::from_millis(5)).await,
-                won => break won,
-            }
-        };
-        token_of(won);
-        // cc won without a reservation: its own entry left with it; cb's was consumed by the
-        // reservation it never claimed.
-        assert!(queue(&mut conn, &keys).await.is_empty());
-        let left: bool = conn.exists(keys.queue()).await.unwrap();
-        assert!(!left);
-    }
-
-    #[tokio::test]
-    async fn a_release_with_more_local_waiters_queues_its_client_again_behind_the_others() {
-        let (_server, mut conn, keys) = setup().await;
-        token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
-        fair_acquire(&mut conn, &keys, "cb:1", waiter("cb")).await;
-        fair_acquire(&mut conn, &keys, "cc:1", waiter("cc")).await;
-        let requeue = Some(("ca", Duration::from_secs(10)));
-        let released = release_fair(
-            &mut conn,
-            &keys,
-            "ca:1",
-            "ca:2",
-            OP_TTL,
-            PubSub::Classic,
-            GRACE,
-            requeue,
-        )
-        .await
-        .unwrap();
-        assert_eq!(released, OwnerReply::Done { remaining: 0 });
-        assert_eq!(queue(&mut conn, &keys).await, ["cc", "ca"]);
-        // Its replay changes nothing, also not the queue.
-        let again = release_fair(
-            &mut conn,
-            &keys,
-            "ca:1",
-            "ca:2",
-            OP_TTL,
-            PubSub::Classic,
-            GRACE,
-            requeue,
-        )
-        .await
-        .unwrap();
-        assert_eq!(again, released);
-        assert_eq!(queue(&mut conn, &keys).await, ["cc", "ca"]);
-        let ttl: i64 = conn.pttl(keys.queue()).await.unwrap();
-        assert!(ttl > 0, "{ttl}");
-    }
-
-    #[tokio::test]
-    async fn a_client_that_leaves_passes_its_reservation_on_and_leaves_others_alone() {
-        let (_server, mut conn, keys) = setup().await;
-        let leaver = conn.clone();
-        let leave = |client: &'static str| {
-            let (keys, mut conn) = (keys.clone(), leaver.clone());
-            async move {
-                leave_fair(&mut conn, &keys, client, GRACE, PubSub::Classic)
-                    .await
-                    .unwrap()
-            }
-        };
-        token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
-        for client in ["cb", "cc", "cd"] {
-            fair_acquire(&mut conn, &keys, &format!("{client}:1"), waiter(client)).await;
-        }
-        // A held lock is never touched; only the entry goes.
-        assert_eq!(leave("cd").await, LeaveReply::Dequeued);
-        assert_eq!(leave("cd").await, LeaveReply::Absent);
-        assert_eq!(count(&mut conn, &keys, "ca:1").await, Some(1));
-        fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE).await;
-        // Reserved for cb; cc leaving does not touch cb's reservation.
-        assert_eq!(leave("cc").await, LeaveReply::Dequeued);
-        let reservation = vec![("~reserved".to_owned(), "cb".to_owned())];
-        assert_eq!(reserved(&mut conn, &keys).await, reservation);
-        // cb leaves: nobody is queued any more, so the lock is free at once.
-        assert_eq!(leave("cb").await, LeaveReply::PassedOn);
-        let exists: bool = conn.exists(&keys.lock).await.unwrap();
-        assert!(!exists);
-
-        // With someone queued behind, the reservation passes to them.
-        token_of(fair_acquire(&mut conn, &keys, "ca:3", waiter("ca")).await);
-        fair_acquire(&mut conn, &keys, "cb:2", waiter("cb")).await;
-        fair_acquire(&mut conn, &keys, "cc:2", waiter("cc")).await;
-        fair_release(&mut conn, &keys, "ca:3", "ca:4", GRACE).await;
-        assert_eq!(leave("cb").await, LeaveReply::PassedOn);
-        let passed = vec![("~reserved".to_owned(), "cc".to_owned())];
-        assert_eq!(reserved(&mut conn, &keys).await, passed);
-        assert!(queue(&mut conn, &keys).await.is_empty());
-        token_of(fair_acquire(&mut conn, &keys, "cc:2", waiter("cc")).await);
-
-        // Foreign data: refused, nothing changed.
-        let _: () = conn.set(keys.queue(), "foreign").await.unwrap();
-        let err = leave_fair(&mut conn, &keys, "cc", GRACE, PubSub::Classic)
-            .await
-            .unwrap_err();
-        assert!(err.is_wrong_type(), "{err}");
-        assert_eq!(count(&mut conn, &keys, "cc:2").await, Some(1));
-    }
-
-    #[tokio::test]
-    async fn a_release_that_reserves_for_its_own_client_does_not_queue_it_twice() {
-        let (_server, mut conn, keys) = setup().await;
-        token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
-        // Another waiter of the same client queues the client behind its own holder.
-        fair_acquire(&mut conn, &keys, "ca:2", waiter("ca")).await;
-        assert_eq!(queue(&mut conn, &keys).await, ["ca"]);
-        let requeue = Some(("ca", Duration::from_secs(10)));
-        let released = release_fair(
-            &mut conn,
-            &keys,
-            "ca:1",
-            "ca:3",
-            OP_TTL,
-            PubSub::Classic,
-            GRACE,
-            requeue,
-        )
-        .await
-        .unwrap();
-        assert_eq!(released, OwnerReply::Done { remaining: 0 });
-        let reservation = vec![("~reserved".to_owned(), "ca".to_owned())];
-        assert_eq!(reserved(&mut conn, &keys).await, reservation);
-        assert!(queue(&mut conn, &keys).await.is_empty());
-        // The waiter claims; its release, with nobody left, frees the lock for good: no stale
-        // entry of the client is left to be reserved for later.
-        token_of(fair_acquire(&mut conn, &keys, "ca:2", waiter("ca")).await);
-        fair_release(&mut conn, &keys, "ca:2", "ca:4", GRACE).await;
-        let exists: bool = conn.exists(&keys.lock).await.unwrap();
-        assert!(
-            !exists,
-            "the lock was reserved for a client nobody waits in"
-        );
-    }
-
-    #[tokio::test]
-    async fn force_release_frees_a_reservation_and_reports_it() {
-        let (_server, mut conn, keys) = setup().await;
-        let first = token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
-        fair_acquire(&mut conn, &keys, "cb:1", waiter("cb")).await;
-        fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE).await;
-        let reply = force_release(&mut conn, &keys, None).await.unwrap();
-        assert_eq!(
-            reply,
-            ForceReleaseReply::Evicted {
-                token: None,
-                fence: first.get(),
-                holder: b"~reserved:cb".to_vec(),
-                count: 0,
-            }
-        );
-        let second = token_of(fair_acquire(&mut conn, &keys, "cc:1", waiter("cc")).await);
-        assert!(second > first);
-    }
-
-    #[tokio::test]
-    async fn a_foreign_queue_key_is_refused_before_anything_is_written() {
-        let (_server, mut conn, keys) = setup().await;
-        let _: () = conn.set(keys.queue(), "foreign").await.unwrap();
-        // Free lock: the winner's ZREM would fail; nothing is taken.
-        let err = acquire_fair(
-            &mut conn,
-            &keys,
-            "ca:1",
-            LEASE,
-            OP_TTL,
-            waiter("ca"),
-            None,
-            false,
-        )
-        .await
-        .unwrap_err();
-        assert!(err.is_wrong_type(), "{err}");
-        for key in [keys.lock.clone(), keys.fence.clone(), keys.op("ca:1")] {
-            let exists: bool = conn.exists(&key).await.unwrap();
-            assert!(!exists, "{} written", String::from_utf8_lossy(&key));
-        }
-        // Held lock: the waiter's ZADD fails; the release that frees it refuses too.
-        let _: () = conn.del(keys.queue()).await.unwrap();
-        token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
-        let _: () = conn.set(keys.queue(), "foreign").await.unwrap();
-        let err = acquire_fair(
-            &mut conn,
-            &keys,
-            "cb:1",
-            LEASE,
-            OP_TTL,
-            waiter("cb"),
-            None,
-            false,
-        )
-        .await
-        .unwrap_err();
-        assert!(err.is_wrong_type(), "{err}");
-        let err = release_fair(
-            &mut conn,
-            &keys,
-            "ca:1",
-            "ca:2",
-            OP_TTL,
-            PubSub::Classic,
-            GRACE,
-            None,
-        )
-        .await
-        .unwrap_err();
-        assert!(err.is_wrong_type(), "{err}");
-        assert_eq!(count(&mut conn, &keys, "ca:1").await, Some(1));
-        let value: String = conn.get(keys.queue()).await.unwrap();
-        assert_eq!(value, "foreign");
-    }
-
-    /// The claim's contract: a lock reserved for a client is claimed by one of its waiters,
-    /// and from then on it is held. Another waiter of the same client (a second task, its
-    /// `try_acquire`) finds it held like everyone else, and so do a re-sent claim's neighbours:
-    /// the claim must not leave the reservation in the held hash. Called by the scripts
-    /// directly, so it judges the scripts whatever the machine's load.
-    fn a_claimed_reservation_is_held_for_the_clients_other_waiters_too<'a>(
-        conn: &'a mut MultiplexedConnection,
-        keys: &'a LockKeys,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
-        Box::pin(async move {
-            token_of(fair_acquire(conn, keys, "ca:1", waiter("ca")).await);
-            fair_acquire(conn, keys, "cb:1", waiter("cb")).await;
-            fair_release(conn, keys, "ca:1", "ca:2", GRACE).await;
-            let claimed = token_of(fair_acquire(conn, keys, "cb:1", waiter("cb")).await);
-            for (holder, attempt) in [("cb:2", waiter("cb")), ("cb:3", trying("cb"))] {
-                match fair_acquire(conn, keys, holder, attempt).await {
-                    AcquireReply::Held { .. } => {}
-                    other => {
-                        return Err(format!(
-                            "{holder} of the reserved client got {other:?} while cb:1 held the \
-                             lock it claimed with {claimed:?}"
-                        ))
-                    }
-                }
-            }
-            if count(conn, keys, "cb:1").await != Some(1) {
-                return Err("the claim's holder lost the lock to its own client".into());
-            }
-            Ok(())
-        })
-    }
-
-    const CHECKS: [(&str, Check); 1] = [(
-        "a_claimed_reservation_is_held_for_the_clients_other_waiters_too",
-        a_claimed_reservation_is_held_for_the_clients_other_waiters_too,
-    )];
-
-    fn free_keys() -> LockKeys {
-        LockKeys::new(b"t:", b"res")
-    }
-
-    #[tokio::test]
-    async fn the_fair_handoff_contract_checks_hold() {
-        assert_checks_hold(&CHECKS, free_keys).await;
-    }
-
-    /// The fair-handoff control breaks the contract check above, on a fresh server, whatever
-    /// the timing: the scripts are called directly.
-    #[cfg(fencelock_negative_controls)]
-    #[tokio::test]
-    async fn the_fair_handoff_negative_control_is_caught() {
-        use crate::protocol::controls::Control;
-        assert_controls_caught(&[Control::ClaimKeepsReservation], &CHECKS, free_keys).await;
-    }
-}
+#[path = "fair_tests.rs"]
+mod fair;
 
 /// Re-entry hands back the holder's own token, whatever its digits: the scripts' Lua numbers
 /// are doubles, printed with 14 significant digits, and a token is a 16-digit count of
@@ -1357,57 +813,48 @@ mod reentry {
     /// `tostring(token + 1)` rounds back to it.
     const ROUND_TOKEN: u64 = 1_796_447_178_797_000;
 
-    fn reentry_returns_the_holders_own_token<'a>(
-        conn: &'a mut MultiplexedConnection,
-        keys: &'a LockKeys,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
-        Box::pin(async move {
-            acquired(conn, keys, "h", LEASE).await;
-            // The token the lock holds, set to one whose successor prints as itself.
-            let _: () = conn
-                .hset(&keys.lock, "~token", ROUND_TOKEN)
-                .await
-                .map_err(|e| e.to_string())?;
-            let token = FencingToken::new(ROUND_TOKEN).expect("a token above zero");
-            let entered = reenter(conn, keys, "h", "enter", OP_TTL)
-                .await
-                .map_err(|e| e.to_string())?;
-            if entered != (EnterReply::Entered { token, count: 2 }) {
-                return Err(format!(
-                    "re-entry of a lock with token {token} gave {entered:?}"
-                ));
-            }
-            let stored: u64 = conn
-                .hget(&keys.lock, "~token")
-                .await
-                .map_err(|e| e.to_string())?;
-            if stored != ROUND_TOKEN {
-                return Err(format!("re-entry moved the lock's token to {stored}"));
-            }
-            Ok(())
-        })
+    async fn reentry_returns_the_holders_own_token(
+        conn: &mut MultiplexedConnection,
+        keys: &LockKeys,
+    ) -> Result<(), String> {
+        acquired(conn, keys, "h", LEASE).await;
+        // The token the lock holds, set to one whose successor prints as itself.
+        let _: () = conn
+            .hset(&keys.lock, "~token", ROUND_TOKEN)
+            .await
+            .map_err(|e| e.to_string())?;
+        let token = FencingToken::new(ROUND_TOKEN).expect("a token above zero");
+        let entered = reenter(conn, keys, "h", "enter", OP_TTL)
+            .await
+            .map_err(|e| e.to_string())?;
+        if entered != (EnterReply::Entered { token, count: 2 }) {
+            return Err(format!(
+                "re-entry of a lock with token {token} gave {entered:?}"
+            ));
+        }
+        let stored: u64 = conn
+            .hget(&keys.lock, "~token")
+            .await
+            .map_err(|e| e.to_string())?;
+        if stored != ROUND_TOKEN {
+            return Err(format!("re-entry moved the lock's token to {stored}"));
+        }
+        Ok(())
     }
-
-    const CHECKS: [(&str, Check); 1] = [(
-        "reentry_returns_the_holders_own_token",
-        reentry_returns_the_holders_own_token,
-    )];
 
     fn free_keys() -> LockKeys {
         LockKeys::new(b"t:", b"res")
     }
 
-    #[tokio::test]
-    async fn the_reentry_contract_check_holds() {
-        assert_checks_hold(&CHECKS, free_keys).await;
-    }
-
-    /// The control that bumps the token on re-entry is caught on every token, the ones ending
-    /// in 00 included, which the client-side check of `tests/lock/basics.rs` met only by the clock.
-    #[cfg(fencelock_negative_controls)]
-    #[tokio::test]
-    async fn the_reentry_control_is_caught() {
-        use crate::protocol::controls::Control;
-        assert_controls_caught(&[Control::ReentryBumpsToken], &CHECKS, free_keys).await;
+    contract_checks! {
+        holds: the_reentry_contract_check_holds,
+        /// The control that bumps the token on re-entry is caught on every token, the ones
+        /// ending in 00 included, which the client-side check of `tests/lock/basics.rs` met
+        /// only by the clock.
+        caught: the_reentry_control_is_caught,
+        keys: free_keys,
+        checks: {
+            reentry_returns_the_holders_own_token => [ReentryBumpsToken],
+        }
     }
 }

@@ -170,6 +170,9 @@ fn unexpected(script: &str, reply: &[i64]) -> Error {
 }
 
 #[cfg(test)]
+mod contract_tests;
+
+#[cfg(test)]
 mod lock_tests;
 
 #[cfg(test)]

@@ -4,9 +4,7 @@
 
 use redis::aio::MultiplexedConnection;
 
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{assert_checks_hold, Check, OP_TTL};
+use super::contract_tests::{contract_checks, OP_TTL};
 use super::*;
 use crate::base::error::Superseded;
 
@@ -133,42 +131,25 @@ async fn a_claim_is_refused_below_a_shared_read(
     }
 }
 
-/// The contract checks above, by name; the first two are also the checks of the shared
-/// read's negative controls.
-const CHECKS: [(&str, Check); 4] = [
-    ("readers_never_refuse_each_other", |c, k| {
-        Box::pin(readers_never_refuse_each_other(c, k))
-    }),
-    ("a_shared_read_fences_older_writers", |c, k| {
-        Box::pin(a_shared_read_fences_older_writers(c, k))
-    }),
-    ("a_newer_write_or_claim_refuses_older_readers", |c, k| {
-        Box::pin(a_newer_write_or_claim_refuses_older_readers(c, k))
-    }),
-    ("a_claim_is_refused_below_a_shared_read", |c, k| {
-        Box::pin(a_claim_is_refused_below_a_shared_read(c, k))
-    }),
-];
-
-#[tokio::test]
-async fn the_fenced_read_contract_checks_hold() {
-    assert_checks_hold(&CHECKS, || LockKeys::new(b"t:", b"unused")).await;
-}
-
-/// Each shared-read control breaks exactly the contract check next to it (which holds on
-/// the production scripts: [`the_fenced_read_contract_checks_hold`]), each on a fresh server.
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_shared_read_negative_controls_are_caught() {
-    use super::controls::Control;
-    let controls = [Control::SharedReadClaims, Control::SharedReadDoesNotFence];
-    assert_controls_caught(&controls, &CHECKS[..2], || LockKeys::new(b"t:", b"unused")).await;
+contract_checks! {
+    holds: the_fenced_read_contract_checks_hold,
+    /// Each shared-read control breaks exactly the contract check that names it (which holds
+    /// on the production scripts: [`the_fenced_read_contract_checks_hold`]), each on a fresh
+    /// server.
+    caught: the_shared_read_negative_controls_are_caught,
+    keys: || LockKeys::new(b"t:", b"unused"),
+    checks: {
+        readers_never_refuse_each_other => [SharedReadClaims],
+        a_shared_read_fences_older_writers => [SharedReadDoesNotFence],
+        a_newer_write_or_claim_refuses_older_readers => [],
+        a_claim_is_refused_below_a_shared_read => [],
+    }
 }
 
 /// A mode the script does not know is refused as a protocol error, and reads nothing.
 #[tokio::test]
 async fn an_unknown_read_mode_is_refused() {
-    let (_server, mut conn, _) = super::lock_tests::setup().await;
+    let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = resource();
     let err = scripts()
         .fenced_read

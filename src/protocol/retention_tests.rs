@@ -6,9 +6,7 @@
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{assert_checks_hold, Check, OP_TTL};
+use super::contract_tests::{contract_checks, OP_TTL};
 use super::*;
 use crate::base::error::Superseded;
 
@@ -76,7 +74,7 @@ async fn marks_expire(conn: &mut MultiplexedConnection) {
 
 #[tokio::test]
 async fn every_accepted_call_keeps_data_and_marks_for_the_retention_together() {
-    let (_server, mut conn, _) = super::lock_tests::setup().await;
+    let (_server, mut conn, _) = super::contract_tests::setup().await;
     let token = issued(&mut conn, Duration::from_secs(1)).await;
     assert_eq!(
         write(&mut conn, token, "w1", RETENTION).await,
@@ -161,30 +159,20 @@ async fn a_token_older_than_the_retention_is_refused_once_the_marks_expired(
     }
 }
 
-const CHECKS: [(&str, Check); 1] = [(
-    "a_token_older_than_the_retention_is_refused_once_the_marks_expired",
-    |c, k| Box::pin(a_token_older_than_the_retention_is_refused_once_the_marks_expired(c, k)),
-)];
-
-#[tokio::test]
-async fn the_retention_contract_check_holds() {
-    assert_checks_hold(&CHECKS, || LockKeys::new(b"t:", b"unused")).await;
-}
-
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_retention_negative_control_is_caught() {
-    use super::controls::Control;
-    assert_controls_caught(&[Control::RetentionForgetsExpiry], &CHECKS, || {
-        LockKeys::new(b"t:", b"unused")
-    })
-    .await;
+contract_checks! {
+    holds: the_retention_contract_check_holds,
+    caught: the_retention_negative_control_is_caught,
+    keys: || LockKeys::new(b"t:", b"unused"),
+    checks: {
+        a_token_older_than_the_retention_is_refused_once_the_marks_expired =>
+            [RetentionForgetsExpiry],
+    }
 }
 
 /// A retention that is not a whole number of milliseconds is refused, and nothing written.
 #[tokio::test]
 async fn a_bad_retention_argument_is_refused() {
-    let (_server, mut conn, _) = super::lock_tests::setup().await;
+    let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = resource();
     let err = scripts()
         .fenced_write

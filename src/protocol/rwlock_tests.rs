@@ -9,11 +9,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{
-    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
-    OP_TTL,
+use super::contract_tests::{
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, LEASE, OP_TTL,
 };
 use super::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use super::*;
@@ -211,44 +208,20 @@ async fn crashed_holds_and_marks_end_by_themselves(
     .map(|_| ())
 }
 
-/// The contract checks above, by name; each is also the check of one negative control.
-const CHECKS: [(&str, Check); 4] = [
-    ("a_waiting_writer_stops_new_readers", |c, k| {
-        Box::pin(a_waiting_writer_stops_new_readers(c, k))
-    }),
-    ("readers_share_and_writers_exclude", |c, k| {
-        Box::pin(readers_share_and_writers_exclude(c, k))
-    }),
-    (
-        "a_downgrade_lets_readers_in_and_keeps_writers_out",
-        |c, k| Box::pin(a_downgrade_lets_readers_in_and_keeps_writers_out(c, k)),
-    ),
-    ("crashed_holds_and_marks_end_by_themselves", |c, k| {
-        Box::pin(crashed_holds_and_marks_end_by_themselves(c, k))
-    }),
-];
-
-#[tokio::test]
-async fn the_rwlock_contract_checks_hold() {
-    for_each_hold_expiry("the_rwlock_contract_checks_hold", async || {
-        assert_checks_hold(&CHECKS, rw_keys).await;
-    })
-    .await;
-}
-
-/// Each read-write lock control breaks the contract check next to it (the last check has no
-/// control of its own: `SemKeepsExpiredHolds` breaks the shared purge, caught by the
-/// semaphore's checks).
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_rwlock_scripts_negative_controls_are_caught() {
-    use super::controls::Control;
-    let controls = [
-        Control::RwReadersIgnoreWaitingWriter,
-        Control::RwWriterIgnoresReaders,
-        Control::RwDowngradeKeepsWriting,
-    ];
-    assert_controls_caught(&controls, &CHECKS[..3], rw_keys).await;
+contract_checks! {
+    holds: the_rwlock_contract_checks_hold,
+    /// Each read-write lock control breaks the contract check that names it (the last check
+    /// has no control of its own: `SemKeepsExpiredHolds` breaks the shared purge, caught by
+    /// the semaphore's checks).
+    caught: the_rwlock_scripts_negative_controls_are_caught,
+    keys: rw_keys,
+    run: per_hold_expiry,
+    checks: {
+        a_waiting_writer_stops_new_readers => [RwReadersIgnoreWaitingWriter],
+        readers_share_and_writers_exclude => [RwWriterIgnoresReaders],
+        a_downgrade_lets_readers_in_and_keeps_writers_out => [RwDowngradeKeepsWriting],
+        crashed_holds_and_marks_end_by_themselves => [],
+    }
 }
 
 /// A re-sent acquisition replays its hold; a release leaves nothing behind, waiting marks
@@ -256,7 +229,7 @@ async fn the_rwlock_scripts_negative_controls_are_caught() {
 #[tokio::test]
 async fn replays_apply_once_and_nothing_stays_behind() {
     for_each_hold_expiry("replays_apply_once_and_nothing_stays_behind", async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         let first = token_of("write", write(&mut conn, &keys, "w", true).await).unwrap();
         let again = token_of("re-sent write", write(&mut conn, &keys, "w", true).await).unwrap();
@@ -319,7 +292,7 @@ async fn replays_apply_once_and_nothing_stays_behind() {
 #[tokio::test]
 async fn a_hold_entered_again_is_left_entry_by_entry() {
     for_each_hold_expiry("a_hold_entered_again_is_left_entry_by_entry", async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         let ps = PubSub::Classic;
         let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
@@ -416,7 +389,7 @@ async fn deadlines(
 async fn a_downgrade_and_a_reentry_keep_the_holds_deadline() {
     let test = "a_downgrade_and_a_reentry_keep_the_holds_deadline";
     for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
         let (before, _) = deadlines(&mut conn, &keys, "w", &[]).await;
@@ -459,7 +432,7 @@ async fn a_downgrade_and_a_reentry_keep_the_holds_deadline() {
 async fn a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_none() {
     let test = "a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_none";
     for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
         busy(
@@ -492,7 +465,7 @@ async fn a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_no
 #[tokio::test]
 async fn undoing_a_reentry_keeps_the_first_entry() {
     for_each_hold_expiry("undoing_a_reentry_keeps_the_first_entry", async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         let ps = PubSub::Classic;
         let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
@@ -522,7 +495,7 @@ async fn undoing_a_reentry_keeps_the_first_entry() {
 #[tokio::test]
 async fn a_renewal_keeps_a_reentered_holds_entries() {
     for_each_hold_expiry("a_renewal_keeps_a_reentered_holds_entries", async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         let ps = PubSub::Classic;
         token_of(
@@ -558,7 +531,7 @@ async fn a_renewal_keeps_a_reentered_holds_entries() {
 #[tokio::test]
 async fn an_expired_hold_leaves_nothing_of_its_own() {
     for_each_hold_expiry("an_expired_hold_leaves_nothing_of_its_own", async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         token_of(
             "a short read",
@@ -616,7 +589,7 @@ async fn a_dead_writers_mark_ends_while_another_writers_lives() {
     for_each_hold_expiry(
         "a_dead_writers_mark_ends_while_another_writers_lives",
         async || {
-            let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
             let keys = rw_keys();
             token_of(
                 "a short read",
@@ -657,7 +630,7 @@ async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends() {
     let test = "readers_are_told_when_a_writer_gives_up_or_a_lease_ends";
     for_each_hold_expiry(test, async || {
         use super::semaphore_tests::{next_message, subscriber};
-        let (server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         let channel = keys.lock.clone();
         token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
@@ -709,7 +682,7 @@ async fn only_the_release_that_leaves_no_hold_wakes_waiters() {
     let test = "only_the_release_that_leaves_no_hold_wakes_waiters";
     for_each_hold_expiry(test, async || {
         use futures_util::StreamExt;
-        let (server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         let writers = keys.rw_writers().unwrap();
         token_of("the first reader", read(&mut conn, &keys, "a").await).unwrap();

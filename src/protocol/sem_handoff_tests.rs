@@ -11,13 +11,10 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::handoff_tests::{listener, published};
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{
-    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
-    OP_TTL,
+use super::contract_tests::{
+    assert_nothing_left, contract_checks, hold_field_expiry, LEASE, OP_TTL,
 };
+use super::handoff_tests::{listener, published};
 use super::semaphore_tests::{take_sent, token_of};
 use super::*;
 
@@ -266,37 +263,26 @@ async fn copies_replay_and_entries_left_hand_nothing_on(
     Ok(())
 }
 
-const CHECKS: [(&str, Check); 5] = [
-    ("grants_the_permits_to_the_candidate", |c, k| {
-        Box::pin(grants_the_permits_to_the_candidate(c, k))
-    }),
-    ("another_listening_client_gets_a_release", |c, k| {
-        Box::pin(another_listening_client_gets_a_release(c, k))
-    }),
-    ("a_cancelled_candidate_is_never_granted", |c, k| {
-        Box::pin(a_cancelled_candidate_is_never_granted(c, k))
-    }),
-    (
-        "a_candidate_that_does_not_fit_or_holds_is_not_granted",
-        |c, k| Box::pin(a_candidate_that_does_not_fit_or_holds_is_not_granted(c, k)),
-    ),
-    ("copies_replay_and_entries_left_hand_nothing_on", |c, k| {
-        Box::pin(copies_replay_and_entries_left_hand_nothing_on(c, k))
-    }),
-];
-
-#[tokio::test]
-async fn the_semaphore_handoff_keeps_its_contract() {
-    for_each_hold_expiry("the_semaphore_handoff_keeps_its_contract", async || {
-        assert_checks_hold(&CHECKS, sem_keys).await;
-    })
-    .await;
+contract_checks! {
+    holds: the_semaphore_handoff_keeps_its_contract,
+    /// Each control is caught by its check: a grant past another listening client, to a
+    /// cancelled candidate, and beyond the limit (or twice to a holding candidate).
+    caught: the_semaphore_handoff_checks_catch_their_controls,
+    keys: sem_keys,
+    run: per_hold_expiry,
+    checks: {
+        grants_the_permits_to_the_candidate => [],
+        another_listening_client_gets_a_release => [SemHandoffIgnoresOtherClients],
+        a_cancelled_candidate_is_never_granted => [SemHandoffIgnoresCancel],
+        a_candidate_that_does_not_fit_or_holds_is_not_granted => [SemHandoffIgnoresRoom],
+        copies_replay_and_entries_left_hand_nothing_on => [],
+    }
 }
 
 /// A key of another type is refused before anything is written.
 #[tokio::test]
 async fn a_wrong_type_semaphore_key_is_refused_and_left_alone() {
-    let (_server, mut conn, _) = super::lock_tests::setup().await;
+    let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = sem_keys();
     let _: () = conn.set(&keys.lock, "x").await.unwrap();
     let err = hand_off(&mut conn, &keys, "h1", "op1", "h2", 1)
@@ -307,22 +293,4 @@ async fn a_wrong_type_semaphore_key_is_refused_and_left_alone() {
     assert_eq!(value, "x");
     let written: bool = conn.exists(keys.op("h1")).await.unwrap();
     assert!(!written);
-}
-
-/// Each control is caught by its check: a grant past another listening client, to a cancelled
-/// candidate, and beyond the limit (or twice to a holding candidate).
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_semaphore_handoff_checks_catch_their_controls() {
-    use super::controls::Control;
-    assert_controls_caught(
-        &[
-            Control::SemHandoffIgnoresOtherClients,
-            Control::SemHandoffIgnoresCancel,
-            Control::SemHandoffIgnoresRoom,
-        ],
-        &[CHECKS[1], CHECKS[2], CHECKS[3]],
-        sem_keys,
-    )
-    .await;
 }

@@ -10,7 +10,7 @@ use super::*;
 /// deadline, as `~until` says; nothing left after the release.
 #[tokio::test]
 async fn a_hold_is_laid_out_as_documented_and_leaves_nothing_behind() {
-    let (_server, mut conn, _lock) = crate::protocol::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
     let keys = sem_keys();
     let token = token_of(take(&mut conn, &keys, "h", 2, LEASE).await).unwrap();
     let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
@@ -64,9 +64,9 @@ async fn a_hold_with_field_expiry_is_laid_out_as_documented_and_leaves_nothing_b
     if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
         return;
     }
-    let (_server, mut conn, _lock) = crate::protocol::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
     let keys = sem_keys();
-    let (token, short) = crate::protocol::lock_tests::HOLD_FIELD_EXPIRY_SCOPE
+    let (token, short) = crate::protocol::contract_tests::HOLD_FIELD_EXPIRY_SCOPE
         .scope(true, async {
             let token = token_of(take(&mut conn, &keys, "h", 2, LEASE).await).unwrap();
             let short = token_of(take(&mut conn, &keys, "s", 1, SHORT).await).unwrap();
@@ -131,7 +131,7 @@ async fn the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashe
     if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
         return;
     }
-    let (_server, mut conn, _lock) = crate::protocol::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
     // One active expiry cycle a second: a field expired a few ms ago is usually still there.
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -148,7 +148,7 @@ async fn the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashe
             format!("alive{round}"),
             format!("r{round}"),
         );
-        crate::protocol::lock_tests::HOLD_FIELD_EXPIRY_SCOPE
+        crate::protocol::contract_tests::HOLD_FIELD_EXPIRY_SCOPE
             .scope(true, async {
                 token_of(take(&mut conn, &keys, &crashed, 1, SHORT).await).unwrap();
                 token_of(take(&mut conn, &keys, &alive, 1, LEASE).await).unwrap();
@@ -179,9 +179,9 @@ async fn a_semaphore_keeps_the_way_it_was_created_with() {
     if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
         return;
     }
-    let (_server, mut conn, _lock) = crate::protocol::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
     let keys = sem_keys();
-    let scope = &crate::protocol::lock_tests::HOLD_FIELD_EXPIRY_SCOPE;
+    let scope = &crate::protocol::contract_tests::HOLD_FIELD_EXPIRY_SCOPE;
     for created_with_fields in [false, true] {
         let first = scope
             .scope(
@@ -235,7 +235,7 @@ async fn a_semaphore_keeps_the_way_it_was_created_with() {
 /// probe decides, and the hold keeps a deadline.
 #[tokio::test]
 async fn a_field_expiry_request_gets_the_lease_zset_where_the_server_cannot_keep_it() {
-    let (server, mut admin, _lock) = crate::protocol::lock_tests::setup().await;
+    let (server, mut admin, _lock) = crate::protocol::contract_tests::setup().await;
     let binary = fencelock_testing::ServerBinary::current().unwrap();
     let mut rule = vec!["SETUSER", "nofields", "on", ">pw", "~*", "&*", "+@all"];
     if binary
@@ -300,7 +300,7 @@ async fn a_hold_whose_field_was_removed_is_not_renewed() {
     for_each_hold_expiry(
         "a_hold_whose_field_was_removed_is_not_renewed",
         async || {
-            let (_server, mut conn, _lock) = crate::protocol::lock_tests::setup().await;
+            let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
             let keys = sem_keys();
             token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
             token_of(take(&mut conn, &keys, "b", 1, LEASE).await).unwrap();
@@ -326,12 +326,12 @@ async fn the_keys_outlive_every_hold_and_go_with_the_last() {
         "the_keys_outlive_every_hold_and_go_with_the_last",
         async || {
             use crate::protocol::semaphore::sem_limit;
-            let (_server, mut conn, _lock) = crate::protocol::lock_tests::setup().await;
+            let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
             let keys = sem_keys();
             token_of(take(&mut conn, &keys, "long", 1, LEASE).await).unwrap();
             token_of(take(&mut conn, &keys, "short", 1, SHORT).await).unwrap();
             let mut keys_now = vec![keys.lock.clone()];
-            if !crate::protocol::lock_tests::hold_field_expiry() {
+            if !crate::protocol::contract_tests::hold_field_expiry() {
                 keys_now.push(keys.sem_leases());
             }
             for key in &keys_now {
@@ -364,7 +364,7 @@ async fn the_keys_outlive_every_hold_and_go_with_the_last() {
 /// (and both keys' expiry) alone, and a longer hold moves it again.
 #[tokio::test]
 async fn the_keys_expiry_moves_once_per_lease() {
-    let (_server, mut conn, _lock) = crate::protocol::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
     let keys = sem_keys();
     let until = async |conn: &mut MultiplexedConnection| -> i64 {
         let text: String = conn.hget(&keys.lock, "~until").await.unwrap();

@@ -8,11 +8,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{
-    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
-    OP_TTL,
+use super::contract_tests::{
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, LEASE, OP_TTL,
 };
 use super::semaphore::{sem_acquire, SemAcquireReply};
 use super::*;
@@ -308,49 +305,22 @@ fn free_keys() -> LockKeys {
     sem_keys()
 }
 
-/// The contract checks above, by name; each is also the check of one negative control.
-const CHECKS: [(&str, Check); 5] = [
-    ("never_more_than_the_limit", |c, k| {
-        Box::pin(never_more_than_the_limit(c, k))
-    }),
-    ("an_expired_hold_gives_its_permits_back", |c, k| {
-        Box::pin(an_expired_hold_gives_its_permits_back(c, k))
-    }),
-    ("resent_requests_apply_once", |c, k| {
-        Box::pin(resent_requests_apply_once(c, k))
-    }),
-    ("renewal_is_owner_checked_and_never_revives", |c, k| {
-        Box::pin(renewal_is_owner_checked_and_never_revives(c, k))
-    }),
-    ("the_queue_head_is_protected", |c, k| {
-        Box::pin(the_queue_head_is_protected(c, k))
-    }),
-];
-
-#[tokio::test]
-async fn the_semaphore_contract_checks_hold() {
-    for_each_hold_expiry("the_semaphore_contract_checks_hold", async || {
-        assert_checks_hold(&CHECKS, free_keys).await;
-    })
-    .await;
-}
-
-/// Each semaphore control breaks exactly the contract check next to it (which holds on the
-/// production scripts: [`the_semaphore_contract_checks_hold`]), each on a fresh server. On the
-/// lease-zset path: with hash-field expiry the server itself drops expired holds, which
-/// `SemKeepsExpiredHolds` and `SemRenewRevivesExpired` break only on the zset.
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_semaphore_scripts_negative_controls_are_caught() {
-    use super::controls::Control;
-    let controls = [
-        Control::SemAcquireIgnoresLimit,
-        Control::SemKeepsExpiredHolds,
-        Control::SemResendNotRecognised,
-        Control::SemRenewRevivesExpired,
-        Control::SemIgnoresQueueHead,
-    ];
-    assert_controls_caught(&controls, &CHECKS, free_keys).await;
+contract_checks! {
+    holds: the_semaphore_contract_checks_hold,
+    /// Each semaphore control breaks exactly the contract check that names it (which holds on
+    /// the production scripts: [`the_semaphore_contract_checks_hold`]), each on a fresh
+    /// server. On the lease-zset path: with hash-field expiry the server itself drops expired
+    /// holds, which `SemKeepsExpiredHolds` and `SemRenewRevivesExpired` break only on the zset.
+    caught: the_semaphore_scripts_negative_controls_are_caught,
+    keys: free_keys,
+    run: per_hold_expiry,
+    checks: {
+        never_more_than_the_limit => [SemAcquireIgnoresLimit],
+        an_expired_hold_gives_its_permits_back => [SemKeepsExpiredHolds],
+        resent_requests_apply_once => [SemResendNotRecognised],
+        renewal_is_owner_checked_and_never_revives => [SemRenewRevivesExpired],
+        the_queue_head_is_protected => [SemIgnoresQueueHead],
+    }
 }
 
 /// A recorded limit wins over the caller's; a request above it is refused, not queued.
@@ -359,7 +329,7 @@ async fn the_recorded_limit_wins_and_a_request_above_it_is_refused() {
     for_each_hold_expiry(
         "the_recorded_limit_wins_and_a_request_above_it_is_refused",
         async || {
-            let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
             let keys = sem_keys();
             token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
             let _: () = conn.hset(&keys.lock, "~limit", 2).await.unwrap();
@@ -401,7 +371,7 @@ async fn the_recorded_limit_wins_and_a_request_above_it_is_refused() {
 #[tokio::test]
 async fn a_cancel_undoes_a_hold_or_forestalls_it() {
     for_each_hold_expiry("a_cancel_undoes_a_hold_or_forestalls_it", async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = sem_keys();
         let ps = PubSub::Classic;
         token_of(take(&mut conn, &keys, "ran", 2, LEASE).await).unwrap();
@@ -458,7 +428,7 @@ async fn foreign_data_is_refused_and_nothing_is_written() {
     for_each_hold_expiry(
         "foreign_data_is_refused_and_nothing_is_written",
         async || {
-            let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
             let keys = sem_keys();
             for key in [keys.lock.clone(), keys.sem_leases()] {
                 let _: () = conn.set(&key, "foreign").await.unwrap();
@@ -507,7 +477,7 @@ async fn an_operator_changes_the_limit_of_a_semaphore_in_use() {
         "an_operator_changes_the_limit_of_a_semaphore_in_use",
         async || {
             use super::semaphore::sem_limit;
-            let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
             let keys = sem_keys();
             assert_eq!(
                 sem_limit(&mut conn, &keys, 5, PubSub::Classic)
@@ -561,7 +531,7 @@ async fn an_operator_changes_the_limit_of_a_semaphore_in_use() {
 #[tokio::test]
 async fn a_busy_reply_waits_until_the_earliest_deadline() {
     for_each_hold_expiry("a_busy_reply_waits_until_the_earliest_deadline", async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = sem_keys();
         token_of(take(&mut conn, &keys, "long", 2, LEASE).await).unwrap();
         token_of(take(&mut conn, &keys, "short", 1, SHORT).await).unwrap();
@@ -606,7 +576,7 @@ async fn a_hold_whose_lease_passed_is_gone_for_every_script() {
         "a_hold_whose_lease_passed_is_gone_for_every_script",
         async || {
             use super::semaphore::sem_limit;
-            let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
             let keys = sem_keys();
             // a's acquisition was re-sent: the copy below is its first send, arriving late.
             token_of(take_sent(&mut conn, &keys, "a", 1, SHORT, true).await).unwrap();
@@ -649,7 +619,7 @@ async fn tokens_follow_a_fence_counter_ahead_of_the_clock() {
     for_each_hold_expiry(
         "tokens_follow_a_fence_counter_ahead_of_the_clock",
         async || {
-            let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
             let keys = sem_keys();
             let ahead: u64 = 4_000_000_000_000_000;
             let _: () = conn.set(&keys.fence, ahead).await.unwrap();
@@ -669,7 +639,7 @@ async fn a_waiter_keeps_its_place_in_the_queue_across_attempts() {
     for_each_hold_expiry(
         "a_waiter_keeps_its_place_in_the_queue_across_attempts",
         async || {
-            let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
             let keys = sem_keys();
             let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, wait| {
                 take_fair(conn, &keys, holder, permits, wait, LEASE).await
@@ -702,7 +672,7 @@ async fn a_waiter_keeps_its_place_in_the_queue_across_attempts() {
 async fn a_dead_waiters_entry_ends_while_a_later_waiters_lives() {
     let test = "a_dead_waiters_entry_ends_while_a_later_waiters_lives";
     for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = sem_keys();
         let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, lease| {
             take_fair(conn, &keys, holder, permits, true, lease).await

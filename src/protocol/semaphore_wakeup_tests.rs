@@ -12,7 +12,7 @@ async fn a_release_that_leaves_other_holds_wakes_waiters() {
     for_each_hold_expiry(
         "a_release_that_leaves_other_holds_wakes_waiters",
         async || {
-            let (server, mut conn, _lock) = super::lock_tests::setup().await;
+            let (server, mut conn, _lock) = super::contract_tests::setup().await;
             let keys = sem_keys();
             let channel = keys.lock.clone();
             token_of(take(&mut conn, &keys, "a", 2, LEASE).await).unwrap();
@@ -48,7 +48,7 @@ async fn waiters_are_told_when_permits_may_have_come_back() {
         "waiters_are_told_when_permits_may_have_come_back",
         async || {
             use super::semaphore::sem_limit;
-            let (server, mut conn, _lock) = super::lock_tests::setup().await;
+            let (server, mut conn, _lock) = super::contract_tests::setup().await;
             let keys = sem_keys();
             let channel = keys.lock.clone();
             if !hold_field_expiry() {

@@ -1,0 +1,155 @@
+//! What every script family's contract tests share: a server of their own, the operation
+//! timings, the two ways of keeping hold deadlines, and the contract checks with the negative
+//! controls each one catches ([`contract_checks!`]).
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use fencelock_testing::RedisServer;
+
+use super::LockKeys;
+
+pub(super) const LEASE: Duration = Duration::from_secs(30);
+pub(super) const OP_TTL: Duration = Duration::from_secs(10);
+
+tokio::task_local! {
+    /// Whether the semaphores and read-write locks the hold scripts create in this scope keep
+    /// their deadlines as hash-field expiry (else in the lease zset).
+    pub(super) static HOLD_FIELD_EXPIRY_SCOPE: bool;
+}
+
+/// The way of keeping hold deadlines in scope ([`for_each_hold_expiry`]); the lease zset
+/// outside any.
+pub(super) fn hold_field_expiry() -> bool {
+    HOLD_FIELD_EXPIRY_SCOPE
+        .try_with(|way| *way)
+        .unwrap_or(false)
+}
+
+/// Runs `test` once per way of keeping hold deadlines the server under test has: the lease
+/// zset, and hash-field expiry where the server has it (else that run is skipped, and says
+/// so). Each run sees its way through [`hold_field_expiry`].
+pub(super) async fn for_each_hold_expiry(test: &str, mut run: impl AsyncFnMut()) {
+    HOLD_FIELD_EXPIRY_SCOPE.scope(false, run()).await;
+    let with_fields = format!("{test} (hash-field expiry)");
+    if fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, &with_fields) {
+        HOLD_FIELD_EXPIRY_SCOPE.scope(true, run()).await;
+    }
+}
+
+/// Asserts that a semaphore's or read-write lock's hash and lease zset are gone.
+pub(super) async fn assert_nothing_left(conn: &mut MultiplexedConnection, keys: &LockKeys) {
+    let left: usize = conn
+        .exists(&[keys.lock.clone(), keys.sem_leases()])
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "nothing left behind, entries included");
+}
+
+/// A server of its own, a connection to it, and the keys of the lock `res` on it.
+pub(super) async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
+    let server = RedisServer::start().unwrap();
+    let conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    (server, conn, LockKeys::new(b"t:", b"res"))
+}
+
+/// A contract check of a script family: `Ok` when the scripts keep the contract on a fresh
+/// server with `keys` free, `Err` saying how they broke it.
+pub(super) type Check = for<'a> fn(
+    &'a mut MultiplexedConnection,
+    &'a LockKeys,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>,
+>;
+
+/// Runs every check, each on a server of its own with the keys `keys()` lays out; panics
+/// naming the first check the production scripts break.
+pub(super) async fn assert_checks_hold(checks: &[(&str, Check)], keys: fn() -> LockKeys) {
+    for (name, check) in checks {
+        let (_server, mut conn, _lock) = setup().await;
+        if let Err(why) = check(&mut conn, &keys()).await {
+            panic!("{name}: {why}");
+        }
+    }
+}
+
+/// Runs each control against the check next to it (as [`assert_checks_hold`]); panics naming
+/// a control its check does not catch.
+#[cfg(fencelock_negative_controls)]
+pub(super) async fn assert_controls_caught(
+    controls: &[super::controls::Control],
+    checks: &[(&str, Check)],
+    keys: fn() -> LockKeys,
+) {
+    assert_eq!(controls.len(), checks.len(), "one check per control");
+    for (control, (name, check)) in controls.iter().zip(checks) {
+        let (_server, mut conn, _lock) = setup().await;
+        let keys = keys();
+        match super::controls::scoped(*control, check(&mut conn, &keys)).await {
+            Ok(()) => panic!("{control:?} was not caught by {name}"),
+            Err(why) => eprintln!("{control:?} caught by {name}: {why}"),
+        }
+    }
+}
+
+/// Declares a script family's contract checks and the two tests over them: `$holds`, that
+/// every check holds on the production scripts, and `$caught` (builds with negative controls
+/// only), that each control listed after a check is caught by that check, each on a fresh
+/// server with the keys `$keys()` lays out. A check is an `async fn(&mut
+/// MultiplexedConnection, &LockKeys) -> Result<(), String>`. With `run: per_hold_expiry`,
+/// the checks run once per way of keeping hold deadlines ([`for_each_hold_expiry`]); the
+/// controls run on the lease zset.
+macro_rules! contract_checks {
+    (
+        $(#[$holds_doc:meta])*
+        holds: $holds:ident,
+        $(#[$caught_doc:meta])*
+        caught: $caught:ident,
+        keys: $keys:expr,
+        $(run: $run:ident,)?
+        checks: { $($check:ident => [$($control:ident),* $(,)?]),+ $(,)? }
+    ) => {
+        $(#[$holds_doc])*
+        #[tokio::test]
+        async fn $holds() {
+            let checks: &[(&str, $crate::protocol::contract_tests::Check)] =
+                &[$((stringify!($check), |c, k| Box::pin($check(c, k)))),+];
+            contract_checks!(@run $($run)? $holds, {
+                $crate::protocol::contract_tests::assert_checks_hold(checks, $keys).await;
+            });
+        }
+
+        $(#[$caught_doc])*
+        #[cfg(fencelock_negative_controls)]
+        #[tokio::test]
+        async fn $caught() {
+            #[allow(unused_imports)]
+            use $crate::protocol::controls::Control::*;
+            let controls: &[$crate::protocol::controls::Control] = &[$($($control,)*)+];
+            let checks: &[(&str, $crate::protocol::contract_tests::Check)] =
+                &[$($({
+                    let _ = $control;
+                    (stringify!($check), |c, k| Box::pin($check(c, k)))
+                },)*)+];
+            $crate::protocol::contract_tests::assert_controls_caught(controls, checks, $keys)
+                .await;
+        }
+    };
+    (@run per_hold_expiry $test:ident, $body:block) => {
+        $crate::protocol::contract_tests::for_each_hold_expiry(
+            stringify!($test),
+            async || $body,
+        )
+        .await
+    };
+    (@run $test:ident, $body:block) => {
+        $body
+    };
+}
+pub(super) use contract_checks;
