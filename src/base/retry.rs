@@ -1,16 +1,45 @@
 //! The one retry policy of the crate: exponential backoff with jitter (from `backon`), bounded
-//! by a window.
+//! by a window; and the one retry loop, [`retry`].
 //!
-//! Every loop that re-sends a request (an operation whose outcome is unknown, a replicated
-//! acquisition looking for its primary) and every loop that tries again after a failure (the
-//! watchdog's renewals) takes its pauses from here, and every window that bounds the re-sends
-//! of one operation ([`Resends`], [`waiting_window`]). The jitter matters: the failures that make
+//! Every request that is tried again (an operation whose outcome is unknown, a replicated
+//! acquisition looking for its primary, a connection being made, a channel subscribed again)
+//! goes through [`retry`] with its pauses from here; the watchdog, which renews on a schedule
+//! rather than retrying one request, takes its pauses after a failure from here too. Every
+//! window that bounds the re-sends of one operation is here ([`Resends`], [`waiting_window`]). The jitter matters: the failures that make
 //! clients retry (a restart, a failover, a network blip) hit every client at once, and pauses
 //! of exactly 5, 10, 20 ms would bring them back at once too.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+
+/// The crate's one retry loop: runs `attempt` until it succeeds, or fails in a way that
+/// `again` does not retry, or `pauses` runs out; then the last failure stands. Between
+/// attempts it sleeps the next pause.
+///
+/// Written here rather than with `backon`'s `Retryable`: the hot path's attempt future is
+/// awaited in place, with no layer around it (each layer that holds a future and awaits it
+/// doubles its size), and the re-send window is `Resends`, not a count.
+pub(crate) async fn retry<T, E, Fut>(
+    mut pauses: impl Iterator<Item = Duration>,
+    mut attempt: impl FnMut() -> Fut,
+    mut again: impl FnMut(&E) -> bool,
+) -> Result<T, E>
+where
+    Fut: Future<Output = Result<T, E>>,
+{
+    loop {
+        let err = match attempt().await {
+            Ok(done) => return Ok(done),
+            Err(err) => err,
+        };
+        match pauses.next() {
+            Some(pause) if again(&err) => tokio::time::sleep(pause).await,
+            _ => return Err(err),
+        }
+    }
+}
 
 /// First pause before a re-send with the same operation id.
 const FIRST_RESEND_PAUSE: Duration = Duration::from_millis(5);
@@ -85,6 +114,15 @@ impl Resends {
     pub(crate) fn next_pause(&mut self) -> Option<Duration> {
         let pause = self.pauses.next()?;
         (self.started.elapsed() + pause < self.window).then_some(pause)
+    }
+}
+
+impl Iterator for Resends {
+    type Item = Duration;
+
+    /// [`Resends::next_pause`]: the pauses end when the window closes.
+    fn next(&mut self) -> Option<Duration> {
+        self.next_pause()
     }
 }
 

@@ -28,7 +28,7 @@ use redis::aio::MultiplexedConnection;
 use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target};
 use crate::base::error::{Error, ErrorClass};
 use crate::base::replica_ack::{Acks, ReplicaAck};
-use crate::base::retry::Resends;
+use crate::base::retry::{retry, Resends};
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
 use crate::protocol::keys::{client_key, LockKeys};
@@ -410,27 +410,23 @@ impl Engine {
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
-        let mut resends = Resends::new(window);
-        loop {
-            // Not through `controlled`: an async fn keeps its argument and the future it
-            // awaits side by side, which would double this (hot, large) future.
-            let call = attempt(self.conn());
-            #[cfg(fencelock_negative_controls)]
-            let outcome = match self.control {
-                Some(control) => controls::scoped(control, call).await,
-                None => call.await,
-            };
-            #[cfg(not(fencelock_negative_controls))]
-            let outcome = call.await;
-            let err = match outcome {
-                Err(err) if err.class().is_some_and(ErrorClass::is_transient) => err,
-                outcome => return outcome,
-            };
-            let Some(pause) = resends.next_pause() else {
-                return Err(err);
-            };
-            tracing::debug!(error = %err, "retrying lock operation with the same id");
-            tokio::time::sleep(pause).await;
+        let resends = retry(
+            Resends::new(window),
+            || attempt(self.conn()),
+            |err: &Error| {
+                let transient = err.class().is_some_and(ErrorClass::is_transient);
+                if transient {
+                    tracing::debug!(error = %err, "retrying lock operation with the same id");
+                }
+                transient
+            },
+        );
+        // Not through `controlled`: an async fn keeps its argument and the future it awaits
+        // side by side, which would double this (hot, large) future.
+        #[cfg(fencelock_negative_controls)]
+        if let Some(control) = self.control {
+            return controls::scoped(control, resends).await;
         }
+        resends.await
     }
 }

@@ -468,31 +468,31 @@ impl Waiters {
         };
         let waiters = self.clone();
         runtime.spawn(async move {
-            let mut pauses = retry::resend_pauses(waiters.random());
-            loop {
-                let mut subscribed = waiters.subscribed.lock().await;
-                if !waiters.wants_messages(&channel) {
-                    return;
-                }
-                let err = match waiters.send_subscribe(&channel).await {
-                    Ok(()) => {
-                        subscribed.insert(channel.clone());
-                        break;
+            let attempt = || {
+                let (waiters, channel) = (waiters.clone(), channel.clone());
+                async move {
+                    let mut subscribed = waiters.subscribed.lock().await;
+                    if !waiters.wants_messages(&channel) {
+                        return Ok(false);
                     }
-                    Err(err) => err,
-                };
-                subscribed.remove(&channel);
-                drop(subscribed);
-                let transient = subscribing_again_may_succeed(&err);
+                    let sent = waiters.send_subscribe(&channel).await;
+                    match sent {
+                        Ok(()) => subscribed.insert(channel),
+                        Err(_) => subscribed.remove(&channel),
+                    };
+                    sent.map(|()| true)
+                }
+            };
+            let pauses = retry::resend_pauses(waiters.random());
+            let again = |err: &Error| {
+                let transient = subscribing_again_may_succeed(err);
                 tracing::debug!(error = %err, transient, "subscribing again failed");
-                if !transient {
-                    // The next waiter to enter subscribes again; until then the head's lease
-                    // timer stands in for the lost messages.
-                    break;
-                }
-                if let Some(pause) = pauses.next() {
-                    tokio::time::sleep(pause).await;
-                }
+                transient
+            };
+            // Given up on a failure that is not transient, the next waiter to enter subscribes
+            // again; until then the head's lease timer stands in for the lost messages.
+            if let Ok(false) = retry::retry(pauses, attempt, again).await {
+                return;
             }
             waiters.wake_observers(Some(&channel), SIGNAL_RECONNECTED);
             let queues = waiters.queues.lock();

@@ -24,7 +24,7 @@ use super::slot_map::ClusterRoute;
 use crate::base::config::ClientConfig;
 use crate::base::error::{Error, ErrorClass};
 use crate::base::replica_ack::{Acks, ReplicaAck};
-use crate::base::retry::Resends;
+use crate::base::retry::{retry, Resends};
 use crate::protocol::{self, LockKeys};
 
 /// Most connections one client keeps for replicated acquisitions; more concurrent replicated
@@ -279,25 +279,54 @@ impl AckSession<'_> {
         &mut self,
         keys: &LockKeys,
         window: Duration,
-        mut attempt: F,
+        attempt: F,
         acquired: impl Fn(&R) -> bool,
     ) -> Result<R, Error>
     where
         F: FnMut(MultiplexedConnection) -> Fut,
         Fut: Future<Output = Result<R, Error>>,
     {
+        let again = |err: &Error| {
+            let transient = err.class().is_some_and(ErrorClass::is_transient);
+            if transient {
+                tracing::debug!(error = %err, "re-sending a replicated acquisition");
+            }
+            transient
+        };
+        // The sends share the session (and `attempt`, and whether one was re-sent) through a
+        // lock that each holds for its whole run: one send at a time, as the loop runs them.
+        let shared = tokio::sync::Mutex::new((self, attempt, false));
+        let (shared, acquired) = (&shared, &acquired);
+        let send = || async move {
+            let (session, attempt, resent) = &mut *shared.lock().await;
+            session.send(keys, attempt, acquired, resent).await
+        };
+        retry(Resends::new(window), send, again).await
+    }
+
+    /// One send of [`AckSession::run`]'s script, following its redirections; `resent` is set
+    /// when the outcome is unknown, so the next send may be a replay. A failure that says the
+    /// primary may have moved makes the pool ask where it is now before it returns.
+    async fn send<R, F, Fut>(
+        &mut self,
+        keys: &LockKeys,
+        attempt: &mut F,
+        acquired: &impl Fn(&R) -> bool,
+        resent: &mut bool,
+    ) -> Result<R, Error>
+    where
+        F: FnMut(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = Result<R, Error>>,
+    {
         let pool = self.pool;
-        let slot = keys.slot;
         let response_timeout = pool.config.response_timeout;
-        let mut resends = Resends::new(window);
-        let mut resent = false;
         let mut redirects = 0;
         let mut ask: Option<String> = None;
         loop {
             let asking = ask.is_some();
             let node = match ask.take() {
                 Some(addr) => pool.asked(&addr),
-                None => pool.target(slot).await,
+                None => pool.target(keys.slot).await,
             };
             let (err, stamp) = match node {
                 Err(err) => (err, None),
@@ -337,7 +366,7 @@ impl AckSession<'_> {
                                     held.conn = None;
                                     if sent && err.class().is_some_and(ErrorClass::outcome_unknown)
                                     {
-                                        resent = true;
+                                        *resent = true;
                                     }
                                 }
                                 (err, Some(node.stamp))
@@ -346,42 +375,32 @@ impl AckSession<'_> {
                     }
                 },
             };
-            if let Some((is_ask, moved_slot, addr)) = redirect(&err) {
-                redirects += 1;
-                if redirects > MAX_REDIRECTS {
-                    return Err(err);
+            // The redirection bound is against a hot loop; a slot migration (ASK, then
+            // TRYAGAIN at the importing node) goes on for as long as the retry window allows.
+            let Some((is_ask, moved_slot, addr)) = redirect(&err) else {
+                if let Some(stamp) =
+                    stamp.filter(|_| err.class().is_some_and(ErrorClass::primary_may_have_moved))
+                {
+                    pool.reroute(stamp).await;
                 }
-                tracing::debug!(%addr, is_ask, "replicated acquisition redirected");
-                if is_ask {
-                    ask = Some(addr);
-                } else {
-                    // A moved slot rarely moves alone (a failover moves a node's every slot):
-                    // reload the whole map once per stale view, then let the node's own answer
-                    // win for this slot, in case the node that answered CLUSTER SLOTS lags.
-                    if let Some(stamp) = stamp {
-                        pool.reroute(stamp).await;
-                    }
-                    pool.moved(moved_slot, &addr);
-                }
-                continue;
-            }
-            let failure = err.class();
-            if !failure.is_some_and(ErrorClass::is_transient) {
-                return Err(err);
-            }
-            let Some(pause) = resends.next_pause() else {
                 return Err(err);
             };
-            tracing::debug!(error = %err, "re-sending a replicated acquisition");
-            if let Some(stamp) =
-                stamp.filter(|_| failure.is_some_and(ErrorClass::primary_may_have_moved))
-            {
-                pool.reroute(stamp).await;
+            redirects += 1;
+            if redirects > MAX_REDIRECTS {
+                return Err(err);
             }
-            // The redirection bound is against a hot loop; a slot migration (ASK, then TRYAGAIN
-            // at the importing node) goes on for as long as the retry window allows.
-            redirects = 0;
-            tokio::time::sleep(pause).await;
+            tracing::debug!(%addr, is_ask, "replicated acquisition redirected");
+            if is_ask {
+                ask = Some(addr);
+            } else {
+                // A moved slot rarely moves alone (a failover moves a node's every slot):
+                // reload the whole map once per stale view, then let the node's own answer
+                // win for this slot, in case the node that answered CLUSTER SLOTS lags.
+                if let Some(stamp) = stamp {
+                    pool.reroute(stamp).await;
+                }
+                pool.moved(moved_slot, &addr);
+            }
         }
     }
 

@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 
 use super::push::{push_handler, PushListener};
 use crate::base::config::ClientConfig;
-use crate::base::retry::backoff;
+use crate::base::retry::{backoff, retry};
 
 /// Tries to connect per reconnect: the first and three more, about 0.7 to 1.6 s of pauses
 /// between them, before the requests waiting for it fail (the next request starts over).
@@ -257,24 +257,19 @@ impl Shared {
             .set_connection_timeout(Some(self.connection_timeout))
             .set_response_timeout(Some(self.response_timeout))
             .set_push_sender(self.push_sender(generation));
-        let mut pauses = backoff(FIRST_CONNECT_PAUSE, MAX_CONNECT_PAUSE);
-        let mut tries = 1;
-        let mut conn = loop {
-            match self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-            {
-                Ok(conn) => break conn,
-                Err(err) if tries == CONNECT_TRIES => return Err(err),
-                Err(err) => {
-                    tracing::debug!(error = %err, tries, "connecting failed");
-                    tries += 1;
-                    let pause = pauses.next().unwrap_or(MAX_CONNECT_PAUSE);
-                    tokio::time::sleep(pause).await;
-                }
-            }
-        };
+        let pauses = backoff(FIRST_CONNECT_PAUSE, MAX_CONNECT_PAUSE).take(CONNECT_TRIES - 1);
+        let mut conn = retry(
+            pauses,
+            || {
+                self.client
+                    .get_multiplexed_async_connection_with_config(&config)
+            },
+            |err| {
+                tracing::debug!(error = %err, "connecting failed");
+                true
+            },
+        )
+        .await?;
         let channels: Vec<Vec<u8>> = self.channels.lock().iter().cloned().collect();
         if channels.is_empty() {
             return Ok(conn);
