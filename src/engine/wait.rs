@@ -117,6 +117,16 @@ pub(super) struct Slot {
 }
 
 impl Slot {
+    fn new(id: u64) -> Arc<Slot> {
+        Arc::new(Slot {
+            id,
+            signal: AtomicU8::new(SIGNAL_NONE),
+            in_hand: AtomicU8::new(SIGNAL_NONE),
+            notify: Notify::new(),
+            offer: Offer::new(),
+        })
+    }
+
     fn wake(&self, signal: u8) {
         self.signal.store(signal, Ordering::Release);
         self.notify.notify_one();
@@ -232,13 +242,7 @@ impl Waiters {
         channel: &[u8],
         fair: Option<FairExit>,
     ) -> Result<WaitEntry, Error> {
-        let slot = Arc::new(Slot {
-            id: self.next_slot.fetch_add(1, Ordering::Relaxed),
-            signal: AtomicU8::new(SIGNAL_NONE),
-            in_hand: AtomicU8::new(SIGNAL_NONE),
-            notify: Notify::new(),
-            offer: Offer::new(),
-        });
+        let slot = Slot::new(self.next_slot.fetch_add(1, Ordering::Relaxed));
         #[cfg(test)]
         let looks = !self.planted(PlantedBug::NoLookAfterSubscribe);
         #[cfg(not(test))]
@@ -366,13 +370,7 @@ impl Waiters {
     /// is not yet. Registered before the subscription, so no message after it is missed. The
     /// returned entry stops following when dropped.
     pub(crate) async fn observe(self: &Arc<Self>, channel: &[u8]) -> Result<ObserveEntry, Error> {
-        let slot = Arc::new(Slot {
-            id: self.next_slot.fetch_add(1, Ordering::Relaxed),
-            signal: AtomicU8::new(SIGNAL_NONE),
-            in_hand: AtomicU8::new(SIGNAL_NONE),
-            notify: Notify::new(),
-            offer: Offer::new(),
-        });
+        let slot = Slot::new(self.next_slot.fetch_add(1, Ordering::Relaxed));
         self.observers
             .lock()
             .entry(channel.to_vec())
