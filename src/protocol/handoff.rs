@@ -75,17 +75,7 @@ pub(crate) async fn release_handing_off<C: ConnectionLike>(
         call.arg(label);
     }
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    match reply.as_slice() {
-        [1, remaining] => Ok(HandoffReply::Released {
-            remaining: count_from(*remaining)?,
-        }),
-        [2, token] => Ok(HandoffReply::HandedOff {
-            token: token_from(*token)?,
-            room: None,
-        }),
-        [-1] => Ok(HandoffReply::NotHeld),
-        other => Err(unexpected("handoff", other)),
-    }
+    handoff_reply("handoff", &reply)
 }
 
 /// `sem_handoff.lua`: releases `holder`'s hold of a semaphore as `sem_release.lua` does (same
@@ -120,13 +110,23 @@ pub(crate) async fn sem_release_handing_off<C: ConnectionLike>(
         call.arg(label);
     }
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
+    handoff_reply("sem_handoff", &reply)
+}
+
+/// The reply of `handoff.lua` or `sem_handoff.lua` (whose grant also tells the semaphore's
+/// room).
+fn handoff_reply(script: &str, reply: &[i64]) -> Result<HandoffReply, Error> {
     let permits = |raw: i64| {
         u32::try_from(raw)
-            .map_err(|_| Error::Protocol(format!("sem_handoff.lua answered {raw} permits")))
+            .map_err(|_| Error::Protocol(format!("{script}.lua answered {raw} permits")))
     };
-    match reply.as_slice() {
+    match reply {
         [1, remaining] => Ok(HandoffReply::Released {
             remaining: count_from(*remaining)?,
+        }),
+        [2, token] => Ok(HandoffReply::HandedOff {
+            token: token_from(*token)?,
+            room: None,
         }),
         [2, token, limit, free] => Ok(HandoffReply::HandedOff {
             token: token_from(*token)?,
@@ -136,6 +136,6 @@ pub(crate) async fn sem_release_handing_off<C: ConnectionLike>(
             }),
         }),
         [-1] => Ok(HandoffReply::NotHeld),
-        other => Err(unexpected("sem_handoff", other)),
+        other => Err(unexpected(script, other)),
     }
 }

@@ -317,12 +317,17 @@ pub(crate) async fn cancel<C: ConnectionLike>(
         .invoke_async(conn)
         .await
         .map_err(Error::from_reply)?;
-    match reply.as_slice() {
+    cancel_reply("cancel", &reply)
+}
+
+/// The reply of `cancel.lua` or `sem_cancel.lua`.
+pub(super) fn cancel_reply(script: &str, reply: &[i64]) -> Result<CancelReply, Error> {
+    match reply {
         [1, remaining] => Ok(CancelReply::Undone {
             remaining: count_from(*remaining)?,
         }),
         [0] => Ok(CancelReply::NotRun),
-        other => Err(unexpected("cancel", other)),
+        other => Err(unexpected(script, other)),
     }
 }
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    count_from, flag, millis, owner_reply, scripts, token_from, unexpected, CancelKind,
-    CancelReply, LockKeys, OwnerReply, PubSub,
+    flag, millis, owner_reply, scripts, token_from, unexpected, CancelKind, CancelReply, LockKeys,
+    OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -176,13 +176,7 @@ pub(super) async fn sem_cancel<C: ConnectionLike>(
             CancelKind::Reenter => "reenter",
         });
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    match reply.as_slice() {
-        [1, remaining] => Ok(CancelReply::Undone {
-            remaining: count_from(*remaining)?,
-        }),
-        [0] => Ok(CancelReply::NotRun),
-        other => Err(unexpected("sem_cancel", other)),
-    }
+    super::lock::cancel_reply("sem_cancel", &reply)
 }
 
 pub(crate) async fn sem_renew<C: ConnectionLike>(
