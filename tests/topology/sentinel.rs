@@ -85,6 +85,13 @@ fn online_replicas(node: &RedisServer) -> usize {
         })
 }
 
+/// Whether `node` answers `ROLE` as a replica; false while it cannot be reached.
+fn is_replica(node: &RedisServer) -> bool {
+    try_con(node)
+        .and_then(|mut con| redis::cmd("ROLE").query::<Vec<redis::Value>>(&mut con).ok())
+        .is_some_and(|role| role.first() == Some(&redis::Value::BulkString(b"slave".to_vec())))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_is_replaced_and_holders_waiters_and_tokens_carry_on() {
     let mut set = RedisSentinels::start(2).unwrap();
@@ -250,12 +257,7 @@ async fn a_demoted_primary_answering_readonly_sends_the_client_to_the_new_one() 
     // stay open, and then its next write is answered READONLY.
     let old = set.failover().unwrap();
     let new = set.wait_for_failover(old, Duration::from_secs(30)).unwrap();
-    let demoted = eventually(Duration::from_secs(30), || {
-        try_con(old_primary)
-            .and_then(|mut con| redis::cmd("ROLE").query::<Vec<redis::Value>>(&mut con).ok())
-            .is_some_and(|role| role.first() == Some(&redis::Value::BulkString(b"slave".to_vec())))
-    })
-    .await;
+    let demoted = eventually(Duration::from_secs(30), || is_replica(old_primary)).await;
     assert!(demoted, "the old primary did not become a replica");
 
     // Nothing of this client has touched the new primary yet: its acknowledgement pool still
@@ -282,6 +284,91 @@ async fn a_demoted_primary_answering_readonly_sends_the_client_to_the_new_one() 
     let held: Vec<Vec<u8>> = con(new_primary).keys("fencelock:{*}lock:acct").unwrap();
     assert_eq!(held.len(), 1, "the lock was taken at the new primary");
     next.release().await.unwrap();
+}
+
+/// 16 tasks of a client behind Sentinel take and release their own locks without pause while
+/// the primary fails over (graceful: `SENTINEL FAILOVER`). Operations caught in it (their
+/// replies lost with the connections Sentinel kills, or answered `READONLY` by the demoted
+/// primary) are re-sent at the new primary and applied once: every acquisition and release
+/// succeeds, tokens increase on every lock, and nothing is left held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_caught_in_a_failover_are_applied_once() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let set = RedisSentinels::start(1).unwrap();
+    let client = LockClient::sentinel_builder(set.sentinel_urls(), set.master_name())
+        .record_waits(false)
+        // A failover takes a few seconds: operations caught in it are re-sent for longer.
+        .retry_window(Duration::from_secs(15))
+        .op_record_ttl(Duration::from_secs(40))
+        .connect()
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let cycles = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let lock = client
+                .lock(format!("failover-{i}"))
+                .unwrap()
+                .with_lease(LEASE)
+                .unwrap();
+            let (stop, cycles) = (stop.clone(), cycles.clone());
+            tokio::spawn(async move {
+                let mut last = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = lock.acquire().await.unwrap();
+                    assert!(guard.token().get() > last, "tokens increase");
+                    last = guard.token().get();
+                    guard.release().await.unwrap();
+                    cycles.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Writes stop at the primary (calls on the wire wait there, not run) and every write it
+    // answered reaches the replica, so the failover loses none: a lock left held at the end
+    // would be an operation applied twice (or a release lost by the client).
+    let old_primary = set.primary().unwrap();
+    let mut old_raw = con(old_primary);
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(20_000)
+        .arg("WRITE")
+        .query::<()>(&mut old_raw)
+        .unwrap();
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query(&mut old_raw)
+        .unwrap();
+    assert_eq!(acked, 1, "the replica has every answered write");
+    let old = set.failover().unwrap();
+    set.wait_for_failover(old, Duration::from_secs(30)).unwrap();
+    // The demoted primary runs what waited there now: as a replica, it refuses (READONLY)
+    // and the client sends it to the new primary.
+    let demoted = eventually(Duration::from_secs(30), || is_replica(old_primary)).await;
+    assert!(demoted, "the old primary did not become a replica");
+    let _ = old_primary
+        .client()
+        .get_connection()
+        .and_then(|mut con| redis::cmd("CLIENT").arg("UNPAUSE").query::<()>(&mut con));
+    let at_failover = cycles.load(Ordering::Relaxed);
+    // Going on at the new primary.
+    let more = eventually(Duration::from_secs(30), || {
+        cycles.load(Ordering::Relaxed) > at_failover + 200
+    })
+    .await;
+    assert!(more, "the tasks did not carry on at the new primary");
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let held: Vec<Vec<u8>> = con(set.primary().unwrap())
+        .keys("fencelock:{*}lock:*")
+        .unwrap();
+    assert!(held.is_empty(), "left held: {held:?}");
 }
 
 /// Data nodes that require a password: a Sentinel client without `sentinel_node_auth` cannot
