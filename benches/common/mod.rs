@@ -404,8 +404,6 @@ pub enum Kind {
     Ours,
     /// fencelock with `fair_handoff` (W3, W4 only).
     OursFair,
-    /// fencelock with operations sharing script calls, `op_batch(`[`OP_BATCH`]`)` (W2 only).
-    OursBatched,
     Limit,
     OurScripts,
     Rslock,
@@ -417,7 +415,6 @@ impl Kind {
         match self {
             Kind::Ours => "fencelock",
             Kind::OursFair => "fencelock (fair)",
-            Kind::OursBatched => "fencelock, op_batch(64)",
             Kind::Limit => "limit (raw EVALSHA)",
             Kind::OurScripts => "our scripts, raw",
             Kind::Rslock => "rslock 0.10 *",
@@ -429,7 +426,6 @@ impl Kind {
         match self {
             Kind::Ours => "ours",
             Kind::OursFair => "ours_fair",
-            Kind::OursBatched => "ours_batched",
             Kind::Limit => "limit",
             Kind::OurScripts => "our_scripts",
             Kind::Rslock => "rslock",
@@ -441,7 +437,6 @@ impl Kind {
         [
             Kind::Ours,
             Kind::OursFair,
-            Kind::OursBatched,
             Kind::Limit,
             Kind::OurScripts,
             Kind::Rslock,
@@ -453,7 +448,7 @@ impl Kind {
 
     /// fencelock in either mode (it has fencing tokens to check).
     pub fn is_ours(self) -> bool {
-        matches!(self, Kind::Ours | Kind::OursFair | Kind::OursBatched)
+        matches!(self, Kind::Ours | Kind::OursFair)
     }
 
     /// Whether the contender can wait for a held lock (the raw baselines cannot).
@@ -462,9 +457,6 @@ impl Kind {
     }
 }
 
-/// The `op_batch` of the [`Kind::OursBatched`] contender.
-pub const OP_BATCH: usize = 64;
-
 /// One connection (or client) per contender, as each library is meant to be used: one
 /// `LockClient`, one `rslock::LockManager`, one `ConnectionManager` shared by distkit mutexes.
 #[derive(Clone)]
@@ -472,8 +464,6 @@ pub struct Contenders {
     pub ours: LockClient,
     /// fencelock with [`FAIR_GRACE`] fair handoff.
     pub ours_fair: LockClient,
-    /// fencelock with operations sharing script calls ([`OP_BATCH`]).
-    pub ours_batched: LockClient,
     pub limit: Arc<Raw>,
     pub scripts: Arc<Raw>,
     pub rslock: rslock::LockManager,
@@ -489,11 +479,6 @@ impl Contenders {
                 .connect()
                 .await
                 .expect("fencelock connect (fair)"),
-            ours_batched: LockClient::builder(url)
-                .op_batch(OP_BATCH)
-                .connect()
-                .await
-                .expect("fencelock connect (batched)"),
             limit: Arc::new(Raw::connect(url, RawKind::Limit).await),
             scripts: Arc::new(Raw::connect(url, RawKind::OurScripts).await),
             // rslock with one Redis server, its defaults otherwise (RESP2 multiplexed
@@ -513,7 +498,6 @@ impl Contenders {
         match kind {
             Kind::Ours => Locker::Ours(self.ours.lock(name).expect("lock name")),
             Kind::OursFair => Locker::Ours(self.ours_fair.lock(name).expect("lock name")),
-            Kind::OursBatched => Locker::Ours(self.ours_batched.lock(name).expect("lock name")),
             Kind::Limit => Locker::Raw(self.limit.clone(), self.limit.keys(name)),
             Kind::OurScripts => Locker::Raw(self.scripts.clone(), self.scripts.keys(name)),
             Kind::Rslock => Locker::Rslock(self.rslock.clone(), name.as_bytes().to_vec()),

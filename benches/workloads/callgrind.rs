@@ -17,14 +17,9 @@ use crate::common::{self, Contenders, Kind, Locker, Raw};
 
 pub const CYCLES_FLAG: &str = "--cycles";
 
-/// Tasks per round of the `batched` kind, and its client's `op_batch`.
-const BATCH: usize = 64;
-
 /// `--cycles <kind> <url> <n>`: n uncontended acquire + release cycles on a current-thread
 /// runtime (one thread: the least scheduling noise for callgrind). `<kind>` is a contender,
-/// `variant:<i>`, our scripts with one call taken out (`common::script_variants`), or
-/// `batched`: n rounds of [`BATCH`] tasks of one fencelock client with `op_batch(BATCH)`, each
-/// taking and releasing its own lock, so that their operations share calls.
+/// or `variant:<i>`, our scripts with one call taken out (`common::script_variants`).
 pub fn cycles_main(args: &[String]) {
     let [_, kind, url, n] = args else {
         panic!("cycles arguments: {args:?}");
@@ -35,9 +30,6 @@ pub fn cycles_main(args: &[String]) {
         .build()
         .expect("runtime")
         .block_on(async {
-            if kind == "batched" {
-                return batched_rounds(url, n).await;
-            }
             let locker = match kind.strip_prefix("variant:") {
                 Some(i) => {
                     let variants = common::script_variants();
@@ -56,26 +48,6 @@ pub fn cycles_main(args: &[String]) {
                 locker.cycle().await;
             }
         });
-}
-
-/// `n` rounds of [`BATCH`] acquire + release cycles on as many locks, started together: the
-/// first operation of a round goes alone, the others share calls behind it.
-async fn batched_rounds(url: &str, n: usize) {
-    let client = fencelock::LockClient::builder(url)
-        .op_batch(BATCH)
-        .connect()
-        .await
-        .expect("fencelock connect");
-    let locks: Vec<_> = (0..BATCH)
-        .map(|i| client.lock(format!("callgrind-{i}")).expect("lock name"))
-        .collect();
-    for _ in 0..n {
-        futures_util::future::join_all(locks.iter().map(|lock| async move {
-            let guard = lock.acquire().await.expect("acquire");
-            guard.release().await.expect("release");
-        }))
-        .await;
-    }
 }
 
 /// The instructions callgrind counted (its `summary:` line).
@@ -168,21 +140,8 @@ impl Callgrind {
     /// Server instructions per cycle: redis-server under callgrind (through a wrapper that the
     /// harness starts), shut down cleanly so that callgrind writes its counts.
     fn server(&self, kind: &str) -> f64 {
-        self.per_cycle(self.server_counts(kind, [self.small, self.large]))
-    }
-
-    /// Server instructions per acquire + release of the `batched` kind: rounds of [`BATCH`]
-    /// cycles, so fewer rounds for as many cycles.
-    fn server_batched(&self) -> f64 {
-        let rounds = [self.small / BATCH, self.large / BATCH];
-        let counts = self.server_counts("batched", rounds);
-        (counts[1] - counts[0]) as f64 / ((rounds[1] - rounds[0]) * BATCH) as f64
-    }
-
-    /// The server's instruction counts after `runs[0]` and `runs[1]` cycles (or rounds).
-    fn server_counts(&self, kind: &str, runs: [usize; 2]) -> [u64; 2] {
         let mut counts = [0u64; 2];
-        for (i, n) in runs.into_iter().enumerate() {
+        for (i, n) in [self.small, self.large].into_iter().enumerate() {
             let name = format!("{kind}-{n}").replace(':', "-");
             let out = self.dir.join(format!("server-{name}.out"));
             let wrapper = self.dir.join(format!("redis-under-callgrind-{name}"));
@@ -212,7 +171,7 @@ impl Callgrind {
             }
             counts[i] = callgrind_total(&out);
         }
-        counts
+        self.per_cycle(counts)
     }
 }
 
@@ -256,18 +215,6 @@ pub fn callgrind_section() -> (String, f64) {
             server / limit
         );
         eprintln!("[callgrind {} done]", kind.slug());
-        if kind == Kind::Ours {
-            // Not a contender of its own: the same client with operations sharing calls, whose
-            // client side is the same code per operation.
-            let server = cg.server_batched();
-            let _ = writeln!(
-                text,
-                "| fencelock, {BATCH} tasks sharing calls (`op_batch({BATCH})`) | – | \
-                 {server:.0} | {:.2} |",
-                server / limit
-            );
-            eprintln!("[callgrind batched done]");
-        }
     }
     let _ = writeln!(
         text,

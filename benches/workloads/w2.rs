@@ -23,7 +23,6 @@ pub async fn w2(cfg: &Cfg, report: &mut Report) {
     let tasks = 64;
     let kinds = [
         Kind::Ours,
-        Kind::OursBatched,
         Kind::Limit,
         Kind::OurScripts,
         Kind::Rslock,
@@ -97,9 +96,7 @@ pub async fn w2(cfg: &Cfg, report: &mut Report) {
         "\n{rounds} interleaved rounds of {:.1} s per contender. The limit is the same 64 tasks \
          each sending acquire-shaped then release-shaped EVALSHAs on one multiplexed connection \
          (redis-rs pipelines them). With 64 requests in flight the two cores are \
-         saturated, so throughput is set by CPU per cycle (client + Redis). `fencelock, \
-         op_batch(64)` is the same client with its operations sharing script calls (`batch.lua`, \
-         at most one call on the wire, DESIGN.md §7.3).\n\n{PEER_NOTE}\n",
+         saturated, so throughput is set by CPU per cycle (client + Redis).\n\n{PEER_NOTE}\n",
         window.as_secs_f64()
     );
     report.section(text);

@@ -116,29 +116,6 @@ impl LockClientBuilder {
         self
     }
 
-    /// How many lock acquisitions and releases of this client one script call carries at most
-    /// (at most 1000; default 1: each goes alone, pipelined with the others). Above 1,
-    /// operations go at once when no call to their server (on a cluster: their hash slot) is
-    /// on the wire, and those that arrive while one is ride the next call together, each with
-    /// its own reply, error, retry and undo; the cap bounds the time one call holds the
-    /// server. Off by default because on plain locks it saves no server time and costs
-    /// throughput (BENCHMARKS.md, W2); DESIGN.md §7.3 has the details. The reads and releases
-    /// of semaphores' and read-write locks' holds have their own cap,
-    /// [`hold_batch`](Self::hold_batch).
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), fencelock::Error> {
-    /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
-    ///     .op_batch(16)
-    ///     .connect()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn op_batch(mut self, operations: usize) -> Self {
-        self.config.op_batch = operations;
-        self
-    }
-
     /// How many reads of one read-write lock, or releases of holds of one semaphore or
     /// read-write lock, one script call of this client carries at most (at most 1000; default
     /// 64; 1: each goes alone, pipelined with the others).
@@ -428,11 +405,6 @@ impl LockClientBuilder {
         if c.max_hold.is_some_and(|max| max.is_zero()) {
             return Err(Error::InvalidConfig {
                 reason: "max_hold must be above zero".into(),
-            });
-        }
-        if !(1..=1000).contains(&c.op_batch) {
-            return Err(Error::InvalidConfig {
-                reason: "op_batch must be between 1 and 1000".into(),
             });
         }
         if !(1..=1000).contains(&c.hold_batch) {

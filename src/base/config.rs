@@ -60,9 +60,6 @@ pub(crate) struct ClientConfig {
     pub(crate) retry_window: Duration,
     pub(crate) op_record_ttl: Duration,
     pub(crate) renew_batch: usize,
-    /// How many acquisitions and releases one script call carries at most (`engine::batch`;
-    /// 1, the default: each goes alone).
-    pub(crate) op_batch: usize,
     /// How many reads of one read-write lock, or releases of holds of one semaphore or
     /// read-write lock, one script call carries at most (`engine::batch`; 64 by default, 1:
     /// each goes alone).
@@ -97,7 +94,6 @@ impl Default for ClientConfig {
             retry_window: Duration::from_secs(3),
             op_record_ttl: Duration::from_secs(10),
             renew_batch: 100,
-            op_batch: 1,
             hold_batch: 64,
             client_name: default_client_name(),
             max_hold: None,

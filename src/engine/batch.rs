@@ -1,27 +1,24 @@
-//! Group commit: the lock acquisitions and releases of one client that meet on the way to one
-//! server travel as one script call (`batch.lua`), and so do its read acquisitions of one
-//! read-write lock (`rw_read_many.lua`) and its releases of holds of one semaphore or
-//! read-write lock (`sem_release_many.lua`), which do their common work once.
+//! Group commit of holds: a client's read acquisitions of one read-write lock that meet on the
+//! way to the server travel as one script call (`rw_read_many.lua`), and so do its releases of
+//! holds of one semaphore or read-write lock (`sem_release_many.lua`); each call does what its
+//! operations share once.
 //!
 //! Per queue at most one call is on the wire. A queue is a route (the server; on a cluster,
-//! the hash slot, since one script call cannot span slots) for lock operations; a route, a
-//! read-write lock and a lease for reads; a route and a lock for releases of holds. An
-//! operation whose queue is idle goes at once, alone, by its own script: the uncontended
-//! acquisition sends exactly what it sent before and waits for nothing. Operations that
-//! arrive while a call is on the wire queue, and ride the next call together as soon as it
-//! returns, up to the queue's cap per call (`op_batch` for lock operations, `hold_batch` for
-//! the reads and releases of holds; the cap bounds how long one call holds the server). A cap
-//! of 1 turns grouping off for its kind: each operation goes alone, pipelined with the
-//! others. Nothing waits on a timer.
+//! the hash slot, since one script call cannot span slots) and what the operations must have
+//! in common to share a call ([`Grouped::Group`]: the lock, and for reads the lease). An
+//! operation whose queue is idle goes at once, alone, by its own script, and waits for
+//! nothing. Operations that arrive while a call is on the wire queue, and ride the next call
+//! together as soon as it returns, up to `hold_batch` per call (the cap bounds how long one
+//! call holds the server). A cap of 1 turns grouping off: each operation goes alone, pipelined
+//! with the others. Nothing waits on a timer.
 //!
 //! Each operation keeps its own semantics: its operation id (and so its replay), its reply,
-//! its error (`batch.lua` runs each under `pcall`; the grouped hold scripts answer each
-//! alone), its retry (a call that fails as a whole
+//! its error (the grouped scripts answer each alone), its retry (a call that fails as a whole
 //! fails every operation in it with the same transient error, and each re-sends on its own
-//! schedule, through here again), its undo (an acquisition whose caller gave up while it was
-//! queued or on the wire is undone by its `PendingOp` like any other in flight). A queued
-//! operation always goes out, also when its caller has left: it was sent as far as the caller
-//! knows, and its undo is on its way.
+//! schedule, through here again), its undo (a read whose caller gave up while it was queued or
+//! on the wire is undone by its `PendingOp` like any other in flight). A queued operation
+//! always goes out, also when its caller has left: it was sent as far as the caller knows, and
+//! its undo is on its way.
 //!
 //! Written here rather than taken from a crate: what is grouped is a script call whose
 //! arguments are the operations, with per-operation replies and errors, per-slot routes and the
@@ -36,100 +33,53 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use crate::base::error::Error;
-use crate::protocol::batch::{self, HoldRelease, Operation, ReadOperation};
+use crate::protocol::batch::{self, Grouped, HoldRelease, ReadOperation};
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
-use crate::protocol::semaphore::RwAcquireReply;
-use crate::protocol::{self, AcquireReply, LockKeys, OwnerReply, PubSub};
+use crate::protocol::rwlock::RwAcquireReply;
+use crate::protocol::{LockKeys, OwnerReply, PubSub};
 use crate::transport::Conn;
 
 /// Where a call goes: the whole server, or one hash slot of a cluster.
 pub(crate) type Route = u16;
 
-/// Which operations may share a call: a route's lock operations, the reads of one read-write
-/// lock (its hash key) with one lease (ms) on a route, or the releases of holds of one lock.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Queue {
-    Locks(Route),
-    Reads(Route, Vec<u8>, u64),
-    HoldReleases(Route, Vec<u8>),
-}
+/// Which operations may share a call: those of one route and one group.
+type Queue<Op> = (Route, <Op as Grouped>::Group);
 
-/// An operation of a queue.
-enum Work {
-    Lock(Operation),
-    Read(ReadOperation),
-    HoldRelease(HoldRelease),
-}
-
-impl Work {
-    /// The operation by its own script, on its own: its raw reply.
-    async fn run_alone(&self, conn: &mut Conn) -> Result<Value, Error> {
-        match self {
-            Work::Lock(op) => op.run_alone(conn).await,
-            Work::Read(read) => read.run_alone(conn).await,
-            Work::HoldRelease(release) => release.run_alone(conn).await,
-        }
-    }
-}
-
-/// The client's group commit of lock operations, reads and releases of holds, shared by its
-/// clones.
-pub(crate) struct Batcher {
+/// The client's group commit of one kind of operation, shared by its clones.
+pub(crate) struct Batcher<Op: Grouped> {
     /// The client's id, which the `fencelock.batch` event names.
     client: String,
     conn: Conn,
-    /// Lock operations per call at most (`op_batch`).
-    lock_cap: usize,
-    /// Reads or releases of holds per call at most (`hold_batch`).
-    hold_cap: usize,
+    /// Operations per call at most (`hold_batch`).
+    cap: usize,
     /// The queues with a call on the wire; absent: idle.
-    busy: Mutex<HashMap<Queue, Vec<Queued>>>,
+    busy: Mutex<HashMap<Queue<Op>, Vec<Queued<Op>>>>,
     #[cfg(fencelock_negative_controls)]
     control: Option<Control>,
 }
 
 /// An operation waiting for the next call of its queue.
-struct Queued {
-    op: Work,
+struct Queued<Op> {
+    op: Op,
     reply: oneshot::Sender<Result<Value, Error>>,
 }
 
-impl Batcher {
+impl<Op: Grouped> Batcher<Op> {
     pub(crate) fn new(
-        client: String,
-        conn: Conn,
-        lock_cap: usize,
-        hold_cap: usize,
+        client: &str,
+        conn: &Conn,
+        cap: usize,
         #[cfg(fencelock_negative_controls)] control: Option<Control>,
-    ) -> Arc<Batcher> {
+    ) -> Arc<Self> {
         Arc::new(Batcher {
-            client,
-            conn,
-            lock_cap: lock_cap.max(1),
-            hold_cap: hold_cap.max(1),
+            client: client.to_owned(),
+            conn: conn.clone(),
+            cap: cap.max(1),
             busy: Mutex::new(HashMap::new()),
             #[cfg(fencelock_negative_controls)]
             control,
         })
-    }
-
-    /// Whether lock operations go alone, each by its own script (`op_batch` 1).
-    pub(crate) fn locks_alone(&self) -> bool {
-        self.lock_cap == 1
-    }
-
-    /// Whether reads and releases of holds go alone, each by its own script (`hold_batch` 1).
-    pub(crate) fn holds_alone(&self) -> bool {
-        self.hold_cap == 1
-    }
-
-    /// The most operations of `queue` one call carries.
-    fn cap_of(&self, queue: &Queue) -> usize {
-        match queue {
-            Queue::Locks(_) => self.lock_cap,
-            Queue::Reads(..) | Queue::HoldReleases(..) => self.hold_cap,
-        }
     }
 
     /// Runs `op` on `conn`, alone at once when its queue is idle, otherwise in the queue's
@@ -137,25 +87,21 @@ impl Batcher {
     ///
     /// Cancel safe in the sense of a request on the wire: dropped, a queued operation still
     /// goes out with the next call, and an operation sent alone may still run.
-    async fn run(
-        self: &Arc<Self>,
-        conn: &mut Conn,
-        route: Queue,
-        op: Work,
-    ) -> Result<Value, Error> {
-        if self.cap_of(&route) == 1 {
+    async fn run(self: &Arc<Self>, conn: &mut Conn, route: Route, op: Op) -> Result<Value, Error> {
+        if self.cap == 1 {
             return op.run_alone(conn).await;
         }
+        let queue = (route, op.group());
         let queued = {
             let mut busy = self.busy.lock();
-            match busy.get_mut(&route) {
-                Some(queue) => {
+            match busy.get_mut(&queue) {
+                Some(waiting) => {
                     let (reply, answer) = oneshot::channel();
-                    queue.push(Queued { op, reply });
+                    waiting.push(Queued { op, reply });
                     Err(answer)
                 }
                 None => {
-                    busy.insert(route.clone(), Vec::new());
+                    busy.insert(queue.clone(), Vec::new());
                     Ok(op)
                 }
             }
@@ -164,7 +110,7 @@ impl Batcher {
             Ok(op) => {
                 let _turn = Turn {
                     batcher: self,
-                    route,
+                    queue,
                 };
                 op.run_alone(conn).await
             }
@@ -172,27 +118,27 @@ impl Batcher {
         }
     }
 
-    /// The route's call returned: its queue goes out as the next call, or the route is idle.
-    fn next(self: &Arc<Self>, route: &Queue) -> Option<Vec<Queued>> {
+    /// The queue's call returned: what waits in it goes out as the next call, or it is idle.
+    fn next(&self, queue: &Queue<Op>) -> Option<Vec<Queued<Op>>> {
         let mut busy = self.busy.lock();
-        let queue = busy.get_mut(route)?;
-        if queue.is_empty() {
-            busy.remove(route);
+        let waiting = busy.get_mut(queue)?;
+        if waiting.is_empty() {
+            busy.remove(queue);
             return None;
         }
-        let take = queue.len().min(self.cap_of(route));
-        Some(queue.drain(..take).collect())
+        let take = waiting.len().min(self.cap);
+        Some(waiting.drain(..take).collect())
     }
 
-    /// Sends the route's queued operations, call after call, until none are left.
-    async fn flush(self: Arc<Self>, route: Queue, mut calls: Vec<Queued>) {
+    /// Sends the queue's operations, call after call, until none are left.
+    async fn flush(self: Arc<Self>, queue: Queue<Op>, mut calls: Vec<Queued<Op>>) {
         loop {
             let outcomes = self.call(&calls).await;
             for (queued, outcome) in calls.into_iter().zip(outcomes) {
                 // A caller that left needs no reply: its undo is on its way.
                 let _ = queued.reply.send(outcome);
             }
-            match self.next(&route) {
+            match self.next(&queue) {
                 Some(next) => calls = next,
                 None => return,
             }
@@ -200,7 +146,7 @@ impl Batcher {
     }
 
     /// One call with `queued`: alone by its own script when it is one operation.
-    async fn call(&self, queued: &[Queued]) -> Vec<Result<Value, Error>> {
+    async fn call(&self, queued: &[Queued<Op>]) -> Vec<Result<Value, Error>> {
         let mut conn = self.conn.clone();
         let call = async {
             if let [one] = queued {
@@ -212,31 +158,8 @@ impl Batcher {
                 operations = queued.len(),
                 "operations of this client share one script call"
             );
-            // A queue holds one kind of operation (its key says which).
-            let outcome = match &queued[0].op {
-                Work::Lock(_) => {
-                    let ops = of_kind(queued, |op| match op {
-                        Work::Lock(op) => Some(op),
-                        _ => None,
-                    });
-                    batch::run_batch(&mut conn, &ops).await
-                }
-                Work::Read(_) => {
-                    let reads = of_kind(queued, |op| match op {
-                        Work::Read(read) => Some(read),
-                        _ => None,
-                    });
-                    batch::run_reads(&mut conn, &reads).await
-                }
-                Work::HoldRelease(_) => {
-                    let releases = of_kind(queued, |op| match op {
-                        Work::HoldRelease(release) => Some(release),
-                        _ => None,
-                    });
-                    batch::run_hold_releases(&mut conn, &releases).await
-                }
-            };
-            match outcome {
+            let ops: Vec<&Op> = queued.iter().map(|q| &q.op).collect();
+            match Op::run_together(&mut conn, &ops).await {
                 Ok(outcomes) => outcomes,
                 Err(err) => queued
                     .iter()
@@ -252,26 +175,21 @@ impl Batcher {
     }
 }
 
-/// The operations of `queued` that `pick` takes (a queue's, which are all of one kind).
-fn of_kind<'a, T>(queued: &'a [Queued], pick: impl Fn(&'a Work) -> Option<&'a T>) -> Vec<&'a T> {
-    queued.iter().filter_map(|q| pick(&q.op)).collect()
-}
-
-/// The turn of an operation sent alone on an idle route: when its call ends (or its caller
+/// The turn of an operation sent alone on an idle queue: when its call ends (or its caller
 /// drops it), whatever queued behind it goes out, from a task of its own.
-struct Turn<'a> {
-    batcher: &'a Arc<Batcher>,
-    route: Queue,
+struct Turn<'a, Op: Grouped> {
+    batcher: &'a Arc<Batcher<Op>>,
+    queue: Queue<Op>,
 }
 
-impl Drop for Turn<'_> {
+impl<Op: Grouped> Drop for Turn<'_, Op> {
     fn drop(&mut self) {
-        let Some(calls) = self.batcher.next(&self.route) else {
+        let Some(calls) = self.batcher.next(&self.queue) else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(self.batcher.clone().flush(self.route.clone(), calls));
+                runtime.spawn(self.batcher.clone().flush(self.queue.clone(), calls));
             }
             Err(_) => {
                 // No runtime to send from (a caller dropped outside one): the queued
@@ -279,7 +197,7 @@ impl Drop for Turn<'_> {
                 for queued in calls {
                     let _ = queued.reply.send(Err(call_lost()));
                 }
-                self.batcher.busy.lock().remove(&self.route);
+                self.batcher.busy.lock().remove(&self.queue);
             }
         }
     }
@@ -295,49 +213,6 @@ fn call_lost() -> Error {
 }
 
 impl super::Engine {
-    /// `acquire.lua` of a plain lock in the default mode, through the group commit.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn acquire_grouped(
-        &self,
-        conn: &mut Conn,
-        keys: &LockKeys,
-        holder: &str,
-        lease: Duration,
-        op_ttl: Duration,
-        label: Option<&str>,
-        recorded: bool,
-    ) -> Result<AcquireReply, Error> {
-        if self.batcher.locks_alone() {
-            // The call itself, without building an operation for a batch.
-            return protocol::acquire_labelled(conn, keys, holder, lease, op_ttl, label, recorded)
-                .await;
-        }
-        let op = Operation::acquire(keys, holder, lease, op_ttl, label, recorded);
-        // Boxed: inline, the group commit's state would make every acquire future that much
-        // larger, also with the group commit off (a waiting acquisition carries it).
-        let queue = Queue::Locks(self.route(keys));
-        let reply = Box::pin(self.batcher.run(conn, queue, Work::Lock(op))).await?;
-        batch::acquire_outcome(reply)
-    }
-
-    /// `release.lua` of a plain lock's hold, through the group commit.
-    pub(crate) async fn release_grouped(
-        &self,
-        conn: &mut Conn,
-        keys: &LockKeys,
-        holder: &str,
-        op_id: &str,
-        op_ttl: Duration,
-    ) -> Result<OwnerReply, Error> {
-        if self.batcher.locks_alone() {
-            return protocol::release(conn, keys, holder, op_id, op_ttl, conn.pubsub()).await;
-        }
-        let op = Operation::release(keys, holder, op_id, op_ttl, conn.pubsub());
-        let queue = Queue::Locks(self.route(keys));
-        let reply = Box::pin(self.batcher.run(conn, queue, Work::Lock(op))).await?;
-        batch::release_outcome(reply)
-    }
-
     /// `rw_acquire.lua` of a read, through the group commit: with the reads of the same lock
     /// and lease that meet it, by `rw_read_many.lua`.
     #[allow(clippy::too_many_arguments)]
@@ -352,36 +227,19 @@ impl super::Engine {
         label: Option<&str>,
         recorded: bool,
     ) -> Result<RwAcquireReply, Error> {
-        let field_expiry = self.field_expiry;
-        if self.batcher.holds_alone() {
-            return protocol::semaphore::rw_acquire(
-                conn,
-                keys,
-                holder,
-                protocol::semaphore::RwMode::Read,
-                lease,
-                false,
-                op_ttl,
-                pubsub,
-                field_expiry,
-                label,
-                recorded,
-            )
-            .await;
-        }
         let read = ReadOperation::new(
             keys,
             holder,
             lease,
             op_ttl,
             pubsub,
-            field_expiry,
+            self.field_expiry,
             label,
             recorded,
         );
-        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-        let queue = Queue::Reads(self.route(keys), keys.lock.clone(), lease_ms);
-        let reply = Box::pin(self.batcher.run(conn, queue, Work::Read(read))).await?;
+        // Boxed: inline, the group commit's state would make every acquire future that much
+        // larger (a waiting acquisition carries it).
+        let reply = Box::pin(self.reads.run(conn, self.route(keys), read)).await?;
         batch::read_outcome(reply)
     }
 
@@ -396,13 +254,9 @@ impl super::Engine {
         op_ttl: Duration,
         pubsub: PubSub,
     ) -> Result<OwnerReply, Error> {
-        if self.batcher.holds_alone() {
-            return protocol::release(conn, keys, holder, op_id, op_ttl, pubsub).await;
-        }
         let release = HoldRelease::new(keys, holder, op_id, op_ttl, pubsub);
-        let queue = Queue::HoldReleases(self.route(keys), keys.lock.clone());
-        let work = Work::HoldRelease(release);
-        let reply = Box::pin(self.batcher.run(conn, queue, work)).await?;
+        let route = self.route(keys);
+        let reply = Box::pin(self.hold_releases.run(conn, route, release)).await?;
         batch::hold_release_outcome(reply)
     }
 }

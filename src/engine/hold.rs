@@ -150,9 +150,7 @@ impl HoldKind for PlainLock {
                     protocol::release_handing_off(&mut conn, keys, id, op, ttl, pubsub, candidate)
                         .await
                 }
-                // Alone, the release rides the group commit.
-                (None, None) => engine
-                    .release_grouped(&mut conn, keys, id, op, ttl)
+                (None, None) => protocol::release(&mut conn, keys, id, op, ttl, pubsub)
                     .await
                     .map(released),
             }

@@ -29,11 +29,12 @@ use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target};
 use crate::base::error::{Error, ErrorClass};
 use crate::base::replica_ack::{Acks, ReplicaAck};
 use crate::base::retry::{retry, Resends};
+use crate::protocol::batch::{HoldRelease, ReadOperation};
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
 use crate::protocol::keys::{client_key, LockKeys};
 use crate::protocol::server::{self, ServerInfo};
-use crate::protocol::{self, FairAttempt, PermissionsReply};
+use crate::protocol::{self, AcquireReply, FairAttempt, PermissionsReply};
 use crate::transport::ack_pool::{self, AckConnections, AckRoute, AckSession};
 use crate::transport::slot_map::ClusterRoute;
 use crate::transport::{cluster, standalone, Conn, Connections, PushListener, SentinelConn};
@@ -44,8 +45,10 @@ use watchdog::Watchdog;
 /// Everything one client shares between its clones, its locks and its holders.
 pub(crate) struct Engine {
     pub(crate) conn: Conn,
-    /// The group commit of lock acquisitions and releases ([`batch`]).
-    pub(crate) batcher: Arc<Batcher>,
+    /// The group commit of reads of read-write locks ([`batch`]).
+    reads: Arc<Batcher<ReadOperation>>,
+    /// The group commit of releases of semaphores' and read-write locks' holds ([`batch`]).
+    hold_releases: Arc<Batcher<HoldRelease>>,
     pub(crate) config: ClientConfig,
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) watchdog: Watchdog,
@@ -182,17 +185,24 @@ impl Engine {
             None => Connections::shared(conn.clone()),
         });
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let batcher = Batcher::new(
-            id.clone(),
-            conn.clone(),
-            config.op_batch,
+        let reads = Batcher::new(
+            &id,
+            &conn,
+            config.hold_batch,
+            #[cfg(fencelock_negative_controls)]
+            control,
+        );
+        let hold_releases = Batcher::new(
+            &id,
+            &conn,
             config.hold_batch,
             #[cfg(fencelock_negative_controls)]
             control,
         );
         let engine = Arc::new(Engine {
             conn,
-            batcher,
+            reads,
+            hold_releases,
             config,
             waiters,
             watchdog: Watchdog::default(),
@@ -266,6 +276,22 @@ impl Engine {
     /// The client's connection (a cheap clone of a multiplexed handle).
     pub(crate) fn conn(&self) -> Conn {
         self.conn.clone()
+    }
+
+    /// `acquire.lua` of a plain lock in the default mode: one script call, as
+    /// [`protocol::acquire_labelled`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn acquire_grouped(
+        &self,
+        conn: &mut Conn,
+        keys: &LockKeys,
+        holder: &str,
+        lease: Duration,
+        op_ttl: Duration,
+        label: Option<&str>,
+        recorded: bool,
+    ) -> Result<AcquireReply, Error> {
+        protocol::acquire_labelled(conn, keys, holder, lease, op_ttl, label, recorded).await
     }
 
     /// The fair-mode part of an acquire attempt, `None` in the default mode.

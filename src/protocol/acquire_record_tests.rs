@@ -8,7 +8,8 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::contract_tests::{contract_checks, hold_field_expiry, setup, LEASE, OP_TTL};
-use super::semaphore::{rw_acquire, sem_acquire, RwAcquireReply, RwMode, SemAcquireReply};
+use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
+use super::semaphore::{sem_acquire, SemAcquireReply};
 use super::*;
 
 fn free_keys() -> LockKeys {

@@ -44,7 +44,6 @@ pub(crate) use job::{
     job_begin, job_finish, job_read, BeginReply, JobRead, RunOutcome, TickArgs, TickRecord,
 };
 pub(crate) use keys::{LockKeys, ResourceKeys};
-use lock::acquire_reply;
 #[cfg(test)]
 pub(crate) use lock::{acquire, acquire_fair, LeaveReply};
 pub(crate) use lock::{
@@ -213,6 +212,3 @@ mod handoff_tests;
 
 #[cfg(test)]
 mod sem_handoff_tests;
-
-#[cfg(test)]
-mod batch_tests;

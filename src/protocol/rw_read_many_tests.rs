@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::batch::{read_outcome, run_reads, ReadOperation};
+use super::batch::{read_outcome, Grouped, ReadOperation};
 #[cfg(fencelock_negative_controls)]
 use super::lock_tests::assert_controls_caught;
 use super::lock_tests::{
@@ -48,7 +48,7 @@ async fn read_together(
         .map(|holder| reading(keys, holder, None, recorded))
         .collect();
     let refs: Vec<&ReadOperation> = reads.iter().collect();
-    let outcomes = run_reads(conn, &refs)
+    let outcomes = ReadOperation::run_together(conn, &refs)
         .await
         .map_err(|err| format!("the call failed: {err}"))?;
     outcomes
@@ -263,7 +263,9 @@ async fn a_grouped_read_keeps_its_own_label() {
         reading(&keys, "plain", None, false),
         reading(&keys, "tagged", Some("req:7"), false),
     ];
-    let outcomes = run_reads(&mut conn, &[&reads[0], &reads[1]]).await.unwrap();
+    let outcomes = ReadOperation::run_together(&mut conn, &[&reads[0], &reads[1]])
+        .await
+        .unwrap();
     let tokens: Vec<u64> = outcomes
         .into_iter()
         .map(|o| match read_outcome(o.unwrap()).unwrap() {
@@ -330,7 +332,7 @@ async fn a_refused_call_writes_nothing() {
         reading(&keys, "a", None, true),
         reading(&keys, "b", None, true),
     ];
-    let err = run_reads(&mut conn, &[&reads[0], &reads[1]])
+    let err = ReadOperation::run_together(&mut conn, &[&reads[0], &reads[1]])
         .await
         .unwrap_err();
     let err = Error::from_reply(err);
@@ -367,7 +369,9 @@ async fn grouped_reads_end_with_their_lease() {
                 )
             })
             .collect();
-        let outcomes = run_reads(&mut conn, &[&reads[0], &reads[1]]).await.unwrap();
+        let outcomes = ReadOperation::run_together(&mut conn, &[&reads[0], &reads[1]])
+            .await
+            .unwrap();
         for outcome in outcomes {
             let reply = read_outcome(outcome.unwrap()).unwrap();
             assert!(
@@ -438,7 +442,7 @@ async fn reads_of(
         .map(|(holder, recorded)| reading(keys, holder, None, *recorded))
         .collect();
     let refs: Vec<&ReadOperation> = reads.iter().collect();
-    run_reads(conn, &refs)
+    ReadOperation::run_together(conn, &refs)
         .await
         .expect("the call as a whole")
         .into_iter()

@@ -45,8 +45,6 @@ pub(crate) struct Scripts {
     pub(crate) rw_read_many: Script,
     pub(crate) sem_release_many: Script,
     pub(crate) wait_record: Script,
-    /// `batch.lua`, with the texts of `acquire` and `release` inside (see [`batch_text`]).
-    pub(crate) batch: Script,
 }
 
 /// Builds the scripts from their sources, each passed through `source(name, text)` first
@@ -68,14 +66,11 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
     let sem_holds = include_str!("../../lua/lib/sem_holds.lua");
     let next_token = include_str!("../../lua/lib/next_token.lua");
     let load = |name: &str, text: &str| Script::new(&source(name, text));
-    let acquire = [next_token, include_str!("../../lua/acquire.lua")].concat();
-    let release = include_str!("../../lua/release.lua");
     Scripts {
-        batch: Script::new(&batch_text(
-            &source("acquire", &acquire),
-            &source("release", release),
-        )),
-        acquire: load("acquire", &acquire),
+        acquire: load(
+            "acquire",
+            &[next_token, include_str!("../../lua/acquire.lua")].concat(),
+        ),
         acquire_fair: load(
             "acquire_fair",
             &[next_token, include_str!("../../lua/acquire_fair.lua")].concat(),
@@ -85,7 +80,7 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         acquire_all: load("acquire_all", include_str!("../../lua/acquire_all.lua")),
         release_all: load("release_all", include_str!("../../lua/release_all.lua")),
         reenter: load("reenter", include_str!("../../lua/reenter.lua")),
-        release: load("release", release),
+        release: load("release", include_str!("../../lua/release.lua")),
         handoff: load(
             "handoff",
             &[next_token, include_str!("../../lua/handoff.lua")].concat(),
@@ -189,22 +184,6 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
             .concat(),
         ),
     }
-}
-
-/// `batch.lua` with the operations it runs defined above it: each script's whole text (as
-/// loaded on its own, so with its libraries and any negative control's substitution) becomes
-/// the body of a function whose parameters shadow the globals `KEYS` and `ARGV`. Its `return`s
-/// then return from that function, and the batch runs the operation's very lines.
-fn batch_text(acquire: &str, release: &str) -> String {
-    [
-        "local function op_acquire(KEYS, ARGV)\n",
-        acquire,
-        "\nend\n\nlocal function op_release(KEYS, ARGV)\n",
-        release,
-        "\nend\n\n",
-        include_str!("../../lua/batch.lua"),
-    ]
-    .concat()
 }
 
 /// The production scripts, hashed on first use.

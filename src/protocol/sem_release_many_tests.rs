@@ -10,14 +10,14 @@ use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::batch::{hold_release_outcome, run_hold_releases, HoldRelease};
+use super::batch::{hold_release_outcome, Grouped, HoldRelease};
 #[cfg(fencelock_negative_controls)]
 use super::lock_tests::assert_controls_caught;
 use super::lock_tests::{
     assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
     OP_TTL,
 };
-use super::semaphore::{rw_acquire, RwAcquireReply, RwMode};
+use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
 use super::*;
 
 fn rw_keys() -> LockKeys {
@@ -70,7 +70,7 @@ async fn release_together(
         .map(|(holder, op)| HoldRelease::new(keys, holder, op, OP_TTL, PubSub::Classic))
         .collect();
     let refs: Vec<&HoldRelease> = ops.iter().collect();
-    let outcomes = run_hold_releases(conn, &refs)
+    let outcomes = HoldRelease::run_together(conn, &refs)
         .await
         .map_err(|err| format!("the call failed: {err}"))?;
     outcomes

@@ -15,11 +15,6 @@ use super::{
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
-// The group commit of reads (`protocol::batch`, `engine::batch`) names the read-write lock's
-// acquisition next to the holds' release.
-pub(crate) use super::rwlock::{
-    rw_acquire, rw_acquire_call, rw_acquire_reply, RwAcquireReply, RwMode,
-};
 
 /// Outcome of `sem_acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

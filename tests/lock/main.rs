@@ -1,6 +1,6 @@
 //! The plain lock: acquisition, waiting, renewal, cancellation, fairness, the handoff inside a
-//! client, shared calls, reconnects and faults, fencing, several processes, multi-locks and the
-//! blocking facade.
+//! client, reconnects and faults, fencing, several processes, multi-locks and the blocking
+//! facade.
 //!
 //! One test binary, one module per part; `tests/common` is shared by every binary.
 
@@ -9,7 +9,6 @@
 mod common;
 
 mod basics;
-mod batching;
 mod blocking;
 mod cancellation;
 mod fairness;

@@ -157,10 +157,6 @@ impl World {
                 if let Some(grace) = fair {
                     builder = builder.fair_handoff(grace);
                 }
-                if one_client {
-                    // Its tasks' operations share script calls too (`batch.lua`).
-                    builder = builder.op_batch(64);
-                }
                 clients.push(builder.connect().await.unwrap());
             }
             clients
