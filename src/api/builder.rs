@@ -407,15 +407,12 @@ impl LockClientBuilder {
                 reason: "max_hold must be above zero".into(),
             });
         }
-        if !(1..=1000).contains(&c.hold_batch) {
-            return Err(Error::InvalidConfig {
-                reason: "hold_batch must be between 1 and 1000".into(),
-            });
-        }
-        if !(1..=1000).contains(&c.renew_batch) {
-            return Err(Error::InvalidConfig {
-                reason: "renew_batch must be between 1 and 1000".into(),
-            });
+        for (name, cap) in [("hold_batch", c.hold_batch), ("renew_batch", c.renew_batch)] {
+            if !(1..=1000).contains(&cap) {
+                return Err(Error::InvalidConfig {
+                    reason: format!("{name} must be between 1 and 1000"),
+                });
+            }
         }
         if let Some(grace) = c.fair_grace {
             whole_millis_in(grace, Duration::from_millis(1), Duration::from_secs(60)).map_err(
