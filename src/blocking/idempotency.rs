@@ -51,7 +51,7 @@ impl Idempotency {
             .runtime
             .block_on(self.inner.begin(key.as_ref(), fingerprint.as_ref()))?;
         match begun {
-            KeyBegun::Answered(answer) => Ok(answer.outcome()),
+            KeyBegun::Answered(answer) => Ok(answer),
             KeyBegun::Run(active) => {
                 let output = run(active.view());
                 self.runtime.block_on(active.finish(output))

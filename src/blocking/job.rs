@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use crate::api::job::Begun;
-use crate::protocol::RunOutcome;
+use crate::protocol::RunEnd;
 use crate::{Error, JobOptions, JobOutcome, JobRun, TickRecord};
 
 facade! {
@@ -58,11 +58,10 @@ impl Job {
         job: impl FnOnce(JobRun) -> T,
     ) -> Result<JobOutcome<T>, Error> {
         match self.runtime.block_on(self.inner.begin(tick))? {
-            Begun::Skipped(skip) => Ok(skip.outcome()),
+            Begun::Skipped(skip) => Ok(skip),
             Begun::Run(run) => {
                 let output = job(run.view());
-                let token = self.runtime.block_on(run.finish(RunOutcome::Done))?;
-                Ok(JobOutcome::Ran { token, output })
+                self.runtime.block_on(run.finish(output, RunEnd::Done))
             }
         }
     }
@@ -79,12 +78,11 @@ impl Job {
         job: impl FnOnce(JobRun) -> Result<T, E>,
     ) -> Result<JobOutcome<Result<T, E>>, Error> {
         match self.runtime.block_on(self.inner.begin(tick))? {
-            Begun::Skipped(skip) => Ok(skip.outcome()),
+            Begun::Skipped(skip) => Ok(skip),
             Begun::Run(run) => {
                 let output = job(run.view());
                 let ended = self.inner.ended_as(output.is_ok());
-                let token = self.runtime.block_on(run.finish(ended))?;
-                Ok(JobOutcome::Ran { token, output })
+                self.runtime.block_on(run.finish(output, ended))
             }
         }
     }

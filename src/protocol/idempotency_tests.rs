@@ -3,39 +3,20 @@
 //! answered, what a dead or failed runner's key becomes, that a key is never run for another
 //! fingerprint, and that a result is stored fenced by its token.
 
-use std::time::Duration;
-
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 #[cfg(fencelock_negative_controls)]
 use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::lock_tests::{assert_checks_hold, Check};
+use super::run_record_tests::{checks, finish, hold_ends, try_begin, won, GIVE_UP, RUN_AGAIN};
 use super::*;
 
-const RETENTION: Duration = Duration::from_secs(60);
 const FINGERPRINT: &[u8] = b"charge acct-9 500";
 
 /// The keys of a key nobody ran.
 fn free_keys() -> LockKeys {
     LockKeys::idempotency(b"t:", b"payments:key-1")
-}
-
-/// Takes the key's free lock for `holder`.
-async fn won(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> FencingToken {
-    match acquire(conn, keys, holder, LEASE, OP_TTL).await.unwrap() {
-        AcquireReply::Acquired { token, .. } => token,
-        other => panic!("the free key's lock answered {other:?}"),
-    }
-}
-
-fn args<'a>(holder: &'a str, token: FencingToken, fingerprint: &'a [u8]) -> KeyArgs<'a> {
-    KeyArgs {
-        holder,
-        token,
-        fingerprint,
-        retention: RETENTION,
-    }
 }
 
 async fn begin(
@@ -44,29 +25,27 @@ async fn begin(
     holder: &str,
     token: FencingToken,
     on_death: RunnerDeathArg,
-) -> KeyBeginReply {
-    idem_begin(conn, keys, args(holder, token, FINGERPRINT), on_death)
+) -> BeginReply<KeyResult> {
+    try_begin(conn, keys, (holder, token), FINGERPRINT, on_death)
         .await
         .unwrap()
 }
 
+/// `idem_finish.lua` ending the run of `holder` with `token` as `end` says, storing `result`.
 async fn store(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
     holder: &str,
     token: FencingToken,
-    finish: KeyFinish<'_>,
+    end: RunEnd,
+    result: &[u8],
 ) -> Result<FinishReply, Error> {
-    idem_finish(conn, keys, args(holder, token, FINGERPRINT), 0, finish).await
+    let runner = (holder, token);
+    finish::<KeyResult>(conn, keys, runner, FINGERPRINT, (0, end), Some(result)).await
 }
 
 async fn read(conn: &mut MultiplexedConnection, keys: &LockKeys) -> KeyRead {
     idem_read(conn, keys, KeyReadMode::Read).await.unwrap()
-}
-
-/// Frees the key's lock as a lost hold would (the lease ran out, the process died).
-async fn hold_ends(conn: &mut MultiplexedConnection, keys: &LockKeys) {
-    let _: () = conn.del(&keys.lock).await.unwrap();
 }
 
 #[tokio::test]
@@ -82,17 +61,17 @@ async fn a_run_begins_stores_its_result_and_answers_duplicates() {
         }
     );
     let token = won(&mut conn, &keys, "a").await;
-    let KeyBeginReply::Begun {
+    let BeginReply::Begun {
         took_over: None,
         started_ms,
-    } = begin(&mut conn, &keys, "a", token, RunnerDeathArg::RunAgain).await
+    } = begin(&mut conn, &keys, "a", token, RUN_AGAIN).await
     else {
         panic!("a free key did not begin");
     };
     // A re-sent begin is the same begin.
     assert_eq!(
-        begin(&mut conn, &keys, "a", token, RunnerDeathArg::RunAgain).await,
-        KeyBeginReply::Begun {
+        begin(&mut conn, &keys, "a", token, RUN_AGAIN).await,
+        BeginReply::Begun {
             took_over: None,
             started_ms
         }
@@ -100,9 +79,9 @@ async fn a_run_begins_stores_its_result_and_answers_duplicates() {
     let running = read(&mut conn, &keys).await;
     let record = running.record.clone().unwrap();
     assert_eq!((record.runner.as_str(), record.token), ("a", token));
-    assert_eq!(record.fingerprint, FINGERPRINT);
+    assert_eq!(record.own.fingerprint, FINGERPRINT);
     assert_eq!(
-        (record.finished_ms, record.result.as_slice()),
+        (record.finished_ms, record.own.result.as_slice()),
         (None, &b""[..])
     );
     assert_eq!(running.lock_token, Some(token), "the runner holds the key");
@@ -112,14 +91,14 @@ async fn a_run_begins_stores_its_result_and_answers_duplicates() {
     // A result of any bytes, stored once; a re-sent finish answers the first one's time.
     let result = b"\x00ok\xff\r\n".to_vec();
     let FinishReply::Done { finished_ms } =
-        store(&mut conn, &keys, "a", token, KeyFinish::Done(&result))
+        store(&mut conn, &keys, "a", token, RunEnd::Done, &result)
             .await
             .unwrap()
     else {
         panic!("the runner's finish was refused");
     };
     assert_eq!(
-        store(&mut conn, &keys, "a", token, KeyFinish::Done(&result))
+        store(&mut conn, &keys, "a", token, RunEnd::Done, &result)
             .await
             .unwrap(),
         FinishReply::Done { finished_ms }
@@ -128,18 +107,15 @@ async fn a_run_begins_stores_its_result_and_answers_duplicates() {
     let done = read(&mut conn, &keys).await.record.unwrap();
     assert_eq!(done.finished_ms, Some(finished_ms));
     assert_eq!(
-        (done.result.clone(), done.is_final_failure),
+        (done.own.result.clone(), done.own.is_final_failure),
         (result.clone(), false)
     );
 
     // A duplicate is answered with the stored result, whatever its policy.
-    for (holder, policy) in [
-        ("dup-1", RunnerDeathArg::RunAgain),
-        ("dup-2", RunnerDeathArg::GiveUp),
-    ] {
+    for (holder, policy) in [("dup-1", RUN_AGAIN), ("dup-2", GIVE_UP)] {
         let dup = won(&mut conn, &keys, holder).await;
         match begin(&mut conn, &keys, holder, dup, policy).await {
-            KeyBeginReply::Done(record) => assert_eq!(record, done),
+            BeginReply::Done(record) => assert_eq!(record, done),
             other => panic!("a duplicate of a done key got {other:?}"),
         }
         hold_ends(&mut conn, &keys).await;
@@ -152,16 +128,16 @@ async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
     let keys = free_keys();
     // Retryable: the record says failed, the next caller takes over whatever the policy.
     let first = won(&mut conn, &keys, "first").await;
-    begin(&mut conn, &keys, "first", first, RunnerDeathArg::GiveUp).await;
-    store(&mut conn, &keys, "first", first, KeyFinish::Failed)
+    begin(&mut conn, &keys, "first", first, GIVE_UP).await;
+    store(&mut conn, &keys, "first", first, RunEnd::Failed, b"")
         .await
         .unwrap();
     let failed = read(&mut conn, &keys).await.record.unwrap();
     assert!(failed.failed_ms.is_some() && failed.finished_ms.is_none());
     hold_ends(&mut conn, &keys).await;
     let second = won(&mut conn, &keys, "second").await;
-    match begin(&mut conn, &keys, "second", second, RunnerDeathArg::GiveUp).await {
-        KeyBeginReply::Begun {
+    match begin(&mut conn, &keys, "second", second, GIVE_UP).await {
+        BeginReply::Begun {
             took_over: Some(old),
             ..
         } => assert_eq!(old, first),
@@ -173,13 +149,14 @@ async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
         &keys,
         "second",
         second,
-        KeyFinish::Final(b"declined"),
+        RunEnd::Final,
+        b"declined",
     )
     .await
     .unwrap();
     let stored = read(&mut conn, &keys).await.record.unwrap();
-    assert!(stored.is_final_failure && stored.failed_ms.is_none());
-    assert_eq!(stored.result, b"declined");
+    assert!(stored.own.is_final_failure && stored.failed_ms.is_none());
+    assert_eq!(stored.own.result, b"declined");
 }
 
 #[tokio::test]
@@ -187,17 +164,17 @@ async fn a_dead_runners_key_is_run_again_or_given_up_by_policy() {
     let (_server, mut conn, _) = super::lock_tests::setup().await;
     let keys = free_keys();
     let dead = won(&mut conn, &keys, "dead").await;
-    begin(&mut conn, &keys, "dead", dead, RunnerDeathArg::RunAgain).await;
+    begin(&mut conn, &keys, "dead", dead, RUN_AGAIN).await;
     hold_ends(&mut conn, &keys).await;
     let careful = won(&mut conn, &keys, "careful").await;
-    match begin(&mut conn, &keys, "careful", careful, RunnerDeathArg::GiveUp).await {
-        KeyBeginReply::Abandoned(record) => assert_eq!(record.token, dead),
+    match begin(&mut conn, &keys, "careful", careful, GIVE_UP).await {
+        BeginReply::Abandoned(record) => assert_eq!(record.token, dead),
         other => panic!("a dead runner's key under GiveUp got {other:?}"),
     }
     hold_ends(&mut conn, &keys).await;
     let eager = won(&mut conn, &keys, "eager").await;
-    match begin(&mut conn, &keys, "eager", eager, RunnerDeathArg::RunAgain).await {
-        KeyBeginReply::Begun {
+    match begin(&mut conn, &keys, "eager", eager, RUN_AGAIN).await {
+        BeginReply::Begun {
             took_over: Some(old),
             ..
         } => assert_eq!(old, dead),
@@ -210,7 +187,7 @@ async fn forget_deletes_only_a_record_nobody_holds() {
     let (_server, mut conn, _) = super::lock_tests::setup().await;
     let keys = free_keys();
     let token = won(&mut conn, &keys, "a").await;
-    begin(&mut conn, &keys, "a", token, RunnerDeathArg::RunAgain).await;
+    begin(&mut conn, &keys, "a", token, RUN_AGAIN).await;
     let held = idem_read(&mut conn, &keys, KeyReadMode::Forget)
         .await
         .unwrap();
@@ -233,16 +210,11 @@ async fn foreign_data_is_a_typed_error_and_stays_untouched() {
     let keys = free_keys();
     let _: () = conn.set(keys.idem_record(), "not ours").await.unwrap();
     let token = won(&mut conn, &keys, "a").await;
-    let err = idem_begin(
-        &mut conn,
-        &keys,
-        args("a", token, FINGERPRINT),
-        RunnerDeathArg::RunAgain,
-    )
-    .await
-    .unwrap_err();
+    let err = try_begin::<KeyResult>(&mut conn, &keys, ("a", token), FINGERPRINT, RUN_AGAIN)
+        .await
+        .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
-    let err = store(&mut conn, &keys, "a", token, KeyFinish::Done(b"x"))
+    let err = store(&mut conn, &keys, "a", token, RunEnd::Done, b"x")
         .await
         .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
@@ -261,8 +233,8 @@ async fn only_the_holder_begins(
 ) -> Result<(), String> {
     let holder = won(conn, keys, "holder").await;
     let stranger = FencingToken::new(holder.get() + 1).unwrap();
-    let reply = begin(conn, keys, "stranger", stranger, RunnerDeathArg::RunAgain).await;
-    if reply != KeyBeginReply::NotHeld {
+    let reply = begin(conn, keys, "stranger", stranger, RUN_AGAIN).await;
+    if reply != BeginReply::NotHeld {
         return Err(format!("a caller without the lock got {reply:?}"));
     }
     match read(conn, keys).await.record {
@@ -278,18 +250,18 @@ async fn a_taken_over_runner_cannot_store(
     keys: &LockKeys,
 ) -> Result<(), String> {
     let old = won(conn, keys, "old").await;
-    begin(conn, keys, "old", old, RunnerDeathArg::RunAgain).await;
+    begin(conn, keys, "old", old, RUN_AGAIN).await;
     hold_ends(conn, keys).await;
     let new = won(conn, keys, "new").await;
-    begin(conn, keys, "new", new, RunnerDeathArg::RunAgain).await;
-    store(conn, keys, "new", new, KeyFinish::Done(b"new"))
+    begin(conn, keys, "new", new, RUN_AGAIN).await;
+    store(conn, keys, "new", new, RunEnd::Done, b"new")
         .await
         .unwrap();
-    let late = store(conn, keys, "old", old, KeyFinish::Done(b"old")).await;
+    let late = store(conn, keys, "old", old, RunEnd::Done, b"old").await;
     let record = read(conn, keys).await.record.unwrap();
     match late {
         Ok(FinishReply::TakenOver { token })
-            if token == new && record.token == new && record.result == b"new" =>
+            if token == new && record.token == new && record.own.result == b"new" =>
         {
             Ok(())
         }
@@ -305,14 +277,14 @@ async fn a_done_key_is_never_run_again(
     keys: &LockKeys,
 ) -> Result<(), String> {
     let first = won(conn, keys, "first").await;
-    begin(conn, keys, "first", first, RunnerDeathArg::RunAgain).await;
-    store(conn, keys, "first", first, KeyFinish::Done(b"paid"))
+    begin(conn, keys, "first", first, RUN_AGAIN).await;
+    store(conn, keys, "first", first, RunEnd::Done, b"paid")
         .await
         .unwrap();
     hold_ends(conn, keys).await;
     let second = won(conn, keys, "second").await;
-    match begin(conn, keys, "second", second, RunnerDeathArg::RunAgain).await {
-        KeyBeginReply::Done(record) if record.token == first && record.result == b"paid" => Ok(()),
+    match begin(conn, keys, "second", second, RUN_AGAIN).await {
+        BeginReply::Done(record) if record.token == first && record.own.result == b"paid" => Ok(()),
         other => Err(format!("a duplicate of the done key got {other:?}")),
     }
 }
@@ -324,25 +296,19 @@ async fn a_reused_key_never_runs(
     keys: &LockKeys,
 ) -> Result<(), String> {
     let first = won(conn, keys, "first").await;
-    begin(conn, keys, "first", first, RunnerDeathArg::RunAgain).await;
-    store(conn, keys, "first", first, KeyFinish::Failed)
+    begin(conn, keys, "first", first, RUN_AGAIN).await;
+    store(conn, keys, "first", first, RunEnd::Failed, b"")
         .await
         .unwrap();
     hold_ends(conn, keys).await;
     let other = won(conn, keys, "other").await;
-    let reply = idem_begin(
-        conn,
-        keys,
-        args("other", other, b"refund acct-9 500"),
-        RunnerDeathArg::RunAgain,
-    )
-    .await
-    .unwrap();
+    let other_fingerprint = b"refund acct-9 500";
+    let reply = try_begin::<KeyResult>(conn, keys, ("other", other), other_fingerprint, RUN_AGAIN)
+        .await
+        .unwrap();
     let record = read(conn, keys).await.record.unwrap();
     match reply {
-        KeyBeginReply::OtherFingerprint(seen) if seen.token == first && record.token == first => {
-            Ok(())
-        }
+        BeginReply::Refused(seen) if seen.token == first && record.token == first => Ok(()),
         other => Err(format!(
             "a reused key answered {other:?}; the record is {record:?}"
         )),
@@ -350,19 +316,11 @@ async fn a_reused_key_never_runs(
 }
 
 /// The contract checks above, by name; each is also the check of one negative control.
-const CHECKS: [(&str, Check); 4] = [
-    ("only_the_holder_begins", |c, k| {
-        Box::pin(only_the_holder_begins(c, k))
-    }),
-    ("a_taken_over_runner_cannot_store", |c, k| {
-        Box::pin(a_taken_over_runner_cannot_store(c, k))
-    }),
-    ("a_done_key_is_never_run_again", |c, k| {
-        Box::pin(a_done_key_is_never_run_again(c, k))
-    }),
-    ("a_reused_key_never_runs", |c, k| {
-        Box::pin(a_reused_key_never_runs(c, k))
-    }),
+const CHECKS: [(&str, Check); 4] = checks![
+    only_the_holder_begins,
+    a_taken_over_runner_cannot_store,
+    a_done_key_is_never_run_again,
+    a_reused_key_never_runs,
 ];
 
 #[tokio::test]

@@ -11,35 +11,30 @@ use fencelock_testing::RedisServer;
 
 #[cfg(fencelock_negative_controls)]
 use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{assert_checks_hold, Check, LEASE, OP_TTL};
+use super::lock_tests::{assert_checks_hold, Check, LEASE};
+use super::run_record_tests::{checks, finish, hold_ends, try_begin, won, GIVE_UP, RUN_AGAIN};
 use super::*;
 
 const PERIOD: Duration = Duration::from_secs(10);
-const RETENTION: Duration = Duration::from_secs(60);
 /// A tick as an instance saw it (ms since the epoch).
 const TICK: u64 = 1_800_000_000_000;
 
 /// A server of its own, a connection to it, and the keys of a job nobody ran.
 async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
     let (server, conn, _lock) = super::lock_tests::setup().await;
-    (server, conn, LockKeys::job(b"t:", b"report"))
+    (server, conn, free_keys())
 }
 
-/// Takes the job's free lock for `holder`.
-async fn won(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> FencingToken {
-    match acquire(conn, keys, holder, LEASE, OP_TTL).await.unwrap() {
-        AcquireReply::Acquired { token, .. } => token,
-        other => panic!("the free job lock answered {other:?}"),
-    }
-}
-
-fn args(holder: &str, token: FencingToken, tick_ms: u64) -> TickArgs<'_> {
-    TickArgs {
-        holder,
-        token,
-        tick_ms,
-        retention: RETENTION,
-    }
+/// `job_begin.lua` for `holder` with `token`, for the tick `tick_ms`.
+async fn try_begin_tick(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    (holder, token): (&str, FencingToken),
+    tick_ms: u64,
+    on_death: RunnerDeathArg,
+) -> Result<BeginReply<Tick>, Error> {
+    let own = (tick_ms, millis(PERIOD));
+    try_begin(conn, keys, (holder, token), own, on_death).await
 }
 
 async fn begin(
@@ -49,28 +44,32 @@ async fn begin(
     token: FencingToken,
     tick_ms: u64,
     on_death: RunnerDeathArg,
-) -> BeginReply {
-    job_begin(conn, keys, args(holder, token, tick_ms), PERIOD, on_death)
+) -> BeginReply<Tick> {
+    try_begin_tick(conn, keys, (holder, token), tick_ms, on_death)
         .await
         .unwrap()
 }
 
-/// Frees the job's lock as a lost hold would (the lease ran out, the process died).
-async fn hold_ends(conn: &mut MultiplexedConnection, keys: &LockKeys) {
-    let _: () = conn.del(&keys.lock).await.unwrap();
-}
-
-/// `job_finish.lua` recording the tick done.
+/// `job_finish.lua` recording the tick `tick_ms` of `runner`, begun at `started_ms`, done.
 async fn finish_done(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
-    args: TickArgs<'_>,
+    runner: (&str, FencingToken),
+    tick_ms: u64,
     started_ms: u64,
 ) -> Result<FinishReply, Error> {
-    job_finish(conn, keys, args, started_ms, RunOutcome::Done).await
+    finish::<Tick>(
+        conn,
+        keys,
+        runner,
+        tick_ms,
+        (started_ms, RunEnd::Done),
+        None,
+    )
+    .await
 }
 
-fn begun(reply: &BeginReply) -> bool {
+fn begun(reply: &BeginReply<Tick>) -> bool {
     matches!(reply, BeginReply::Begun { .. })
 }
 
@@ -88,7 +87,7 @@ async fn a_run_begins_finishes_and_reads_back() {
     );
 
     let token = won(&mut conn, &keys, "a").await;
-    let reply = begin(&mut conn, &keys, "a", token, TICK, RunnerDeathArg::GiveUp).await;
+    let reply = begin(&mut conn, &keys, "a", token, TICK, GIVE_UP).await;
     let BeginReply::Begun {
         took_over: None,
         started_ms,
@@ -97,7 +96,7 @@ async fn a_run_begins_finishes_and_reads_back() {
         panic!("a free tick answered {reply:?}")
     };
     // A re-sent begin is the same begin.
-    let again = begin(&mut conn, &keys, "a", token, TICK, RunnerDeathArg::GiveUp).await;
+    let again = begin(&mut conn, &keys, "a", token, TICK, GIVE_UP).await;
     assert_eq!(
         again,
         BeginReply::Begun {
@@ -107,14 +106,14 @@ async fn a_run_begins_finishes_and_reads_back() {
     );
     let running = job_read(&mut conn, &keys).await.unwrap();
     let record = running.record.clone().unwrap();
-    assert_eq!((record.tick_ms, record.runner.as_str()), (TICK, "a"));
+    assert_eq!((record.own.tick_ms, record.runner.as_str()), (TICK, "a"));
     assert_eq!((record.token, record.finished_ms), (token, None));
     assert_eq!(running.lock_token, Some(token), "the runner holds the lock");
     assert!(matches!(running.lease_left, Some(Some(left)) if left <= LEASE));
     let ttl: i64 = conn.pttl(keys.job_record()).await.unwrap();
     assert!(ttl > 0 && ttl <= 60_000, "the record expires: {ttl}");
 
-    let done = finish_done(&mut conn, &keys, args("a", token, TICK), started_ms)
+    let done = finish_done(&mut conn, &keys, ("a", token), TICK, started_ms)
         .await
         .unwrap();
     let FinishReply::Done { finished_ms } = done else {
@@ -125,7 +124,7 @@ async fn a_run_begins_finishes_and_reads_back() {
     assert!(ttl > 0 && ttl <= 60_000, "the done record expires: {ttl}");
     // A re-sent finish, later, answers the first one's time and keeps it.
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let again = finish_done(&mut conn, &keys, args("a", token, TICK), started_ms).await;
+    let again = finish_done(&mut conn, &keys, ("a", token), TICK, started_ms).await;
     assert_eq!(again.unwrap(), done);
     let read = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
     assert_eq!(read.finished_ms, Some(finished_ms));
@@ -133,17 +132,11 @@ async fn a_run_begins_finishes_and_reads_back() {
 
     // Foreign data at either key is refused and left alone.
     let _: () = conn.set(keys.job_record(), "foreign").await.unwrap();
-    let err = job_begin(
-        &mut conn,
-        &keys,
-        args("a", token, TICK),
-        PERIOD,
-        RunnerDeathArg::GiveUp,
-    )
-    .await
-    .unwrap_err();
+    let err = try_begin_tick(&mut conn, &keys, ("a", token), TICK, GIVE_UP)
+        .await
+        .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
-    let err = finish_done(&mut conn, &keys, args("a", token, TICK), started_ms)
+    let err = finish_done(&mut conn, &keys, ("a", token), TICK, started_ms)
         .await
         .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
@@ -167,9 +160,9 @@ async fn views_less_than_half_a_period_apart_are_one_tick() {
     let half = u64::try_from(PERIOD.as_millis()).unwrap() / 2;
     let first = won(&mut conn, &keys, "a").await;
     assert!(begun(
-        &begin(&mut conn, &keys, "a", first, TICK, RunnerDeathArg::GiveUp).await
+        &begin(&mut conn, &keys, "a", first, TICK, GIVE_UP).await
     ));
-    finish_done(&mut conn, &keys, args("a", first, TICK), 0)
+    finish_done(&mut conn, &keys, ("a", first), TICK, 0)
         .await
         .unwrap();
     hold_ends(&mut conn, &keys).await;
@@ -177,39 +170,15 @@ async fn views_less_than_half_a_period_apart_are_one_tick() {
     for (i, view) in [TICK - half + 1, TICK + half - 1].into_iter().enumerate() {
         let holder = format!("b{i}");
         let token = won(&mut conn, &keys, &holder).await;
-        let reply = begin(
-            &mut conn,
-            &keys,
-            &holder,
-            token,
-            view,
-            RunnerDeathArg::GiveUp,
-        )
-        .await;
+        let reply = begin(&mut conn, &keys, &holder, token, view, GIVE_UP).await;
         assert!(matches!(reply, BeginReply::Done(_)), "{view}: {reply:?}");
         hold_ends(&mut conn, &keys).await;
     }
     // Half a period behind: an older tick, past. Half a period ahead: the next tick.
     let token = won(&mut conn, &keys, "c").await;
-    let reply = begin(
-        &mut conn,
-        &keys,
-        "c",
-        token,
-        TICK - half,
-        RunnerDeathArg::GiveUp,
-    )
-    .await;
-    assert!(matches!(reply, BeginReply::Late(_)), "{reply:?}");
-    let reply = begin(
-        &mut conn,
-        &keys,
-        "c",
-        token,
-        TICK + half,
-        RunnerDeathArg::GiveUp,
-    )
-    .await;
+    let reply = begin(&mut conn, &keys, "c", token, TICK - half, GIVE_UP).await;
+    assert!(matches!(reply, BeginReply::Refused(_)), "{reply:?}");
+    let reply = begin(&mut conn, &keys, "c", token, TICK + half, GIVE_UP).await;
     assert!(begun(&reply), "{reply:?}");
 }
 
@@ -218,22 +187,14 @@ async fn a_dead_runners_tick_is_given_up_or_taken_over_as_the_policy_says() {
     let (_server, mut conn, keys) = setup().await;
     let dead = won(&mut conn, &keys, "dead").await;
     let BeginReply::Begun { started_ms, .. } =
-        begin(&mut conn, &keys, "dead", dead, TICK, RunnerDeathArg::GiveUp).await
+        begin(&mut conn, &keys, "dead", dead, TICK, GIVE_UP).await
     else {
         panic!("a free tick was not begun")
     };
     hold_ends(&mut conn, &keys).await;
 
     let next = won(&mut conn, &keys, "next").await;
-    let reply = begin(
-        &mut conn,
-        &keys,
-        "next",
-        next,
-        TICK + 1,
-        RunnerDeathArg::GiveUp,
-    )
-    .await;
+    let reply = begin(&mut conn, &keys, "next", next, TICK + 1, GIVE_UP).await;
     match reply {
         BeginReply::Abandoned(record) => assert_eq!(
             (record.runner.as_str(), record.token, record.finished_ms),
@@ -241,21 +202,13 @@ async fn a_dead_runners_tick_is_given_up_or_taken_over_as_the_policy_says() {
         ),
         other => panic!("a dead runner's tick under give-up answered {other:?}"),
     }
-    let reply = begin(
-        &mut conn,
-        &keys,
-        "next",
-        next,
-        TICK + 1,
-        RunnerDeathArg::RunAgain,
-    )
-    .await;
+    let reply = begin(&mut conn, &keys, "next", next, TICK + 1, RUN_AGAIN).await;
     assert!(
         matches!(reply, BeginReply::Begun { took_over: Some(t), .. } if t == dead),
         "{reply:?}"
     );
     // The dead runner wakes up and finishes: refused, the record stays the new runner's.
-    let late = finish_done(&mut conn, &keys, args("dead", dead, TICK), started_ms).await;
+    let late = finish_done(&mut conn, &keys, ("dead", dead), TICK, started_ms).await;
     assert_eq!(late.unwrap(), FinishReply::TakenOver { token: next });
     let record = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
     assert_eq!((record.runner.as_str(), record.token), ("next", next));
@@ -267,16 +220,16 @@ async fn a_finish_whose_record_expired_records_the_tick_again() {
     let (_server, mut conn, keys) = setup().await;
     let token = won(&mut conn, &keys, "a").await;
     let BeginReply::Begun { started_ms, .. } =
-        begin(&mut conn, &keys, "a", token, TICK, RunnerDeathArg::GiveUp).await
+        begin(&mut conn, &keys, "a", token, TICK, GIVE_UP).await
     else {
         panic!("a free tick was not begun")
     };
     let _: () = conn.del(keys.job_record()).await.unwrap();
-    let done = finish_done(&mut conn, &keys, args("a", token, TICK), started_ms).await;
+    let done = finish_done(&mut conn, &keys, ("a", token), TICK, started_ms).await;
     assert!(matches!(done.unwrap(), FinishReply::Done { .. }));
     let record = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
     assert_eq!(
-        (record.tick_ms, record.token, record.started_ms),
+        (record.own.tick_ms, record.token, record.started_ms),
         (TICK, token, started_ms)
     );
     assert!(record.finished_ms.is_some());
@@ -299,7 +252,7 @@ async fn a_record_with_a_newer_token_than_the_holders_is_left_alone() {
         .hset_multiple(keys.job_record(), &record)
         .await
         .unwrap();
-    for policy in [RunnerDeathArg::GiveUp, RunnerDeathArg::RunAgain] {
+    for policy in [GIVE_UP, RUN_AGAIN] {
         match begin(&mut conn, &keys, "holder", token, TICK, policy).await {
             BeginReply::Newer(record) => {
                 assert_eq!(
@@ -311,7 +264,7 @@ async fn a_record_with_a_newer_token_than_the_holders_is_left_alone() {
         }
     }
     let read = job_read(&mut conn, &keys).await.unwrap().record.unwrap();
-    assert_eq!((read.token.get(), read.tick_ms), (newer, TICK - 20_000));
+    assert_eq!((read.token.get(), read.own.tick_ms), (newer, TICK - 20_000));
 }
 
 /// Only the job's lock holder, with its own token, begins a tick; anyone else changes nothing.
@@ -322,7 +275,7 @@ async fn only_the_holder_begins(
     let token = won(conn, keys, "holder").await;
     let other = FencingToken::new(token.get() + 1).unwrap();
     for (holder, token) in [("intruder", token), ("holder", other)] {
-        let reply = begin(conn, keys, holder, token, TICK, RunnerDeathArg::GiveUp).await;
+        let reply = begin(conn, keys, holder, token, TICK, GIVE_UP).await;
         if reply != BeginReply::NotHeld {
             return Err(format!("{holder} with {token} began: {reply:?}"));
         }
@@ -339,11 +292,11 @@ async fn a_taken_over_runner_cannot_finish(
     keys: &LockKeys,
 ) -> Result<(), String> {
     let old = won(conn, keys, "old").await;
-    begin(conn, keys, "old", old, TICK, RunnerDeathArg::RunAgain).await;
+    begin(conn, keys, "old", old, TICK, RUN_AGAIN).await;
     hold_ends(conn, keys).await;
     let new = won(conn, keys, "new").await;
-    begin(conn, keys, "new", new, TICK, RunnerDeathArg::RunAgain).await;
-    let late = finish_done(conn, keys, args("old", old, TICK), 0).await;
+    begin(conn, keys, "new", new, TICK, RUN_AGAIN).await;
+    let late = finish_done(conn, keys, ("old", old), TICK, 0).await;
     let record = job_read(conn, keys).await.unwrap().record.unwrap();
     match late {
         Ok(FinishReply::TakenOver { token }) if token == new && record.token == new => Ok(()),
@@ -359,22 +312,13 @@ async fn a_done_tick_is_never_run_again(
     keys: &LockKeys,
 ) -> Result<(), String> {
     let first = won(conn, keys, "first").await;
-    begin(conn, keys, "first", first, TICK, RunnerDeathArg::RunAgain).await;
-    finish_done(conn, keys, args("first", first, TICK), 0)
+    begin(conn, keys, "first", first, TICK, RUN_AGAIN).await;
+    finish_done(conn, keys, ("first", first), TICK, 0)
         .await
         .unwrap();
     hold_ends(conn, keys).await;
     let second = won(conn, keys, "second").await;
-    match begin(
-        conn,
-        keys,
-        "second",
-        second,
-        TICK + 2000,
-        RunnerDeathArg::RunAgain,
-    )
-    .await
-    {
+    match begin(conn, keys, "second", second, TICK + 2000, RUN_AGAIN).await {
         BeginReply::Done(record) if record.token == first => Ok(()),
         other => Err(format!("a second instance for the done tick got {other:?}")),
     }
@@ -386,22 +330,14 @@ async fn an_older_tick_is_never_begun(
     keys: &LockKeys,
 ) -> Result<(), String> {
     let newer = won(conn, keys, "newer").await;
-    begin(
-        conn,
-        keys,
-        "newer",
-        newer,
-        TICK + 10_000,
-        RunnerDeathArg::GiveUp,
-    )
-    .await;
-    finish_done(conn, keys, args("newer", newer, TICK + 10_000), 0)
+    begin(conn, keys, "newer", newer, TICK + 10_000, GIVE_UP).await;
+    finish_done(conn, keys, ("newer", newer), TICK + 10_000, 0)
         .await
         .unwrap();
     hold_ends(conn, keys).await;
     let late = won(conn, keys, "late").await;
-    match begin(conn, keys, "late", late, TICK, RunnerDeathArg::GiveUp).await {
-        BeginReply::Late(record) if record.token == newer => Ok(()),
+    match begin(conn, keys, "late", late, TICK, GIVE_UP).await {
+        BeginReply::Refused(record) if record.token == newer => Ok(()),
         other => Err(format!("a call for the older tick got {other:?}")),
     }
 }
@@ -414,13 +350,14 @@ async fn a_failed_tick_is_run_again(
     keys: &LockKeys,
 ) -> Result<(), String> {
     let failed = won(conn, keys, "failed").await;
-    begin(conn, keys, "failed", failed, TICK, RunnerDeathArg::GiveUp).await;
-    let recorded = job_finish(
+    begin(conn, keys, "failed", failed, TICK, GIVE_UP).await;
+    let recorded = finish::<Tick>(
         conn,
         keys,
-        args("failed", failed, TICK),
-        0,
-        RunOutcome::Failed,
+        ("failed", failed),
+        TICK,
+        (0, RunEnd::Failed),
+        None,
     )
     .await
     .unwrap();
@@ -436,23 +373,14 @@ async fn a_failed_tick_is_run_again(
     }
     hold_ends(conn, keys).await;
     let retry = won(conn, keys, "retry").await;
-    match begin(
-        conn,
-        keys,
-        "retry",
-        retry,
-        TICK + 1_000,
-        RunnerDeathArg::GiveUp,
-    )
-    .await
-    {
+    match begin(conn, keys, "retry", retry, TICK + 1_000, GIVE_UP).await {
         BeginReply::Begun {
             took_over: Some(old),
             ..
         } if old == failed => {}
         other => return Err(format!("the failed tick's retry answered {other:?}")),
     }
-    let late = finish_done(conn, keys, args("failed", failed, TICK), 0).await;
+    let late = finish_done(conn, keys, ("failed", failed), TICK, 0).await;
     if !matches!(late, Ok(FinishReply::TakenOver { token }) if token == retry) {
         return Err(format!("the failed runner's late finish answered {late:?}"));
     }
@@ -465,22 +393,12 @@ fn free_keys() -> LockKeys {
 }
 
 /// The contract checks above, by name; each is also the check of one negative control.
-const CHECKS: [(&str, Check); 5] = [
-    ("only_the_holder_begins", |c, k| {
-        Box::pin(only_the_holder_begins(c, k))
-    }),
-    ("a_taken_over_runner_cannot_finish", |c, k| {
-        Box::pin(a_taken_over_runner_cannot_finish(c, k))
-    }),
-    ("a_done_tick_is_never_run_again", |c, k| {
-        Box::pin(a_done_tick_is_never_run_again(c, k))
-    }),
-    ("an_older_tick_is_never_begun", |c, k| {
-        Box::pin(an_older_tick_is_never_begun(c, k))
-    }),
-    ("a_failed_tick_is_run_again", |c, k| {
-        Box::pin(a_failed_tick_is_run_again(c, k))
-    }),
+const CHECKS: [(&str, Check); 5] = checks![
+    only_the_holder_begins,
+    a_taken_over_runner_cannot_finish,
+    a_done_tick_is_never_run_again,
+    an_older_tick_is_never_begun,
+    a_failed_tick_is_run_again,
 ];
 
 #[tokio::test]

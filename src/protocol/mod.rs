@@ -36,13 +36,8 @@ pub(crate) use force::{force_release, ForceReleaseReply};
 pub(crate) use handoff::{
     release_handing_off, sem_release_handing_off, Candidate, HandoffReply, Room,
 };
-pub(crate) use idempotency::{
-    idem_begin, idem_finish, idem_read, KeyArgs, KeyBeginReply, KeyFinish, KeyRead, KeyReadMode,
-    KeyRecord,
-};
-pub(crate) use job::{
-    job_begin, job_finish, job_read, BeginReply, JobRead, RunOutcome, TickArgs, TickRecord,
-};
+pub(crate) use idempotency::{idem_read, KeyRead, KeyReadMode, KeyRecord, KeyResult};
+pub(crate) use job::{job_read, JobRead, Tick, TickRecord};
 pub(crate) use keys::{LockKeys, ResourceKeys};
 #[cfg(test)]
 pub(crate) use lock::{acquire, acquire_fair, LeaveReply};
@@ -56,7 +51,10 @@ pub(crate) use pubsub::{PubSub, ReleaseMessage};
 pub(crate) use resource::{
     fenced_read, fenced_write, Read, ReadMode, ReadReply, Write, WriteReply,
 };
-pub(crate) use run_record::{FinishReply, RunnerDeathArg};
+pub(crate) use run_record::{
+    run_begin, run_finish, BeginReply, FinishReply, Record, RunArgs, RunEnd, RunKind,
+    RunnerDeathArg,
+};
 use scripts::Scripts;
 pub(crate) use waits::{forget_wait, record_wait, WaitArgs};
 
@@ -185,6 +183,9 @@ mod job_tests;
 
 #[cfg(test)]
 mod idempotency_tests;
+
+#[cfg(test)]
+mod run_record_tests;
 
 #[cfg(test)]
 mod semaphore_tests;

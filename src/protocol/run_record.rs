@@ -1,55 +1,72 @@
 //! The run record shared by jobs and idempotency keys (`lua/lib/run_record.lua`): the fields
-//! every record carries, and the replies of the begin, finish and read scripts of both.
+//! every record carries, and one binding for the begin, finish and read scripts of both kinds;
+//! `job.rs` and `idempotency.rs` say what each kind adds ([`RunKind`]).
 
 use std::time::Duration;
 
-use redis::Value;
+use redis::aio::ConnectionLike;
+use redis::{Script, ToRedisArgs, Value};
 
-use super::{lock_state, ms_from, token_from, unexpected};
+use super::scripts::Scripts;
+use super::{lock_state, millis, ms_from, scripts, token_from, unexpected, LockKeys};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
-/// The fields every run record answers with: its runner, token and times.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct RunFields {
-    pub(super) runner: String,
-    pub(super) token: FencingToken,
-    /// Server time of the begin, ms since the Unix epoch.
-    pub(super) started_ms: u64,
-    /// Server time the run finished; `None` until then.
-    pub(super) finished_ms: Option<u64>,
-    /// Server time the run failed and left the record to a retry; `None` otherwise.
-    pub(super) failed_ms: Option<u64>,
+/// What a kind of run record (a job's tick record, an idempotency key's record) adds to the
+/// one both share: its scripts, its record's key and its own fields.
+pub(crate) trait RunKind: Sized {
+    /// How a reply's error names the record.
+    const WHAT: &'static str;
+    /// The begin script's code for the kind's own refusal: a job's newer tick (4), a key used
+    /// with another fingerprint (-3).
+    const REFUSED: i64;
+    /// The kind's begin, finish and read scripts, with their names.
+    fn scripts(all: &Scripts) -> [(&'static str, &Script); 3];
+    /// The record next to the lock of `keys`.
+    fn record_key(keys: &LockKeys) -> Vec<u8>;
+    /// The kind's own fields of a record as a script answered it, and the shared ones left
+    /// (`runner, token, started, finished, failed`); `None` for another shape.
+    fn split(fields: &[Value]) -> Option<(Self, &[Value])>;
 }
 
-/// `runner, token, started, finished, failed` (0: not set) as a script answered them, before
-/// they are checked.
-pub(super) struct RawRun<'a>(&'a [u8], [i64; 4]);
+/// A run record as the scripts answer it: the newest run, its runner and token, and the
+/// kind's own fields (`K`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record<K> {
+    pub(crate) runner: String,
+    pub(crate) token: FencingToken,
+    /// Server time of the begin, ms since the Unix epoch.
+    pub(crate) started_ms: u64,
+    /// Server time the run finished; `None` while it runs (or its runner died, or it failed).
+    pub(crate) finished_ms: Option<u64>,
+    /// Server time the run failed and left the record to a retry; `None` otherwise.
+    pub(crate) failed_ms: Option<u64>,
+    pub(crate) own: K,
+}
 
-impl<'a> RawRun<'a> {
-    /// The five fields, when `fields` has their shape.
-    pub(super) fn shape(fields: &'a [Value]) -> Option<RawRun<'a>> {
+impl<K: RunKind> Record<K> {
+    /// Decodes a record's fields (0: a time not set): a UTF-8 runner, a valid token, times
+    /// that are times.
+    fn decode(script: &str, fields: &[Value]) -> Result<Record<K>, Error> {
         use redis::Value::{BulkString, Int};
-        match fields {
-            [BulkString(runner), Int(token), Int(started), Int(finished), Int(failed)] => {
-                Some(RawRun(runner, [*token, *started, *finished, *failed]))
-            }
-            _ => None,
-        }
-    }
-
-    /// The fields checked: a UTF-8 runner, a valid token, times that are times.
-    pub(super) fn decode(self, script: &str) -> Result<RunFields, Error> {
-        let RawRun(runner, [token, started, finished, failed]) = self;
+        let Some((own, [BulkString(runner), Int(token), Int(started), Int(finished), Int(failed)])) =
+            K::split(fields)
+        else {
+            let what = K::WHAT;
+            return Err(Error::Protocol(format!(
+                "{script}.lua answered the {what} {fields:?}"
+            )));
+        };
         let time = |raw: i64| (raw != 0).then(|| ms_from(script, raw)).transpose();
-        Ok(RunFields {
-            runner: String::from_utf8(runner.to_vec()).map_err(|_| {
+        Ok(Record {
+            runner: String::from_utf8(runner.clone()).map_err(|_| {
                 Error::Protocol(format!("{script}.lua answered a runner that is not UTF-8"))
             })?,
-            token: token_from(token)?,
-            started_ms: ms_from(script, started)?,
-            finished_ms: time(finished)?,
-            failed_ms: time(failed)?,
+            token: token_from(*token)?,
+            started_ms: ms_from(script, *started)?,
+            finished_ms: time(*finished)?,
+            failed_ms: time(*failed)?,
+            own,
         })
     }
 }
@@ -61,39 +78,88 @@ pub(crate) enum RunnerDeathArg {
     GiveUp,
 }
 
-impl RunnerDeathArg {
-    /// The policy as the begin scripts take it.
-    pub(crate) fn as_arg(self) -> &'static str {
-        match self {
-            RunnerDeathArg::RunAgain => "run-again",
-            RunnerDeathArg::GiveUp => "give-up",
-        }
-    }
+/// Who runs, with which token, and how long the record is kept after the write: the arguments
+/// every begin and finish takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunArgs<'a> {
+    pub(crate) holder: &'a str,
+    pub(crate) token: FencingToken,
+    pub(crate) retention: Duration,
 }
 
-/// A begin script's reply, before the kind reads its record.
-pub(super) enum BeginCode<'a> {
-    /// The caller runs: the token of the runner it took over from, if any, and the server
-    /// time of the begin.
-    Begun(Option<FencingToken>, u64),
+/// Outcome of a begin script (`job_begin.lua`, `idem_begin.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BeginReply<K> {
+    /// The caller runs; `took_over` is the token of a runner whose hold had ended before it
+    /// finished, or whose run failed. `started_ms` is the server time of the begin.
+    Begun {
+        took_over: Option<FencingToken>,
+        started_ms: u64,
+    },
+    /// The run is done: a job's tick, a key's result stored.
+    Done(Record<K>),
+    /// The runner lost its hold before finishing, and the policy gives the run up.
+    Abandoned(Record<K>),
+    /// The kind's own refusal ([`RunKind::REFUSED`]): a newer tick has begun, or the key was
+    /// used with another fingerprint.
+    Refused(Record<K>),
     /// The caller does not hold the lock with its token.
     NotHeld,
-    /// Any other code, with the record the reply names.
-    Record(i64, &'a [Value]),
+    /// The record carries a newer token than the caller's.
+    Newer(Record<K>),
 }
 
-/// Splits a begin script's reply (`lib/run_record.lua`'s `run_begin`) into its code and record.
-pub(super) fn begin_code<'a>(script: &str, reply: &'a [Value]) -> Result<BeginCode<'a>, Error> {
+/// Records that `args.holder` (holding the lock of `keys` with `args.token`) runs, unless the
+/// record says why not: `K`'s begin script, with `own` its own arguments (a job's tick and
+/// period, a key's fingerprint).
+pub(crate) async fn run_begin<K: RunKind, C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    args: RunArgs<'_>,
+    own: impl ToRedisArgs,
+    on_death: RunnerDeathArg,
+) -> Result<BeginReply<K>, Error> {
     use redis::Value::Int;
-    match reply {
-        [Int(1), Int(previous), Int(started)] => Ok(BeginCode::Begun(
-            u64::try_from(*previous).ok().and_then(FencingToken::new),
-            ms_from(script, *started)?,
-        )),
-        [Int(-1)] => Ok(BeginCode::NotHeld),
-        [Int(code), record @ ..] => Ok(BeginCode::Record(*code, record)),
-        _ => Err(Error::Protocol(format!("{script}.lua answered {reply:?}"))),
-    }
+    let [(script, begin), ..] = K::scripts(scripts());
+    let reply: Vec<Value> = begin
+        .key(&keys.lock)
+        .key(K::record_key(keys))
+        .arg(args.holder)
+        .arg(args.token.get())
+        .arg(own)
+        .arg(millis(args.retention))
+        .arg(match on_death {
+            RunnerDeathArg::RunAgain => "run-again",
+            RunnerDeathArg::GiveUp => "give-up",
+        })
+        .invoke_async(conn)
+        .await
+        .map_err(Error::from_reply)?;
+    let record = |fields| Record::decode(script, fields);
+    Ok(match &reply[..] {
+        [Int(1), Int(previous), Int(started)] => BeginReply::Begun {
+            took_over: u64::try_from(*previous).ok().and_then(FencingToken::new),
+            started_ms: ms_from(script, *started)?,
+        },
+        [Int(-1)] => BeginReply::NotHeld,
+        [Int(2), fields @ ..] => BeginReply::Done(record(fields)?),
+        [Int(3), fields @ ..] => BeginReply::Abandoned(record(fields)?),
+        [Int(-2), fields @ ..] => BeginReply::Newer(record(fields)?),
+        [Int(code), fields @ ..] if *code == K::REFUSED => BeginReply::Refused(record(fields)?),
+        _ => return Err(Error::Protocol(format!("{script}.lua answered {reply:?}"))),
+    })
+}
+
+/// How a run ended, as a finish script records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunEnd {
+    /// It ran: "finished".
+    Done,
+    /// It failed and the runner made that final (a key's result stored as a failure):
+    /// "finished".
+    Final,
+    /// It failed and leaves the record to a retry: "failed".
+    Failed,
 }
 
 /// Outcome of a finish script (`job_finish.lua`, `idem_finish.lua`).
@@ -105,45 +171,83 @@ pub(crate) enum FinishReply {
     TakenOver { token: FencingToken },
 }
 
-/// Reads a finish script's reply (`lib/run_record.lua`'s `run_finish`).
-pub(super) fn finish_reply(script: &str, reply: &[i64]) -> Result<FinishReply, Error> {
-    match reply {
+/// Records the end of the run of `args`, begun at server time `started_ms`, fenced by its
+/// token: `K`'s finish script, with `own` the kind's arguments as the begin's (a job's tick, a
+/// key's fingerprint) and `result` what a key stores (none for a job).
+pub(crate) async fn run_finish<K: RunKind, C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    args: RunArgs<'_>,
+    own: impl ToRedisArgs,
+    started_ms: u64,
+    end: RunEnd,
+    result: Option<&[u8]>,
+) -> Result<FinishReply, Error> {
+    let [_, (script, finish), _] = K::scripts(scripts());
+    let reply: Vec<i64> = finish
+        .key(K::record_key(keys))
+        .arg(args.holder)
+        .arg(args.token.get())
+        .arg(own)
+        .arg(started_ms)
+        .arg(millis(args.retention))
+        .arg(match end {
+            RunEnd::Done => "done",
+            RunEnd::Final => "final",
+            RunEnd::Failed => "failed",
+        })
+        .arg(result)
+        .invoke_async(conn)
+        .await
+        .map_err(Error::from_reply)?;
+    match reply[..] {
         [1, finished] => Ok(FinishReply::Done {
-            finished_ms: ms_from(script, *finished)?,
+            finished_ms: ms_from(script, finished)?,
         }),
         [-2, token] => Ok(FinishReply::TakenOver {
-            token: token_from(*token)?,
+            token: token_from(token)?,
         }),
-        other => Err(unexpected(script, other)),
+        _ => Err(unexpected(script, &reply)),
     }
 }
 
 /// Outcome of a read script (`job_read.lua`, `idem_read.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RunRead<R> {
+pub(crate) struct RunRead<K> {
     /// The newest run within the record's retention.
-    pub(crate) record: Option<R>,
+    pub(crate) record: Option<Record<K>>,
     /// The token of the lock's holder; `None` when the lock is free.
     pub(crate) lock_token: Option<FencingToken>,
     /// When the lock is held: the time left of its lease (`None` inside: no expiry).
     pub(crate) lease_left: Option<Option<Duration>>,
 }
 
-/// Reads a read script's reply (`lib/run_record.lua`'s `run_read`), the record by `decode`.
-pub(super) fn read_reply<R>(
-    script: &str,
-    reply: &[Value],
-    decode: impl FnOnce(&[Value]) -> Result<R, Error>,
-) -> Result<RunRead<R>, Error> {
+/// Reads the record of `keys` and its lock's holder token: `K`'s read script, with `mode` its
+/// argument if it takes one; writes nothing unless `mode` says so.
+pub(crate) async fn run_read<K: RunKind, C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+    mode: Option<&str>,
+) -> Result<RunRead<K>, Error> {
     use redis::Value::Int;
-    let (record, token, pttl) = match reply {
+    let [_, _, (script, read)] = K::scripts(scripts());
+    let reply: Vec<Value> = read
+        .key(&keys.lock)
+        .key(K::record_key(keys))
+        .arg(mode)
+        .invoke_async(conn)
+        .await
+        .map_err(Error::from_reply)?;
+    let (record, token, pttl) = match &reply[..] {
         [Int(0), Int(token), Int(pttl)] => (None, token, pttl),
         [Int(1), record @ .., Int(token), Int(pttl)] => (Some(record), token, pttl),
         other => return Err(Error::Protocol(format!("{script}.lua answered {other:?}"))),
     };
     let (lock_token, lease_left) = lock_state(*token, *pttl);
     Ok(RunRead {
-        record: record.map(decode).transpose()?,
+        record: record
+            .map(|fields| Record::decode(script, fields))
+            .transpose()?,
         lock_token,
         lease_left,
     })

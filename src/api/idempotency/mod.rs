@@ -20,8 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::client::LockClient;
-use super::guard::LockGuard;
-use super::job::run;
+use super::job::run::{self, Began, Started};
 #[cfg(doc)]
 use super::job::OnRunnerDeath;
 use super::lock::Lock;
@@ -30,7 +29,7 @@ use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::holder::Holder;
 use crate::protocol::keys::{validate_name, MAX_NAME_LEN};
-use crate::protocol::{self, KeyArgs, KeyBeginReply, KeyFinish, KeyReadMode, LockKeys};
+use crate::protocol::{self, KeyReadMode, KeyResult, LockKeys, RunEnd};
 
 /// The longest result a key's record stores, in bytes (1 MiB): a response body, not a
 /// report. Every duplicate's answer carries it over the network.
@@ -148,7 +147,6 @@ impl LockClient {
 #[derive(Clone)]
 pub struct KeyRun {
     key: Arc<[u8]>,
-    token: FencingToken,
     took_over: Option<FencingToken>,
     holder: Arc<Holder>,
 }
@@ -157,7 +155,7 @@ impl std::fmt::Debug for KeyRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyRun")
             .field("key", &String::from_utf8_lossy(&self.key))
-            .field("token", &self.token)
+            .field("token", &self.token())
             .field("took_over", &self.took_over)
             .finish()
     }
@@ -169,72 +167,21 @@ impl KeyRun {
         &self.key
     }
 
-    /// This run's fencing token: strictly greater than every earlier run's of this key (and
-    /// of every other name in its slot bucket). Pass it to every write the request makes.
-    pub fn token(&self) -> FencingToken {
-        self.token
-    }
-
-    /// `Some(token)` when this run takes the key over from a runner (with that token) that
-    /// lost its hold before finishing, or whose run failed: its writes may be half done.
-    pub fn took_over(&self) -> Option<FencingToken> {
-        self.took_over
-    }
-
-    /// Whether the run still holds the key as far as this process knows: `at_most_for` has
-    /// not passed since it began. A belief, not a proof; fence the writes with
-    /// [`Self::token`].
-    pub fn is_valid(&self) -> bool {
-        self.holder.is_valid()
-    }
-
-    /// When the hold ends by this process' monotonic clock (`at_most_for` after the acquiring
-    /// request was sent).
-    pub fn valid_until(&self) -> Instant {
-        self.holder.deadline()
-    }
-
-    /// Resolves when the hold has ended (`at_most_for` passed): from then on a duplicate may
-    /// run the request again, so a long run should stop here.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits and changes nothing.
-    pub async fn lost(&self) {
-        self.holder.lost().await;
-    }
+    run::run_view_accessors!();
 }
 
-/// A run this call has begun: the key's lock and what its finish needs.
+/// A run this call has begun: the key's hold and what its finish needs.
 pub(crate) struct ActiveKeyRun {
     idempotency: Idempotency,
-    lock: Lock,
-    guard: LockGuard,
+    run: Started,
     view: KeyRun,
     fingerprint: Vec<u8>,
-    started_ms: u64,
 }
 
-/// What [`Idempotency::begin`] found: a run to do, or an answer.
-pub(crate) enum KeyBegun {
+/// What [`Idempotency::begin`] found: a run to do, or the answer without running.
+pub(crate) enum KeyBegun<E> {
     Run(ActiveKeyRun),
-    Answered(Answer),
-}
-
-/// An answer without running: [`Processed`] minus `Ran`, so it fits every error type.
-pub(crate) enum Answer {
-    Completed(RunRecord),
-    InProgress(Option<RunRecord>),
-    Abandoned(RunRecord),
-}
-
-impl Answer {
-    pub(crate) fn outcome<E>(self) -> Processed<E> {
-        match self {
-            Answer::Completed(record) => Processed::Completed(record),
-            Answer::InProgress(record) => Processed::InProgress(record),
-            Answer::Abandoned(record) => Processed::Abandoned(record),
-        }
-    }
+    Answered(Processed<E>),
 }
 
 impl Idempotency {
@@ -302,7 +249,7 @@ impl Idempotency {
         Fut: Future<Output = Result<Vec<u8>, Failure<E>>>,
     {
         match self.begin(key.as_ref(), fingerprint.as_ref()).await? {
-            KeyBegun::Answered(answer) => Ok(answer.outcome()),
+            KeyBegun::Answered(answer) => Ok(answer),
             KeyBegun::Run(active) => {
                 let output = run(active.view()).await;
                 active.finish(output).await
@@ -359,7 +306,11 @@ impl Idempotency {
     /// hold ended in between) tries again, up to [`BUSY_TRIES`] times in all: answering
     /// "in progress" for a key nobody holds would send the caller into a retry it need not
     /// make.
-    pub(crate) async fn begin(&self, key: &[u8], fingerprint: &[u8]) -> Result<KeyBegun, Error> {
+    pub(crate) async fn begin<E>(
+        &self,
+        key: &[u8],
+        fingerprint: &[u8],
+    ) -> Result<KeyBegun<E>, Error> {
         let lock = self.lock_for(key)?;
         if fingerprint.is_empty() || fingerprint.len() > MAX_FINGERPRINT_LEN {
             return Err(Error::InvalidIdempotency {
@@ -389,109 +340,85 @@ impl Idempotency {
                     // took it and let go), so this call takes it after all.
                     Ok(None) if tries < BUSY_TRIES => continue,
                     answer => {
-                        let answer = answer.map(|a| a.unwrap_or(Answer::InProgress(None)));
+                        let answer = answer.map(|a| a.unwrap_or(Processed::InProgress(None)));
                         return self.report_answer(key, answer);
                     }
                 },
                 Err(err) => return Err(self.report_error(key, err)),
             }
         };
-        let args = KeyArgs {
-            holder: guard.holder_id(),
-            token: guard.token(),
+        let options = &self.options;
+        let began = run::begin::<KeyResult>(
+            guard,
             fingerprint,
-            retention: self.options.retention,
-        };
-        let keys = lock.keys();
-        let on_death = self.options.on_runner_death.arg();
-        let reply = self
-            .client
-            .engine
-            .retrying(|mut conn| async move {
-                protocol::idem_begin(&mut conn, keys, args, on_death).await
-            })
-            .await;
-        let answer = match reply {
-            Ok(KeyBeginReply::Begun {
-                took_over,
-                started_ms,
-            }) => {
+            options.retention,
+            options.on_runner_death,
+        );
+        let answer = match began.await {
+            Ok(Began::Run(run)) => {
                 let view = KeyRun {
                     key: key.into(),
-                    token: guard.token(),
-                    took_over,
-                    holder: guard.holder().clone(),
+                    took_over: run.took_over,
+                    holder: run.guard.holder().clone(),
                 };
                 return Ok(KeyBegun::Run(ActiveKeyRun {
                     idempotency: self.clone(),
-                    lock,
-                    guard,
+                    run,
                     view,
                     fingerprint: fingerprint.to_vec(),
-                    started_ms,
                 }));
             }
-            Ok(KeyBeginReply::Done(record)) => Ok(Answer::Completed(record.into())),
-            Ok(KeyBeginReply::Abandoned(record)) => Ok(Answer::Abandoned(record.into())),
-            Ok(KeyBeginReply::OtherFingerprint(_)) => Err(Error::KeyReused { key: key.into() }),
-            Ok(KeyBeginReply::NotHeld) => Err(Error::NotHeld),
-            Ok(KeyBeginReply::Newer(record)) => Err(run::taken_over(guard.token(), record.token)),
+            Ok(Began::Done(record)) => Ok(Processed::Completed(record.into())),
+            Ok(Began::Abandoned(record)) => Ok(Processed::Abandoned(record.into())),
+            Ok(Began::Refused(_)) => Err(Error::KeyReused { key: key.into() }),
             Err(err) => Err(err),
         };
-        // Nothing to run: let go of the key at once (a failed release is finished in the
-        // background, and the lease bounds it anyway).
-        let _ = guard.release().await;
         self.report_answer(key, answer)
     }
 
     /// The answer for a key another run holds, from its record; `None` when the key's lock
     /// is free by now and no finished run answers for it (the caller takes the key).
-    async fn busy(
+    async fn busy<E>(
         &self,
         lock: &Lock,
         key: &[u8],
         fingerprint: &[u8],
-    ) -> Result<Option<Answer>, Error> {
+    ) -> Result<Option<Processed<E>>, Error> {
         let read = self.read(lock).await?;
         let Some(record) = read.record else {
-            return Ok(read.lock_token.map(|_| Answer::InProgress(None)));
+            return Ok(read.lock_token.map(|_| Processed::InProgress(None)));
         };
-        if record.fingerprint != fingerprint {
+        if record.own.fingerprint != fingerprint {
             return Err(Error::KeyReused { key: key.into() });
         }
         if record.finished_ms.is_some() {
-            return Ok(Some(Answer::Completed(record.into())));
+            return Ok(Some(Processed::Completed(record.into())));
         }
         if read.lock_token.is_none() {
             return Ok(None);
         }
         let alive = read.lock_token == Some(record.token);
-        Ok(Some(Answer::InProgress(alive.then(|| record.into()))))
+        Ok(Some(Processed::InProgress(alive.then(|| record.into()))))
     }
 
-    fn report_answer(&self, key: &[u8], answer: Result<Answer, Error>) -> Result<KeyBegun, Error> {
-        match answer {
-            Ok(answer) => {
-                let outcome: Processed<()> = match &answer {
-                    Answer::Completed(record) => Processed::Completed(record.clone()),
-                    Answer::InProgress(record) => Processed::InProgress(record.clone()),
-                    Answer::Abandoned(record) => Processed::Abandoned(record.clone()),
-                };
-                let label = outcome.label();
-                metrics::idempotent(label);
-                tracing::debug!(
-                    name: "fencelock.idempotent",
-                    namespace = %String::from_utf8_lossy(&self.namespace),
-                    key = %String::from_utf8_lossy(key),
-                    outcome = label,
-                    runner = outcome.record().map(RunRecord::runner),
-                    runner_token = outcome.record().map(|record| record.token().get()),
-                    "idempotency key answered without running"
-                );
-                Ok(KeyBegun::Answered(answer))
-            }
-            Err(err) => Err(self.report_error(key, err)),
-        }
+    fn report_answer<E>(
+        &self,
+        key: &[u8],
+        answer: Result<Processed<E>, Error>,
+    ) -> Result<KeyBegun<E>, Error> {
+        let answer = answer.map_err(|err| self.report_error(key, err))?;
+        let label = answer.label();
+        metrics::idempotent(label);
+        tracing::debug!(
+            name: "fencelock.idempotent",
+            namespace = %String::from_utf8_lossy(&self.namespace),
+            key = %String::from_utf8_lossy(key),
+            outcome = label,
+            runner = answer.record().map(RunRecord::runner),
+            runner_token = answer.record().map(|record| record.token().get()),
+            "idempotency key answered without running"
+        );
+        Ok(KeyBegun::Answered(answer))
     }
 
     fn report_error(&self, key: &[u8], err: Error) -> Error {
@@ -527,11 +454,9 @@ impl ActiveKeyRun {
     ) -> Result<Processed<E>, Error> {
         let ActiveKeyRun {
             idempotency,
-            lock,
-            guard,
+            run,
             view,
             fingerprint,
-            started_ms,
         } = self;
         let too_large = match &output {
             Ok(result) | Err(Failure::Final { result, .. }) if result.len() > MAX_RESULT_LEN => {
@@ -539,28 +464,15 @@ impl ActiveKeyRun {
             }
             _ => None,
         };
-        let finish = match (&output, too_large) {
-            (_, Some(_)) | (Err(Failure::Retry(_)), _) => KeyFinish::Failed,
-            (Ok(result), None) => KeyFinish::Done(result),
-            (Err(Failure::Final { result, .. }), None) => KeyFinish::Final(result),
+        let (end, result) = match (&output, too_large) {
+            (_, Some(_)) | (Err(Failure::Retry(_)), _) => (RunEnd::Failed, &b""[..]),
+            (Ok(result), None) => (RunEnd::Done, &result[..]),
+            (Err(Failure::Final { result, .. }), None) => (RunEnd::Final, &result[..]),
         };
-        let args = KeyArgs {
-            holder: guard.holder_id(),
-            token: view.token,
-            fingerprint: &fingerprint,
-            retention: idempotency.options.retention,
-        };
-        let keys = lock.keys();
-        let reply = idempotency
-            .client
-            .engine
-            .retrying(|mut conn| async move {
-                protocol::idem_finish(&mut conn, keys, args, started_ms, finish).await
-            })
-            .await;
-        let (guard, finished_ms) = run::finished(reply, guard, view.token, |err| {
-            idempotency.report_error(&view.key, err)
-        })?;
+        let started_ms = run.started_ms;
+        let report = |err| idempotency.report_error(&view.key, err);
+        let finish = run.finish::<KeyResult>(&fingerprint[..], end, Some(result), report);
+        let (guard, finished_ms) = finish.await?;
         // A failed release (the hold had ended, Redis is away) changes nothing: the record
         // is what answers duplicates.
         let _ = guard.release().await;
@@ -572,7 +484,7 @@ impl ActiveKeyRun {
             return Err(idempotency.report_error(&view.key, err));
         }
         let outcome = Processed::Ran {
-            token: view.token,
+            token: view.token(),
             output,
         };
         let label = outcome.label();
@@ -583,7 +495,7 @@ impl ActiveKeyRun {
             key = %String::from_utf8_lossy(&view.key),
             outcome = label,
             runner = view.holder.id.as_str(),
-            token = view.token.get(),
+            token = view.token().get(),
             took_over = view.took_over.map(FencingToken::get),
             run_ms = finished_ms.saturating_sub(started_ms),
             "idempotency key ran"

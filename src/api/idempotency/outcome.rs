@@ -5,14 +5,12 @@ use std::time::SystemTime;
 
 #[cfg(doc)]
 use super::{Idempotency, IdempotencyOptions, KeyRun};
-use crate::api::job::run::from_millis;
+use crate::api::job::run::{self, from_millis};
 #[cfg(doc)]
 use crate::api::job::OnRunnerDeath;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::protocol;
-#[cfg(doc)]
-use crate::LockClient;
 
 /// An idempotency key's record: its newest run, who ran it with which token, and the stored
 /// result once it finished.
@@ -45,40 +43,15 @@ impl From<protocol::KeyRecord> for RunRecord {
             started: from_millis(record.started_ms),
             finished: record.finished_ms.map(from_millis),
             failed: record.failed_ms.map(from_millis),
-            is_final_failure: record.is_final_failure,
-            result: record.result,
-            fingerprint: record.fingerprint,
+            is_final_failure: record.own.is_final_failure,
+            result: record.own.result,
+            fingerprint: record.own.fingerprint,
         }
     }
 }
 
 impl RunRecord {
-    /// The holder id of the runner (its client's [`id`](LockClient::id), then a sequence
-    /// number).
-    pub fn runner(&self) -> &str {
-        &self.runner
-    }
-
-    /// The runner's fencing token: strictly greater than every earlier run's of this key.
-    pub fn token(&self) -> FencingToken {
-        self.token
-    }
-
-    /// When the run began, by the Redis server's clock.
-    pub fn started(&self) -> SystemTime {
-        self.started
-    }
-
-    /// When the run's result was stored, by the server's clock; `None` while it runs, after
-    /// its runner died, or after it failed.
-    pub fn finished(&self) -> Option<SystemTime> {
-        self.finished
-    }
-
-    /// When the run failed and left the key to a retry, by the server's clock.
-    pub fn failed(&self) -> Option<SystemTime> {
-        self.failed
-    }
+    run::record_accessors!();
 
     /// The stored result, once the run finished: what its closure returned, or the result of
     /// a failure made final ([`Self::is_final_failure`]).

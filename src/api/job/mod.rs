@@ -13,7 +13,6 @@ pub(crate) mod run;
 mod ticks;
 
 pub use options::{JobOptions, OnFailure, OnRunnerDeath};
-pub(crate) use outcome::Skip;
 pub use outcome::{JobOutcome, TickRecord};
 pub use ticks::Ticks;
 
@@ -22,14 +21,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::client::LockClient;
-use super::guard::LockGuard;
 use super::lock::Lock;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::holder::Holder;
 use crate::protocol::keys::validate_name;
-use crate::protocol::{self, BeginReply, LockKeys, RunOutcome, TickArgs};
+use crate::protocol::{self, LockKeys, RunEnd, Tick};
+use run::{Began, Started};
 
 /// The latest tick accepted: 2^53 ms after the Unix epoch, the last millisecond a Lua number
 /// holds exactly (about the year 287 396).
@@ -124,7 +123,6 @@ impl LockClient {
 /// ```
 #[derive(Clone)]
 pub struct JobRun {
-    token: FencingToken,
     tick: SystemTime,
     took_over: Option<FencingToken>,
     holder: Arc<Holder>,
@@ -134,7 +132,7 @@ impl std::fmt::Debug for JobRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobRun")
             .field("job", &String::from_utf8_lossy(&self.holder.name))
-            .field("token", &self.token)
+            .field("token", &self.token())
             .field("tick", &self.tick)
             .field("took_over", &self.took_over)
             .finish()
@@ -142,61 +140,27 @@ impl std::fmt::Debug for JobRun {
 }
 
 impl JobRun {
-    /// This run's fencing token: strictly greater than every earlier run's of this job. Pass
-    /// it to every write the job makes.
-    pub fn token(&self) -> FencingToken {
-        self.token
-    }
+    run::run_view_accessors!();
 
     /// The tick this run is for, as this instance's scheduler gave it.
     pub fn tick(&self) -> SystemTime {
         self.tick
-    }
-
-    /// `Some(token)` when this run takes the tick over from a runner (with that token) that
-    /// lost its hold before finishing ([`OnRunnerDeath::RunAgain`]): its writes may be half
-    /// done.
-    pub fn took_over(&self) -> Option<FencingToken> {
-        self.took_over
-    }
-
-    /// Whether the run still holds the job as far as this process knows: `at_most_for` has
-    /// not passed since it began. A belief, not a proof; fence the writes with
-    /// [`Self::token`].
-    pub fn is_valid(&self) -> bool {
-        self.holder.is_valid()
-    }
-
-    /// When the hold ends by this process' monotonic clock (`at_most_for` after the acquiring
-    /// request was sent).
-    pub fn valid_until(&self) -> Instant {
-        self.holder.deadline()
-    }
-
-    /// Resolves when the hold has ended (`at_most_for` passed): from then on another instance
-    /// may take the tick over, so a long job should stop here.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only waits and changes nothing.
-    pub async fn lost(&self) {
-        self.holder.lost().await;
     }
 }
 
 /// A tick this instance has begun: the job's lock and what its finish needs.
 pub(crate) struct ActiveRun {
     job: Job,
-    guard: LockGuard,
+    run: Started,
     view: JobRun,
     tick_ms: u64,
-    started_ms: u64,
     started_at: Instant,
 }
 
-/// What [`Job::begin`] found: a run to do, or a skip.
-pub(crate) enum Begun {
+/// What [`Job::begin`] found: a run to do, or the skip to answer.
+pub(crate) enum Begun<T> {
     Run(ActiveRun),
-    Skipped(Skip),
+    Skipped(JobOutcome<T>),
 }
 
 impl Job {
@@ -304,14 +268,7 @@ impl Job {
         F: FnOnce(JobRun) -> Fut,
         Fut: Future<Output = T>,
     {
-        match self.begin(tick).await? {
-            Begun::Skipped(skip) => Ok(skip.outcome()),
-            Begun::Run(run) => {
-                let output = job(run.view()).await;
-                let token = run.finish(RunOutcome::Done).await?;
-                Ok(JobOutcome::Ran { token, output })
-            }
-        }
+        self.run_ending(tick, job, |_| RunEnd::Done).await
     }
 
     /// [`Job::run_exclusive`] for a job that can fail: when it returns an error, the job's
@@ -355,21 +312,37 @@ impl Job {
         F: FnOnce(JobRun) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        self.run_ending(tick, job, |output| self.ended_as(output.is_ok()))
+            .await
+    }
+
+    /// Runs `job` for `tick` as [`Job::run_exclusive`] says, recording its end as `end` says
+    /// of its output.
+    async fn run_ending<F, Fut, T>(
+        &self,
+        tick: SystemTime,
+        job: F,
+        end: impl FnOnce(&T) -> RunEnd,
+    ) -> Result<JobOutcome<T>, Error>
+    where
+        F: FnOnce(JobRun) -> Fut,
+        Fut: Future<Output = T>,
+    {
         match self.begin(tick).await? {
-            Begun::Skipped(skip) => Ok(skip.outcome()),
+            Begun::Skipped(skip) => Ok(skip),
             Begun::Run(run) => {
                 let output = job(run.view()).await;
-                let token = run.finish(self.ended_as(output.is_ok())).await?;
-                Ok(JobOutcome::Ran { token, output })
+                let end = end(&output);
+                run.finish(output, end).await
             }
         }
     }
 
     /// How a run that succeeded (or not) is recorded, by the failure policy.
-    pub(crate) fn ended_as(&self, succeeded: bool) -> RunOutcome {
+    pub(crate) fn ended_as(&self, succeeded: bool) -> RunEnd {
         match (succeeded, self.options.on_failure) {
-            (false, OnFailure::Retry) => RunOutcome::Failed,
-            _ => RunOutcome::Done,
+            (false, OnFailure::Retry) => RunEnd::Failed,
+            _ => RunEnd::Done,
         }
     }
 
@@ -395,101 +368,82 @@ impl Job {
     }
 
     /// Takes the job's lock and records the tick as this instance's, or finds why not.
-    pub(crate) async fn begin(&self, tick: SystemTime) -> Result<Begun, Error> {
+    pub(crate) async fn begin<T>(&self, tick: SystemTime) -> Result<Begun<T>, Error> {
         let tick_ms = tick_millis(tick)?;
         let started_at = Instant::now();
         let Some(guard) = self.lock.try_acquire().await? else {
             let skip = self.busy(tick_ms).await;
             return self.report_skip(tick_ms, skip);
         };
-        let args = self.args(&guard, tick_ms);
-        let (keys, period) = (self.lock.keys(), self.options.period);
-        let on_death = self.options.on_runner_death.arg();
-        let reply = self
-            .client
-            .engine
-            .retrying(|mut conn| async move {
-                protocol::job_begin(&mut conn, keys, args, period, on_death).await
-            })
-            .await;
-        let skip = match reply {
-            Ok(BeginReply::Begun {
-                took_over,
-                started_ms,
-            }) => {
+        let (own, options) = ((tick_ms, millis(self.options.period)), &self.options);
+        let skip = match run::begin(guard, own, options.retention(), options.on_runner_death).await
+        {
+            Ok(Began::Run(run)) => {
                 let view = JobRun {
-                    token: guard.token(),
                     tick,
-                    took_over,
-                    holder: guard.holder().clone(),
+                    took_over: run.took_over,
+                    holder: run.guard.holder().clone(),
                 };
                 return Ok(Begun::Run(ActiveRun {
                     job: self.clone(),
-                    guard,
+                    run,
                     view,
                     tick_ms,
-                    started_ms,
                     started_at,
                 }));
             }
-            Ok(BeginReply::Done(record)) => Ok(Skip::Done(record.into())),
-            Ok(BeginReply::Abandoned(record)) => Ok(Skip::Abandoned(record.into())),
-            Ok(BeginReply::Late(record)) => Ok(Skip::Late(record.into())),
-            Ok(BeginReply::NotHeld) => Err(Error::NotHeld),
-            Ok(BeginReply::Newer(record)) => Err(run::taken_over(guard.token(), record.token)),
+            Ok(Began::Done(record)) => Ok(JobOutcome::SkippedDone {
+                record: record.into(),
+            }),
+            Ok(Began::Abandoned(record)) => Ok(JobOutcome::SkippedAbandoned {
+                record: record.into(),
+            }),
+            Ok(Began::Refused(record)) => Ok(JobOutcome::SkippedLate {
+                record: record.into(),
+            }),
             Err(err) => Err(err),
         };
-        // Nothing to run: let go of the job at once (a failed release is finished in the
-        // background, and the lease bounds it anyway).
-        let _ = guard.release().await;
         self.report_skip(tick_ms, skip)
     }
 
     /// Why a busy job skips this tick, from its record and its lock's holder.
-    async fn busy(&self, tick_ms: u64) -> Result<Skip, Error> {
+    async fn busy<T>(&self, tick_ms: u64) -> Result<JobOutcome<T>, Error> {
         let read = self.read().await?;
         let Some(record) = read.record else {
-            return Ok(Skip::Running(None));
+            return Ok(JobOutcome::SkippedRunning { record: None });
         };
         let alive = read.lock_token == Some(record.token);
+        let distance = 2 * (i128::from(tick_ms) - i128::from(record.own.tick_ms));
+        let (period, done) = (i128::from(millis(self.options.period)), record.finished_ms);
         let record = TickRecord::from(record);
-        let distance = 2 * (i128::from(tick_ms) - millis_of(record.tick));
-        let period = i128::from(millis(self.options.period));
         Ok(if distance <= -period {
-            Skip::Late(record)
-        } else if distance < period && record.finished.is_some() {
-            Skip::Done(record)
+            JobOutcome::SkippedLate { record }
+        } else if distance < period && done.is_some() {
+            JobOutcome::SkippedDone { record }
         } else {
-            Skip::Running(alive.then_some(record))
+            JobOutcome::SkippedRunning {
+                record: alive.then_some(record),
+            }
         })
     }
 
-    fn args<'a>(&self, guard: &'a LockGuard, tick_ms: u64) -> TickArgs<'a> {
-        TickArgs {
-            holder: guard.holder_id(),
-            token: guard.token(),
+    fn report_skip<T>(
+        &self,
+        tick_ms: u64,
+        skip: Result<JobOutcome<T>, Error>,
+    ) -> Result<Begun<T>, Error> {
+        let skip = skip.map_err(|err| self.report_error(tick_ms, err))?;
+        metrics::job(skip.label());
+        tracing::debug!(
+            name: "fencelock.job",
+            job = %String::from_utf8_lossy(self.name()),
             tick_ms,
-            retention: self.options.retention(),
-        }
-    }
-
-    fn report_skip(&self, tick_ms: u64, skip: Result<Skip, Error>) -> Result<Begun, Error> {
-        match skip {
-            Ok(skip) => {
-                metrics::job(skip.label());
-                tracing::debug!(
-                    name: "fencelock.job",
-                    job = %String::from_utf8_lossy(self.name()),
-                    tick_ms,
-                    outcome = skip.label(),
-                    runner = skip.record().map(TickRecord::runner),
-                    runner_token = skip.record().map(|record| record.token().get()),
-                    "job tick skipped"
-                );
-                Ok(Begun::Skipped(skip))
-            }
-            Err(err) => Err(self.report_error(tick_ms, err)),
-        }
+            outcome = skip.label(),
+            runner = skip.record().map(TickRecord::runner),
+            runner_token = skip.record().map(|record| record.token().get()),
+            "job tick skipped"
+        );
+        Ok(Begun::Skipped(skip))
     }
 
     fn report_error(&self, tick_ms: u64, err: Error) -> Error {
@@ -512,33 +466,23 @@ impl ActiveRun {
         self.view.clone()
     }
 
-    /// Records the tick done or failed (fenced by the token). Done: keeps the job held until
-    /// `at_least_for` after the start, or releases it. Failed: releases it at once, so the
-    /// tick's retry need not wait. Returns the run's token.
-    pub(crate) async fn finish(self, outcome: RunOutcome) -> Result<FencingToken, Error> {
+    /// Records the tick done or failed (fenced by the token), and the run with the job's
+    /// `output`. Done: keeps the job held until `at_least_for` after the start, or releases
+    /// it. Failed: releases it at once, so the tick's retry need not wait.
+    pub(crate) async fn finish<T>(self, output: T, end: RunEnd) -> Result<JobOutcome<T>, Error> {
         let ActiveRun {
             job,
-            guard,
+            run,
             view,
             tick_ms,
-            started_ms,
             started_at,
         } = self;
-        let args = job.args(&guard, tick_ms);
-        let keys = job.lock.keys();
-        let reply = job
-            .client
-            .engine
-            .retrying(|mut conn| async move {
-                protocol::job_finish(&mut conn, keys, args, started_ms, outcome).await
-            })
-            .await;
-        let (guard, finished_ms) = run::finished(reply, guard, view.token, |err| {
-            job.report_error(tick_ms, err)
-        })?;
-        let label = match outcome {
-            RunOutcome::Done => metrics::JOB_RAN,
-            RunOutcome::Failed => metrics::JOB_RAN_FAILED,
+        let started_ms = run.started_ms;
+        let report = |err| job.report_error(tick_ms, err);
+        let (guard, finished_ms) = run.finish::<Tick>(tick_ms, end, None, report).await?;
+        let label = match end {
+            RunEnd::Failed => metrics::JOB_RAN_FAILED,
+            RunEnd::Done | RunEnd::Final => metrics::JOB_RAN,
         };
         metrics::job(label);
         tracing::debug!(
@@ -547,18 +491,18 @@ impl ActiveRun {
             tick_ms,
             outcome = label,
             runner = view.holder.id.as_str(),
-            token = view.token.get(),
+            token = view.token().get(),
             took_over = view.took_over.map(FencingToken::get),
             run_ms = finished_ms.saturating_sub(started_ms),
             "job tick ran"
         );
-        let keep = match outcome {
-            RunOutcome::Done => round_up_to_millis(
+        let keep = match end {
+            RunEnd::Failed => Duration::ZERO,
+            RunEnd::Done | RunEnd::Final => round_up_to_millis(
                 job.options
                     .at_least_for
                     .saturating_sub(started_at.elapsed()),
             ),
-            RunOutcome::Failed => Duration::ZERO,
         };
         if keep.is_zero() {
             // A failed release (the hold had ended, Redis is away) changes nothing for the
@@ -567,7 +511,10 @@ impl ActiveRun {
         } else if guard.extend(keep).await.is_ok() {
             guard.keep_until_lease_ends();
         }
-        Ok(view.token)
+        Ok(JobOutcome::Ran {
+            token: view.token(),
+            output,
+        })
     }
 }
 
@@ -585,12 +532,6 @@ fn tick_millis(tick: SystemTime) -> Result<u64, Error> {
         .ok_or_else(|| Error::InvalidJob {
             reason: format!("the tick {tick:?} lies more than 2^53 ms after the Unix epoch"),
         })
-}
-
-fn millis_of(time: SystemTime) -> i128 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |since| {
-        i128::try_from(since.as_millis()).unwrap_or(i128::MAX)
-    })
 }
 
 fn millis(d: Duration) -> u64 {
@@ -681,12 +622,12 @@ mod tests {
 
     fn record(token: u64, finished: Option<u64>) -> TickRecord {
         TickRecord::from(protocol::TickRecord {
-            tick_ms: 1_000,
             runner: "client:7".into(),
             token: FencingToken::new(token).unwrap(),
             started_ms: 2_000,
             finished_ms: finished,
             failed_ms: None,
+            own: Tick { tick_ms: 1_000 },
         })
     }
 
@@ -712,17 +653,44 @@ mod tests {
         assert_eq!(ran.token(), Some(token));
         assert_eq!(ran.record(), None);
         assert_eq!(ran.into_output(), Some("out"));
-        let skips = [
-            (Skip::Running(Some(record(1, None))), metrics::JOB_RUNNING),
-            (Skip::Running(None), metrics::JOB_RUNNING),
-            (Skip::Done(record(2, Some(5))), metrics::JOB_DONE),
-            (Skip::Abandoned(record(3, None)), metrics::JOB_ABANDONED),
-            (Skip::Late(record(4, Some(5))), metrics::JOB_LATE),
+        let skips: [(JobOutcome<()>, _, _); 5] = [
+            (
+                JobOutcome::SkippedRunning {
+                    record: Some(record(1, None)),
+                },
+                metrics::JOB_RUNNING,
+                Some(1),
+            ),
+            (
+                JobOutcome::SkippedRunning { record: None },
+                metrics::JOB_RUNNING,
+                None,
+            ),
+            (
+                JobOutcome::SkippedDone {
+                    record: record(2, Some(5)),
+                },
+                metrics::JOB_DONE,
+                Some(2),
+            ),
+            (
+                JobOutcome::SkippedAbandoned {
+                    record: record(3, None),
+                },
+                metrics::JOB_ABANDONED,
+                Some(3),
+            ),
+            (
+                JobOutcome::SkippedLate {
+                    record: record(4, Some(5)),
+                },
+                metrics::JOB_LATE,
+                Some(4),
+            ),
         ];
-        for (skip, label) in skips {
-            assert_eq!(skip.label(), label);
-            let expected = skip.record().map(TickRecord::token);
-            let outcome: JobOutcome<()> = skip.outcome();
+        for (outcome, label, token) in skips {
+            assert_eq!(outcome.label(), label);
+            let expected = token.map(|token| FencingToken::new(token).unwrap());
             assert!(!outcome.ran());
             assert_eq!(outcome.token(), None);
             assert_eq!(outcome.record().map(TickRecord::token), expected);

@@ -4,12 +4,10 @@ use std::time::SystemTime;
 
 use super::run::from_millis;
 #[cfg(doc)]
-use super::{Job, OnFailure, OnRunnerDeath};
+use super::{Job, OnRunnerDeath};
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::protocol;
-#[cfg(doc)]
-use crate::LockClient;
 
 /// The tick record of a job: the newest tick begun, who ran it and with which token.
 ///
@@ -34,7 +32,7 @@ pub struct TickRecord {
 impl From<protocol::TickRecord> for TickRecord {
     fn from(record: protocol::TickRecord) -> TickRecord {
         TickRecord {
-            tick: from_millis(record.tick_ms),
+            tick: from_millis(record.own.tick_ms),
             runner: record.runner,
             token: record.token,
             started: from_millis(record.started_ms),
@@ -51,33 +49,7 @@ impl TickRecord {
         self.tick
     }
 
-    /// The holder id of the runner (its client's [`id`](LockClient::id), then a sequence
-    /// number).
-    pub fn runner(&self) -> &str {
-        &self.runner
-    }
-
-    /// The runner's fencing token.
-    pub fn token(&self) -> FencingToken {
-        self.token
-    }
-
-    /// When the run began, by the Redis server's clock.
-    pub fn started(&self) -> SystemTime {
-        self.started
-    }
-
-    /// When the run finished, by the Redis server's clock; `None` while it runs, or when its
-    /// runner lost its hold before finishing.
-    pub fn finished(&self) -> Option<SystemTime> {
-        self.finished
-    }
-
-    /// When the run failed and left the tick to a retry, by the Redis server's clock
-    /// ([`Job::run_fallible`] under [`OnFailure::Retry`]); `None` otherwise.
-    pub fn failed(&self) -> Option<SystemTime> {
-        self.failed
-    }
+    super::run::record_accessors!();
 }
 
 /// What [`Job::run_exclusive`] did for a tick: ran the job here, or skipped it and why.
@@ -167,41 +139,15 @@ impl<T> JobOutcome<T> {
             | JobOutcome::SkippedLate { record } => Some(record),
         }
     }
-}
 
-/// Why a tick is skipped, before any output exists.
-#[derive(Debug)]
-pub(crate) enum Skip {
-    Running(Option<TickRecord>),
-    Done(TickRecord),
-    Abandoned(TickRecord),
-    Late(TickRecord),
-}
-
-impl Skip {
-    /// The `outcome` label of the metric and the event.
+    /// The `outcome` label of the metric and the event (a run's, when recorded done).
     pub(super) fn label(&self) -> &'static str {
         match self {
-            Skip::Running(_) => metrics::JOB_RUNNING,
-            Skip::Done(_) => metrics::JOB_DONE,
-            Skip::Abandoned(_) => metrics::JOB_ABANDONED,
-            Skip::Late(_) => metrics::JOB_LATE,
-        }
-    }
-
-    pub(super) fn record(&self) -> Option<&TickRecord> {
-        match self {
-            Skip::Running(runner) => runner.as_ref(),
-            Skip::Done(run) | Skip::Abandoned(run) | Skip::Late(run) => Some(run),
-        }
-    }
-
-    pub(crate) fn outcome<T>(self) -> JobOutcome<T> {
-        match self {
-            Skip::Running(record) => JobOutcome::SkippedRunning { record },
-            Skip::Done(record) => JobOutcome::SkippedDone { record },
-            Skip::Abandoned(record) => JobOutcome::SkippedAbandoned { record },
-            Skip::Late(record) => JobOutcome::SkippedLate { record },
+            JobOutcome::Ran { .. } => metrics::JOB_RAN,
+            JobOutcome::SkippedRunning { .. } => metrics::JOB_RUNNING,
+            JobOutcome::SkippedDone { .. } => metrics::JOB_DONE,
+            JobOutcome::SkippedAbandoned { .. } => metrics::JOB_ABANDONED,
+            JobOutcome::SkippedLate { .. } => metrics::JOB_LATE,
         }
     }
 }

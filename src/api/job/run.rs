@@ -1,34 +1,52 @@
-//! What a job's tick and an idempotency key's run share above their scripts: the runner-death
-//! policy as the begin scripts take it, a record's times, a takeover as an error, and what a
-//! finish's reply leaves to the run.
+//! What a job's tick and an idempotency key's run share above their scripts: a record's
+//! times, and the begin and finish of a run on the one run-record binding
+//! (`protocol::run_record`), with the runner-death policy as the begin scripts take it, a
+//! takeover as an error, and what a finish's reply leaves to the run. Each kind passes its own
+//! arguments (`own`) and keeps its own answers; this is everything else.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::ToRedisArgs;
 
 use super::OnRunnerDeath;
 use crate::api::guard::LockGuard;
 use crate::base::error::{Error, Superseded};
 use crate::base::metrics;
 use crate::base::token::FencingToken;
-use crate::protocol::{FinishReply, RunnerDeathArg};
-
-impl OnRunnerDeath {
-    /// The policy as the begin scripts take it.
-    pub(crate) fn arg(self) -> RunnerDeathArg {
-        match self {
-            OnRunnerDeath::GiveUp => RunnerDeathArg::GiveUp,
-            OnRunnerDeath::RunAgain => RunnerDeathArg::RunAgain,
-        }
-    }
-}
+use crate::protocol::{
+    self, BeginReply, FinishReply, Record, RunArgs, RunEnd, RunKind, RunnerDeathArg,
+};
 
 /// A record's server time, ms since the Unix epoch.
 pub(crate) fn from_millis(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
+/// A run this call has begun: its hold, the token of the runner it took over from (whose hold
+/// had ended before it finished, or whose run failed), the server time of its begin, and the
+/// retention its record is written with.
+pub(crate) struct Started {
+    pub(crate) guard: LockGuard,
+    pub(crate) took_over: Option<FencingToken>,
+    pub(crate) started_ms: u64,
+    retention: Duration,
+}
+
+/// What a begin found: a run to do, or the record that answers instead.
+pub(crate) enum Began<K> {
+    Run(Started),
+    /// The run is done (a job's tick, a key's result stored).
+    Done(Record<K>),
+    /// Its runner lost its hold before finishing, and the policy gives the run up.
+    Abandoned(Record<K>),
+    /// The kind's own refusal: a newer tick has begun, or the key was used with another
+    /// fingerprint.
+    Refused(Record<K>),
+}
+
 /// The error of a run with token `presented` whose record a newer runner (token `latest`)
 /// has taken over.
-pub(crate) fn taken_over(presented: FencingToken, latest: FencingToken) -> Error {
+fn taken_over(presented: FencingToken, latest: FencingToken) -> Error {
     Error::StaleToken {
         presented,
         latest,
@@ -36,26 +54,180 @@ pub(crate) fn taken_over(presented: FencingToken, latest: FencingToken) -> Error
     }
 }
 
-/// What the reply of a finish leaves to the run holding `guard` with `token`: the guard back
-/// and the server time its end was recorded; or the error, passed through `report`, when a
-/// newer runner had taken the record over (a stale write, refused), or when the finish went
-/// unanswered. Then whether it landed is unknown, so the hold is kept until its lease ends
-/// rather than let another caller run the same work again at once.
-pub(crate) fn finished(
-    reply: Result<FinishReply, Error>,
+/// Records the run of `guard`'s holder in the record next to its lock, or finds why not
+/// (`K`'s begin script, with `own` the kind's arguments). Anything but a run to do lets go of
+/// the guard at once (a failed release is finished in the background, and the lease bounds it
+/// anyway): a record that answers, [`Error::NotHeld`] when the guard's hold is gone (deleted
+/// by an operator), [`Error::StaleToken`] when the record carries a newer token.
+pub(crate) async fn begin<K: RunKind>(
     guard: LockGuard,
-    token: FencingToken,
-    report: impl FnOnce(Error) -> Error,
-) -> Result<(LockGuard, u64), Error> {
-    match reply {
-        Ok(FinishReply::Done { finished_ms }) => Ok((guard, finished_ms)),
-        Ok(FinishReply::TakenOver { token: latest }) => {
-            metrics::stale_write_rejected();
-            Err(report(taken_over(token, latest)))
+    own: impl ToRedisArgs + Copy,
+    retention: Duration,
+    on_death: OnRunnerDeath,
+) -> Result<Began<K>, Error> {
+    let holder = guard.holder().clone();
+    let args = RunArgs {
+        holder: &holder.id,
+        token: holder.token,
+        retention,
+    };
+    let on_death = match on_death {
+        OnRunnerDeath::GiveUp => RunnerDeathArg::GiveUp,
+        OnRunnerDeath::RunAgain => RunnerDeathArg::RunAgain,
+    };
+    let keys = &*holder.keys;
+    let reply = holder
+        .engine
+        .retrying(|mut conn| async move {
+            protocol::run_begin(&mut conn, keys, args, own, on_death).await
+        })
+        .await;
+    let found = match reply {
+        Ok(BeginReply::Begun {
+            took_over,
+            started_ms,
+        }) => {
+            return Ok(Began::Run(Started {
+                guard,
+                took_over,
+                started_ms,
+                retention,
+            }))
         }
-        Err(err) => {
-            guard.keep_until_lease_ends();
-            Err(report(err))
+        Ok(BeginReply::Done(record)) => Ok(Began::Done(record)),
+        Ok(BeginReply::Abandoned(record)) => Ok(Began::Abandoned(record)),
+        Ok(BeginReply::Refused(record)) => Ok(Began::Refused(record)),
+        Ok(BeginReply::NotHeld) => Err(Error::NotHeld),
+        Ok(BeginReply::Newer(record)) => Err(taken_over(holder.token, record.token)),
+        Err(err) => Err(err),
+    };
+    let _ = guard.release().await;
+    found
+}
+
+impl Started {
+    /// Records the run's end, fenced by its token (`K`'s finish script, with `own` the kind's
+    /// arguments and `result` what a key stores): the guard back and the server time of the end; or the error,
+    /// passed through `report`, when a newer runner had taken the record over (a stale write,
+    /// refused), or when the finish went unanswered. Then whether it landed is unknown, so the
+    /// hold is kept until its lease ends rather than let another caller run the same work
+    /// again at once.
+    pub(crate) async fn finish<K: RunKind>(
+        self,
+        own: impl ToRedisArgs + Copy,
+        end: RunEnd,
+        result: Option<&[u8]>,
+        report: impl FnOnce(Error) -> Error,
+    ) -> Result<(LockGuard, u64), Error> {
+        let holder = self.guard.holder().clone();
+        let args = RunArgs {
+            holder: &holder.id,
+            token: holder.token,
+            retention: self.retention,
+        };
+        let (keys, started_ms) = (&*holder.keys, self.started_ms);
+        let reply = holder
+            .engine
+            .retrying(|mut conn| async move {
+                protocol::run_finish::<K, _>(&mut conn, keys, args, own, started_ms, end, result)
+                    .await
+            })
+            .await;
+        match reply {
+            Ok(FinishReply::Done { finished_ms }) => Ok((self.guard, finished_ms)),
+            Ok(FinishReply::TakenOver { token: latest }) => {
+                metrics::stale_write_rejected();
+                Err(report(taken_over(holder.token, latest)))
+            }
+            Err(err) => {
+                self.guard.keep_until_lease_ends();
+                Err(report(err))
+            }
         }
     }
 }
+
+/// Writes the accessors every run's view has ([`JobRun`](crate::JobRun),
+/// [`KeyRun`](crate::KeyRun)), inside its `impl`: the type has `holder: Arc<Holder>` (the
+/// run's hold) and `took_over: Option<FencingToken>`.
+macro_rules! run_view_accessors {
+    () => {
+        /// This run's fencing token: strictly greater than every earlier run's of its job or
+        /// key (and of every other name in its slot bucket). Pass it to every write the run
+        /// makes.
+        pub fn token(&self) -> FencingToken {
+            self.holder.token
+        }
+
+        /// `Some(token)` when this run takes over from a runner (with that token) that lost
+        /// its hold before finishing ([`OnRunnerDeath::RunAgain`](crate::OnRunnerDeath)), or
+        /// whose run failed and left the work to a retry: its writes may be half done.
+        pub fn took_over(&self) -> Option<FencingToken> {
+            self.took_over
+        }
+
+        /// Whether the run still holds its job or key as far as this process knows:
+        /// `at_most_for` has not passed since it began. A belief, not a proof; fence the
+        /// writes with [`Self::token`].
+        pub fn is_valid(&self) -> bool {
+            self.holder.is_valid()
+        }
+
+        /// When the hold ends by this process' monotonic clock (`at_most_for` after the
+        /// acquiring request was sent).
+        pub fn valid_until(&self) -> Instant {
+            self.holder.deadline()
+        }
+
+        /// Resolves when the hold has ended (`at_most_for` passed): from then on another
+        /// caller may run the same work again (another instance take the tick over, a
+        /// duplicate run the request), so a long run should stop here.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: it only waits and changes nothing.
+        pub async fn lost(&self) {
+            self.holder.lost().await;
+        }
+    };
+}
+pub(crate) use run_view_accessors;
+
+/// Writes the accessors every record's public view has ([`TickRecord`](crate::TickRecord),
+/// [`RunRecord`](crate::RunRecord)), inside its `impl`: the type has the fields `runner`,
+/// `token`, `started`, `finished` and `failed`, the record's as times.
+macro_rules! record_accessors {
+    () => {
+        /// The holder id of the runner (its client's [`id`](crate::LockClient::id), then a
+        /// sequence number).
+        pub fn runner(&self) -> &str {
+            &self.runner
+        }
+
+        /// The runner's fencing token: strictly greater than every earlier run's of its job
+        /// or key.
+        pub fn token(&self) -> FencingToken {
+            self.token
+        }
+
+        /// When the run began, by the Redis server's clock.
+        pub fn started(&self) -> SystemTime {
+            self.started
+        }
+
+        /// When the run finished (for a key: its result was stored), by the Redis server's
+        /// clock; `None` while it runs, after its runner lost its hold before finishing, or
+        /// after it failed.
+        pub fn finished(&self) -> Option<SystemTime> {
+            self.finished
+        }
+
+        /// When the run failed and left the work to a retry, by the Redis server's clock
+        /// ([`Job::run_fallible`](crate::Job::run_fallible) under
+        /// [`OnFailure::Retry`](crate::OnFailure::Retry), [`Failure::Retry`](crate::Failure::Retry));
+        /// `None` otherwise.
+        pub fn failed(&self) -> Option<SystemTime> {
+            self.failed
+        }
+    };
+}
+pub(crate) use record_accessors;
