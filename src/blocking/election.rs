@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::{Error, FencingToken, Leader};
 
-facade! {
+blocking! {
     /// A blocking [`crate::Election`]: candidates campaign, anyone reads or follows the
     /// leader.
     ///
@@ -19,8 +19,26 @@ facade! {
     /// }
     /// # Ok::<(), fencelock::Error>(())
     /// ```
-    #[derive(Clone, Debug)]
-    pub struct Election(crate::Election);
+    #[derive(Clone)]
+    pub struct Election(crate::Election) {
+        fn name(&self) -> &[u8];
+        fn lease(&self) -> Duration;
+        fn with_lease(&self, lease: Duration) -> Result<Election, Error> = wrap;
+        fn with_label(&self, label: impl AsRef<str>) -> Result<Election, Error> = wrap;
+        fn label(&self) -> Option<&str>;
+        fn try_campaign(&self, metadata: &[u8]) -> Result<Option<LeaderGuard>, Error> = block wrap;
+        /// Until this candidate leads.
+        fn campaign(&self, metadata: &[u8]) -> Result<LeaderGuard, Error> = block wrap;
+        /// At most `timeout`.
+        fn campaign_timeout(
+            &self,
+            metadata: &[u8],
+            timeout: Duration,
+        ) -> Result<LeaderGuard, Error> = block wrap;
+        fn leader(&self) -> Result<Option<Leader>, Error> = block;
+        /// Until the follower is set up.
+        fn observe(&self) -> Result<Observer, Error> = block wrap;
+    }
 
     /// A blocking [`crate::LeaderGuard`]: proof of leading, resigned on
     /// [`LeaderGuard::resign`] or, in the background, on drop.
@@ -36,8 +54,15 @@ facade! {
     /// # Ok::<(), fencelock::Error>(())
     /// ```
     #[must_use = "a leader guard resigns when dropped; bind it for as long as this instance leads"]
-    #[derive(Debug)]
-    pub struct LeaderGuard(crate::LeaderGuard);
+    pub struct LeaderGuard(crate::LeaderGuard) {
+        fn wait_lost(&self, timeout: Duration) -> bool = lost;
+        fn term(&self) -> FencingToken;
+        fn id(&self) -> &str;
+        fn metadata(&self) -> &[u8];
+        fn is_valid(&self) -> bool;
+        fn valid_until(&self) -> Instant;
+        fn resign(self) -> Result<(), Error> = block;
+    }
 
     /// A blocking [`crate::Observer`]: a follower's view of an election.
     ///
@@ -54,78 +79,14 @@ facade! {
     /// }
     /// # Ok::<(), fencelock::Error>(())
     /// ```
-    #[derive(Debug)]
-    pub struct Observer(crate::Observer);
-}
-
-impl Election {
-    forward! {
-        /// See [`crate::Election::name`].
-        fn name(&self) -> &[u8];
-        /// See [`crate::Election::lease`].
-        fn lease(&self) -> Duration;
-        /// See [`crate::Election::with_lease`].
-        fn with_lease(&self, lease: Duration) -> Result<Election, Error> = wrap;
-        /// See [`crate::Election::with_label`].
-        fn with_label(&self, label: impl AsRef<str>) -> Result<Election, Error> = wrap;
-        /// See [`crate::Election::label`].
-        fn label(&self) -> Option<&str>;
-        /// See [`crate::Election::try_campaign`]; blocks the thread until Redis answered.
-        fn try_campaign(&self, metadata: &[u8]) -> Result<Option<LeaderGuard>, Error> = block wrap;
-        /// See [`crate::Election::campaign`]; blocks the thread until this candidate leads.
-        fn campaign(&self, metadata: &[u8]) -> Result<LeaderGuard, Error> = block wrap;
-        /// See [`crate::Election::campaign_timeout`]; blocks the thread at most `timeout`.
-        fn campaign_timeout(
-            &self,
-            metadata: &[u8],
-            timeout: Duration
-        ) -> Result<LeaderGuard, Error> = block wrap;
-        /// See [`crate::Election::leader`]; blocks the thread until Redis answered.
-        fn leader(&self) -> Result<Option<Leader>, Error> = block;
-        /// See [`crate::Election::observe`]; blocks the thread until the follower is set up.
-        fn observe(&self) -> Result<Observer, Error> = block wrap;
-    }
-}
-
-impl LeaderGuard {
-    /// Blocks the thread until this instance has lost the leadership, or `timeout` passed;
-    /// returns whether it was lost. See [`crate::LeaderGuard::lost`].
-    pub fn wait_lost(&self, timeout: Duration) -> bool {
-        self.runtime
-            .block_on_timeout(timeout, self.inner.lost())
-            .is_some()
-    }
-
-    forward! {
-        /// See [`crate::LeaderGuard::term`].
-        fn term(&self) -> FencingToken;
-        /// See [`crate::LeaderGuard::id`].
-        fn id(&self) -> &str;
-        /// See [`crate::LeaderGuard::metadata`].
-        fn metadata(&self) -> &[u8];
-        /// See [`crate::LeaderGuard::is_valid`].
-        fn is_valid(&self) -> bool;
-        /// See [`crate::LeaderGuard::valid_until`].
-        fn valid_until(&self) -> Instant;
-        /// See [`crate::LeaderGuard::resign`]; blocks the thread until Redis answered.
-        fn resign(self) -> Result<(), Error> = block;
+    pub struct Observer(crate::Observer) {
+        fn current(&self) -> Option<&Leader>;
+        /// Until the leader changes.
+        fn changed(&mut self) -> Result<Option<Leader>, Error> = block;
     }
 }
 
 impl Observer {
-    /// See [`crate::Observer::current`].
-    pub fn current(&self) -> Option<&Leader> {
-        self.inner.current()
-    }
-
-    /// See [`crate::Observer::changed`]; blocks the thread until the leader changes.
-    ///
-    /// # Errors
-    /// As [`crate::Observer::changed`].
-    pub fn changed(&mut self) -> Result<Option<Leader>, Error> {
-        self.runtime.block_on(self.inner.changed())
-    }
-
     /// As [`Observer::changed`], blocking at most `timeout`: [`Error::Timeout`] when the
     /// leader did not change in time (nothing is lost: the next call sees the change).
     ///

@@ -3,7 +3,7 @@
 use crate::api::idempotency::KeyBegun;
 use crate::{Error, Failure, IdempotencyOptions, KeyRun, Processed, RunRecord};
 
-facade! {
+blocking! {
     /// A blocking [`crate::Idempotency`]: [`run`](Idempotency::run) a request under its key,
     /// on the calling thread, and it runs once; its duplicates get the stored result.
     ///
@@ -20,20 +20,15 @@ facade! {
     /// println!("answer: {:?}", outcome.result());
     /// # Ok::<(), fencelock::Error>(())
     /// ```
-    #[derive(Clone, Debug)]
-    pub struct Idempotency(crate::Idempotency);
+    #[derive(Clone)]
+    pub struct Idempotency(crate::Idempotency) {
+        fn namespace(&self) -> &[u8];
+        fn options(&self) -> &IdempotencyOptions;
+        fn record(&self, key: impl AsRef<[u8]>) -> Result<Option<RunRecord>, Error> = block;
+    }
 }
 
 impl Idempotency {
-    forward! {
-        /// See [`crate::Idempotency::namespace`].
-        fn namespace(&self) -> &[u8];
-        /// See [`crate::Idempotency::options`].
-        fn options(&self) -> &IdempotencyOptions;
-        /// See [`crate::Idempotency::record`]; blocks the thread until Redis answered.
-        fn record(&self, key: impl AsRef<[u8]>) -> Result<Option<RunRecord>, Error> = block;
-    }
-
     /// See [`crate::Idempotency::run`]; `run` runs on the calling thread, between the blocking
     /// calls that take the key's hold and record the run and the one that stores its result.
     /// A `run` that panics leaves the key as one whose runner died (the lock is released as the

@@ -6,7 +6,7 @@ use crate::api::job::Begun;
 use crate::protocol::RunEnd;
 use crate::{Error, JobOptions, JobOutcome, JobRun, TickRecord};
 
-facade! {
+blocking! {
     /// A blocking [`crate::Job`]: call [`Job::run_exclusive`] from every instance's scheduler;
     /// each tick runs on one instance, once, with the job on the calling thread.
     ///
@@ -24,27 +24,20 @@ facade! {
     /// println!("ran here: {}", outcome.ran());
     /// # Ok::<(), fencelock::Error>(())
     /// ```
-    #[derive(Clone, Debug)]
-    pub struct Job(crate::Job);
+    #[derive(Clone)]
+    pub struct Job(crate::Job) {
+        fn name(&self) -> &[u8];
+        fn options(&self) -> &JobOptions;
+        fn with_label(&self, label: impl AsRef<str>) -> Result<Job, Error> = wrap;
+        fn label(&self) -> Option<&str>;
+        /// Wait for each tick on a thread with
+        /// [`Ticks::next_blocking`](crate::Ticks::next_blocking).
+        fn ticks(&self) -> crate::Ticks;
+        fn last_tick(&self) -> Result<Option<TickRecord>, Error> = block;
+    }
 }
 
 impl Job {
-    forward! {
-        /// See [`crate::Job::name`].
-        fn name(&self) -> &[u8];
-        /// See [`crate::Job::options`].
-        fn options(&self) -> &JobOptions;
-        /// See [`crate::Job::with_label`].
-        fn with_label(&self, label: impl AsRef<str>) -> Result<Job, Error> = wrap;
-        /// See [`crate::Job::label`].
-        fn label(&self) -> Option<&str>;
-        /// See [`crate::Job::ticks`]; wait for each tick on a thread with
-        /// [`Ticks::next_blocking`](crate::Ticks::next_blocking).
-        fn ticks(&self) -> crate::Ticks;
-        /// See [`crate::Job::last_tick`]; blocks the thread until Redis answered.
-        fn last_tick(&self) -> Result<Option<TickRecord>, Error> = block;
-    }
-
     /// See [`crate::Job::run_exclusive`]; `job` runs on the calling thread, between the
     /// blocking calls that take the run's hold and record its tick and the one that records
     /// the tick done. A `job` that panics leaves the tick as one whose runner died (the lock is

@@ -42,23 +42,26 @@
 
 // How the facade is built. Every blocking type is the async value (`inner`) plus the client's
 // runtime (`runtime`), and nearly every method is the async one, run under `block_on` when it
-// is async, with any async type in its result swapped for the blocking one. Three pieces say
+// is async, with any async type in its result swapped for the blocking one. Two pieces say
 // that once:
 //
-// - `facade!` declares each type. It writes a plain struct per public name, not an alias of
-//   one generic `Blocking<T>`: an alias cannot carry the guards' `#[must_use]` (a generic
-//   struct would put it on every handle too), and a struct keeps its own name in `Debug`
-//   output and its own page in rustdoc.
+// - `blocking!` declares a whole wrapper from its list of methods: the struct (a plain struct
+//   per public name, not an alias of one generic `Blocking<T>`: an alias cannot carry the
+//   guards' `#[must_use]`, and a struct keeps its own name in `Debug` output and its own page
+//   in rustdoc), its `FromAsync`, and each method from its public signature, one line, with
+//   its doc: a link to the async method it runs (or to the one named in `[...]` before it,
+//   for a method an async guard has through `Deref`) and whatever the line adds. `= block`
+//   runs the method under `block_on`, `= wrap` converts its result with `FromAsync`, `= lost`
+//   waits for the async `lost()` with a timeout. The signature is written out, so the public
+//   API reads in the source as it does in rustdoc, and the compiler checks it against the
+//   async method's.
 // - `FromAsync` is the one generic part: it turns what an async method returned (an async
 //   handle or guard, or an `Option`, `Result` or `Vec` of them) into the blocking type, handing
-//   on the runtime. A new blocking type gets it from `facade!`.
-// - `forward!` writes a method from its public signature, one line each; `= block` runs it
-//   under `block_on`, `= wrap` converts its result with `FromAsync`. The signature is written
-//   out, so the public API reads in the source as it does in rustdoc, and the compiler checks
-//   it against the async method's.
+//   on the runtime.
 //
-// Methods that do more than forward (connecting, running a closure on the calling thread, the
-// timed waits) are written out, with `Runtime::block_on_timeout` for the timed waits.
+// Methods that do more than forward (connecting, running a closure on the calling thread, a
+// timed wait for a change) are written out, with `Runtime::block_on_timeout` for the timed
+// waits.
 
 use std::fmt;
 use std::future::Future;
@@ -67,15 +70,22 @@ use std::time::Duration;
 
 use crate::{Error, IdempotencyOptions, JobOptions};
 
-/// Declares blocking types: each `pub struct Name(Async);` (with its docs and attributes)
-/// becomes a struct of the async value `inner` and the client's `runtime`, and `FromAsync` of
-/// the async value.
-macro_rules! facade {
-    ($($(#[$attr:meta])* pub struct $name:ident($async:ty);)+) => {$(
+/// Declares blocking types, each `pub struct Name(Async) { methods }` (with its docs and
+/// attributes; `Debug` is derived for every one): a struct of the async value `inner` and the
+/// client's `runtime`, its `FromAsync` of the async value, and its methods. A method is
+/// `fn name(receiver, arg: Type, ...) -> Return;`, optionally `= block`, `= wrap`,
+/// `= block wrap` or `= lost`, and preceded by `[path]` when its async counterpart is a
+/// method of `path` (a type the async value dereferences to); its docs are added to the link.
+macro_rules! blocking {
+    ($(
+        $(#[$attr:meta])*
+        pub struct $name:ident($async:path) { $($methods:tt)* }
+    )+) => {$(
         $(#[$attr])*
+        #[derive(Debug)]
         pub struct $name {
-            pub(in crate::blocking) inner: $async,
-            pub(in crate::blocking) runtime: crate::blocking::Runtime,
+            inner: $async,
+            runtime: crate::blocking::Runtime,
         }
 
         impl crate::blocking::FromAsync<$async> for $name {
@@ -86,51 +96,65 @@ macro_rules! facade {
                 }
             }
         }
-    )+};
-}
 
-/// Writes public methods that forward to the async method of the same name on `self.inner`:
-/// `fn name(&self, arg: Type) -> Return;` returns its result as is, `= block` blocks on it
-/// with the client's runtime, `= wrap` converts it with [`FromAsync`], `= block wrap` does
-/// both. The receiver is `&self` or `self`.
-macro_rules! forward {
-    (@body [] $s:ident $name:ident($($arg:ident),*)) => {
-        $s.inner.$name($($arg),*)
+        impl $name {
+            blocking!(@methods $async; $($methods)*);
+        }
+    )+};
+    (@methods $async:path;) => {};
+    (
+        @methods $async:path;
+        $(#[$doc:meta])* $([$see:path])?
+        fn $fname:ident $params:tt -> $ret:ty $(= $($how:ident)+)?;
+        $($rest:tt)*
+    ) => {
+        #[doc = blocking!(@doc [$($($how)+)?] $fname, $($see,)? $async)]
+        $(#[$doc])*
+        pub fn $fname $params -> $ret {
+            blocking!(@body [$($($how)+)?] $fname $params)
+        }
+        blocking!(@methods $async; $($rest)*);
     };
-    (@body [wrap] $s:ident $name:ident($($arg:ident),*)) => {
-        crate::blocking::FromAsync::from_async($s.inner.$name($($arg),*), &$s.runtime)
+    (@doc [lost] $fname:ident, $of:path $(, $wrapper:path)?) => {
+        concat!(
+            "Blocks the thread until [`", stringify!($of), "::lost`] resolves, or `timeout` ",
+            "passed; returns whether it did."
+        )
     };
-    (@body [block] $s:ident $name:ident($($arg:ident),*)) => {
-        $s.runtime.block_on($s.inner.$name($($arg),*))
+    (@doc [$($how:ident)*] $fname:ident, $of:path $(, $wrapper:path)?) => {
+        concat!(
+            "See [`", stringify!($of), "::", stringify!($fname), "`]",
+            blocking!(@blocks [$($how)*]),
+        )
     };
-    (@body [block wrap] $s:ident $name:ident($($arg:ident),*)) => {
+    (@blocks [block $($wrap:ident)?]) => { "; blocks the thread until it returns." };
+    (@blocks [$($wrap:ident)?]) => { "." };
+    (@body $how:tt $fname:ident (&mut $s:ident $(, $arg:ident: $ty:ty)* $(,)?)) => {
+        blocking!(@call $how $s.$fname($($arg),*))
+    };
+    (@body $how:tt $fname:ident (&$s:ident $(, $arg:ident: $ty:ty)* $(,)?)) => {
+        blocking!(@call $how $s.$fname($($arg),*))
+    };
+    (@body $how:tt $fname:ident ($s:ident $(, $arg:ident: $ty:ty)* $(,)?)) => {
+        blocking!(@call $how $s.$fname($($arg),*))
+    };
+    (@call [] $s:ident.$fname:ident($($arg:ident),*)) => {
+        $s.inner.$fname($($arg),*)
+    };
+    (@call [wrap] $s:ident.$fname:ident($($arg:ident),*)) => {
+        crate::blocking::FromAsync::from_async($s.inner.$fname($($arg),*), &$s.runtime)
+    };
+    (@call [block] $s:ident.$fname:ident($($arg:ident),*)) => {
+        $s.runtime.block_on($s.inner.$fname($($arg),*))
+    };
+    (@call [block wrap] $s:ident.$fname:ident($($arg:ident),*)) => {
         crate::blocking::FromAsync::from_async(
-            $s.runtime.block_on($s.inner.$name($($arg),*)),
+            $s.runtime.block_on($s.inner.$fname($($arg),*)),
             &$s.runtime,
         )
     };
-    () => {};
-    (
-        $(#[$attr:meta])*
-        fn $name:ident(&$s:ident $(, $arg:ident: $ty:ty)*) -> $ret:ty $(= $($how:ident)+)?;
-        $($rest:tt)*
-    ) => {
-        $(#[$attr])*
-        pub fn $name(&$s $(, $arg: $ty)*) -> $ret {
-            forward!(@body [$($($how)+)?] $s $name($($arg),*))
-        }
-        forward!($($rest)*);
-    };
-    (
-        $(#[$attr:meta])*
-        fn $name:ident($s:ident $(, $arg:ident: $ty:ty)*) -> $ret:ty $(= $($how:ident)+)?;
-        $($rest:tt)*
-    ) => {
-        $(#[$attr])*
-        pub fn $name($s $(, $arg: $ty)*) -> $ret {
-            forward!(@body [$($($how)+)?] $s $name($($arg),*))
-        }
-        forward!($($rest)*);
+    (@call [lost] $s:ident.$fname:ident($timeout:ident)) => {
+        $s.runtime.block_on_timeout($timeout, $s.inner.lost()).is_some()
     };
 }
 
@@ -204,11 +228,39 @@ impl<A, B: FromAsync<A>> FromAsync<Vec<A>> for Vec<B> {
     }
 }
 
-facade! {
+blocking! {
     /// A blocking [`crate::LockClient`]. Cheap to clone; clones share the connection and
     /// runtime.
-    #[derive(Clone, Debug)]
-    pub struct LockClient(crate::LockClient);
+    ///
+    /// ```no_run
+    /// use fencelock::blocking::LockClient;
+    ///
+    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+    /// let worker = client.clone(); // the same connection and runtime, for another thread
+    /// std::thread::spawn(move || worker.lock("report:daily")?.acquire()?.release());
+    /// println!("client {}", client.as_async().id());
+    /// # Ok::<(), fencelock::Error>(())
+    /// ```
+    #[derive(Clone)]
+    pub struct LockClient(crate::LockClient) {
+        /// [`crate::Lock`] has an example.
+        fn lock(&self, name: impl AsRef<[u8]>) -> Result<Lock, Error> = wrap;
+        fn election(&self, name: impl AsRef<[u8]>) -> Result<Election, Error> = wrap;
+        /// [`Job`] shows a job run from a thread.
+        fn job(&self, name: impl AsRef<[u8]>, options: JobOptions) -> Result<Job, Error> = wrap;
+        /// [`Idempotency`] shows a request run from a thread.
+        fn idempotency(
+            &self,
+            namespace: impl AsRef<[u8]>,
+            options: IdempotencyOptions,
+        ) -> Result<Idempotency, Error> = wrap;
+        /// [`crate::FencedResource`] has an example.
+        fn resource(&self, name: impl AsRef<[u8]>) -> Result<FencedResource, Error> = wrap;
+        /// [`Semaphore`] has an example.
+        fn semaphore(&self, name: impl AsRef<[u8]>, limit: u32) -> Result<Semaphore, Error> = wrap;
+        /// [`crate::RwLock`] has an example.
+        fn rwlock(&self, name: impl AsRef<[u8]>) -> Result<RwLock, Error> = wrap;
+    }
 }
 
 impl LockClient {
@@ -258,31 +310,5 @@ impl LockClient {
     /// The async client underneath, for code that mixes both.
     pub fn as_async(&self) -> &crate::LockClient {
         &self.inner
-    }
-
-    forward! {
-        /// See [`crate::LockClient::lock`] (and [`crate::Lock`] for an example).
-        fn lock(&self, name: impl AsRef<[u8]>) -> Result<Lock, Error> = wrap;
-        /// See [`crate::LockClient::election`].
-        fn election(&self, name: impl AsRef<[u8]>) -> Result<Election, Error> = wrap;
-        /// See [`crate::LockClient::job`]; [`Job`] shows a job run from a thread.
-        fn job(&self, name: impl AsRef<[u8]>, options: JobOptions) -> Result<Job, Error> = wrap;
-        /// See [`crate::LockClient::idempotency`]; [`Idempotency`] shows a request run from a
-        /// thread.
-        fn idempotency(
-            &self,
-            namespace: impl AsRef<[u8]>,
-            options: IdempotencyOptions
-        ) -> Result<Idempotency, Error> = wrap;
-        /// See [`crate::LockClient::resource`] (and [`crate::FencedResource`] for an example).
-        fn resource(&self, name: impl AsRef<[u8]>) -> Result<FencedResource, Error> = wrap;
-        /// See [`crate::LockClient::semaphore`].
-        fn semaphore(
-            &self,
-            name: impl AsRef<[u8]>,
-            limit: u32
-        ) -> Result<Semaphore, Error> = wrap;
-        /// See [`crate::LockClient::rwlock`] (and [`crate::RwLock`] for an example).
-        fn rwlock(&self, name: impl AsRef<[u8]>) -> Result<RwLock, Error> = wrap;
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use super::{FromAsync, LockGuard};
 use crate::{Error, FencingToken, OnShortfall};
 
-facade! {
+blocking! {
     /// A blocking [`crate::MultiLock`]: a set of locks taken all or nothing, in a global
     /// order, so threads that take overlapping sets in any order never deadlock.
     ///
@@ -34,8 +34,25 @@ facade! {
     /// }
     /// # Ok::<(), fencelock::Error>(())
     /// ```
-    #[derive(Clone, Debug)]
-    pub struct MultiLock(crate::MultiLock);
+    #[derive(Clone)]
+    pub struct MultiLock(crate::MultiLock) {
+        fn names(&self) -> impl Iterator<Item = &[u8]>;
+        fn lease(&self) -> Duration;
+        fn with_lease(&self, lease: Duration) -> Result<MultiLock, Error> = wrap;
+        fn with_label(&self, label: impl AsRef<str>) -> Result<MultiLock, Error> = wrap;
+        /// The acquiring thread blocks for the `WAIT` too.
+        fn with_replica_ack(
+            &self,
+            replicas: u32,
+            timeout: Duration,
+        ) -> Result<MultiLock, Error> = wrap;
+        fn on_replica_shortfall(&self, policy: OnShortfall) -> MultiLock = wrap;
+        fn try_acquire(&self) -> Result<Option<MultiGuard>, Error> = block wrap;
+        /// As long as it takes, holding nothing while it waits.
+        fn acquire(&self) -> Result<MultiGuard, Error> = block wrap;
+        /// At most `timeout`.
+        fn acquire_timeout(&self, timeout: Duration) -> Result<MultiGuard, Error> = block wrap;
+    }
 
     /// A blocking [`crate::MultiGuard`]: every member of a [`MultiLock`] held, with one
     /// fencing token per member; released whole on [`MultiGuard::release`] or, in the
@@ -64,59 +81,31 @@ facade! {
     /// # Ok::<(), fencelock::Error>(())
     /// ```
     #[must_use = "a guard releases its locks when dropped; bind it for as long as the critical section lasts"]
-    #[derive(Debug)]
-    pub struct MultiGuard(crate::MultiGuard);
-}
-
-impl MultiLock {
-    forward! {
-        /// See [`crate::MultiLock::names`].
-        fn names(&self) -> impl Iterator<Item = &[u8]>;
-        /// See [`crate::MultiLock::lease`].
-        fn lease(&self) -> Duration;
-        /// See [`crate::MultiLock::with_lease`].
-        fn with_lease(&self, lease: Duration) -> Result<MultiLock, Error> = wrap;
-        /// See [`crate::MultiLock::with_label`].
-        fn with_label(&self, label: impl AsRef<str>) -> Result<MultiLock, Error> = wrap;
-        /// See [`crate::MultiLock::with_replica_ack`]; the acquiring thread blocks for the
-        /// `WAIT` too.
-        fn with_replica_ack(
-            &self,
-            replicas: u32,
-            timeout: Duration
-        ) -> Result<MultiLock, Error> = wrap;
-        /// See [`crate::MultiLock::on_replica_shortfall`].
-        fn on_replica_shortfall(&self, policy: OnShortfall) -> MultiLock = wrap;
-        /// See [`crate::MultiLock::try_acquire`]; blocks the thread until Redis answered.
-        fn try_acquire(&self) -> Result<Option<MultiGuard>, Error> = block wrap;
-        /// See [`crate::MultiLock::acquire`]; blocks the thread as long as it takes, holding
-        /// nothing while it waits.
-        fn acquire(&self) -> Result<MultiGuard, Error> = block wrap;
-        /// See [`crate::MultiLock::acquire_timeout`]; blocks the thread at most `timeout`.
-        fn acquire_timeout(&self, timeout: Duration) -> Result<MultiGuard, Error> = block wrap;
+    pub struct MultiGuard(crate::MultiGuard) {
+        /// Any member lost counts.
+        ///
+        /// ```no_run
+        /// use std::time::Duration;
+        /// use fencelock::blocking::LockClient;
+        ///
+        /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+        /// let set = client.multi_lock(["a", "b"])?.with_lease(Duration::from_millis(100))?;
+        /// let guard = set.acquire()?;
+        /// assert!(guard.wait_lost(Duration::from_secs(1))); // the fixed lease ran out
+        /// # Ok::<(), fencelock::Error>(())
+        /// ```
+        fn wait_lost(&self, timeout: Duration) -> bool = lost;
+        fn token(&self, name: impl AsRef<[u8]>) -> Option<FencingToken>;
+        fn tokens(&self) -> impl Iterator<Item = (&[u8], FencingToken)>;
+        fn is_valid(&self) -> bool;
+        fn valid_until(&self) -> Instant;
+        fn replicated(&self) -> bool;
+        fn into_guards(self) -> Vec<LockGuard> = wrap;
+        fn release(self) -> Result<(), Error> = block;
     }
 }
 
 impl MultiGuard {
-    /// Blocks the thread until any member is lost, or `timeout` passed; returns whether one
-    /// was lost. See [`crate::MultiGuard::lost`].
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use fencelock::blocking::LockClient;
-    ///
-    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
-    /// let set = client.multi_lock(["a", "b"])?.with_lease(Duration::from_millis(100))?;
-    /// let guard = set.acquire()?;
-    /// assert!(guard.wait_lost(Duration::from_secs(1))); // the fixed lease ran out
-    /// # Ok::<(), fencelock::Error>(())
-    /// ```
-    pub fn wait_lost(&self, timeout: Duration) -> bool {
-        self.runtime
-            .block_on_timeout(timeout, self.inner.lost())
-            .is_some()
-    }
-
     /// Enters the member called `name` again as the same holder, with the same token; `None`
     /// if the set has no such member. The blocking form of
     /// [`crate::MultiGuard::guard`]`(name)` and [`crate::LockGuard::reenter`].
@@ -139,22 +128,5 @@ impl MultiGuard {
         let member = self.inner.guard(name)?;
         let reentered = self.runtime.block_on(member.reenter());
         Some(FromAsync::from_async(reentered, &self.runtime))
-    }
-
-    forward! {
-        /// See [`crate::MultiGuard::token`].
-        fn token(&self, name: impl AsRef<[u8]>) -> Option<FencingToken>;
-        /// See [`crate::MultiGuard::tokens`].
-        fn tokens(&self) -> impl Iterator<Item = (&[u8], FencingToken)>;
-        /// See [`crate::MultiGuard::is_valid`].
-        fn is_valid(&self) -> bool;
-        /// See [`crate::MultiGuard::valid_until`].
-        fn valid_until(&self) -> Instant;
-        /// See [`crate::MultiGuard::replicated`].
-        fn replicated(&self) -> bool;
-        /// See [`crate::MultiGuard::into_guards`].
-        fn into_guards(self) -> Vec<LockGuard> = wrap;
-        /// See [`crate::MultiGuard::release`]; blocks the thread until Redis answered.
-        fn release(self) -> Result<(), Error> = block;
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::{Error, FencingToken};
 
-facade! {
+blocking! {
     /// A blocking [`crate::FencedResource`]: a value, number, hash or list in Redis whose
     /// writes are refused when they carry a token older than one it has already accepted.
     /// Every method but `name`, `retention` and `with_retention` blocks the calling thread on
@@ -26,67 +26,41 @@ facade! {
     /// guard.release()?;
     /// # Ok::<(), fencelock::Error>(())
     /// ```
-    #[derive(Clone, Debug)]
-    pub struct FencedResource(crate::FencedResource);
-}
-
-impl FencedResource {
-    forward! {
-        /// See [`crate::FencedResource::name`].
+    #[derive(Clone)]
+    pub struct FencedResource(crate::FencedResource) {
         fn name(&self) -> &[u8];
-        /// See [`crate::FencedResource::with_retention`].
         fn with_retention(&self, retention: Duration) -> Result<FencedResource, Error> = wrap;
-        /// See [`crate::FencedResource::retention`].
         fn retention(&self) -> Option<Duration>;
-        /// See [`crate::FencedResource::set`].
         fn set(&self, token: FencingToken, value: impl AsRef<[u8]>) -> Result<(), Error> = block;
-        /// See [`crate::FencedResource::incr_by`].
         fn incr_by(&self, token: FencingToken, delta: i64) -> Result<i64, Error> = block;
-        /// See [`crate::FencedResource::set_fields`].
         fn set_fields(
             &self,
             token: FencingToken,
-            fields: &[(&[u8], &[u8])]
+            fields: &[(&[u8], &[u8])],
         ) -> Result<(), Error> = block;
-        /// See [`crate::FencedResource::push`].
         fn push(&self, token: FencingToken, items: &[&[u8]]) -> Result<u64, Error> = block;
-        /// See [`crate::FencedResource::delete`].
         fn delete(&self, token: FencingToken) -> Result<(), Error> = block;
-        /// See [`crate::FencedResource::claim`].
         fn claim(&self, token: FencingToken) -> Result<(), Error> = block;
-        /// See [`crate::FencedResource::get`].
         fn get(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> = block;
-        /// See [`crate::FencedResource::get_i64`].
         fn get_i64(&self, token: FencingToken) -> Result<Option<i64>, Error> = block;
-        /// See [`crate::FencedResource::get_field`].
         fn get_field(
             &self,
             token: FencingToken,
-            field: impl AsRef<[u8]>
+            field: impl AsRef<[u8]>,
         ) -> Result<Option<Vec<u8>>, Error> = block;
-        /// See [`crate::FencedResource::items`].
         fn items(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> = block;
-        /// See [`crate::FencedResource::get_shared`].
         fn get_shared(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> = block;
-        /// See [`crate::FencedResource::get_i64_shared`].
         fn get_i64_shared(&self, token: FencingToken) -> Result<Option<i64>, Error> = block;
-        /// See [`crate::FencedResource::get_field_shared`].
         fn get_field_shared(
             &self,
             token: FencingToken,
-            field: impl AsRef<[u8]>
+            field: impl AsRef<[u8]>,
         ) -> Result<Option<Vec<u8>>, Error> = block;
-        /// See [`crate::FencedResource::items_shared`].
         fn items_shared(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> = block;
-        /// See [`crate::FencedResource::peek`].
         fn peek(&self) -> Result<Option<Vec<u8>>, Error> = block;
-        /// See [`crate::FencedResource::peek_i64`].
         fn peek_i64(&self) -> Result<Option<i64>, Error> = block;
-        /// See [`crate::FencedResource::peek_field`].
         fn peek_field(&self, field: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> = block;
-        /// See [`crate::FencedResource::peek_items`].
         fn peek_items(&self) -> Result<Vec<Vec<u8>>, Error> = block;
-        /// See [`crate::FencedResource::high_water_mark`].
         fn high_water_mark(&self) -> Result<Option<FencingToken>, Error> = block;
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::{Error, FencingToken};
 
-facade! {
+blocking! {
     /// A blocking [`crate::RwLock`]: many readers or one writer, every hold with its own lease
     /// (DESIGN section 21).
     ///
@@ -20,69 +20,43 @@ facade! {
     /// read.release()?;
     /// # Ok::<(), fencelock::Error>(())
     /// ```
-    #[derive(Clone, Debug)]
-    pub struct RwLock(crate::RwLock);
+    #[derive(Clone)]
+    pub struct RwLock(crate::RwLock) {
+        fn name(&self) -> &[u8];
+        fn with_lease(&self, lease: Duration) -> Result<RwLock, Error> = wrap;
+        fn with_label(&self, label: impl AsRef<str>) -> Result<RwLock, Error> = wrap;
+        fn try_read(&self) -> Result<Option<ReadGuard>, Error> = block wrap;
+        fn try_write(&self) -> Result<Option<WriteGuard>, Error> = block wrap;
+        /// As long as it takes.
+        fn read(&self) -> Result<ReadGuard, Error> = block wrap;
+        /// As long as it takes.
+        fn write(&self) -> Result<WriteGuard, Error> = block wrap;
+        /// At most `timeout`.
+        fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard, Error> = block wrap;
+        /// At most `timeout`.
+        fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard, Error> = block wrap;
+    }
 
     /// A blocking [`crate::ReadGuard`], released on [`ReadGuard::release`] or, in the
     /// background, on drop. [`RwLock`] shows one in use.
     #[must_use = "a read guard releases when dropped; bind it for as long as the read lasts"]
-    #[derive(Debug)]
-    pub struct ReadGuard(crate::ReadGuard);
+    pub struct ReadGuard(crate::ReadGuard) {
+        fn reenter(&self) -> Result<ReadGuard, Error> = block wrap;
+        fn token(&self) -> FencingToken;
+        /// A read guard dereferences to that guard.
+        [crate::LockGuard] fn is_valid(&self) -> bool;
+        fn release(self) -> Result<(), Error> = block;
+    }
 
     /// A blocking [`crate::WriteGuard`], released on [`WriteGuard::release`] or, in the
     /// background, on drop. [`RwLock`] shows one in use.
     #[must_use = "a write guard releases when dropped; bind it for as long as the write lasts"]
-    #[derive(Debug)]
-    pub struct WriteGuard(crate::WriteGuard);
-}
-
-impl RwLock {
-    forward! {
-        /// See [`crate::RwLock::name`].
-        fn name(&self) -> &[u8];
-        /// See [`crate::RwLock::with_lease`].
-        fn with_lease(&self, lease: Duration) -> Result<RwLock, Error> = wrap;
-        /// See [`crate::RwLock::with_label`].
-        fn with_label(&self, label: impl AsRef<str>) -> Result<RwLock, Error> = wrap;
-        /// See [`crate::RwLock::try_read`]; blocks the thread until Redis answered.
-        fn try_read(&self) -> Result<Option<ReadGuard>, Error> = block wrap;
-        /// See [`crate::RwLock::try_write`]; blocks the thread until Redis answered.
-        fn try_write(&self) -> Result<Option<WriteGuard>, Error> = block wrap;
-        /// See [`crate::RwLock::read`]; blocks the thread as long as it takes.
-        fn read(&self) -> Result<ReadGuard, Error> = block wrap;
-        /// See [`crate::RwLock::write`]; blocks the thread as long as it takes.
-        fn write(&self) -> Result<WriteGuard, Error> = block wrap;
-        /// See [`crate::RwLock::read_timeout`]; blocks the thread at most `timeout`.
-        fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard, Error> = block wrap;
-        /// See [`crate::RwLock::write_timeout`]; blocks the thread at most `timeout`.
-        fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard, Error> = block wrap;
-    }
-}
-
-impl ReadGuard {
-    forward! {
-        /// See [`crate::ReadGuard::reenter`]; blocks the thread until Redis answered.
-        fn reenter(&self) -> Result<ReadGuard, Error> = block wrap;
-        /// See [`crate::ReadGuard::token`].
-        fn token(&self) -> FencingToken;
-        /// See [`crate::LockGuard::is_valid`], which a read guard dereferences to.
-        fn is_valid(&self) -> bool;
-        /// See [`crate::ReadGuard::release`]; blocks the thread until Redis answered.
-        fn release(self) -> Result<(), Error> = block;
-    }
-}
-
-impl WriteGuard {
-    forward! {
-        /// See [`crate::WriteGuard::reenter`]; blocks the thread until Redis answered.
+    pub struct WriteGuard(crate::WriteGuard) {
         fn reenter(&self) -> Result<WriteGuard, Error> = block wrap;
-        /// See [`crate::WriteGuard::token`].
         fn token(&self) -> FencingToken;
-        /// See [`crate::LockGuard::is_valid`], which a write guard dereferences to.
-        fn is_valid(&self) -> bool;
-        /// See [`crate::WriteGuard::downgrade`]; blocks the thread until Redis answered.
+        /// A write guard dereferences to that guard.
+        [crate::LockGuard] fn is_valid(&self) -> bool;
         fn downgrade(self) -> Result<ReadGuard, Error> = block wrap;
-        /// See [`crate::WriteGuard::release`]; blocks the thread until Redis answered.
         fn release(self) -> Result<(), Error> = block;
     }
 }

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::{Error, FencingToken};
 
-facade! {
+blocking! {
     /// A blocking [`crate::Semaphore`]: `limit` permits shared by every client, each hold with
     /// its own lease (DESIGN section 20).
     ///
@@ -18,52 +18,45 @@ facade! {
     /// permit.release()?;
     /// # Ok::<(), fencelock::Error>(())
     /// ```
-    #[derive(Clone, Debug)]
-    pub struct Semaphore(crate::Semaphore);
-
-    /// A blocking [`crate::SemaphorePermit`]: permits held, given back on
-    /// [`SemaphorePermit::release`] or, in the background, on drop.
-    #[must_use = "a permit is given back when dropped; bind it for as long as the work lasts"]
-    #[derive(Debug)]
-    pub struct SemaphorePermit(crate::SemaphorePermit);
-}
-
-impl Semaphore {
-    forward! {
-        /// See [`crate::Semaphore::name`].
+    #[derive(Clone)]
+    pub struct Semaphore(crate::Semaphore) {
         fn name(&self) -> &[u8];
-        /// See [`crate::Semaphore::limit`].
         fn limit(&self) -> u32;
-        /// See [`crate::Semaphore::with_lease`].
         fn with_lease(&self, lease: Duration) -> Result<Semaphore, Error> = wrap;
-        /// See [`crate::Semaphore::with_label`].
         fn with_label(&self, label: impl AsRef<str>) -> Result<Semaphore, Error> = wrap;
-        /// See [`crate::Semaphore::try_acquire`]; blocks the thread until Redis answered.
         fn try_acquire(&self, permits: u32) -> Result<Option<SemaphorePermit>, Error> = block wrap;
-        /// See [`crate::Semaphore::acquire`]; blocks the thread as long as it takes.
+        /// As long as it takes.
         fn acquire(&self, permits: u32) -> Result<SemaphorePermit, Error> = block wrap;
-        /// See [`crate::Semaphore::acquire_timeout`]; blocks the thread at most `timeout`.
+        /// At most `timeout`.
         fn acquire_timeout(
             &self,
             permits: u32,
-            timeout: Duration
+            timeout: Duration,
         ) -> Result<SemaphorePermit, Error> = block wrap;
     }
-}
 
-impl SemaphorePermit {
-    forward! {
-        /// See [`crate::SemaphorePermit::token`].
+    /// A blocking [`crate::SemaphorePermit`]: permits held, given back on
+    /// [`SemaphorePermit::release`] or, in the background, on drop.
+    ///
+    /// ```no_run
+    /// use fencelock::blocking::LockClient;
+    ///
+    /// let client = LockClient::connect("redis://127.0.0.1:7000/")?;
+    /// let permit = client.semaphore("exports", 4)?.acquire(2)?;
+    /// assert_eq!((permit.permits(), permit.limit()), (2, 4));
+    /// println!("two of four permits, token {}", permit.token());
+    /// permit.release()?;
+    /// # Ok::<(), fencelock::Error>(())
+    /// ```
+    #[must_use = "a permit is given back when dropped; bind it for as long as the work lasts"]
+    pub struct SemaphorePermit(crate::SemaphorePermit) {
         fn token(&self) -> FencingToken;
-        /// See [`crate::SemaphorePermit::permits`].
         fn permits(&self) -> u32;
-        /// See [`crate::SemaphorePermit::limit`].
         fn limit(&self) -> u32;
-        /// See [`crate::LockGuard::is_valid`], which a permit dereferences to.
-        fn is_valid(&self) -> bool;
-        /// See [`crate::LockGuard::valid_until`], which a permit dereferences to.
-        fn valid_until(&self) -> Instant;
-        /// See [`crate::SemaphorePermit::release`]; blocks the thread until Redis answered.
+        /// A permit dereferences to that guard.
+        [crate::LockGuard] fn is_valid(&self) -> bool;
+        /// A permit dereferences to that guard.
+        [crate::LockGuard] fn valid_until(&self) -> Instant;
         fn release(self) -> Result<(), Error> = block;
     }
 }
