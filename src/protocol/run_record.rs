@@ -49,13 +49,11 @@ impl<K: RunKind> Record<K> {
     /// that are times.
     fn decode(script: &str, fields: &[Value]) -> Result<Record<K>, Error> {
         use redis::Value::{BulkString, Int};
-        let Some((own, [BulkString(runner), Int(token), Int(started), Int(finished), Int(failed)])) =
-            K::split(fields)
-        else {
-            let what = K::WHAT;
-            return Err(Error::Protocol(format!(
-                "{script}.lua answered the {what} {fields:?}"
-            )));
+        let what = K::WHAT;
+        let unshaped = || Error::Protocol(format!("{script}.lua answered the {what} {fields:?}"));
+        let (own, run) = K::split(fields).ok_or_else(unshaped)?;
+        let [BulkString(runner), Int(token), Int(started), Int(finished), Int(failed)] = run else {
+            return Err(unshaped());
         };
         let time = |raw: i64| (raw != 0).then(|| ms_from(script, raw)).transpose();
         Ok(Record {

@@ -375,9 +375,11 @@ impl Job {
             let skip = self.busy(tick_ms).await;
             return self.report_skip(tick_ms, skip);
         };
-        let (own, options) = ((tick_ms, millis(self.options.period)), &self.options);
-        let skip = match run::begin(guard, own, options.retention(), options.on_runner_death).await
-        {
+        let options = &self.options;
+        // The tick's own arguments: the tick, and the period that says which views are one.
+        let own = (tick_ms, millis(options.period));
+        let began = run::begin(guard, own, options.retention(), options.on_runner_death);
+        let skip = match began.await {
             Ok(Began::Run(run)) => {
                 let view = JobRun {
                     tick,
@@ -414,11 +416,12 @@ impl Job {
         };
         let alive = read.lock_token == Some(record.token);
         let distance = 2 * (i128::from(tick_ms) - i128::from(record.own.tick_ms));
-        let (period, done) = (i128::from(millis(self.options.period)), record.finished_ms);
+        let period = i128::from(millis(self.options.period));
+        let done = record.finished_ms.is_some();
         let record = TickRecord::from(record);
         Ok(if distance <= -period {
             JobOutcome::SkippedLate { record }
-        } else if distance < period && done.is_some() {
+        } else if distance < period && done {
             JobOutcome::SkippedDone { record }
         } else {
             JobOutcome::SkippedRunning {

@@ -56,9 +56,8 @@ fn taken_over(presented: FencingToken, latest: FencingToken) -> Error {
 
 /// Records the run of `guard`'s holder in the record next to its lock, or finds why not
 /// (`K`'s begin script, with `own` the kind's arguments). Anything but a run to do lets go of
-/// the guard at once (a failed release is finished in the background, and the lease bounds it
-/// anyway): a record that answers, [`Error::NotHeld`] when the guard's hold is gone (deleted
-/// by an operator), [`Error::StaleToken`] when the record carries a newer token.
+/// the guard at once: a record that answers, [`Error::NotHeld`] when the guard's hold is gone
+/// (deleted by an operator), [`Error::StaleToken`] when the record carries a newer token.
 pub(crate) async fn begin<K: RunKind>(
     guard: LockGuard,
     own: impl ToRedisArgs + Copy,
@@ -101,17 +100,19 @@ pub(crate) async fn begin<K: RunKind>(
         Ok(BeginReply::Newer(record)) => Err(taken_over(holder.token, record.token)),
         Err(err) => Err(err),
     };
+    // Nothing to run: let go at once (a failed release is finished in the background, and
+    // the lease bounds it anyway).
     let _ = guard.release().await;
     found
 }
 
 impl Started {
     /// Records the run's end, fenced by its token (`K`'s finish script, with `own` the kind's
-    /// arguments and `result` what a key stores): the guard back and the server time of the end; or the error,
-    /// passed through `report`, when a newer runner had taken the record over (a stale write,
-    /// refused), or when the finish went unanswered. Then whether it landed is unknown, so the
-    /// hold is kept until its lease ends rather than let another caller run the same work
-    /// again at once.
+    /// arguments and `result` what a key stores): the guard back and the server time of the
+    /// end; or the error, passed through `report`, when a newer runner had taken the record
+    /// over (a stale write, refused), or when the finish went unanswered. Then whether it
+    /// landed is unknown, so the hold is kept until its lease ends rather than let another
+    /// caller run the same work again at once.
     pub(crate) async fn finish<K: RunKind>(
         self,
         own: impl ToRedisArgs + Copy,
@@ -223,8 +224,8 @@ macro_rules! record_accessors {
 
         /// When the run failed and left the work to a retry, by the Redis server's clock
         /// ([`Job::run_fallible`](crate::Job::run_fallible) under
-        /// [`OnFailure::Retry`](crate::OnFailure::Retry), [`Failure::Retry`](crate::Failure::Retry));
-        /// `None` otherwise.
+        /// [`OnFailure::Retry`](crate::OnFailure::Retry),
+        /// [`Failure::Retry`](crate::Failure::Retry)); `None` otherwise.
         pub fn failed(&self) -> Option<SystemTime> {
             self.failed
         }
