@@ -32,15 +32,12 @@
 --
 -- Uses hash_field() (lib/hash_field.lua) and run_finish() (lib/run_record.lua), which the
 -- loader prepends to this file.
-local ended = ({done = 'finished', final = 'finished', failed = 'failed'})[ARGV[6]]
-if not ended then
-  return redis.error_reply('FENCELOCK_BADARG unknown run outcome ' .. tostring(ARGV[6]))
-end
 return run_finish({
   key = KEYS[1], holder = ARGV[1], token = ARGV[2], started = ARGV[4], retention = ARGV[5],
-  field = 'fingerprint', value = ARGV[3], ended = ended, what = 'idempotency record',
+  field = 'fingerprint', value = ARGV[3], what = 'idempotency record',
+  outcome = ARGV[6], ends = {done = 'finished', final = 'finished', failed = 'failed'},
   -- A stored result goes with "finished".
-  also = ended == 'finished' and function()
+  also = function()
     redis.call('HSET', KEYS[1], 'result', ARGV[7], 'final', ARGV[6] == 'final' and '1' or '0')
   end,
 })

@@ -28,11 +28,8 @@
 --
 -- Uses hash_field() (lib/hash_field.lua) and run_finish() (lib/run_record.lua), which the
 -- loader prepends to this file.
-local ended = ({done = 'finished', failed = 'failed'})[ARGV[6]]
-if not ended then
-  return redis.error_reply('FENCELOCK_BADARG unknown job outcome ' .. tostring(ARGV[6]))
-end
 return run_finish({
   key = KEYS[1], holder = ARGV[1], token = ARGV[2], started = ARGV[4], retention = ARGV[5],
-  field = 'tick', value = ARGV[3], ended = ended, what = 'tick record',
+  field = 'tick', value = ARGV[3], what = 'tick record',
+  outcome = ARGV[6], ends = {done = 'finished', failed = 'failed'},
 })

@@ -37,13 +37,14 @@
 --
 -- run_finish(run) is the finish of job_finish.lua and idem_finish.lua: records that a run ended,
 -- fenced by its token. `run` names `key`, `holder`, `token`, `field`, `value`, `retention` and
--- `what` as run_begin's, `started` (the server time its begin recorded), `ended` (the field the
--- end goes to: "finished" or "failed") and, optionally, `also()` (writes the kind's further
--- fields after the record's, before its expiry is set). Answers {-2, token} when the record
--- carries a newer token (nothing changed); {1, at} with the time already in `ended` for this
--- token (a re-sent finish; nothing changed); else deletes the record, writes it again from
--- `run` with `ended` = server time `at`, and answers {1, at}. Commands: HGET, HSET, DEL,
--- PEXPIRE, TIME.
+-- `what` as run_begin's, `started` (the server time its begin recorded), `outcome` (the
+-- caller's), `ends` (the field the end goes to, "finished" or "failed", for each outcome the
+-- kind takes) and, optionally, `also()` (writes the kind's further fields of a finished run
+-- after the record's, before its expiry is set). Answers FENCELOCK_BADARG for an outcome not in `ends`
+-- (nothing changed); {-2, token} when the record carries a newer token (nothing changed); {1,
+-- at} with the time already in the end's field for this token (a re-sent finish; nothing
+-- changed); else deletes the record, writes it again from `run` with the end's field = server
+-- time `at`, and answers {1, at}. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
 -- run_read(lock, key, what, answer) is the read of job_read.lua and idem_read.lua: {0,
 -- lock_token, pttl} without a record, else what answer(recorded, lock_token, pttl) returns;
@@ -117,6 +118,11 @@ local function run_begin(run)
 end
 
 local function run_finish(run)
+  local ended = run.ends[run.outcome]
+  if not ended then
+    return redis.error_reply('FENCELOCK_BADARG unknown outcome ' .. tostring(run.outcome) ..
+      ' for the ' .. run.what)
+  end
   local recorded, recorded_err = hash_field(run.key, 'token', run.what)
   if recorded == nil then
     return recorded_err
@@ -126,7 +132,7 @@ local function run_finish(run)
     return {-2, tonumber(recorded)}
   end
   if recorded and tonumber(recorded) == token then
-    local at = redis.call('HGET', run.key, run.ended)
+    local at = redis.call('HGET', run.key, ended)
     if at then
       return {1, tonumber(at)}
     end
@@ -134,8 +140,8 @@ local function run_finish(run)
   local at = run_now()
   redis.call('DEL', run.key)
   redis.call('HSET', run.key, run.field, run.value, 'runner', run.holder, 'token', run.token,
-    'started', run.started, run.ended, at)
-  if run.also then
+    'started', run.started, ended, at)
+  if run.also and ended == 'finished' then
     run.also()
   end
   redis.call('PEXPIRE', run.key, run.retention)
