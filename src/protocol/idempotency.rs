@@ -35,12 +35,10 @@ impl RunKind for KeyResult {
     const WHAT: &'static str = "idempotency record";
     const REFUSED: i64 = -3;
 
-    fn scripts(all: &Scripts) -> [(&'static str, &Script); 3] {
-        [
-            ("idem_begin", &all.idem_begin),
-            ("idem_finish", &all.idem_finish),
-            ("idem_read", &all.idem_read),
-        ]
+    const NAMES: [&'static str; 3] = ["idem_begin", "idem_finish", "idem_read"];
+
+    fn scripts(all: &Scripts) -> [&Script; 3] {
+        [&all.idem_begin, &all.idem_finish, &all.idem_read]
     }
 
     fn record_key(keys: &LockKeys) -> Vec<u8> {

@@ -31,12 +31,10 @@ impl RunKind for Tick {
     const WHAT: &'static str = "tick record";
     const REFUSED: i64 = 4;
 
-    fn scripts(all: &Scripts) -> [(&'static str, &Script); 3] {
-        [
-            ("job_begin", &all.job_begin),
-            ("job_finish", &all.job_finish),
-            ("job_read", &all.job_read),
-        ]
+    const NAMES: [&'static str; 3] = ["job_begin", "job_finish", "job_read"];
+
+    fn scripts(all: &Scripts) -> [&Script; 3] {
+        [&all.job_begin, &all.job_finish, &all.job_read]
     }
 
     fn record_key(keys: &LockKeys) -> Vec<u8> {

@@ -20,8 +20,10 @@ pub(crate) trait RunKind: Sized {
     /// The begin script's code for the kind's own refusal: a job's newer tick (4), a key used
     /// with another fingerprint (-3).
     const REFUSED: i64;
-    /// The kind's begin, finish and read scripts, with their names.
-    fn scripts(all: &Scripts) -> [(&'static str, &Script); 3];
+    /// The names of the kind's begin, finish and read scripts.
+    const NAMES: [&'static str; 3];
+    /// The kind's begin, finish and read scripts.
+    fn scripts(all: &Scripts) -> [&Script; 3];
     /// The record next to the lock of `keys`.
     fn record_key(keys: &LockKeys) -> Vec<u8>;
     /// The kind's own fields of a record as a script answered it, and the shared ones left
@@ -118,7 +120,8 @@ pub(crate) async fn run_begin<K: RunKind, C: ConnectionLike>(
     on_death: RunnerDeathArg,
 ) -> Result<BeginReply<K>, Error> {
     use redis::Value::Int;
-    let [(script, begin), ..] = K::scripts(scripts());
+    let [begin, ..] = K::scripts(scripts());
+    let script = K::NAMES[0];
     let reply: Vec<Value> = begin
         .key(&keys.lock)
         .key(K::record_key(keys))
@@ -181,7 +184,8 @@ pub(crate) async fn run_finish<K: RunKind, C: ConnectionLike>(
     end: RunEnd,
     result: Option<&[u8]>,
 ) -> Result<FinishReply, Error> {
-    let [_, (script, finish), _] = K::scripts(scripts());
+    let [_, finish, _] = K::scripts(scripts());
+    let script = K::NAMES[1];
     let reply: Vec<i64> = finish
         .key(K::record_key(keys))
         .arg(args.holder)
@@ -228,7 +232,8 @@ pub(crate) async fn run_read<K: RunKind, C: ConnectionLike>(
     mode: Option<&str>,
 ) -> Result<RunRead<K>, Error> {
     use redis::Value::Int;
-    let [_, _, (script, read)] = K::scripts(scripts());
+    let [_, _, read] = K::scripts(scripts());
+    let script = K::NAMES[2];
     let reply: Vec<Value> = read
         .key(&keys.lock)
         .key(K::record_key(keys))
