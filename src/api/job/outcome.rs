@@ -21,12 +21,12 @@ use crate::protocol;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TickRecord {
-    pub(super) tick: SystemTime,
-    pub(super) runner: String,
-    pub(super) token: FencingToken,
-    pub(super) started: SystemTime,
-    pub(super) finished: Option<SystemTime>,
-    pub(super) failed: Option<SystemTime>,
+    tick: SystemTime,
+    runner: String,
+    token: FencingToken,
+    started: SystemTime,
+    finished: Option<SystemTime>,
+    failed: Option<SystemTime>,
 }
 
 impl From<protocol::TickRecord> for TickRecord {

@@ -161,8 +161,9 @@ macro_rules! run_view_accessors {
         }
 
         /// `Some(token)` when this run takes over from a runner (with that token) that lost
-        /// its hold before finishing ([`OnRunnerDeath::RunAgain`](crate::OnRunnerDeath)), or
-        /// whose run failed and left the work to a retry: its writes may be half done.
+        /// its hold before finishing
+        /// ([`OnRunnerDeath::RunAgain`](crate::OnRunnerDeath::RunAgain)), or whose run failed
+        /// and left the work to a retry: its writes may be half done.
         pub fn took_over(&self) -> Option<FencingToken> {
             self.took_over
         }
