@@ -115,13 +115,13 @@ macro_rules! blocking {
         }
         blocking!(@methods $async; $($rest)*);
     };
-    (@doc [lost] $fname:ident, $of:path $(, $wrapper:path)?) => {
+    (@doc [lost] $fname:ident, $of:path $(, $_async:path)?) => {
         concat!(
             "Blocks the thread until [`", stringify!($of), "::lost`] resolves, or `timeout` ",
             "passed; returns whether it did."
         )
     };
-    (@doc [$($how:ident)*] $fname:ident, $of:path $(, $wrapper:path)?) => {
+    (@doc [$($how:ident)*] $fname:ident, $of:path $(, $_async:path)?) => {
         concat!(
             "See [`", stringify!($of), "::", stringify!($fname), "`]",
             blocking!(@blocks [$($how)*]),
