@@ -6,10 +6,8 @@
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{assert_checks_hold, Check};
-use super::run_record_tests::{checks, finish, hold_ends, try_begin, won, GIVE_UP, RUN_AGAIN};
+use super::contract_tests::contract_checks;
+use super::run_record_tests::{finish, hold_ends, try_begin, won, GIVE_UP, RUN_AGAIN};
 use super::*;
 
 const FINGERPRINT: &[u8] = b"charge acct-9 500";
@@ -50,7 +48,7 @@ async fn read(conn: &mut MultiplexedConnection, keys: &LockKeys) -> KeyRead {
 
 #[tokio::test]
 async fn a_run_begins_stores_its_result_and_answers_duplicates() {
-    let (_server, mut conn, _) = super::lock_tests::setup().await;
+    let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = free_keys();
     assert_eq!(
         read(&mut conn, &keys).await,
@@ -124,7 +122,7 @@ async fn a_run_begins_stores_its_result_and_answers_duplicates() {
 
 #[tokio::test]
 async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
-    let (_server, mut conn, _) = super::lock_tests::setup().await;
+    let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = free_keys();
     // Retryable: the record says failed, the next caller takes over whatever the policy.
     let first = won(&mut conn, &keys, "first").await;
@@ -161,7 +159,7 @@ async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
 
 #[tokio::test]
 async fn a_dead_runners_key_is_run_again_or_given_up_by_policy() {
-    let (_server, mut conn, _) = super::lock_tests::setup().await;
+    let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = free_keys();
     let dead = won(&mut conn, &keys, "dead").await;
     begin(&mut conn, &keys, "dead", dead, RUN_AGAIN).await;
@@ -184,7 +182,7 @@ async fn a_dead_runners_key_is_run_again_or_given_up_by_policy() {
 
 #[tokio::test]
 async fn forget_deletes_only_a_record_nobody_holds() {
-    let (_server, mut conn, _) = super::lock_tests::setup().await;
+    let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = free_keys();
     let token = won(&mut conn, &keys, "a").await;
     begin(&mut conn, &keys, "a", token, RUN_AGAIN).await;
@@ -206,7 +204,7 @@ async fn forget_deletes_only_a_record_nobody_holds() {
 
 #[tokio::test]
 async fn foreign_data_is_a_typed_error_and_stays_untouched() {
-    let (_server, mut conn, _) = super::lock_tests::setup().await;
+    let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = free_keys();
     let _: () = conn.set(keys.idem_record(), "not ours").await.unwrap();
     let token = won(&mut conn, &keys, "a").await;
@@ -315,30 +313,17 @@ async fn a_reused_key_never_runs(
     }
 }
 
-/// The contract checks above, by name; each is also the check of one negative control.
-const CHECKS: [(&str, Check); 4] = checks![
-    only_the_holder_begins,
-    a_taken_over_runner_cannot_store,
-    a_done_key_is_never_run_again,
-    a_reused_key_never_runs,
-];
-
-#[tokio::test]
-async fn the_idempotency_contract_checks_hold() {
-    assert_checks_hold(&CHECKS, free_keys).await;
-}
-
-/// Each idempotency control breaks exactly the contract check next to it (which holds on the
-/// production scripts: [`the_idempotency_contract_checks_hold`]), each on a fresh server.
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_idempotency_scripts_negative_controls_are_caught() {
-    use super::controls::Control;
-    let controls = [
-        Control::KeyBeginWithoutOwnerCheck,
-        Control::KeyResultWithoutFence,
-        Control::KeyRerunsDone,
-        Control::KeyIgnoresFingerprint,
-    ];
-    assert_controls_caught(&controls, &CHECKS, free_keys).await;
+contract_checks! {
+    holds: the_idempotency_contract_checks_hold,
+    /// Each idempotency control breaks exactly the contract check that names it (which holds
+    /// on the production scripts: [`the_idempotency_contract_checks_hold`]), each on a fresh
+    /// server.
+    caught: the_idempotency_scripts_negative_controls_are_caught,
+    keys: free_keys,
+    checks: {
+        only_the_holder_begins => [KeyBeginWithoutOwnerCheck],
+        a_taken_over_runner_cannot_store => [KeyResultWithoutFence],
+        a_done_key_is_never_run_again => [KeyRerunsDone],
+        a_reused_key_never_runs => [KeyIgnoresFingerprint],
+    }
 }

@@ -9,10 +9,8 @@ use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{assert_checks_hold, Check, LEASE};
-use super::run_record_tests::{checks, finish, hold_ends, try_begin, won, GIVE_UP, RUN_AGAIN};
+use super::contract_tests::{contract_checks, LEASE};
+use super::run_record_tests::{finish, hold_ends, try_begin, won, GIVE_UP, RUN_AGAIN};
 use super::*;
 
 const PERIOD: Duration = Duration::from_secs(10);
@@ -21,7 +19,7 @@ const TICK: u64 = 1_800_000_000_000;
 
 /// A server of its own, a connection to it, and the keys of a job nobody ran.
 async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
-    let (server, conn, _lock) = super::lock_tests::setup().await;
+    let (server, conn, _lock) = super::contract_tests::setup().await;
     (server, conn, free_keys())
 }
 
@@ -392,32 +390,17 @@ fn free_keys() -> LockKeys {
     LockKeys::job(b"t:", b"report")
 }
 
-/// The contract checks above, by name; each is also the check of one negative control.
-const CHECKS: [(&str, Check); 5] = checks![
-    only_the_holder_begins,
-    a_taken_over_runner_cannot_finish,
-    a_done_tick_is_never_run_again,
-    an_older_tick_is_never_begun,
-    a_failed_tick_is_run_again,
-];
-
-#[tokio::test]
-async fn the_job_contract_checks_hold() {
-    assert_checks_hold(&CHECKS, free_keys).await;
-}
-
-/// Each job control breaks exactly the contract check next to it (which holds on the
-/// production scripts: [`the_job_contract_checks_hold`]), each on a fresh server.
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_job_scripts_negative_controls_are_caught() {
-    use super::controls::Control;
-    let controls = [
-        Control::JobBeginWithoutOwnerCheck,
-        Control::JobFinishWithoutFence,
-        Control::JobRerunsDoneTick,
-        Control::JobRunsOlderTick,
-        Control::JobGivesUpFailedTick,
-    ];
-    assert_controls_caught(&controls, &CHECKS, free_keys).await;
+contract_checks! {
+    holds: the_job_contract_checks_hold,
+    /// Each job control breaks exactly the contract check that names it (which holds on the
+    /// production scripts: [`the_job_contract_checks_hold`]), each on a fresh server.
+    caught: the_job_scripts_negative_controls_are_caught,
+    keys: free_keys,
+    checks: {
+        only_the_holder_begins => [JobBeginWithoutOwnerCheck],
+        a_taken_over_runner_cannot_finish => [JobFinishWithoutFence],
+        a_done_tick_is_never_run_again => [JobRerunsDoneTick],
+        an_older_tick_is_never_begun => [JobRunsOlderTick],
+        a_failed_tick_is_run_again => [JobGivesUpFailedTick],
+    }
 }

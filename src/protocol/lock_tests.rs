@@ -9,14 +9,7 @@ use redis::AsyncCommands;
 use super::*;
 use crate::base::error::Superseded;
 
-// The shared harness, also under this module's name for the files that still reach it here.
-#[cfg(fencelock_negative_controls)]
-pub(super) use super::contract_tests::assert_controls_caught;
-use super::contract_tests::contract_checks;
-pub(super) use super::contract_tests::{
-    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, setup, Check,
-    LEASE, OP_TTL,
-};
+use super::contract_tests::{contract_checks, setup, LEASE, OP_TTL};
 
 async fn count(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> Option<u64> {
     conn.hget(&keys.lock, holder).await.unwrap()

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, ToRedisArgs};
 
-use super::lock_tests::{LEASE, OP_TTL};
+use super::contract_tests::{LEASE, OP_TTL};
 use super::*;
 
 /// How long the tests' records are kept after each write.
@@ -66,13 +66,3 @@ pub(super) async fn finish<K: RunKind>(
     };
     run_finish::<K, _>(conn, keys, args, own, started_ms, end, result).await
 }
-
-/// The contract checks of a script family, by name, for
-/// [`assert_checks_hold`](super::lock_tests::assert_checks_hold): each `check` an async fn
-/// of the calling file, taking the connection and the keys.
-macro_rules! checks {
-    ($($check:ident),+ $(,)?) => {
-        [$((stringify!($check), |c, k| Box::pin($check(c, k)))),+]
-    };
-}
-pub(super) use checks;

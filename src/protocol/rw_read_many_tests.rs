@@ -9,11 +9,8 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::batch::{read_outcome, Grouped, ReadOperation};
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{
-    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
-    OP_TTL,
+use super::contract_tests::{
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, LEASE, OP_TTL,
 };
 use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
 use super::*;
@@ -221,43 +218,25 @@ async fn a_recorded_grouped_read_stops_its_late_copies(
     Ok(())
 }
 
-/// The checks above, by name; each is also the check of one negative control (the first of
-/// none of its own: the grouped path shares the library the semaphore controls break).
-const CHECKS: [(&str, Check); 3] = [
-    ("grouped_reads_hold_as_reads_alone_do", |c, k| {
-        Box::pin(grouped_reads_hold_as_reads_alone_do(c, k))
-    }),
-    ("grouped_reads_wait_for_a_writer_together", |c, k| {
-        Box::pin(grouped_reads_wait_for_a_writer_together(c, k))
-    }),
-    ("a_recorded_grouped_read_stops_its_late_copies", |c, k| {
-        Box::pin(a_recorded_grouped_read_stops_its_late_copies(c, k))
-    }),
-];
-
-#[tokio::test]
-async fn the_grouped_read_checks_hold() {
-    for_each_hold_expiry("the_grouped_read_checks_hold", async || {
-        assert_checks_hold(&CHECKS, rw_keys).await;
-    })
-    .await;
-}
-
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_grouped_read_negative_controls_are_caught() {
-    use super::controls::Control;
-    let controls = [
-        Control::RwGroupedReadersIgnoreWaitingWriter,
-        Control::RwGroupedResendLeavesNoRecord,
-    ];
-    assert_controls_caught(&controls, &CHECKS[1..], rw_keys).await;
+contract_checks! {
+    holds: the_grouped_read_checks_hold,
+    /// Each grouped-read control is caught by the check that names it (the first check has
+    /// no control of its own: the grouped path shares the library the semaphore controls
+    /// break).
+    caught: the_grouped_read_negative_controls_are_caught,
+    keys: rw_keys,
+    run: per_hold_expiry,
+    checks: {
+        grouped_reads_hold_as_reads_alone_do => [],
+        grouped_reads_wait_for_a_writer_together => [RwGroupedReadersIgnoreWaitingWriter],
+        a_recorded_grouped_read_stops_its_late_copies => [RwGroupedResendLeavesNoRecord],
+    }
 }
 
 /// A labelled read keeps its label in its own field, next to a read without one.
 #[tokio::test]
 async fn a_grouped_read_keeps_its_own_label() {
-    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
     let keys = rw_keys();
     let reads = [
         reading(&keys, "plain", None, false),
@@ -283,7 +262,7 @@ async fn a_grouped_read_keeps_its_own_label() {
 /// call) is answered as its first: one hold, one token, one permit.
 #[tokio::test]
 async fn a_holder_given_twice_is_answered_as_its_first() {
-    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
     let keys = rw_keys();
     let twice = read_together(&mut conn, &keys, &["a", "b", "a"], true)
         .await
@@ -301,7 +280,7 @@ async fn a_holder_given_twice_is_answered_as_its_first() {
 /// whole, and nothing is written.
 #[tokio::test]
 async fn a_refused_call_writes_nothing() {
-    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
     let keys = rw_keys();
     // Two reads announced, one given.
     let err = scripts()
@@ -351,7 +330,7 @@ async fn a_refused_call_writes_nothing() {
 #[tokio::test]
 async fn grouped_reads_end_with_their_lease() {
     for_each_hold_expiry("grouped_reads_end_with_their_lease", async || {
-        let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         let short = Duration::from_millis(60);
         let reads: Vec<ReadOperation> = ["a", "b"]
@@ -480,7 +459,7 @@ fn assert_raised_wrongtype(outcome: &Result<redis::Value, Error>) {
 /// read replays with its token, no token is issued, and the foreign value is still there (a
 /// replay records only where no record is).
 async fn a_foreign_record_reads_as_absent() {
-    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
     let keys = rw_keys();
     let tc = read_alone(&mut conn, &keys, "c").await;
     let ta = read_alone(&mut conn, &keys, "a").await;
@@ -548,7 +527,7 @@ async fn a_read_whose_record_key_holds_another_type_reads_it_as_absent() {
 /// the third reader's hold is untouched, and the keys still expire. The group re-sent replays
 /// both, with no new token and no change to the holds.
 async fn a_replay_beside_a_new_reader_and_a_holder() {
-    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
     let keys = rw_keys();
     let tc = read_alone(&mut conn, &keys, "c").await;
     let ta = read_alone(&mut conn, &keys, "a").await;

@@ -11,11 +11,8 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::batch::{hold_release_outcome, Grouped, HoldRelease};
-#[cfg(fencelock_negative_controls)]
-use super::lock_tests::assert_controls_caught;
-use super::lock_tests::{
-    assert_checks_hold, assert_nothing_left, for_each_hold_expiry, hold_field_expiry, Check, LEASE,
-    OP_TTL,
+use super::contract_tests::{
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, LEASE, OP_TTL,
 };
 use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
 use super::*;
@@ -201,44 +198,24 @@ async fn grouped_releases_wake_waiters_as_releases_alone_do(
     Ok(())
 }
 
-/// The checks above, by name; each is also the check of one negative control (the first of
-/// none of its own).
-const CHECKS: [(&str, Check); 3] = [
-    ("grouped_releases_end_holds_as_releases_alone_do", |c, k| {
-        Box::pin(grouped_releases_end_holds_as_releases_alone_do(c, k))
-    }),
-    ("releases_of_one_reentered_hold_apply_in_order", |c, k| {
-        Box::pin(releases_of_one_reentered_hold_apply_in_order(c, k))
-    }),
-    (
-        "grouped_releases_wake_waiters_as_releases_alone_do",
-        |c, k| Box::pin(grouped_releases_wake_waiters_as_releases_alone_do(c, k)),
-    ),
-];
-
-#[tokio::test]
-async fn the_grouped_release_checks_hold() {
-    for_each_hold_expiry("the_grouped_release_checks_hold", async || {
-        assert_checks_hold(&CHECKS, rw_keys).await;
-    })
-    .await;
-}
-
-#[cfg(fencelock_negative_controls)]
-#[tokio::test]
-async fn the_grouped_release_negative_controls_are_caught() {
-    use super::controls::Control;
-    let controls = [
-        Control::SemGroupedReleaseIgnoresEntries,
-        Control::SemGroupedReleaseDoesNotPublish,
-    ];
-    assert_controls_caught(&controls, &CHECKS[1..], rw_keys).await;
+contract_checks! {
+    holds: the_grouped_release_checks_hold,
+    /// Each grouped-release control is caught by the check that names it (the first check
+    /// has no control of its own).
+    caught: the_grouped_release_negative_controls_are_caught,
+    keys: rw_keys,
+    run: per_hold_expiry,
+    checks: {
+        grouped_releases_end_holds_as_releases_alone_do => [],
+        releases_of_one_reentered_hold_apply_in_order => [SemGroupedReleaseIgnoresEntries],
+        grouped_releases_wake_waiters_as_releases_alone_do => [SemGroupedReleaseDoesNotPublish],
+    }
 }
 
 /// A semaphore's holds (no waiting writers' key) release together too.
 #[tokio::test]
 async fn a_semaphores_holds_release_together() {
-    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
     let keys = LockKeys::semaphore(b"t:", b"pool");
     for holder in ["a", "b"] {
         let reply = semaphore::sem_acquire(
@@ -273,7 +250,7 @@ async fn a_semaphores_holds_release_together() {
 /// call) is answered as its first: the hold ends once.
 #[tokio::test]
 async fn an_op_id_given_twice_is_answered_as_its_first() {
-    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
     let keys = rw_keys();
     read(&mut conn, &keys, "a").await.unwrap();
     read(&mut conn, &keys, "b").await.unwrap();
@@ -288,7 +265,7 @@ async fn an_op_id_given_twice_is_answered_as_its_first() {
 /// a whole, and nothing is written.
 #[tokio::test]
 async fn a_refused_release_call_writes_nothing() {
-    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
     let keys = rw_keys();
     read(&mut conn, &keys, "a").await.unwrap();
     // Two releases announced, one given.
@@ -445,7 +422,7 @@ fn wake_up(keys: &LockKeys, holds_left: bool) -> Vec<(String, String)> {
 /// the call applies once, the third hold is untouched, what is published is what the
 /// releases alone publish, and the same call re-sent replays both from their marks.
 async fn a_foreign_record_reads_as_absent(keys: LockKeys) {
-    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
     for holder in ["a", "b", "c"] {
         hold(&mut conn, &keys, holder).await;
     }
@@ -540,7 +517,7 @@ async fn a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_r
 /// channels with field expiry). Re-sent, the call replays both replies from their records,
 /// takes no entry twice and publishes nothing.
 async fn an_inner_and_a_final_release(keys: LockKeys) {
-    let (_server, mut conn, _lock) = super::lock_tests::setup().await;
+    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
     for holder in ["A", "B", "C"] {
         hold(&mut conn, &keys, holder).await;
     }
