@@ -1,11 +1,9 @@
 //! Who leads: every election under the prefix whose lock is held.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::inspect::name_laid_out;
-use super::{display_bytes, format_duration, glob_escape, Admin};
+use super::{display_bytes, format_duration, item, Admin};
 use crate::protocol::{self, LockKeys};
 use crate::{Error, Leader};
 
@@ -51,13 +49,6 @@ pub struct ElectionInfo {
     pub subscribers: u64,
 }
 
-impl ElectionInfo {
-    /// The election name for display: UTF-8 as is, other bytes escaped.
-    pub fn display_name(&self) -> String {
-        display_bytes(&self.name)
-    }
-}
-
 impl fmt::Display for ElectionInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.display_name())?;
@@ -71,16 +62,9 @@ impl fmt::Display for ElectionInfo {
             )?,
             None => write!(f, "  held, no leader announced")?,
         }
-        if let Some(name) = &self.leader_client_name {
-            write!(f, "  client {name}")?;
-        }
-        if let Some(label) = &self.leader_label {
-            write!(f, "  label {label}")?;
-        }
-        match self.ttl {
-            Some(ttl) => write!(f, "  lease {}", format_duration(ttl))?,
-            None => write!(f, "  no expiry")?,
-        }
+        item(f, "client", self.leader_client_name.as_ref(), "")?;
+        item(f, "label", self.leader_label.as_ref(), "")?;
+        item(f, "lease", self.ttl.map(format_duration), "no expiry")?;
         if !self.queued_candidates.is_empty() {
             write!(f, "  queued {}", self.queued_candidates.join(","))?;
         }
@@ -104,53 +88,43 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only (`SCAN`, then one read-only script per election).
     pub async fn elections(&self) -> Result<Vec<ElectionInfo>, Error> {
-        let pattern = [glob_escape(&self.prefix), b"{*}leader:*".to_vec()].concat();
-        let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;
-        let mut elections = Vec::new();
-        for key in keys {
-            let layout = |prefix: &[u8], name: &[u8]| LockKeys::election(prefix, name).lock;
-            let Some(name) = name_laid_out(&self.prefix, &key, b"leader:", layout) else {
-                continue;
-            };
-            let election = LockKeys::election(&self.prefix, &name);
-            let read = protocol::leader(&mut self.conn.clone(), &election).await?;
-            // `None`: resigned or expired since the scan.
-            let Some(ttl) = read.lease_left else {
-                continue;
-            };
-            let mut conn = self.conn.clone();
-            let queued_candidates: Vec<String> = redis::cmd("ZRANGE")
-                .arg(election.queue())
-                .arg(0)
-                .arg(-1)
-                .query_async(&mut conn)
-                .await
-                .map_err(Error::from_reply)?;
-            let subscribers: HashMap<Vec<u8>, u64> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await?;
-            let leader = read.leader.map(Leader::from);
-            let (leader_client_name, leader_label) = match &leader {
-                Some(leader) => (
-                    self.client_name(leader.id()).await?,
-                    self.hold_label(&key, leader.id()).await,
-                ),
-                None => (None, None),
-            };
-            elections.push(ElectionInfo {
-                subscribers: subscribers.get(&key).copied().unwrap_or(0),
-                name,
-                key,
-                leader,
-                leader_client_name,
-                leader_label,
-                ttl,
-                queued_candidates,
-            });
-        }
-        elections.sort_by(|a, b| a.name.cmp(&b.name));
+        let layout = |prefix: &[u8], name: &[u8]| LockKeys::election(prefix, name).lock;
+        let mut elections = self
+            .rows(layout, b"", async |name, key| {
+                let election = LockKeys::election(&self.prefix, &name);
+                let read = protocol::leader(&mut self.conn.clone(), &election).await?;
+                // `None`: resigned or expired since the scan.
+                let Some(ttl) = read.lease_left else {
+                    return Ok(None);
+                };
+                let queued_candidates: Vec<String> = redis::cmd("ZRANGE")
+                    .arg(election.queue())
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut self.conn.clone())
+                    .await
+                    .map_err(Error::from_reply)?;
+                let leader = read.leader.map(Leader::from);
+                let leader_label = match &leader {
+                    Some(leader) => self.hold_label(&key, leader.id()).await,
+                    None => None,
+                };
+                Ok(Some(ElectionInfo {
+                    subscribers: self.subscribers(&key).await?,
+                    name,
+                    key,
+                    leader,
+                    leader_client_name: None,
+                    leader_label,
+                    ttl,
+                    queued_candidates,
+                }))
+            })
+            .await?;
+        self.name_rows(&mut elections, |e| {
+            (e.leader.as_ref().map(Leader::id), &mut e.leader_client_name)
+        })
+        .await?;
         Ok(elections)
     }
 }

@@ -1,10 +1,9 @@
 //! Semaphores and read-write locks: who holds what, and evicting one stuck hold.
 
 use std::fmt;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
-use super::inspect::name_laid_out;
-use super::{display_bytes, format_duration, glob_escape, held_for, Admin};
+use super::{clock, format_duration, held_for, item, Admin};
 use crate::protocol::keys::{validate_name, LockKeys};
 use crate::protocol::{self, OwnerReply};
 use crate::{Error, FencingToken, HoldExpiry};
@@ -41,23 +40,11 @@ pub struct HoldEntry {
 impl fmt::Display for HoldEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}  permits {}", self.holder, self.permits)?;
-        if let Some(token) = self.token {
-            write!(f, "  token {token}")?;
-        }
-        if let Some(held) = self.held_for {
-            write!(f, "  held {}", format_duration(held))?;
-        }
-        match self.lease_left {
-            Some(left) => write!(f, "  lease {}", format_duration(left))?,
-            None => write!(f, "  expired")?,
-        }
-        if let Some(name) = &self.client_name {
-            write!(f, "  client {name}")?;
-        }
-        if let Some(label) = &self.label {
-            write!(f, "  label {label}")?;
-        }
-        Ok(())
+        item(f, "token", self.token, "")?;
+        item(f, "held", self.held_for.map(format_duration), "")?;
+        item(f, "lease", self.lease_left.map(format_duration), "expired")?;
+        item(f, "client", self.client_name.as_ref(), "")?;
+        item(f, "label", self.label.as_ref(), "")
     }
 }
 
@@ -75,13 +62,6 @@ pub struct SemaphoreInfo {
     pub holds: Vec<HoldEntry>,
     /// How it keeps its holds' deadlines (the way the acquisition that created it chose).
     pub expiry: HoldExpiry,
-}
-
-impl SemaphoreInfo {
-    /// The name for display: UTF-8 as is, other bytes escaped.
-    pub fn display_name(&self) -> String {
-        display_bytes(&self.name)
-    }
 }
 
 impl fmt::Display for SemaphoreInfo {
@@ -115,13 +95,6 @@ pub struct RwLockInfo {
     pub waiting_writers: Vec<String>,
     /// How it keeps its holds' deadlines (the way the acquisition that created it chose).
     pub expiry: HoldExpiry,
-}
-
-impl RwLockInfo {
-    /// The name for display: UTF-8 as is, other bytes escaped.
-    pub fn display_name(&self) -> String {
-        display_bytes(&self.name)
-    }
 }
 
 impl fmt::Display for RwLockInfo {
@@ -176,8 +149,19 @@ pub enum HoldKind {
     RwLock,
 }
 
+impl HoldKind {
+    /// The keys of the semaphore or read-write lock `name` under `prefix`.
+    fn keys(self, prefix: &[u8], name: &[u8]) -> LockKeys {
+        match self {
+            HoldKind::Semaphore => LockKeys::semaphore(prefix, name),
+            HoldKind::RwLock => LockKeys::rwlock(prefix, name),
+        }
+    }
+}
+
 /// What one atomic read of a hold hash and its lease zset gives.
 struct Holds {
+    name: Vec<u8>,
     limit: u32,
     used: u32,
     holds: Vec<HoldEntry>,
@@ -186,9 +170,9 @@ struct Holds {
 }
 
 impl Holds {
-    fn semaphore(self, name: Vec<u8>) -> SemaphoreInfo {
+    fn semaphore(self) -> SemaphoreInfo {
         SemaphoreInfo {
-            name,
+            name: self.name,
             limit: self.limit,
             used: self.used,
             holds: self.holds,
@@ -196,13 +180,13 @@ impl Holds {
         }
     }
 
-    fn rwlock(self, name: Vec<u8>) -> RwLockInfo {
+    fn rwlock(self) -> RwLockInfo {
         let (writers, readers): (Vec<_>, Vec<_>) = self
             .holds
             .into_iter()
             .partition(|hold| hold.permits >= WRITER_PERMITS);
         RwLockInfo {
-            name,
+            name: self.name,
             writer: writers.into_iter().next(),
             readers,
             waiting_writers: self.waiting,
@@ -223,15 +207,8 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn semaphores(&self) -> Result<Vec<SemaphoreInfo>, Error> {
-        let mut found = Vec::new();
-        let hash: fn(&[u8], &[u8]) -> Vec<u8> = |p, n| LockKeys::semaphore(p, n).lock;
-        for (name, keys) in self.hold_keys(b"sem:", hash, LockKeys::semaphore).await? {
-            let Some(read) = self.read_holds(&keys).await? else {
-                continue;
-            };
-            found.push(read.semaphore(name));
-        }
-        Ok(found)
+        let all = self.all_holds(HoldKind::Semaphore).await?;
+        Ok(all.into_iter().map(Holds::semaphore).collect())
     }
 
     /// One semaphore by name, as [`Admin::semaphores`] reads each; `None` when it is not in
@@ -243,13 +220,8 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn semaphore(&self, name: impl AsRef<[u8]>) -> Result<Option<SemaphoreInfo>, Error> {
-        let name = name.as_ref();
-        validate_name(name)?;
-        let keys = LockKeys::semaphore(&self.prefix, name);
-        Ok(self
-            .read_holds(&keys)
-            .await?
-            .map(|read| read.semaphore(name.to_vec())))
+        let read = self.holds(HoldKind::Semaphore, name.as_ref()).await?;
+        Ok(read.map(Holds::semaphore))
     }
 
     /// One read-write lock by name, as [`Admin::rwlocks`] reads each; `None` when it is not in
@@ -261,13 +233,8 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn rwlock(&self, name: impl AsRef<[u8]>) -> Result<Option<RwLockInfo>, Error> {
-        let name = name.as_ref();
-        validate_name(name)?;
-        let keys = LockKeys::rwlock(&self.prefix, name);
-        Ok(self
-            .read_holds(&keys)
-            .await?
-            .map(|read| read.rwlock(name.to_vec())))
+        let read = self.holds(HoldKind::RwLock, name.as_ref()).await?;
+        Ok(read.map(Holds::rwlock))
     }
 
     /// Every read-write lock in use under the prefix, sorted by name: its writer, readers and
@@ -279,15 +246,8 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn rwlocks(&self) -> Result<Vec<RwLockInfo>, Error> {
-        let mut found = Vec::new();
-        let hash: fn(&[u8], &[u8]) -> Vec<u8> = |p, n| LockKeys::rwlock(p, n).lock;
-        for (name, keys) in self.hold_keys(b"rw:", hash, LockKeys::rwlock).await? {
-            let Some(read) = self.read_holds(&keys).await? else {
-                continue;
-            };
-            found.push(read.rwlock(name));
-        }
-        Ok(found)
+        let all = self.all_holds(HoldKind::RwLock).await?;
+        Ok(all.into_iter().map(Holds::rwlock).collect())
     }
 
     /// Releases one hold of a semaphore or read-write lock by its holder id (a stuck reader,
@@ -310,10 +270,7 @@ impl Admin {
     ) -> Result<HoldRelease, Error> {
         let name = name.as_ref();
         validate_name(name)?;
-        let keys = match kind {
-            HoldKind::Semaphore => LockKeys::semaphore(&self.prefix, name),
-            HoldKind::RwLock => LockKeys::rwlock(&self.prefix, name),
-        };
+        let keys = kind.keys(&self.prefix, name);
         // An operator's op id: never a client's (those start with a client's UUID).
         let op = format!("operator:{}", uuid::Uuid::new_v4().simple());
         let mut conn = self.conn.clone();
@@ -324,7 +281,6 @@ impl Admin {
             OwnerReply::NotHeld => Ok(HoldRelease::NotHeld),
         }
     }
-
     /// Changes the limit of a semaphore in use, atomically: every acquisition from now on is
     /// judged by `limit`, whatever its handle says, until the semaphore goes idle (then the
     /// next acquisition records its own handle's limit; make a lasting change in the
@@ -362,36 +318,20 @@ impl Admin {
         .await
     }
 
-    /// The names and keys of every hash of one kind under the prefix, sorted by name.
-    async fn hold_keys(
-        &self,
-        marker: &[u8],
-        hash: fn(&[u8], &[u8]) -> Vec<u8>,
-        layout: fn(&[u8], &[u8]) -> LockKeys,
-    ) -> Result<Vec<(Vec<u8>, LockKeys)>, Error> {
-        let pattern = [
-            glob_escape(&self.prefix),
-            b"{*}".to_vec(),
-            marker.to_vec(),
-            b"*".to_vec(),
-        ]
-        .concat();
-        let mut found = Vec::new();
-        for key in self.scan(&pattern, Some("hash"), usize::MAX).await? {
-            if let Some(name) = name_laid_out(&self.prefix, &key, marker, hash) {
-                let keys = layout(&self.prefix, &name);
-                found.push((name, keys));
-            }
-        }
-        found.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(found)
+    /// Every semaphore or every read-write lock in use under the prefix, sorted by name.
+    async fn all_holds(&self, kind: HoldKind) -> Result<Vec<Holds>, Error> {
+        let layout = move |prefix: &[u8], name: &[u8]| kind.keys(prefix, name).lock;
+        self.rows(layout, b"", async |name, _| self.holds(kind, &name).await)
+            .await
     }
 
     /// One atomic read of a hold hash, its lease zset, the server clock and (for a read-write
     /// lock) its live waiting writers; `None` when the hash is gone. A hash that keeps its
     /// deadlines as field expiry (`~expiry` is `fields`) has them read by a second call, so a
     /// hold that ends between the two shows no lease left.
-    async fn read_holds(&self, keys: &LockKeys) -> Result<Option<Holds>, Error> {
+    async fn holds(&self, kind: HoldKind, name: &[u8]) -> Result<Option<Holds>, Error> {
+        validate_name(name)?;
+        let keys = kind.keys(&self.prefix, name);
         let writers = keys.rw_writers();
         // A semaphore has no waiting writers: its lease zset stands in (same slot, ignored).
         let marks_key = writers.clone().unwrap_or_else(|| keys.sem_leases());
@@ -410,42 +350,29 @@ impl Admin {
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES");
-        type Reply = (
-            Vec<(Vec<u8>, Vec<u8>)>,
-            Vec<(String, f64)>,
-            (u64, u64),
-            Vec<(String, f64)>,
-        );
-        let (fields, deadlines, (secs, micros), marks): Reply = pipe
+        type Scored = Vec<(String, f64)>;
+        type Reply = (Vec<(Vec<u8>, Vec<u8>)>, Scored, (u64, u64), Scored);
+        let (fields, deadlines, time, marks): Reply = pipe
             .query_async(&mut self.conn.clone())
             .await
             .map_err(Error::from_reply)?;
         if fields.is_empty() {
             return Ok(None);
         }
-        let now_ms = (secs * 1000 + micros / 1000) as f64;
-        let now = UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros);
-        let field_expiry = fields
-            .iter()
-            .any(|(field, value)| field == b"~expiry" && value == b"fields");
+        let now_ms = (time.0 * 1000 + time.1 / 1000) as f64;
+        let field = |name: &[u8]| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v);
+        let field_expiry = field(b"~expiry").is_some_and(|value| value == b"fields");
         let mut deadlines = if field_expiry {
-            self.field_deadlines(keys, &fields).await?
+            self.field_deadlines(&keys.lock, &fields).await?
         } else {
             deadlines
         };
         // Oldest lease first: the zset is in that order already, field expiry is read in the
         // hash's field order.
         deadlines.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let number = |field: &[u8]| -> u32 {
-            fields
-                .iter()
-                .find(|(f, _)| f == field)
-                .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
-                .unwrap_or(0)
-        };
         let mut holds = Vec::new();
         for (holder, deadline) in deadlines {
-            let Some((_, value)) = fields.iter().find(|(f, _)| f == holder.as_bytes()) else {
+            let Some(value) = field(holder.as_bytes()) else {
                 continue;
             };
             // "<permits>:<token>", then ":<label>" when the acquisition was given one (the
@@ -453,28 +380,25 @@ impl Admin {
             let value = String::from_utf8_lossy(value);
             let mut parts = value.splitn(3, ':');
             let permits = parts.next().unwrap_or("");
-            let token = parts.next().unwrap_or("");
-            let label = parts.next().map(str::to_owned);
+            let token = parts.next().unwrap_or("").parse().ok();
+            let token = token.and_then(FencingToken::new);
             let left = deadline - now_ms;
-            let token = token.parse().ok().and_then(FencingToken::new);
             holds.push(HoldEntry {
                 holder,
                 permits: permits.parse().unwrap_or(0),
-                held_for: token.and_then(|token| held_for(now, token)),
+                held_for: token.and_then(|token| held_for(clock(time), token)),
                 token,
                 lease_left: (left > 0.0)
                     .then(|| Duration::try_from_secs_f64(left / 1000.0).ok())
                     .flatten(),
                 client_name: None,
-                label,
+                label: parts.next().map(str::to_owned),
             });
         }
-        let names = self
-            .client_names(holds.iter().map(|h| h.holder.as_str()))
-            .await?;
-        for hold in &mut holds {
-            hold.client_name = names.of(&hold.holder);
-        }
+        self.name_rows(&mut holds, |h| {
+            (Some(h.holder.as_str()), &mut h.client_name)
+        })
+        .await?;
         let used = holds
             .iter()
             .filter(|h| h.lease_left.is_some())
@@ -485,8 +409,10 @@ impl Admin {
             .filter(|(_, until)| writers.is_some() && *until > now_ms)
             .map(|(holder, _)| holder)
             .collect();
+        let limit = field(b"~limit").and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
         Ok(Some(Holds {
-            limit: number(b"~limit"),
+            name: name.to_vec(),
+            limit: limit.unwrap_or(0),
             used,
             holds,
             waiting,
@@ -498,11 +424,11 @@ impl Admin {
         }))
     }
 
-    /// The deadlines (server ms) of the holds among `fields` of a hash that keeps them as field
-    /// expiry; a hold gone since is left out.
+    /// The deadlines (server ms) of the holds among `fields` of a hash (at `key`) that keeps
+    /// them as field expiry; a hold gone since is left out.
     async fn field_deadlines(
         &self,
-        keys: &LockKeys,
+        key: &[u8],
         fields: &[(Vec<u8>, Vec<u8>)],
     ) -> Result<Vec<(String, f64)>, Error> {
         let holders: Vec<String> = fields
@@ -514,7 +440,7 @@ impl Admin {
             return Ok(Vec::new());
         }
         let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
-            .arg(&keys.lock)
+            .arg(key)
             .arg("FIELDS")
             .arg(holders.len())
             .arg(&holders)

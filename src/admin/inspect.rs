@@ -2,12 +2,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 
-use super::{display_bytes, format_duration, glob_escape, held_for, Admin};
-use crate::protocol::keys::{crc16, validate_name, LockKeys, SLOTS};
+use super::{clock, display_bytes, format_duration, held_for, item, pttl_left, Admin};
+use crate::protocol::keys::{validate_name, LockKeys};
 use crate::{Error, FencingToken};
 
 /// One held lock, as read from its hash in one atomic step.
@@ -59,11 +59,6 @@ impl LockInfo {
     pub fn is_held(&self) -> bool {
         !self.holders.is_empty() || self.token.is_some()
     }
-
-    /// The lock name for display: UTF-8 as is, other bytes escaped.
-    pub fn display_name(&self) -> String {
-        display_bytes(&self.name)
-    }
 }
 
 impl fmt::Display for LockInfo {
@@ -71,35 +66,19 @@ impl fmt::Display for LockInfo {
         write!(f, "{}", self.display_name())?;
         if let (Some(client), false) = (&self.reserved_for, self.is_held()) {
             write!(f, "  reserved for client {client}")?;
-            if let Some(ttl) = self.ttl {
-                write!(f, "  grace {}", format_duration(ttl))?;
-            }
-            return Ok(());
+            return item(f, "grace", self.ttl.map(format_duration), "");
         }
         if !self.is_held() {
             return write!(f, "  free");
         }
-        match self.token {
-            Some(token) => write!(f, "  token {token}")?,
-            None => write!(f, "  no token")?,
-        }
-        if let Some(held) = self.held_for {
-            write!(f, "  held {}", format_duration(held))?;
-        }
-        match self.ttl {
-            Some(ttl) => write!(f, "  lease {}", format_duration(ttl))?,
-            None => write!(f, "  no expiry")?,
-        }
+        item(f, "token", self.token, "no token")?;
+        item(f, "held", self.held_for.map(format_duration), "")?;
+        item(f, "lease", self.ttl.map(format_duration), "no expiry")?;
         for holder in &self.holders {
             write!(f, "  holder {} x{}", holder.id, holder.count)?;
-            if let Some(name) = &holder.client_name {
-                write!(f, "  client {name}")?;
-            }
+            item(f, "client", holder.client_name.as_ref(), "")?;
         }
-        if let Some(label) = &self.label {
-            write!(f, "  label {label}")?;
-        }
-        Ok(())
+        item(f, "label", self.label.as_ref(), "")
     }
 }
 
@@ -124,66 +103,77 @@ pub struct LockDetail {
     pub subscribers: u64,
 }
 
+/// One line of [`LockDetail`]'s text: the label in a column of its own, then the value.
+fn row(f: &mut fmt::Formatter<'_>, label: &str, value: impl fmt::Display) -> fmt::Result {
+    writeln!(f, "{label:<12}{value}")
+}
+
 impl fmt::Display for LockDetail {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lock = &self.lock;
-        writeln!(f, "lock        {}", lock.display_name())?;
-        writeln!(f, "key         {}", display_bytes(&lock.key))?;
+        row(f, "lock", lock.display_name())?;
+        row(f, "key", display_bytes(&lock.key))?;
         if lock.is_held() {
-            writeln!(f, "state       held")?;
+            row(f, "state", "held")?;
             for holder in &lock.holders {
-                writeln!(
-                    f,
-                    "holder      {} (entry count {})",
-                    holder.id, holder.count
-                )?;
+                let entered = format!("{} (entry count {})", holder.id, holder.count);
+                row(f, "holder", entered)?;
                 if let Some(name) = &holder.client_name {
-                    writeln!(f, "client      {name}")?;
+                    row(f, "client", name)?;
                 }
             }
             if let Some(label) = &lock.label {
-                writeln!(f, "label       {label}")?;
+                row(f, "label", label)?;
             }
             match lock.token {
-                Some(token) => writeln!(f, "token       {token}")?,
-                None => writeln!(f, "token       none (the hash has no ~token field)")?,
+                Some(token) => row(f, "token", token)?,
+                None => row(f, "token", "none (the hash has no ~token field)")?,
             }
             if let Some(held) = lock.held_for {
-                writeln!(
+                let held = format_duration(held);
+                row(
                     f,
-                    "held for    {} (since its token was issued)",
-                    format_duration(held)
+                    "held for",
+                    format!("{held} (since its token was issued)"),
                 )?;
             }
             match lock.ttl {
-                Some(ttl) => writeln!(f, "lease left  {}", format_duration(ttl))?,
-                None => writeln!(
+                Some(ttl) => row(f, "lease left", format_duration(ttl))?,
+                None => row(
                     f,
-                    "lease left  no expiry (set by hand? it never frees itself)"
+                    "lease left",
+                    "no expiry (set by hand? it never frees itself)",
                 )?,
             }
         } else if let Some(client) = &lock.reserved_for {
-            writeln!(f, "state       reserved (fair handoff) for client {client}")?;
+            row(
+                f,
+                "state",
+                format!("reserved (fair handoff) for client {client}"),
+            )?;
             if let Some(ttl) = lock.ttl {
-                writeln!(f, "grace left  {}", format_duration(ttl))?;
+                row(f, "grace left", format_duration(ttl))?;
             }
         } else {
-            writeln!(f, "state       free")?;
+            row(f, "state", "free")?;
         }
+        let (key, slot) = (display_bytes(&self.fence_key), self.slot);
         match self.fence {
-            Some(fence) => writeln!(
+            Some(fence) => row(
                 f,
-                "fence       {fence} at {} (the highest token issued in bucket {}; shared by \
-                 every lock name in that bucket, so it also counts other locks' tokens)",
-                display_bytes(&self.fence_key),
-                self.slot
+                "fence",
+                format!(
+                    "{fence} at {key} (the highest token issued in bucket {slot}; shared by \
+                     every lock name in that bucket, so it also counts other locks' tokens)"
+                ),
             )?,
-            None => writeln!(
+            None => row(
                 f,
-                "fence       none at {} (no token issued in bucket {} since the counter was \
-                 lost; the next token comes from the server clock)",
-                display_bytes(&self.fence_key),
-                self.slot
+                "fence",
+                format!(
+                    "none at {key} (no token issued in bucket {slot} since the counter was \
+                     lost; the next token comes from the server clock)"
+                ),
             )?,
         }
         write!(
@@ -211,7 +201,7 @@ pub(super) async fn read_lock(
         .cmd("TIME")
         .query_async(conn)
         .await;
-    let (fields, pttl, (secs, micros)) = match read {
+    let (fields, pttl, time) = match read {
         Ok(read) => read,
         Err(err) => {
             // A failed command inside MULTI comes back as a pipeline failure without the
@@ -225,92 +215,53 @@ pub(super) async fn read_lock(
             return Err(Error::from_reply(err));
         }
     };
-    let mut holders = Vec::new();
-    let mut token = None;
-    let mut reserved_for = None;
-    let mut label = None;
-    for (field, value) in fields {
-        let value = String::from_utf8_lossy(&value).into_owned();
-        if field == b"~reserved" {
-            reserved_for = Some(value);
-        } else if field == b"~label" {
-            label = Some(value);
-        } else if field == b"~token" {
-            token = Some(
-                value
-                    .parse()
-                    .ok()
-                    .and_then(FencingToken::new)
-                    .ok_or_else(|| Error::WrongType {
-                        detail: format!("lock hash token is {value:?}, not a token"),
-                    })?,
-            );
-        } else {
-            let count = value.parse().map_err(|_| Error::WrongType {
-                detail: format!("lock hash count is {value:?}, not a count"),
-            })?;
-            holders.push(HolderEntry {
-                id: String::from_utf8_lossy(&field).into_owned(),
-                count,
-                client_name: None,
-            });
-        }
-    }
-    holders.sort_by(|a, b| a.id.cmp(&b.id));
-    let held = !holders.is_empty() || token.is_some() || reserved_for.is_some();
-    let now = UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros);
-    Ok(LockInfo {
-        held_for: token
-            .filter(|_| !holders.is_empty())
-            .and_then(|token| held_for(now, token)),
+    let mut lock = LockInfo {
         name,
         key,
-        holders,
-        token,
-        ttl: held
-            .then(|| u64::try_from(pttl).ok().map(Duration::from_millis))
-            .flatten(),
-        reserved_for,
-        label,
-    })
+        holders: Vec::new(),
+        token: None,
+        ttl: None,
+        reserved_for: None,
+        held_for: None,
+        label: None,
+    };
+    for (field, value) in fields {
+        let value = String::from_utf8_lossy(&value).into_owned();
+        let wrong = |what: &str| Error::WrongType {
+            detail: format!("lock hash {what} is {value:?}, not a {what}"),
+        };
+        match &field[..] {
+            b"~reserved" => lock.reserved_for = Some(value),
+            b"~label" => lock.label = Some(value),
+            b"~token" => {
+                let token = value.parse().ok().and_then(FencingToken::new);
+                lock.token = Some(token.ok_or_else(|| wrong("token"))?);
+            }
+            _ => lock.holders.push(HolderEntry {
+                id: String::from_utf8_lossy(&field).into_owned(),
+                count: value.parse().map_err(|_| wrong("count"))?,
+                client_name: None,
+            }),
+        }
+    }
+    lock.holders.sort_by(|a, b| a.id.cmp(&b.id));
+    if lock.is_held() || lock.reserved_for.is_some() {
+        lock.ttl = pttl_left(pttl);
+    }
+    if !lock.holders.is_empty() {
+        lock.held_for = lock.token.and_then(|token| held_for(clock(time), token));
+    }
+    Ok(lock)
 }
 
 impl Admin {
     /// Fills in the registered client name of every holder of `locks` (one round trip).
     pub(super) async fn name_holders(&self, locks: &mut [LockInfo]) -> Result<(), Error> {
-        let holders = locks.iter().flat_map(|lock| &lock.holders);
-        let names = self.client_names(holders.map(|h| h.id.as_str())).await?;
-        for holder in locks.iter_mut().flat_map(|lock| &mut lock.holders) {
-            holder.client_name = names.of(&holder.id);
-        }
-        Ok(())
+        let mut holders: Vec<_> = locks.iter_mut().flat_map(|l| &mut l.holders).collect();
+        self.name_rows(&mut holders, |h| (Some(h.id.as_str()), &mut h.client_name))
+            .await
     }
-}
 
-/// The name of the lock whose hash is `key`, if `key` is one fencelock would use under
-/// `prefix` (checking the tag too, so that a foreign key that merely matches the pattern is
-/// not taken for a lock).
-pub(super) fn name_from_key(prefix: &[u8], key: &[u8]) -> Option<Vec<u8>> {
-    name_laid_out(prefix, key, b"lock:", |prefix, name| {
-        LockKeys::new(prefix, name).lock
-    })
-}
-
-/// The name whose key `layout` puts at `key` (after the slot tag, `marker` then the name), if
-/// it does: recomputing the key from the name must give `key` back.
-pub(super) fn name_laid_out(
-    prefix: &[u8],
-    key: &[u8],
-    marker: &[u8],
-    layout: fn(&[u8], &[u8]) -> Vec<u8>,
-) -> Option<Vec<u8>> {
-    let rest = key.strip_prefix(prefix)?.strip_prefix(b"{")?;
-    let close = rest.iter().position(|b| *b == b'}')?;
-    let name = rest[close + 1..].strip_prefix(marker)?;
-    (validate_name(name).is_ok() && layout(prefix, name) == key).then(|| name.to_vec())
-}
-
-impl Admin {
     /// Every held lock under the prefix (and every lock reserved by fair handoff,
     /// [`LockInfo::reserved_for`]), sorted by name. Uses `SCAN` (never `KEYS`), so it
     /// does not block the server, and reads each lock atomically; a lock released between the
@@ -323,19 +274,13 @@ impl Admin {
     /// Cancel safe: reads only (`SCAN`, then one `MULTI HGETALL PTTL TIME EXEC` per lock); a
     /// dropped call changes nothing.
     pub async fn locks(&self) -> Result<Vec<LockInfo>, Error> {
-        let pattern = [glob_escape(&self.prefix), b"{*}lock:*".to_vec()].concat();
-        let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;
-        let mut locks = Vec::new();
-        for key in keys {
-            let Some(name) = name_from_key(&self.prefix, &key) else {
-                continue;
-            };
-            let lock = read_lock(&mut self.conn.clone(), name, key).await?;
-            if lock.is_held() || lock.reserved_for.is_some() {
-                locks.push(lock);
-            }
-        }
-        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        let layout = |prefix: &[u8], name: &[u8]| LockKeys::new(prefix, name).lock;
+        let mut locks = self
+            .rows(layout, b"", async |name, key| {
+                let lock = read_lock(&mut self.conn.clone(), name, key).await?;
+                Ok((lock.is_held() || lock.reserved_for.is_some()).then_some(lock))
+            })
+            .await?;
         self.name_holders(&mut locks).await?;
         Ok(locks)
     }
@@ -349,8 +294,7 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only (`SCAN`).
     pub async fn prefix_in_use(&self) -> Result<bool, Error> {
-        let pattern = [glob_escape(&self.prefix), b"{*}*".to_vec()].concat();
-        Ok(!self.scan(&pattern, None, 1).await?.is_empty())
+        Ok(!self.scan(&self.pattern(b""), None, 1).await?.is_empty())
     }
 
     /// One lock in detail, held or not.
@@ -375,12 +319,11 @@ impl Admin {
         let name = name.as_ref();
         validate_name(name)?;
         let keys = LockKeys::new(&self.prefix, name);
-        let mut conn = self.conn.clone();
-        let mut lock = read_lock(&mut conn, name.to_vec(), keys.lock.clone()).await?;
+        let mut lock = read_lock(&mut self.conn.clone(), name.to_vec(), keys.lock.clone()).await?;
         self.name_holders(std::slice::from_mut(&mut lock)).await?;
         let fence: Option<String> = redis::cmd("GET")
             .arg(&keys.fence)
-            .query_async(&mut conn)
+            .query_async(&mut self.conn.clone())
             .await
             .map_err(Error::from_reply)?;
         let fence = fence
@@ -390,14 +333,9 @@ impl Admin {
                 })
             })
             .transpose()?;
-        let subscribers: HashMap<Vec<u8>, u64> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(&keys.lock)
-            .query_async(&mut conn)
-            .await?;
         Ok(LockDetail {
-            subscribers: subscribers.get(&keys.lock).copied().unwrap_or(0),
-            slot: crc16(name) % SLOTS as u16,
+            subscribers: self.subscribers(&keys.lock).await?,
+            slot: keys.slot,
             fence_key: keys.fence,
             fence,
             lock,

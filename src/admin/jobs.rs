@@ -3,8 +3,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::inspect::name_laid_out;
-use super::{display_bytes, format_duration, glob_escape, Admin};
+use super::{format_duration, item, run_state, Admin};
 use crate::protocol::{self, LockKeys};
 use crate::{Error, TickRecord};
 
@@ -46,25 +45,15 @@ pub struct JobInfo {
 }
 
 impl JobInfo {
-    /// The job name for display: UTF-8 as is, other bytes escaped.
-    pub fn display_name(&self) -> String {
-        display_bytes(&self.name)
-    }
-
     /// The state of the newest tick in one word: `running`, `done`, `failed` (its job returned
     /// an error and the tick waits for a retry) or `abandoned` (its runner lost its hold before
     /// finishing).
     pub fn state(&self) -> &'static str {
-        match (
+        run_state(
             self.last.finished().is_some(),
             self.last.failed().is_some(),
             self.runner_holds,
-        ) {
-            (true, _, _) => "done",
-            (false, true, _) => "failed",
-            (false, false, true) => "running",
-            (false, false, false) => "abandoned",
-        }
+        )
     }
 }
 
@@ -85,12 +74,8 @@ impl fmt::Display for JobInfo {
             self.last.runner(),
             self.last.token()
         )?;
-        if let Some(name) = &self.runner_client_name {
-            write!(f, "  client {name}")?;
-        }
-        if let Some(label) = &self.runner_label {
-            write!(f, "  label {label}")?;
-        }
+        item(f, "client", self.runner_client_name.as_ref(), "")?;
+        item(f, "label", self.runner_label.as_ref(), "")?;
         if let (Some(finished), Ok(ran)) = (
             self.last.finished(),
             self.last
@@ -105,10 +90,12 @@ impl fmt::Display for JobInfo {
                 epoch_ms(finished)
             )?;
         }
-        match self.retained_for {
-            Some(ttl) => write!(f, "  kept {}", format_duration(ttl)),
-            None => write!(f, "  no expiry"),
-        }
+        item(
+            f,
+            "kept",
+            self.retained_for.map(format_duration),
+            "no expiry",
+        )
     }
 }
 
@@ -127,48 +114,35 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only (`SCAN`, then one read-only script per job).
     pub async fn jobs(&self) -> Result<Vec<JobInfo>, Error> {
-        let pattern = [glob_escape(&self.prefix), b"{*}job-tick:*".to_vec()].concat();
-        let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;
-        let mut jobs = Vec::new();
-        for key in keys {
-            let layout = |prefix: &[u8], name: &[u8]| LockKeys::job(prefix, name).job_record();
-            let Some(name) = name_laid_out(&self.prefix, &key, b"job-tick:", layout) else {
-                continue;
-            };
-            let job = LockKeys::job(&self.prefix, &name);
-            let read = protocol::job_read(&mut self.conn.clone(), &job).await?;
-            let Some(record) = read.record else {
-                continue; // expired since the scan
-            };
-            let runner_holds = read.lock_token == Some(record.token);
-            let retained_for = self.record_ttl(&key).await?;
-            let runner_client_name = self.client_name(&record.runner).await?;
-            let runner_label = if runner_holds {
-                self.hold_label(&job.lock, &record.runner).await
-            } else {
-                None
-            };
-            jobs.push(JobInfo {
-                name,
-                key,
-                last: record.into(),
-                runner_holds,
-                retained_for,
-                runner_client_name,
-                runner_label,
-            });
-        }
-        jobs.sort_by(|a, b| a.name.cmp(&b.name));
+        let layout = |prefix: &[u8], name: &[u8]| LockKeys::job(prefix, name).job_record();
+        let mut jobs = self
+            .rows(layout, b"", async |name, key| {
+                let job = LockKeys::job(&self.prefix, &name);
+                let read = protocol::job_read(&mut self.conn.clone(), &job).await?;
+                let Some(record) = read.record else {
+                    return Ok(None); // expired since the scan
+                };
+                let runner_holds = read.lock_token == Some(record.token);
+                let runner_label = if runner_holds {
+                    self.hold_label(&job.lock, &record.runner).await
+                } else {
+                    None
+                };
+                Ok(Some(JobInfo {
+                    retained_for: self.ttl(&key).await?,
+                    name,
+                    key,
+                    last: record.into(),
+                    runner_holds,
+                    runner_client_name: None,
+                    runner_label,
+                }))
+            })
+            .await?;
+        self.name_rows(&mut jobs, |job| {
+            (Some(job.last.runner()), &mut job.runner_client_name)
+        })
+        .await?;
         Ok(jobs)
-    }
-
-    /// The time left of a record's expiry (`None`: none set, or the key is gone).
-    pub(super) async fn record_ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(Error::from_reply)?;
-        Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
     }
 }

@@ -4,8 +4,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use super::inspect::name_laid_out;
-use super::{display_bytes, format_duration, glob_escape, Admin};
+use super::{display_bytes, format_duration, item, run_state, Admin};
 use crate::protocol::{self, KeyReadMode, LockKeys};
 use crate::{Error, RunRecord};
 
@@ -58,16 +57,11 @@ impl KeyInfo {
     /// run failed and the key waits for a retry) or `abandoned` (its runner lost its hold
     /// before finishing; the next run decides by its policy).
     pub fn state(&self) -> &'static str {
-        match (
+        run_state(
             self.record.finished().is_some(),
             self.record.failed().is_some(),
             self.runner_holds,
-        ) {
-            (true, _, _) => "done",
-            (false, true, _) => "failed",
-            (false, false, true) => "running",
-            (false, false, false) => "abandoned",
-        }
+        )
     }
 }
 
@@ -82,9 +76,7 @@ impl fmt::Display for KeyInfo {
             self.record.token(),
             format_duration(self.age)
         )?;
-        if let Some(name) = &self.runner_client_name {
-            write!(f, "  client {name}")?;
-        }
+        item(f, "client", self.runner_client_name.as_ref(), "")?;
         if let Some(result) = self.record.result() {
             let kind = if self.record.is_final_failure() {
                 "final failure"
@@ -93,10 +85,12 @@ impl fmt::Display for KeyInfo {
             };
             write!(f, "  {kind} {} bytes", result.len())?;
         }
-        match self.retained_for {
-            Some(ttl) => write!(f, "  kept {}", format_duration(ttl)),
-            None => write!(f, "  no expiry"),
-        }
+        item(
+            f,
+            "kept",
+            self.retained_for.map(format_duration),
+            "no expiry",
+        )
     }
 }
 
@@ -130,33 +124,26 @@ impl Admin {
     /// Cancel safe: reads only (`TIME`, `SCAN`, then one read-only script and one `PTTL` per
     /// key).
     pub async fn idempotency_keys(&self, namespace: Option<&[u8]>) -> Result<Vec<KeyInfo>, Error> {
-        let mut pattern = [glob_escape(&self.prefix), b"{*}idem-rec:".to_vec()].concat();
-        if let Some(namespace) = namespace {
-            pattern.extend(glob_escape(namespace));
-            pattern.push(b':');
-        }
-        pattern.push(b'*');
-        let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;
+        let start = namespace.map_or_else(Vec::new, |namespace| [namespace, b":"].concat());
+        let layout = |prefix: &[u8], name: &[u8]| LockKeys::idempotency(prefix, name).idem_record();
         let now = self.server_time().await?;
-        let mut found = Vec::new();
-        for redis_key in keys {
-            let layout =
-                |prefix: &[u8], name: &[u8]| LockKeys::idempotency(prefix, name).idem_record();
-            let Some(name) = name_laid_out(&self.prefix, &redis_key, b"idem-rec:", layout) else {
-                continue;
-            };
-            let Some(split) = name.iter().position(|b| *b == b':') else {
-                continue;
-            };
-            let (namespace, key) = (&name[..split], &name[split + 1..]);
-            if let Some(info) = self
-                .key_info(namespace, key, now, KeyReadMode::Read)
-                .await?
-            {
-                found.push(info);
-            }
-        }
+        let mut found = self
+            .rows(layout, &start, async |name, _| {
+                let Some(split) = name.iter().position(|b| *b == b':') else {
+                    return Ok(None);
+                };
+                let (namespace, key) = (&name[..split], &name[split + 1..]);
+                Ok(self
+                    .read_key(namespace, key, now, KeyReadMode::Read)
+                    .await?
+                    .0)
+            })
+            .await?;
         found.sort_by(|a, b| (&a.namespace, &a.key).cmp(&(&b.namespace, &b.key)));
+        self.name_rows(&mut found, |info| {
+            (Some(info.record.runner()), &mut info.runner_client_name)
+        })
+        .await?;
         Ok(found)
     }
 
@@ -173,7 +160,14 @@ impl Admin {
         key: &[u8],
     ) -> Result<Option<KeyInfo>, Error> {
         let now = self.server_time().await?;
-        self.key_info(namespace, key, now, KeyReadMode::Read).await
+        let (mut info, _) = self
+            .read_key(namespace, key, now, KeyReadMode::Read)
+            .await?;
+        self.name_rows(info.as_mut_slice(), |info| {
+            (Some(info.record.runner()), &mut info.runner_client_name)
+        })
+        .await?;
+        Ok(info)
     }
 
     /// Deletes an idempotency key's record when no runner holds the key, so that the next run
@@ -196,64 +190,47 @@ impl Admin {
         key: &[u8],
     ) -> Result<Forgotten, Error> {
         let now = self.server_time().await?;
-        let read = self.read_key(namespace, key, KeyReadMode::Forget).await?;
-        let runner_holds = read.lock_token.is_some();
-        let Some(info) = self.info_from(namespace, key, now, read, None) else {
-            return Ok(Forgotten::NoRecord);
-        };
-        Ok(if runner_holds {
-            Forgotten::Held(Box::new(info))
-        } else {
-            Forgotten::Deleted(Box::new(info))
+        let (info, held) = self
+            .read_key(namespace, key, now, KeyReadMode::Forget)
+            .await?;
+        Ok(match info {
+            None => Forgotten::NoRecord,
+            Some(info) if held => Forgotten::Held(Box::new(info)),
+            Some(info) => Forgotten::Deleted(Box::new(info)),
         })
     }
 
+    /// One idempotency key's record as `idem_read.lua` reads it in `mode` (`None` without
+    /// one), and whether anyone holds the key. A read (not a forget) adds the record's
+    /// retention; the runner's client name is left to the caller.
     async fn read_key(
         &self,
         namespace: &[u8],
         key: &[u8],
-        mode: KeyReadMode,
-    ) -> Result<protocol::KeyRead, Error> {
-        let keys = LockKeys::idempotency(&self.prefix, &[namespace, b":", key].concat());
-        protocol::idem_read(&mut self.conn.clone(), &keys, mode).await
-    }
-
-    async fn key_info(
-        &self,
-        namespace: &[u8],
-        key: &[u8],
         now: SystemTime,
         mode: KeyReadMode,
-    ) -> Result<Option<KeyInfo>, Error> {
-        let read = self.read_key(namespace, key, mode).await?;
+    ) -> Result<(Option<KeyInfo>, bool), Error> {
         let keys = LockKeys::idempotency(&self.prefix, &[namespace, b":", key].concat());
-        let retained_for = self.record_ttl(&keys.idem_record()).await?;
-        let mut info = self.info_from(namespace, key, now, read, retained_for);
-        if let Some(info) = &mut info {
-            info.runner_client_name = self.client_name(info.record.runner()).await?;
-        }
-        Ok(info)
-    }
-
-    fn info_from(
-        &self,
-        namespace: &[u8],
-        key: &[u8],
-        now: SystemTime,
-        read: protocol::KeyRead,
-        retained_for: Option<Duration>,
-    ) -> Option<KeyInfo> {
-        let record = RunRecord::from(read.record?);
-        let keys = LockKeys::idempotency(&self.prefix, &[namespace, b":", key].concat());
-        Some(KeyInfo {
+        let read = protocol::idem_read(&mut self.conn.clone(), &keys, mode).await?;
+        let held = read.lock_token.is_some();
+        let Some(record) = read.record.map(RunRecord::from) else {
+            return Ok((None, held));
+        };
+        let redis_key = keys.idem_record();
+        let retained_for = match mode {
+            KeyReadMode::Read => self.ttl(&redis_key).await?,
+            KeyReadMode::Forget => None,
+        };
+        let info = KeyInfo {
             namespace: namespace.to_vec(),
             key: key.to_vec(),
-            redis_key: keys.idem_record(),
+            redis_key,
             runner_holds: read.lock_token == Some(record.token()),
             age: now.duration_since(record.started()).unwrap_or_default(),
             record,
             retained_for,
             runner_client_name: None,
-        })
+        };
+        Ok((Some(info), held))
     }
 }

@@ -81,7 +81,7 @@ mod names;
 mod waits;
 mod watch;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -99,7 +99,7 @@ pub use waits::{PossibleDeadlock, WaitInfo};
 pub use watch::{LockEvent, Watch};
 
 use crate::base::config::DEFAULT_PREFIX;
-use crate::protocol::keys::validate_prefix;
+use crate::protocol::keys::{layout_marker, name_laid_out, validate_prefix};
 use crate::{Error, FencingToken};
 
 /// How long connecting may take before the server counts as unreachable.
@@ -182,16 +182,11 @@ impl Admin {
         };
         let connecting = |err: redis::RedisError| Error::connecting(info.addr(), err);
         let client = with(ProtocolVersion::RESP3)?;
-        match client
+        let (client, conn, resp3) = match client
             .get_multiplexed_async_connection_with_config(&connection_config())
             .await
         {
-            Ok(conn) => Ok(Admin {
-                client,
-                conn,
-                prefix,
-                resp3: true,
-            }),
+            Ok(conn) => (client, conn, true),
             // A server without HELLO (Redis < 6, or the command renamed away) cannot serve
             // LockClient, but the doctor should still get in and say so.
             Err(err) if refuses_hello(&err) => {
@@ -200,15 +195,16 @@ impl Admin {
                     .get_multiplexed_async_connection_with_config(&connection_config())
                     .await
                     .map_err(connecting)?;
-                Ok(Admin {
-                    client,
-                    conn,
-                    prefix,
-                    resp3: false,
-                })
+                (client, conn, false)
             }
-            Err(err) => Err(connecting(err)),
-        }
+            Err(err) => return Err(connecting(err)),
+        };
+        Ok(Admin {
+            client,
+            conn,
+            prefix,
+            resp3,
+        })
     }
 
     /// The key prefix this connection inspects.
@@ -218,11 +214,48 @@ impl Admin {
 
     /// The server's clock, so ages do not depend on this machine's.
     pub(super) async fn server_time(&self) -> Result<SystemTime, Error> {
-        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        let time = redis::cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await
             .map_err(Error::from_reply)?;
-        Ok(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
+        Ok(clock(time))
+    }
+
+    /// One row for each hash under the prefix that `layout` lays out for a name starting with
+    /// `start`, in name order: `read` reads it from its name and key, `None` when it is gone
+    /// (or idle) since the scan. The keys are found with `SCAN MATCH prefix{*}MARKER start*
+    /// TYPE hash` (never `KEYS`, so the server is not blocked), and a key is only taken when
+    /// its name, laid out again, gives it back.
+    pub(super) async fn rows<R>(
+        &self,
+        layout: impl Fn(&[u8], &[u8]) -> Vec<u8>,
+        start: &[u8],
+        mut read: impl AsyncFnMut(Vec<u8>, Vec<u8>) -> Result<Option<R>, Error>,
+    ) -> Result<Vec<R>, Error> {
+        let pattern = self.pattern(&[layout_marker(&layout), start.to_vec()].concat());
+        let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;
+        let mut named: Vec<_> = keys
+            .into_iter()
+            .filter_map(|key| Some((name_laid_out(&self.prefix, &key, &layout)?, key)))
+            .collect();
+        named.sort();
+        let mut rows = Vec::new();
+        for (name, key) in named {
+            rows.extend(read(name, key).await?);
+        }
+        Ok(rows)
+    }
+
+    /// The `SCAN MATCH` pattern of every key under the prefix whose slot tag is followed by
+    /// `start` (prefix and `start` matched literally).
+    pub(super) fn pattern(&self, start: &[u8]) -> Vec<u8> {
+        [
+            &glob_escape(&self.prefix)[..],
+            b"{*}",
+            &glob_escape(start),
+            b"*",
+        ]
+        .concat()
     }
 
     /// Keys matching `pattern` (deduplicated: SCAN may return a key twice), of `kind` if
@@ -254,6 +287,37 @@ impl Admin {
             }
         }
     }
+
+    /// The subscribers of a lock's or election's channel (the key of its hash): `PUBSUB
+    /// NUMSUB`.
+    pub(super) async fn subscribers(&self, channel: &[u8]) -> Result<u64, Error> {
+        let counts: HashMap<Vec<u8>, u64> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(counts.get(channel).copied().unwrap_or(0))
+    }
+
+    /// The time left of a key's expiry (`None`: none set, or the key is gone).
+    pub(super) async fn ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(Error::from_reply)?;
+        Ok(pttl_left(pttl))
+    }
+}
+
+/// A `TIME` reply (seconds, microseconds) as a point in time.
+pub(super) fn clock((secs, micros): (u64, u64)) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros)
+}
+
+/// A `PTTL` reply as the time left; `None` for a key without expiry (-1) or gone (-2).
+pub(super) fn pttl_left(pttl: i64) -> Option<Duration> {
+    u64::try_from(pttl).ok().map(Duration::from_millis)
 }
 
 /// What is wrong with a Redis URL that does not parse, in words, with the accepted forms.
@@ -356,7 +420,46 @@ pub(super) fn display_bytes(bytes: &[u8]) -> String {
     out
 }
 
-/// `1.234s`, `250ms`, `2m05s`: a lease for humans.
+/// The state of a job's tick or an idempotency key's run in one word, from its record and
+/// whether its runner holds it now: `done`, `failed` (waits for a retry), `running` or
+/// `abandoned` (its runner lost its hold before finishing).
+pub(super) fn run_state(finished: bool, failed: bool, runner_holds: bool) -> &'static str {
+    match (finished, failed, runner_holds) {
+        (true, _, _) => "done",
+        (false, true, _) => "failed",
+        (false, false, true) => "running",
+        (false, false, false) => "abandoned",
+    }
+}
+
+/// One item of a listing's line: `  WORD VALUE` with a value, `  NONE` without one (nothing
+/// when `none` is empty).
+pub(super) fn item(
+    f: &mut fmt::Formatter<'_>,
+    word: &str,
+    value: Option<impl fmt::Display>,
+    none: &str,
+) -> fmt::Result {
+    match value {
+        Some(value) => write!(f, "  {word} {value}"),
+        None if none.is_empty() => Ok(()),
+        None => write!(f, "  {none}"),
+    }
+}
+
+/// `display_name` for the rows named by arbitrary bytes.
+macro_rules! display_name {
+    ($($row:ty),*) => {$(
+        impl $row {
+            /// The name for display: UTF-8 as is, other bytes escaped.
+            pub fn display_name(&self) -> String {
+                display_bytes(&self.name)
+            }
+        }
+    )*};
+}
+display_name!(LockInfo, SemaphoreInfo, RwLockInfo, ElectionInfo, JobInfo);
+
 /// How long a hold with `token` has been held at server time `now`: a token is at least its
 /// issue time in microseconds since the Unix epoch (the clock floor of `lib/next_token.lua`),
 /// so the hold began at that instant or, when its slot's counter ran ahead of the clock,
@@ -366,6 +469,7 @@ pub(super) fn held_for(now: SystemTime, token: FencingToken) -> Option<Duration>
         .ok()
 }
 
+/// `1.234s`, `250ms`, `2m05s`: a lease for humans.
 pub(super) fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
@@ -379,9 +483,13 @@ pub(super) fn format_duration(d: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::inspect::name_from_key;
     use super::*;
     use crate::protocol::keys::LockKeys;
+
+    /// The name of the lock whose hash is `key` under `prefix`, as [`Admin::locks`] finds it.
+    fn name_from_key(prefix: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+        name_laid_out(prefix, key, |prefix, name| LockKeys::new(prefix, name).lock)
+    }
 
     #[test]
     fn names_come_back_from_keys_and_foreign_keys_are_skipped() {
@@ -399,9 +507,8 @@ mod tests {
 
     #[test]
     fn election_names_come_back_from_their_keys_and_never_from_a_locks() {
-        use super::inspect::name_laid_out;
         let layout = |prefix: &[u8], name: &[u8]| LockKeys::election(prefix, name).lock;
-        let election = |key: &[u8]| name_laid_out(b"p:", key, b"leader:", layout);
+        let election = |key: &[u8]| name_laid_out(b"p:", key, layout);
         for name in [&b"scheduler"[..], b"a}leader:b", b"\xff"] {
             let key = LockKeys::election(b"p:", name).lock;
             assert_eq!(election(&key).as_deref(), Some(name));
@@ -416,9 +523,8 @@ mod tests {
 
     #[test]
     fn job_names_come_back_from_their_records_and_never_from_a_locks_key() {
-        use super::inspect::name_laid_out;
         let layout = |prefix: &[u8], name: &[u8]| LockKeys::job(prefix, name).job_record();
-        let job = |key: &[u8]| name_laid_out(b"p:", key, b"job-tick:", layout);
+        let job = |key: &[u8]| name_laid_out(b"p:", key, layout);
         for name in [&b"report"[..], b"a}job-tick:b", b"\xff"] {
             let keys = LockKeys::job(b"p:", name);
             assert_eq!(job(&keys.job_record()).as_deref(), Some(name));

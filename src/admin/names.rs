@@ -50,6 +50,27 @@ impl Admin {
         Ok(self.client_names([holder]).await?.of(holder))
     }
 
+    /// Fills in the registered name of the client behind each of `rows`, in one round trip:
+    /// `who` gives a row's holder id (if it has one) and the place of its client's name.
+    pub(super) async fn name_rows<R>(
+        &self,
+        rows: &mut [R],
+        who: impl Fn(&mut R) -> (Option<&str>, &mut Option<String>),
+    ) -> Result<(), Error> {
+        let holders: Vec<String> = rows
+            .iter_mut()
+            .filter_map(|row| who(row).0.map(str::to_owned))
+            .collect();
+        let names = self
+            .client_names(holders.iter().map(String::as_str))
+            .await?;
+        for row in rows {
+            let (holder, name) = who(row);
+            *name = holder.and_then(|holder| names.of(holder));
+        }
+        Ok(())
+    }
+
     /// The registered names of the clients behind `holders`, read in one pipelined round trip.
     /// A key that cannot be read (foreign data, another cluster node's slot, an ACL without
     /// it) only leaves that name out: names are advice, never a reason to fail a listing.

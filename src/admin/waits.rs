@@ -6,7 +6,8 @@ use std::fmt;
 use std::time::Duration;
 
 use super::doctor::{Check, Status};
-use super::{display_bytes, format_duration, glob_escape, Admin};
+use super::{display_bytes, format_duration, item, Admin};
+use crate::protocol::keys::{waiter_of, WAIT_MARKER};
 use crate::Error;
 
 /// One acquisition waiting at the head of its client's queue, as [`Admin::waits`] reads it.
@@ -66,9 +67,7 @@ impl fmt::Display for WaitInfo {
             self.display_waits_for(),
             format_duration(self.waited_for)
         )?;
-        if let Some(label) = &self.label {
-            write!(f, "  label {label}")?;
-        }
+        item(f, "label", self.label.as_ref(), "")?;
         if !self.holds.is_empty() {
             let holds: Vec<String> = self.holds.iter().map(|k| display_key(k)).collect();
             write!(f, "  holding {}", holds.join(", "))?;
@@ -232,10 +231,15 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn waits(&self) -> Result<Vec<WaitInfo>, Error> {
-        let pattern = [glob_escape(&self.prefix), b"{*}wait:*".to_vec()].concat();
-        let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;
+        let keys = self
+            .scan(&self.pattern(WAIT_MARKER), Some("hash"), usize::MAX)
+            .await?;
         let mut waits = Vec::new();
         for key in keys {
+            let Some(waiter) = waiter_of(&key).map(|w| String::from_utf8_lossy(w).into_owned())
+            else {
+                continue;
+            };
             type Fields = HashMap<Vec<u8>, Vec<u8>>;
             let (fields, (secs, micros)): (Fields, (u64, u64)) = redis::pipe()
                 .atomic()
@@ -249,13 +253,6 @@ impl Admin {
             let text = |name: &str| field(name).map(|v| String::from_utf8_lossy(v).into_owned());
             let (Some(waits_for), Some(since)) = (field("waits_for"), text("since")) else {
                 continue; // expired since the scan, or not a record of ours
-            };
-            let Some(waiter) = key
-                .windows(6)
-                .position(|w| w == b"}wait:")
-                .map(|at| String::from_utf8_lossy(&key[at + 6..]).into_owned())
-            else {
-                continue;
             };
             let now_ms = secs * 1000 + micros / 1000;
             let held: usize = text("holds").and_then(|n| n.parse().ok()).unwrap_or(0);
@@ -273,12 +270,10 @@ impl Admin {
                 key,
             });
         }
-        let names = self
-            .client_names(waits.iter().map(|w| w.waiter.as_str()))
-            .await?;
-        for wait in &mut waits {
-            wait.client_name = names.of(&wait.waiter);
-        }
+        self.name_rows(&mut waits, |w| {
+            (Some(w.waiter.as_str()), &mut w.client_name)
+        })
+        .await?;
         waits.sort_by_key(|wait| std::cmp::Reverse(wait.waited_for));
         Ok(waits)
     }

@@ -248,7 +248,39 @@ pub(crate) fn client_key(prefix: &[u8], client_id: &str) -> Vec<u8> {
 /// the awaited key's slot. `None` for a key without a tag (never one of ours).
 pub(crate) fn wait_key(awaited: &[u8], holder: &str) -> Option<Vec<u8>> {
     let end = awaited.iter().position(|b| *b == b'}')?;
-    Some([&awaited[..=end], b"wait:", holder.as_bytes()].concat())
+    Some([&awaited[..=end], WAIT_MARKER, holder.as_bytes()].concat())
+}
+
+/// What follows the slot tag in the key of a wait record, before the holder id.
+pub(crate) const WAIT_MARKER: &[u8] = b"wait:";
+
+/// The holder whose wait record `key` is ([`wait_key`] read backwards); `None` for any other
+/// key.
+pub(crate) fn waiter_of(key: &[u8]) -> Option<&[u8]> {
+    let end = key.iter().position(|b| *b == b'}')?;
+    key[end + 1..].strip_prefix(WAIT_MARKER)
+}
+
+/// The `MARKER` that `layout` (the key of a name under a prefix, `prefix{tag}MARKER NAME`,
+/// such as `|prefix, name| LockKeys::new(prefix, name).lock`) puts before every name.
+pub(crate) fn layout_marker(layout: impl Fn(&[u8], &[u8]) -> Vec<u8>) -> Vec<u8> {
+    let key = layout(b"", b"");
+    let tag_end = key.iter().position(|b| *b == b'}').map_or(0, |end| end + 1);
+    key[tag_end..].to_vec()
+}
+
+/// The name whose key `layout` puts at `key` under `prefix`, if it does: laid out again, the
+/// name must give `key` back (its tag included), so a foreign key that merely looks alike is
+/// not taken for one.
+pub(crate) fn name_laid_out(
+    prefix: &[u8],
+    key: &[u8],
+    layout: impl Fn(&[u8], &[u8]) -> Vec<u8>,
+) -> Option<Vec<u8>> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix(b"{")?;
+    let tag_end = rest.iter().position(|b| *b == b'}')?;
+    let name = rest[tag_end + 1..].strip_prefix(&layout_marker(&layout)[..])?;
+    (validate_name(name).is_ok() && layout(prefix, name) == key).then(|| name.to_vec())
 }
 
 /// The cluster slot every key of `name` lands in (the tag of that slot is in its keys).
