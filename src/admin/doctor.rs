@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
-use redis::Value;
+use redis::{RedisError, Value};
 
 use super::{format_duration, Admin};
 use crate::base::error::ErrorClass;
@@ -61,53 +61,56 @@ impl fmt::Display for Check {
 }
 
 impl Check {
-    pub(super) fn ok(name: &'static str, finding: impl Into<String>) -> Check {
-        Check {
-            name,
-            status: Status::Ok,
-            finding: finding.into(),
-            fix: None,
-        }
-    }
-
-    pub(super) fn bad(
-        name: &'static str,
-        status: Status,
-        finding: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> Check {
+    /// The check `name` with what it found.
+    pub(super) fn new(name: &'static str, (status, finding, fix): Finding) -> Check {
         Check {
             name,
             status,
-            finding: finding.into(),
-            fix: Some(fix.into()),
+            finding,
+            fix,
         }
     }
+}
+
+/// What a check found: the verdict, the finding and, unless the verdict is OK, what to change.
+pub(super) type Finding = (Status, String, Option<String>);
+
+/// A finding with nothing to change.
+pub(super) fn ok(finding: impl Into<String>) -> Finding {
+    (Status::Ok, finding.into(), None)
+}
+
+/// A WARN or FAIL finding and what to change.
+pub(super) fn bad(status: Status, finding: impl Into<String>, fix: impl Into<String>) -> Finding {
+    (status, finding.into(), Some(fix.into()))
 }
 
 /// A check whose command failed: a broken connection is the caller's error, anything else (a
 /// refused or renamed command) is a WARN that says the setting could not be checked.
-fn settle(outcome: Result<Check, redis::RedisError>, name: &'static str) -> Result<Check, Error> {
+fn settle(name: &'static str, outcome: Result<Finding, RedisError>) -> Result<Check, Error> {
     match outcome {
-        Ok(check) => Ok(check),
+        Ok(found) => Ok(Check::new(name, found)),
         Err(err) if ErrorClass::of(&err) == ErrorClass::ConnectionLost => Err(Error::Redis(err)),
-        Err(err) => Ok(Check::bad(
+        Err(err) => Ok(Check::new(
             name,
-            Status::Warn,
-            format!(
-                "could not be checked: {}",
-                err.to_string().replace('\n', " ")
+            bad(
+                Status::Warn,
+                format!(
+                    "could not be checked: {}",
+                    err.to_string().replace('\n', " ")
+                ),
+                "run the doctor as a user allowed CONFIG GET, INFO, PING and TIME",
             ),
-            "run the doctor as a user allowed CONFIG GET, INFO, PING and TIME",
         )),
     }
 }
 
+/// The `key:value` lines of an `INFO` or `CLUSTER INFO` reply.
 async fn info(
     conn: &mut MultiplexedConnection,
-    section: &str,
-) -> Result<HashMap<String, String>, redis::RedisError> {
-    let text: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
+    command: &redis::Cmd,
+) -> Result<HashMap<String, String>, RedisError> {
+    let text: String = command.query_async(conn).await?;
     Ok(text
         .lines()
         .filter_map(|line| line.split_once(':'))
@@ -115,10 +118,7 @@ async fn info(
         .collect())
 }
 
-async fn config(
-    conn: &mut MultiplexedConnection,
-    key: &str,
-) -> Result<Option<String>, redis::RedisError> {
+async fn config(conn: &mut MultiplexedConnection, key: &str) -> Result<Option<String>, RedisError> {
     let reply: HashMap<String, String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg(key)
@@ -129,12 +129,11 @@ async fn config(
 
 /// The server's flavour and version, judged against the tested releases: `HELLO` (the source
 /// `LockClient::server` uses), or `INFO server` on a server too old to know `HELLO`.
-async fn check_version(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
-    const NAME: &str = "version";
+async fn check_version(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
     let server = match redis::cmd("HELLO").query_async::<Value>(conn).await {
         Ok(reply) => ServerInfo::from_hello(&reply),
         Err(_) => {
-            let info = info(conn, "server").await?;
+            let info = info(conn, redis::cmd("INFO").arg("server")).await?;
             ServerInfo::named(
                 "redis",
                 info.get("redis_version").map_or("0", String::as_str),
@@ -144,31 +143,27 @@ async fn check_version(conn: &mut MultiplexedConnection) -> Result<Check, redis:
     let tested = ServerInfo::tested_matrix();
     let redis_like = server.flavour() != ServerFlavour::Valkey;
     Ok(if redis_like && server.version() < (6, 2, 0) {
-        Check::bad(
-            NAME,
+        bad(
             Status::Fail,
             format!("{server}: fencelock needs Redis 6.2 or newer (RESP3 push messages for waiting, the script commands it uses); tested on {tested}"),
             "upgrade the server to a tested release",
         )
     } else if !server.is_at_least_tested() {
-        Check::bad(
-            NAME,
+        bad(
             Status::Warn,
             format!("{server}: older than every tested release of its kind (tested on {tested})"),
             "upgrade the server to a tested release",
         )
     } else if !server.has_sharded_pubsub() {
-        Check::ok(
-            NAME,
+        ok(
             format!("{server} (tested on {tested}); serves one server and Sentinel, not a cluster client (sharded pub/sub: Redis 7.0+)"),
         )
     } else {
-        Check::ok(NAME, format!("{server} (tested on {tested})"))
+        ok(format!("{server} (tested on {tested})"))
     })
 }
 
-async fn check_eviction(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
-    const NAME: &str = "maxmemory-policy";
+async fn check_eviction(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
     let policy = config(conn, "maxmemory-policy")
         .await?
         .unwrap_or_else(|| "noeviction".into());
@@ -182,12 +177,8 @@ async fn check_eviction(conn: &mut MultiplexedConnection) -> Result<Check, redis
         format!("maxmemory is {maxmemory} bytes")
     };
     Ok(match EvictionRisk::of(&policy) {
-        None => Check::ok(
-            NAME,
-            "noeviction: locks and fence counters are never evicted",
-        ),
-        Some(risk) => Check::bad(
-            NAME,
+        None => ok("noeviction: locks and fence counters are never evicted"),
+        Some(risk) => bad(
             // With a maxmemory the policy evicts under pressure now: a broken lock. Without
             // one it applies the moment one is set.
             if maxmemory == 0 {
@@ -201,34 +192,29 @@ async fn check_eviction(conn: &mut MultiplexedConnection) -> Result<Check, redis
     })
 }
 
-async fn check_persistence(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
-    const NAME: &str = "persistence";
+async fn check_persistence(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
     let aof = config(conn, "appendonly").await?.unwrap_or_default();
     let fsync = config(conn, "appendfsync").await?.unwrap_or_default();
     let save = config(conn, "save").await?.unwrap_or_default();
     let fix = "CONFIG SET appendonly yes and appendfsync everysec or always (and in redis.conf)";
     Ok(if aof == "yes" && fsync != "no" {
-        Check::ok(
-            NAME,
-            format!("append-only file on (appendfsync {fsync}): fence counters survive restarts"),
-        )
+        ok(format!(
+            "append-only file on (appendfsync {fsync}): fence counters survive restarts"
+        ))
     } else if aof == "yes" {
-        Check::bad(
-            NAME,
+        bad(
             Status::Warn,
             "append-only file on but appendfsync no: a crash can lose recent fence counter updates; tokens then stay increasing only through the server clock floor",
             fix,
         )
     } else if !save.trim().is_empty() {
-        Check::bad(
-            NAME,
+        bad(
             Status::Warn,
             format!("RDB snapshots only (save {save:?}): a restart rolls fence counters back to the last snapshot and tokens stay increasing only through the server clock floor"),
             fix,
         )
     } else {
-        Check::bad(
-            NAME,
+        bad(
             Status::Warn,
             "no persistence: a restart forgets held locks and fence counters; tokens stay increasing only through the server clock floor",
             fix,
@@ -236,9 +222,8 @@ async fn check_persistence(conn: &mut MultiplexedConnection) -> Result<Check, re
     })
 }
 
-async fn check_replication(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
-    const NAME: &str = "replication";
-    let replication = info(conn, "replication").await?;
+async fn check_replication(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
+    let replication = info(conn, redis::cmd("INFO").arg("replication")).await?;
     let role = replication.get("role").cloned().unwrap_or_default();
     if role == "slave" || role == "replica" {
         let primary = format!(
@@ -246,8 +231,7 @@ async fn check_replication(conn: &mut MultiplexedConnection) -> Result<Check, re
             replication.get("master_host").map_or("?", String::as_str),
             replication.get("master_port").map_or("?", String::as_str)
         );
-        return Ok(Check::bad(
-            NAME,
+        return Ok(bad(
             Status::Fail,
             format!("this server is a replica of {primary}: lock scripts write, so they fail with READONLY here"),
             "point the services and --url at the primary",
@@ -262,67 +246,47 @@ async fn check_replication(conn: &mut MultiplexedConnection) -> Result<Check, re
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     Ok(if replicas == 0 {
-        Check::ok(
-            NAME,
-            "primary without replicas: no failover can lose an acquisition",
-        )
+        ok("primary without replicas: no failover can lose an acquisition")
     } else if min_replicas == 0 {
-        Check::bad(
-            NAME,
+        bad(
             Status::Warn,
             format!("primary with {replicas} replica(s), asynchronous: a failover can lose recent acquisitions and let a second holder in (fenced storage still refuses the old one)"),
             "CONFIG SET min-replicas-to-write 1 and min-replicas-max-lag 10, so the primary refuses writes no replica follows (narrows the window; it is not consensus)",
         )
     } else {
-        Check::ok(
-            NAME,
-            format!("primary with {replicas} replica(s), min-replicas-to-write {min_replicas}"),
-        )
+        ok(format!(
+            "primary with {replicas} replica(s), min-replicas-to-write {min_replicas}"
+        ))
     })
 }
 
-async fn check_cluster(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
-    const NAME: &str = "cluster";
-    let cluster = info(conn, "cluster").await?;
+async fn check_cluster(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
+    let cluster = info(conn, redis::cmd("INFO").arg("cluster")).await?;
+    if cluster.get("cluster_enabled").map(String::as_str) != Some("1") {
+        return Ok(ok("standalone (cluster mode disabled)"));
+    }
+    let state = info(conn, redis::cmd("CLUSTER").arg("INFO")).await?;
     Ok(
-        if cluster.get("cluster_enabled").map(String::as_str) == Some("1")
-            && cluster_state(conn).await?.as_deref() != Some("ok")
-        {
-            Check::bad(
-                NAME,
-                Status::Fail,
-                "cluster mode is enabled but the cluster is not ok (CLUSTER INFO cluster_state): locks in slots without a serving primary cannot be taken or released",
-                "fix the cluster (CLUSTER INFO, CLUSTER NODES): every slot needs a reachable primary",
-            )
-        } else if cluster.get("cluster_enabled").map(String::as_str) == Some("1") {
-            Check::bad(
-                NAME,
-                Status::Warn,
-                "cluster mode is enabled: a client built with a plain URL gets MOVED for most locks, and this tool's list/show/watch/release see this node's slots only",
-                "connect lock clients with LockClient::cluster_builder(nodes); run this tool against the node that owns a lock's slot",
-            )
+        if state.get("cluster_state").map(String::as_str) != Some("ok") {
+            bad(
+            Status::Fail,
+            "cluster mode is enabled but the cluster is not ok (CLUSTER INFO cluster_state): locks in slots without a serving primary cannot be taken or released",
+            "fix the cluster (CLUSTER INFO, CLUSTER NODES): every slot needs a reachable primary",
+        )
         } else {
-            Check::ok(NAME, "standalone (cluster mode disabled)")
+            bad(
+            Status::Warn,
+            "cluster mode is enabled: a client built with a plain URL gets MOVED for most locks, and this tool's list/show/watch/release see this node's slots only",
+            "connect lock clients with LockClient::cluster_builder(nodes); run this tool against the node that owns a lock's slot",
+        )
         },
     )
-}
-
-/// `cluster_state` from `CLUSTER INFO`.
-async fn cluster_state(
-    conn: &mut MultiplexedConnection,
-) -> Result<Option<String>, redis::RedisError> {
-    let text: String = redis::cmd("CLUSTER").arg("INFO").query_async(conn).await?;
-    Ok(text
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("cluster_state:"))
-        .map(str::to_owned))
 }
 
 async fn check_latency(
     conn: &mut MultiplexedConnection,
     pings: usize,
-) -> Result<Check, redis::RedisError> {
-    const NAME: &str = "latency";
+) -> Result<Finding, RedisError> {
     // Above this a lock operation eats a tenth of the client's 1 s response timeout.
     const SLOW: Duration = Duration::from_millis(100);
     let mut samples = Vec::with_capacity(pings);
@@ -339,19 +303,17 @@ async fn check_latency(
         samples[samples.len() - 1].as_secs_f64() * 1e3
     );
     Ok(if median > SLOW {
-        Check::bad(
-            NAME,
+        bad(
             Status::Warn,
             finding,
             "every acquire and release is a round trip and the client gives up after 1 s: move the services closer to redis, or raise response_timeout and the lease",
         )
     } else {
-        Check::ok(NAME, finding)
+        ok(finding)
     })
 }
 
-async fn check_clock(conn: &mut MultiplexedConnection) -> Result<Check, redis::RedisError> {
-    const NAME: &str = "clock";
+async fn check_clock(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
     // More than this apart means one of the two machines is not synchronised.
     const DRIFT: Duration = Duration::from_secs(1);
     const SAMPLES: usize = 5;
@@ -377,14 +339,13 @@ async fn check_clock(conn: &mut MultiplexedConnection) -> Result<Check, redis::R
         rtt.as_secs_f64() * 1e3 / 2.0
     );
     Ok(if offset.abs() > DRIFT.as_secs_f64() {
-        Check::bad(
-            NAME,
+        bad(
             Status::Warn,
             finding,
             "run NTP (chrony, systemd-timesyncd) on both machines: the token's clock floor assumes server clocks do not step back, and leases run on the server's clock",
         )
     } else {
-        Check::ok(NAME, finding)
+        ok(finding)
     })
 }
 
@@ -415,31 +376,26 @@ impl Admin {
     /// changes nothing.
     pub async fn doctor(&self, pings: usize) -> Result<Vec<Check>, Error> {
         let mut conn = self.conn.clone();
-        let mut checks = Vec::new();
-        checks.push(settle(check_version(&mut conn).await, "version")?);
-        checks.push(if self.resp3 {
-            Check::ok(
-                "protocol",
-                "RESP3 (HELLO 3): waiters get release messages as push messages",
-            )
+        let protocol = if self.resp3 {
+            ok("RESP3 (HELLO 3): waiters get release messages as push messages")
         } else {
-            Check::bad(
-                "protocol",
+            bad(
                 Status::Fail,
                 "the server refused HELLO 3: LockClient needs RESP3 and cannot connect",
                 "use redis 6.2 or newer and do not rename or deny HELLO",
             )
-        });
-        checks.push(settle(check_eviction(&mut conn).await, "maxmemory-policy")?);
-        checks.push(settle(check_persistence(&mut conn).await, "persistence")?);
-        checks.push(settle(check_replication(&mut conn).await, "replication")?);
-        checks.push(settle(check_cluster(&mut conn).await, "cluster")?);
-        checks.push(settle(
-            check_latency(&mut conn, pings.max(1)).await,
-            "latency",
-        )?);
-        checks.push(settle(check_clock(&mut conn).await, "clock")?);
-        Ok(checks)
+        };
+        // One at a time, in this order: a lost connection ends the doctor at once.
+        Ok(vec![
+            settle("version", check_version(&mut conn).await)?,
+            Check::new("protocol", protocol),
+            settle("maxmemory-policy", check_eviction(&mut conn).await)?,
+            settle("persistence", check_persistence(&mut conn).await)?,
+            settle("replication", check_replication(&mut conn).await)?,
+            settle("cluster", check_cluster(&mut conn).await)?,
+            settle("latency", check_latency(&mut conn, pings.max(1)).await)?,
+            settle("clock", check_clock(&mut conn).await)?,
+        ])
     }
 
     /// Whether any lock, semaphore hold or read-write lock hold under the prefix has been
@@ -460,33 +416,30 @@ impl Admin {
         for lock in self.locks().await? {
             if let Some(held) = lock.held_for.filter(|held| *held > max) {
                 let holder = lock.holders.first().map_or("?", |h| h.id.as_str());
-                long.push((
-                    held,
-                    format!("lock {} (holder {holder})", lock.display_name()),
-                ));
+                let name = lock.display_name();
+                long.push((held, format!("lock {name} (holder {holder})")));
             }
         }
-        for semaphore in self.semaphores().await? {
-            for hold in &semaphore.holds {
+        let semaphores = self.semaphores().await?.into_iter();
+        let semaphores = semaphores.map(|s| ("semaphore", s.display_name(), s.holds));
+        let rwlocks = self.rwlocks().await?.into_iter().map(|rw| {
+            let name = rw.display_name();
+            (
+                "rwlock",
+                name,
+                rw.writer.into_iter().chain(rw.readers).collect(),
+            )
+        });
+        for (kind, name, holds) in semaphores.chain(rwlocks) {
+            for hold in holds {
                 if let Some(held) = hold.held_for.filter(|held| *held > max) {
-                    let name = semaphore.display_name();
-                    long.push((held, format!("semaphore {name} (holder {})", hold.holder)));
-                }
-            }
-        }
-        for rwlock in self.rwlocks().await? {
-            for hold in rwlock.writer.iter().chain(&rwlock.readers) {
-                if let Some(held) = hold.held_for.filter(|held| *held > max) {
-                    let name = rwlock.display_name();
-                    long.push((held, format!("rwlock {name} (holder {})", hold.holder)));
+                    long.push((held, format!("{kind} {name} (holder {})", hold.holder)));
                 }
             }
         }
         if long.is_empty() {
-            return Ok(Check::ok(
-                "max-hold",
-                format!("no hold is older than {}", format_duration(max)),
-            ));
+            let finding = format!("no hold is older than {}", format_duration(max));
+            return Ok(Check::new("max-hold", ok(finding)));
         }
         long.sort_by_key(|(held, _)| std::cmp::Reverse(*held));
         let shown: Vec<String> = long
@@ -494,24 +447,25 @@ impl Admin {
             .take(5)
             .map(|(held, what)| format!("{what} held {}", format_duration(*held)))
             .collect();
-        let more = long.len().saturating_sub(shown.len());
-        Ok(Check::bad(
+        let more = match long.len() - shown.len() {
+            0 => String::new(),
+            more => format!("; and {more} more"),
+        };
+        let finding = format!(
+            "{} hold(s) older than {}: {}{more}",
+            long.len(),
+            format_duration(max),
+            shown.join("; "),
+        );
+        Ok(Check::new(
             "max-hold",
-            Status::Fail,
-            format!(
-                "{} hold(s) older than {}: {}{}",
-                long.len(),
-                format_duration(max),
-                shown.join("; "),
-                if more > 0 {
-                    format!("; and {more} more")
-                } else {
-                    String::new()
-                }
+            bad(
+                Status::Fail,
+                finding,
+                "find the holder's process (fencelock show NAME: the holder id starts with its \
+                 client id) and end its critical section; fencelock release NAME --force evicts \
+                 it (fenced storage refuses its token once the next holder writes)",
             ),
-            "find the holder's process (fencelock show NAME: the holder id starts with its \
-             client id) and end its critical section; fencelock release NAME --force evicts \
-             it (fenced storage refuses its token once the next holder writes)",
         ))
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::doctor::{Check, Status};
+use super::doctor::{bad, ok, Check, Status};
 use super::{display_bytes, format_duration, item, Admin};
 use crate::protocol::keys::{waiter_of, WAIT_MARKER};
 use crate::Error;
@@ -321,22 +321,20 @@ impl Admin {
     pub async fn check_deadlocks(&self, min_wait: Duration) -> Result<Check, Error> {
         let found = self.possible_deadlocks(min_wait).await?;
         if found.is_empty() {
-            return Ok(Check::ok(
-                "deadlock",
-                format!(
-                    "no wait-for cycle of waits older than {}",
-                    format_duration(min_wait)
-                ),
-            ));
+            let min_wait = format_duration(min_wait);
+            let finding = format!("no wait-for cycle of waits older than {min_wait}");
+            return Ok(Check::new("deadlock", ok(finding)));
         }
         let shown: Vec<String> = found.iter().map(ToString::to_string).collect();
-        Ok(Check::bad(
+        Ok(Check::new(
             "deadlock",
-            Status::Fail,
-            shown.join(" | "),
-            "tasks that nest locks must take them in one order (a multi-lock takes a set in \
-             the global order); end one of the waiting tasks (its client's process) or evict \
-             one of the holds with fencelock release NAME --force",
+            bad(
+                Status::Fail,
+                shown.join(" | "),
+                "tasks that nest locks must take them in one order (a multi-lock takes a set in \
+                 the global order); end one of the waiting tasks (its client's process) or evict \
+                 one of the holds with fencelock release NAME --force",
+            ),
         ))
     }
 }
