@@ -103,77 +103,66 @@ pub struct LockDetail {
     pub subscribers: u64,
 }
 
-/// One line of [`LockDetail`]'s text: the label in a column of its own, then the value.
-fn row(f: &mut fmt::Formatter<'_>, label: &str, value: impl fmt::Display) -> fmt::Result {
-    writeln!(f, "{label:<12}{value}")
-}
-
 impl fmt::Display for LockDetail {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lock = &self.lock;
-        row(f, "lock", lock.display_name())?;
-        row(f, "key", display_bytes(&lock.key))?;
+        writeln!(f, "lock        {}", lock.display_name())?;
+        writeln!(f, "key         {}", display_bytes(&lock.key))?;
         if lock.is_held() {
-            row(f, "state", "held")?;
+            writeln!(f, "state       held")?;
             for holder in &lock.holders {
-                let entered = format!("{} (entry count {})", holder.id, holder.count);
-                row(f, "holder", entered)?;
+                writeln!(
+                    f,
+                    "holder      {} (entry count {})",
+                    holder.id, holder.count
+                )?;
                 if let Some(name) = &holder.client_name {
-                    row(f, "client", name)?;
+                    writeln!(f, "client      {name}")?;
                 }
             }
             if let Some(label) = &lock.label {
-                row(f, "label", label)?;
+                writeln!(f, "label       {label}")?;
             }
             match lock.token {
-                Some(token) => row(f, "token", token)?,
-                None => row(f, "token", "none (the hash has no ~token field)")?,
+                Some(token) => writeln!(f, "token       {token}")?,
+                None => writeln!(f, "token       none (the hash has no ~token field)")?,
             }
             if let Some(held) = lock.held_for {
-                let held = format_duration(held);
-                row(
+                writeln!(
                     f,
-                    "held for",
-                    format!("{held} (since its token was issued)"),
+                    "held for    {} (since its token was issued)",
+                    format_duration(held)
                 )?;
             }
             match lock.ttl {
-                Some(ttl) => row(f, "lease left", format_duration(ttl))?,
-                None => row(
+                Some(ttl) => writeln!(f, "lease left  {}", format_duration(ttl))?,
+                None => writeln!(
                     f,
-                    "lease left",
-                    "no expiry (set by hand? it never frees itself)",
+                    "lease left  no expiry (set by hand? it never frees itself)"
                 )?,
             }
         } else if let Some(client) = &lock.reserved_for {
-            row(
-                f,
-                "state",
-                format!("reserved (fair handoff) for client {client}"),
-            )?;
+            writeln!(f, "state       reserved (fair handoff) for client {client}")?;
             if let Some(ttl) = lock.ttl {
-                row(f, "grace left", format_duration(ttl))?;
+                writeln!(f, "grace left  {}", format_duration(ttl))?;
             }
         } else {
-            row(f, "state", "free")?;
+            writeln!(f, "state       free")?;
         }
-        let (key, slot) = (display_bytes(&self.fence_key), self.slot);
         match self.fence {
-            Some(fence) => row(
+            Some(fence) => writeln!(
                 f,
-                "fence",
-                format!(
-                    "{fence} at {key} (the highest token issued in bucket {slot}; shared by \
-                     every lock name in that bucket, so it also counts other locks' tokens)"
-                ),
+                "fence       {fence} at {} (the highest token issued in bucket {}; shared by \
+                 every lock name in that bucket, so it also counts other locks' tokens)",
+                display_bytes(&self.fence_key),
+                self.slot
             )?,
-            None => row(
+            None => writeln!(
                 f,
-                "fence",
-                format!(
-                    "none at {key} (no token issued in bucket {slot} since the counter was \
-                     lost; the next token comes from the server clock)"
-                ),
+                "fence       none at {} (no token issued in bucket {} since the counter was \
+                 lost; the next token comes from the server clock)",
+                display_bytes(&self.fence_key),
+                self.slot
             )?,
         }
         write!(

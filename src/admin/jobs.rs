@@ -76,19 +76,11 @@ impl fmt::Display for JobInfo {
         )?;
         item(f, "client", self.runner_client_name.as_ref(), "")?;
         item(f, "label", self.runner_label.as_ref(), "")?;
-        if let (Some(finished), Ok(ran)) = (
-            self.last.finished(),
-            self.last
-                .finished()
-                .unwrap_or(UNIX_EPOCH)
-                .duration_since(self.last.started()),
-        ) {
-            write!(
-                f,
-                "  ran {} (finished {})",
-                format_duration(ran),
-                epoch_ms(finished)
-            )?;
+        let finished = self.last.finished();
+        let ran = finished.and_then(|end| end.duration_since(self.last.started()).ok());
+        if let (Some(finished), Some(ran)) = (finished, ran) {
+            let (ran, finished) = (format_duration(ran), epoch_ms(finished));
+            write!(f, "  ran {ran} (finished {finished})")?;
         }
         item(
             f,

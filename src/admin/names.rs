@@ -9,20 +9,8 @@ use crate::protocol::keys::client_key;
 use crate::Error;
 
 /// The client id inside a holder id (`<client id>:<sequence>`); a client id is returned as is.
-pub(super) fn client_id_of(holder: &str) -> &str {
+fn client_id_of(holder: &str) -> &str {
     holder.split_once(':').map_or(holder, |(client, _)| client)
-}
-
-/// Registered names by client id, as [`Admin::client_names`] reads them.
-#[derive(Debug, Default)]
-pub(super) struct ClientNames(HashMap<String, String>);
-
-impl ClientNames {
-    /// The name of the client behind `holder` (a holder id or a client id), if it registered
-    /// one that has not expired.
-    pub(super) fn of(&self, holder: &str) -> Option<String> {
-        self.0.get(client_id_of(holder)).cloned()
-    }
 }
 
 impl Admin {
@@ -47,40 +35,30 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only (one `GET`).
     pub async fn client_name(&self, holder: &str) -> Result<Option<String>, Error> {
-        Ok(self.client_names([holder]).await?.of(holder))
+        let mut row = (holder, None);
+        self.name_rows(std::slice::from_mut(&mut row), |(holder, name)| {
+            (Some(*holder), name)
+        })
+        .await?;
+        Ok(row.1)
     }
 
-    /// Fills in the registered name of the client behind each of `rows`, in one round trip:
-    /// `who` gives a row's holder id (if it has one) and the place of its client's name.
+    /// Fills in the registered name of the client behind each of `rows`, read in one pipelined
+    /// round trip: `who` gives a row's holder id (if it has one) and the place of its client's
+    /// name. A key that cannot be read (foreign data, another cluster node's slot, an ACL
+    /// without it) only leaves that name out: names are advice, never a reason to fail a
+    /// listing.
     pub(super) async fn name_rows<R>(
         &self,
         rows: &mut [R],
         who: impl Fn(&mut R) -> (Option<&str>, &mut Option<String>),
     ) -> Result<(), Error> {
-        let holders: Vec<String> = rows
+        let clients: BTreeSet<String> = rows
             .iter_mut()
-            .filter_map(|row| who(row).0.map(str::to_owned))
+            .filter_map(|row| Some(client_id_of(who(row).0?).to_owned()))
             .collect();
-        let names = self
-            .client_names(holders.iter().map(String::as_str))
-            .await?;
-        for row in rows {
-            let (holder, name) = who(row);
-            *name = holder.and_then(|holder| names.of(holder));
-        }
-        Ok(())
-    }
-
-    /// The registered names of the clients behind `holders`, read in one pipelined round trip.
-    /// A key that cannot be read (foreign data, another cluster node's slot, an ACL without
-    /// it) only leaves that name out: names are advice, never a reason to fail a listing.
-    pub(super) async fn client_names<'a>(
-        &self,
-        holders: impl IntoIterator<Item = &'a str>,
-    ) -> Result<ClientNames, Error> {
-        let clients: BTreeSet<&str> = holders.into_iter().map(client_id_of).collect();
         if clients.is_empty() {
-            return Ok(ClientNames::default());
+            return Ok(());
         }
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -88,18 +66,21 @@ impl Admin {
             pipe.cmd("GET").arg(client_key(&self.prefix, client));
         }
         let replies: Vec<redis::Value> = pipe.query_async(&mut self.conn.clone()).await?;
-        let names = clients
+        let names: HashMap<String, String> = clients
             .into_iter()
             .zip(replies)
             .filter_map(|(client, reply)| match reply {
-                redis::Value::BulkString(bytes) => Some((
-                    client.to_owned(),
-                    String::from_utf8_lossy(&bytes).into_owned(),
-                )),
+                redis::Value::BulkString(bytes) => {
+                    Some((client, String::from_utf8_lossy(&bytes).into_owned()))
+                }
                 _ => None,
             })
             .collect();
-        Ok(ClientNames(names))
+        for row in rows {
+            let (holder, name) = who(row);
+            *name = holder.and_then(|holder| names.get(client_id_of(holder)).cloned());
+        }
+        Ok(())
     }
 }
 

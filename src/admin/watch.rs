@@ -37,6 +37,16 @@ enum ReleaseKind {
     Forced,
 }
 
+impl ReleaseKind {
+    /// The event of a hold that ended this way (`holder` is `None` when it was never seen).
+    fn event(self, holder: Option<HolderEntry>, token: Option<FencingToken>) -> LockEvent {
+        match self {
+            ReleaseKind::Released => LockEvent::Released { holder, token },
+            ReleaseKind::Forced => LockEvent::ForceReleased { holder, token },
+        }
+    }
+}
+
 /// One change of a watched lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -96,31 +106,23 @@ impl fmt::Display for LockEvent {
                 token(t),
                 holder.count
             ),
-            LockEvent::Reentered { holder } => {
-                write!(f, "reentered holder={} count={}", holder.id, holder.count)
+            LockEvent::Reentered { holder } | LockEvent::Exited { holder } => {
+                let verb = match self {
+                    LockEvent::Reentered { .. } => "reentered",
+                    _ => "exited",
+                };
+                write!(f, "{verb} holder={} count={}", holder.id, holder.count)
             }
-            LockEvent::Exited { holder } => {
-                write!(f, "exited holder={} count={}", holder.id, holder.count)
-            }
-            LockEvent::Released {
-                holder: Some(holder),
-                token: t,
-            } => write!(f, "released holder={} token={}", holder.id, token(t)),
-            LockEvent::Released { holder: None, .. } => {
-                write!(
-                    f,
-                    "released holder=? (a hold shorter than one poll interval)"
-                )
-            }
-            LockEvent::ForceReleased {
-                holder: Some(holder),
-                token: t,
-            } => write!(f, "force-released holder={} token={}", holder.id, token(t)),
-            LockEvent::ForceReleased { holder: None, .. } => {
-                write!(
-                    f,
-                    "force-released holder=? (a hold shorter than one poll interval)"
-                )
+            LockEvent::Released { holder, token: t }
+            | LockEvent::ForceReleased { holder, token: t } => {
+                let verb = match self {
+                    LockEvent::Released { .. } => "released",
+                    _ => "force-released",
+                };
+                match holder {
+                    Some(holder) => write!(f, "{verb} holder={} token={}", holder.id, token(t)),
+                    None => write!(f, "{verb} holder=? (a hold shorter than one poll interval)"),
+                }
             }
             LockEvent::Expired { holder, token: t } => write!(
                 f,
@@ -219,50 +221,30 @@ impl Watch {
         }
         let before = std::mem::replace(&mut self.current, next);
         let after = &self.current;
-        let same_hold = match (before.holders.first(), after.holders.first()) {
-            (Some(a), Some(b)) => a.id == b.id && before.token == after.token,
-            _ => false,
-        };
-        if same_hold {
-            let (a, b) = (&before.holders[0], &after.holders[0]);
-            if b.count > a.count {
-                self.pending
-                    .push_back(LockEvent::Reentered { holder: b.clone() });
-            } else if b.count < a.count {
-                self.pending
-                    .push_back(LockEvent::Exited { holder: b.clone() });
+        match (before.holders.first(), after.holders.first()) {
+            (Some(a), Some(b)) if a.id == b.id && before.token == after.token => {
+                let holder = b.clone();
+                if b.count > a.count {
+                    self.pending.push_back(LockEvent::Reentered { holder });
+                } else if b.count < a.count {
+                    self.pending.push_back(LockEvent::Exited { holder });
+                }
+                return Ok(());
             }
-            return Ok(());
+            _ => {}
         }
         if let Some(holder) = before.holders.first().cloned() {
             let token = before.token;
             self.pending.push_back(match self.releases.pop_front() {
-                Some(ReleaseKind::Released) => LockEvent::Released {
-                    holder: Some(holder),
-                    token,
-                },
-                Some(ReleaseKind::Forced) => LockEvent::ForceReleased {
-                    holder: Some(holder),
-                    token,
-                },
+                Some(kind) => kind.event(Some(holder), token),
                 None => LockEvent::Expired { holder, token },
             });
         }
         // While someone holds, a leftover message may be the current holder's release that came
         // in just after the read; only a free lock proves the leftovers were unseen holds.
         if after.holders.is_empty() {
-            for kind in self.releases.drain(..) {
-                self.pending.push_back(match kind {
-                    ReleaseKind::Released => LockEvent::Released {
-                        holder: None,
-                        token: None,
-                    },
-                    ReleaseKind::Forced => LockEvent::ForceReleased {
-                        holder: None,
-                        token: None,
-                    },
-                });
-            }
+            let unseen = self.releases.drain(..).map(|kind| kind.event(None, None));
+            self.pending.extend(unseen);
         }
         if let Some(holder) = after.holders.first() {
             self.pending.push_back(LockEvent::Acquired {
