@@ -105,10 +105,8 @@ impl Admin {
                     .await
                     .map_err(Error::from_reply)?;
                 let leader = read.leader.map(Leader::from);
-                let leader_label = match &leader {
-                    Some(leader) => self.hold_label(&key, leader.id()).await,
-                    None => None,
-                };
+                let leader_id = leader.as_ref().map(Leader::id);
+                let leader_label = self.hold_label(&key, leader_id).await;
                 Ok(Some(ElectionInfo {
                     subscribers: self.subscribers(&key).await?,
                     name,

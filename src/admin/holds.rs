@@ -159,39 +159,23 @@ impl HoldKind {
     }
 }
 
-/// What one atomic read of a hold hash and its lease zset gives.
-struct Holds {
-    name: Vec<u8>,
-    limit: u32,
-    used: u32,
-    holds: Vec<HoldEntry>,
-    waiting: Vec<String>,
-    expiry: HoldExpiry,
-}
+/// The read of a hold hash, as a semaphore's, and the live waiting writers of a read-write
+/// lock (none for a semaphore).
+type HoldsRead = (SemaphoreInfo, Vec<String>);
 
-impl Holds {
-    fn semaphore(self) -> SemaphoreInfo {
-        SemaphoreInfo {
-            name: self.name,
-            limit: self.limit,
-            used: self.used,
-            holds: self.holds,
-            expiry: self.expiry,
-        }
-    }
-
-    fn rwlock(self) -> RwLockInfo {
-        let (writers, readers): (Vec<_>, Vec<_>) = self
-            .holds
-            .into_iter()
-            .partition(|hold| hold.permits >= WRITER_PERMITS);
-        RwLockInfo {
-            name: self.name,
-            writer: writers.into_iter().next(),
-            readers,
-            waiting_writers: self.waiting,
-            expiry: self.expiry,
-        }
+/// A read-write lock from the read of its hold hash, which is laid out as a semaphore's
+/// (DESIGN section 21), and its live waiting writers.
+fn rwlock((read, waiting_writers): HoldsRead) -> RwLockInfo {
+    let (writers, readers): (Vec<_>, Vec<_>) = read
+        .holds
+        .into_iter()
+        .partition(|hold| hold.permits >= WRITER_PERMITS);
+    RwLockInfo {
+        name: read.name,
+        writer: writers.into_iter().next(),
+        readers,
+        waiting_writers,
+        expiry: read.expiry,
     }
 }
 
@@ -208,7 +192,7 @@ impl Admin {
     /// Cancel safe: reads only.
     pub async fn semaphores(&self) -> Result<Vec<SemaphoreInfo>, Error> {
         let all = self.all_holds(HoldKind::Semaphore).await?;
-        Ok(all.into_iter().map(Holds::semaphore).collect())
+        Ok(all.into_iter().map(|(read, _)| read).collect())
     }
 
     /// One semaphore by name, as [`Admin::semaphores`] reads each; `None` when it is not in
@@ -221,7 +205,7 @@ impl Admin {
     /// Cancel safe: reads only.
     pub async fn semaphore(&self, name: impl AsRef<[u8]>) -> Result<Option<SemaphoreInfo>, Error> {
         let read = self.holds(HoldKind::Semaphore, name.as_ref()).await?;
-        Ok(read.map(Holds::semaphore))
+        Ok(read.map(|(read, _)| read))
     }
 
     /// One read-write lock by name, as [`Admin::rwlocks`] reads each; `None` when it is not in
@@ -234,7 +218,7 @@ impl Admin {
     /// Cancel safe: reads only.
     pub async fn rwlock(&self, name: impl AsRef<[u8]>) -> Result<Option<RwLockInfo>, Error> {
         let read = self.holds(HoldKind::RwLock, name.as_ref()).await?;
-        Ok(read.map(Holds::rwlock))
+        Ok(read.map(rwlock))
     }
 
     /// Every read-write lock in use under the prefix, sorted by name: its writer, readers and
@@ -247,7 +231,7 @@ impl Admin {
     /// Cancel safe: reads only.
     pub async fn rwlocks(&self) -> Result<Vec<RwLockInfo>, Error> {
         let all = self.all_holds(HoldKind::RwLock).await?;
-        Ok(all.into_iter().map(Holds::rwlock).collect())
+        Ok(all.into_iter().map(rwlock).collect())
     }
 
     /// Releases one hold of a semaphore or read-write lock by its holder id (a stuck reader,
@@ -319,7 +303,7 @@ impl Admin {
     }
 
     /// Every semaphore or every read-write lock in use under the prefix, sorted by name.
-    async fn all_holds(&self, kind: HoldKind) -> Result<Vec<Holds>, Error> {
+    async fn all_holds(&self, kind: HoldKind) -> Result<Vec<HoldsRead>, Error> {
         let layout = move |prefix: &[u8], name: &[u8]| kind.keys(prefix, name).lock;
         self.rows(layout, b"", async |name, _| self.holds(kind, &name).await)
             .await
@@ -329,7 +313,7 @@ impl Admin {
     /// lock) its live waiting writers; `None` when the hash is gone. A hash that keeps its
     /// deadlines as field expiry (`~expiry` is `fields`) has them read by a second call, so a
     /// hold that ends between the two shows no lease left.
-    async fn holds(&self, kind: HoldKind, name: &[u8]) -> Result<Option<Holds>, Error> {
+    async fn holds(&self, kind: HoldKind, name: &[u8]) -> Result<Option<HoldsRead>, Error> {
         validate_name(name)?;
         let keys = kind.keys(&self.prefix, name);
         let writers = keys.rw_writers();
@@ -410,18 +394,18 @@ impl Admin {
             .map(|(holder, _)| holder)
             .collect();
         let limit = field(b"~limit").and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
-        Ok(Some(Holds {
+        let read = SemaphoreInfo {
             name: name.to_vec(),
             limit: limit.unwrap_or(0),
             used,
             holds,
-            waiting,
             expiry: if field_expiry {
                 HoldExpiry::FieldExpiry
             } else {
                 HoldExpiry::LeaseZset
             },
-        }))
+        };
+        Ok(Some((read, waiting)))
     }
 
     /// The deadlines (server ms) of the holds among `fields` of a hash (at `key`) that keeps

@@ -115,11 +115,8 @@ impl Admin {
                     return Ok(None); // expired since the scan
                 };
                 let runner_holds = read.lock_token == Some(record.token);
-                let runner_label = if runner_holds {
-                    self.hold_label(&job.lock, &record.runner).await
-                } else {
-                    None
-                };
+                let runner = runner_holds.then_some(record.runner.as_str());
+                let runner_label = self.hold_label(&job.lock, runner).await;
                 Ok(Some(JobInfo {
                     retained_for: self.ttl(&key).await?,
                     name,

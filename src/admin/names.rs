@@ -82,18 +82,16 @@ impl Admin {
         }
         Ok(())
     }
-}
 
-impl Admin {
     /// The label of `holder`'s hold of the lock hash at `lock_key` (the `~label` field that
     /// [`Lock::with_label`](crate::Lock::with_label) stores), read together with the holder's
-    /// own field in one `HMGET`: `None` when the hold carries no label or is no longer
-    /// `holder`'s (ended or taken over since the caller read it). Like a name, a label is
-    /// advice: a key that cannot be read only leaves it out.
-    pub(super) async fn hold_label(&self, lock_key: &[u8], holder: &str) -> Option<String> {
+    /// own field in one `HMGET`: `None` without a holder (nothing is read), when the hold
+    /// carries no label or when it is no longer `holder`'s (ended or taken over since the caller
+    /// read it). Like a name, a label is advice: a key that cannot be read only leaves it out.
+    pub(super) async fn hold_label(&self, lock_key: &[u8], holder: Option<&str>) -> Option<String> {
         let read: Result<(Option<String>, Option<String>), _> = redis::cmd("HMGET")
             .arg(lock_key)
-            .arg(holder)
+            .arg(holder?)
             .arg("~label")
             .query_async(&mut self.conn.clone())
             .await;

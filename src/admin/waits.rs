@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::doctor::{bad, ok, Check, Status};
 use super::{display_bytes, format_duration, item, Admin};
-use crate::protocol::keys::{waiter_of, WAIT_MARKER};
+use crate::protocol::keys::{after_tag, waiter_of, WAIT_MARKER};
 use crate::Error;
 
 /// One acquisition waiting at the head of its client's queue, as [`Admin::waits`] reads it.
@@ -51,11 +51,7 @@ impl WaitInfo {
 
 /// A key for display: what follows the slot tag (`lock:account:42`).
 fn display_key(key: &[u8]) -> String {
-    let after = key
-        .iter()
-        .position(|b| *b == b'}')
-        .map_or(key, |end| &key[end + 1..]);
-    display_bytes(after)
+    display_bytes(after_tag(key).unwrap_or(key))
 }
 
 impl fmt::Display for WaitInfo {

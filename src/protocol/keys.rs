@@ -257,16 +257,21 @@ pub(crate) const WAIT_MARKER: &[u8] = b"wait:";
 /// The holder whose wait record `key` is ([`wait_key`] read backwards); `None` for any other
 /// key.
 pub(crate) fn waiter_of(key: &[u8]) -> Option<&[u8]> {
+    after_tag(key)?.strip_prefix(WAIT_MARKER)
+}
+
+/// What follows the slot tag of `key` (`lock:NAME`, `wait:HOLDER`): everything after its first
+/// '}', since no tag and no prefix holds one. `None` for a key without a tag.
+pub(crate) fn after_tag(key: &[u8]) -> Option<&[u8]> {
     let end = key.iter().position(|b| *b == b'}')?;
-    key[end + 1..].strip_prefix(WAIT_MARKER)
+    Some(&key[end + 1..])
 }
 
 /// The `MARKER` that `layout` (the key of a name under a prefix, `prefix{tag}MARKER NAME`,
 /// such as `|prefix, name| LockKeys::new(prefix, name).lock`) puts before every name.
 pub(crate) fn layout_marker(layout: impl Fn(&[u8], &[u8]) -> Vec<u8>) -> Vec<u8> {
     let key = layout(b"", b"");
-    let tag_end = key.iter().position(|b| *b == b'}').map_or(0, |end| end + 1);
-    key[tag_end..].to_vec()
+    after_tag(&key).unwrap_or(&key).to_vec()
 }
 
 /// The name whose key `layout` puts at `key` under `prefix`, if it does: laid out again, the
@@ -277,9 +282,8 @@ pub(crate) fn name_laid_out(
     key: &[u8],
     layout: impl Fn(&[u8], &[u8]) -> Vec<u8>,
 ) -> Option<Vec<u8>> {
-    let rest = key.strip_prefix(prefix)?.strip_prefix(b"{")?;
-    let tag_end = rest.iter().position(|b| *b == b'}')?;
-    let name = rest[tag_end + 1..].strip_prefix(&layout_marker(&layout)[..])?;
+    let tagged = key.strip_prefix(prefix)?.strip_prefix(b"{")?;
+    let name = after_tag(tagged)?.strip_prefix(&layout_marker(&layout)[..])?;
     (validate_name(name).is_ok() && layout(prefix, name) == key).then(|| name.to_vec())
 }
 
