@@ -20,8 +20,6 @@ pub struct Watch {
     conn: MultiplexedConnection,
     /// Resolves a new holder's client name.
     admin: Admin,
-    name: Vec<u8>,
-    key: Vec<u8>,
     pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
     /// Release messages not yet matched with a disappearance, in arrival order.
     releases: VecDeque<ReleaseKind>,
@@ -142,7 +140,7 @@ impl Watch {
 
     /// The watched lock's name.
     pub fn name(&self) -> &[u8] {
-        &self.name
+        &self.current.name
     }
 
     /// Waits for the next change.
@@ -212,7 +210,8 @@ impl Watch {
     }
 
     async fn poll(&mut self) -> Result<(), Error> {
-        let mut next = read_lock(&mut self.conn, self.name.clone(), self.key.clone()).await?;
+        let (name, key) = (self.current.name.clone(), self.current.key.clone());
+        let mut next = read_lock(&mut self.conn, name, key).await?;
         self.name_new_holders(&mut next).await?;
         // Replies and pushes share the connection in server order, so a release published
         // before this read is in the channel by now.
@@ -308,14 +307,12 @@ impl Admin {
             .await?;
         // Subscribed before the first read: a release after that read is then always seen.
         conn.subscribe(&keys.lock).await?;
-        let mut current = read_lock(&mut conn, name.to_vec(), keys.lock.clone()).await?;
+        let mut current = read_lock(&mut conn, name.to_vec(), keys.lock).await?;
         self.name_holders(std::slice::from_mut(&mut current))
             .await?;
         Ok(Watch {
             conn,
             admin: self.clone(),
-            name: name.to_vec(),
-            key: keys.lock,
             pushes,
             releases: VecDeque::new(),
             current,
