@@ -283,7 +283,7 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only (`SCAN`).
     pub async fn prefix_in_use(&self) -> Result<bool, Error> {
-        Ok(!self.scan(&self.pattern(b""), None, 1).await?.is_empty())
+        Ok(!self.scan(b"", None, 1).await?.is_empty())
     }
 
     /// One lock in detail, held or not.

@@ -232,8 +232,8 @@ impl Admin {
         start: &[u8],
         mut read: impl AsyncFnMut(Vec<u8>, Vec<u8>) -> Result<Option<R>, Error>,
     ) -> Result<Vec<R>, Error> {
-        let pattern = self.pattern(&[layout_marker(&layout), start.to_vec()].concat());
-        let keys = self.scan(&pattern, Some("hash"), usize::MAX).await?;
+        let start = [layout_marker(&layout), start.to_vec()].concat();
+        let keys = self.scan(&start, Some("hash"), usize::MAX).await?;
         let mut named: Vec<_> = keys
             .into_iter()
             .filter_map(|key| Some((name_laid_out(&self.prefix, &key, &layout)?, key)))
@@ -246,26 +246,19 @@ impl Admin {
         Ok(rows)
     }
 
-    /// The `SCAN MATCH` pattern of every key under the prefix whose slot tag is followed by
-    /// `start` (prefix and `start` matched literally).
-    pub(super) fn pattern(&self, start: &[u8]) -> Vec<u8> {
-        [
-            &glob_escape(&self.prefix)[..],
-            b"{*}",
-            &glob_escape(start),
-            b"*",
-        ]
-        .concat()
-    }
-
-    /// Keys matching `pattern` (deduplicated: SCAN may return a key twice), of `kind` if
-    /// given, stopping once `limit` are found.
+    /// The keys under the prefix whose slot tag is followed by `start` (`SCAN MATCH
+    /// prefix{*}start*`, prefix and `start` matched literally), of `kind` if given, in key
+    /// order and deduplicated (SCAN may return a key twice), stopping once `limit` are found.
     pub(super) async fn scan(
         &self,
-        pattern: &[u8],
+        start: &[u8],
         kind: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Vec<u8>>, Error> {
+        let mut pattern = glob_escape(&self.prefix);
+        pattern.extend_from_slice(b"{*}");
+        pattern.extend(glob_escape(start));
+        pattern.push(b'*');
         let mut conn = self.conn.clone();
         let mut found = BTreeSet::new();
         let mut cursor: u64 = 0;
@@ -273,7 +266,7 @@ impl Admin {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor)
                 .arg("MATCH")
-                .arg(pattern)
+                .arg(&pattern)
                 .arg("COUNT")
                 .arg(SCAN_PAGE);
             if let Some(kind) = kind {
@@ -536,6 +529,36 @@ mod tests {
             );
             assert_eq!(job(&LockKeys::new(b"p:", name).lock), None);
         }
+    }
+
+    #[test]
+    fn every_listing_scans_the_marker_its_layout_puts_after_the_tag() {
+        use crate::protocol::keys::{wait_key, waiter_of, WAIT_MARKER};
+        type Layout = fn(&[u8], &[u8]) -> Vec<u8>;
+        let layouts: [(Layout, &[u8]); 6] = [
+            (|p, n| LockKeys::new(p, n).lock, b"lock:"),
+            (|p, n| LockKeys::election(p, n).lock, b"leader:"),
+            (|p, n| LockKeys::job(p, n).job_record(), b"job-tick:"),
+            (
+                |p, n| LockKeys::idempotency(p, n).idem_record(),
+                b"idem-rec:",
+            ),
+            (|p, n| LockKeys::semaphore(p, n).lock, b"sem:"),
+            (|p, n| LockKeys::rwlock(p, n).lock, b"rw:"),
+        ];
+        for (layout, marker) in layouts {
+            assert_eq!(layout_marker(layout), marker);
+            assert_eq!(
+                name_laid_out(b"p:", &layout(b"p:", b"a:b"), layout).as_deref(),
+                Some(&b"a:b"[..])
+            );
+        }
+        let wait = wait_key(&LockKeys::new(b"p:", b"x").lock, "c:1").unwrap();
+        assert!(
+            wait.starts_with(b"p:{") && wait.windows(WAIT_MARKER.len()).any(|w| w == WAIT_MARKER)
+        );
+        assert_eq!(waiter_of(&wait), Some(&b"c:1"[..]));
+        assert_eq!(waiter_of(&LockKeys::new(b"p:", b"wait:x").lock), None);
     }
 
     #[test]

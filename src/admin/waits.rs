@@ -227,9 +227,7 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn waits(&self) -> Result<Vec<WaitInfo>, Error> {
-        let keys = self
-            .scan(&self.pattern(WAIT_MARKER), Some("hash"), usize::MAX)
-            .await?;
+        let keys = self.scan(WAIT_MARKER, Some("hash"), usize::MAX).await?;
         let mut waits = Vec::new();
         for key in keys {
             let Some(waiter) = waiter_of(&key).map(|w| String::from_utf8_lossy(w).into_owned())
