@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::{display_bytes, format_duration, item, Admin};
+use crate::protocol::keys::Listing;
 use crate::protocol::{self, LockKeys};
 use crate::{Error, Leader};
 
@@ -88,9 +89,8 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only (`SCAN`, then one read-only script per election).
     pub async fn elections(&self) -> Result<Vec<ElectionInfo>, Error> {
-        let layout = |prefix: &[u8], name: &[u8]| LockKeys::election(prefix, name).lock;
         let mut elections = self
-            .rows(layout, b"", async |name, key| {
+            .rows(Listing::ELECTIONS, b"", async |name, key| {
                 let election = LockKeys::election(&self.prefix, &name);
                 let read = protocol::leader(&mut self.conn.clone(), &election).await?;
                 // `None`: resigned or expired since the scan.

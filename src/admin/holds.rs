@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::{clock, format_duration, held_for, item, Admin};
-use crate::protocol::keys::{validate_name, LockKeys};
+use crate::protocol::keys::{validate_name, Listing, LockKeys};
 use crate::protocol::{self, OwnerReply};
 use crate::{Error, FencingToken, HoldExpiry};
 
@@ -157,6 +157,14 @@ impl HoldKind {
             HoldKind::RwLock => LockKeys::rwlock(prefix, name),
         }
     }
+
+    /// How the hashes of this kind are found.
+    fn listing(self) -> Listing {
+        match self {
+            HoldKind::Semaphore => Listing::SEMAPHORES,
+            HoldKind::RwLock => Listing::RWLOCKS,
+        }
+    }
 }
 
 /// The read of a hold hash, as a semaphore's, and the live waiting writers of a read-write
@@ -304,9 +312,10 @@ impl Admin {
 
     /// Every semaphore or every read-write lock in use under the prefix, sorted by name.
     async fn all_holds(&self, kind: HoldKind) -> Result<Vec<HoldsRead>, Error> {
-        let layout = move |prefix: &[u8], name: &[u8]| kind.keys(prefix, name).lock;
-        self.rows(layout, b"", async |name, _| self.holds(kind, &name).await)
-            .await
+        self.rows(kind.listing(), b"", async |name, _| {
+            self.holds(kind, &name).await
+        })
+        .await
     }
 
     /// One atomic read of a hold hash, its lease zset, the server clock and (for a read-write

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 
 use super::{clock, display_bytes, format_duration, held_for, item, pttl_left, Admin};
-use crate::protocol::keys::{validate_name, LockKeys};
+use crate::protocol::keys::{validate_name, Listing, LockKeys};
 use crate::{Error, FencingToken};
 
 /// One held lock, as read from its hash in one atomic step.
@@ -263,9 +263,8 @@ impl Admin {
     /// Cancel safe: reads only (`SCAN`, then one `MULTI HGETALL PTTL TIME EXEC` per lock); a
     /// dropped call changes nothing.
     pub async fn locks(&self) -> Result<Vec<LockInfo>, Error> {
-        let layout = |prefix: &[u8], name: &[u8]| LockKeys::new(prefix, name).lock;
         let mut locks = self
-            .rows(layout, b"", async |name, key| {
+            .rows(Listing::LOCKS, b"", async |name, key| {
                 let lock = read_lock(&mut self.conn.clone(), name, key).await?;
                 Ok((lock.is_held() || lock.reserved_for.is_some()).then_some(lock))
             })

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{format_duration, item, run_state, Admin};
+use crate::protocol::keys::Listing;
 use crate::protocol::{self, LockKeys};
 use crate::{Error, TickRecord};
 
@@ -106,9 +107,8 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only (`SCAN`, then one read-only script per job).
     pub async fn jobs(&self) -> Result<Vec<JobInfo>, Error> {
-        let layout = |prefix: &[u8], name: &[u8]| LockKeys::job(prefix, name).job_record();
         let mut jobs = self
-            .rows(layout, b"", async |name, key| {
+            .rows(Listing::JOB_TICKS, b"", async |name, key| {
                 let job = LockKeys::job(&self.prefix, &name);
                 let read = protocol::job_read(&mut self.conn.clone(), &job).await?;
                 let Some(record) = read.record else {

@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use super::{display_bytes, format_duration, item, run_state, Admin};
+use crate::protocol::keys::Listing;
 use crate::protocol::{self, KeyReadMode, LockKeys};
 use crate::{Error, RunRecord};
 
@@ -125,10 +126,9 @@ impl Admin {
     /// key).
     pub async fn idempotency_keys(&self, namespace: Option<&[u8]>) -> Result<Vec<KeyInfo>, Error> {
         let start = namespace.map_or_else(Vec::new, |namespace| [namespace, b":"].concat());
-        let layout = |prefix: &[u8], name: &[u8]| LockKeys::idempotency(prefix, name).idem_record();
         let now = self.server_time().await?;
         let mut found = self
-            .rows(layout, &start, async |name, _| {
+            .rows(Listing::IDEMPOTENCY_RECORDS, &start, async |name, _| {
                 let Some(split) = name.iter().position(|b| *b == b':') else {
                     return Ok(None);
                 };

@@ -99,7 +99,7 @@ pub use waits::{PossibleDeadlock, WaitInfo};
 pub use watch::{LockEvent, Watch};
 
 use crate::base::config::DEFAULT_PREFIX;
-use crate::protocol::keys::{layout_marker, name_laid_out, validate_prefix};
+use crate::protocol::keys::{validate_prefix, Listing};
 use crate::{Error, FencingToken};
 
 /// How long connecting may take before the server counts as unreachable.
@@ -221,22 +221,22 @@ impl Admin {
         Ok(clock(time))
     }
 
-    /// One row for each hash under the prefix that `layout` lays out for a name starting with
-    /// `start`, in name order: `read` reads it from its name and key, `None` when it is gone
-    /// (or idle) since the scan. The keys are found with `SCAN MATCH prefix{*}MARKER start*
-    /// TYPE hash` (never `KEYS`, so the server is not blocked), and a key is only taken when
-    /// its name, laid out again, gives it back.
+    /// One row for each hash of `listing` under the prefix whose name starts with `start`, in
+    /// name order: `read` reads it from its name and key, `None` when it is gone (or idle)
+    /// since the scan. The keys are found with `SCAN MATCH prefix{*}MARKER start* TYPE hash`
+    /// (never `KEYS`, so the server is not blocked), and a key is only taken when its name,
+    /// laid out again, gives it back.
     pub(super) async fn rows<R>(
         &self,
-        layout: impl Fn(&[u8], &[u8]) -> Vec<u8>,
+        listing: Listing,
         start: &[u8],
         mut read: impl AsyncFnMut(Vec<u8>, Vec<u8>) -> Result<Option<R>, Error>,
     ) -> Result<Vec<R>, Error> {
-        let start = [layout_marker(&layout), start.to_vec()].concat();
+        let start = [listing.marker, start].concat();
         let keys = self.scan(&start, Some("hash"), usize::MAX).await?;
         let mut named: Vec<_> = keys
             .into_iter()
-            .filter_map(|key| Some((name_laid_out(&self.prefix, &key, &layout)?, key)))
+            .filter_map(|key| Some((listing.name_of(&self.prefix, &key)?, key)))
             .collect();
         named.sort();
         let mut rows = Vec::new();
@@ -481,7 +481,7 @@ mod tests {
 
     /// The name of the lock whose hash is `key` under `prefix`, as [`Admin::locks`] finds it.
     fn name_from_key(prefix: &[u8], key: &[u8]) -> Option<Vec<u8>> {
-        name_laid_out(prefix, key, |prefix, name| LockKeys::new(prefix, name).lock)
+        Listing::LOCKS.name_of(prefix, key)
     }
 
     #[test]
@@ -500,8 +500,7 @@ mod tests {
 
     #[test]
     fn election_names_come_back_from_their_keys_and_never_from_a_locks() {
-        let layout = |prefix: &[u8], name: &[u8]| LockKeys::election(prefix, name).lock;
-        let election = |key: &[u8]| name_laid_out(b"p:", key, layout);
+        let election = |key: &[u8]| Listing::ELECTIONS.name_of(b"p:", key);
         for name in [&b"scheduler"[..], b"a}leader:b", b"\xff"] {
             let key = LockKeys::election(b"p:", name).lock;
             assert_eq!(election(&key).as_deref(), Some(name));
@@ -516,8 +515,7 @@ mod tests {
 
     #[test]
     fn job_names_come_back_from_their_records_and_never_from_a_locks_key() {
-        let layout = |prefix: &[u8], name: &[u8]| LockKeys::job(prefix, name).job_record();
-        let job = |key: &[u8]| name_laid_out(b"p:", key, layout);
+        let job = |key: &[u8]| Listing::JOB_TICKS.name_of(b"p:", key);
         for name in [&b"report"[..], b"a}job-tick:b", b"\xff"] {
             let keys = LockKeys::job(b"p:", name);
             assert_eq!(job(&keys.job_record()).as_deref(), Some(name));
@@ -533,25 +531,28 @@ mod tests {
 
     #[test]
     fn every_listing_scans_the_marker_its_layout_puts_after_the_tag() {
-        use crate::protocol::keys::{wait_key, waiter_of, WAIT_MARKER};
-        type Layout = fn(&[u8], &[u8]) -> Vec<u8>;
-        let layouts: [(Layout, &[u8]); 6] = [
-            (|p, n| LockKeys::new(p, n).lock, b"lock:"),
-            (|p, n| LockKeys::election(p, n).lock, b"leader:"),
-            (|p, n| LockKeys::job(p, n).job_record(), b"job-tick:"),
+        use crate::protocol::keys::{after_tag, wait_key, waiter_of, WAIT_MARKER};
+        let listings = [
+            (Listing::LOCKS, LockKeys::new(b"p:", b"a:b").lock),
+            (Listing::ELECTIONS, LockKeys::election(b"p:", b"a:b").lock),
             (
-                |p, n| LockKeys::idempotency(p, n).idem_record(),
-                b"idem-rec:",
+                Listing::JOB_TICKS,
+                LockKeys::job(b"p:", b"a:b").job_record(),
             ),
-            (|p, n| LockKeys::semaphore(p, n).lock, b"sem:"),
-            (|p, n| LockKeys::rwlock(p, n).lock, b"rw:"),
+            (
+                Listing::IDEMPOTENCY_RECORDS,
+                LockKeys::idempotency(b"p:", b"a:b").idem_record(),
+            ),
+            (Listing::SEMAPHORES, LockKeys::semaphore(b"p:", b"a:b").lock),
+            (Listing::RWLOCKS, LockKeys::rwlock(b"p:", b"a:b").lock),
         ];
-        for (layout, marker) in layouts {
-            assert_eq!(layout_marker(layout), marker);
-            assert_eq!(
-                name_laid_out(b"p:", &layout(b"p:", b"a:b"), layout).as_deref(),
-                Some(&b"a:b"[..])
-            );
+        for (listing, key) in listings {
+            // The marker a listing scans for is the one its layout writes after the tag.
+            assert!(key.starts_with(b"p:"));
+            let after = after_tag(&key).unwrap();
+            assert_eq!(after, [listing.marker, b"a:b"].concat());
+            assert_eq!(listing.key(b"p:", b"a:b"), key);
+            assert_eq!(listing.name_of(b"p:", &key).as_deref(), Some(&b"a:b"[..]));
         }
         let wait = wait_key(&LockKeys::new(b"p:", b"x").lock, "c:1").unwrap();
         assert!(

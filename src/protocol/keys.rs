@@ -267,24 +267,62 @@ pub(crate) fn after_tag(key: &[u8]) -> Option<&[u8]> {
     Some(&key[end + 1..])
 }
 
-/// The `MARKER` that `layout` (the key of a name under a prefix, `prefix{tag}MARKER NAME`,
-/// such as `|prefix, name| LockKeys::new(prefix, name).lock`) puts before every name.
-pub(crate) fn layout_marker(layout: impl Fn(&[u8], &[u8]) -> Vec<u8>) -> Vec<u8> {
-    let key = layout(b"", b"");
-    after_tag(&key).unwrap_or(&key).to_vec()
+/// One kind of key an operator lists: `prefix{tag}MARKER NAME`, the tag that of the name's
+/// slot. The marker is spelled out, so a listing finds its keys without laying out a name (the
+/// slot tags are computed on first use); the admin tests check it against the layout.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Listing {
+    /// What follows the slot tag, before the name.
+    pub(crate) marker: &'static [u8],
+    /// The key of a name under a prefix.
+    layout: fn(&[u8], &[u8]) -> Vec<u8>,
 }
 
-/// The name whose key `layout` puts at `key` under `prefix`, if it does: laid out again, the
-/// name must give `key` back (its tag included), so a foreign key that merely looks alike is
-/// not taken for one.
-pub(crate) fn name_laid_out(
-    prefix: &[u8],
-    key: &[u8],
-    layout: impl Fn(&[u8], &[u8]) -> Vec<u8>,
-) -> Option<Vec<u8>> {
-    let tagged = key.strip_prefix(prefix)?.strip_prefix(b"{")?;
-    let name = after_tag(tagged)?.strip_prefix(&layout_marker(&layout)[..])?;
-    (validate_name(name).is_ok() && layout(prefix, name) == key).then(|| name.to_vec())
+impl Listing {
+    /// Lock hashes: [`LockKeys::new`].
+    pub(crate) const LOCKS: Listing = Listing {
+        marker: b"lock:",
+        layout: |prefix, name| LockKeys::new(prefix, name).lock,
+    };
+    /// Election hashes: [`LockKeys::election`].
+    pub(crate) const ELECTIONS: Listing = Listing {
+        marker: b"leader:",
+        layout: |prefix, name| LockKeys::election(prefix, name).lock,
+    };
+    /// Job tick records: [`LockKeys::job_record`].
+    pub(crate) const JOB_TICKS: Listing = Listing {
+        marker: b"job-tick:",
+        layout: |prefix, name| LockKeys::job(prefix, name).job_record(),
+    };
+    /// Idempotency records: [`LockKeys::idem_record`].
+    pub(crate) const IDEMPOTENCY_RECORDS: Listing = Listing {
+        marker: b"idem-rec:",
+        layout: |prefix, name| LockKeys::idempotency(prefix, name).idem_record(),
+    };
+    /// Semaphore hashes: [`LockKeys::semaphore`].
+    pub(crate) const SEMAPHORES: Listing = Listing {
+        marker: b"sem:",
+        layout: |prefix, name| LockKeys::semaphore(prefix, name).lock,
+    };
+    /// Read-write lock hashes: [`LockKeys::rwlock`].
+    pub(crate) const RWLOCKS: Listing = Listing {
+        marker: b"rw:",
+        layout: |prefix, name| LockKeys::rwlock(prefix, name).lock,
+    };
+
+    /// The key of `name` under `prefix`.
+    pub(crate) fn key(self, prefix: &[u8], name: &[u8]) -> Vec<u8> {
+        (self.layout)(prefix, name)
+    }
+
+    /// The name whose key is `key` under `prefix`, if `key` is one of these: laid out again,
+    /// the name must give `key` back (its tag included), so a foreign key that merely looks
+    /// alike is not taken for one.
+    pub(crate) fn name_of(self, prefix: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+        let tagged = key.strip_prefix(prefix)?.strip_prefix(b"{")?;
+        let name = after_tag(tagged)?.strip_prefix(self.marker)?;
+        (validate_name(name).is_ok() && self.key(prefix, name) == key).then(|| name.to_vec())
+    }
 }
 
 /// The cluster slot every key of `name` lands in (the tag of that slot is in its keys).
