@@ -280,35 +280,27 @@ pub(crate) struct Listing {
 
 impl Listing {
     /// Lock hashes: [`LockKeys::new`].
-    pub(crate) const LOCKS: Listing = Listing {
-        marker: b"lock:",
-        layout: |prefix, name| LockKeys::new(prefix, name).lock,
-    };
+    pub(crate) const LOCKS: Listing = Listing::of(b"lock:", |p, n| LockKeys::new(p, n).lock);
     /// Election hashes: [`LockKeys::election`].
-    pub(crate) const ELECTIONS: Listing = Listing {
-        marker: b"leader:",
-        layout: |prefix, name| LockKeys::election(prefix, name).lock,
-    };
+    pub(crate) const ELECTIONS: Listing =
+        Listing::of(b"leader:", |p, n| LockKeys::election(p, n).lock);
     /// Job tick records: [`LockKeys::job_record`].
-    pub(crate) const JOB_TICKS: Listing = Listing {
-        marker: b"job-tick:",
-        layout: |prefix, name| LockKeys::job(prefix, name).job_record(),
-    };
+    pub(crate) const JOB_TICKS: Listing =
+        Listing::of(b"job-tick:", |p, n| LockKeys::job(p, n).job_record());
     /// Idempotency records: [`LockKeys::idem_record`].
-    pub(crate) const IDEMPOTENCY_RECORDS: Listing = Listing {
-        marker: b"idem-rec:",
-        layout: |prefix, name| LockKeys::idempotency(prefix, name).idem_record(),
-    };
+    pub(crate) const IDEMPOTENCY_RECORDS: Listing = Listing::of(b"idem-rec:", |p, n| {
+        LockKeys::idempotency(p, n).idem_record()
+    });
     /// Semaphore hashes: [`LockKeys::semaphore`].
-    pub(crate) const SEMAPHORES: Listing = Listing {
-        marker: b"sem:",
-        layout: |prefix, name| LockKeys::semaphore(prefix, name).lock,
-    };
+    pub(crate) const SEMAPHORES: Listing =
+        Listing::of(b"sem:", |p, n| LockKeys::semaphore(p, n).lock);
     /// Read-write lock hashes: [`LockKeys::rwlock`].
-    pub(crate) const RWLOCKS: Listing = Listing {
-        marker: b"rw:",
-        layout: |prefix, name| LockKeys::rwlock(prefix, name).lock,
-    };
+    pub(crate) const RWLOCKS: Listing = Listing::of(b"rw:", |p, n| LockKeys::rwlock(p, n).lock);
+
+    /// The listing of the keys `layout` lays out, `marker` after their tag.
+    const fn of(marker: &'static [u8], layout: fn(&[u8], &[u8]) -> Vec<u8>) -> Listing {
+        Listing { marker, layout }
+    }
 
     /// The key of `name` under `prefix`.
     pub(crate) fn key(self, prefix: &[u8], name: &[u8]) -> Vec<u8> {
