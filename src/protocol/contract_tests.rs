@@ -9,7 +9,8 @@ use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-use super::LockKeys;
+use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
+use super::{release, LockKeys, OwnerReply, PubSub};
 
 pub(super) const LEASE: Duration = Duration::from_secs(30);
 pub(super) const OP_TTL: Duration = Duration::from_secs(10);
@@ -57,6 +58,52 @@ pub(super) async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
         .await
         .unwrap();
     (server, conn, LockKeys::new(b"t:", b"res"))
+}
+
+/// A read-write lock's acquisition by `holder` (`rw_acquire.lua`) with the deadlines kept as
+/// the scope says ([`hold_field_expiry`]), unlabelled and not recorded; `wait`: the writer
+/// queues its mark.
+pub(super) async fn rw_take(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    mode: RwMode,
+    lease: Duration,
+    wait: bool,
+) -> RwAcquireReply {
+    let expiry = hold_field_expiry();
+    rw_acquire(
+        conn,
+        keys,
+        holder,
+        mode,
+        lease,
+        wait,
+        OP_TTL,
+        PubSub::Classic,
+        expiry,
+        None,
+        false,
+    )
+    .await
+    .unwrap()
+}
+
+/// Releases `holder`'s last entry as operation `op`; panics unless that ends its hold.
+pub(super) async fn leave(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    op: &str,
+) {
+    let reply = release(conn, keys, holder, op, OP_TTL, PubSub::Classic)
+        .await
+        .unwrap();
+    assert_eq!(
+        reply,
+        OwnerReply::Done { remaining: 0 },
+        "{holder}'s release"
+    );
 }
 
 /// A contract check of a script family: `Ok` when the scripts keep the contract on a fresh

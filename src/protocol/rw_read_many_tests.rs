@@ -10,9 +10,10 @@ use redis::AsyncCommands;
 
 use super::batch::{read_outcome, Grouped, ReadOperation};
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, LEASE, OP_TTL,
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_take, LEASE,
+    OP_TTL,
 };
-use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
+use super::rwlock::{RwAcquireReply, RwMode};
 use super::*;
 
 fn rw_keys() -> LockKeys {
@@ -64,35 +65,11 @@ async fn write(
     holder: &str,
     wait: bool,
 ) -> RwAcquireReply {
-    rw_acquire(
-        conn,
-        keys,
-        holder,
-        RwMode::Write,
-        LEASE,
-        wait,
-        OP_TTL,
-        PubSub::Classic,
-        hold_field_expiry(),
-        None,
-        false,
-    )
-    .await
-    .unwrap()
+    rw_take(conn, keys, holder, RwMode::Write, LEASE, wait).await
 }
 
 async fn leave(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
-    let reply = release(
-        conn,
-        keys,
-        holder,
-        &format!("{holder}:out"),
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await
-    .unwrap();
-    assert_eq!(reply, OwnerReply::Done { remaining: 0 }, "{holder} left");
+    super::contract_tests::leave(conn, keys, holder, &format!("{holder}:out")).await;
 }
 
 fn tokens(what: &str, replies: &[RwAcquireReply]) -> Result<Vec<u64>, String> {

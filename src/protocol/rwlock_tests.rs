@@ -10,7 +10,8 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, LEASE, OP_TTL,
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_take, LEASE,
+    OP_TTL,
 };
 use super::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use super::*;
@@ -22,34 +23,8 @@ fn rw_keys() -> LockKeys {
     LockKeys::rwlock(b"t:", b"catalogue")
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn take(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    holder: &str,
-    mode: RwMode,
-    lease: Duration,
-    wait: bool,
-) -> RwAcquireReply {
-    rw_acquire(
-        conn,
-        keys,
-        holder,
-        mode,
-        lease,
-        wait,
-        OP_TTL,
-        PubSub::Classic,
-        hold_field_expiry(),
-        None,
-        false,
-    )
-    .await
-    .unwrap()
-}
-
 async fn read(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> RwAcquireReply {
-    take(conn, keys, holder, RwMode::Read, LEASE, false).await
+    rw_take(conn, keys, holder, RwMode::Read, LEASE, false).await
 }
 
 async fn write(
@@ -58,7 +33,7 @@ async fn write(
     holder: &str,
     wait: bool,
 ) -> RwAcquireReply {
-    take(conn, keys, holder, RwMode::Write, LEASE, wait).await
+    rw_take(conn, keys, holder, RwMode::Write, LEASE, wait).await
 }
 
 fn token_of(what: &str, reply: RwAcquireReply) -> Result<FencingToken, String> {
@@ -76,21 +51,7 @@ fn busy(what: &str, reply: RwAcquireReply) -> Result<(), String> {
 }
 
 async fn leave(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
-    let reply = release(
-        conn,
-        keys,
-        holder,
-        &format!("{holder}-r"),
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        reply,
-        OwnerReply::Done { remaining: 0 },
-        "{holder}'s release"
-    );
+    super::contract_tests::leave(conn, keys, holder, &format!("{holder}-r")).await;
 }
 
 /// Readers hold together; a writer is refused while any reader holds, and holds alone.
@@ -188,11 +149,11 @@ async fn crashed_holds_and_marks_end_by_themselves(
 ) -> Result<(), String> {
     token_of(
         "a reader",
-        take(conn, keys, "crashed", RwMode::Read, SHORT, false).await,
+        rw_take(conn, keys, "crashed", RwMode::Read, SHORT, false).await,
     )?;
     busy(
         "a writer that then dies",
-        take(conn, keys, "dead", RwMode::Write, SHORT, true).await,
+        rw_take(conn, keys, "dead", RwMode::Write, SHORT, true).await,
     )?;
     busy("a reader behind the mark", read(conn, keys, "r").await)?;
     tokio::time::sleep(SHORT * 3).await;
@@ -343,7 +304,7 @@ async fn a_hold_entered_again_is_left_entry_by_entry() {
 
         token_of(
             "a short read",
-            take(&mut conn, &keys, "short", RwMode::Read, SHORT, false).await,
+            rw_take(&mut conn, &keys, "short", RwMode::Read, SHORT, false).await,
         )
         .unwrap();
         tokio::time::sleep(SHORT * 2).await;
@@ -447,7 +408,7 @@ async fn a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_no
         .unwrap();
         busy(
             "a waiting writer with a short lease",
-            take(&mut conn, &keys, "w", RwMode::Write, SHORT, true).await,
+            rw_take(&mut conn, &keys, "w", RwMode::Write, SHORT, true).await,
         )
         .unwrap();
         tokio::time::sleep(SHORT * 3).await;
@@ -500,7 +461,7 @@ async fn a_renewal_keeps_a_reentered_holds_entries() {
         let ps = PubSub::Classic;
         token_of(
             "a short write",
-            take(&mut conn, &keys, "w", RwMode::Write, SHORT, false).await,
+            rw_take(&mut conn, &keys, "w", RwMode::Write, SHORT, false).await,
         )
         .unwrap();
         reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
@@ -535,7 +496,7 @@ async fn an_expired_hold_leaves_nothing_of_its_own() {
         let keys = rw_keys();
         token_of(
             "a short read",
-            take(&mut conn, &keys, "short", RwMode::Read, SHORT, false).await,
+            rw_take(&mut conn, &keys, "short", RwMode::Read, SHORT, false).await,
         )
         .unwrap();
         reenter(&mut conn, &keys, "short", "e1", OP_TTL)
@@ -564,7 +525,7 @@ async fn an_expired_hold_leaves_nothing_of_its_own() {
         // a re-sent downgrade after the first lease is told it holds nothing.
         token_of(
             "a short write",
-            take(&mut conn, &keys, "w", RwMode::Write, SHORT, false).await,
+            rw_take(&mut conn, &keys, "w", RwMode::Write, SHORT, false).await,
         )
         .unwrap();
         rw_downgrade(&mut conn, &keys, "w", PubSub::Classic)
@@ -593,12 +554,12 @@ async fn a_dead_writers_mark_ends_while_another_writers_lives() {
             let keys = rw_keys();
             token_of(
                 "a short read",
-                take(&mut conn, &keys, "inside", RwMode::Read, SHORT, false).await,
+                rw_take(&mut conn, &keys, "inside", RwMode::Read, SHORT, false).await,
             )
             .unwrap();
             busy(
                 "a writer that then dies",
-                take(&mut conn, &keys, "dead", RwMode::Write, SHORT, true).await,
+                rw_take(&mut conn, &keys, "dead", RwMode::Write, SHORT, true).await,
             )
             .unwrap();
             busy(
@@ -657,7 +618,7 @@ async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends() {
         if !hold_field_expiry() {
             token_of(
                 "a reader that crashes",
-                take(&mut conn, &keys, "crashed", RwMode::Read, SHORT, false).await,
+                rw_take(&mut conn, &keys, "crashed", RwMode::Read, SHORT, false).await,
             )
             .unwrap();
             tokio::time::sleep(SHORT * 2).await;

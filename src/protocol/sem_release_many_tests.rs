@@ -12,9 +12,10 @@ use redis::AsyncCommands;
 
 use super::batch::{hold_release_outcome, Grouped, HoldRelease};
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, LEASE, OP_TTL,
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_take, LEASE,
+    OP_TTL,
 };
-use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
+use super::rwlock::{RwAcquireReply, RwMode};
 use super::*;
 
 fn rw_keys() -> LockKeys {
@@ -28,21 +29,7 @@ async fn take(
     mode: RwMode,
     wait: bool,
 ) -> RwAcquireReply {
-    rw_acquire(
-        conn,
-        keys,
-        holder,
-        mode,
-        LEASE,
-        wait,
-        OP_TTL,
-        PubSub::Classic,
-        hold_field_expiry(),
-        None,
-        false,
-    )
-    .await
-    .unwrap()
+    rw_take(conn, keys, holder, mode, LEASE, wait).await
 }
 
 async fn read(
