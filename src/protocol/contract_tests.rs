@@ -10,7 +10,8 @@ use redis::AsyncCommands;
 use fencelock_testing::RedisServer;
 
 use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
-use super::{release, LockKeys, OwnerReply, PubSub};
+use super::{cancel, release, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub};
+use crate::base::error::Error;
 
 pub(super) const LEASE: Duration = Duration::from_secs(30);
 pub(super) const OP_TTL: Duration = Duration::from_secs(10);
@@ -104,6 +105,45 @@ pub(super) async fn leave(
         OwnerReply::Done { remaining: 0 },
         "{holder}'s release"
     );
+}
+
+/// Undoes (or forestalls) `holder`'s acquisition `op` (`cancel.lua`, or `sem_cancel.lua` for
+/// a hold's keys).
+pub(super) async fn cancel_acquire(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    op: &str,
+) -> Result<CancelReply, Error> {
+    cancel(
+        conn,
+        keys,
+        holder,
+        op,
+        CancelKind::Acquire,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
+}
+
+/// Undoes (or forestalls) `holder`'s re-entry `op`.
+pub(super) async fn cancel_reentry(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    op: &str,
+) -> Result<CancelReply, Error> {
+    cancel(
+        conn,
+        keys,
+        holder,
+        op,
+        CancelKind::Reenter,
+        OP_TTL,
+        PubSub::Classic,
+    )
+    .await
 }
 
 /// A contract check of a script family: `Ok` when the scripts keep the contract on a fresh

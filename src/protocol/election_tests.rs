@@ -7,6 +7,7 @@ use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
+use super::contract_tests::cancel_reentry;
 use super::contract_tests::{contract_checks, LEASE, OP_TTL};
 use super::*;
 
@@ -185,16 +186,7 @@ async fn the_lock_scripts_treat_a_leaders_hash_as_a_plain_lock() {
             .unwrap(),
         vec![true, false]
     );
-    let undone = cancel(
-        &mut conn,
-        &keys,
-        "h",
-        "e",
-        CancelKind::Reenter,
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await;
+    let undone = cancel_reentry(&mut conn, &keys, "h", "e").await;
     assert_eq!(undone.unwrap(), CancelReply::Undone { remaining: 1 });
     // A forced release names the holder, not the metadata field, however the hash orders
     // its fields.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
+use super::contract_tests::{cancel_acquire, cancel_reentry};
 use super::*;
 use crate::base::error::Superseded;
 
@@ -207,17 +208,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
 
     // An acquisition that ran: the lock is freed.
     acquire(&mut conn, &keys, "a", LEASE, OP_TTL).await.unwrap();
-    let undone = cancel(
-        &mut conn,
-        &keys,
-        "a",
-        "a",
-        CancelKind::Acquire,
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await
-    .unwrap();
+    let undone = cancel_acquire(&mut conn, &keys, "a", "a").await.unwrap();
     assert_eq!(undone, CancelReply::Undone { remaining: 0 });
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists);
@@ -231,17 +222,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
 
     // An acquisition cancelled before it ran never runs.
     assert_eq!(
-        cancel(
-            &mut conn,
-            &keys,
-            "b",
-            "b",
-            CancelKind::Acquire,
-            OP_TTL,
-            PubSub::Classic
-        )
-        .await
-        .unwrap(),
+        cancel_acquire(&mut conn, &keys, "b", "b").await.unwrap(),
         CancelReply::NotRun
     );
     assert_eq!(
@@ -258,27 +239,9 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
         .await
         .unwrap();
     assert_eq!(count(&mut conn, &keys, "c").await, Some(3));
-    let undone = cancel(
-        &mut conn,
-        &keys,
-        "c",
-        "enter-1",
-        CancelKind::Reenter,
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await;
+    let undone = cancel_reentry(&mut conn, &keys, "c", "enter-1").await;
     assert_eq!(undone.unwrap(), CancelReply::Undone { remaining: 2 });
-    let again = cancel(
-        &mut conn,
-        &keys,
-        "c",
-        "enter-1",
-        CancelKind::Reenter,
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await;
+    let again = cancel_reentry(&mut conn, &keys, "c", "enter-1").await;
     assert_eq!(again.unwrap(), CancelReply::NotRun);
     assert_eq!(count(&mut conn, &keys, "c").await, Some(2));
     assert_eq!(
@@ -289,16 +252,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
     );
 
     // A re-entry cancelled before it ran leaves the count alone and never runs.
-    let not_run = cancel(
-        &mut conn,
-        &keys,
-        "c",
-        "enter-3",
-        CancelKind::Reenter,
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await;
+    let not_run = cancel_reentry(&mut conn, &keys, "c", "enter-3").await;
     assert_eq!(not_run.unwrap(), CancelReply::NotRun);
     assert_eq!(
         reenter(&mut conn, &keys, "c", "enter-3", OP_TTL)

@@ -1,25 +1,16 @@
 //! Contracts of `acquire_all.lua` and `release_all.lua`, call by call, against a real
 //! redis-server: all or nothing, replays, cancels of single members, shared fence counters.
 
-use std::time::Duration;
-
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
+use super::contract_tests::{cancel_acquire, LEASE, OP_TTL};
 use super::*;
 
-const LEASE: Duration = Duration::from_secs(30);
-const OP_TTL: Duration = Duration::from_secs(10);
-
 async fn setup(names: &[&[u8]]) -> (RedisServer, MultiplexedConnection, Vec<LockKeys>) {
-    let server = RedisServer::start().unwrap();
-    let conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let (server, conn, _) = super::contract_tests::setup().await;
     let keys = names.iter().map(|n| LockKeys::new(b"t:", n)).collect();
     (server, conn, keys)
 }
@@ -117,17 +108,9 @@ async fn cancelling_one_member_before_the_script_runs_makes_it_a_no_op() {
     let (_server, mut conn, keys) = setup(&[b"a", b"b"]).await;
     let set = members(&keys, &["h1", "h2"]);
     // The cancel of member 2 arrives first (its drop guard ran before the script).
-    let undone = cancel(
-        &mut conn,
-        &keys[1],
-        "h2",
-        "h2",
-        CancelKind::Acquire,
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await
-    .unwrap();
+    let undone = cancel_acquire(&mut conn, &keys[1], "h2", "h2")
+        .await
+        .unwrap();
     assert_eq!(undone, CancelReply::NotRun);
     assert_eq!(
         acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
@@ -151,17 +134,9 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
         AcquireAllReply::Acquired { .. }
     ));
     assert!(matches!(
-        cancel(
-            &mut conn,
-            &keys[0],
-            "h1",
-            "h1",
-            CancelKind::Acquire,
-            OP_TTL,
-            PubSub::Classic
-        )
-        .await
-        .unwrap(),
+        cancel_acquire(&mut conn, &keys[0], "h1", "h1")
+            .await
+            .unwrap(),
         CancelReply::Undone { remaining: 0 }
     ));
     // Half undone: a re-sent copy of the script must not take the set again.
@@ -172,17 +147,9 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
         AcquireAllReply::Cancelled
     );
     assert!(matches!(
-        cancel(
-            &mut conn,
-            &keys[1],
-            "h2",
-            "h2",
-            CancelKind::Acquire,
-            OP_TTL,
-            PubSub::Classic
-        )
-        .await
-        .unwrap(),
+        cancel_acquire(&mut conn, &keys[1], "h2", "h2")
+            .await
+            .unwrap(),
         CancelReply::Undone { remaining: 0 }
     ));
     for k in &keys {

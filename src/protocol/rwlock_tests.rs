@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
+use super::contract_tests::cancel_acquire;
 use super::contract_tests::{
     assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_take, LEASE,
     OP_TTL,
@@ -90,17 +91,7 @@ async fn a_waiting_writer_stops_new_readers(
         "a new reader behind the waiting writer",
         read(conn, keys, "late").await,
     )?;
-    let undone = cancel(
-        conn,
-        keys,
-        "w",
-        "w",
-        CancelKind::Acquire,
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await
-    .unwrap();
+    let undone = cancel_acquire(conn, keys, "w", "w").await.unwrap();
     if undone != CancelReply::NotRun {
         return Err(format!("the waiting writer's cancel answered {undone:?}"));
     }
@@ -597,17 +588,7 @@ async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends() {
         token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
         busy("the writer", write(&mut conn, &keys, "w", true).await).unwrap();
         let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
-        let undone = cancel(
-            &mut conn,
-            &keys,
-            "w",
-            "w",
-            CancelKind::Acquire,
-            OP_TTL,
-            PubSub::Classic,
-        )
-        .await
-        .unwrap();
+        let undone = cancel_acquire(&mut conn, &keys, "w", "w").await.unwrap();
         assert_eq!(undone, CancelReply::NotRun);
         assert_eq!(
             next_message(&mut sub).await,
