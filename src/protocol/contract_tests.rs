@@ -107,43 +107,26 @@ pub(super) async fn leave(
     );
 }
 
-/// Undoes (or forestalls) `holder`'s acquisition `op` (`cancel.lua`, or `sem_cancel.lua` for
-/// a hold's keys).
-pub(super) async fn cancel_acquire(
+/// Undoes (or forestalls) `holder`'s operation `op` of `kind` (`cancel.lua`, or
+/// `sem_cancel.lua` for a hold's keys).
+pub(super) async fn undo(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
     holder: &str,
     op: &str,
+    kind: CancelKind,
 ) -> Result<CancelReply, Error> {
-    cancel(
-        conn,
-        keys,
-        holder,
-        op,
-        CancelKind::Acquire,
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await
+    cancel(conn, keys, holder, op, kind, OP_TTL, PubSub::Classic).await
 }
 
-/// Undoes (or forestalls) `holder`'s re-entry `op`.
-pub(super) async fn cancel_reentry(
+/// A writer's acquisition by `holder` with the default lease; `wait`: it queues its mark.
+pub(super) async fn rw_write(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
     holder: &str,
-    op: &str,
-) -> Result<CancelReply, Error> {
-    cancel(
-        conn,
-        keys,
-        holder,
-        op,
-        CancelKind::Reenter,
-        OP_TTL,
-        PubSub::Classic,
-    )
-    .await
+    wait: bool,
+) -> RwAcquireReply {
+    rw_take(conn, keys, holder, RwMode::Write, LEASE, wait).await
 }
 
 /// A contract check of a script family: `Ok` when the scripts keep the contract on a fresh

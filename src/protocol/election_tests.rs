@@ -7,7 +7,7 @@ use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-use super::contract_tests::cancel_reentry;
+use super::contract_tests::undo;
 use super::contract_tests::{contract_checks, LEASE, OP_TTL};
 use super::*;
 
@@ -186,7 +186,7 @@ async fn the_lock_scripts_treat_a_leaders_hash_as_a_plain_lock() {
             .unwrap(),
         vec![true, false]
     );
-    let undone = cancel_reentry(&mut conn, &keys, "h", "e").await;
+    let undone = undo(&mut conn, &keys, "h", "e", CancelKind::Reenter).await;
     assert_eq!(undone.unwrap(), CancelReply::Undone { remaining: 1 });
     // A forced release names the holder, not the metadata field, however the hash orders
     // its fields.

@@ -2,7 +2,7 @@
 //! reserves it for the first queued client; nobody else can take it, nobody holds it, and the
 //! claim is an ordinary fresh acquisition.
 
-use super::contract_tests::cancel_acquire;
+use super::contract_tests::undo;
 use super::*;
 
 const GRACE: Duration = Duration::from_secs(5);
@@ -136,7 +136,7 @@ async fn a_release_reserves_the_lock_for_the_first_queued_client_only() {
             renew(&mut conn, &[(&keys, holder)], LEASE).await.unwrap(),
             vec![false]
         );
-        let undone = cancel_acquire(&mut conn, &keys, holder, "c-x")
+        let undone = undo(&mut conn, &keys, holder, "c-x", CancelKind::Acquire)
             .await
             .unwrap();
         assert_eq!(undone, CancelReply::NotRun);

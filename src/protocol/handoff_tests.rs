@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSub as PubSubConn};
 use redis::AsyncCommands;
 
-use super::contract_tests::cancel_acquire;
+use super::contract_tests::undo;
 use super::contract_tests::{contract_checks, LEASE, OP_TTL};
 use super::*;
 
@@ -147,7 +147,9 @@ async fn a_cancelled_candidate_is_never_granted(
 ) -> Result<(), String> {
     let mut own = listener(conn, keys).await;
     acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
-    cancel_acquire(conn, keys, "h2", "h2").await.unwrap();
+    undo(conn, keys, "h2", "h2", CancelKind::Acquire)
+        .await
+        .unwrap();
     let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
     if reply != (HandoffReply::Released { remaining: 0 }) {
         return Err(format!("a cancelled candidate got the lock: {reply:?}"));

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::{cancel_acquire, cancel_reentry};
+use super::contract_tests::undo;
 use super::*;
 use crate::base::error::Superseded;
 
@@ -208,7 +208,9 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
 
     // An acquisition that ran: the lock is freed.
     acquire(&mut conn, &keys, "a", LEASE, OP_TTL).await.unwrap();
-    let undone = cancel_acquire(&mut conn, &keys, "a", "a").await.unwrap();
+    let undone = undo(&mut conn, &keys, "a", "a", CancelKind::Acquire)
+        .await
+        .unwrap();
     assert_eq!(undone, CancelReply::Undone { remaining: 0 });
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists);
@@ -222,7 +224,9 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
 
     // An acquisition cancelled before it ran never runs.
     assert_eq!(
-        cancel_acquire(&mut conn, &keys, "b", "b").await.unwrap(),
+        undo(&mut conn, &keys, "b", "b", CancelKind::Acquire)
+            .await
+            .unwrap(),
         CancelReply::NotRun
     );
     assert_eq!(
@@ -239,9 +243,9 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
         .await
         .unwrap();
     assert_eq!(count(&mut conn, &keys, "c").await, Some(3));
-    let undone = cancel_reentry(&mut conn, &keys, "c", "enter-1").await;
+    let undone = undo(&mut conn, &keys, "c", "enter-1", CancelKind::Reenter).await;
     assert_eq!(undone.unwrap(), CancelReply::Undone { remaining: 2 });
-    let again = cancel_reentry(&mut conn, &keys, "c", "enter-1").await;
+    let again = undo(&mut conn, &keys, "c", "enter-1", CancelKind::Reenter).await;
     assert_eq!(again.unwrap(), CancelReply::NotRun);
     assert_eq!(count(&mut conn, &keys, "c").await, Some(2));
     assert_eq!(
@@ -252,7 +256,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
     );
 
     // A re-entry cancelled before it ran leaves the count alone and never runs.
-    let not_run = cancel_reentry(&mut conn, &keys, "c", "enter-3").await;
+    let not_run = undo(&mut conn, &keys, "c", "enter-3", CancelKind::Reenter).await;
     assert_eq!(not_run.unwrap(), CancelReply::NotRun);
     assert_eq!(
         reenter(&mut conn, &keys, "c", "enter-3", OP_TTL)

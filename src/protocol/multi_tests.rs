@@ -6,7 +6,7 @@ use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-use super::contract_tests::{cancel_acquire, LEASE, OP_TTL};
+use super::contract_tests::{undo, LEASE, OP_TTL};
 use super::*;
 
 async fn setup(names: &[&[u8]]) -> (RedisServer, MultiplexedConnection, Vec<LockKeys>) {
@@ -108,7 +108,7 @@ async fn cancelling_one_member_before_the_script_runs_makes_it_a_no_op() {
     let (_server, mut conn, keys) = setup(&[b"a", b"b"]).await;
     let set = members(&keys, &["h1", "h2"]);
     // The cancel of member 2 arrives first (its drop guard ran before the script).
-    let undone = cancel_acquire(&mut conn, &keys[1], "h2", "h2")
+    let undone = undo(&mut conn, &keys[1], "h2", "h2", CancelKind::Acquire)
         .await
         .unwrap();
     assert_eq!(undone, CancelReply::NotRun);
@@ -134,7 +134,7 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
         AcquireAllReply::Acquired { .. }
     ));
     assert!(matches!(
-        cancel_acquire(&mut conn, &keys[0], "h1", "h1")
+        undo(&mut conn, &keys[0], "h1", "h1", CancelKind::Acquire)
             .await
             .unwrap(),
         CancelReply::Undone { remaining: 0 }
@@ -147,7 +147,7 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
         AcquireAllReply::Cancelled
     );
     assert!(matches!(
-        cancel_acquire(&mut conn, &keys[1], "h2", "h2")
+        undo(&mut conn, &keys[1], "h2", "h2", CancelKind::Acquire)
             .await
             .unwrap(),
         CancelReply::Undone { remaining: 0 }

@@ -10,10 +10,10 @@ use redis::AsyncCommands;
 
 use super::batch::{read_outcome, Grouped, ReadOperation};
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_take, LEASE,
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_write, LEASE,
     OP_TTL,
 };
-use super::rwlock::{RwAcquireReply, RwMode};
+use super::rwlock::RwAcquireReply;
 use super::*;
 
 fn rw_keys() -> LockKeys {
@@ -59,15 +59,6 @@ async fn read_together(
         .collect()
 }
 
-async fn write(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    holder: &str,
-    wait: bool,
-) -> RwAcquireReply {
-    rw_take(conn, keys, holder, RwMode::Write, LEASE, wait).await
-}
-
 async fn leave(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
     super::contract_tests::leave(conn, keys, holder, &format!("{holder}:out")).await;
 }
@@ -92,7 +83,7 @@ async fn grouped_reads_hold_as_reads_alone_do(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
 ) -> Result<(), String> {
-    let RwAcquireReply::Acquired { token: written } = write(conn, keys, "w", false).await else {
+    let RwAcquireReply::Acquired { token: written } = rw_write(conn, keys, "w", false).await else {
         return Err("a writer on a free lock".into());
     };
     leave(conn, keys, "w").await;
@@ -124,7 +115,7 @@ async fn grouped_reads_hold_as_reads_alone_do(
     if late != [RwAcquireReply::Cancelled] {
         return Err(format!("a late copy of a released read: {late:?}"));
     }
-    match write(conn, keys, "w2", false).await {
+    match rw_write(conn, keys, "w2", false).await {
         RwAcquireReply::Busy { .. } => Ok(()),
         other => Err(format!("a writer while reads hold: {other:?}")),
     }
@@ -136,7 +127,7 @@ async fn grouped_reads_wait_for_a_writer_together(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
 ) -> Result<(), String> {
-    let RwAcquireReply::Acquired { .. } = write(conn, keys, "w", false).await else {
+    let RwAcquireReply::Acquired { .. } = rw_write(conn, keys, "w", false).await else {
         return Err("a writer on a free lock".into());
     };
     let behind_holder = read_together(conn, keys, &["a", "b"], false).await?;
@@ -150,7 +141,7 @@ async fn grouped_reads_wait_for_a_writer_together(
     tokens("a reader", &read_together(conn, keys, &["r"], false).await?)?;
     // A writer that will wait marks itself, and the mark keeps new readers out.
     if !matches!(
-        write(conn, keys, "w2", true).await,
+        rw_write(conn, keys, "w2", true).await,
         RwAcquireReply::Busy { .. }
     ) {
         return Err("a writer while a reader holds".into());
@@ -163,7 +154,10 @@ async fn grouped_reads_wait_for_a_writer_together(
         return Err(format!("reads behind a waiting writer: {behind_mark:?}"));
     }
     leave(conn, keys, "r").await;
-    tokens("the waiting writer", &[write(conn, keys, "w2", true).await])?;
+    tokens(
+        "the waiting writer",
+        &[rw_write(conn, keys, "w2", true).await],
+    )?;
     leave(conn, keys, "w2").await;
     tokens(
         "reads after the writer",
@@ -336,7 +330,7 @@ async fn grouped_reads_end_with_their_lease() {
             );
         }
         tokio::time::sleep(short * 3).await;
-        let reply = write(&mut conn, &keys, "w", false).await;
+        let reply = rw_write(&mut conn, &keys, "w", false).await;
         assert!(
             matches!(reply, RwAcquireReply::Acquired { .. }),
             "{reply:?}"

@@ -9,10 +9,10 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::cancel_acquire;
+use super::contract_tests::undo;
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_take, LEASE,
-    OP_TTL,
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_take,
+    rw_write, LEASE, OP_TTL,
 };
 use super::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use super::*;
@@ -26,15 +26,6 @@ fn rw_keys() -> LockKeys {
 
 async fn read(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> RwAcquireReply {
     rw_take(conn, keys, holder, RwMode::Read, LEASE, false).await
-}
-
-async fn write(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    holder: &str,
-    wait: bool,
-) -> RwAcquireReply {
-    rw_take(conn, keys, holder, RwMode::Write, LEASE, wait).await
 }
 
 fn token_of(what: &str, reply: RwAcquireReply) -> Result<FencingToken, String> {
@@ -64,20 +55,20 @@ async fn readers_share_and_writers_exclude(
     token_of("second reader", read(conn, keys, "r2").await)?;
     busy(
         "a writer while two read",
-        write(conn, keys, "w", false).await,
+        rw_write(conn, keys, "w", false).await,
     )?;
     leave(conn, keys, "r1").await;
     busy(
         "a writer while one reads",
-        write(conn, keys, "w", false).await,
+        rw_write(conn, keys, "w", false).await,
     )?;
     leave(conn, keys, "r2").await;
-    token_of("the writer alone", write(conn, keys, "w", false).await)?;
+    token_of("the writer alone", rw_write(conn, keys, "w", false).await)?;
     busy(
         "a reader while the writer holds",
         read(conn, keys, "r3").await,
     )?;
-    busy("a second writer", write(conn, keys, "w2", false).await)
+    busy("a second writer", rw_write(conn, keys, "w2", false).await)
 }
 
 /// A writer that waits keeps new readers out; once it gives up (its cancel), they enter.
@@ -86,12 +77,14 @@ async fn a_waiting_writer_stops_new_readers(
     keys: &LockKeys,
 ) -> Result<(), String> {
     token_of("the reader inside", read(conn, keys, "inside").await)?;
-    busy("the writer", write(conn, keys, "w", true).await)?;
+    busy("the writer", rw_write(conn, keys, "w", true).await)?;
     busy(
         "a new reader behind the waiting writer",
         read(conn, keys, "late").await,
     )?;
-    let undone = cancel_acquire(conn, keys, "w", "w").await.unwrap();
+    let undone = undo(conn, keys, "w", "w", CancelKind::Acquire)
+        .await
+        .unwrap();
     if undone != CancelReply::NotRun {
         return Err(format!("the waiting writer's cancel answered {undone:?}"));
     }
@@ -108,7 +101,7 @@ async fn a_downgrade_lets_readers_in_and_keeps_writers_out(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
 ) -> Result<(), String> {
-    let w1 = token_of("the first writer", write(conn, keys, "w1", false).await)?;
+    let w1 = token_of("the first writer", rw_write(conn, keys, "w1", false).await)?;
     busy("a reader during the write", read(conn, keys, "r").await)?;
     let reply = rw_downgrade(conn, keys, "w1", PubSub::Classic)
         .await
@@ -119,11 +112,11 @@ async fn a_downgrade_lets_readers_in_and_keeps_writers_out(
     let r = token_of("a reader after the downgrade", read(conn, keys, "r").await)?;
     busy(
         "a writer while both read",
-        write(conn, keys, "w2", false).await,
+        rw_write(conn, keys, "w2", false).await,
     )?;
     leave(conn, keys, "w1").await;
     leave(conn, keys, "r").await;
-    let w2 = token_of("the next writer", write(conn, keys, "w2", false).await)?;
+    let w2 = token_of("the next writer", rw_write(conn, keys, "w2", false).await)?;
     if w1 < r && r < w2 {
         Ok(())
     } else {
@@ -155,7 +148,7 @@ async fn crashed_holds_and_marks_end_by_themselves(
     leave(conn, keys, "r").await;
     token_of(
         "a writer after the crashed reader's lease",
-        write(conn, keys, "w", false).await,
+        rw_write(conn, keys, "w", false).await,
     )
     .map(|_| ())
 }
@@ -183,12 +176,12 @@ async fn replays_apply_once_and_nothing_stays_behind() {
     for_each_hold_expiry("replays_apply_once_and_nothing_stays_behind", async || {
         let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
-        let first = token_of("write", write(&mut conn, &keys, "w", true).await).unwrap();
-        let again = token_of("re-sent write", write(&mut conn, &keys, "w", true).await).unwrap();
+        let first = token_of("write", rw_write(&mut conn, &keys, "w", true).await).unwrap();
+        let again = token_of("re-sent write", rw_write(&mut conn, &keys, "w", true).await).unwrap();
         assert_eq!(first, again);
         busy(
             "a waiting writer",
-            write(&mut conn, &keys, "w2", true).await,
+            rw_write(&mut conn, &keys, "w2", true).await,
         )
         .unwrap();
         let writers = keys.rw_writers().unwrap();
@@ -197,7 +190,7 @@ async fn replays_apply_once_and_nothing_stays_behind() {
         leave(&mut conn, &keys, "w").await;
         let second = token_of(
             "the waiting writer",
-            write(&mut conn, &keys, "w2", true).await,
+            rw_write(&mut conn, &keys, "w2", true).await,
         )
         .unwrap();
         assert!(second > first);
@@ -247,7 +240,7 @@ async fn a_hold_entered_again_is_left_entry_by_entry() {
         let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         let ps = PubSub::Classic;
-        let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
+        let token = token_of("write", rw_write(&mut conn, &keys, "w", false).await).unwrap();
         for _ in 0..2 {
             let again = reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
             assert_eq!(again, EnterReply::Entered { token, count: 2 });
@@ -343,7 +336,7 @@ async fn a_downgrade_and_a_reentry_keep_the_holds_deadline() {
     for_each_hold_expiry(test, async || {
         let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
-        let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
+        let token = token_of("write", rw_write(&mut conn, &keys, "w", false).await).unwrap();
         let (before, _) = deadlines(&mut conn, &keys, "w", &[]).await;
         let entered = reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
         assert_eq!(entered, EnterReply::Entered { token, count: 2 });
@@ -389,7 +382,7 @@ async fn a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_no
         token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
         busy(
             "a writer's try",
-            write(&mut conn, &keys, "trying", false).await,
+            rw_write(&mut conn, &keys, "trying", false).await,
         )
         .unwrap();
         token_of(
@@ -420,7 +413,7 @@ async fn undoing_a_reentry_keeps_the_first_entry() {
         let (_server, mut conn, _lock) = super::contract_tests::setup().await;
         let keys = rw_keys();
         let ps = PubSub::Classic;
-        let token = token_of("write", write(&mut conn, &keys, "w", false).await).unwrap();
+        let token = token_of("write", rw_write(&mut conn, &keys, "w", false).await).unwrap();
         let entered = reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
         assert_eq!(entered, EnterReply::Entered { token, count: 2 });
         let undone = cancel(&mut conn, &keys, "w", "e1", CancelKind::Reenter, OP_TTL, ps)
@@ -555,13 +548,13 @@ async fn a_dead_writers_mark_ends_while_another_writers_lives() {
             .unwrap();
             busy(
                 "a writer that waits on",
-                write(&mut conn, &keys, "alive", true).await,
+                rw_write(&mut conn, &keys, "alive", true).await,
             )
             .unwrap();
             tokio::time::sleep(SHORT * 3).await;
             token_of(
                 "the live writer after the read's lease",
-                write(&mut conn, &keys, "alive", true).await,
+                rw_write(&mut conn, &keys, "alive", true).await,
             )
             .unwrap();
             leave(&mut conn, &keys, "alive").await;
@@ -586,9 +579,11 @@ async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends() {
         let keys = rw_keys();
         let channel = keys.lock.clone();
         token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
-        busy("the writer", write(&mut conn, &keys, "w", true).await).unwrap();
+        busy("the writer", rw_write(&mut conn, &keys, "w", true).await).unwrap();
         let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
-        let undone = cancel_acquire(&mut conn, &keys, "w", "w").await.unwrap();
+        let undone = undo(&mut conn, &keys, "w", "w", CancelKind::Acquire)
+            .await
+            .unwrap();
         assert_eq!(undone, CancelReply::NotRun);
         assert_eq!(
             next_message(&mut sub).await,
@@ -604,7 +599,11 @@ async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends() {
             .unwrap();
             tokio::time::sleep(SHORT * 2).await;
             let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
-            busy("a writer's try", write(&mut conn, &keys, "w2", false).await).unwrap();
+            busy(
+                "a writer's try",
+                rw_write(&mut conn, &keys, "w2", false).await,
+            )
+            .unwrap();
             assert_eq!(
                 next_message(&mut sub).await,
                 Some(channel.clone()),
@@ -629,7 +628,7 @@ async fn only_the_release_that_leaves_no_hold_wakes_waiters() {
         let writers = keys.rw_writers().unwrap();
         token_of("the first reader", read(&mut conn, &keys, "a").await).unwrap();
         token_of("the second reader", read(&mut conn, &keys, "b").await).unwrap();
-        busy("the writer", write(&mut conn, &keys, "w", true).await).unwrap();
+        busy("the writer", rw_write(&mut conn, &keys, "w", true).await).unwrap();
         let mut sub = server.client().get_async_pubsub().await.unwrap();
         sub.subscribe(&keys.lock).await.unwrap();
         sub.subscribe(&writers).await.unwrap();

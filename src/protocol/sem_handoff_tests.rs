@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::cancel_acquire;
+use super::contract_tests::undo;
 use super::contract_tests::{
     assert_nothing_left, contract_checks, hold_field_expiry, LEASE, OP_TTL,
 };
@@ -159,7 +159,9 @@ async fn a_cancelled_candidate_is_never_granted(
 ) -> Result<(), String> {
     let mut own = listener(conn, keys).await;
     take(conn, keys, "h1", 2, false).await?;
-    cancel_acquire(conn, keys, "h2", "h2").await.unwrap();
+    undo(conn, keys, "h2", "h2", CancelKind::Acquire)
+        .await
+        .unwrap();
     let reply = hand_off(conn, keys, "h1", "op1", "h2", 1).await?;
     if reply != (HandoffReply::Released { remaining: 0 }) {
         return Err(format!("a cancelled candidate got permits: {reply:?}"));

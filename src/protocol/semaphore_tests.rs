@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::cancel_acquire;
+use super::contract_tests::undo;
 use super::contract_tests::{
     assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, LEASE, OP_TTL,
 };
@@ -285,7 +285,7 @@ async fn the_queue_head_is_protected(
         .map_err(|e| format!("after the dead head's entry ended: {e}"))?;
     // A waiter that gives up takes its entry out.
     let _ = ask(conn, "quitter", 4, true, LEASE).await;
-    cancel_acquire(conn, keys, "quitter", "quitter")
+    undo(conn, keys, "quitter", "quitter", CancelKind::Acquire)
         .await
         .unwrap();
     token_of(ask(conn, "small2", 1, false, LEASE).await)
