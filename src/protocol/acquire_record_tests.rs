@@ -187,18 +187,13 @@ async fn a_late_first_send_of_a_writer_finds_the_record_of_its_re_send(
 }
 
 contract_checks! {
-    holds: the_acquire_record_contract_checks_hold,
     /// Acquire scripts that record no re-send let the late first send take the hold again,
     /// for nobody: each is caught by the check of its script.
-    caught: the_acquire_record_negative_control_is_caught,
-    keys: free_keys,
-    checks: {
-        a_late_first_send_of_a_lock_finds_the_record_of_its_re_send => [ResendLeavesNoRecord],
-        a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send =>
-            [FairResendLeavesNoRecord],
-        a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send =>
-            [SemResendLeavesNoRecord],
-        a_late_first_send_of_a_writer_finds_the_record_of_its_re_send =>
-            [RwResendLeavesNoRecord],
-    }
+    the_acquire_record_contract_checks_hold,
+    the_acquire_record_negative_control_is_caught,
+    free_keys;
+    a_late_first_send_of_a_lock_finds_the_record_of_its_re_send => [ResendLeavesNoRecord],
+    a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send => [FairResendLeavesNoRecord],
+    a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send => [SemResendLeavesNoRecord],
+    a_late_first_send_of_a_writer_finds_the_record_of_its_re_send => [RwResendLeavesNoRecord],
 }

@@ -168,24 +168,29 @@ pub(super) async fn assert_controls_caught(
     }
 }
 
-/// Declares a script family's contract checks and the two tests over them: `$holds`, that
-/// every check holds on the production scripts, and `$caught` (builds with negative controls
-/// only), that each control listed after a check is caught by that check, each on a fresh
-/// server with the keys `$keys()` lays out. A check is an `async fn(&mut
-/// MultiplexedConnection, &LockKeys) -> Result<(), String>`. With `run: per_hold_expiry`,
-/// the checks run once per way of keeping hold deadlines ([`for_each_hold_expiry`]); the
-/// controls run on the lease zset.
+/// Declares a script family's contract checks and the two tests over them:
+///
+/// ```text
+/// contract_checks! {
+///     /// The doc of the second test.
+///     holds_test, caught_test, keys_fn[, per_hold_expiry];
+///     check => [Control, ...],
+///     ...
+/// }
+/// ```
+///
+/// `holds_test`: every check holds on the production scripts; `caught_test` (builds with
+/// negative controls only): each control listed after a check is caught by that check; each on
+/// a fresh server with the keys `keys_fn()` lays out. A check is an `async fn(&mut
+/// MultiplexedConnection, &LockKeys) -> Result<(), String>`. With `per_hold_expiry`, the
+/// checks run once per way of keeping hold deadlines ([`for_each_hold_expiry`]); the controls
+/// run on the lease zset.
 macro_rules! contract_checks {
     (
-        $(#[$holds_doc:meta])*
-        holds: $holds:ident,
         $(#[$caught_doc:meta])*
-        caught: $caught:ident,
-        keys: $keys:expr,
-        $(run: $run:ident,)?
-        checks: { $($check:ident => [$($control:ident),* $(,)?]),+ $(,)? }
+        $holds:ident, $caught:ident, $keys:expr $(, $run:ident)?;
+        $($check:ident => [$($control:ident),* $(,)?]),+ $(,)?
     ) => {
-        $(#[$holds_doc])*
         #[tokio::test]
         async fn $holds() {
             let checks: &[(&str, $crate::protocol::contract_tests::Check)] =

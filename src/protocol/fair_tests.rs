@@ -439,13 +439,8 @@ fn free_keys() -> LockKeys {
 }
 
 contract_checks! {
-    holds: the_fair_handoff_contract_checks_hold,
     /// The fair-handoff control breaks the contract check above, on a fresh server,
     /// whatever the timing: the scripts are called directly.
-    caught: the_fair_handoff_negative_control_is_caught,
-    keys: free_keys,
-    checks: {
-        a_claimed_reservation_is_held_for_the_clients_other_waiters_too =>
-            [ClaimKeepsReservation],
-    }
+    the_fair_handoff_contract_checks_hold, the_fair_handoff_negative_control_is_caught, free_keys;
+    a_claimed_reservation_is_held_for_the_clients_other_waiters_too => [ClaimKeepsReservation],
 }

@@ -217,17 +217,13 @@ async fn copies_replay_and_entries_left_hand_nothing_on(
 }
 
 contract_checks! {
-    holds: the_handoff_keeps_its_contract,
     /// Each handoff control is caught by its check: a grant past another listening client,
     /// and a grant to a cancelled candidate.
-    caught: the_handoff_checks_catch_their_controls,
-    keys: free_keys,
-    checks: {
-        grants_the_freed_lock_to_the_candidate => [],
-        another_listening_client_gets_a_release => [HandoffIgnoresOtherClients],
-        a_cancelled_candidate_is_never_granted => [HandoffIgnoresCancel],
-        copies_replay_and_entries_left_hand_nothing_on => [],
-    }
+    the_handoff_keeps_its_contract, the_handoff_checks_catch_their_controls, free_keys;
+    grants_the_freed_lock_to_the_candidate => [],
+    another_listening_client_gets_a_release => [HandoffIgnoresOtherClients],
+    a_cancelled_candidate_is_never_granted => [HandoffIgnoresCancel],
+    copies_replay_and_entries_left_hand_nothing_on => [],
 }
 
 /// A key of another type is refused before anything is written.

@@ -314,16 +314,14 @@ async fn a_reused_key_never_runs(
 }
 
 contract_checks! {
-    holds: the_idempotency_contract_checks_hold,
     /// Each idempotency control breaks exactly the contract check that names it (which holds
     /// on the production scripts: [`the_idempotency_contract_checks_hold`]), each on a fresh
     /// server.
-    caught: the_idempotency_scripts_negative_controls_are_caught,
-    keys: free_keys,
-    checks: {
-        only_the_holder_begins => [KeyBeginWithoutOwnerCheck],
-        a_taken_over_runner_cannot_store => [KeyResultWithoutFence],
-        a_done_key_is_never_run_again => [KeyRerunsDone],
-        a_reused_key_never_runs => [KeyIgnoresFingerprint],
-    }
+    the_idempotency_contract_checks_hold,
+    the_idempotency_scripts_negative_controls_are_caught,
+    free_keys;
+    only_the_holder_begins => [KeyBeginWithoutOwnerCheck],
+    a_taken_over_runner_cannot_store => [KeyResultWithoutFence],
+    a_done_key_is_never_run_again => [KeyRerunsDone],
+    a_reused_key_never_runs => [KeyIgnoresFingerprint],
 }

@@ -798,14 +798,10 @@ mod reentry {
     }
 
     contract_checks! {
-        holds: the_reentry_contract_check_holds,
         /// The control that bumps the token on re-entry is caught on every token, the ones
         /// ending in 00 included, which the client-side check of `tests/lock/basics.rs` met
         /// only by the clock.
-        caught: the_reentry_control_is_caught,
-        keys: free_keys,
-        checks: {
-            reentry_returns_the_holders_own_token => [ReentryBumpsToken],
-        }
+        the_reentry_contract_check_holds, the_reentry_control_is_caught, free_keys;
+        reentry_returns_the_holders_own_token => [ReentryBumpsToken],
     }
 }

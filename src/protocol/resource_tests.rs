@@ -132,18 +132,16 @@ async fn a_claim_is_refused_below_a_shared_read(
 }
 
 contract_checks! {
-    holds: the_fenced_read_contract_checks_hold,
     /// Each shared-read control breaks exactly the contract check that names it (which holds
     /// on the production scripts: [`the_fenced_read_contract_checks_hold`]), each on a fresh
     /// server.
-    caught: the_shared_read_negative_controls_are_caught,
-    keys: || LockKeys::new(b"t:", b"unused"),
-    checks: {
-        readers_never_refuse_each_other => [SharedReadClaims],
-        a_shared_read_fences_older_writers => [SharedReadDoesNotFence],
-        a_newer_write_or_claim_refuses_older_readers => [],
-        a_claim_is_refused_below_a_shared_read => [],
-    }
+    the_fenced_read_contract_checks_hold,
+    the_shared_read_negative_controls_are_caught,
+    || LockKeys::new(b"t:", b"unused");
+    readers_never_refuse_each_other => [SharedReadClaims],
+    a_shared_read_fences_older_writers => [SharedReadDoesNotFence],
+    a_newer_write_or_claim_refuses_older_readers => [],
+    a_claim_is_refused_below_a_shared_read => [],
 }
 
 /// A mode the script does not know is refused as a protocol error, and reads nothing.

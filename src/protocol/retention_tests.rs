@@ -160,13 +160,10 @@ async fn a_token_older_than_the_retention_is_refused_once_the_marks_expired(
 }
 
 contract_checks! {
-    holds: the_retention_contract_check_holds,
-    caught: the_retention_negative_control_is_caught,
-    keys: || LockKeys::new(b"t:", b"unused"),
-    checks: {
-        a_token_older_than_the_retention_is_refused_once_the_marks_expired =>
-            [RetentionForgetsExpiry],
-    }
+    the_retention_contract_check_holds,
+    the_retention_negative_control_is_caught,
+    || LockKeys::new(b"t:", b"unused");
+    a_token_older_than_the_retention_is_refused_once_the_marks_expired => [RetentionForgetsExpiry],
 }
 
 /// A retention that is not a whole number of milliseconds is refused, and nothing written.

@@ -190,18 +190,15 @@ async fn a_recorded_grouped_read_stops_its_late_copies(
 }
 
 contract_checks! {
-    holds: the_grouped_read_checks_hold,
     /// Each grouped-read control is caught by the check that names it (the first check has
     /// no control of its own: the grouped path shares the library the semaphore controls
     /// break).
-    caught: the_grouped_read_negative_controls_are_caught,
-    keys: rw_keys,
-    run: per_hold_expiry,
-    checks: {
-        grouped_reads_hold_as_reads_alone_do => [],
-        grouped_reads_wait_for_a_writer_together => [RwGroupedReadersIgnoreWaitingWriter],
-        a_recorded_grouped_read_stops_its_late_copies => [RwGroupedResendLeavesNoRecord],
-    }
+    the_grouped_read_checks_hold,
+    the_grouped_read_negative_controls_are_caught,
+    rw_keys, per_hold_expiry;
+    grouped_reads_hold_as_reads_alone_do => [],
+    grouped_reads_wait_for_a_writer_together => [RwGroupedReadersIgnoreWaitingWriter],
+    a_recorded_grouped_read_stops_its_late_copies => [RwGroupedResendLeavesNoRecord],
 }
 
 /// A labelled read keeps its label in its own field, next to a read without one.

@@ -154,19 +154,16 @@ async fn crashed_holds_and_marks_end_by_themselves(
 }
 
 contract_checks! {
-    holds: the_rwlock_contract_checks_hold,
     /// Each read-write lock control breaks the contract check that names it (the last check
     /// has no control of its own: `SemKeepsExpiredHolds` breaks the shared purge, caught by
     /// the semaphore's checks).
-    caught: the_rwlock_scripts_negative_controls_are_caught,
-    keys: rw_keys,
-    run: per_hold_expiry,
-    checks: {
-        a_waiting_writer_stops_new_readers => [RwReadersIgnoreWaitingWriter],
-        readers_share_and_writers_exclude => [RwWriterIgnoresReaders],
-        a_downgrade_lets_readers_in_and_keeps_writers_out => [RwDowngradeKeepsWriting],
-        crashed_holds_and_marks_end_by_themselves => [],
-    }
+    the_rwlock_contract_checks_hold,
+    the_rwlock_scripts_negative_controls_are_caught,
+    rw_keys, per_hold_expiry;
+    a_waiting_writer_stops_new_readers => [RwReadersIgnoreWaitingWriter],
+    readers_share_and_writers_exclude => [RwWriterIgnoresReaders],
+    a_downgrade_lets_readers_in_and_keeps_writers_out => [RwDowngradeKeepsWriting],
+    crashed_holds_and_marks_end_by_themselves => [],
 }
 
 /// A re-sent acquisition replays its hold; a release leaves nothing behind, waiting marks

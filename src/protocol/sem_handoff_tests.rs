@@ -257,19 +257,16 @@ async fn copies_replay_and_entries_left_hand_nothing_on(
 }
 
 contract_checks! {
-    holds: the_semaphore_handoff_keeps_its_contract,
     /// Each control is caught by its check: a grant past another listening client, to a
     /// cancelled candidate, and beyond the limit (or twice to a holding candidate).
-    caught: the_semaphore_handoff_checks_catch_their_controls,
-    keys: sem_keys,
-    run: per_hold_expiry,
-    checks: {
-        grants_the_permits_to_the_candidate => [],
-        another_listening_client_gets_a_release => [SemHandoffIgnoresOtherClients],
-        a_cancelled_candidate_is_never_granted => [SemHandoffIgnoresCancel],
-        a_candidate_that_does_not_fit_or_holds_is_not_granted => [SemHandoffIgnoresRoom],
-        copies_replay_and_entries_left_hand_nothing_on => [],
-    }
+    the_semaphore_handoff_keeps_its_contract,
+    the_semaphore_handoff_checks_catch_their_controls,
+    sem_keys, per_hold_expiry;
+    grants_the_permits_to_the_candidate => [],
+    another_listening_client_gets_a_release => [SemHandoffIgnoresOtherClients],
+    a_cancelled_candidate_is_never_granted => [SemHandoffIgnoresCancel],
+    a_candidate_that_does_not_fit_or_holds_is_not_granted => [SemHandoffIgnoresRoom],
+    copies_replay_and_entries_left_hand_nothing_on => [],
 }
 
 /// A key of another type is refused before anything is written.

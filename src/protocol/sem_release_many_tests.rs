@@ -186,17 +186,14 @@ async fn grouped_releases_wake_waiters_as_releases_alone_do(
 }
 
 contract_checks! {
-    holds: the_grouped_release_checks_hold,
     /// Each grouped-release control is caught by the check that names it (the first check
     /// has no control of its own).
-    caught: the_grouped_release_negative_controls_are_caught,
-    keys: rw_keys,
-    run: per_hold_expiry,
-    checks: {
-        grouped_releases_end_holds_as_releases_alone_do => [],
-        releases_of_one_reentered_hold_apply_in_order => [SemGroupedReleaseIgnoresEntries],
-        grouped_releases_wake_waiters_as_releases_alone_do => [SemGroupedReleaseDoesNotPublish],
-    }
+    the_grouped_release_checks_hold,
+    the_grouped_release_negative_controls_are_caught,
+    rw_keys, per_hold_expiry;
+    grouped_releases_end_holds_as_releases_alone_do => [],
+    releases_of_one_reentered_hold_apply_in_order => [SemGroupedReleaseIgnoresEntries],
+    grouped_releases_wake_waiters_as_releases_alone_do => [SemGroupedReleaseDoesNotPublish],
 }
 
 /// A semaphore's holds (no waiting writers' key) release together too.

@@ -299,21 +299,18 @@ fn free_keys() -> LockKeys {
 }
 
 contract_checks! {
-    holds: the_semaphore_contract_checks_hold,
     /// Each semaphore control breaks exactly the contract check that names it (which holds on
     /// the production scripts: [`the_semaphore_contract_checks_hold`]), each on a fresh
     /// server. On the lease-zset path: with hash-field expiry the server itself drops expired
     /// holds, which `SemKeepsExpiredHolds` and `SemRenewRevivesExpired` break only on the zset.
-    caught: the_semaphore_scripts_negative_controls_are_caught,
-    keys: free_keys,
-    run: per_hold_expiry,
-    checks: {
-        never_more_than_the_limit => [SemAcquireIgnoresLimit],
-        an_expired_hold_gives_its_permits_back => [SemKeepsExpiredHolds],
-        resent_requests_apply_once => [SemResendNotRecognised],
-        renewal_is_owner_checked_and_never_revives => [SemRenewRevivesExpired],
-        the_queue_head_is_protected => [SemIgnoresQueueHead],
-    }
+    the_semaphore_contract_checks_hold,
+    the_semaphore_scripts_negative_controls_are_caught,
+    free_keys, per_hold_expiry;
+    never_more_than_the_limit => [SemAcquireIgnoresLimit],
+    an_expired_hold_gives_its_permits_back => [SemKeepsExpiredHolds],
+    resent_requests_apply_once => [SemResendNotRecognised],
+    renewal_is_owner_checked_and_never_revives => [SemRenewRevivesExpired],
+    the_queue_head_is_protected => [SemIgnoresQueueHead],
 }
 
 /// A recorded limit wins over the caller's; a request above it is refused, not queued.
