@@ -12,12 +12,15 @@ use std::time::{Duration, Instant};
 
 use super::client::LockClient;
 use super::guard::LockGuard;
+use super::handle::Handle;
 use super::lock::Lock;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
+use crate::engine::acquisition::timed_out;
+use crate::engine::holder::Holder;
 use crate::engine::wait::ObserveEntry;
-use crate::protocol::keys::validate_name;
+use crate::engine::Engine;
 use crate::protocol::{self, LeaderReply, LockKeys, OwnerReply};
 
 /// The most metadata bytes a leader may publish ([`Election::campaign`]); more is refused
@@ -29,16 +32,21 @@ use crate::protocol::{self, LeaderReply, LockKeys, OwnerReply};
 /// ```
 pub const MAX_METADATA_LEN: usize = 4096;
 
-/// The `fencelock.leader` event and the leadership metric for a leader elected.
-fn report_leadership(guard: &LockGuard, change: &'static str) {
+/// The `fencelock.leader` event and the leadership metric for a leader `holder` elected or
+/// resigned (`change`).
+fn report_leadership(holder: &Holder, change: &'static str) {
     metrics::leadership(change);
     tracing::debug!(
         name: "fencelock.leader",
-        election = %String::from_utf8_lossy(guard.lock_name()),
-        leader = guard.holder_id(),
-        term = guard.token().get(),
+        election = %String::from_utf8_lossy(&holder.name),
+        leader = holder.id.as_str(),
+        term = holder.token.get(),
         change,
-        "leader elected"
+        "{}",
+        match change {
+            metrics::ELECTED => "leader elected",
+            _ => "leader resigned",
+        }
     );
 }
 
@@ -74,7 +82,6 @@ const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
 /// ```
 #[derive(Clone)]
 pub struct Election {
-    client: LockClient,
     lock: Lock,
 }
 
@@ -102,12 +109,9 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn election(&self, name: impl AsRef<[u8]>) -> Result<Election, Error> {
-        let name = name.as_ref();
-        validate_name(name)?;
-        let keys = LockKeys::election(&self.engine.config.prefix, name);
+        let handle = Handle::named(self, name.as_ref(), LockKeys::election)?;
         Ok(Election {
-            client: self.clone(),
-            lock: Lock::new(self.clone(), name.into(), keys),
+            lock: Lock::of(handle),
         })
     }
 }
@@ -150,7 +154,6 @@ impl Election {
     /// ```
     pub fn with_lease(&self, lease: Duration) -> Result<Election, Error> {
         Ok(Election {
-            client: self.client.clone(),
             lock: self.lock.with_lease(lease)?,
         })
     }
@@ -173,7 +176,6 @@ impl Election {
     /// ```
     pub fn with_label(&self, label: impl AsRef<str>) -> Result<Election, Error> {
         Ok(Election {
-            client: self.client.clone(),
             lock: self.lock.with_label(label)?,
         })
     }
@@ -278,12 +280,10 @@ impl Election {
             let guard = self.lock.acquire_timeout(timeout).await?;
             self.announce(guard, metadata).await
         };
-        match tokio::time::timeout_at((started + timeout).into(), campaign).await {
-            Ok(outcome) => outcome,
-            Err(_elapsed) => Err(Error::Timeout {
-                waited: started.elapsed(),
-            }),
-        }
+        timed_out(
+            tokio::time::timeout_at((started + timeout).into(), campaign).await,
+            started,
+        )
     }
 
     /// Records the metadata of the candidate that just won the lock (`announce.lua`), which
@@ -292,8 +292,7 @@ impl Election {
     async fn announce(&self, guard: LockGuard, metadata: &[u8]) -> Result<LeaderGuard, Error> {
         let (keys, holder, term) = (self.lock.keys(), guard.holder_id(), guard.token());
         let reply = self
-            .client
-            .engine
+            .engine()
             .retrying(|mut conn| async move {
                 let pubsub = conn.pubsub();
                 protocol::announce(&mut conn, keys, holder, term, metadata, pubsub).await
@@ -301,7 +300,7 @@ impl Election {
             .await?;
         match reply {
             OwnerReply::Done { .. } => {
-                report_leadership(&guard, metrics::ELECTED);
+                report_leadership(guard.holder(), metrics::ELECTED);
                 Ok(LeaderGuard {
                     guard,
                     metadata: metadata.to_vec(),
@@ -334,10 +333,13 @@ impl Election {
         Ok(self.read().await?.leader.map(Leader::from))
     }
 
+    fn engine(&self) -> &Engine {
+        self.lock.handle.engine()
+    }
+
     async fn read(&self) -> Result<LeaderReply, Error> {
         let keys = self.lock.keys();
-        self.client
-            .engine
+        self.engine()
             .retrying(|mut conn| async move { protocol::leader(&mut conn, keys).await })
             .await
     }
@@ -367,8 +369,7 @@ impl Election {
     /// ```
     pub async fn observe(&self) -> Result<Observer, Error> {
         let entry = self
-            .client
-            .engine
+            .engine()
             .waiters
             .observe(&self.lock.keys().lock)
             .await?;
@@ -539,18 +540,10 @@ impl LeaderGuard {
     /// # Ok(()) }
     /// ```
     pub async fn resign(self) -> Result<(), Error> {
-        let (holder, term) = (self.guard.holder().clone(), self.term());
+        let holder = self.guard.holder().clone();
         let resigned = self.guard.release().await;
         if resigned.is_ok() {
-            metrics::leadership(metrics::RESIGNED);
-            tracing::debug!(
-                name: "fencelock.leader",
-                election = %String::from_utf8_lossy(&holder.name),
-                leader = holder.id.as_str(),
-                term = term.get(),
-                change = metrics::RESIGNED,
-                "leader resigned"
-            );
+            report_leadership(&holder, metrics::RESIGNED);
         }
         resigned
     }

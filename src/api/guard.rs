@@ -228,16 +228,9 @@ impl LockGuard {
                 self.holder.kind.extend(conn, keys, holder, lease)
             })
             .await?;
-        match reply {
-            OwnerReply::Done { .. } => {
-                self.holder.lease_renewed(sent_at, lease);
-                Ok(())
-            }
-            OwnerReply::NotHeld => {
-                self.holder.mark_lost(LostReason::NotHeld);
-                Err(Error::NotHeld)
-            }
-        }
+        owned(&self.holder, reply)?;
+        self.holder.lease_renewed(sent_at, lease);
+        Ok(())
     }
 
     /// Leaves the lock once; the last guard of a holder frees it and wakes waiters.
@@ -255,27 +248,9 @@ impl LockGuard {
     /// client, that task learns of the grant from its own next attempt, or undoes it if it
     /// leaves first.
     pub async fn release(mut self) -> Result<(), Error> {
-        let engine = self.holder.engine.clone();
-        if self.release_op.is_none() {
-            // The watchdog stops renewing as soon as the last entry starts leaving, so a
-            // release that fails or hangs cannot leave a lease renewed forever.
-            self.holder.exit();
-        }
-        let op = self
-            .release_op
-            .get_or_insert_with(|| engine.next_id())
-            .clone();
-        let reply = release(&self.holder, &op).await;
-        report_release(&self.holder, "release", &reply);
-        let reply = reply?;
-        self.released = true;
-        match reply {
-            OwnerReply::Done { .. } => Ok(()),
-            OwnerReply::NotHeld => {
-                self.holder.mark_lost(LostReason::NotHeld);
-                Err(Error::NotHeld)
-            }
-        }
+        let (holder, op) = self.begin_release();
+        let reply = release(&holder, &op).await;
+        self.finish_release("release", reply)
     }
 }
 
@@ -308,42 +283,37 @@ fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerRep
                 "lock released"
             );
         }
-        Ok(OwnerReply::NotHeld) => {
-            metrics::release(metrics::NOT_HELD);
+        Ok(OwnerReply::NotHeld) | Err(_) => {
+            let error = reply.as_ref().err();
+            let outcome = error.map_or(metrics::NOT_HELD, |_| metrics::ERROR);
+            metrics::release(outcome);
             tracing::warn!(
                 name: "fencelock.release",
                 lock = %lock(),
                 holder = holder_id,
                 token,
                 method,
-                outcome = metrics::NOT_HELD,
+                outcome,
                 held_us = held_us(),
-                "released a lock that was no longer held"
-            );
-        }
-        Err(err) => {
-            metrics::release(metrics::ERROR);
-            tracing::warn!(
-                name: "fencelock.release",
-                lock = %lock(),
-                holder = holder_id,
-                token,
-                method,
-                outcome = metrics::ERROR,
-                held_us = held_us(),
-                error = %err,
-                "lock release failed; the lease will free the lock"
+                error = error.map(tracing::field::display),
+                "{}",
+                match error {
+                    None => "released a lock that was no longer held",
+                    Some(_) => "lock release failed; the lease will free the lock",
+                }
             );
         }
     }
 }
 
 impl LockGuard {
-    /// Starts this guard's release as part of a set released in one script (multi-lock): the
-    /// holder leaves the watch list and the release gets its op id, the same one a background
-    /// release of this guard would re-send.
+    /// Starts this guard's release (its own, or as part of a set released in one script, a
+    /// multi-lock's): the holder leaves the watch list and the release gets its op id, the
+    /// same one a background release of this guard would re-send.
     pub(crate) fn begin_release(&mut self) -> (Arc<Holder>, String) {
         if self.release_op.is_none() {
+            // The watchdog stops renewing as soon as the last entry starts leaving, so a
+            // release that fails or hangs cannot leave a lease renewed forever.
             self.holder.exit();
         }
         let engine = self.holder.engine.clone();
@@ -354,17 +324,29 @@ impl LockGuard {
         (self.holder.clone(), op)
     }
 
-    /// The set's release script answered for this guard.
-    pub(crate) fn finish_release(mut self, reply: OwnerReply) -> Result<(), Error> {
+    /// Ends this guard's release with `reply`, reported as the release `method` (`release`,
+    /// or `set`: released with its multi-lock set). On an error the guard is dropped
+    /// unreleased, and its release goes on in the background with the same op id.
+    pub(crate) fn finish_release(
+        mut self,
+        method: &'static str,
+        reply: Result<OwnerReply, Error>,
+    ) -> Result<(), Error> {
+        report_release(&self.holder, method, &reply);
+        let reply = reply?;
         self.released = true;
-        let reply = Ok(reply);
-        report_release(&self.holder, "set", &reply);
-        match reply {
-            Ok(OwnerReply::Done { .. }) => Ok(()),
-            _ => {
-                self.holder.mark_lost(LostReason::NotHeld);
-                Err(Error::NotHeld)
-            }
+        owned(&self.holder, reply)
+    }
+}
+
+/// What an owner-checked reply means for `holder`: [`Error::NotHeld`] when the hold was no
+/// longer its own, which marks it lost.
+pub(crate) fn owned(holder: &Holder, reply: OwnerReply) -> Result<(), Error> {
+    match reply {
+        OwnerReply::Done { .. } => Ok(()),
+        OwnerReply::NotHeld => {
+            holder.mark_lost(LostReason::NotHeld);
+            Err(Error::NotHeld)
         }
     }
 }

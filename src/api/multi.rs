@@ -10,17 +10,17 @@ use tracing::Instrument;
 
 use super::client::LockClient;
 use super::guard::LockGuard;
+use super::handle::Options;
 use super::lock::Lock;
-use crate::base::config::checked_label;
-use crate::base::durations::validate_lease;
 use crate::base::error::Error;
-use crate::base::replica_ack::{Acks, OnShortfall, ReplicaAck};
+use crate::base::replica_ack::{Acks, OnShortfall};
 use crate::base::retry::waiting_window;
 use crate::base::token::FencingToken;
-use crate::engine::holder::Holder;
+use crate::engine::acquisition::timed_out;
+use crate::engine::hold::PLAIN_LOCK;
 use crate::engine::pending::PendingOp;
 use crate::engine::wait::Wake;
-use crate::protocol::{self, AcquireAllReply, AcquireReply, CancelKind, LockKeys};
+use crate::protocol::{self, AcquireAllReply, AcquireReply, LockKeys};
 
 /// Most locks one [`MultiLock`] may take at once. A set this large is already one script
 /// call with 3 keys per lock; larger sets are more likely a bug than a need.
@@ -55,15 +55,12 @@ pub const MAX_MULTI_LOCKS: usize = 64;
 #[derive(Clone)]
 pub struct MultiLock {
     client: LockClient,
-    /// Sorted by lock key: the global acquisition order.
+    /// Sorted by lock key: the global acquisition order. Every member carries the set's
+    /// options (lease, label, replica acknowledgement), so each member's guard is a lock's.
     members: Arc<[Lock]>,
-    lease: Option<Duration>,
-    replica_ack: Option<ReplicaAck>,
     /// Take members one by one even where one script could take them all (tests of the
     /// cluster path on a standalone server).
     force_ordered: bool,
-    /// Stored with every member's hold, as [`Lock::with_label`].
-    label: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for MultiLock {
@@ -77,8 +74,8 @@ impl std::fmt::Debug for MultiLock {
                     .map(|m| String::from_utf8_lossy(m.name()))
                     .collect::<Vec<_>>(),
             )
-            .field("lease", &self.lease)
-            .field("label", &self.label)
+            .field("lease", &self.options().lease)
+            .field("label", &self.options().label)
             .finish_non_exhaustive()
     }
 }
@@ -148,10 +145,7 @@ impl MultiLock {
         Ok(MultiLock {
             client: client.clone(),
             members: members.into(),
-            lease: None,
-            replica_ack: client.engine.config.replica_ack,
             force_ordered: false,
-            label: None,
         })
     }
 
@@ -162,8 +156,7 @@ impl MultiLock {
 
     /// The lease every member gets: its own, or the client's default.
     pub fn lease(&self) -> Duration {
-        self.lease
-            .unwrap_or(self.client.engine.config.default_lease)
+        self.members[0].lease()
     }
 
     /// A handle to the same set whose acquisitions get `lease` instead of the client's default
@@ -172,9 +165,7 @@ impl MultiLock {
     /// # Errors
     /// [`Error::InvalidLease`], as [`Lock::with_lease`].
     pub fn with_lease(&self, lease: Duration) -> Result<MultiLock, Error> {
-        let mut set = self.clone();
-        set.lease = Some(validate_lease(lease)?);
-        Ok(set)
+        Ok(self.with(self.options().with_lease(lease)?))
     }
 
     /// A handle to the same set whose acquisitions carry `label` on every member's hold, as
@@ -183,9 +174,7 @@ impl MultiLock {
     /// # Errors
     /// [`Error::InvalidConfig`], as [`Lock::with_label`].
     pub fn with_label(&self, label: impl AsRef<str>) -> Result<MultiLock, Error> {
-        let mut set = self.clone();
-        set.label = Some(checked_label(label.as_ref())?);
-        Ok(set)
+        Ok(self.with(self.options().with_label(label.as_ref())?))
     }
 
     /// A handle to the same set whose acquisitions return only after `replicas` replicas
@@ -196,23 +185,28 @@ impl MultiLock {
     /// # Errors
     /// [`Error::InvalidConfig`], as [`Lock::with_replica_ack`].
     pub fn with_replica_ack(&self, replicas: u32, timeout: Duration) -> Result<MultiLock, Error> {
-        let on_shortfall = self
-            .replica_ack
-            .map(|ack| ack.on_shortfall)
-            .unwrap_or_default();
-        let mut set = self.clone();
-        set.replica_ack = Some(ReplicaAck::new(replicas, timeout, on_shortfall)?);
-        Ok(set)
+        let options = self.options().with_replica_ack(replicas, timeout)?;
+        Ok(self.with(options))
     }
 
     /// A handle to the same set with another [`OnShortfall`] policy; no effect on a set that
     /// requires no replica acknowledgement.
     pub fn on_replica_shortfall(&self, policy: OnShortfall) -> MultiLock {
-        let mut set = self.clone();
-        if let Some(ack) = &mut set.replica_ack {
-            ack.on_shortfall = policy;
+        self.with(self.options().on_replica_shortfall(policy))
+    }
+
+    /// The set's options: every member's.
+    fn options(&self) -> &Options {
+        &self.members[0].handle.options
+    }
+
+    /// The same set with `options` on every member.
+    fn with(&self, options: Options) -> MultiLock {
+        let members = self.members.iter().map(|m| m.with(options.clone()));
+        MultiLock {
+            members: members.collect(),
+            ..self.clone()
         }
-        set
     }
 
     /// Test aid: acquire member by member in the global order with rollback, as a cluster
@@ -287,17 +281,11 @@ impl MultiLock {
         let started = Instant::now();
         let deadline = started + timeout;
         let acquisition = async {
-            match tokio::time::timeout_at(
-                deadline.into(),
-                self.acquire_within(Some(deadline), started),
+            let within = self.acquire_within(Some(deadline), started);
+            timed_out(
+                tokio::time::timeout_at(deadline.into(), within).await,
+                started,
             )
-            .await
-            {
-                Ok(outcome) => outcome,
-                Err(_elapsed) => Err(Error::Timeout {
-                    waited: started.elapsed(),
-                }),
-            }
         };
         self.traced("acquire_timeout", acquisition).await
     }
@@ -311,7 +299,7 @@ impl MultiLock {
             "fencelock.multi_acquire",
             locks = self.members.len(),
             method,
-            label = self.label.as_deref()
+            label = self.options().label.as_deref()
         );
         let outcome = acquisition.instrument(span.clone()).await;
         if let Err(err) = &outcome {
@@ -399,16 +387,7 @@ impl MultiLock {
             .members
             .iter()
             .zip(&holders)
-            .map(|(member, holder)| {
-                // As for one lock, an acquisition's op id is its holder id.
-                PendingOp::new(
-                    &self.client.engine,
-                    member.keys(),
-                    holder,
-                    holder,
-                    CancelKind::Acquire,
-                )
-            })
+            .map(|(member, holder)| member.handle.pending(&PLAIN_LOCK, holder))
             .collect();
         let sent_at = Instant::now();
         let won = match self.plan() {
@@ -422,16 +401,11 @@ impl MultiLock {
             Ok(won) => won,
             Err((index, pttl)) => return Ok(Attempt::Busy { index, pttl }),
         };
-        if let (Some(acks), Some(ack)) = (acks, self.replica_ack) {
-            if !acks.enough() && ack.on_shortfall == OnShortfall::Fail {
-                // Still armed: a failed or cancelled rollback is finished by the drop guards.
-                self.roll_back(&holders, self.members.len()).await?;
-                pending.iter_mut().for_each(PendingOp::disarm);
-                return Err(Error::ReplicationTimeout {
-                    acked: acks.acked,
-                    required: acks.required,
-                });
-            }
+        if let Some(shortfall) = self.options().shortfall(acks) {
+            // Still armed: a failed or cancelled rollback is finished by the drop guards.
+            self.roll_back(&holders, self.members.len()).await?;
+            pending.iter_mut().for_each(PendingOp::disarm);
+            return Err(shortfall);
         }
         pending.iter_mut().for_each(PendingOp::disarm);
         Ok(Attempt::Won(self.guard(holders, tokens, sent_at, acks)))
@@ -459,14 +433,14 @@ impl MultiLock {
         macro_rules! call {
             () => {
                 |mut conn| {
-                    let (members, label) = (&members, self.label.as_deref());
+                    let (members, label) = (&members, self.options().label.as_deref());
                     async move {
                         protocol::acquire_all(&mut conn, members, lease, op_ttl, label).await
                     }
                 }
             };
         }
-        let (reply, acks) = match self.replica_ack {
+        let (reply, acks) = match self.options().replica_ack {
             None => (
                 self.client.engine.retrying_within(window, call!()).await?,
                 None,
@@ -509,7 +483,7 @@ impl MultiLock {
         // With replica acknowledgement, one session for the whole set: each member's script
         // runs on the session's connection to its slot's primary, and once every member is
         // taken, one WAIT per node covers all the members written there.
-        let mut session = match self.replica_ack {
+        let mut session = match self.options().replica_ack {
             Some(_) => Some(self.client.engine.ack_session().await?),
             None => None,
         };
@@ -521,7 +495,7 @@ impl MultiLock {
                 () => {
                     |mut conn| {
                         let keys = member.keys();
-                        let (holder, label) = (holder.as_str(), self.label.as_deref());
+                        let (holder, label) = (holder.as_str(), self.options().label.as_deref());
                         let recorded = sends.send(&conn);
                         async move {
                             protocol::acquire_labelled(
@@ -566,7 +540,7 @@ impl MultiLock {
                 AcquireReply::Cancelled => return Err(Error::Cancelled),
             }
         }
-        let acks = match (session, self.replica_ack) {
+        let acks = match (session, self.options().replica_ack) {
             (Some(mut session), Some(ack)) => {
                 // A refused WAIT leaves every member armed: their drops undo the set.
                 let acks = session.wait(ack).await?.unwrap_or(Acks {
@@ -585,7 +559,7 @@ impl MultiLock {
     /// the lock and wakes its waiters).
     async fn roll_back(&self, holders: &[String], count: usize) -> Result<(), Error> {
         for (member, holder) in self.members.iter().zip(holders).take(count) {
-            member.roll_back(holder).await?;
+            member.handle.roll_back(holder).await?;
         }
         Ok(())
     }
@@ -597,33 +571,15 @@ impl MultiLock {
         sent_at: Instant,
         acks: Option<Acks>,
     ) -> MultiGuard {
-        let lease = self.lease();
-        let guards = self
-            .members
-            .iter()
-            .zip(holders)
-            .zip(tokens)
-            .map(|((member, holder), token)| {
-                let watched = self.lease.is_none();
-                let holder = Holder::new(
-                    self.client.engine.clone(),
-                    member.keys().clone(),
-                    member.name_arc().clone(),
-                    holder,
-                    token,
-                    sent_at,
-                    lease,
-                    watched,
-                    acks,
-                    self.label.clone(),
-                );
-                self.client.engine.watchdog.watch(&holder);
-                LockGuard::new(holder)
-            })
-            .collect();
+        let members = self.members.iter().zip(holders).zip(tokens);
+        let guards = members.map(|((member, holder), token)| {
+            member
+                .handle
+                .guard(&PLAIN_LOCK, &holder, token, sent_at, acks)
+        });
         MultiGuard {
             client: self.client.clone(),
-            guards,
+            guards: guards.collect(),
             plan: self.plan(),
         }
     }
@@ -767,7 +723,7 @@ impl MultiGuard {
             .await?;
         let mut first_err = None;
         for (guard, reply) in guards.into_iter().zip(replies) {
-            if let Err(err) = guard.finish_release(reply) {
+            if let Err(err) = guard.finish_release("set", Ok(reply)) {
                 first_err.get_or_insert(err);
             }
         }

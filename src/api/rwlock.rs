@@ -1,25 +1,15 @@
 //! A named read-write lock: many readers or one writer, every hold with its own lease, writers
 //! fenced, readers placed between writers.
 
-use std::borrow::Cow;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::client::LockClient;
-use super::guard::LockGuard;
-use crate::base::config::checked_label;
-use crate::base::durations::validate_lease;
+use super::guard::{owned, LockGuard};
+use super::handle::{Ask, Handle, Hold};
 use crate::base::error::Error;
-use crate::base::metrics;
 use crate::base::token::FencingToken;
-use crate::engine::acquisition::{self, Acquisition, Attempt};
-use crate::engine::hold::RW_LOCK;
-use crate::engine::holder::{Holder, LostReason};
-use crate::engine::pending::PendingOp;
-use crate::engine::{Engine, PermissionScope};
-use crate::protocol::keys::validate_name;
-use crate::protocol::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
-use crate::protocol::{CancelKind, LockKeys, OwnerReply};
+use crate::protocol::rwlock::{rw_downgrade, RwMode};
+use crate::protocol::LockKeys;
 
 /// A handle to one named read-write lock, made by [`LockClient::rwlock`]: any number of
 /// readers at once, or one writer.
@@ -63,21 +53,12 @@ use crate::protocol::{CancelKind, LockKeys, OwnerReply};
 /// ```
 #[derive(Clone)]
 pub struct RwLock {
-    client: LockClient,
-    name: Arc<[u8]>,
-    keys: Arc<LockKeys>,
-    lease: Option<Duration>,
-    /// Stored with each hold this handle takes (in the hold's field of the lock hash).
-    label: Option<Arc<str>>,
+    handle: Handle,
 }
 
 impl std::fmt::Debug for RwLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RwLock")
-            .field("name", &String::from_utf8_lossy(&self.name))
-            .field("lease", &self.lease())
-            .field("label", &self.label)
-            .finish_non_exhaustive()
+        self.handle.debug(f, "RwLock", None)
     }
 }
 
@@ -89,29 +70,21 @@ impl LockClient {
     /// # Errors
     /// [`Error::InvalidName`] for an empty or over-long name.
     pub fn rwlock(&self, name: impl AsRef<[u8]>) -> Result<RwLock, Error> {
-        let name = name.as_ref();
-        validate_name(name)?;
-        Ok(RwLock {
-            client: self.clone(),
-            keys: Arc::new(LockKeys::rwlock(&self.engine.config.prefix, name)),
-            name: name.into(),
-            lease: None,
-            label: None,
-        })
+        let handle = Handle::named(self, name.as_ref(), LockKeys::rwlock)?;
+        Ok(RwLock { handle })
     }
 }
 
 impl RwLock {
     /// The lock's name, as given to [`LockClient::rwlock`].
     pub fn name(&self) -> &[u8] {
-        &self.name
+        &self.handle.name
     }
 
     /// The lease each hold gets: this handle's own, or the client's default (renewed by the
     /// watchdog).
     pub fn lease(&self) -> Duration {
-        self.lease
-            .unwrap_or(self.client.engine.config.default_lease)
+        self.handle.lease()
     }
 
     /// A handle to the same lock whose holds get a fixed `lease` that the watchdog does not
@@ -121,9 +94,8 @@ impl RwLock {
     /// [`Error::InvalidLease`] for a lease under 1 ms, over 7 days, or not a whole number of
     /// milliseconds.
     pub fn with_lease(&self, lease: Duration) -> Result<RwLock, Error> {
-        let mut lock = self.clone();
-        lock.lease = Some(validate_lease(lease)?);
-        Ok(lock)
+        let handle = self.handle.with(self.handle.options.with_lease(lease)?);
+        Ok(RwLock { handle })
     }
 
     /// A handle to the same lock whose holds, read or write, carry `label`: a request or trace
@@ -144,16 +116,14 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn with_label(&self, label: impl AsRef<str>) -> Result<RwLock, Error> {
-        let label = Some(checked_label(label.as_ref())?);
-        Ok(RwLock {
-            label,
-            ..self.clone()
-        })
+        let options = self.handle.options.with_label(label.as_ref())?;
+        let handle = self.handle.with(options);
+        Ok(RwLock { handle })
     }
 
     /// The label holds taken through this handle carry ([`RwLock::with_label`]).
     pub fn label(&self) -> Option<&str> {
-        self.label.as_deref()
+        self.handle.label()
     }
 
     /// Takes a read hold if no writer holds the lock or waits for it; `Ok(None)` otherwise.
@@ -168,13 +138,10 @@ impl RwLock {
     /// Cancel safe: a dropped call's acquisition is undone in the background whether it ran or
     /// not.
     pub async fn try_read(&self) -> Result<Option<ReadGuard>, Error> {
-        let outcome = self.try_hold(RwMode::Read).await;
-        self.report(
-            RwMode::Read,
-            "try_read",
-            outcome.as_ref().map(Option::is_some),
-        );
-        Ok(outcome?.map(|guard| ReadGuard { guard }))
+        let permit = self.handle.try_acquire(READ, "try_read").await?;
+        Ok(permit.map(|permit| ReadGuard {
+            guard: permit.guard,
+        }))
     }
 
     /// Takes the write hold if nobody holds the lock; `Ok(None)` otherwise. A try never marks
@@ -186,13 +153,10 @@ impl RwLock {
     /// # Cancel safety
     /// Cancel safe, as [`RwLock::try_read`].
     pub async fn try_write(&self) -> Result<Option<WriteGuard>, Error> {
-        let outcome = self.try_hold(RwMode::Write).await;
-        self.report(
-            RwMode::Write,
-            "try_write",
-            outcome.as_ref().map(Option::is_some),
-        );
-        Ok(outcome?.map(|guard| WriteGuard { guard }))
+        let permit = self.handle.try_acquire(WRITE, "try_write").await?;
+        Ok(permit.map(|permit| WriteGuard {
+            guard: permit.guard,
+        }))
     }
 
     /// Takes a read hold, waiting (pub/sub, no polling) while a writer holds the lock or waits
@@ -205,9 +169,8 @@ impl RwLock {
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves the queue and undoes an acquisition in flight.
     pub async fn read(&self) -> Result<ReadGuard, Error> {
-        let outcome = self.hold_until(RwMode::Read, None).await;
-        self.report(RwMode::Read, "read", outcome.as_ref().map(|_| true));
-        Ok(ReadGuard { guard: outcome? })
+        let guard = self.handle.acquire(READ, "read", None).await?.guard;
+        Ok(ReadGuard { guard })
     }
 
     /// Takes the write hold, waiting while anyone holds the lock. While it waits, new readers
@@ -220,9 +183,8 @@ impl RwLock {
     /// Cancel safe: dropping the future leaves the queue, undoes an acquisition in flight and
     /// takes back the mark that holds new readers back, so readers go on at once.
     pub async fn write(&self) -> Result<WriteGuard, Error> {
-        let outcome = self.hold_until(RwMode::Write, None).await;
-        self.report(RwMode::Write, "write", outcome.as_ref().map(|_| true));
-        Ok(WriteGuard { guard: outcome? })
+        let guard = self.handle.acquire(WRITE, "write", None).await?.guard;
+        Ok(WriteGuard { guard })
     }
 
     /// [`RwLock::read`], waiting at most `timeout` ([`Error::Timeout`] then).
@@ -233,10 +195,10 @@ impl RwLock {
     /// # Cancel safety
     /// Cancel safe, as [`RwLock::read`].
     pub async fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard, Error> {
-        let deadline = Instant::now() + timeout;
-        let outcome = self.hold_until(RwMode::Read, Some(deadline)).await;
-        self.report(RwMode::Read, "read_timeout", outcome.as_ref().map(|_| true));
-        Ok(ReadGuard { guard: outcome? })
+        let permit = self.handle.acquire(READ, "read_timeout", Some(timeout));
+        Ok(ReadGuard {
+            guard: permit.await?.guard,
+        })
     }
 
     /// [`RwLock::write`], waiting at most `timeout` ([`Error::Timeout`] then; the mark that
@@ -248,187 +210,15 @@ impl RwLock {
     /// # Cancel safety
     /// Cancel safe, as [`RwLock::write`].
     pub async fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard, Error> {
-        let deadline = Instant::now() + timeout;
-        let outcome = self.hold_until(RwMode::Write, Some(deadline)).await;
-        self.report(
-            RwMode::Write,
-            "write_timeout",
-            outcome.as_ref().map(|_| true),
-        );
-        Ok(WriteGuard { guard: outcome? })
-    }
-
-    /// One `fencelock.rwlock` event and the acquisition metric for an acquire call.
-    fn report(&self, mode: RwMode, method: &'static str, outcome: Result<bool, &Error>) {
-        let lock = || String::from_utf8_lossy(&self.name);
-        let mode = match mode {
-            RwMode::Read => "read",
-            RwMode::Write => "write",
-        };
-        let ended = match outcome {
-            Ok(true) => metrics::ACQUIRED,
-            Ok(false) => metrics::BUSY,
-            Err(err) if err.is_timeout() => metrics::TIMEOUT,
-            Err(err) => {
-                tracing::warn!(name: "fencelock.rwlock", lock = %lock(), mode, method,
-                    outcome = metrics::ERROR, label = self.label.as_deref(), error = %err,
-                    "read-write lock acquire failed");
-                metrics::rwlock(mode, metrics::ERROR);
-                return;
-            }
-        };
-        tracing::debug!(name: "fencelock.rwlock", lock = %lock(), mode, method, outcome = ended,
-            label = self.label.as_deref(), "read-write lock acquire ended");
-        metrics::rwlock(mode, ended);
-    }
-
-    fn channel(&self, mode: RwMode) -> Cow<'_, [u8]> {
-        match mode {
-            RwMode::Read => Cow::Borrowed(&self.keys.lock),
-            // Laid out for this kind: never `None`.
-            RwMode::Write => Cow::Owned(self.keys.rw_writers().unwrap_or_default()),
-        }
-    }
-
-    async fn try_hold(&self, mode: RwMode) -> Result<Option<LockGuard>, Error> {
-        acquisition::try_once(&HoldRequest { lock: self, mode }).await
-    }
-
-    async fn hold_until(
-        &self,
-        mode: RwMode,
-        deadline: Option<Instant>,
-    ) -> Result<LockGuard, Error> {
-        acquisition::acquire_hold(&HoldRequest { lock: self, mode }, deadline).await
+        let permit = self.handle.acquire(WRITE, "write_timeout", Some(timeout));
+        Ok(WriteGuard {
+            guard: permit.await?.guard,
+        })
     }
 }
 
-/// One acquisition of `lock` for reading or writing, on the holds' acquire loop.
-struct HoldRequest<'a> {
-    lock: &'a RwLock,
-    mode: RwMode,
-}
-
-impl Acquisition for HoldRequest<'_> {
-    type Held = LockGuard;
-
-    fn engine(&self) -> &Engine {
-        &self.lock.client.engine
-    }
-
-    /// Readers and writers wait on channels of their own, so neither blocks the other's local
-    /// queue.
-    fn channel(&self) -> Cow<'_, [u8]> {
-        self.lock.channel(self.mode)
-    }
-
-    fn label(&self) -> Option<&str> {
-        self.lock.label()
-    }
-
-    fn pending(&self, holder: &str) -> PendingOp {
-        PendingOp::of_kind(
-            &RW_LOCK,
-            &self.lock.client.engine,
-            &self.lock.keys,
-            holder,
-            holder,
-            CancelKind::Acquire,
-        )
-    }
-
-    /// One acquire round trip. `wait`: the attempt of a caller that will wait, which for a
-    /// writer marks it waiting; that mark stays until the writer wins or gives up, so the
-    /// pending op stays armed after a busy reply, and dropping it takes the mark back.
-    async fn attempt(
-        &self,
-        holder: &str,
-        pending: &mut PendingOp,
-        wait: bool,
-        window: Duration,
-    ) -> Result<Attempt<LockGuard>, Error> {
-        let (lock, mode) = (self.lock, self.mode);
-        let engine = &lock.client.engine;
-        let lease = lock.lease();
-        let op_ttl = engine.config.op_record_ttl;
-        let field_expiry = engine.field_expiry;
-        let label = lock.label.as_deref();
-        // Once per client, before anything is written (a drop here leaves nothing).
-        engine.check_permissions(PermissionScope::Holds).await?;
-        let sent_at = Instant::now();
-        pending.arm();
-        let sends = pending.sends();
-        let reply = engine
-            .retrying_within(window, |mut conn| {
-                let keys = &lock.keys;
-                let pubsub = conn.pubsub();
-                let recorded = sends.send(&conn);
-                async move {
-                    if mode == RwMode::Read {
-                        // Reads of one lock that meet in this client may share a call.
-                        return engine
-                            .read_grouped(
-                                &mut conn, keys, holder, lease, op_ttl, pubsub, label, recorded,
-                            )
-                            .await;
-                    }
-                    rw_acquire(
-                        &mut conn,
-                        keys,
-                        holder,
-                        mode,
-                        lease,
-                        wait,
-                        op_ttl,
-                        pubsub,
-                        field_expiry,
-                        label,
-                        recorded,
-                    )
-                    .await
-                }
-            })
-            .await?;
-        match reply {
-            RwAcquireReply::Acquired { token } => {
-                pending.disarm();
-                let holder = Holder::of_kind(
-                    &RW_LOCK,
-                    engine.clone(),
-                    lock.keys.clone(),
-                    lock.name.clone(),
-                    holder.to_owned(),
-                    token,
-                    sent_at,
-                    lease,
-                    lock.lease.is_none(),
-                    None,
-                    lock.label.clone(),
-                );
-                engine.watchdog.watch(&holder);
-                // Readers do not exclude each other: the next waiting reader of this client
-                // tries at once.
-                Ok(Attempt::Won {
-                    held: LockGuard::new(holder),
-                    hand_on: mode == RwMode::Read,
-                })
-            }
-            RwAcquireReply::Busy { wait: until } => {
-                // A waiting writer's mark stays until it wins or gives up: still armed.
-                if !(wait && mode == RwMode::Write) {
-                    pending.busy();
-                } else {
-                    pending.answered();
-                }
-                Ok(Attempt::Busy(until))
-            }
-            RwAcquireReply::Cancelled => {
-                pending.disarm();
-                Err(Error::Cancelled)
-            }
-        }
-    }
-}
+const READ: Ask = Ask::Hold(Hold::Side(RwMode::Read));
+const WRITE: Ask = Ask::Hold(Hold::Side(RwMode::Write));
 
 /// Proof of a read hold on an [`RwLock`]. Dropping it releases in the background;
 /// [`ReadGuard::release`] releases and reports.
@@ -569,13 +359,8 @@ impl WriteGuard {
                 async move { rw_downgrade(&mut conn, keys, id, pubsub).await }
             })
             .await?;
-        match reply {
-            OwnerReply::Done { .. } => Ok(ReadGuard { guard: self.guard }),
-            OwnerReply::NotHeld => {
-                holder.mark_lost(LostReason::NotHeld);
-                Err(Error::NotHeld)
-            }
-        }
+        owned(&holder, reply)?;
+        Ok(ReadGuard { guard: self.guard })
     }
 
     /// Releases the write hold and wakes waiting readers and writers.

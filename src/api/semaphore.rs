@@ -1,26 +1,14 @@
 //! A named semaphore: a number of permits shared by every process, each hold with its own
 //! lease.
 
-use std::borrow::Cow;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::client::LockClient;
 use super::guard::LockGuard;
-use crate::base::config::checked_label;
-use crate::base::durations::validate_lease;
+use super::handle::{Ask, Handle, Hold};
 use crate::base::error::Error;
-use crate::base::metrics;
 use crate::base::token::FencingToken;
-use crate::engine::acquisition::{self, Acquisition, Attempt};
-use crate::engine::handoff::{self, Grant, HandoffTerms};
-use crate::engine::hold::SEMAPHORE;
-use crate::engine::holder::Holder;
-use crate::engine::pending::PendingOp;
-use crate::engine::{Engine, PermissionScope};
-use crate::protocol::keys::validate_name;
-use crate::protocol::semaphore::{sem_acquire, SemAcquireReply};
-use crate::protocol::{CancelKind, LockKeys};
+use crate::protocol::LockKeys;
 
 /// A handle to one named semaphore, made by [`LockClient::semaphore`]: `limit` permits shared
 /// by every client of the same Redis.
@@ -54,23 +42,13 @@ use crate::protocol::{CancelKind, LockKeys};
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {
-    client: LockClient,
-    name: Arc<[u8]>,
-    keys: Arc<LockKeys>,
+    handle: Handle,
     limit: u32,
-    lease: Option<Duration>,
-    /// Stored with each hold this handle takes (in the hold's field of the semaphore hash).
-    label: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Semaphore")
-            .field("name", &String::from_utf8_lossy(&self.name))
-            .field("limit", &self.limit)
-            .field("lease", &self.lease())
-            .field("label", &self.label)
-            .finish_non_exhaustive()
+        self.handle.debug(f, "Semaphore", Some(self.limit))
     }
 }
 
@@ -90,28 +68,20 @@ impl LockClient {
     /// # }
     /// ```
     pub fn semaphore(&self, name: impl AsRef<[u8]>, limit: u32) -> Result<Semaphore, Error> {
-        let name = name.as_ref();
-        validate_name(name)?;
+        let handle = Handle::named(self, name.as_ref(), LockKeys::semaphore)?;
         if limit == 0 {
             return Err(Error::InvalidPermits {
                 reason: "a semaphore needs at least one permit".into(),
             });
         }
-        Ok(Semaphore {
-            client: self.clone(),
-            keys: Arc::new(LockKeys::semaphore(&self.engine.config.prefix, name)),
-            name: name.into(),
-            limit,
-            lease: None,
-            label: None,
-        })
+        Ok(Semaphore { handle, limit })
     }
 }
 
 impl Semaphore {
     /// The semaphore's name, as given to [`LockClient::semaphore`].
     pub fn name(&self) -> &[u8] {
-        &self.name
+        &self.handle.name
     }
 
     /// The limit this handle records when the semaphore is idle (see [`Semaphore`] for the
@@ -123,8 +93,7 @@ impl Semaphore {
     /// The lease each hold gets: this handle's own, or the client's default (renewed by the
     /// watchdog).
     pub fn lease(&self) -> Duration {
-        self.lease
-            .unwrap_or(self.client.engine.config.default_lease)
+        self.handle.lease()
     }
 
     /// A handle to the same semaphore whose holds get a fixed `lease` that the watchdog does
@@ -142,9 +111,8 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn with_lease(&self, lease: Duration) -> Result<Semaphore, Error> {
-        let mut semaphore = self.clone();
-        semaphore.lease = Some(validate_lease(lease)?);
-        Ok(semaphore)
+        let handle = self.handle.with(self.handle.options.with_lease(lease)?);
+        Ok(Semaphore { handle, ..*self })
     }
 
     /// A handle to the same semaphore whose holds carry `label`: a request or trace id that
@@ -165,16 +133,14 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn with_label(&self, label: impl AsRef<str>) -> Result<Semaphore, Error> {
-        let label = Some(checked_label(label.as_ref())?);
-        Ok(Semaphore {
-            label,
-            ..self.clone()
-        })
+        let options = self.handle.options.with_label(label.as_ref())?;
+        let handle = self.handle.with(options);
+        Ok(Semaphore { handle, ..*self })
     }
 
     /// The label holds taken through this handle carry ([`Semaphore::with_label`]).
     pub fn label(&self) -> Option<&str> {
-        self.label.as_deref()
+        self.handle.label()
     }
 
     /// Takes `permits` permits if that many are free, and returns at once either way
@@ -191,13 +157,9 @@ impl Semaphore {
     /// Cancel safe: if the future is dropped after the request was sent, the acquisition is
     /// undone in the background whether it already ran or not, so no permit is left held.
     pub async fn try_acquire(&self, permits: u32) -> Result<Option<SemaphorePermit>, Error> {
-        let outcome = async {
-            self.check(permits)?;
-            acquisition::try_once(&PermitRequest { sem: self, permits }).await
-        }
-        .await;
-        self.report("try_acquire", permits, outcome.as_ref().map(Option::as_ref));
-        outcome
+        self.handle
+            .try_acquire(self.ask(permits), "try_acquire")
+            .await
     }
 
     /// Takes `permits` permits, waiting as long as it takes.
@@ -224,9 +186,9 @@ impl Semaphore {
     /// in flight, or permits a release of this client may have handed it; no permit is left
     /// held by an acquire nobody waits for.
     pub async fn acquire(&self, permits: u32) -> Result<SemaphorePermit, Error> {
-        let outcome = self.acquire_until(permits, None).await;
-        self.report("acquire", permits, outcome.as_ref().map(Some));
-        outcome
+        self.handle
+            .acquire(self.ask(permits), "acquire", None)
+            .await
     }
 
     /// Takes `permits` permits, waiting at most `timeout`; [`Error::Timeout`] when too few
@@ -242,247 +204,15 @@ impl Semaphore {
         permits: u32,
         timeout: Duration,
     ) -> Result<SemaphorePermit, Error> {
-        let deadline = Instant::now() + timeout;
-        let outcome = self.acquire_until(permits, Some(deadline)).await;
-        self.report("acquire_timeout", permits, outcome.as_ref().map(Some));
-        outcome
+        let ask = self.ask(permits);
+        self.handle
+            .acquire(ask, "acquire_timeout", Some(timeout))
+            .await
     }
 
-    fn check(&self, permits: u32) -> Result<(), Error> {
-        if permits == 0 || permits > self.limit {
-            return Err(Error::InvalidPermits {
-                reason: format!(
-                    "asked for {permits} permits of semaphore {:?}, which has {} in all \
-                     (at least 1 must be asked for)",
-                    String::from_utf8_lossy(&self.name),
-                    self.limit
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    /// One `fencelock.semaphore` event and the acquisition metric for an acquire call.
-    fn report(
-        &self,
-        method: &'static str,
-        permits: u32,
-        outcome: Result<Option<&SemaphorePermit>, &Error>,
-    ) {
-        let name = || String::from_utf8_lossy(&self.name);
-        let ended = match outcome {
-            Ok(Some(permit)) => {
-                tracing::debug!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
-                    outcome = metrics::ACQUIRED, token = permit.token().get(),
-                    holder = permit.holder_id(), limit = permit.limit(),
-                    label = self.label.as_deref(), "permits acquired");
-                metrics::ACQUIRED
-            }
-            Ok(None) => {
-                tracing::debug!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
-                    outcome = metrics::BUSY, label = self.label.as_deref(), "too few permits free");
-                metrics::BUSY
-            }
-            Err(err) if err.is_timeout() => {
-                tracing::debug!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
-                    outcome = metrics::TIMEOUT, label = self.label.as_deref(),
-                    "permit acquire timed out");
-                metrics::TIMEOUT
-            }
-            Err(err) => {
-                tracing::warn!(name: "fencelock.semaphore", semaphore = %name(), method, permits,
-                    outcome = metrics::ERROR, label = self.label.as_deref(), error = %err,
-                    "permit acquire failed");
-                metrics::ERROR
-            }
-        };
-        metrics::semaphore(ended);
-    }
-
-    async fn acquire_until(
-        &self,
-        permits: u32,
-        deadline: Option<Instant>,
-    ) -> Result<SemaphorePermit, Error> {
-        self.check(permits)?;
-        acquisition::acquire_hold(&PermitRequest { sem: self, permits }, deadline).await
-    }
-}
-
-/// One acquisition of `permits` permits of `sem`, on the holds' acquire loop.
-struct PermitRequest<'a> {
-    sem: &'a Semaphore,
-    permits: u32,
-}
-
-impl Acquisition for PermitRequest<'_> {
-    type Held = SemaphorePermit;
-
-    fn engine(&self) -> &Engine {
-        &self.sem.client.engine
-    }
-
-    fn channel(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.sem.keys.lock)
-    }
-
-    fn label(&self) -> Option<&str> {
-        self.sem.label()
-    }
-
-    fn pending(&self, holder: &str) -> PendingOp {
-        // An acquisition's operation id is its holder id, as for a lock.
-        PendingOp::of_kind(
-            &SEMAPHORE,
-            &self.sem.client.engine,
-            &self.sem.keys,
-            holder,
-            holder,
-            CancelKind::Acquire,
-        )
-    }
-
-    /// One acquire round trip (re-sent while its outcome is unknown and `window` is open).
-    /// `wait`: the attempt of a caller that will wait, which a fair-handoff client queues when
-    /// busy; that entry stays until the waiter wins or gives up, so the pending op stays armed
-    /// after a busy reply, and dropping it takes the entry out.
-    async fn attempt(
-        &self,
-        holder: &str,
-        pending: &mut PendingOp,
-        wait: bool,
-        window: Duration,
-    ) -> Result<Attempt<SemaphorePermit>, Error> {
-        let sem = self.sem;
-        let permits = self.permits;
-        let engine = &sem.client.engine;
-        let lease = sem.lease();
-        let op_ttl = engine.config.op_record_ttl;
-        let limit = sem.limit;
-        let fair = engine.config.fair_grace.map(|_| wait);
-        let field_expiry = engine.field_expiry;
-        let label = sem.label.as_deref();
-        // Once per client, before anything is written (a drop here leaves nothing).
-        engine.check_permissions(PermissionScope::Holds).await?;
-        let sent_at = Instant::now();
-        pending.arm();
-        let sends = pending.sends();
-        let reply = engine
-            .retrying_within(window, |mut conn| {
-                let keys = &sem.keys;
-                let pubsub = conn.pubsub();
-                let recorded = sends.send(&conn);
-                async move {
-                    sem_acquire(
-                        &mut conn,
-                        keys,
-                        holder,
-                        permits,
-                        limit,
-                        lease,
-                        op_ttl,
-                        pubsub,
-                        fair,
-                        field_expiry,
-                        label,
-                        recorded,
-                    )
-                    .await
-                }
-            })
-            .await?;
-        let queued = fair == Some(true) && matches!(reply, SemAcquireReply::Busy { .. });
-        match reply {
-            SemAcquireReply::Busy { .. } if queued => pending.answered(),
-            SemAcquireReply::Busy { .. } => pending.busy(),
-            _ => pending.disarm(),
-        }
-        match reply {
-            SemAcquireReply::Acquired {
-                token,
-                permits,
-                limit,
-                free,
-            } => {
-                let permit = self.permit(holder, token, sent_at, permits, limit);
-                // Permits are left: the next waiter of this client may fit.
-                Ok(Attempt::Won {
-                    held: permit,
-                    hand_on: free > 0,
-                })
-            }
-            SemAcquireReply::Busy { wait, .. } => Ok(Attempt::Busy(wait)),
-            SemAcquireReply::Cancelled => Err(Error::Cancelled),
-            SemAcquireReply::OverLimit { limit } => Err(Error::InvalidPermits {
-                reason: format!(
-                    "asked for {permits} permits of semaphore {:?}, whose limit in force is \
-                     {limit} (recorded in Redis while it is in use)",
-                    String::from_utf8_lossy(&sem.name)
-                ),
-            }),
-        }
-    }
-
-    /// A waiter of a client in the default mode takes permits from a release of its client
-    /// (`sem_handoff.lua`); a fair-handoff client's waiters queue in Redis instead.
-    fn handoff_terms(&self, holder: &str) -> Option<HandoffTerms> {
-        let sem = self.sem;
-        if sem.client.fair_handoff().is_some() {
-            return None;
-        }
-        Some(HandoffTerms {
-            holder: holder.to_owned(),
-            lease: sem.lease(),
-            label: sem.label.clone(),
-            permits: self.permits,
-            undo: handoff::undo_by(self.pending(holder)),
-        })
-    }
-
-    fn handed_off(
-        &self,
-        holder: &str,
-        pending: &mut PendingOp,
-        grant: Grant,
-    ) -> Option<SemaphorePermit> {
-        pending.disarm();
-        let limit = grant.room.map_or(self.sem.limit, |room| room.limit);
-        Some(self.permit(holder, grant.token, grant.sent_at, self.permits, limit))
-    }
-}
-
-impl PermitRequest<'_> {
-    /// The permit of a hold `holder` won (by its attempt, or from a release's grant), its lease
-    /// counted from `sent_at`, renewed by the watchdog from now on.
-    fn permit(
-        &self,
-        holder: &str,
-        token: FencingToken,
-        sent_at: Instant,
-        permits: u32,
-        limit: u32,
-    ) -> SemaphorePermit {
-        let sem = self.sem;
-        let engine = &sem.client.engine;
-        let holder = Holder::of_kind(
-            &SEMAPHORE,
-            engine.clone(),
-            sem.keys.clone(),
-            sem.name.clone(),
-            holder.to_owned(),
-            token,
-            sent_at,
-            sem.lease(),
-            sem.lease.is_none(),
-            None,
-            sem.label.clone(),
-        );
-        engine.watchdog.watch(&holder);
-        SemaphorePermit {
-            guard: LockGuard::new(holder),
-            permits,
-            limit,
-        }
+    fn ask(&self, permits: u32) -> Ask {
+        let limit = self.limit;
+        Ask::Hold(Hold::Permits { permits, limit })
     }
 }
 
@@ -509,9 +239,9 @@ impl PermitRequest<'_> {
 /// validity (`valid_until`, `is_valid`, `lost`) and the rest are the guard's.
 #[must_use = "a permit is given back when dropped; bind it for as long as the work lasts"]
 pub struct SemaphorePermit {
-    guard: LockGuard,
-    permits: u32,
-    limit: u32,
+    pub(super) guard: LockGuard,
+    pub(super) permits: u32,
+    pub(super) limit: u32,
 }
 
 impl std::fmt::Debug for SemaphorePermit {

@@ -2,23 +2,19 @@
 //! read-write lock's holds): a fast attempt, then waiting in this client's FIFO on the
 //! channel, going back to Redis on every wake-up until it wins or the deadline passes. The
 //! callers say what one attempt is ([`Attempts`]); the loop, the deadline and fair handoff's
-//! first-attempt guard are here, once ([`acquire_loop`]). Every kind's handle describes its
-//! acquisitions through [`Acquisition`], which gives them one try ([`try_once`]) and the
-//! wait ([`acquire_hold`]).
+//! first-attempt guard are here, once ([`acquire_loop`]). The API's one acquisition request
+//! (`api::handle`) is the attempts of every kind of hold, and makes a try of one attempt.
 //!
 //! A multi-lock (`api::multi`) has a loop of its own: it moves between the queues of its
 //! members.
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::handoff::{Grant, HandoffTerms};
-use super::pending::PendingOp;
 use super::wait::{self, FairExit, FirstAttempt, Waiters, Wake};
 use super::wait_record::{WaitRecord, WaitReport};
-use super::Engine;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::retry::waiting_window;
@@ -33,155 +29,6 @@ pub(crate) enum Attempt<W> {
     /// Busy; until when at the latest a hold could end without a release (the earliest lease
     /// of a holder), the waiter's fallback timer.
     Busy(Option<Duration>),
-}
-
-/// What one kind of hold's acquisition does in one round trip.
-pub(crate) trait Acquisition {
-    /// What a won attempt returns.
-    type Held;
-
-    /// The client's engine.
-    fn engine(&self) -> &Engine;
-
-    /// The channel this acquisition waits on, and so the local queue it joins.
-    fn channel(&self) -> Cow<'_, [u8]>;
-
-    /// The acquisition's label, which its wait record shows operators.
-    fn label(&self) -> Option<&str>;
-
-    /// The undo of the acquisition by `holder`, disarmed.
-    fn pending(&self, holder: &str) -> PendingOp;
-
-    /// One acquire round trip (re-sent while its outcome is unknown and `window` is open),
-    /// with `pending` armed while the outcome is unknown. `wait`: the attempt of a caller that
-    /// will wait (one that leaves a mark in Redis while busy keeps `pending` armed).
-    async fn attempt(
-        &self,
-        holder: &str,
-        pending: &mut PendingOp,
-        wait: bool,
-        window: Duration,
-    ) -> Result<Attempt<Self::Held>, Error>;
-
-    /// What a fair-handoff client undoes in Redis when the acquisition leaves without the
-    /// hold; `None` (the default): it does not queue in Redis that way.
-    fn fair_exit(&self) -> Option<FairExit> {
-        None
-    }
-
-    /// The lease of a hold nobody shares (a plain lock's): a won attempt holds the next local
-    /// waiter for it. `None` (the default): holds others may share.
-    fn winner_lease(&self) -> Option<Duration> {
-        None
-    }
-
-    /// Set when the acquisition starts waiting, for its caller's report; `None` (the
-    /// default): nobody asks.
-    fn contended(&self) -> Option<&AtomicBool> {
-        None
-    }
-
-    /// The terms on which `holder`'s acquisition takes the hold from a release of this client
-    /// (`engine::handoff`), asked once as it starts waiting; `None` (the default): it does not.
-    fn handoff_terms(&self, holder: &str) -> Option<HandoffTerms> {
-        let _ = holder;
-        None
-    }
-
-    /// The hold a release of this client granted `holder` ([`Wake::HandedOff`]), with its
-    /// `pending` operation (disarmed here: the grant is claimed). Only acquisitions that gave
-    /// [`Acquisition::handoff_terms`] are granted one; `None`: the next attempt takes it.
-    fn handed_off(
-        &self,
-        holder: &str,
-        pending: &mut PendingOp,
-        grant: Grant,
-    ) -> Option<Self::Held> {
-        let _ = (holder, pending, grant);
-        None
-    }
-}
-
-/// One try: the hold, or `None` when it is busy.
-///
-/// Cancel safe: a dropped try's pending operation undoes it in the background.
-pub(crate) async fn try_once<A: Acquisition>(acq: &A) -> Result<Option<A::Held>, Error> {
-    let engine = acq.engine();
-    let holder = engine.next_id();
-    let mut pending = acq.pending(&holder);
-    match acq
-        .attempt(&holder, &mut pending, false, engine.config.retry_window)
-        .await?
-    {
-        Attempt::Won { held, .. } => Ok(Some(held)),
-        Attempt::Busy(_) => Ok(None),
-    }
-}
-
-/// Waits for the hold until `deadline` (`None`: as long as it takes); [`Error::Timeout`] at
-/// the deadline, which bounds everything, also an attempt being retried because Redis does not
-/// answer: at the deadline the attempt is dropped, and its pending operation undoes it.
-///
-/// Cancel safe: dropping the future leaves the queue and undoes an attempt in flight.
-pub(crate) async fn acquire_hold<A: Acquisition>(
-    acq: &A,
-    deadline: Option<Instant>,
-) -> Result<A::Held, Error> {
-    let engine = acq.engine();
-    let holder = engine.next_id();
-    let pending = acq.pending(&holder);
-    let channel = acq.channel();
-    let how = Waiting {
-        waiters: &engine.waiters,
-        channel: &channel,
-        fair: acq.fair_exit(),
-        retry_window: engine.config.retry_window,
-        winner_lease: acq.winner_lease(),
-        contended: acq.contended(),
-        report: engine.config.record_waits.then_some(WaitReport {
-            engine,
-            label: acq.label(),
-        }),
-    };
-    acquire_loop(
-        how,
-        deadline,
-        HoldAttempts {
-            acq,
-            holder,
-            pending,
-        },
-    )
-    .await
-}
-
-/// The attempts of one hold's acquisition: one holder id, one pending operation.
-struct HoldAttempts<'a, A> {
-    acq: &'a A,
-    holder: String,
-    pending: PendingOp,
-}
-
-impl<A: Acquisition> Attempts for HoldAttempts<'_, A> {
-    type Held = A::Held;
-
-    fn holder(&self) -> &str {
-        &self.holder
-    }
-
-    async fn attempt(&mut self, window: Duration) -> Result<Attempt<A::Held>, Error> {
-        self.acq
-            .attempt(&self.holder, &mut self.pending, true, window)
-            .await
-    }
-
-    fn handoff_terms(&self) -> Option<HandoffTerms> {
-        self.acq.handoff_terms(&self.holder)
-    }
-
-    fn handed_off(&mut self, grant: Grant) -> Option<A::Held> {
-        self.acq.handed_off(&self.holder, &mut self.pending, grant)
-    }
 }
 
 /// The attempts of one acquisition that waits, as its loop sees them. (A trait rather than an
@@ -251,17 +98,24 @@ pub(crate) async fn acquire_loop<T: Attempts>(
     let Some(deadline) = deadline else {
         return acquire_within(how, None, started, &mut attempts).await;
     };
-    match tokio::time::timeout_at(
-        deadline.into(),
-        acquire_within(how, Some(deadline), started, &mut attempts),
+    let within = acquire_within(how, Some(deadline), started, &mut attempts);
+    timed_out(
+        tokio::time::timeout_at(deadline.into(), within).await,
+        started,
     )
-    .await
-    {
-        Ok(outcome) => outcome,
-        Err(_elapsed) => Err(Error::Timeout {
+}
+
+/// The outcome of an acquisition that started at `started` and was bounded by a deadline
+/// (`tokio::time::timeout_at`): [`Error::Timeout`] when the deadline came first.
+pub(crate) fn timed_out<T>(
+    outcome: Result<Result<T, Error>, tokio::time::error::Elapsed>,
+    started: Instant,
+) -> Result<T, Error> {
+    outcome.unwrap_or_else(|_elapsed| {
+        Err(Error::Timeout {
             waited: started.elapsed(),
-        }),
-    }
+        })
+    })
 }
 
 async fn acquire_within<T: Attempts>(

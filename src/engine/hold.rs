@@ -4,9 +4,9 @@
 //! The guard (`api::guard`) and the pending operations call it and never ask a hold what it is.
 //!
 //! As `lock_api`'s `RawMutex` under its `Mutex`: the safe layer is written once over the raw
-//! operations. The acquisitions differ in what they ask for (permits, a side, replicas), so
-//! they describe themselves through `engine::acquisition::Acquisition` and build holders of
-//! their kind.
+//! operations. The acquisitions differ in what they ask for (a lock, permits, a side): the
+//! API's one request (`api::handle`) runs them on one acquire loop and builds holders of their
+//! kind.
 
 use std::future::Future;
 use std::pin::Pin;

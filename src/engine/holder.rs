@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
-use super::hold::{HoldKind, PLAIN_LOCK};
+use super::hold::HoldKind;
 use super::Engine;
 use crate::base::metrics;
 use crate::base::replica_ack::Acks;
@@ -100,35 +100,6 @@ pub(crate) fn validity(lease: Duration) -> Duration {
 }
 
 impl Holder {
-    /// A plain lock's holder (a lock's, a multi-lock member's, an election's, a job's).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        engine: Arc<Engine>,
-        keys: Arc<LockKeys>,
-        name: Arc<[u8]>,
-        id: String,
-        token: FencingToken,
-        sent_at: Instant,
-        lease: Duration,
-        watched: bool,
-        replication: Option<Acks>,
-        label: Option<Arc<str>>,
-    ) -> Arc<Holder> {
-        Holder::of_kind(
-            &PLAIN_LOCK,
-            engine,
-            keys,
-            name,
-            id,
-            token,
-            sent_at,
-            lease,
-            watched,
-            replication,
-            label,
-        )
-    }
-
     /// A holder of a hold of `kind`, whose lease started no earlier than `sent_at`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn of_kind(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::runtime::Handle;
 
-use super::hold::{HoldKind, PLAIN_LOCK};
+use super::hold::HoldKind;
 use super::Engine;
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::Control;
@@ -68,17 +68,6 @@ impl Sends {
 }
 
 impl PendingOp {
-    /// An operation on a plain lock (a lock's, a multi-lock member's).
-    pub(crate) fn new(
-        engine: &Arc<Engine>,
-        keys: &Arc<LockKeys>,
-        holder: &str,
-        op: &str,
-        kind: CancelKind,
-    ) -> Self {
-        PendingOp::of_kind(&PLAIN_LOCK, engine, keys, holder, op, kind)
-    }
-
     /// An operation on a hold of kind `hold`.
     pub(crate) fn of_kind(
         hold: &'static dyn HoldKind,
