@@ -61,6 +61,21 @@ impl LockGuard {
     }
 }
 
+/// `Deref` to the [`LockGuard`] that a kind's own guard type (`SemaphorePermit`, `ReadGuard`,
+/// `WriteGuard`) keeps in its `guard` field: the guard's methods are the wrapper's too.
+macro_rules! deref_to_guard {
+    ($($wrapper:ty),*) => {$(
+        impl std::ops::Deref for $wrapper {
+            type Target = LockGuard;
+
+            fn deref(&self) -> &LockGuard {
+                &self.guard
+            }
+        }
+    )*};
+}
+pub(crate) use deref_to_guard;
+
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
@@ -262,6 +277,13 @@ fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerRep
     let held_us = || u64::try_from(holder.acquired_at.elapsed().as_micros()).unwrap_or(u64::MAX);
     let lock = || String::from_utf8_lossy(&holder.name);
     let (holder_id, token) = (holder.id.as_str(), holder.token.get());
+    // The event at the level of its outcome, with the fields every outcome has.
+    macro_rules! event {
+        ($level:ident, $($fields:tt)*) => {
+            tracing::$level!(name: "fencelock.release", lock = %lock(), holder = holder_id, token,
+                method, $($fields)*)
+        };
+    }
     match reply {
         Ok(OwnerReply::Done { remaining }) => {
             let outcome = if *remaining == 0 {
@@ -271,37 +293,27 @@ fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerRep
                 metrics::EXITED
             };
             metrics::release(outcome);
-            tracing::debug!(
-                name: "fencelock.release",
-                lock = %lock(),
-                holder = holder_id,
-                token,
-                method,
+            event!(
+                debug,
                 outcome,
                 remaining,
                 held_us = held_us(),
                 "lock released"
             );
         }
-        Ok(OwnerReply::NotHeld) | Err(_) => {
-            let error = reply.as_ref().err();
-            let outcome = error.map_or(metrics::NOT_HELD, |_| metrics::ERROR);
-            metrics::release(outcome);
-            tracing::warn!(
-                name: "fencelock.release",
-                lock = %lock(),
-                holder = holder_id,
-                token,
-                method,
-                outcome,
+        Ok(OwnerReply::NotHeld) => {
+            metrics::release(metrics::NOT_HELD);
+            event!(
+                warn,
+                outcome = metrics::NOT_HELD,
                 held_us = held_us(),
-                error = error.map(tracing::field::display),
-                "{}",
-                match error {
-                    None => "released a lock that was no longer held",
-                    Some(_) => "lock release failed; the lease will free the lock",
-                }
+                "released a lock that was no longer held"
             );
+        }
+        Err(err) => {
+            metrics::release(metrics::ERROR);
+            event!(warn, outcome = metrics::ERROR, held_us = held_us(), error = %err,
+                "lock release failed; the lease will free the lock");
         }
     }
 }
@@ -414,14 +426,7 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        let holder = self.holder.clone();
-        let op = match self.release_op.take() {
-            Some(op) => op,
-            None => {
-                holder.exit();
-                holder.engine.next_id()
-            }
-        };
+        let (holder, op) = self.begin_release();
         // Spawning on a runtime that has shut down drops the task without panicking; the
         // lease then frees the lock.
         self.holder.runtime.spawn(async move {

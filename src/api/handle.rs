@@ -37,7 +37,7 @@ use crate::engine::{Engine, PermissionScope};
 use crate::protocol::keys::validate_name;
 use crate::protocol::rwlock::{rw_acquire, RwAcquireReply, RwMode};
 use crate::protocol::semaphore::{sem_acquire, SemAcquireReply};
-use crate::protocol::{self, CancelKind, LockKeys};
+use crate::protocol::{CancelKind, LockKeys};
 
 /// One acquire call's event `$name`: WARN with the error (and `$failure`) when it failed (a
 /// timeout is no failure), DEBUG with `$message` otherwise; `$fields` in both.
@@ -234,16 +234,11 @@ impl Handle {
     /// Undoes a plain lock's acquisition by `holder` (one whose replicas fell short):
     /// `cancel.lua` for the acquire op, which frees the lock and wakes waiters.
     pub(crate) async fn roll_back(&self, holder: &str) -> Result<(), Error> {
-        let ttl = self.engine().config.op_record_ttl;
+        let (keys, ttl) = (&self.keys, self.engine().config.op_record_ttl);
         let reply = self
             .engine()
-            .retrying(|mut conn| {
-                let keys = &self.keys;
-                async move {
-                    let pubsub = conn.pubsub();
-                    let kind = CancelKind::Acquire;
-                    protocol::cancel(&mut conn, keys, holder, holder, kind, ttl, pubsub).await
-                }
+            .retrying(|conn| {
+                PLAIN_LOCK.cancel(conn, keys, holder, holder, CancelKind::Acquire, ttl)
             })
             .await?;
         tracing::debug!(

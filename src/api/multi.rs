@@ -80,6 +80,9 @@ impl std::fmt::Debug for MultiLock {
     }
 }
 
+/// Every member's token, and the acknowledgement of their replicas when the set asks for it.
+type Taken = (Vec<FencingToken>, Option<Acks>);
+
 /// How a set is acquired and released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Plan {
@@ -92,8 +95,10 @@ enum Plan {
     Ordered,
 }
 
-enum Attempt {
-    Won(MultiGuard),
+/// One try at the set: won, with the set's guard (or, for one plan's try, every member's token
+/// and the acknowledgement of their replicas), or busy with nothing held.
+enum Attempt<W = MultiGuard> {
+    Won(W),
     /// Member `index` (in the global order) was busy; its lease ends after `pttl`.
     Busy {
         index: usize,
@@ -102,53 +107,6 @@ enum Attempt {
 }
 
 impl MultiLock {
-    pub(crate) fn new<I, N>(client: &LockClient, names: I) -> Result<MultiLock, Error>
-    where
-        I: IntoIterator<Item = N>,
-        N: AsRef<[u8]>,
-    {
-        if client.fair_handoff().is_some() {
-            // release_all.lua and acquire_all.lua know nothing of the fair queue: a set
-            // released there would free its members past the waiting clients.
-            return Err(Error::InvalidLockSet {
-                reason: "multi-locks are not available on a client with fair_handoff \
-                         (fair handoff is single-lock only)"
-                    .into(),
-            });
-        }
-        let mut members = Vec::new();
-        for name in names {
-            if members.len() == MAX_MULTI_LOCKS {
-                return Err(Error::InvalidLockSet {
-                    reason: format!("a multi-lock takes at most {MAX_MULTI_LOCKS} locks"),
-                });
-            }
-            members.push(client.lock(name)?);
-        }
-        if members.is_empty() {
-            return Err(Error::InvalidLockSet {
-                reason: "a multi-lock needs at least one lock name".into(),
-            });
-        }
-        members.sort_by(|a, b| a.keys().lock.cmp(&b.keys().lock));
-        if let Some(pair) = members
-            .windows(2)
-            .find(|pair| pair[0].keys().lock == pair[1].keys().lock)
-        {
-            return Err(Error::InvalidLockSet {
-                reason: format!(
-                    "the lock {:?} is named twice",
-                    String::from_utf8_lossy(pair[0].name())
-                ),
-            });
-        }
-        Ok(MultiLock {
-            client: client.clone(),
-            members: members.into(),
-            force_ordered: false,
-        })
-    }
-
     /// The names of the members, in the order they are acquired.
     pub fn names(&self) -> impl Iterator<Item = &[u8]> {
         self.members.iter().map(Lock::name)
@@ -398,8 +356,8 @@ impl MultiLock {
             Plan::Ordered => self.attempt_ordered(&holders, &mut pending, window).await?,
         };
         let (tokens, acks) = match won {
-            Ok(won) => won,
-            Err((index, pttl)) => return Ok(Attempt::Busy { index, pttl }),
+            Attempt::Won(won) => won,
+            Attempt::Busy { index, pttl } => return Ok(Attempt::Busy { index, pttl }),
         };
         if let Some(shortfall) = self.options().shortfall(acks) {
             // Still armed: a failed or cancelled rollback is finished by the drop guards.
@@ -411,15 +369,13 @@ impl MultiLock {
         Ok(Attempt::Won(self.guard(holders, tokens, sent_at, acks)))
     }
 
-    /// `Ok(Ok((tokens, acks)))`: every member taken; `Ok(Err((index, pttl)))`: member `index`
-    /// busy and nothing held.
-    #[allow(clippy::type_complexity)]
+    /// One try at the set in one script (`acquire_all.lua`).
     async fn attempt_one_script(
         &self,
         holders: &[String],
         pending: &mut [PendingOp],
         window: Duration,
-    ) -> Result<Result<(Vec<FencingToken>, Option<Acks>), (usize, Option<Duration>)>, Error> {
+    ) -> Result<Attempt<Taken>, Error> {
         let lease = self.lease();
         let op_ttl = self.client.engine.config.op_record_ttl;
         let members: Vec<(&LockKeys, &str)> = self
@@ -458,10 +414,10 @@ impl MultiLock {
             }
         };
         match reply {
-            AcquireAllReply::Acquired { tokens } => Ok(Ok((tokens, acks))),
+            AcquireAllReply::Acquired { tokens } => Ok(Attempt::Won((tokens, acks))),
             AcquireAllReply::Held { index, pttl } => {
                 pending.iter_mut().for_each(PendingOp::disarm);
-                Ok(Err((index, pttl)))
+                Ok(Attempt::Busy { index, pttl })
             }
             AcquireAllReply::Cancelled => {
                 pending.iter_mut().for_each(PendingOp::disarm);
@@ -470,13 +426,14 @@ impl MultiLock {
         }
     }
 
-    #[allow(clippy::type_complexity)]
+    /// One try at the set member by member in the global order, rolling back the members
+    /// taken when one is busy.
     async fn attempt_ordered(
         &self,
         holders: &[String],
         pending: &mut [PendingOp],
         window: Duration,
-    ) -> Result<Result<(Vec<FencingToken>, Option<Acks>), (usize, Option<Duration>)>, Error> {
+    ) -> Result<Attempt<Taken>, Error> {
         let lease = self.lease();
         let op_ttl = self.client.engine.config.op_record_ttl;
         let mut tokens = Vec::with_capacity(self.members.len());
@@ -535,7 +492,7 @@ impl MultiLock {
                     if let Some(session) = session {
                         session.finish();
                     }
-                    return Ok(Err((index, pttl)));
+                    return Ok(Attempt::Busy { index, pttl });
                 }
                 AcquireReply::Cancelled => return Err(Error::Cancelled),
             }
@@ -552,7 +509,7 @@ impl MultiLock {
             }
             _ => None,
         };
-        Ok(Ok((tokens, acks)))
+        Ok(Attempt::Won((tokens, acks)))
     }
 
     /// Undoes the acquisitions of the first `count` members (`cancel.lua` each, which frees
@@ -746,6 +703,45 @@ impl LockClient {
         I: IntoIterator<Item = N>,
         N: AsRef<[u8]>,
     {
-        MultiLock::new(self, names)
+        if self.fair_handoff().is_some() {
+            // release_all.lua and acquire_all.lua know nothing of the fair queue: a set
+            // released there would free its members past the waiting clients.
+            return Err(Error::InvalidLockSet {
+                reason: "multi-locks are not available on a client with fair_handoff \
+                         (fair handoff is single-lock only)"
+                    .into(),
+            });
+        }
+        let mut members = Vec::new();
+        for name in names {
+            if members.len() == MAX_MULTI_LOCKS {
+                return Err(Error::InvalidLockSet {
+                    reason: format!("a multi-lock takes at most {MAX_MULTI_LOCKS} locks"),
+                });
+            }
+            members.push(self.lock(name)?);
+        }
+        if members.is_empty() {
+            return Err(Error::InvalidLockSet {
+                reason: "a multi-lock needs at least one lock name".into(),
+            });
+        }
+        members.sort_by(|a, b| a.keys().lock.cmp(&b.keys().lock));
+        if let Some(pair) = members
+            .windows(2)
+            .find(|pair| pair[0].keys().lock == pair[1].keys().lock)
+        {
+            return Err(Error::InvalidLockSet {
+                reason: format!(
+                    "the lock {:?} is named twice",
+                    String::from_utf8_lossy(pair[0].name())
+                ),
+            });
+        }
+        Ok(MultiLock {
+            client: self.clone(),
+            members: members.into(),
+            force_ordered: false,
+        })
     }
 }

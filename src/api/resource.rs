@@ -66,6 +66,30 @@ impl std::fmt::Debug for FencedResource {
     }
 }
 
+/// The reads of a fenced resource with a token, each written once for both of its modes: as
+/// the holder of a hold nobody shares, which claims the resource (`$claim`), and as one of
+/// several holders that share a hold (`$shared`). Each entry gives the two methods' docs and
+/// names, their arguments after the token, what they return and the read.
+macro_rules! fenced_reads {
+    ($(
+        $(#[$claim_doc:meta])* fn $claim:ident;
+        $(#[$shared_doc:meta])* fn $shared:ident;
+        ($($arg:ident: $ty:ty),*) -> $out:ty = $read:expr;
+    )*) => {
+        $(
+            $(#[$claim_doc])*
+            pub async fn $claim(&self, token: FencingToken $(, $arg: $ty)*) -> Result<$out, Error> {
+                self.read_as(token, $read, ReadMode::Claim).await
+            }
+
+            $(#[$shared_doc])*
+            pub async fn $shared(&self, token: FencingToken $(, $arg: $ty)*) -> Result<$out, Error> {
+                self.read_as(token, $read, ReadMode::Shared).await
+            }
+        )*
+    };
+}
+
 impl FencedResource {
     pub(crate) fn new(client: LockClient, name: &[u8]) -> FencedResource {
         let keys = ResourceKeys::new(client.prefix(), name);
@@ -232,138 +256,114 @@ impl FencedResource {
             .map(drop)
     }
 
-    /// Reads the string value as the holder of `token`, and claims the resource for it.
-    ///
-    /// Read-modify-write under a lock must read this way: a read without the token does not
-    /// tell the resource that a newer holder exists, so a paused older holder could still
-    /// write between your read and your write, and your write (computed from the old read)
-    /// would then silently overwrite its update.
-    ///
-    /// # Errors
-    /// [`Error::StaleToken`] when a newer token has claimed or written the resource (nothing
-    /// read); [`Error::WrongType`] when the resource holds a hash or list.
-    ///
-    /// # Cancel safety
-    /// Dropping the future at its one await (the script call, re-sent while its outcome is
-    /// unknown) may leave the resource claimed (the read itself is discarded) for `token` or not. Claiming is idempotent and
-    /// only ever raises the mark to a token its holder presented, so a dropped claim changes
-    /// nothing a later call with the same token would not.
-    pub async fn get(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> {
-        self.read_as(token, Read::Get, ReadMode::Claim).await
-    }
+    fenced_reads! {
+        /// Reads the string value as the holder of `token`, and claims the resource for it.
+        ///
+        /// Read-modify-write under a lock must read this way: a read without the token does not
+        /// tell the resource that a newer holder exists, so a paused older holder could still
+        /// write between your read and your write, and your write (computed from the old read)
+        /// would then silently overwrite its update.
+        ///
+        /// # Errors
+        /// [`Error::StaleToken`] when a newer token has claimed or written the resource (nothing
+        /// read); [`Error::WrongType`] when the resource holds a hash or list.
+        ///
+        /// # Cancel safety
+        /// Dropping the future at its one await (the script call, re-sent while its outcome is
+        /// unknown) may leave the resource claimed (the read itself is discarded) for `token` or not. Claiming is idempotent and
+        /// only ever raises the mark to a token its holder presented, so a dropped claim changes
+        /// nothing a later call with the same token would not.
+        fn get;
+        /// Reads the string value as one of several holders that share a hold (the readers of a
+        /// [`RwLock`](crate::RwLock)), with the token of this reader's hold.
+        ///
+        /// Refused only when a holder with a newer token has written the resource or claimed it
+        /// since (then this reader's hold was broken and the value is not its view); never because
+        /// another reader, older or newer, has read it. Like a claim it fences every older writer:
+        /// from now on a write with a token below this one is refused, so a writer that paused
+        /// past its lease cannot write under the readers. A holder alone in its critical section
+        /// reads with [`FencedResource::get`] instead, whose claim also refuses older readers.
+        ///
+        /// ```no_run
+        /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+        /// let catalog = client.rwlock("catalog")?;
+        /// let prices = client.resource("prices")?;
+        ///
+        /// let reader = catalog.read().await?;
+        /// // Other readers' shared reads never refuse this one; a newer writer's write does.
+        /// let current = prices.get_shared(reader.token()).await?;
+        /// reader.release().await?;
+        /// # let _ = current;
+        /// # Ok(()) }
+        /// ```
+        ///
+        /// # Errors
+        /// [`Error::StaleToken`] when a newer token has written or claimed the resource (nothing
+        /// read); [`Error::WrongType`] when the resource holds a hash or list.
+        ///
+        /// # Cancel safety
+        /// Dropping the future at its one await (the script call, re-sent while its outcome is
+        /// unknown) may leave the shared mark raised to `token` or not (the read itself is
+        /// discarded). Raising it is idempotent, so a dropped read changes nothing a later call
+        /// with the same token would not.
+        fn get_shared;
+        () -> Option<Vec<u8>> = Read::Get;
 
-    /// Reads the integer value as the holder of `token` (see [`FencedResource::get`]).
-    ///
-    /// # Errors
-    /// As [`FencedResource::get`]; [`Error::Redis`] when the value is not an integer.
-    ///
-    /// # Cancel safety
-    /// As [`FencedResource::get`].
-    pub async fn get_i64(&self, token: FencingToken) -> Result<Option<i64>, Error> {
-        self.read_as(token, Read::Get, ReadMode::Claim).await
-    }
+        /// Reads the integer value as the holder of `token` (see [`FencedResource::get`]).
+        ///
+        /// # Errors
+        /// As [`FencedResource::get`]; [`Error::Redis`] when the value is not an integer.
+        ///
+        /// # Cancel safety
+        /// As [`FencedResource::get`].
+        fn get_i64;
+        /// Reads the integer value as a holder that shares its hold (see
+        /// [`FencedResource::get_shared`]).
+        ///
+        /// # Errors
+        /// As [`FencedResource::get_shared`]; [`Error::Redis`] when the value is not an integer.
+        ///
+        /// # Cancel safety
+        /// As [`FencedResource::get_shared`].
+        fn get_i64_shared;
+        () -> Option<i64> = Read::Get;
 
-    /// Reads one hash field as the holder of `token` (see [`FencedResource::get`]).
-    ///
-    /// # Errors
-    /// As [`FencedResource::get`].
-    ///
-    /// # Cancel safety
-    /// As [`FencedResource::get`].
-    pub async fn get_field(
-        &self,
-        token: FencingToken,
-        field: impl AsRef<[u8]>,
-    ) -> Result<Option<Vec<u8>>, Error> {
-        self.read_as(token, Read::Field(field.as_ref()), ReadMode::Claim)
-            .await
-    }
+        /// Reads one hash field as the holder of `token` (see [`FencedResource::get`]).
+        ///
+        /// # Errors
+        /// As [`FencedResource::get`].
+        ///
+        /// # Cancel safety
+        /// As [`FencedResource::get`].
+        fn get_field;
+        /// Reads one hash field as a holder that shares its hold (see
+        /// [`FencedResource::get_shared`]).
+        ///
+        /// # Errors
+        /// As [`FencedResource::get_shared`].
+        ///
+        /// # Cancel safety
+        /// As [`FencedResource::get_shared`].
+        fn get_field_shared;
+        (field: impl AsRef<[u8]>) -> Option<Vec<u8>> = Read::Field(field.as_ref());
 
-    /// Reads the list as the holder of `token` (see [`FencedResource::get`]).
-    ///
-    /// # Errors
-    /// As [`FencedResource::get`].
-    ///
-    /// # Cancel safety
-    /// As [`FencedResource::get`].
-    pub async fn items(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> {
-        self.read_as(token, Read::Items, ReadMode::Claim).await
-    }
-
-    /// Reads the string value as one of several holders that share a hold (the readers of a
-    /// [`RwLock`](crate::RwLock)), with the token of this reader's hold.
-    ///
-    /// Refused only when a holder with a newer token has written the resource or claimed it
-    /// since (then this reader's hold was broken and the value is not its view); never because
-    /// another reader, older or newer, has read it. Like a claim it fences every older writer:
-    /// from now on a write with a token below this one is refused, so a writer that paused
-    /// past its lease cannot write under the readers. A holder alone in its critical section
-    /// reads with [`FencedResource::get`] instead, whose claim also refuses older readers.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
-    /// let catalog = client.rwlock("catalog")?;
-    /// let prices = client.resource("prices")?;
-    ///
-    /// let reader = catalog.read().await?;
-    /// // Other readers' shared reads never refuse this one; a newer writer's write does.
-    /// let current = prices.get_shared(reader.token()).await?;
-    /// reader.release().await?;
-    /// # let _ = current;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::StaleToken`] when a newer token has written or claimed the resource (nothing
-    /// read); [`Error::WrongType`] when the resource holds a hash or list.
-    ///
-    /// # Cancel safety
-    /// Dropping the future at its one await (the script call, re-sent while its outcome is
-    /// unknown) may leave the shared mark raised to `token` or not (the read itself is
-    /// discarded). Raising it is idempotent, so a dropped read changes nothing a later call
-    /// with the same token would not.
-    pub async fn get_shared(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> {
-        self.read_as(token, Read::Get, ReadMode::Shared).await
-    }
-
-    /// Reads the integer value as a holder that shares its hold (see
-    /// [`FencedResource::get_shared`]).
-    ///
-    /// # Errors
-    /// As [`FencedResource::get_shared`]; [`Error::Redis`] when the value is not an integer.
-    ///
-    /// # Cancel safety
-    /// As [`FencedResource::get_shared`].
-    pub async fn get_i64_shared(&self, token: FencingToken) -> Result<Option<i64>, Error> {
-        self.read_as(token, Read::Get, ReadMode::Shared).await
-    }
-
-    /// Reads one hash field as a holder that shares its hold (see
-    /// [`FencedResource::get_shared`]).
-    ///
-    /// # Errors
-    /// As [`FencedResource::get_shared`].
-    ///
-    /// # Cancel safety
-    /// As [`FencedResource::get_shared`].
-    pub async fn get_field_shared(
-        &self,
-        token: FencingToken,
-        field: impl AsRef<[u8]>,
-    ) -> Result<Option<Vec<u8>>, Error> {
-        self.read_as(token, Read::Field(field.as_ref()), ReadMode::Shared)
-            .await
-    }
-
-    /// Reads the list as a holder that shares its hold (see [`FencedResource::get_shared`]).
-    ///
-    /// # Errors
-    /// As [`FencedResource::get_shared`].
-    ///
-    /// # Cancel safety
-    /// As [`FencedResource::get_shared`].
-    pub async fn items_shared(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> {
-        self.read_as(token, Read::Items, ReadMode::Shared).await
+        /// Reads the list as the holder of `token` (see [`FencedResource::get`]).
+        ///
+        /// # Errors
+        /// As [`FencedResource::get`].
+        ///
+        /// # Cancel safety
+        /// As [`FencedResource::get`].
+        fn items;
+        /// Reads the list as a holder that shares its hold (see [`FencedResource::get_shared`]).
+        ///
+        /// # Errors
+        /// As [`FencedResource::get_shared`].
+        ///
+        /// # Cancel safety
+        /// As [`FencedResource::get_shared`].
+        fn items_shared;
+        () -> Vec<Vec<u8>> = Read::Items;
     }
 
     /// The string value, read without a token: for observers (reports, dashboards), never for

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::client::LockClient;
-use super::guard::{owned, LockGuard};
+use super::guard::{deref_to_guard, owned, LockGuard};
 use super::handle::{Ask, Handle, Hold};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -240,21 +240,7 @@ pub struct WriteGuard {
     guard: LockGuard,
 }
 
-impl std::ops::Deref for ReadGuard {
-    type Target = LockGuard;
-
-    fn deref(&self) -> &LockGuard {
-        &self.guard
-    }
-}
-
-impl std::ops::Deref for WriteGuard {
-    type Target = LockGuard;
-
-    fn deref(&self) -> &LockGuard {
-        &self.guard
-    }
-}
+deref_to_guard!(ReadGuard, WriteGuard);
 
 /// A read or write guard as its `Debug` shows it, under the type's `name`.
 fn debug_hold(name: &str, guard: &LockGuard, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

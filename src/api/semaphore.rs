@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::client::LockClient;
-use super::guard::LockGuard;
+use super::guard::{deref_to_guard, LockGuard};
 use super::handle::{Ask, Handle, Hold};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -257,13 +257,7 @@ impl std::fmt::Debug for SemaphorePermit {
     }
 }
 
-impl std::ops::Deref for SemaphorePermit {
-    type Target = LockGuard;
-
-    fn deref(&self) -> &LockGuard {
-        &self.guard
-    }
-}
+deref_to_guard!(SemaphorePermit);
 
 // `token` stays a method of the permit (not only the guard's, through `Deref`): callers name
 // it as a path (`SemaphorePermit::token`). `semaphore_name` is the guard's `lock_name` under
