@@ -332,28 +332,14 @@ impl MultiLock {
         }
     }
 
-    /// One try at the whole set, with fresh holder ids (a rolled-back member's op record is
-    /// marked cancelled, so its holder id cannot be used again), each request re-sent within
-    /// `window` while its outcome is unknown.
+    /// One try at the whole set, each request re-sent within `window` while its outcome is
+    /// unknown.
     async fn attempt(&self, window: Duration) -> Result<Attempt, Error> {
-        let holders: Vec<String> = self
-            .members
-            .iter()
-            .map(|_| self.client.engine.next_id())
-            .collect();
-        let mut pending: Vec<PendingOp> = self
-            .members
-            .iter()
-            .zip(&holders)
-            .map(|(member, holder)| member.handle.pending(&PLAIN_LOCK, holder))
-            .collect();
+        let mut taking = Taking::new(self);
         let sent_at = Instant::now();
         let won = match self.plan() {
-            Plan::OneScript => {
-                self.attempt_one_script(&holders, &mut pending, window)
-                    .await?
-            }
-            Plan::Ordered => self.attempt_ordered(&holders, &mut pending, window).await?,
+            Plan::OneScript => taking.in_one_script(window).await?,
+            Plan::Ordered => taking.in_order(window).await?,
         };
         let (tokens, acks) = match won {
             Attempt::Won(won) => won,
@@ -361,164 +347,17 @@ impl MultiLock {
         };
         if let Some(shortfall) = self.options().shortfall(acks) {
             // Still armed: a failed or cancelled rollback is finished by the drop guards.
-            self.roll_back(&holders, self.members.len()).await?;
-            pending.iter_mut().for_each(PendingOp::disarm);
+            taking.roll_back(self.members.len()).await?;
+            taking.pending.iter_mut().for_each(PendingOp::disarm);
             return Err(shortfall);
         }
-        pending.iter_mut().for_each(PendingOp::disarm);
-        Ok(Attempt::Won(self.guard(holders, tokens, sent_at, acks)))
-    }
-
-    /// One try at the set in one script (`acquire_all.lua`).
-    async fn attempt_one_script(
-        &self,
-        holders: &[String],
-        pending: &mut [PendingOp],
-        window: Duration,
-    ) -> Result<Attempt<Taken>, Error> {
-        let lease = self.lease();
-        let op_ttl = self.client.engine.config.op_record_ttl;
-        let members: Vec<(&LockKeys, &str)> = self
-            .members
-            .iter()
-            .zip(holders)
-            .map(|(m, h)| (&**m.keys(), h.as_str()))
-            .collect();
-        pending.iter_mut().for_each(PendingOp::arm);
-        // A closure is not generic over the connection type, so one per connection kind.
-        macro_rules! call {
-            () => {
-                |mut conn| {
-                    let (members, label) = (&members, self.options().label.as_deref());
-                    async move {
-                        protocol::acquire_all(&mut conn, members, lease, op_ttl, label).await
-                    }
-                }
-            };
-        }
-        let (reply, acks) = match self.options().replica_ack {
-            None => (
-                self.client.engine.retrying_within(window, call!()).await?,
-                None,
-            ),
-            Some(ack) => {
-                // One script reaches every member here (not a cluster), so any member's keys
-                // route it; a set has at least one member.
-                let first = self.members[0].keys();
-                self.client
-                    .engine
-                    .acquire_acknowledged(ack, first, window, call!(), |reply| {
-                        matches!(reply, AcquireAllReply::Acquired { .. })
-                    })
-                    .await?
-            }
-        };
-        match reply {
-            AcquireAllReply::Acquired { tokens } => Ok(Attempt::Won((tokens, acks))),
-            AcquireAllReply::Held { index, pttl } => {
-                pending.iter_mut().for_each(PendingOp::disarm);
-                Ok(Attempt::Busy { index, pttl })
-            }
-            AcquireAllReply::Cancelled => {
-                pending.iter_mut().for_each(PendingOp::disarm);
-                Err(Error::Cancelled)
-            }
-        }
-    }
-
-    /// One try at the set member by member in the global order, rolling back the members
-    /// taken when one is busy.
-    async fn attempt_ordered(
-        &self,
-        holders: &[String],
-        pending: &mut [PendingOp],
-        window: Duration,
-    ) -> Result<Attempt<Taken>, Error> {
-        let lease = self.lease();
-        let op_ttl = self.client.engine.config.op_record_ttl;
-        let mut tokens = Vec::with_capacity(self.members.len());
-        // With replica acknowledgement, one session for the whole set: each member's script
-        // runs on the session's connection to its slot's primary, and once every member is
-        // taken, one WAIT per node covers all the members written there.
-        let mut session = match self.options().replica_ack {
-            Some(_) => Some(self.client.engine.ack_session().await?),
-            None => None,
-        };
-        for (index, (member, holder)) in self.members.iter().zip(holders).enumerate() {
-            // Members taken so far stay armed: an error or a drop here undoes them.
-            pending[index].arm();
-            let sends = pending[index].sends();
-            macro_rules! call {
-                () => {
-                    |mut conn| {
-                        let keys = member.keys();
-                        let (holder, label) = (holder.as_str(), self.options().label.as_deref());
-                        let recorded = sends.send(&conn);
-                        async move {
-                            protocol::acquire_labelled(
-                                &mut conn, keys, holder, lease, op_ttl, label, recorded,
-                            )
-                            .await
-                        }
-                    }
-                };
-            }
-            let outcome = match &mut session {
-                None => self.client.engine.retrying_within(window, call!()).await,
-                Some(session) => {
-                    session
-                        .run(member.keys(), window, call!(), |reply| {
-                            matches!(reply, AcquireReply::Acquired { .. })
-                        })
-                        .await
-                }
-            };
-            let reply = match outcome {
-                Ok(reply) => reply,
-                Err(err) => {
-                    // Undo the members taken so far (and this one, should it have run) before
-                    // the caller sees the error; if that fails too, the drop guards finish it.
-                    self.roll_back(holders, index + 1).await?;
-                    pending[..=index].iter_mut().for_each(PendingOp::disarm);
-                    return Err(err);
-                }
-            };
-            match reply {
-                AcquireReply::Acquired { token, .. } => tokens.push(token),
-                AcquireReply::Held { pttl } => {
-                    pending[index].busy();
-                    self.roll_back(holders, index).await?;
-                    pending[..index].iter_mut().for_each(PendingOp::disarm);
-                    if let Some(session) = session {
-                        session.finish();
-                    }
-                    return Ok(Attempt::Busy { index, pttl });
-                }
-                AcquireReply::Cancelled => return Err(Error::Cancelled),
-            }
-        }
-        let acks = match (session, self.options().replica_ack) {
-            (Some(mut session), Some(ack)) => {
-                // A refused WAIT leaves every member armed: their drops undo the set.
-                let acks = session.wait(ack).await?.unwrap_or(Acks {
-                    acked: 0,
-                    required: ack.replicas,
-                });
-                session.finish();
-                Some(acks)
-            }
-            _ => None,
-        };
-        Ok(Attempt::Won((tokens, acks)))
-    }
-
-    /// Undoes the acquisitions of the first `count` members (`cancel.lua` each, which frees
-    /// the lock and wakes its waiters).
-    async fn roll_back(&self, holders: &[String], count: usize) -> Result<(), Error> {
-        for (member, holder) in self.members.iter().zip(holders).take(count) {
-            member.handle.roll_back(holder).await?;
-        }
-        Ok(())
+        taking.pending.iter_mut().for_each(PendingOp::disarm);
+        Ok(Attempt::Won(self.guard(
+            taking.holders,
+            tokens,
+            sent_at,
+            acks,
+        )))
     }
 
     fn guard(
@@ -539,6 +378,178 @@ impl MultiLock {
             guards: guards.collect(),
             plan: self.plan(),
         }
+    }
+}
+
+/// One try at the whole set: fresh holder ids (a rolled-back member's op record is marked
+/// cancelled, so its holder id cannot be used again), the undo of each member's acquisition,
+/// and what every member's acquisition carries.
+struct Taking<'a> {
+    set: &'a MultiLock,
+    holders: Vec<String>,
+    pending: Vec<PendingOp>,
+    lease: Duration,
+    op_ttl: Duration,
+    label: Option<&'a str>,
+}
+
+impl<'a> Taking<'a> {
+    fn new(set: &'a MultiLock) -> Taking<'a> {
+        let engine = &set.client.engine;
+        let holders: Vec<String> = set.members.iter().map(|_| engine.next_id()).collect();
+        let members = set.members.iter().zip(&holders);
+        let pending = members.map(|(member, holder)| member.handle.pending(&PLAIN_LOCK, holder));
+        Taking {
+            pending: pending.collect(),
+            holders,
+            set,
+            lease: set.lease(),
+            op_ttl: engine.config.op_record_ttl,
+            label: set.options().label.as_deref(),
+        }
+    }
+
+    /// One try at the set in one script (`acquire_all.lua`).
+    async fn in_one_script(&mut self, window: Duration) -> Result<Attempt<Taken>, Error> {
+        let (set, lease, op_ttl, label) = (self.set, self.lease, self.op_ttl, self.label);
+        let members: Vec<(&LockKeys, &str)> = set
+            .members
+            .iter()
+            .zip(&self.holders)
+            .map(|(m, h)| (&**m.keys(), h.as_str()))
+            .collect();
+        self.pending.iter_mut().for_each(PendingOp::arm);
+        // A closure is not generic over the connection type, so one per connection kind.
+        macro_rules! call {
+            () => {
+                |mut conn| {
+                    let members = &members;
+                    async move {
+                        protocol::acquire_all(&mut conn, members, lease, op_ttl, label).await
+                    }
+                }
+            };
+        }
+        let (reply, acks) = match set.options().replica_ack {
+            None => (
+                set.client.engine.retrying_within(window, call!()).await?,
+                None,
+            ),
+            Some(ack) => {
+                // One script reaches every member here (not a cluster), so any member's keys
+                // route it; a set has at least one member.
+                let first = set.members[0].keys();
+                set.client
+                    .engine
+                    .acquire_acknowledged(ack, first, window, call!(), |reply| {
+                        matches!(reply, AcquireAllReply::Acquired { .. })
+                    })
+                    .await?
+            }
+        };
+        match reply {
+            AcquireAllReply::Acquired { tokens } => Ok(Attempt::Won((tokens, acks))),
+            AcquireAllReply::Held { index, pttl } => {
+                self.pending.iter_mut().for_each(PendingOp::disarm);
+                Ok(Attempt::Busy { index, pttl })
+            }
+            AcquireAllReply::Cancelled => {
+                self.pending.iter_mut().for_each(PendingOp::disarm);
+                Err(Error::Cancelled)
+            }
+        }
+    }
+
+    /// One try at the set member by member in the global order, rolling back the members
+    /// taken when one is busy.
+    async fn in_order(&mut self, window: Duration) -> Result<Attempt<Taken>, Error> {
+        let (set, lease, op_ttl, label) = (self.set, self.lease, self.op_ttl, self.label);
+        let mut tokens = Vec::with_capacity(set.members.len());
+        // With replica acknowledgement, one session for the whole set: each member's script
+        // runs on the session's connection to its slot's primary, and once every member is
+        // taken, one WAIT per node covers all the members written there.
+        let mut session = match set.options().replica_ack {
+            Some(_) => Some(set.client.engine.ack_session().await?),
+            None => None,
+        };
+        for (index, member) in set.members.iter().enumerate() {
+            let holder = self.holders[index].as_str();
+            // Members taken so far stay armed: an error or a drop here undoes them.
+            self.pending[index].arm();
+            let sends = self.pending[index].sends();
+            macro_rules! call {
+                () => {
+                    |mut conn| {
+                        let keys = member.keys();
+                        let recorded = sends.send(&conn);
+                        async move {
+                            protocol::acquire_labelled(
+                                &mut conn, keys, holder, lease, op_ttl, label, recorded,
+                            )
+                            .await
+                        }
+                    }
+                };
+            }
+            let outcome = match &mut session {
+                None => set.client.engine.retrying_within(window, call!()).await,
+                Some(session) => {
+                    session
+                        .run(member.keys(), window, call!(), |reply| {
+                            matches!(reply, AcquireReply::Acquired { .. })
+                        })
+                        .await
+                }
+            };
+            let reply = match outcome {
+                Ok(reply) => reply,
+                Err(err) => {
+                    // Undo the members taken so far (and this one, should it have run) before
+                    // the caller sees the error; if that fails too, the drop guards finish it.
+                    self.roll_back(index + 1).await?;
+                    self.pending[..=index]
+                        .iter_mut()
+                        .for_each(PendingOp::disarm);
+                    return Err(err);
+                }
+            };
+            match reply {
+                AcquireReply::Acquired { token, .. } => tokens.push(token),
+                AcquireReply::Held { pttl } => {
+                    self.pending[index].busy();
+                    self.roll_back(index).await?;
+                    self.pending[..index].iter_mut().for_each(PendingOp::disarm);
+                    if let Some(session) = session {
+                        session.finish();
+                    }
+                    return Ok(Attempt::Busy { index, pttl });
+                }
+                AcquireReply::Cancelled => return Err(Error::Cancelled),
+            }
+        }
+        let acks = match (session, set.options().replica_ack) {
+            (Some(mut session), Some(ack)) => {
+                // A refused WAIT leaves every member armed: their drops undo the set.
+                let acks = session.wait(ack).await?.unwrap_or(Acks {
+                    acked: 0,
+                    required: ack.replicas,
+                });
+                session.finish();
+                Some(acks)
+            }
+            _ => None,
+        };
+        Ok(Attempt::Won((tokens, acks)))
+    }
+
+    /// Undoes the acquisitions of the first `count` members (`cancel.lua` each, which frees
+    /// the lock and wakes its waiters).
+    async fn roll_back(&self, count: usize) -> Result<(), Error> {
+        let members = self.set.members.iter().zip(&self.holders);
+        for (member, holder) in members.take(count) {
+            member.handle.roll_back(holder).await?;
+        }
+        Ok(())
     }
 }
 
