@@ -1,7 +1,6 @@
 //! Several named locks taken as one (multi-lock): all or nothing, in one global order.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -629,18 +628,13 @@ impl MultiGuard {
     /// # Cancel safety
     /// Cancel safe: it only waits and changes nothing, as [`LockGuard::lost`].
     pub async fn lost(&self) {
-        let mut members: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = self
-            .guards
-            .iter()
-            .map(|g| Box::pin(g.lost()) as Pin<Box<dyn Future<Output = ()> + Send + '_>>)
-            .collect();
+        let mut members: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();
         std::future::poll_fn(|cx| {
-            for member in &mut members {
-                if member.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(());
-                }
+            // The first member found lost ends the wait; the rest are not polled again.
+            match members.iter_mut().any(|m| m.as_mut().poll(cx).is_ready()) {
+                true => Poll::Ready(()),
+                false => Poll::Pending,
             }
-            Poll::Pending
         })
         .await;
     }
