@@ -249,23 +249,10 @@ impl Request<'_> {
                     .retrying_within(window, |mut conn| {
                         let recorded = sends.send(&conn);
                         async move {
-                            match fair {
-                                // The default mode's acquisitions ride the group commit.
-                                None => {
-                                    engine
-                                        .acquire_grouped(
-                                            &mut conn, keys, holder, lease, op_ttl, label, recorded,
-                                        )
-                                        .await
-                                }
-                                Some(_) => {
-                                    protocol::acquire_attempt(
-                                        &mut conn, keys, holder, lease, op_ttl, fair, label,
-                                        recorded,
-                                    )
-                                    .await
-                                }
-                            }
+                            protocol::acquire_attempt(
+                                &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
+                            )
+                            .await
                         }
                     })
                     .await?;

@@ -34,7 +34,7 @@ use crate::protocol::batch::{HoldRelease, ReadOperation};
 use crate::protocol::controls::{self, Control};
 use crate::protocol::keys::{client_key, LockKeys};
 use crate::protocol::server::{self, ServerInfo};
-use crate::protocol::{self, AcquireReply, FairAttempt, PermissionsReply};
+use crate::protocol::{self, FairAttempt, PermissionsReply};
 use crate::transport::ack_pool::{self, AckConnections, AckRoute, AckSession};
 use crate::transport::slot_map::ClusterRoute;
 use crate::transport::{cluster, standalone, Conn, Connections, PushListener, SentinelConn};
@@ -276,22 +276,6 @@ impl Engine {
     /// The client's connection (a cheap clone of a multiplexed handle).
     pub(crate) fn conn(&self) -> Conn {
         self.conn.clone()
-    }
-
-    /// `acquire.lua` of a plain lock in the default mode: one script call, as
-    /// [`protocol::acquire_labelled`].
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn acquire_grouped(
-        &self,
-        conn: &mut Conn,
-        keys: &LockKeys,
-        holder: &str,
-        lease: Duration,
-        op_ttl: Duration,
-        label: Option<&str>,
-        recorded: bool,
-    ) -> Result<AcquireReply, Error> {
-        protocol::acquire_labelled(conn, keys, holder, lease, op_ttl, label, recorded).await
     }
 
     /// The fair-mode part of an acquire attempt, `None` in the default mode.

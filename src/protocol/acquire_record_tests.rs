@@ -192,8 +192,11 @@ contract_checks! {
     the_acquire_record_contract_checks_hold,
     the_acquire_record_negative_control_is_caught,
     free_keys;
-    a_late_first_send_of_a_lock_finds_the_record_of_its_re_send => [ResendLeavesNoRecord],
-    a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send => [FairResendLeavesNoRecord],
-    a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send => [SemResendLeavesNoRecord],
-    a_late_first_send_of_a_writer_finds_the_record_of_its_re_send => [RwResendLeavesNoRecord],
+    a_late_first_send_of_a_lock_finds_the_record_of_its_re_send => [Control::ResendLeavesNoRecord],
+    a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send =>
+        [Control::FairResendLeavesNoRecord],
+    a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send =>
+        [Control::SemResendLeavesNoRecord],
+    a_late_first_send_of_a_writer_finds_the_record_of_its_re_send =>
+        [Control::RwResendLeavesNoRecord],
 }

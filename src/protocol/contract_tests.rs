@@ -174,7 +174,7 @@ pub(super) async fn assert_controls_caught(
 /// contract_checks! {
 ///     /// The doc of the second test.
 ///     holds_test, caught_test, keys_fn[, per_hold_expiry];
-///     check => [Control, ...],
+///     check => [Control::Name, ...],
 ///     ...
 /// }
 /// ```
@@ -189,7 +189,7 @@ macro_rules! contract_checks {
     (
         $(#[$caught_doc:meta])*
         $holds:ident, $caught:ident, $keys:expr $(, $run:ident)?;
-        $($check:ident => [$($control:ident),* $(,)?]),+ $(,)?
+        $($check:ident => [$($control:path),* $(,)?]),+ $(,)?
     ) => {
         #[tokio::test]
         async fn $holds() {
@@ -205,7 +205,7 @@ macro_rules! contract_checks {
         #[tokio::test]
         async fn $caught() {
             #[allow(unused_imports)]
-            use $crate::protocol::controls::Control::*;
+            use $crate::protocol::controls::Control;
             let controls: &[$crate::protocol::controls::Control] = &[$($($control,)*)+];
             let checks: &[(&str, $crate::protocol::contract_tests::Check)] =
                 &[$($({

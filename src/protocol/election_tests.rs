@@ -294,7 +294,7 @@ contract_checks! {
     /// Each election control breaks exactly the contract check that names it (which holds on
     /// the production scripts: [`the_election_contract_checks_hold`]), each on a fresh server.
     the_election_contract_checks_hold, the_election_scripts_negative_controls_are_caught, free_keys;
-    a_late_announcement_leaves_the_new_leader_alone => [AnnounceWithoutOwnerCheck],
-    an_announcement_tells_the_followers => [AnnounceDoesNotPublish],
-    a_record_naming_no_holder_is_nobody => [LeaderTrustsRecord],
+    a_late_announcement_leaves_the_new_leader_alone => [Control::AnnounceWithoutOwnerCheck],
+    an_announcement_tells_the_followers => [Control::AnnounceDoesNotPublish],
+    a_record_naming_no_holder_is_nobody => [Control::LeaderTrustsRecord],
 }

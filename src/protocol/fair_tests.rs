@@ -442,5 +442,6 @@ contract_checks! {
     /// The fair-handoff control breaks the contract check above, on a fresh server,
     /// whatever the timing: the scripts are called directly.
     the_fair_handoff_contract_checks_hold, the_fair_handoff_negative_control_is_caught, free_keys;
-    a_claimed_reservation_is_held_for_the_clients_other_waiters_too => [ClaimKeepsReservation],
+    a_claimed_reservation_is_held_for_the_clients_other_waiters_too =>
+        [Control::ClaimKeepsReservation],
 }

@@ -221,8 +221,8 @@ contract_checks! {
     /// and a grant to a cancelled candidate.
     the_handoff_keeps_its_contract, the_handoff_checks_catch_their_controls, free_keys;
     grants_the_freed_lock_to_the_candidate => [],
-    another_listening_client_gets_a_release => [HandoffIgnoresOtherClients],
-    a_cancelled_candidate_is_never_granted => [HandoffIgnoresCancel],
+    another_listening_client_gets_a_release => [Control::HandoffIgnoresOtherClients],
+    a_cancelled_candidate_is_never_granted => [Control::HandoffIgnoresCancel],
     copies_replay_and_entries_left_hand_nothing_on => [],
 }
 

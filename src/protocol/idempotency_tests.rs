@@ -320,8 +320,8 @@ contract_checks! {
     the_idempotency_contract_checks_hold,
     the_idempotency_scripts_negative_controls_are_caught,
     free_keys;
-    only_the_holder_begins => [KeyBeginWithoutOwnerCheck],
-    a_taken_over_runner_cannot_store => [KeyResultWithoutFence],
-    a_done_key_is_never_run_again => [KeyRerunsDone],
-    a_reused_key_never_runs => [KeyIgnoresFingerprint],
+    only_the_holder_begins => [Control::KeyBeginWithoutOwnerCheck],
+    a_taken_over_runner_cannot_store => [Control::KeyResultWithoutFence],
+    a_done_key_is_never_run_again => [Control::KeyRerunsDone],
+    a_reused_key_never_runs => [Control::KeyIgnoresFingerprint],
 }

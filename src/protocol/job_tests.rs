@@ -394,9 +394,9 @@ contract_checks! {
     /// Each job control breaks exactly the contract check that names it (which holds on the
     /// production scripts: [`the_job_contract_checks_hold`]), each on a fresh server.
     the_job_contract_checks_hold, the_job_scripts_negative_controls_are_caught, free_keys;
-    only_the_holder_begins => [JobBeginWithoutOwnerCheck],
-    a_taken_over_runner_cannot_finish => [JobFinishWithoutFence],
-    a_done_tick_is_never_run_again => [JobRerunsDoneTick],
-    an_older_tick_is_never_begun => [JobRunsOlderTick],
-    a_failed_tick_is_run_again => [JobGivesUpFailedTick],
+    only_the_holder_begins => [Control::JobBeginWithoutOwnerCheck],
+    a_taken_over_runner_cannot_finish => [Control::JobFinishWithoutFence],
+    a_done_tick_is_never_run_again => [Control::JobRerunsDoneTick],
+    an_older_tick_is_never_begun => [Control::JobRunsOlderTick],
+    a_failed_tick_is_run_again => [Control::JobGivesUpFailedTick],
 }

@@ -802,6 +802,6 @@ mod reentry {
         /// ending in 00 included, which the client-side check of `tests/lock/basics.rs` met
         /// only by the clock.
         the_reentry_contract_check_holds, the_reentry_control_is_caught, free_keys;
-        reentry_returns_the_holders_own_token => [ReentryBumpsToken],
+        reentry_returns_the_holders_own_token => [Control::ReentryBumpsToken],
     }
 }

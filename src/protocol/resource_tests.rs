@@ -138,8 +138,8 @@ contract_checks! {
     the_fenced_read_contract_checks_hold,
     the_shared_read_negative_controls_are_caught,
     || LockKeys::new(b"t:", b"unused");
-    readers_never_refuse_each_other => [SharedReadClaims],
-    a_shared_read_fences_older_writers => [SharedReadDoesNotFence],
+    readers_never_refuse_each_other => [Control::SharedReadClaims],
+    a_shared_read_fences_older_writers => [Control::SharedReadDoesNotFence],
     a_newer_write_or_claim_refuses_older_readers => [],
     a_claim_is_refused_below_a_shared_read => [],
 }

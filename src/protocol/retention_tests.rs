@@ -163,7 +163,8 @@ contract_checks! {
     the_retention_contract_check_holds,
     the_retention_negative_control_is_caught,
     || LockKeys::new(b"t:", b"unused");
-    a_token_older_than_the_retention_is_refused_once_the_marks_expired => [RetentionForgetsExpiry],
+    a_token_older_than_the_retention_is_refused_once_the_marks_expired =>
+        [Control::RetentionForgetsExpiry],
 }
 
 /// A retention that is not a whole number of milliseconds is refused, and nothing written.

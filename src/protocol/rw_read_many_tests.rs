@@ -197,8 +197,8 @@ contract_checks! {
     the_grouped_read_negative_controls_are_caught,
     rw_keys, per_hold_expiry;
     grouped_reads_hold_as_reads_alone_do => [],
-    grouped_reads_wait_for_a_writer_together => [RwGroupedReadersIgnoreWaitingWriter],
-    a_recorded_grouped_read_stops_its_late_copies => [RwGroupedResendLeavesNoRecord],
+    grouped_reads_wait_for_a_writer_together => [Control::RwGroupedReadersIgnoreWaitingWriter],
+    a_recorded_grouped_read_stops_its_late_copies => [Control::RwGroupedResendLeavesNoRecord],
 }
 
 /// A labelled read keeps its label in its own field, next to a read without one.

@@ -160,9 +160,9 @@ contract_checks! {
     the_rwlock_contract_checks_hold,
     the_rwlock_scripts_negative_controls_are_caught,
     rw_keys, per_hold_expiry;
-    a_waiting_writer_stops_new_readers => [RwReadersIgnoreWaitingWriter],
-    readers_share_and_writers_exclude => [RwWriterIgnoresReaders],
-    a_downgrade_lets_readers_in_and_keeps_writers_out => [RwDowngradeKeepsWriting],
+    a_waiting_writer_stops_new_readers => [Control::RwReadersIgnoreWaitingWriter],
+    readers_share_and_writers_exclude => [Control::RwWriterIgnoresReaders],
+    a_downgrade_lets_readers_in_and_keeps_writers_out => [Control::RwDowngradeKeepsWriting],
     crashed_holds_and_marks_end_by_themselves => [],
 }
 

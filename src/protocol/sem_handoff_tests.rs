@@ -263,9 +263,9 @@ contract_checks! {
     the_semaphore_handoff_checks_catch_their_controls,
     sem_keys, per_hold_expiry;
     grants_the_permits_to_the_candidate => [],
-    another_listening_client_gets_a_release => [SemHandoffIgnoresOtherClients],
-    a_cancelled_candidate_is_never_granted => [SemHandoffIgnoresCancel],
-    a_candidate_that_does_not_fit_or_holds_is_not_granted => [SemHandoffIgnoresRoom],
+    another_listening_client_gets_a_release => [Control::SemHandoffIgnoresOtherClients],
+    a_cancelled_candidate_is_never_granted => [Control::SemHandoffIgnoresCancel],
+    a_candidate_that_does_not_fit_or_holds_is_not_granted => [Control::SemHandoffIgnoresRoom],
     copies_replay_and_entries_left_hand_nothing_on => [],
 }
 

@@ -192,8 +192,9 @@ contract_checks! {
     the_grouped_release_negative_controls_are_caught,
     rw_keys, per_hold_expiry;
     grouped_releases_end_holds_as_releases_alone_do => [],
-    releases_of_one_reentered_hold_apply_in_order => [SemGroupedReleaseIgnoresEntries],
-    grouped_releases_wake_waiters_as_releases_alone_do => [SemGroupedReleaseDoesNotPublish],
+    releases_of_one_reentered_hold_apply_in_order => [Control::SemGroupedReleaseIgnoresEntries],
+    grouped_releases_wake_waiters_as_releases_alone_do =>
+        [Control::SemGroupedReleaseDoesNotPublish],
 }
 
 /// A semaphore's holds (no waiting writers' key) release together too.

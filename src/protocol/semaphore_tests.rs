@@ -306,11 +306,11 @@ contract_checks! {
     the_semaphore_contract_checks_hold,
     the_semaphore_scripts_negative_controls_are_caught,
     free_keys, per_hold_expiry;
-    never_more_than_the_limit => [SemAcquireIgnoresLimit],
-    an_expired_hold_gives_its_permits_back => [SemKeepsExpiredHolds],
-    resent_requests_apply_once => [SemResendNotRecognised],
-    renewal_is_owner_checked_and_never_revives => [SemRenewRevivesExpired],
-    the_queue_head_is_protected => [SemIgnoresQueueHead],
+    never_more_than_the_limit => [Control::SemAcquireIgnoresLimit],
+    an_expired_hold_gives_its_permits_back => [Control::SemKeepsExpiredHolds],
+    resent_requests_apply_once => [Control::SemResendNotRecognised],
+    renewal_is_owner_checked_and_never_revives => [Control::SemRenewRevivesExpired],
+    the_queue_head_is_protected => [Control::SemIgnoresQueueHead],
 }
 
 /// A recorded limit wins over the caller's; a request above it is refused, not queued.

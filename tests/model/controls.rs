@@ -255,7 +255,7 @@ fn judge(
 fn every_control_is_covered() {
     // The fair-handoff, shared-read, election, job, idempotency and semaphore scripts'
     // controls are caught by their contract checks, which call the scripts directly
-    // (`src/protocol/lock_tests.rs` for fair handoff, `src/protocol/handoff_tests.rs` and
+    // (`src/protocol/fair_tests.rs` for fair handoff, `src/protocol/handoff_tests.rs` and
     // `sem_handoff_tests.rs` for the one-round-trip handoff, whose waiter-side control
     // `tests/lock/handoff.rs` catches,
     // `src/protocol/{resource,election,job,idempotency,semaphore,rwlock}_tests.rs`).
@@ -264,6 +264,7 @@ fn every_control_is_covered() {
         include_str!("../lock/faults.rs"),
         include_str!("../lock/handoff.rs"),
         include_str!("../../src/protocol/lock_tests.rs"),
+        include_str!("../../src/protocol/fair_tests.rs"),
         include_str!("../../src/protocol/handoff_tests.rs"),
         include_str!("../../src/protocol/sem_handoff_tests.rs"),
         include_str!("../../src/protocol/resource_tests.rs"),
