@@ -37,7 +37,7 @@ use crate::protocol::server::{self, ServerInfo};
 use crate::protocol::{self, FairAttempt, PermissionsReply};
 use crate::transport::ack_pool::{self, AckConnections, AckRoute, AckSession};
 use crate::transport::slot_map::ClusterRoute;
-use crate::transport::{cluster, standalone, Conn, Connections, PushListener, SentinelConn};
+use crate::transport::{cluster, sentinel, standalone, Conn, Connections, PushListener};
 use batch::{Batcher, Route};
 use wait::Waiters;
 use watchdog::Watchdog;
@@ -128,12 +128,8 @@ impl Engine {
         }
         let (conn, subscriptions, route) = match target {
             Target::Standalone(url) => {
-                let (manager, client) = standalone::connect(url, &config, listener).await?;
-                (
-                    Conn::Standalone(manager),
-                    None,
-                    AckRoute::Standalone(client),
-                )
+                let conn = standalone::connect(url, &config, listener).await?;
+                (Conn::Server(conn.clone()), None, AckRoute::Server(conn))
             }
             Target::Cluster(nodes) => {
                 // Scripts and subscriptions on cluster connections of their own: see
@@ -150,8 +146,8 @@ impl Engine {
             }
             Target::Sentinel { sentinels, master } => {
                 let conn =
-                    SentinelConn::connect(sentinels, master, node_auth, &config, listener).await?;
-                (Conn::Sentinel(conn.clone()), None, AckRoute::Sentinel(conn))
+                    sentinel::connect(sentinels, master, node_auth, &config, listener).await?;
+                (Conn::Server(conn.clone()), None, AckRoute::Server(conn))
             }
         };
         let server = server::hello(&mut conn.clone()).await?;

@@ -19,7 +19,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, ServerErrorKind};
 use tokio::sync::Semaphore;
 
-use super::sentinel::SentinelConn;
+use super::reconnecting::ReconnectingConn;
 use super::slot_map::ClusterRoute;
 use crate::base::config::ClientConfig;
 use crate::base::error::{Error, ErrorClass};
@@ -40,17 +40,77 @@ const MAX_REDIRECTS: u32 = 16;
 /// `WAIT`.
 #[allow(clippy::large_enum_variant)] // one per client
 pub(crate) enum AckRoute {
-    /// One server at a fixed address.
-    Standalone(redis::Client),
-    /// The primary the Sentinels name now, as the client's shared Sentinel connection knows it
-    /// (and re-resolves it on our behalf).
-    Sentinel(SentinelConn),
+    /// The server of the client's own connection: one at a fixed address, or the primary the
+    /// Sentinels name now (which that connection re-resolves on our behalf).
+    Server(ReconnectingConn),
     /// The primary that owns the lock's slot.
     Cluster(ClusterRoute),
 }
 
+impl AckRoute {
+    /// The node that must execute a script on `slot` now.
+    async fn node(&self, slot: u16) -> Result<Node, Error> {
+        match self {
+            AckRoute::Server(conn) => {
+                let (stamp, key, client) = conn.primary();
+                Ok(Node { key, client, stamp })
+            }
+            AckRoute::Cluster(cluster) => {
+                let (key, stamp) = cluster.owner(slot).await?;
+                Ok(Node {
+                    client: cluster.client(&key)?,
+                    key,
+                    stamp,
+                })
+            }
+        }
+    }
+
+    /// The node an `ASK` redirection names (cluster only).
+    fn asked(&self, addr: &str) -> Result<Node, Error> {
+        match self {
+            AckRoute::Cluster(cluster) => Ok(Node {
+                key: addr.to_owned(),
+                client: cluster.client(addr)?,
+                stamp: 0,
+            }),
+            AckRoute::Server(_) => Err(Error::Protocol(format!(
+                "an ASK redirection to {addr} outside a cluster"
+            ))),
+        }
+    }
+
+    /// A `MOVED` reply named `addr` as `slot`'s primary.
+    fn moved(&self, slot: u16, addr: &str) {
+        if let AckRoute::Cluster(cluster) = self {
+            cluster.moved(slot, addr);
+        }
+    }
+
+    /// The view `stamp` is stale (the primary may have moved): ask the Sentinels or the
+    /// cluster again.
+    async fn reroute(&self, stamp: u64) {
+        match self {
+            AckRoute::Server(conn) => conn.follow_failover(stamp).await,
+            AckRoute::Cluster(cluster) => {
+                if let Err(err) = cluster.refresh(stamp).await {
+                    tracing::debug!(error = %err, "replica acknowledgement: slot map refresh failed");
+                }
+            }
+        }
+    }
+
+    /// Whether the node `key` is a primary now.
+    fn is_primary(&self, key: &str) -> bool {
+        match self {
+            AckRoute::Server(conn) => conn.primary().1 == key,
+            AckRoute::Cluster(cluster) => cluster.is_primary(key),
+        }
+    }
+}
+
 /// A node the pool can connect to. `key` names it in the pool (its address), `stamp` is the
-/// view of the topology it came from (a Sentinel generation, a slot-map epoch), handed back
+/// view of the topology it came from (the Sentinel failovers followed, a slot-map epoch), handed back
 /// when a request says that view is stale so that only one refresh runs per stale view.
 struct Node {
     key: String,
@@ -104,72 +164,23 @@ impl AckConnections {
 
     /// The node that must execute a script on `slot` now.
     async fn target(&self, slot: u16) -> Result<Node, Error> {
-        match &self.route {
-            AckRoute::Standalone(client) => Ok(Node {
-                key: String::new(),
-                client: client.clone(),
-                stamp: 0,
-            }),
-            AckRoute::Sentinel(sentinel) => {
-                let (generation, key, client) = sentinel.primary();
-                // Connections to a former primary would write to a demoted node (READONLY) or,
-                // worse, WAIT on one that is a replica now.
-                self.idle.lock().retain(|node, _| *node == key);
-                Ok(Node {
-                    key,
-                    client,
-                    stamp: generation,
-                })
-            }
-            AckRoute::Cluster(cluster) => {
-                let (addr, epoch) = cluster.owner(slot).await?;
-                Ok(Node {
-                    client: cluster.client(&addr)?,
-                    key: addr,
-                    stamp: epoch,
-                })
-            }
-        }
-    }
-
-    /// The node an `ASK` redirection names (cluster only).
-    fn asked(&self, addr: &str) -> Result<Node, Error> {
-        match &self.route {
-            AckRoute::Cluster(cluster) => Ok(Node {
-                key: addr.to_owned(),
-                client: cluster.client(addr)?,
-                stamp: 0,
-            }),
-            _ => Err(Error::Protocol(format!(
-                "an ASK redirection to {addr} outside a cluster"
-            ))),
-        }
-    }
-
-    /// A `MOVED` reply named `addr` as `slot`'s primary.
-    fn moved(&self, slot: u16, addr: &str) {
-        if let AckRoute::Cluster(cluster) = &self.route {
-            cluster.moved(slot, addr);
-        }
+        // Connections to a former primary would write to a demoted node (READONLY) or,
+        // worse, WAIT on one that is a replica now.
+        self.close_former_primaries();
+        self.route.node(slot).await
     }
 
     /// The view `stamp` is stale (the primary may have moved): ask the Sentinels or the
     /// cluster again, and close idle connections to nodes that are no longer primaries.
     async fn reroute(&self, stamp: u64) {
-        match &self.route {
-            AckRoute::Standalone(_) => {}
-            AckRoute::Sentinel(sentinel) => sentinel.follow_failover(stamp).await,
-            AckRoute::Cluster(cluster) => {
-                if let Err(err) = cluster.refresh(stamp).await {
-                    tracing::debug!(error = %err, "replica acknowledgement: slot map refresh failed");
-                    return;
-                }
-                let primaries = cluster.primaries();
-                self.idle
-                    .lock()
-                    .retain(|node, _| primaries.iter().any(|p| p == node));
-            }
-        }
+        self.route.reroute(stamp).await;
+        self.close_former_primaries();
+    }
+
+    fn close_former_primaries(&self) {
+        self.idle
+            .lock()
+            .retain(|node, _| self.route.is_primary(node));
     }
 
     async fn open(&self, node: &Node) -> Result<MultiplexedConnection, Error> {
@@ -191,12 +202,7 @@ impl AckConnections {
     fn give_back(&self, key: String, conn: MultiplexedConnection) {
         // A connection to a node that is no longer a primary (a session redirected away from
         // it, or one that outlived a failover) is closed, not kept for later.
-        let current = match &self.route {
-            AckRoute::Standalone(_) => true,
-            AckRoute::Sentinel(sentinel) => sentinel.primary().1 == key,
-            AckRoute::Cluster(cluster) => cluster.is_primary(&key),
-        };
-        if !current {
+        if !self.route.is_primary(&key) {
             return;
         }
         let mut idle = self.idle.lock();
@@ -325,7 +331,7 @@ impl AckSession<'_> {
         loop {
             let asking = ask.is_some();
             let node = match ask.take() {
-                Some(addr) => pool.asked(&addr),
+                Some(addr) => pool.route.asked(&addr),
                 None => pool.target(keys.slot).await,
             };
             let (err, stamp) = match node {
@@ -399,7 +405,7 @@ impl AckSession<'_> {
                 if let Some(stamp) = stamp {
                     pool.reroute(stamp).await;
                 }
-                pool.moved(moved_slot, &addr);
+                pool.route.moved(moved_slot, &addr);
             }
         }
     }

@@ -1,12 +1,12 @@
 //! The transport layer: how requests reach the server that must run them, whatever the
 //! deployment, and how what the server pushes reaches the engine.
 //!
-//! [`Conn`] is the one connection type the layers above talk through. A standalone server is
-//! reached through a [`ReconnectingConn`] (one multiplexed RESP3 connection that reconnects by
-//! itself, once per lost connection: [`reconnecting`], [`standalone`]); a Redis Cluster through
+//! [`Conn`] is the one connection type the layers above talk through. One server is reached
+//! through a [`ReconnectingConn`] (one multiplexed RESP3 connection that reconnects by itself,
+//! once per lost connection: [`reconnecting`]), at a fixed address ([`standalone`]) or at the
+//! primary the Sentinels name, followed across failovers ([`sentinel`]); a Redis Cluster through
 //! redis-rs' cluster client ([`cluster`]: two of them, one for subscriptions alone, see
-//! [`Connections`]); a primary under Sentinel through a [`SentinelConn`], which follows
-//! failovers ([`sentinel`]).
+//! [`Connections`]).
 //! All of them carry release messages as RESP3 push messages to a [`PushListener`]
 //! ([`push`]). Replicated acquisitions run on connections of their own ([`ack_pool`]), routed
 //! to the lock's primary (on a cluster by [`slot_map`]).
@@ -26,14 +26,13 @@ use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use crate::protocol::PubSub;
 pub(crate) use push::PushListener;
 pub(crate) use reconnecting::ReconnectingConn;
-pub(crate) use sentinel::SentinelConn;
 
-/// A connection to a standalone server, a cluster, or the primary of a Sentinel group.
+/// A connection to one server (at a fixed address, or the primary of a Sentinel group) or to a
+/// cluster.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Standalone(ReconnectingConn),
+    Server(ReconnectingConn),
     Cluster(ClusterConnection),
-    Sentinel(SentinelConn),
 }
 
 /// Whether the client library under a connection may send one request more than once by
@@ -45,7 +44,7 @@ pub(crate) trait ResendsByItself {
 
 impl ResendsByItself for Conn {
     /// redis-rs' cluster client re-sends after `MOVED`, `ASK`, `TRYAGAIN` and connection
-    /// errors; the one-server and Sentinel connections send each request once.
+    /// errors; the one-server connection (also under Sentinel) sends each request once.
     fn resends_by_itself(&self) -> bool {
         matches!(self, Conn::Cluster(_))
     }
@@ -62,7 +61,7 @@ impl ResendsByItself for redis::aio::MultiplexedConnection {
 impl Conn {
     pub(crate) fn pubsub(&self) -> PubSub {
         match self {
-            Conn::Standalone(_) | Conn::Sentinel(_) => PubSub::Classic,
+            Conn::Server(_) => PubSub::Classic,
             Conn::Cluster(_) => PubSub::Sharded,
         }
     }
@@ -76,17 +75,15 @@ impl Conn {
     /// or reconnect) on a cluster.
     pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
-            Conn::Standalone(c) => c.subscribe(channel).await,
+            Conn::Server(c) => c.subscribe(channel).await,
             Conn::Cluster(c) => c.ssubscribe(channel).await,
-            Conn::Sentinel(c) => c.current().subscribe(channel).await,
         }
     }
 
     pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
-            Conn::Standalone(c) => c.unsubscribe(channel).await,
+            Conn::Server(c) => c.unsubscribe(channel).await,
             Conn::Cluster(c) => c.sunsubscribe(channel).await,
-            Conn::Sentinel(c) => c.current().unsubscribe(channel).await,
         }
     }
 }
@@ -118,9 +115,8 @@ impl Connections {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Standalone(c) => c.req_packed_command(cmd),
+            Conn::Server(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
-            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -131,17 +127,15 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Server(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Standalone(c) => c.get_db(),
+            Conn::Server(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
-            Conn::Sentinel(c) => c.current().get_db(),
         }
     }
 }
@@ -185,11 +179,11 @@ mod tests {
         let server = RedisServer::start().expect("start redis-server");
         let listener: Arc<dyn PushListener> = Arc::new(Unheard);
         let url = format!("redis://127.0.0.1:{}/3", server.port());
-        let (manager, _) =
+        let manager =
             standalone::connect(&url, &ClientConfig::default(), Arc::downgrade(&listener))
                 .await
                 .expect("connect");
-        let conn = Conn::Standalone(manager);
+        let conn = Conn::Server(manager);
         assert!(!conn.is_cluster());
         assert_eq!(conn.pubsub(), PubSub::Classic);
         assert_eq!(conn.get_db(), 3);

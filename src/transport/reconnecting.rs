@@ -1,4 +1,5 @@
-//! One multiplexed RESP3 connection to one server address, replaced once per lost connection.
+//! One multiplexed RESP3 connection to one server, replaced once per lost connection: a server
+//! at a fixed address, or the primary of a Sentinel group, followed across failovers.
 //!
 //! Written here rather than taken from redis-rs: its `ConnectionManager` (1.8) reconnects twice
 //! for one loss. A request that fails on the lost connection starts a reconnect, and so does
@@ -12,7 +13,8 @@
 //! attempt of an operation runs past its retry window by a reconnect's whole set-up.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -24,7 +26,9 @@ use redis::{
 use tokio::sync::Notify;
 
 use super::push::{push_handler, PushListener};
+use super::sentinel::Sentinels;
 use crate::base::config::ClientConfig;
+use crate::base::error::{Error, ErrorClass};
 use crate::base::retry::{backoff, retry};
 
 /// Tries to connect per reconnect: the first and three more, about 0.7 to 1.6 s of pauses
@@ -42,17 +46,30 @@ const MAX_CONNECT_PAUSE: Duration = Duration::from_millis(500);
 /// another one already replaced that connection. A new connection subscribes to every
 /// channel subscribed through this one before any request can use it, so a waiter that the
 /// loss sent back to Redis cannot miss a release published after its look.
+///
+/// Under Sentinel a reconnect still goes back to the address it was given: redis-rs asks the
+/// Sentinels for the primary only when it connects, and after a failover the connection would
+/// keep knocking on a dead server, or write to a demoted one and get `READONLY`. So every
+/// request that fails with a connection error or `READONLY` makes it ask the Sentinels again
+/// ([`ReconnectingConn::follow_failover`]); when they name another (verified) primary, a
+/// connection to it replaces the current one, and the listener subscribes the waiters' channels
+/// on it and sends every waiting head back to Redis (a release may have been published while we
+/// were away). The failed request is returned as failed: the caller re-sends it with its
+/// operation id, now to the new primary.
 #[derive(Clone)]
 pub(crate) struct ReconnectingConn {
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    client: redis::Client,
     connection_timeout: Duration,
     response_timeout: Duration,
     listener: Weak<dyn PushListener>,
+    /// Where the primary is now, under Sentinel; `None` for a server at a fixed address.
+    sentinels: Option<Sentinels>,
     current: parking_lot::Mutex<Arc<Generation>>,
+    /// The number of the next generation.
+    next: AtomicU64,
     /// The channels to subscribe on every new connection.
     channels: parking_lot::Mutex<HashSet<Vec<u8>>>,
 }
@@ -60,7 +77,12 @@ struct Shared {
 /// One connection (or the attempt to make it) and its number; a later one replaces it.
 struct Generation {
     number: u64,
-    /// Set once, by the task that connects it ([`Shared::connect_in_background`]).
+    /// The server it goes to: the fixed one, or the primary the Sentinels named.
+    client: redis::Client,
+    /// How many Sentinel failovers were followed before it (a reconnect keeps the count).
+    failovers: u64,
+    /// Set once, by the task that connects it ([`Shared::connect_in_background`]), or by the
+    /// switch to a new primary ([`ReconnectingConn::follow_failover`]).
     conn: OnceLock<RedisResult<MultiplexedConnection>>,
     /// Wakes the requests waiting for `conn` once it is set.
     connected: Notify,
@@ -69,12 +91,19 @@ struct Generation {
 }
 
 impl Generation {
-    fn new(number: u64) -> Arc<Generation> {
+    fn new(
+        number: u64,
+        client: redis::Client,
+        failovers: u64,
+        conn: Option<MultiplexedConnection>,
+    ) -> Arc<Generation> {
         Arc::new(Generation {
             number,
-            conn: OnceLock::new(),
+            client,
+            failovers,
+            connecting: AtomicBool::new(conn.is_some()),
+            conn: conn.map(Ok).map_or_else(OnceLock::new, OnceLock::from),
             connected: Notify::new(),
-            connecting: AtomicBool::new(false),
         })
     }
 
@@ -94,29 +123,40 @@ impl Generation {
 }
 
 impl ReconnectingConn {
-    /// Connects to the server of `client`, whose pushes go to `listener`.
+    /// Connects to the server of `client` (under Sentinel, the primary that `sentinels` named),
+    /// whose pushes go to `listener`. A failure to connect names the server's address.
     pub(crate) async fn connect(
         client: redis::Client,
+        sentinels: Option<Sentinels>,
         config: &ClientConfig,
         listener: Weak<dyn PushListener>,
-    ) -> RedisResult<ReconnectingConn> {
+    ) -> Result<ReconnectingConn, Error> {
+        let addr = client.get_connection_info().addr().to_string();
         let conn = ReconnectingConn {
             shared: Arc::new(Shared {
-                client,
                 connection_timeout: config.connection_timeout,
                 response_timeout: config.response_timeout,
                 listener,
-                current: parking_lot::Mutex::new(Generation::new(0)),
+                sentinels,
+                current: parking_lot::Mutex::new(Generation::new(0, client, 0, None)),
+                next: AtomicU64::new(1),
                 channels: parking_lot::Mutex::new(HashSet::new()),
             }),
         };
         // The first connect takes all its tries: nothing is retried around it.
-        conn.connection(None).await?;
+        let first = conn.current();
+        conn.connection(&first, None)
+            .await
+            .map_err(|err| Error::connecting(addr, err))?;
         Ok(conn)
     }
 
-    /// The current connection and its generation, once connected, waiting at most `limit`
-    /// for a connect in progress.
+    fn current(&self) -> Arc<Generation> {
+        self.shared.current.lock().clone()
+    }
+
+    /// The connection of `generation`, once connected, waiting at most `limit` for a connect in
+    /// progress.
     ///
     /// A request waits for a reconnect no longer than for a reply (the response timeout), and
     /// fails as a timed-out request would: a reconnect takes up to its tries' connection
@@ -126,13 +166,13 @@ impl ReconnectingConn {
     /// next attempt waits for it again, while its window is open.
     async fn connection(
         &self,
+        generation: &Arc<Generation>,
         limit: Option<Duration>,
-    ) -> RedisResult<(u64, MultiplexedConnection)> {
-        let generation = self.shared.current.lock().clone();
+    ) -> RedisResult<MultiplexedConnection> {
         let outcome = match generation.conn.get() {
             Some(outcome) => outcome,
             None => {
-                self.shared.connect_in_background(&generation);
+                self.shared.connect_in_background(generation);
                 match limit {
                     None => generation.connected().await,
                     Some(limit) => tokio::time::timeout(limit, generation.connected())
@@ -141,25 +181,15 @@ impl ReconnectingConn {
                 }
             }
         };
-        match outcome {
-            Ok(conn) => Ok((generation.number, conn.clone())),
-            Err(err) => {
-                let err = err.clone();
-                // The next request tries again, on a new generation.
-                self.shared.lost(generation.number);
-                Err(err)
-            }
-        }
+        outcome.clone().inspect_err(|_| {
+            // The next request tries again, on a new generation.
+            self.shared.lost(generation.number);
+        })
     }
 
-    /// [`ReconnectingConn::connection`] for a request: waiting for a connect in progress at
-    /// most one response timeout.
-    async fn connection_for_request(&self) -> RedisResult<(u64, MultiplexedConnection)> {
-        self.connection(Some(self.shared.response_timeout)).await
-    }
-
-    /// Reconnects when `outcome` says the connection of `generation` is gone, or can no longer
-    /// be trusted to answer.
+    /// Runs `request` on the connection of `generation`, waiting for a connect in progress at
+    /// most one response timeout, and reconnects when its outcome says the connection is gone,
+    /// or can no longer be trusted to answer.
     ///
     /// A response timeout counts as such: redis-rs keeps the connection after one (it is not an
     /// "unrecoverable" error there), but a connection that stopped answering without an error
@@ -170,21 +200,58 @@ impl ReconnectingConn {
     /// once. Replacing the connection after a timeout costs one connection set-up when the
     /// server was merely slow; the request that timed out is re-sent with its operation id,
     /// so it applies at most once either way.
-    fn after<T>(&self, generation: u64, outcome: &RedisResult<T>) {
-        if let Err(err) = outcome {
+    async fn send<T, Fut>(
+        &self,
+        generation: &Arc<Generation>,
+        request: impl FnOnce(MultiplexedConnection) -> Fut,
+    ) -> RedisResult<T>
+    where
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let conn = self
+            .connection(generation, Some(self.shared.response_timeout))
+            .await?;
+        let outcome = request(conn).await;
+        if let Err(err) = &outcome {
             if err.is_unrecoverable_error() || err.is_timeout() {
-                self.shared.lost(generation);
+                self.shared.lost(generation.number);
             }
         }
+        outcome
+    }
+
+    /// [`ReconnectingConn::send`] on the current connection, for a command; then, when it
+    /// failed (or `moved_reply` finds an error in its reply: `READONLY` from inside a script
+    /// arrives as a value) in a way that says the primary may have moved, follows a failover.
+    async fn request<T, Fut>(
+        &self,
+        request: impl FnOnce(MultiplexedConnection) -> Fut,
+        moved_reply: impl FnOnce(&T) -> bool,
+    ) -> RedisResult<T>
+    where
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let generation = self.current();
+        let outcome = self.send(&generation, request).await;
+        let moved = match &outcome {
+            Err(err) => ErrorClass::of(err).primary_may_have_moved(),
+            Ok(reply) => moved_reply(reply),
+        };
+        if moved {
+            self.follow_failover(generation.failovers).await;
+        }
+        outcome
     }
 
     /// Subscribes to `channel`, now and on every later connection.
     pub(crate) async fn subscribe(&self, channel: &[u8]) -> RedisResult<()> {
         // Recorded before it is sent: a reconnect that reads the set after this sends it too.
         self.shared.channels.lock().insert(channel.to_vec());
-        let (generation, mut conn) = self.connection_for_request().await?;
-        let outcome = conn.subscribe(channel).await;
-        self.after(generation, &outcome);
+        let outcome = self
+            .send(&self.current(), |mut conn| async move {
+                conn.subscribe(channel).await
+            })
+            .await;
         if outcome.as_ref().is_err_and(refused) {
             // Refused by the server (an ACL): later connections do not ask again.
             self.shared.channels.lock().remove(channel);
@@ -195,16 +262,69 @@ impl ReconnectingConn {
     /// Unsubscribes from `channel`, now and on later connections.
     pub(crate) async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
         self.shared.channels.lock().remove(channel);
-        let (generation, mut conn) = self.connection_for_request().await?;
-        let outcome = conn.unsubscribe(channel).await;
-        self.after(generation, &outcome);
-        outcome
+        self.send(&self.current(), |mut conn| async move {
+            conn.unsubscribe(channel).await
+        })
+        .await
+    }
+
+    /// The server of the moment: how many failovers were followed to it, its address and a
+    /// client to open more connections to it (replica acknowledgement's).
+    pub(crate) fn primary(&self) -> (u64, String, redis::Client) {
+        let current = self.current();
+        let addr = current.client.get_connection_info().addr().to_string();
+        (current.failovers, addr, current.client.clone())
+    }
+
+    /// Under Sentinel, after a request on a connection to the primary reached after `failovers`
+    /// failovers failed in a way that says the primary may have moved: asks the Sentinels and
+    /// switches to the primary they name, if it is another one. Re-resolutions run one at a
+    /// time, and one that finds the switch made meanwhile does nothing.
+    pub(crate) async fn follow_failover(&self, failovers: u64) {
+        let Some(sentinels) = &self.shared.sentinels else {
+            return;
+        };
+        let _switching = sentinels.switching.lock().await;
+        let current = self.current();
+        if current.failovers != failovers {
+            return; // someone else switched meanwhile
+        }
+        let Some(listener) = self.shared.listener.upgrade() else {
+            return;
+        };
+        let client = match sentinels.primary().await {
+            Ok(client) => client,
+            Err(err) => {
+                // Mid-failover the Sentinels may still name the dead primary, which fails
+                // the role check: the next failed request asks again.
+                tracing::debug!(error = %err, "no verified primary from the Sentinels yet");
+                return;
+            }
+        };
+        let addr = client.get_connection_info().addr().clone();
+        if addr == *current.client.get_connection_info().addr() {
+            return;
+        }
+        // Not subscribed here: the listener subscribes every channel with waiters on it.
+        let number = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        let conn = match self.shared.connect(&client, number).await {
+            Ok(conn) => conn,
+            Err(err) => {
+                tracing::debug!(error = %err, primary = %addr, "connecting to the new primary failed");
+                return;
+            }
+        };
+        tracing::info!(primary = %addr, "following the Sentinels to a new primary");
+        *self.shared.current.lock() = Generation::new(number, client, failovers + 1, Some(conn));
+        // The listener subscribes its channels on the new connection in a task of its own:
+        // the request that noticed the failover may be dropped by its caller.
+        listener.on_new_primary();
     }
 
     /// The generation of the current connection (tests).
     #[cfg(test)]
     pub(crate) fn generation(&self) -> u64 {
-        self.shared.current.lock().number
+        self.current().number
     }
 
     /// What the connection of `generation` does with a push (tests: a push delivered late).
@@ -215,15 +335,16 @@ impl ReconnectingConn {
 }
 
 impl Shared {
-    /// The connection of `generation` is gone: start its replacement, unless it was replaced
-    /// already (a stale report of a loss that was handled).
+    /// The connection of `generation` is gone: start its replacement, to the same server,
+    /// unless it was replaced already (a stale report of a loss that was handled).
     fn lost(self: &Arc<Self>, generation: u64) {
         let next = {
             let mut current = self.current.lock();
             if current.number != generation {
                 return;
             }
-            *current = Generation::new(generation + 1);
+            let number = self.next.fetch_add(1, Ordering::Relaxed);
+            *current = Generation::new(number, current.client.clone(), current.failovers, None);
             current.clone()
         };
         tracing::debug!(generation = next.number, "reconnecting");
@@ -244,32 +365,19 @@ impl Shared {
         }
         let (shared, generation) = (Arc::clone(self), Arc::clone(generation));
         tokio::spawn(async move {
-            let outcome = shared.establish(generation.number).await;
+            let outcome = shared.establish(&generation).await;
             let _ = generation.conn.set(outcome);
             generation.connected.notify_waiters();
         });
     }
 
-    /// Connects the connection of `generation` (a few tries, with pauses) and subscribes it
-    /// to every recorded channel before anyone can send on it.
-    async fn establish(self: &Arc<Self>, generation: u64) -> RedisResult<MultiplexedConnection> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connection_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_push_sender(self.push_sender(generation));
-        let pauses = backoff(FIRST_CONNECT_PAUSE, MAX_CONNECT_PAUSE).take(CONNECT_TRIES - 1);
-        let mut conn = retry(
-            pauses,
-            || {
-                self.client
-                    .get_multiplexed_async_connection_with_config(&config)
-            },
-            |err| {
-                tracing::debug!(error = %err, "connecting failed");
-                true
-            },
-        )
-        .await?;
+    /// Connects the connection of `generation` and subscribes it to every recorded channel
+    /// before anyone can send on it.
+    async fn establish(
+        self: &Arc<Self>,
+        generation: &Generation,
+    ) -> RedisResult<MultiplexedConnection> {
+        let mut conn = self.connect(&generation.client, generation.number).await?;
         let channels: Vec<Vec<u8>> = self.channels.lock().iter().cloned().collect();
         if channels.is_empty() {
             return Ok(conn);
@@ -294,6 +402,29 @@ impl Shared {
             }
         }
         Ok(conn)
+    }
+
+    /// Connects to the server of `client` for the generation `number` (a few tries, with
+    /// pauses).
+    async fn connect(
+        self: &Arc<Self>,
+        client: &redis::Client,
+        number: u64,
+    ) -> RedisResult<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connection_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_push_sender(self.push_sender(number));
+        let pauses = backoff(FIRST_CONNECT_PAUSE, MAX_CONNECT_PAUSE).take(CONNECT_TRIES - 1);
+        retry(
+            pauses,
+            || client.get_multiplexed_async_connection_with_config(&config),
+            |err| {
+                tracing::debug!(error = %err, "connecting failed");
+                true
+            },
+        )
+        .await
     }
 
     /// The push sender of the connection of `generation`: its loss starts a reconnect (if it is
@@ -331,14 +462,19 @@ fn refused(err: &RedisError) -> bool {
     err.code().is_some()
 }
 
+/// Whether `value`, a reply, is an error that says the primary may have moved (`READONLY`,
+/// `MASTERDOWN`).
+fn not_primary(value: &Value) -> bool {
+    matches!(value, Value::ServerError(err)
+        if ErrorClass::of_code(err.code()).primary_may_have_moved())
+}
+
 impl ConnectionLike for ReconnectingConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let (generation, mut conn) = self.connection_for_request().await?;
-            let outcome = conn.req_packed_command(cmd).await;
-            self.after(generation, &outcome);
-            outcome
-        })
+        Box::pin(self.request(
+            move |mut conn| async move { conn.req_packed_command(cmd).await },
+            not_primary,
+        ))
     }
 
     fn req_packed_commands<'a>(
@@ -347,20 +483,15 @@ impl ConnectionLike for ReconnectingConn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let (generation, mut conn) = self.connection_for_request().await?;
-            let outcome = conn.req_packed_commands(pipeline, offset, count).await;
-            self.after(generation, &outcome);
-            outcome
-        })
+        Box::pin(self.request(
+            move |mut conn| async move { conn.req_packed_commands(pipeline, offset, count).await },
+            |values: &Vec<Value>| values.iter().any(not_primary),
+        ))
     }
 
     fn get_db(&self) -> i64 {
-        self.shared
-            .client
-            .get_connection_info()
-            .redis_settings()
-            .db()
+        let current = self.current();
+        current.client.get_connection_info().redis_settings().db()
     }
 }
 
@@ -405,14 +536,15 @@ mod tests {
         let server = RedisServer::start().expect("start redis-server");
         let heard = Arc::new(Heard::default());
         let listener: Arc<dyn PushListener> = heard.clone();
-        let (conn, client) = super::super::standalone::connect(
+        let conn = super::super::standalone::connect(
             &server.url(),
             &ClientConfig::default(),
             Arc::downgrade(&listener),
         )
         .await
         .expect("connect");
-        let raw = client
+        let raw = redis::Client::open(server.url())
+            .unwrap()
             .get_multiplexed_async_connection()
             .await
             .expect("raw connection");
@@ -665,7 +797,7 @@ mod tests {
             .unwrap();
         let listener: Arc<dyn PushListener> = Arc::new(Heard::default());
         let url = format!("redis://waiter:secret@127.0.0.1:{}/", server.port());
-        let (conn, _) = super::super::standalone::connect(
+        let conn = super::super::standalone::connect(
             &url,
             &ClientConfig::default(),
             Arc::downgrade(&listener),

@@ -161,10 +161,6 @@ impl ClusterRoute {
         self.map.lock().rebuild(ranges);
         Ok(())
     }
-
-    pub(crate) fn primaries(&self) -> Vec<String> {
-        self.map.lock().nodes.clone()
-    }
 }
 
 /// `(first slot, last slot, "host:port" of the primary)` of every range in a `CLUSTER SLOTS`
