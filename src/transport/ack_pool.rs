@@ -51,29 +51,15 @@ impl AckRoute {
     /// The node that must execute a script on `slot` now.
     async fn node(&self, slot: u16) -> Result<Node, Error> {
         match self {
-            AckRoute::Server(conn) => {
-                let (stamp, key, client) = conn.primary();
-                Ok(Node { key, client, stamp })
-            }
-            AckRoute::Cluster(cluster) => {
-                let (key, stamp) = cluster.owner(slot).await?;
-                Ok(Node {
-                    client: cluster.client(&key)?,
-                    key,
-                    stamp,
-                })
-            }
+            AckRoute::Server(conn) => Ok(conn.primary()),
+            AckRoute::Cluster(cluster) => cluster.owner(slot).await,
         }
     }
 
     /// The node an `ASK` redirection names (cluster only).
-    fn asked(&self, addr: &str) -> Result<Node, Error> {
+    fn asked(&self, addr: String) -> Result<Node, Error> {
         match self {
-            AckRoute::Cluster(cluster) => Ok(Node {
-                key: addr.to_owned(),
-                client: cluster.client(addr)?,
-                stamp: 0,
-            }),
+            AckRoute::Cluster(cluster) => cluster.node(addr, 0),
             AckRoute::Server(_) => Err(Error::Protocol(format!(
                 "an ASK redirection to {addr} outside a cluster"
             ))),
@@ -103,19 +89,20 @@ impl AckRoute {
     /// Whether the node `key` is a primary now.
     fn is_primary(&self, key: &str) -> bool {
         match self {
-            AckRoute::Server(conn) => conn.primary().1 == key,
+            AckRoute::Server(conn) => conn.primary().key == key,
             AckRoute::Cluster(cluster) => cluster.is_primary(key),
         }
     }
 }
 
 /// A node the pool can connect to. `key` names it in the pool (its address), `stamp` is the
-/// view of the topology it came from (the Sentinel failovers followed, a slot-map epoch), handed back
-/// when a request says that view is stale so that only one refresh runs per stale view.
-struct Node {
-    key: String,
-    client: redis::Client,
-    stamp: u64,
+/// view of the topology it came from (the Sentinel failovers followed, a slot-map epoch),
+/// handed back when a request says that view is stale so that only one refresh runs per stale
+/// view.
+pub(crate) struct Node {
+    pub(crate) key: String,
+    pub(crate) client: redis::Client,
+    pub(crate) stamp: u64,
 }
 
 /// The connections reserved for replicated acquisitions, per node. Each acquisition (or
@@ -241,9 +228,9 @@ struct Held {
 }
 
 impl AckSession<'_> {
-    /// Index of this session's connection to `node`, opened (or taken from the pool) if needed.
-    /// `fence` is a key of a slot the node owns, for [`Held::bump`].
-    async fn connection(&mut self, node: &Node, fence: &[u8]) -> Result<usize, Error> {
+    /// This session's connection to `node`, opened (or taken from the pool) if needed. `fence`
+    /// is a key of a slot the node owns, for [`Held::bump`].
+    async fn connection(&mut self, node: &Node, fence: &[u8]) -> Result<&mut Held, Error> {
         let index = match self.held.iter().position(|h| h.key == node.key) {
             Some(index) => index,
             None => {
@@ -265,7 +252,7 @@ impl AckSession<'_> {
                 held.bump = Some(fence.to_vec());
             }
         }
-        Ok(index)
+        Ok(held)
     }
 
     /// Runs one acquisition script for the lock of `keys` on this session's connection to the
@@ -331,63 +318,56 @@ impl AckSession<'_> {
         loop {
             let asking = ask.is_some();
             let node = match ask.take() {
-                Some(addr) => pool.route.asked(&addr),
-                None => pool.target(keys.slot).await,
+                Some(addr) => pool.route.asked(addr)?,
+                None => pool.target(keys.slot).await?,
             };
-            let (err, stamp) = match node {
-                Err(err) => (err, None),
-                Ok(node) => match self.connection(&node, &keys.fence).await {
-                    Err(err) => (err, Some(node.stamp)),
-                    Ok(index) => {
-                        let conn = self.held[index].conn.clone().expect("opened above");
-                        let outcome = async {
-                            if asking {
-                                let mut conn = conn.clone();
-                                bounded(response_timeout, async move {
-                                    Ok(redis::cmd("ASKING").query_async::<()>(&mut conn).await?)
-                                })
-                                .await
-                                .map_err(|err| (err, false))?;
-                            }
-                            bounded(response_timeout, attempt(conn))
-                                .await
-                                .map_err(|err| (err, true))
+            let err = match self.connection(&node, &keys.fence).await {
+                Err(err) => err,
+                Ok(held) => {
+                    let conn = held.conn.clone().expect("opened above");
+                    let outcome = async {
+                        if asking {
+                            let mut conn = conn.clone();
+                            bounded(response_timeout, async move {
+                                Ok(redis::cmd("ASKING").query_async::<()>(&mut conn).await?)
+                            })
+                            .await
+                            .map_err(|err| (err, false))?;
                         }
-                        .await;
-                        let held = &mut self.held[index];
-                        match outcome {
-                            Ok(reply) => {
-                                if acquired(&reply) {
-                                    held.wrote = true;
-                                    // A write on `conn` covers every earlier one of this
-                                    // session on the node (its offset is higher); a re-send
-                                    // may have written nothing.
-                                    held.bump = resent.then(|| keys.fence.clone());
-                                }
-                                return Ok(reply);
+                        bounded(response_timeout, attempt(conn))
+                            .await
+                            .map_err(|err| (err, true))
+                    }
+                    .await;
+                    match outcome {
+                        Ok(reply) => {
+                            if acquired(&reply) {
+                                held.wrote = true;
+                                // A write on `conn` covers every earlier one of this session on
+                                // the node (its offset is higher); a re-send may have written
+                                // nothing.
+                                held.bump = resent.then(|| keys.fence.clone());
                             }
-                            Err((err, sent)) => {
-                                if redirect(&err).is_none() {
-                                    // Closed, not reused: a request may still run on it.
-                                    held.conn = None;
-                                    if sent && err.class().is_some_and(ErrorClass::outcome_unknown)
-                                    {
-                                        *resent = true;
-                                    }
+                            return Ok(reply);
+                        }
+                        Err((err, sent)) => {
+                            if redirect(&err).is_none() {
+                                // Closed, not reused: a request may still run on it.
+                                held.conn = None;
+                                if sent && err.class().is_some_and(ErrorClass::outcome_unknown) {
+                                    *resent = true;
                                 }
-                                (err, Some(node.stamp))
                             }
+                            err
                         }
                     }
-                },
+                }
             };
             // The redirection bound is against a hot loop; a slot migration (ASK, then
             // TRYAGAIN at the importing node) goes on for as long as the retry window allows.
             let Some((is_ask, moved_slot, addr)) = redirect(&err) else {
-                if let Some(stamp) =
-                    stamp.filter(|_| err.class().is_some_and(ErrorClass::primary_may_have_moved))
-                {
-                    pool.reroute(stamp).await;
+                if err.class().is_some_and(ErrorClass::primary_may_have_moved) {
+                    pool.reroute(node.stamp).await;
                 }
                 return Err(err);
             };
@@ -402,9 +382,7 @@ impl AckSession<'_> {
                 // A moved slot rarely moves alone (a failover moves a node's every slot):
                 // reload the whole map once per stale view, then let the node's own answer
                 // win for this slot, in case the node that answered CLUSTER SLOTS lags.
-                if let Some(stamp) = stamp {
-                    pool.reroute(stamp).await;
-                }
+                pool.reroute(node.stamp).await;
                 pool.route.moved(moved_slot, &addr);
             }
         }
@@ -589,53 +567,59 @@ mod tests {
         assert_eq!(redirect(&Error::NotHeld), None);
     }
 
+    /// Asserts that `says` is `expected` of every one of `errors`.
+    fn assert_all(
+        says: fn(&Error) -> bool,
+        expected: bool,
+        errors: impl IntoIterator<Item = Error>,
+    ) {
+        for err in errors {
+            assert_eq!(says(&err), expected, "{err:?}");
+        }
+    }
+
     #[test]
     fn lost_connections_and_demoted_or_down_nodes_send_us_looking_for_the_primary() {
         use std::io::ErrorKind::{BrokenPipe, ConnectionRefused, ConnectionReset, Other, TimedOut};
         // `Other` is an I/O error that is neither a timeout, a drop nor a refusal.
-        for kind in [
+        let lost = [
             Other,
             TimedOut,
             BrokenPipe,
             ConnectionReset,
             ConnectionRefused,
-        ] {
-            assert!(primary_may_have_moved(&io_error(kind)), "{kind:?}");
-        }
-        for reply in [
+        ];
+        assert_all(primary_may_have_moved, true, lost.map(io_error));
+        let not_primary = [
             "READONLY You can't write against a read only replica.",
             "MASTERDOWN Link with MASTER is down",
             "CLUSTERDOWN The cluster is down",
-        ] {
-            assert!(primary_may_have_moved(&server_error(reply)), "{reply}");
-        }
-        for reply in [
+        ];
+        assert_all(primary_may_have_moved, true, not_primary.map(server_error));
+        let answered = [
             "ERR unknown command",
             "NOSCRIPT No matching script",
             "WRONGTYPE Operation against a key holding the wrong kind of value",
             "MOVED 3999 127.0.0.1:7001",
-        ] {
-            assert!(!primary_may_have_moved(&server_error(reply)), "{reply}");
-        }
-        assert!(!primary_may_have_moved(&Error::NotHeld));
-        assert!(!primary_may_have_moved(&Error::Cancelled));
+        ];
+        let others = [Error::NotHeld, Error::Cancelled];
+        assert_all(primary_may_have_moved, false, answered.map(server_error));
+        assert_all(primary_may_have_moved, false, others);
     }
 
     #[test]
     fn only_a_lost_connection_leaves_a_sent_script_s_outcome_unknown() {
         use std::io::ErrorKind::{BrokenPipe, ConnectionReset, TimedOut, UnexpectedEof};
-        for kind in [TimedOut, BrokenPipe, ConnectionReset, UnexpectedEof] {
-            assert!(outcome_unknown(&io_error(kind)), "{kind:?}");
-        }
+        let lost = [TimedOut, BrokenPipe, ConnectionReset, UnexpectedEof];
+        assert_all(outcome_unknown, true, lost.map(io_error));
         // A reply, even an error reply, says what happened: the script ran or was refused.
-        for reply in [
+        let answered = [
             "READONLY You can't write against a read only replica.",
             "MOVED 3999 127.0.0.1:7001",
             "NOSCRIPT No matching script",
             "BUSY Redis is busy running a script",
-        ] {
-            assert!(!outcome_unknown(&server_error(reply)), "{reply}");
-        }
-        assert!(!outcome_unknown(&Error::NotHeld));
+        ];
+        assert_all(outcome_unknown, false, answered.map(server_error));
+        assert_all(outcome_unknown, false, [Error::NotHeld]);
     }
 }

@@ -25,6 +25,7 @@ use redis::{
 };
 use tokio::sync::Notify;
 
+use super::ack_pool::Node;
 use super::push::{push_handler, PushListener};
 use super::sentinel::Sentinels;
 use crate::base::config::ClientConfig;
@@ -187,9 +188,10 @@ impl ReconnectingConn {
         })
     }
 
-    /// Runs `request` on the connection of `generation`, waiting for a connect in progress at
-    /// most one response timeout, and reconnects when its outcome says the connection is gone,
-    /// or can no longer be trusted to answer.
+    /// Runs `request` on the current connection, waiting for a connect in progress at most one
+    /// response timeout, and reconnects when its outcome says the connection is gone, or can
+    /// no longer be trusted to answer; then, when `moved` says of the outcome that the primary
+    /// may have moved, follows a failover.
     ///
     /// A response timeout counts as such: redis-rs keeps the connection after one (it is not an
     /// "unrecoverable" error there), but a connection that stopped answering without an error
@@ -200,44 +202,27 @@ impl ReconnectingConn {
     /// once. Replacing the connection after a timeout costs one connection set-up when the
     /// server was merely slow; the request that timed out is re-sent with its operation id,
     /// so it applies at most once either way.
-    async fn send<T, Fut>(
-        &self,
-        generation: &Arc<Generation>,
-        request: impl FnOnce(MultiplexedConnection) -> Fut,
-    ) -> RedisResult<T>
-    where
-        Fut: Future<Output = RedisResult<T>>,
-    {
-        let conn = self
-            .connection(generation, Some(self.shared.response_timeout))
-            .await?;
-        let outcome = request(conn).await;
-        if let Err(err) = &outcome {
-            if err.is_unrecoverable_error() || err.is_timeout() {
-                self.shared.lost(generation.number);
-            }
-        }
-        outcome
-    }
-
-    /// [`ReconnectingConn::send`] on the current connection, for a command; then, when it
-    /// failed (or `moved_reply` finds an error in its reply: `READONLY` from inside a script
-    /// arrives as a value) in a way that says the primary may have moved, follows a failover.
     async fn request<T, Fut>(
         &self,
         request: impl FnOnce(MultiplexedConnection) -> Fut,
-        moved_reply: impl FnOnce(&T) -> bool,
+        moved: impl FnOnce(&RedisResult<T>) -> bool,
     ) -> RedisResult<T>
     where
         Fut: Future<Output = RedisResult<T>>,
     {
         let generation = self.current();
-        let outcome = self.send(&generation, request).await;
-        let moved = match &outcome {
-            Err(err) => ErrorClass::of(err).primary_may_have_moved(),
-            Ok(reply) => moved_reply(reply),
-        };
-        if moved {
+        let outcome = async {
+            let limit = Some(self.shared.response_timeout);
+            let outcome = request(self.connection(&generation, limit).await?).await;
+            if let Err(err) = &outcome {
+                if err.is_unrecoverable_error() || err.is_timeout() {
+                    self.shared.lost(generation.number);
+                }
+            }
+            outcome
+        }
+        .await;
+        if moved(&outcome) {
             self.follow_failover(generation.failovers).await;
         }
         outcome
@@ -248,9 +233,10 @@ impl ReconnectingConn {
         // Recorded before it is sent: a reconnect that reads the set after this sends it too.
         self.shared.channels.lock().insert(channel.to_vec());
         let outcome = self
-            .send(&self.current(), |mut conn| async move {
-                conn.subscribe(channel).await
-            })
+            .request(
+                |mut conn| async move { conn.subscribe(channel).await },
+                never_moved,
+            )
             .await;
         if outcome.as_ref().is_err_and(refused) {
             // Refused by the server (an ACL): later connections do not ask again.
@@ -262,18 +248,22 @@ impl ReconnectingConn {
     /// Unsubscribes from `channel`, now and on later connections.
     pub(crate) async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
         self.shared.channels.lock().remove(channel);
-        self.send(&self.current(), |mut conn| async move {
-            conn.unsubscribe(channel).await
-        })
+        self.request(
+            |mut conn| async move { conn.unsubscribe(channel).await },
+            never_moved,
+        )
         .await
     }
 
-    /// The server of the moment: how many failovers were followed to it, its address and a
-    /// client to open more connections to it (replica acknowledgement's).
-    pub(crate) fn primary(&self) -> (u64, String, redis::Client) {
+    /// The server of the moment, for more connections to it (replica acknowledgement's):
+    /// stamped with how many failovers were followed to it.
+    pub(crate) fn primary(&self) -> Node {
         let current = self.current();
-        let addr = current.client.get_connection_info().addr().to_string();
-        (current.failovers, addr, current.client.clone())
+        Node {
+            key: current.client.get_connection_info().addr().to_string(),
+            client: current.client.clone(),
+            stamp: current.failovers,
+        }
     }
 
     /// Under Sentinel, after a request on a connection to the primary reached after `failovers`
@@ -462,18 +452,29 @@ fn refused(err: &RedisError) -> bool {
     err.code().is_some()
 }
 
-/// Whether `value`, a reply, is an error that says the primary may have moved (`READONLY`,
-/// `MASTERDOWN`).
-fn not_primary(value: &Value) -> bool {
-    matches!(value, Value::ServerError(err)
-        if ErrorClass::of_code(err.code()).primary_may_have_moved())
+/// A subscription that fails does not ask the Sentinels where the primary is: the waiters'
+/// next script does.
+fn never_moved(_: &RedisResult<()>) -> bool {
+    false
+}
+
+/// Whether the outcome of a command says that the primary may have moved: its error, or an
+/// error among its replies (`READONLY` from inside a script arrives as a value).
+fn primary_moved(outcome: Result<&[Value], &RedisError>) -> bool {
+    match outcome {
+        Err(err) => ErrorClass::of(err).primary_may_have_moved(),
+        Ok(replies) => replies.iter().any(|reply| {
+            matches!(reply, Value::ServerError(err)
+                if ErrorClass::of_code(err.code()).primary_may_have_moved())
+        }),
+    }
 }
 
 impl ConnectionLike for ReconnectingConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(self.request(
             move |mut conn| async move { conn.req_packed_command(cmd).await },
-            not_primary,
+            |outcome| primary_moved(outcome.as_ref().map(std::slice::from_ref)),
         ))
     }
 
@@ -485,7 +486,7 @@ impl ConnectionLike for ReconnectingConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(self.request(
             move |mut conn| async move { conn.req_packed_commands(pipeline, offset, count).await },
-            |values: &Vec<Value>| values.iter().any(not_primary),
+            |outcome| primary_moved(outcome.as_ref().map(Vec::as_slice)),
         ))
     }
 
@@ -603,6 +604,28 @@ mod tests {
         info.get("total_connections_received").unwrap()
     }
 
+    /// The connection's client id, once a request on it succeeds again (at most 100 tries,
+    /// `pause` apart).
+    async fn client_id_once_back(conn: &mut ReconnectingConn, pause: Duration) -> Option<u64> {
+        for _ in 0..100 {
+            if let Ok(id) = client_id(conn).await {
+                return Some(id);
+            }
+            tokio::time::sleep(pause).await;
+        }
+        None
+    }
+
+    /// Waits until `done` says so, at most 1 s.
+    async fn until(done: impl Fn() -> bool) {
+        for _ in 0..100 {
+            if done() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// A killed connection is replaced once, however its loss is reported: the request that
     /// failed on it and its own `Disconnection` push both say so, and only the first acts.
     #[tokio::test]
@@ -617,23 +640,12 @@ mod tests {
         let before = accepted(&mut raw).await;
         kill(&mut raw, first).await;
         // Requests right after the kill: the first may fail on the dead connection.
-        let mut second = None;
-        for _ in 0..100 {
-            if let Ok(id) = client_id(&mut conn).await {
-                second = Some(id);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let second = second.expect("the connection came back");
+        let second = client_id_once_back(&mut conn, Duration::from_millis(10))
+            .await
+            .expect("the connection came back");
         assert_ne!(second, first);
         // Both reports have arrived by the time the push reached the listener.
-        for _ in 0..100 {
-            if heard.disconnects.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until(|| heard.disconnects.load(std::sync::atomic::Ordering::SeqCst) > 0).await;
         assert_eq!(
             heard.disconnects.load(std::sync::atomic::Ordering::SeqCst),
             1
@@ -672,15 +684,9 @@ mod tests {
             "the request that timed out replaced it"
         );
         // Once the pause is over, requests go on the new connection.
-        let mut second = None;
-        for _ in 0..100 {
-            if let Ok(id) = client_id(&mut conn).await {
-                second = Some(id);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let second = second.expect("the connection came back");
+        let second = client_id_once_back(&mut conn, Duration::from_millis(20))
+            .await
+            .expect("the connection came back");
         assert_ne!(second, first);
     }
 
@@ -740,12 +746,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(dropped, 0);
-        for _ in 0..100 {
-            if !heard.messages.lock().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until(|| !heard.messages.lock().is_empty()).await;
         assert_eq!(
             heard.messages.lock().first(),
             Some(&(b"kept".to_vec(), b"released".to_vec()))
@@ -765,15 +766,8 @@ mod tests {
         server.stop().expect("stop redis-server");
         assert!(client_id(&mut conn).await.is_err());
         server.restart().expect("restart redis-server");
-        let mut back = false;
-        for _ in 0..100 {
-            if client_id(&mut conn).await.is_ok() {
-                back = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(back, "the connection did not come back");
+        let back = client_id_once_back(&mut conn, Duration::from_millis(50)).await;
+        assert!(back.is_some(), "the connection did not come back");
     }
 
     /// A channel the server refuses (an ACL) is not asked for again on a new connection, and

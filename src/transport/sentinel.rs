@@ -107,16 +107,17 @@ mod tests {
         )
         .await
         .expect("connect through the Sentinels");
-        let port = |conn: &ReconnectingConn| conn.primary().1.rsplit(':').next().map(str::to_owned);
+        let port =
+            |conn: &ReconnectingConn| conn.primary().key.rsplit(':').next().map(str::to_owned);
         let old = set.primary().expect("primary").port();
-        assert_eq!(conn.primary().0, 0);
+        assert_eq!(conn.primary().stamp, 0);
         assert_eq!(port(&conn), Some(old.to_string()));
         // Its database, as for any connection under Sentinel (which selects none).
         assert_eq!(conn.get_db(), 0);
 
         // Nothing moved: the Sentinels name the same primary, which is kept.
         conn.follow_failover(0).await;
-        assert_eq!(conn.primary().0, 0);
+        assert_eq!(conn.primary().stamp, 0);
         assert_eq!(switches.0.load(Ordering::SeqCst), 0);
 
         set.failover().expect("SENTINEL FAILOVER");
@@ -125,14 +126,14 @@ mod tests {
             .expect("failover");
         // A request stamped with a generation that is not the current one leaves it alone.
         conn.follow_failover(7).await;
-        assert_eq!(conn.primary().0, 0);
+        assert_eq!(conn.primary().stamp, 0);
         assert_eq!(port(&conn), Some(old.to_string()));
 
         // The current generation asks; a Sentinel that has not caught up yet names the old
         // primary, which fails the role check, so the test asks until the switch (as the next
         // failed request would).
         let until = Instant::now() + Duration::from_secs(30);
-        while conn.primary().0 == 0 {
+        while conn.primary().stamp == 0 {
             assert!(
                 Instant::now() < until,
                 "the client never followed the failover"
@@ -140,12 +141,12 @@ mod tests {
             conn.follow_failover(0).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert_eq!(conn.primary().0, 1);
+        assert_eq!(conn.primary().stamp, 1);
         assert_eq!(port(&conn), Some(new.to_string()));
         assert_eq!(switches.0.load(Ordering::SeqCst), 1);
         // A request that failed on the old connection after the switch changes nothing.
         conn.follow_failover(0).await;
-        assert_eq!(conn.primary().0, 1);
+        assert_eq!(conn.primary().stamp, 1);
         assert_eq!(switches.0.load(Ordering::SeqCst), 1);
     }
 }

@@ -5,6 +5,7 @@ use parking_lot::Mutex;
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
+use super::ack_pool::Node;
 use super::standalone::open_client;
 use crate::base::config::ClientConfig;
 use crate::base::error::Error;
@@ -100,8 +101,9 @@ impl ClusterRoute {
         }
     }
 
-    /// A client for the node at `addr` (`host:port`), with the seed's credentials and TLS mode.
-    pub(crate) fn client(&self, addr: &str) -> Result<redis::Client, Error> {
+    /// The node at `addr` (`host:port`), reached with the seed's credentials and TLS mode, as
+    /// the map of epoch `stamp` names it.
+    pub(crate) fn node(&self, addr: String, stamp: u64) -> Result<Node, Error> {
         let (host, port) = addr
             .rsplit_once(':')
             .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
@@ -120,19 +122,23 @@ impl ClusterRoute {
             _ => ConnectionAddr::Tcp(host, port),
         };
         let info = self.seed.clone().set_addr(target);
-        open_client(info, &self.config)
+        Ok(Node {
+            client: open_client(info, &self.config)?,
+            key: addr,
+            stamp,
+        })
     }
 
-    /// The address of the primary owning `slot` and the map epoch it was read at, asking the
-    /// cluster when the map does not know it.
-    pub(crate) async fn owner(&self, slot: u16) -> Result<(String, u64), Error> {
+    /// The primary owning `slot`, stamped with the map epoch it was read at, asking the cluster
+    /// when the map does not know it.
+    pub(crate) async fn owner(&self, slot: u16) -> Result<Node, Error> {
         for _ in 0..2 {
             let (epoch, owner) = {
                 let map = self.map.lock();
                 (map.epoch, map.owner(slot).map(str::to_owned))
             };
             if let Some(addr) = owner {
-                return Ok((addr, epoch));
+                return self.node(addr, epoch);
             }
             self.refresh(epoch).await?;
         }
