@@ -494,16 +494,16 @@ where
 {
     let mut session = pool.session().await?;
     let reply = session.run(keys, window, attempt, &acquired).await?;
-    if !acquired(&reply) {
-        session.finish();
-        return Ok((reply, None));
-    }
-    let acks = session.wait(ack).await?.unwrap_or(Acks {
-        acked: 0,
-        required: ack.replicas,
-    });
+    let acks = if acquired(&reply) {
+        Some(session.wait(ack).await?.unwrap_or(Acks {
+            acked: 0,
+            required: ack.replicas,
+        }))
+    } else {
+        None
+    };
     session.finish();
-    Ok((reply, Some(acks)))
+    Ok((reply, acks))
 }
 
 /// `(ASK?, slot, address)` of a `MOVED` or `ASK` reply.

@@ -167,6 +167,16 @@ impl ClusterRoute {
         self.map.lock().rebuild(ranges);
         Ok(())
     }
+
+    /// A `MOVED` reply named `addr` as `slot`'s primary.
+    pub(crate) fn moved(&self, slot: u16, addr: &str) {
+        self.map.lock().set(slot, addr);
+    }
+
+    /// Whether `addr` is a primary in the current map.
+    pub(crate) fn is_primary(&self, addr: &str) -> bool {
+        self.map.lock().nodes.iter().any(|n| n == addr)
+    }
 }
 
 /// `(first slot, last slot, "host:port" of the primary)` of every range in a `CLUSTER SLOTS`
@@ -213,18 +223,6 @@ fn parse_cluster_slots(reply: &Value, fallback_host: &str) -> Vec<(u16, u16, Str
             ))
         })
         .collect()
-}
-
-impl ClusterRoute {
-    /// A `MOVED` reply named `addr` as `slot`'s primary.
-    pub(crate) fn moved(&self, slot: u16, addr: &str) {
-        self.map.lock().set(slot, addr);
-    }
-
-    /// Whether `addr` is a primary in the current map.
-    pub(crate) fn is_primary(&self, addr: &str) -> bool {
-        self.map.lock().nodes.iter().any(|n| n == addr)
-    }
 }
 
 #[cfg(test)]
