@@ -74,7 +74,8 @@ impl AckRoute {
     }
 
     /// The view `stamp` is stale (the primary may have moved): ask the Sentinels or the
-    /// cluster again.
+    /// cluster again. Idle connections to a former primary are closed when the pool next opens
+    /// one ([`AckConnections::open`]).
     async fn reroute(&self, stamp: u64) {
         match self {
             AckRoute::Server(conn) => conn.follow_failover(stamp).await,
@@ -149,29 +150,15 @@ impl AckConnections {
         })
     }
 
-    /// The node that must execute a script on `slot` now.
-    async fn target(&self, slot: u16) -> Result<Node, Error> {
-        // Connections to a former primary would write to a demoted node (READONLY) or,
-        // worse, WAIT on one that is a replica now.
-        self.close_former_primaries();
-        self.route.node(slot).await
-    }
-
-    /// The view `stamp` is stale (the primary may have moved): ask the Sentinels or the
-    /// cluster again, and close idle connections to nodes that are no longer primaries.
-    async fn reroute(&self, stamp: u64) {
-        self.route.reroute(stamp).await;
-        self.close_former_primaries();
-    }
-
-    fn close_former_primaries(&self) {
-        self.idle
-            .lock()
-            .retain(|node, _| self.route.is_primary(node));
-    }
-
+    /// A connection to `node`: an idle one, or a new one. Idle connections to nodes that are
+    /// no longer primaries are closed first: they would write to a demoted node (READONLY)
+    /// or, worse, WAIT on one that is a replica now.
     async fn open(&self, node: &Node) -> Result<MultiplexedConnection, Error> {
-        let idle = self.idle.lock().get_mut(&node.key).and_then(Vec::pop);
+        let idle = {
+            let mut idle = self.idle.lock();
+            idle.retain(|node, _| self.route.is_primary(node));
+            idle.get_mut(&node.key).and_then(Vec::pop)
+        };
         if let Some(conn) = idle {
             return Ok(conn);
         }
@@ -319,7 +306,7 @@ impl AckSession<'_> {
             let asking = ask.is_some();
             let node = match ask.take() {
                 Some(addr) => pool.route.asked(addr)?,
-                None => pool.target(keys.slot).await?,
+                None => pool.route.node(keys.slot).await?,
             };
             let err = match self.connection(&node, &keys.fence).await {
                 Err(err) => err,
@@ -367,7 +354,7 @@ impl AckSession<'_> {
             // TRYAGAIN at the importing node) goes on for as long as the retry window allows.
             let Some((is_ask, moved_slot, addr)) = redirect(&err) else {
                 if err.class().is_some_and(ErrorClass::primary_may_have_moved) {
-                    pool.reroute(node.stamp).await;
+                    pool.route.reroute(node.stamp).await;
                 }
                 return Err(err);
             };
@@ -382,7 +369,7 @@ impl AckSession<'_> {
                 // A moved slot rarely moves alone (a failover moves a node's every slot):
                 // reload the whole map once per stale view, then let the node's own answer
                 // win for this slot, in case the node that answered CLUSTER SLOTS lags.
-                pool.reroute(node.stamp).await;
+                pool.route.reroute(node.stamp).await;
                 pool.route.moved(moved_slot, &addr);
             }
         }
