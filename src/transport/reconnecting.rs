@@ -525,15 +525,14 @@ mod tests {
         fn on_new_primary(self: Arc<Self>) {}
     }
 
-    struct Setup {
-        server: RedisServer,
-        heard: Arc<Heard>,
-        conn: ReconnectingConn,
-        /// A plain connection of the test's own, to look and to kill.
-        raw: redis::aio::MultiplexedConnection,
-    }
-
-    async fn setup() -> Setup {
+    /// A server, what its connection hears, the connection, and a plain connection of the
+    /// test's own, to look and to kill.
+    async fn setup() -> (
+        RedisServer,
+        Arc<Heard>,
+        ReconnectingConn,
+        MultiplexedConnection,
+    ) {
         let server = RedisServer::start().expect("start redis-server");
         let heard = Arc::new(Heard::default());
         let listener: Arc<dyn PushListener> = heard.clone();
@@ -549,12 +548,7 @@ mod tests {
             .get_multiplexed_async_connection()
             .await
             .expect("raw connection");
-        Setup {
-            server,
-            heard,
-            conn,
-            raw,
-        }
+        (server, heard, conn, raw)
     }
 
     async fn client_id(conn: &mut impl ConnectionLike) -> RedisResult<u64> {
@@ -630,12 +624,7 @@ mod tests {
     /// failed on it and its own `Disconnection` push both say so, and only the first acts.
     #[tokio::test]
     async fn a_killed_connection_is_replaced_once() {
-        let Setup {
-            server: _server,
-            heard,
-            mut conn,
-            mut raw,
-        } = setup().await;
+        let (_server, heard, mut conn, mut raw) = setup().await;
         let first = client_id(&mut conn).await.unwrap();
         let before = accepted(&mut raw).await;
         kill(&mut raw, first).await;
@@ -661,12 +650,7 @@ mod tests {
     /// replaced by the request that timed out, and the next request goes on a new connection.
     #[tokio::test]
     async fn a_connection_that_stops_answering_is_replaced() {
-        let Setup {
-            server: _server,
-            mut conn,
-            mut raw,
-            ..
-        } = setup().await;
+        let (_server, _, mut conn, mut raw) = setup().await;
         let first = client_id(&mut conn).await.unwrap();
         let timeout = ClientConfig::default().response_timeout;
         let pause = timeout * 2;
@@ -695,11 +679,7 @@ mod tests {
     /// replaces it.
     #[tokio::test]
     async fn a_late_loss_report_of_a_replaced_connection_keeps_the_fresh_one() {
-        let Setup {
-            server: _server,
-            mut conn,
-            ..
-        } = setup().await;
+        let (_server, _, mut conn, _) = setup().await;
         let disconnection = || PushInfo {
             kind: PushKind::Disconnection,
             data: vec![],
@@ -725,12 +705,7 @@ mod tests {
     /// channel unsubscribed is not subscribed again.
     #[tokio::test]
     async fn a_new_connection_carries_the_subscriptions_without_being_asked() {
-        let Setup {
-            server: _server,
-            heard,
-            mut conn,
-            mut raw,
-        } = setup().await;
+        let (_server, heard, mut conn, mut raw) = setup().await;
         conn.subscribe(b"kept").await.unwrap();
         conn.subscribe(b"dropped").await.unwrap();
         conn.unsubscribe(b"dropped").await.unwrap();
@@ -758,11 +733,7 @@ mod tests {
     /// next request starts another: once the server is back, the connection is too.
     #[tokio::test]
     async fn requests_bring_the_connection_back_after_the_server_was_gone() {
-        let Setup {
-            mut server,
-            mut conn,
-            ..
-        } = setup().await;
+        let (mut server, _, mut conn, _) = setup().await;
         server.stop().expect("stop redis-server");
         assert!(client_id(&mut conn).await.is_err());
         server.restart().expect("restart redis-server");
