@@ -25,6 +25,8 @@ use parking_lot::Mutex;
 
 use super::pending::PendingOp;
 use crate::base::token::FencingToken;
+#[cfg(fencelock_negative_controls)]
+use crate::protocol::controls::Control;
 use crate::protocol::Room;
 
 /// What a waiter that accepts handoffs offers a release: its acquisition's terms and the undo
@@ -55,7 +57,7 @@ pub(crate) fn undo_by(pending: PendingOp) -> Undo {
     Box::new(move || {
         let mut pending = pending;
         #[cfg(fencelock_negative_controls)]
-        if pending.broken(crate::protocol::controls::Control::HandoffGrantNotUndone) {
+        if pending.engine.broken(Control::HandoffGrantNotUndone) {
             return;
         }
         pending.arm();

@@ -100,7 +100,8 @@ pub(crate) fn validity(lease: Duration) -> Duration {
 }
 
 impl Holder {
-    /// A holder of a hold of `kind`, whose lease started no earlier than `sent_at`.
+    /// A holder of a hold of `kind` (`PLAIN_LOCK` for a lock's, a multi-lock member's, an
+    /// election's, a job's), whose lease started no earlier than `sent_at`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn of_kind(
         kind: &'static dyn HoldKind,

@@ -19,7 +19,7 @@ use crate::transport::ResendsByItself;
 pub(crate) struct PendingOp {
     /// The kind of hold the operation takes, whose script undoes it.
     hold: &'static dyn HoldKind,
-    engine: Arc<Engine>,
+    pub(super) engine: Arc<Engine>,
     keys: Arc<LockKeys>,
     holder: String,
     op: String,
@@ -55,20 +55,11 @@ impl Sends {
         }
         self.uncertain.load(Ordering::Relaxed) || conn.resends_by_itself()
     }
-
-    /// A definite reply came back for the last send.
-    fn answered(&self) {
-        self.unanswered.store(false, Ordering::Relaxed);
-    }
-
-    /// Whether a send of this acquisition may still arrive at the server.
-    fn uncertain(&self) -> bool {
-        self.uncertain.load(Ordering::Relaxed)
-    }
 }
 
 impl PendingOp {
-    /// An operation on a hold of kind `hold`.
+    /// An operation on a hold of kind `hold` (`PLAIN_LOCK` for a lock's, a multi-lock
+    /// member's).
     pub(crate) fn of_kind(
         hold: &'static dyn HoldKind,
         engine: &Arc<Engine>,
@@ -89,12 +80,6 @@ impl PendingOp {
         }
     }
 
-    /// Whether this operation's client runs with `control` planted (test builds only).
-    #[cfg(fencelock_negative_controls)]
-    pub(crate) fn broken(&self, control: Control) -> bool {
-        self.engine.broken(control)
-    }
-
     /// The acquisition's sends, which each ask whether to leave an op record.
     pub(crate) fn sends(&self) -> &Sends {
         &self.sends
@@ -108,12 +93,12 @@ impl PendingOp {
     /// A definite reply arrived, and the operation stays armed (a waiter that left a mark in
     /// Redis while busy: the undo on drop takes it out).
     pub(crate) fn answered(&self) {
-        self.sends.answered();
+        self.sends.unanswered.store(false, Ordering::Relaxed);
     }
 
     /// A definite reply arrived; the caller owns the outcome.
     pub(crate) fn disarm(&mut self) {
-        self.sends.answered();
+        self.answered();
         self.armed = false;
     }
 
@@ -121,15 +106,11 @@ impl PendingOp {
     /// earlier send's outcome was unknown: that copy may still take the lock after the caller
     /// gave up, and only the undo on drop (which marks the op record cancelled) stops it.
     pub(crate) fn busy(&mut self) {
-        self.sends.answered();
+        self.answered();
+        let uncertain = self.sends.uncertain.load(Ordering::Relaxed);
         #[cfg(fencelock_negative_controls)]
-        if self.engine.broken(Control::StragglerNotUndone) {
-            self.armed = false;
-            return;
-        }
-        if !self.sends.uncertain() {
-            self.armed = false;
-        }
+        let uncertain = uncertain && !self.engine.broken(Control::StragglerNotUndone);
+        self.armed &= uncertain;
     }
 }
 
