@@ -65,10 +65,14 @@ pub(crate) fn undo_by(pending: PendingOp) -> Undo {
 }
 
 /// Where the offer of one waiter stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Phase {
-    /// No release is handing the lock to this waiter.
-    Idle,
+    /// The waiter has not sat in its wait yet, or is at Redis with an attempt of its own (or a
+    /// release declined it): no release may take the offer.
+    #[default]
+    Closed,
+    /// The waiter sits in its wait: a release may take the offer.
+    Open,
     /// A release took the offer; its script is on its way.
     Offered,
     /// The release granted the lock; the waiter has not claimed it yet.
@@ -88,14 +92,14 @@ pub(crate) struct Grant {
 }
 
 /// The offer of one waiter's slot in its client's queue.
+#[derive(Default)]
 pub(crate) struct Offer {
     state: Mutex<OfferState>,
 }
 
+#[derive(Default)]
 struct OfferState {
     terms: Option<HandoffTerms>,
-    /// The waiter sits in its wait: a release may take the offer.
-    open: bool,
     phase: Phase,
     /// A release that took the offer ended without knowing whether its script ran: a grant may
     /// exist that the waiter has not seen (its next attempt replays it). Stays set until the
@@ -115,17 +119,6 @@ pub(crate) enum Look {
 }
 
 impl Offer {
-    pub(crate) fn new() -> Offer {
-        Offer {
-            state: Mutex::new(OfferState {
-                terms: None,
-                open: false,
-                phase: Phase::Idle,
-                exposed: false,
-            }),
-        }
-    }
-
     /// The waiter accepts handoffs on these terms (once, as it joins the queue).
     pub(crate) fn accept(&self, terms: HandoffTerms) {
         self.state.lock().terms = Some(terms);
@@ -134,55 +127,41 @@ impl Offer {
     /// The waiter sits in its wait: releases may offer it the lock.
     pub(crate) fn open(&self) {
         let mut state = self.state.lock();
-        if state.terms.is_some() && state.phase == Phase::Idle {
-            state.open = true;
+        if state.terms.is_some() && state.phase == Phase::Closed {
+            state.phase = Phase::Open;
         }
     }
 
     /// A look while waiting: claims a grant, or reports one on its way (the waiter then waits
-    /// for its outcome). Leaves the offer open.
-    pub(crate) fn look(&self) -> Look {
-        self.look_and(false)
-    }
-
-    /// The waiter is about to go to Redis: claims a grant, or reports one on its way (the
-    /// waiter then keeps waiting for its outcome), or closes the offer, so that no release
-    /// hands it the lock while its own attempt is out.
-    pub(crate) fn close(&self) -> Look {
-        self.look_and(true)
-    }
-
-    fn look_and(&self, close: bool) -> Look {
+    /// for its outcome). `close`: the waiter is about to go to Redis, so an open offer closes,
+    /// and no release hands it the lock while its own attempt is out.
+    pub(crate) fn look(&self, close: bool) -> Look {
         let mut state = self.state.lock();
         match state.phase {
             Phase::Granted(grant) => {
                 state.phase = Phase::Claimed;
-                state.open = false;
                 Look::Granted(grant)
             }
             Phase::Offered => Look::InFlight,
-            Phase::Idle | Phase::Claimed => {
-                if close {
-                    state.open = false;
-                }
+            Phase::Open if close => {
+                state.phase = Phase::Closed;
                 Look::Nothing
             }
+            Phase::Open | Phase::Closed | Phase::Claimed => Look::Nothing,
         }
     }
 
     /// The waiter won the lock by its own attempt (a replay of a grant, or a fresh
     /// acquisition).
     pub(crate) fn claimed(&self) {
-        let mut state = self.state.lock();
-        state.phase = Phase::Claimed;
-        state.open = false;
+        self.state.lock().phase = Phase::Claimed;
     }
 
     /// A release takes the offer, if the waiter is in its wait and accepts handoffs: the
     /// candidate's holder id, lease, label and permits.
     pub(crate) fn take(&self) -> Option<(String, Duration, Option<Arc<str>>, u32)> {
         let mut state = self.state.lock();
-        if !state.open || state.phase != Phase::Idle {
+        if state.phase != Phase::Open {
             return None;
         }
         let terms = state.terms.as_ref()?;
@@ -192,7 +171,6 @@ impl Offer {
             terms.label.clone(),
             terms.permits,
         );
-        state.open = false;
         state.phase = Phase::Offered;
         Some(candidate)
     }
@@ -202,36 +180,28 @@ impl Offer {
     pub(crate) fn settle(&self, settled: Settled) -> bool {
         let mut state = self.state.lock();
         if state.phase != Phase::Offered {
-            // The waiter left (its deadline passed, or it was dropped) and ran the undo.
+            // Only the release that took the offer settles it, once.
             return false;
         }
-        match settled {
-            Settled::Granted(grant) => {
-                state.phase = Phase::Granted(grant);
-                false
-            }
-            Settled::Declined => {
-                state.phase = Phase::Idle;
-                false
-            }
-            Settled::Unknown => {
-                state.phase = Phase::Idle;
-                state.exposed = true;
-                true
-            }
-        }
+        let unknown = settled == Settled::Unknown;
+        state.phase = match settled {
+            Settled::Granted(grant) => Phase::Granted(grant),
+            Settled::Declined | Settled::Unknown => Phase::Closed,
+        };
+        state.exposed |= unknown;
+        unknown
     }
 
     /// The waiter leaves the queue: the undo of its acquisition when a grant may exist that it
     /// has not claimed (to be run), else nothing.
     pub(crate) fn leave(&self) -> Option<Undo> {
         let mut state = self.state.lock();
-        state.open = false;
         let unclaimed = match state.phase {
             Phase::Offered | Phase::Granted(_) => true,
             Phase::Claimed => false,
-            Phase::Idle => state.exposed,
+            Phase::Open | Phase::Closed => state.exposed,
         };
+        // Without its terms, the offer is never taken again.
         let undo = state.terms.take()?.undo;
         unclaimed.then_some(undo)
     }

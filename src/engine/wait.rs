@@ -12,6 +12,7 @@
 //! by a reconnect and by a moved subscription, and they never compete for the lock.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -45,7 +46,9 @@ const SIGNAL_RECONNECTED: u8 = 2;
 /// The local waiters of one client, by lock channel.
 #[derive(Default)]
 pub(crate) struct Waiters {
-    queues: Mutex<HashMap<Vec<u8>, Queue>>,
+    /// Who of this client needs the messages of each channel: a channel is listed while it has
+    /// waiters or followers, and its subscription stays while it is listed.
+    channels: Mutex<HashMap<Vec<u8>, Channel>>,
     /// Channels this client is subscribed to. The async lock also serialises SUBSCRIBE and
     /// UNSUBSCRIBE, so the last decision sent to the server is the one made last.
     subscribed: tokio::sync::Mutex<HashSet<Vec<u8>>>,
@@ -53,8 +56,6 @@ pub(crate) struct Waiters {
     /// needs the `Waiters` first, so this cannot be a constructor argument).
     conn: OnceLock<Connections>,
     next_slot: AtomicU64,
-    /// The followers of elections, by channel: each is woken by every message on it.
-    observers: Mutex<HashMap<Vec<u8>, Vec<Arc<Slot>>>>,
     /// Unit tests only: where the waiters' own requests go instead of `conn`.
     #[cfg(test)]
     test_link: OnceLock<Arc<dyn TestLink>>,
@@ -97,13 +98,18 @@ pub(crate) enum PlantedBug {
     GrantNotUndone,
 }
 
+/// This client's waiters and followers of one channel.
 #[derive(Default)]
-struct Queue {
-    slots: VecDeque<Arc<Slot>>,
+struct Channel {
+    /// The waiters, in order of arrival; the first is the head.
+    queue: VecDeque<Arc<Slot>>,
     /// When the current holder's lease ends, as last observed; the head's fallback timer.
     lease_end: Option<Instant>,
+    /// The followers of an election on this channel: each is woken by every message on it.
+    followers: Vec<Arc<Slot>>,
 }
 
+#[derive(Default)]
 pub(super) struct Slot {
     id: u64,
     /// A wake-up not taken yet.
@@ -117,16 +123,6 @@ pub(super) struct Slot {
 }
 
 impl Slot {
-    fn new(id: u64) -> Arc<Slot> {
-        Arc::new(Slot {
-            id,
-            signal: AtomicU8::new(SIGNAL_NONE),
-            in_hand: AtomicU8::new(SIGNAL_NONE),
-            notify: Notify::new(),
-            offer: Offer::new(),
-        })
-    }
-
     fn wake(&self, signal: u8) {
         self.signal.store(signal, Ordering::Release);
         self.notify.notify_one();
@@ -138,12 +134,6 @@ impl Slot {
 /// lease estimates agree with the timers that wait for them.
 pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
-}
-
-/// A delay in `[0, HERD_JITTER)`, uniform for a uniformly random `random`.
-fn herd_jitter(random: u64) -> Duration {
-    let micros = random % HERD_JITTER.as_micros() as u64;
-    Duration::from_micros(micros)
 }
 
 /// What a fair-handoff waiter's client must undo in Redis when its last waiter for a lock
@@ -202,16 +192,16 @@ impl Waiters {
     /// Is anyone of this client already waiting for `channel`? A newcomer then queues behind
     /// them instead of barging to Redis.
     pub(crate) fn has_waiters(&self, channel: &[u8]) -> bool {
-        self.queues
+        self.channels
             .lock()
             .get(channel)
-            .is_some_and(|q| !q.slots.is_empty())
+            .is_some_and(|c| !c.queue.is_empty())
     }
 
     /// Does anyone of this client (a waiter or a follower) still need the messages of
     /// `channel`? The subscription stays while someone does.
     fn wants_messages(&self, channel: &[u8]) -> bool {
-        self.has_waiters(channel) || self.observers.lock().contains_key(channel)
+        self.channels.lock().contains_key(channel)
     }
 
     /// Hands the waiters the client's connections, once, right after they are made.
@@ -219,20 +209,15 @@ impl Waiters {
         let _ = self.conn.set(connections);
     }
 
-    /// The connection for the waiters' scripts (`leave_fair.lua`).
-    fn connection(&self) -> Result<Conn, Error> {
-        self.connections().map(|c| c.commands.clone())
+    fn connections(&self) -> Result<&Connections, Error> {
+        self.conn
+            .get()
+            .ok_or_else(|| Error::Protocol("waiters used before the client connected".into()))
     }
 
     /// The connection that carries the subscriptions.
     fn subscriptions(&self) -> Result<Conn, Error> {
         self.connections().map(|c| c.subscriptions.clone())
-    }
-
-    fn connections(&self) -> Result<&Connections, Error> {
-        self.conn
-            .get()
-            .ok_or_else(|| Error::Protocol("waiters used before the client connected".into()))
     }
 
     /// Joins the queue of `channel`, subscribing to its release messages first if this client
@@ -242,16 +227,16 @@ impl Waiters {
         channel: &[u8],
         fair: Option<FairExit>,
     ) -> Result<WaitEntry, Error> {
-        let slot = Slot::new(self.next_slot.fetch_add(1, Ordering::Relaxed));
+        let slot = self.slot();
         #[cfg(test)]
         let looks = !self.planted(PlantedBug::NoLookAfterSubscribe);
         #[cfg(not(test))]
         let looks = true;
         let ahead = {
-            let mut queues = self.queues.lock();
-            let queue = queues.entry(channel.to_vec()).or_default();
-            queue.slots.push_back(slot.clone());
-            if queue.slots.len() == 1 && looks {
+            let mut channels = self.channels.lock();
+            let queue = &mut channels.entry(channel.to_vec()).or_default().queue;
+            queue.push_back(slot.clone());
+            if queue.len() == 1 && looks {
                 // The first waiter asks Redis once more when it is subscribed (its first
                 // `wait` returns at once): a release before the subscription was not seen.
                 // Given now, under the queue lock, rather than once subscribed: a first waiter
@@ -259,7 +244,7 @@ impl Waiters {
                 // next, which would otherwise become head with no look at all.
                 slot.signal.store(SIGNAL_RELEASED, Ordering::Release);
             }
-            queue.slots.len() - 1
+            queue.len() - 1
         };
         // From here on the entry owns the slot, so an error or a cancellation below still
         // removes it from the queue.
@@ -283,6 +268,15 @@ impl Waiters {
             self.subscribe_again(channel.to_vec());
         }
         Ok(entry)
+    }
+
+    /// A new slot, for a waiter or a follower.
+    fn slot(&self) -> Arc<Slot> {
+        let id = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        Arc::new(Slot {
+            id,
+            ..Slot::default()
+        })
     }
 
     /// Subscribes to `channel` unless this client already is.
@@ -322,9 +316,10 @@ impl Waiters {
         if let Some(link) = self.test_link.get() {
             return link.leave_fair(fair).await;
         }
-        let Ok(mut conn) = self.connection() else {
+        let Ok(connections) = self.connections() else {
             return;
         };
+        let mut conn = connections.commands.clone();
         let pubsub = conn.pubsub();
         let reply =
             protocol::leave_fair(&mut conn, &fair.keys, &fair.client, fair.grace, pubsub).await;
@@ -340,9 +335,20 @@ impl Waiters {
         uuid::Uuid::new_v4().as_u64_pair().1
     }
 
-    /// A random delay in `[0, HERD_JITTER)`.
+    /// A random delay in `[0, HERD_JITTER)`, uniform for a uniformly random number.
     fn jitter(&self) -> Duration {
-        herd_jitter(self.random())
+        Duration::from_micros(self.random() % HERD_JITTER.as_micros() as u64)
+    }
+
+    /// Runs `task` on these waiters in the background, on the current runtime (outside one:
+    /// not at all).
+    fn spawn<F>(self: &Arc<Self>, task: impl FnOnce(Arc<Self>) -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(task(self.clone()));
+        }
     }
 
     /// Sends this client's own requests through `link` instead of a connection (unit tests).
@@ -370,11 +376,12 @@ impl Waiters {
     /// is not yet. Registered before the subscription, so no message after it is missed. The
     /// returned entry stops following when dropped.
     pub(crate) async fn observe(self: &Arc<Self>, channel: &[u8]) -> Result<ObserveEntry, Error> {
-        let slot = Slot::new(self.next_slot.fetch_add(1, Ordering::Relaxed));
-        self.observers
+        let slot = self.slot();
+        self.channels
             .lock()
             .entry(channel.to_vec())
             .or_default()
+            .followers
             .push(slot.clone());
         // From here on the entry owns the registration, so an error or a cancellation below
         // still removes it.
@@ -387,70 +394,17 @@ impl Waiters {
         Ok(entry)
     }
 
-    /// Wakes every follower of `channel` (every channel for `None`) with `signal`.
-    fn wake_observers(&self, channel: Option<&[u8]>, signal: u8) {
-        let observers = self.observers.lock();
-        match channel {
-            Some(channel) => observers
-                .get(channel)
-                .into_iter()
-                .flatten()
-                .for_each(|s| s.wake(signal)),
-            None => observers.values().flatten().for_each(|s| s.wake(signal)),
-        }
-    }
-
-    /// A message on `channel`: followers look again; unless it only says a leader was elected
-    /// (the lock is taken), the head of the queue goes to Redis.
-    fn on_channel_message(&self, channel: &[u8], payload: &[u8]) {
-        self.wake_observers(Some(channel), SIGNAL_RELEASED);
-        if ReleaseMessage::parse(payload) != ReleaseMessage::Elected {
-            self.on_release(channel);
-        }
-    }
-
-    /// A release message for `channel`: wake the head of its queue.
-    pub(crate) fn on_release(&self, channel: &[u8]) {
-        let queues = self.queues.lock();
-        if let Some(head) = queues.get(channel).and_then(|q| q.slots.front()) {
-            head.wake(SIGNAL_RELEASED);
-        }
-    }
-
-    /// Subscribes again to every channel with waiters, on a connection that replaced the old
-    /// one (a Sentinel failover) and so has no subscriptions yet.
-    pub(crate) async fn resubscribe_all(&self) {
-        let subscribed = self.subscribed.lock().await;
-        let Ok(mut conn) = self.subscriptions() else {
-            return;
+    /// Wakes with `signal` the followers of `channel` (of every channel for `None`) and, with
+    /// `heads`, the head of its queue.
+    fn wake(&self, channel: Option<&[u8]>, signal: u8, heads: bool) {
+        let channels = self.channels.lock();
+        let wake = |c: &Channel| {
+            let head = c.queue.front().filter(|_| heads);
+            c.followers.iter().chain(head).for_each(|s| s.wake(signal));
         };
-        for channel in subscribed.iter() {
-            if let Err(err) = conn.subscribe(channel).await {
-                // The head's lease timer stands in for the messages of this channel.
-                tracing::debug!(error = %err, "re-subscribing after a failover failed");
-            }
-        }
-    }
-
-    /// The connection dropped: messages may have been lost, so every head asks Redis again,
-    /// and every follower looks again.
-    pub(crate) fn on_reconnect(&self) {
-        for queue in self.queues.lock().values() {
-            if let Some(head) = queue.slots.front() {
-                head.wake(SIGNAL_RECONNECTED);
-            }
-        }
-        self.wake_observers(None, SIGNAL_RECONNECTED);
-    }
-
-    /// The server dropped our subscription to `channel` by itself: on a cluster, the channel's
-    /// slot moved to another node (resharding, failover). If anyone still waits there, subscribe
-    /// again (redis-rs routes it to the slot's new owner) and only then send the head to Redis,
-    /// so a release between the move and the new subscription is not missed. The confirmation
-    /// of our own unsubscribe arrives here too; it finds no waiters and does nothing.
-    pub(crate) fn on_lost_subscription(self: &Arc<Self>, channel: &[u8]) {
-        if self.wants_messages(channel) {
-            self.subscribe_again(channel.to_vec());
+        match channel {
+            Some(channel) => channels.get(channel).into_iter().for_each(wake),
+            None => channels.values().for_each(wake),
         }
     }
 
@@ -461,11 +415,7 @@ impl Waiters {
     /// channel: given up, it would leave the waiters to their lease timers for every release
     /// until a newcomer subscribed.
     fn subscribe_again(self: &Arc<Self>, channel: Vec<u8>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let waiters = self.clone();
-        runtime.spawn(async move {
+        self.spawn(|waiters| async move {
             let attempt = || {
                 let (waiters, channel) = (waiters.clone(), channel.clone());
                 async move {
@@ -492,18 +442,14 @@ impl Waiters {
             if let Ok(false) = retry::retry(pauses, attempt, again).await {
                 return;
             }
-            waiters.wake_observers(Some(&channel), SIGNAL_RECONNECTED);
-            let queues = waiters.queues.lock();
-            if let Some(head) = queues.get(&channel).and_then(|q| q.slots.front()) {
-                head.wake(SIGNAL_RECONNECTED);
-            }
+            waiters.wake(Some(&channel), SIGNAL_RECONNECTED, true);
         });
     }
 
     /// A release of `channel`'s lock is about to be sent: takes the offer of this client's first
     /// waiter, if it sits in its wait and accepts handoffs (`engine::handoff`).
     pub(crate) fn offer_to_head(&self, channel: &[u8]) -> Option<HandoffOffer> {
-        let head = self.queues.lock().get(channel)?.slots.front()?.clone();
+        let head = self.channels.lock().get(channel)?.queue.front()?.clone();
         let (holder, lease, label, permits) = head.offer.take()?;
         Some(HandoffOffer {
             slot: head,
@@ -522,14 +468,14 @@ impl Waiters {
         acquired_lease: Option<Duration>,
         fair: Option<FairExit>,
     ) {
-        let mut queues = self.queues.lock();
-        let Some(queue) = queues.get_mut(channel) else {
+        let mut channels = self.channels.lock();
+        let Some(waiting) = channels.get_mut(channel) else {
             return;
         };
-        let was_head = queue.slots.front().is_some_and(|s| s.id == slot.id);
-        queue.slots.retain(|s| s.id != slot.id);
+        let was_head = waiting.queue.front().is_some_and(|s| s.id == slot.id);
+        waiting.queue.retain(|s| s.id != slot.id);
         if let Some(lease) = acquired_lease {
-            queue.lease_end = Some(now() + lease);
+            waiting.lease_end = Some(now() + lease);
         }
         // A wake-up not taken yet, or one taken but not used: `wait` returned for it, but no
         // attempt it led to was answered (dropped in its jitter, its deadline passed there, its
@@ -544,7 +490,7 @@ impl Waiters {
         } else {
             unclaimed_wake
         };
-        match queue.slots.front() {
+        match waiting.queue.front() {
             // A head that leaves with a wake it did not use (cancelled, timed out, failed) hands
             // it on, or that release would be lost for everyone behind it.
             Some(next) if was_head && unclaimed_wake != SIGNAL_NONE && acquired_lease.is_none() => {
@@ -554,8 +500,12 @@ impl Waiters {
             Some(next) if was_head => next.notify.notify_one(),
             Some(_) => {}
             None => {
-                queues.remove(channel);
-                drop(queues);
+                // The lease estimate goes with the queue (a channel followers keep stays).
+                waiting.lease_end = None;
+                if waiting.followers.is_empty() {
+                    channels.remove(channel);
+                }
+                drop(channels);
                 if let (None, Some(fair)) = (acquired_lease, fair) {
                     // Decided under the queue lock: no other waiter of this client is left.
                     self.leave_fair_queue(fair);
@@ -569,11 +519,7 @@ impl Waiters {
     /// queue and pass on a reservation made for it, in the background. Best effort: if it
     /// fails, the entry or reservation costs the others one grace.
     fn leave_fair_queue(self: &Arc<Self>, fair: FairExit) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let waiters = self.clone();
-        runtime.spawn(async move {
+        self.spawn(|waiters| async move {
             // A waiter that joined since then keeps the entry (and would claim a reservation).
             // Checked right before the send: its own attempts go out on the same connection
             // after this script, so they queue the client again after the removal.
@@ -585,11 +531,7 @@ impl Waiters {
     }
 
     fn unsubscribe_later(self: &Arc<Self>, channel: Vec<u8>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let waiters = self.clone();
-        runtime.spawn(async move {
+        self.spawn(|waiters| async move {
             let mut subscribed = waiters.subscribed.lock().await;
             // Decided under the subscription lock, so a waiter or follower that arrived
             // meanwhile (and saw the channel still subscribed) keeps its subscription.
@@ -609,27 +551,47 @@ impl Waiters {
 
 /// What the client's connection is told without asking, routed to the queues.
 impl PushListener for Waiters {
+    /// A message on `channel`: followers look again; unless it only says a leader was elected
+    /// (the lock is taken), the head of the queue goes to Redis.
     fn on_message(&self, channel: &[u8], payload: &[u8]) {
-        self.on_channel_message(channel, payload);
+        let heads = ReleaseMessage::parse(payload) != ReleaseMessage::Elected;
+        self.wake(Some(channel), SIGNAL_RELEASED, heads);
     }
 
+    /// The connection dropped: messages may have been lost, so every head asks Redis again,
+    /// and every follower looks again.
     fn on_disconnect(&self) {
-        self.on_reconnect();
+        self.wake(None, SIGNAL_RECONNECTED, true);
     }
 
+    /// The server dropped our subscription to `channel` by itself: on a cluster, the channel's
+    /// slot moved to another node (resharding, failover). If anyone still waits there, subscribe
+    /// again (redis-rs routes it to the slot's new owner) and only then send the head to Redis,
+    /// so a release between the move and the new subscription is not missed. The confirmation
+    /// of our own unsubscribe arrives here too; it finds no waiters and does nothing.
     fn on_subscription_lost(self: Arc<Self>, channel: &[u8]) {
-        self.on_lost_subscription(channel);
+        if self.wants_messages(channel) {
+            self.subscribe_again(channel.to_vec());
+        }
     }
 
+    /// Subscribes again to every channel with waiters, on a connection that replaced the old
+    /// one (a Sentinel failover) and so has no subscriptions yet; then every head asks Redis.
     fn on_new_primary(self: Arc<Self>) {
         // Spawned: the request that noticed the failover may be dropped by its caller, but the
         // waiters of every lock still need their channels on the new connection.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            self.resubscribe_all().await;
-            self.on_reconnect();
+        self.spawn(|waiters| async move {
+            let subscribed = waiters.subscribed.lock().await;
+            if let Ok(mut conn) = waiters.subscriptions() {
+                for channel in subscribed.iter() {
+                    if let Err(err) = conn.subscribe(channel).await {
+                        // The head's lease timer stands in for the messages of this channel.
+                        tracing::debug!(error = %err, "re-subscribing after a failover failed");
+                    }
+                }
+            }
+            drop(subscribed);
+            waiters.on_disconnect();
         });
     }
 }
@@ -676,14 +638,17 @@ impl ObserveEntry {
 
 impl Drop for ObserveEntry {
     fn drop(&mut self) {
-        let mut observers = self.waiters.observers.lock();
-        if let Some(slots) = observers.get_mut(&self.channel) {
-            slots.retain(|s| s.id != self.slot.id);
-            if slots.is_empty() {
-                observers.remove(&self.channel);
-                drop(observers);
-                self.waiters.unsubscribe_later(self.channel.clone());
+        let mut channels = self.waiters.channels.lock();
+        let Some(following) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        following.followers.retain(|s| s.id != self.slot.id);
+        if following.followers.is_empty() {
+            if following.queue.is_empty() {
+                channels.remove(&self.channel);
             }
+            drop(channels);
+            self.waiters.unsubscribe_later(self.channel.clone());
         }
     }
 }

@@ -23,9 +23,9 @@ impl WaitEntry {
 
     /// Records what Redis said about the holder's lease, for the head's fallback timer.
     pub(crate) fn observed_lease(&self, remaining: Option<Duration>) {
-        let mut queues = self.waiters.queues.lock();
-        if let Some(queue) = queues.get_mut(&self.channel) {
-            queue.lease_end = Some(now() + remaining.unwrap_or(UNKNOWN_LEASE_RECHECK));
+        let mut channels = self.waiters.channels.lock();
+        if let Some(waiting) = channels.get_mut(&self.channel) {
+            waiting.lease_end = Some(now() + remaining.unwrap_or(UNKNOWN_LEASE_RECHECK));
         }
     }
 
@@ -72,104 +72,77 @@ impl WaitEntry {
     pub(crate) async fn wait(&self, deadline: Option<Instant>) -> Wake {
         let mut lease_ran_out = false;
         loop {
+            let signal = self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel);
             // The offer is open while this waiter sleeps and closed whenever it goes to Redis,
             // so that it never sends an attempt while a release hands it the lock.
-            match self.slot.offer.look() {
+            let look = self.slot.offer.look(signal != SIGNAL_NONE || lease_ran_out);
+            if look != Look::Nothing && signal != SIGNAL_NONE {
+                // A grant, or a release's outcome on its way, comes first: the wake-up stays
+                // for after it.
+                self.slot.signal.store(signal, Ordering::Release);
+            }
+            match look {
                 Look::Granted(grant) => return Wake::HandedOff(grant),
                 Look::InFlight => {
-                    if self.wait_for_outcome(deadline).await {
+                    // The release notifies the slot when it ends.
+                    if self.sleep(deadline).await && deadline.is_some_and(|d| now() >= d) {
                         return Wake::Deadline;
                     }
                     continue;
                 }
                 Look::Nothing => {}
             }
-            let signal = self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel);
-            if signal != SIGNAL_NONE || lease_ran_out {
-                match self.slot.offer.close() {
-                    Look::Granted(grant) => return Wake::HandedOff(grant),
-                    Look::InFlight => {
-                        // Taken by a release just now: its outcome comes first; the wake-up
-                        // stays for after it.
-                        if signal != SIGNAL_NONE {
-                            self.slot.signal.store(signal, Ordering::Release);
-                        }
-                        continue;
-                    }
-                    Look::Nothing => {}
-                }
+            if signal != SIGNAL_NONE {
+                self.slot.in_hand.store(signal, Ordering::Release);
             }
-            match signal {
-                SIGNAL_RELEASED => {
-                    self.slot.in_hand.store(SIGNAL_RELEASED, Ordering::Release);
-                    return Wake::Try;
-                }
-                SIGNAL_RECONNECTED => {
-                    self.slot
-                        .in_hand
-                        .store(SIGNAL_RECONNECTED, Ordering::Release);
-                    return self.jittered(deadline).await;
-                }
-                _ => {}
+            if signal == SIGNAL_RELEASED {
+                return Wake::Try;
             }
-            if lease_ran_out {
+            if signal == SIGNAL_RECONNECTED || lease_ran_out {
                 return self.jittered(deadline).await;
             }
             self.slot.offer.open();
             let timer = {
-                let queues = self.waiters.queues.lock();
-                queues.get(&self.channel).and_then(|q| {
-                    let is_head = q.slots.front().is_some_and(|s| s.id == self.slot.id);
-                    is_head.then(|| q.lease_end.unwrap_or_else(|| now() + UNKNOWN_LEASE_RECHECK))
+                let channels = self.waiters.channels.lock();
+                channels.get(&self.channel).and_then(|c| {
+                    let is_head = c.queue.front().is_some_and(|s| s.id == self.slot.id);
+                    is_head.then(|| c.lease_end.unwrap_or_else(|| now() + UNKNOWN_LEASE_RECHECK))
                 })
             };
             let wake_at = match (timer, deadline) {
                 (Some(t), Some(d)) => Some(t.min(d)),
                 (t, d) => t.or(d),
             };
-            let notified = self.slot.notify.notified();
-            match wake_at {
-                None => notified.await,
-                Some(at) => {
-                    // Biased, timer first: when a wake-up and the timer are ready together, a
-                    // passed deadline ends the wait (the wake-up is handed on as the entry
-                    // leaves). Fixed rather than random, so that a run replays exactly under a
-                    // paused test clock.
-                    tokio::select! {
-                        biased;
-                        () = tokio::time::sleep_until(at.into()) => {
-                            if deadline.is_some_and(|d| now() >= d) {
-                                return Wake::Deadline;
-                            }
-                            if timer.is_some_and(|t| now() >= t) {
-                                // Tried once the offer is closed (a grant may be on its way).
-                                lease_ran_out = true;
-                            }
-                        }
-                        () = notified => {}
-                    }
+            if self.sleep(wake_at).await {
+                if deadline.is_some_and(|d| now() >= d) {
+                    return Wake::Deadline;
+                }
+                if timer.is_some_and(|t| now() >= t) {
+                    // Tried once the offer is closed (a grant may be on its way).
+                    lease_ran_out = true;
                 }
             }
         }
     }
 
-    /// Waits for the outcome of a release that is handing this waiter the lock (it notifies
-    /// the slot when it ends); `true` when `deadline` passed first.
-    async fn wait_for_outcome(&self, deadline: Option<Instant>) -> bool {
+    /// Sleeps until the slot is notified or `until` passes (`None`: until notified); whether
+    /// `until` passed.
+    async fn sleep(&self, until: Option<Instant>) -> bool {
         let notified = self.slot.notify.notified();
-        let Some(deadline) = deadline else {
+        let Some(until) = until else {
             notified.await;
             return false;
         };
+        // Biased, timer first: when a wake-up and the timer are ready together, a passed
+        // deadline ends the wait (the wake-up is handed on as the entry leaves). Fixed rather
+        // than random, so that a run replays exactly under a paused test clock.
         tokio::select! {
             biased;
-            () = tokio::time::sleep_until(deadline.into()) => now() >= deadline,
+            () = tokio::time::sleep_until(until.into()) => true,
             () = notified => false,
         }
     }
-}
 
-impl WaitEntry {
     /// Waits a random moment before trying, but never past the deadline.
     async fn jittered(&self, deadline: Option<Instant>) -> Wake {
         let at = now() + self.waiters.jitter();

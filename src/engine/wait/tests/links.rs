@@ -12,6 +12,7 @@ use super::super::{now, FairExit, TestFuture, TestLink, Waiters, Wake};
 use super::{head, is_subscribed, CHANNEL, LONG_LEASE};
 use crate::base::error::Error;
 use crate::protocol::LockKeys;
+use crate::transport::PushListener;
 
 /// Records what the waiters send. A SUBSCRIBE fails as on a lost connection while `failures`
 /// lasts, then is redirected (`MOVED`, as the cluster client returns it once its own re-sends
@@ -145,7 +146,7 @@ async fn a_moved_channel_is_subscribed_again_through_a_lost_connection() {
     let head = head(&waiters, CHANNEL).await;
     head.observed_lease(Some(LONG_LEASE));
     link.failures.store(2, Ordering::Release);
-    waiters.on_lost_subscription(CHANNEL);
+    waiters.clone().on_subscription_lost(CHANNEL);
     assert_eq!(head.wait(after(2.0)).await, Wake::Try);
     assert!(
         is_subscribed(&waiters, CHANNEL).await,
@@ -166,7 +167,7 @@ async fn a_redirected_re_subscription_is_sent_again_until_it_lands() {
     let head = head(&waiters, CHANNEL).await;
     head.observed_lease(Some(LONG_LEASE));
     link.redirects.store(3, Ordering::Release);
-    waiters.on_lost_subscription(CHANNEL);
+    waiters.clone().on_subscription_lost(CHANNEL);
     assert_eq!(head.wait(after(5.0)).await, Wake::Try);
     assert!(
         is_subscribed(&waiters, CHANNEL).await,
@@ -203,7 +204,7 @@ async fn a_head_that_leaves_with_a_wake_up_in_hand_hands_it_on() {
     let first = head(&waiters, CHANNEL).await;
     let second = waiters.enter(CHANNEL, None).await.unwrap();
     first.observed_lease(Some(LONG_LEASE));
-    waiters.on_reconnect();
+    waiters.on_disconnect();
     // The head takes the wake-up and sleeps its jitter (12 ms here), and is dropped there.
     let jittering = tokio::time::timeout(Duration::from_millis(1), first.wait(None)).await;
     assert!(jittering.is_err(), "no jitter before going to Redis");
@@ -213,7 +214,7 @@ async fn a_head_that_leaves_with_a_wake_up_in_hand_hands_it_on() {
     // A release message taken, and an attempt not answered.
     let third = waiters.enter(CHANNEL, None).await.unwrap();
     second.answered();
-    waiters.on_release(CHANNEL);
+    waiters.on_message(CHANNEL, b"released");
     assert_eq!(second.wait(None).await, Wake::Try);
     drop(second);
     assert_eq!(third.wait(after(2.0)).await, Wake::Try);

@@ -56,7 +56,7 @@ async fn a_head_that_leaves_with_an_unused_wake_hands_it_on() {
     let first = head(&waiters, CHANNEL).await;
     let second = waiters.enter(CHANNEL, None).await.unwrap();
     first.observed_lease(Some(LONG_LEASE));
-    waiters.on_release(CHANNEL);
+    waiters.on_message(CHANNEL, b"released");
     drop(first); // cancelled before it used the wake
     assert_eq!(second.wait(in_secs(2.0)).await, Wake::Try);
 }
@@ -79,7 +79,7 @@ async fn a_winner_holds_the_next_waiter_for_its_lease() {
     let second = waiters.enter(CHANNEL, None).await.unwrap();
     // A release message that arrived while the head was in Redis winning the lock: the
     // lock is the head's now, so the wake must not pass to the next waiter.
-    waiters.on_release(CHANNEL);
+    waiters.on_message(CHANNEL, b"released");
     first.acquired(LONG_LEASE);
     assert_eq!(second.wait(in_secs(1.5)).await, Wake::Deadline);
 }
@@ -132,7 +132,7 @@ async fn a_reconnect_sends_every_head_to_redis_spread_over_the_jitter() {
         heads.push(head);
     }
     let started = Instant::now();
-    waiters.on_reconnect();
+    waiters.on_disconnect();
     let mut waits = tokio::task::JoinSet::new();
     for head in heads {
         waits.spawn(async move { (head.wait(in_secs(5.0)).await, started.elapsed()) });
@@ -153,7 +153,7 @@ async fn a_reconnect_sends_every_head_to_redis_spread_over_the_jitter() {
 async fn a_deadline_inside_the_jitter_ends_the_wait() {
     let waiters = subscribed_to(&[CHANNEL]);
     let head = head(&waiters, CHANNEL).await;
-    waiters.on_reconnect();
+    waiters.on_disconnect();
     assert_eq!(head.wait(Some(Instant::now())).await, Wake::Deadline);
 }
 
@@ -162,7 +162,7 @@ async fn a_moved_channel_with_waiters_sends_its_head_to_redis() {
     let waiters = subscribed_to(&[CHANNEL]);
     let head = head(&waiters, CHANNEL).await;
     head.observed_lease(Some(LONG_LEASE));
-    waiters.on_lost_subscription(CHANNEL);
+    waiters.clone().on_subscription_lost(CHANNEL);
     assert_eq!(head.wait(in_secs(3.0)).await, Wake::Try);
     // Re-subscribing failed (no connection here), so the channel is no longer counted as
     // subscribed and the next waiter to enter subscribes again.
@@ -202,7 +202,7 @@ async fn an_election_message_wakes_followers_and_no_waiter() {
     // A release wakes both; a reconnect wakes both.
     for reconnect in [false, true] {
         if reconnect {
-            waiters.on_reconnect();
+            waiters.on_disconnect();
         } else {
             waiters.on_message(CHANNEL, b"released");
         }
