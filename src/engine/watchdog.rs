@@ -177,90 +177,77 @@ pub(crate) async fn run(engine: Weak<Engine>) {
 /// Renews every due holder once; `false` if some batch failed and should be retried soon.
 async fn tick(engine: &Arc<Engine>) -> bool {
     let due = engine.watchdog.due(engine.config.max_hold);
-    if due.is_empty() {
-        return true;
-    }
-    let lease = engine.config.default_lease;
     // On a cluster one script call may only touch keys of one slot, so the batches are cut per
     // slot; on one server any locks can share a call. Lock holds and semaphore holds are
     // renewed by different scripts, so they never share a batch.
-    let is_cluster = engine.conn.is_cluster();
     let mut grouped: HashMap<(u16, bool), Vec<Arc<Holder>>> = HashMap::new();
     for holder in due {
-        let slot = if is_cluster { holder.keys.slot } else { 0 };
-        grouped
-            .entry((slot, holder.keys.has_hold_leases()))
-            .or_default()
-            .push(holder);
+        let group = (engine.route(&holder.keys), holder.keys.has_hold_leases());
+        grouped.entry(group).or_default().push(holder);
     }
-    let groups: Vec<Vec<Arc<Holder>>> = grouped.into_values().collect();
     let mut batches = JoinSet::new();
-    for batch in groups
-        .iter()
-        .flat_map(|g| g.chunks(engine.config.renew_batch))
-    {
-        let batch = batch.to_vec();
-        let mut conn = engine.conn.clone();
-        engine.watchdog.calls.fetch_add(1, Ordering::Relaxed);
-        metrics::renewal_call();
-        let engine = batch[0].engine.clone();
-        batches.spawn(async move {
-            let sent_at = Instant::now();
-            let pairs: Vec<_> = batch.iter().map(|h| (&*h.keys, h.id.as_str())).collect();
-            let outcome = engine
-                .controlled(protocol::renew(&mut conn, &pairs, lease))
-                .await;
-            (batch, sent_at, outcome)
-        });
+    for group in grouped.into_values() {
+        for batch in group.chunks(engine.config.renew_batch) {
+            engine.watchdog.calls.fetch_add(1, Ordering::Relaxed);
+            metrics::renewal_call();
+            batches.spawn(renew(engine.clone(), batch.to_vec()));
+        }
     }
     let mut all_renewed = true;
     while let Some(joined) = batches.join_next().await {
-        let Ok((batch, sent_at, outcome)) = joined else {
-            all_renewed = false;
-            continue;
-        };
-        match outcome {
-            Ok(renewed) => {
-                let count = renewed.iter().filter(|r| **r).count();
-                metrics::renewals(count as u64);
-                tracing::debug!(
-                    name: "fencelock.renew",
-                    locks = batch.len(),
-                    renewed = count,
-                    lost = batch.len() - count,
-                    outcome = "ok",
-                    "renewed leases"
-                );
-                for (holder, renewed) in batch.iter().zip(renewed) {
-                    if renewed {
-                        holder.lease_renewed(sent_at, lease);
-                    } else {
-                        // Gone or taken over: renewing it again could only ever fail, and the
-                        // holder must stop trusting its lease now, not when it runs out. Off
-                        // the list first, so whoever wakes on the lost signal sees it gone. A
-                        // holder whose release overtook this renewal is gone by its own hand,
-                        // not lost.
-                        let lost = holder.wants_renewal();
-                        engine.watchdog.forget(holder);
-                        if lost {
-                            holder.mark_lost(LostReason::RenewalRefused);
-                        }
-                    }
-                }
-            }
-            Err(err) => {
-                tracing::warn!(
-                    name: "fencelock.renew",
-                    locks = batch.len(),
-                    outcome = "error",
-                    error = %err,
-                    "lease renewal failed; retrying"
-                );
-                all_renewed = false;
+        all_renewed &= joined.unwrap_or(false);
+    }
+    all_renewed
+}
+
+/// Renews one batch of holders by one script call; `false` if the call failed.
+async fn renew(engine: Arc<Engine>, batch: Vec<Arc<Holder>>) -> bool {
+    let lease = engine.config.default_lease;
+    let sent_at = Instant::now();
+    let pairs: Vec<_> = batch.iter().map(|h| (&*h.keys, h.id.as_str())).collect();
+    let mut conn = engine.conn();
+    let renewed = match engine
+        .controlled(protocol::renew(&mut conn, &pairs, lease))
+        .await
+    {
+        Ok(renewed) => renewed,
+        Err(err) => {
+            tracing::warn!(
+                name: "fencelock.renew",
+                locks = batch.len(),
+                outcome = "error",
+                error = %err,
+                "lease renewal failed; retrying"
+            );
+            return false;
+        }
+    };
+    let count = renewed.iter().filter(|r| **r).count();
+    metrics::renewals(count as u64);
+    tracing::debug!(
+        name: "fencelock.renew",
+        locks = batch.len(),
+        renewed = count,
+        lost = batch.len() - count,
+        outcome = "ok",
+        "renewed leases"
+    );
+    for (holder, renewed) in batch.iter().zip(renewed) {
+        if renewed {
+            holder.lease_renewed(sent_at, lease);
+        } else {
+            // Gone or taken over: renewing it again could only ever fail, and the holder must
+            // stop trusting its lease now, not when it runs out. Off the list first, so
+            // whoever wakes on the lost signal sees it gone. A holder whose release overtook
+            // this renewal is gone by its own hand, not lost.
+            let lost = holder.wants_renewal();
+            engine.watchdog.forget(holder);
+            if lost {
+                holder.mark_lost(LostReason::RenewalRefused);
             }
         }
     }
-    all_renewed
+    true
 }
 
 #[cfg(test)]
