@@ -7,7 +7,7 @@
 //! when it could expire before the next one, deleted when the wait ends, and expiring by itself
 //! if its client is gone.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,14 +33,11 @@ pub(crate) struct WaitReport<'a> {
     pub(crate) label: Option<&'a str>,
 }
 
-/// Between the waiter and its record's background writes.
-#[derive(Default)]
-struct Shared {
-    /// The wait ended: a write not yet sent is not sent.
-    ended: AtomicBool,
-    /// A write was (or is being) sent: the wait's end deletes the record.
-    sent: AtomicBool,
-}
+/// A flag of the state the waiter and its record's background writes share: the wait ended
+/// (a write not yet sent is not sent).
+const ENDED: u8 = 1;
+/// The shared state's flag: a write was (or is being) sent (the wait's end deletes the record).
+const SENT: u8 = 2;
 
 /// One acquisition's wait record while it waits.
 pub(crate) struct WaitRecord<'a> {
@@ -50,7 +47,8 @@ pub(crate) struct WaitRecord<'a> {
     owner: Owner,
     /// When the wait began (the record's `since`, by this process' clock).
     began: Instant,
-    shared: Arc<Shared>,
+    /// [`ENDED`] and [`SENT`], between the waiter and its record's background writes.
+    shared: Arc<AtomicU8>,
     /// The write scheduled, in flight or done last: the delete goes after it, so a late write
     /// cannot bring the record back.
     last: Option<JoinHandle<()>>,
@@ -104,10 +102,9 @@ impl<'a> WaitRecord<'a> {
                 let _ = previous.await;
             }
             tokio::time::sleep_until(due.into()).await;
-            // Marked sent before the last look at `ended`: a wait that ends from here on
-            // deletes the record after this write (see `Drop`).
-            shared.sent.store(true, Ordering::SeqCst);
-            if shared.ended.load(Ordering::SeqCst) {
+            // Marked sent in the same step as the last look at `ended`: a wait that ends from
+            // here on deletes the record after this write (see `Drop`).
+            if shared.fetch_or(SENT, Ordering::SeqCst) & ENDED != 0 {
                 return;
             }
             let args = WaitArgs {
@@ -127,11 +124,11 @@ impl Drop for WaitRecord<'_> {
     /// The wait ended (won, timed out, failed or dropped): a write not yet sent never is, and
     /// a record that was sent goes, after its last write.
     fn drop(&mut self) {
-        self.shared.ended.store(true, Ordering::SeqCst);
+        let state = self.shared.fetch_or(ENDED, Ordering::SeqCst);
         let Some(last) = self.last.take() else {
             return;
         };
-        if !self.shared.sent.load(Ordering::SeqCst) {
+        if state & SENT == 0 {
             // The scheduled write would see `ended` and send nothing: no record, no delete.
             // Cancelled now rather than left asleep until it is due, so that the short waits
             // of a busy lock do not keep a sleeping task each for a second.
