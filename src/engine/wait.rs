@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,6 @@ pub(crate) struct Waiters {
     /// The client's connections, set right after they are made (a connection's push handler
     /// needs the `Waiters` first, so this cannot be a constructor argument).
     conn: OnceLock<Connections>,
-    next_slot: AtomicU64,
     /// Unit tests only: where the waiters' own requests go instead of `conn`.
     #[cfg(test)]
     test_link: OnceLock<Arc<dyn TestLink>>,
@@ -109,9 +108,9 @@ struct Channel {
     followers: Vec<Arc<Slot>>,
 }
 
+/// One waiter's or follower's place, known by its address (`Arc::ptr_eq`).
 #[derive(Default)]
 pub(super) struct Slot {
-    id: u64,
     /// A wake-up not taken yet.
     signal: AtomicU8,
     /// The wake-up `wait` took, until an attempt it led to is answered
@@ -126,6 +125,24 @@ impl Slot {
     fn wake(&self, signal: u8) {
         self.signal.store(signal, Ordering::Release);
         self.notify.notify_one();
+    }
+
+    /// Sleeps until this slot is notified or `until` passes (`None`: until notified); whether
+    /// `until` passed.
+    async fn sleep(&self, until: Option<Instant>) -> bool {
+        let notified = self.notify.notified();
+        let Some(until) = until else {
+            notified.await;
+            return false;
+        };
+        // Biased, timer first: when a wake-up and the timer are ready together, a passed
+        // deadline ends the wait (the wake-up is handed on as the entry leaves). Fixed rather
+        // than random, so that a run replays exactly under a paused test clock.
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(until.into()) => true,
+            () = notified => false,
+        }
     }
 }
 
@@ -227,7 +244,7 @@ impl Waiters {
         channel: &[u8],
         fair: Option<FairExit>,
     ) -> Result<WaitEntry, Error> {
-        let slot = self.slot();
+        let slot = Arc::<Slot>::default();
         #[cfg(test)]
         let looks = !self.planted(PlantedBug::NoLookAfterSubscribe);
         #[cfg(not(test))]
@@ -270,15 +287,6 @@ impl Waiters {
         Ok(entry)
     }
 
-    /// A new slot, for a waiter or a follower.
-    fn slot(&self) -> Arc<Slot> {
-        let id = self.next_slot.fetch_add(1, Ordering::Relaxed);
-        Arc::new(Slot {
-            id,
-            ..Slot::default()
-        })
-    }
-
     /// Subscribes to `channel` unless this client already is.
     async fn subscribe(&self, channel: &[u8]) -> Result<(), Error> {
         let mut subscribed = self.subscribed.lock().await;
@@ -296,34 +304,6 @@ impl Waiters {
             return link.subscribe(channel).await;
         }
         Ok(self.subscriptions()?.subscribe(channel).await?)
-    }
-
-    /// Sends `UNSUBSCRIBE channel` (no bookkeeping); nothing before the client connected.
-    async fn send_unsubscribe(&self, channel: &[u8]) -> Result<(), Error> {
-        #[cfg(test)]
-        if let Some(link) = self.test_link.get() {
-            return link.unsubscribe(channel).await;
-        }
-        match self.subscriptions() {
-            Ok(mut conn) => Ok(conn.unsubscribe(channel).await?),
-            Err(_) => Ok(()),
-        }
-    }
-
-    /// Runs `leave_fair.lua` for `fair`, best effort.
-    async fn send_leave_fair(&self, fair: &FairExit) {
-        #[cfg(test)]
-        if let Some(link) = self.test_link.get() {
-            return link.leave_fair(fair).await;
-        }
-        let Ok(connections) = self.connections() else {
-            return;
-        };
-        let mut conn = connections.commands.clone();
-        let pubsub = conn.pubsub();
-        let reply =
-            protocol::leave_fair(&mut conn, &fair.keys, &fair.client, fair.grace, pubsub).await;
-        tracing::debug!(?reply, "left the fair-handoff queue");
     }
 
     /// A random number (from the test's generator in unit tests that set one).
@@ -376,7 +356,7 @@ impl Waiters {
     /// is not yet. Registered before the subscription, so no message after it is missed. The
     /// returned entry stops following when dropped.
     pub(crate) async fn observe(self: &Arc<Self>, channel: &[u8]) -> Result<ObserveEntry, Error> {
-        let slot = self.slot();
+        let slot = Arc::<Slot>::default();
         self.channels
             .lock()
             .entry(channel.to_vec())
@@ -457,14 +437,14 @@ impl Waiters {
             lease,
             label,
             permits,
-            settled: false,
+            outcome: Settled::Unknown,
         })
     }
 
     fn leave(
         self: &Arc<Self>,
         channel: &[u8],
-        slot: &Slot,
+        slot: &Arc<Slot>,
         acquired_lease: Option<Duration>,
         fair: Option<FairExit>,
     ) {
@@ -472,8 +452,8 @@ impl Waiters {
         let Some(waiting) = channels.get_mut(channel) else {
             return;
         };
-        let was_head = waiting.queue.front().is_some_and(|s| s.id == slot.id);
-        waiting.queue.retain(|s| s.id != slot.id);
+        let was_head = waiting.queue.front().is_some_and(|s| Arc::ptr_eq(s, slot));
+        waiting.queue.retain(|s| !Arc::ptr_eq(s, slot));
         if let Some(lease) = acquired_lease {
             waiting.lease_end = Some(now() + lease);
         }
@@ -526,7 +506,18 @@ impl Waiters {
             if waiters.has_waiters(&fair.keys.lock) {
                 return;
             }
-            waiters.send_leave_fair(&fair).await;
+            #[cfg(test)]
+            if let Some(link) = waiters.test_link.get() {
+                return link.leave_fair(&fair).await;
+            }
+            let Ok(connections) = waiters.connections() else {
+                return;
+            };
+            let mut conn = connections.commands.clone();
+            let pubsub = conn.pubsub();
+            let (keys, client) = (&fair.keys, &fair.client);
+            let reply = protocol::leave_fair(&mut conn, keys, client, fair.grace, pubsub).await;
+            tracing::debug!(?reply, "left the fair-handoff queue");
         });
     }
 
@@ -542,7 +533,17 @@ impl Waiters {
             // Still under the subscription lock: a SUBSCRIBE for the same channel cannot
             // overtake this UNSUBSCRIBE on the wire. A failure only leaves an idle
             // subscription behind, whose messages find no queue.
-            if let Err(err) = waiters.send_unsubscribe(&channel).await {
+            #[cfg(test)]
+            if let Some(link) = waiters.test_link.get() {
+                if let Err(err) = link.unsubscribe(&channel).await {
+                    tracing::debug!(error = %err, "unsubscribe failed");
+                }
+                return;
+            }
+            let Ok(mut conn) = waiters.subscriptions() else {
+                return;
+            };
+            if let Err(err) = conn.unsubscribe(&channel).await {
                 tracing::debug!(error = %err, "unsubscribe failed");
             }
         });
@@ -628,9 +629,8 @@ impl ObserveEntry {
             if self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel) != SIGNAL_NONE {
                 return;
             }
-            tokio::select! {
-                () = self.slot.notify.notified() => {}
-                () = tokio::time::sleep_until(until.into()) => return,
+            if self.slot.sleep(Some(until)).await {
+                return;
             }
         }
     }
@@ -642,7 +642,7 @@ impl Drop for ObserveEntry {
         let Some(following) = channels.get_mut(&self.channel) else {
             return;
         };
-        following.followers.retain(|s| s.id != self.slot.id);
+        following.followers.retain(|s| !Arc::ptr_eq(s, &self.slot));
         if following.followers.is_empty() {
             if following.queue.is_empty() {
                 channels.remove(&self.channel);

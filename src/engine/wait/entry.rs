@@ -23,8 +23,7 @@ impl WaitEntry {
 
     /// Records what Redis said about the holder's lease, for the head's fallback timer.
     pub(crate) fn observed_lease(&self, remaining: Option<Duration>) {
-        let mut channels = self.waiters.channels.lock();
-        if let Some(waiting) = channels.get_mut(&self.channel) {
+        if let Some(waiting) = self.waiters.channels.lock().get_mut(&self.channel) {
             waiting.lease_end = Some(now() + remaining.unwrap_or(UNKNOWN_LEASE_RECHECK));
         }
     }
@@ -85,7 +84,7 @@ impl WaitEntry {
                 Look::Granted(grant) => return Wake::HandedOff(grant),
                 Look::InFlight => {
                     // The release notifies the slot when it ends.
-                    if self.sleep(deadline).await && deadline.is_some_and(|d| now() >= d) {
+                    if self.slot.sleep(deadline).await && deadline.is_some_and(|d| now() >= d) {
                         return Wake::Deadline;
                     }
                     continue;
@@ -105,15 +104,15 @@ impl WaitEntry {
             let timer = {
                 let channels = self.waiters.channels.lock();
                 channels.get(&self.channel).and_then(|c| {
-                    let is_head = c.queue.front().is_some_and(|s| s.id == self.slot.id);
+                    let is_head = c.queue.front().is_some_and(|s| Arc::ptr_eq(s, &self.slot));
                     is_head.then(|| c.lease_end.unwrap_or_else(|| now() + UNKNOWN_LEASE_RECHECK))
                 })
             };
-            let wake_at = match (timer, deadline) {
-                (Some(t), Some(d)) => Some(t.min(d)),
-                (t, d) => t.or(d),
-            };
-            if self.sleep(wake_at).await {
+            if self
+                .slot
+                .sleep(timer.into_iter().chain(deadline).min())
+                .await
+            {
                 if deadline.is_some_and(|d| now() >= d) {
                     return Wake::Deadline;
                 }
@@ -122,24 +121,6 @@ impl WaitEntry {
                     lease_ran_out = true;
                 }
             }
-        }
-    }
-
-    /// Sleeps until the slot is notified or `until` passes (`None`: until notified); whether
-    /// `until` passed.
-    async fn sleep(&self, until: Option<Instant>) -> bool {
-        let notified = self.slot.notify.notified();
-        let Some(until) = until else {
-            notified.await;
-            return false;
-        };
-        // Biased, timer first: when a wake-up and the timer are ready together, a passed
-        // deadline ends the wait (the wake-up is handed on as the entry leaves). Fixed rather
-        // than random, so that a run replays exactly under a paused test clock.
-        tokio::select! {
-            biased;
-            () = tokio::time::sleep_until(until.into()) => true,
-            () = notified => false,
         }
     }
 
@@ -191,29 +172,23 @@ pub(crate) struct HandoffOffer {
     pub(crate) label: Option<Arc<str>>,
     /// The permits the candidate waits for (1 for a lock).
     pub(crate) permits: u32,
-    pub(super) settled: bool,
+    /// How the release ended, as far as it knows; applied to the offer when this is dropped.
+    pub(super) outcome: Settled,
 }
 
 impl HandoffOffer {
     /// The release that took this offer ended as `settled`.
     pub(crate) fn settle(mut self, settled: Settled) {
-        self.finish(settled);
-    }
-
-    fn finish(&mut self, settled: Settled) {
-        self.settled = true;
-        if self.slot.offer.settle(settled) {
-            self.slot.wake(SIGNAL_RELEASED);
-        } else {
-            self.slot.notify.notify_one();
-        }
+        self.outcome = settled;
     }
 }
 
 impl Drop for HandoffOffer {
     fn drop(&mut self) {
-        if !self.settled {
-            self.finish(Settled::Unknown);
+        if self.slot.offer.settle(self.outcome) {
+            self.slot.wake(SIGNAL_RELEASED);
+        } else {
+            self.slot.notify.notify_one();
         }
     }
 }
