@@ -127,8 +127,7 @@ impl Drop for PendingOp {
             // No runtime to run the undo on: the lease is the backstop.
             return;
         };
-        let engine = self.engine.clone();
-        let keys = self.keys.clone();
+        let (engine, keys) = (self.engine.clone(), self.keys.clone());
         let holder = std::mem::take(&mut self.holder);
         let op = std::mem::take(&mut self.op);
         let (hold, kind) = (self.hold, self.kind);

@@ -226,15 +226,13 @@ impl Waiters {
         let _ = self.conn.set(connections);
     }
 
-    fn connections(&self) -> Result<&Connections, Error> {
-        self.conn
-            .get()
-            .ok_or_else(|| Error::Protocol("waiters used before the client connected".into()))
-    }
-
     /// The connection that carries the subscriptions.
     fn subscriptions(&self) -> Result<Conn, Error> {
-        self.connections().map(|c| c.subscriptions.clone())
+        let connections = self
+            .conn
+            .get()
+            .ok_or_else(|| Error::Protocol("waiters used before the client connected".into()))?;
+        Ok(connections.subscriptions.clone())
     }
 
     /// Joins the queue of `channel`, subscribing to its release messages first if this client
@@ -396,20 +394,18 @@ impl Waiters {
     /// until a newcomer subscribed.
     fn subscribe_again(self: &Arc<Self>, channel: Vec<u8>) {
         self.spawn(|waiters| async move {
-            let attempt = || {
-                let (waiters, channel) = (waiters.clone(), channel.clone());
-                async move {
-                    let mut subscribed = waiters.subscribed.lock().await;
-                    if !waiters.wants_messages(&channel) {
-                        return Ok(false);
-                    }
-                    let sent = waiters.send_subscribe(&channel).await;
-                    match sent {
-                        Ok(()) => subscribed.insert(channel),
-                        Err(_) => subscribed.remove(&channel),
-                    };
-                    sent.map(|()| true)
+            let (waiters, channel) = (&waiters, &channel);
+            let attempt = || async move {
+                let mut subscribed = waiters.subscribed.lock().await;
+                if !waiters.wants_messages(channel) {
+                    return Ok(false);
                 }
+                let sent = waiters.send_subscribe(channel).await;
+                match sent {
+                    Ok(()) => subscribed.insert(channel.clone()),
+                    Err(_) => subscribed.remove(channel),
+                };
+                sent.map(|()| true)
             };
             let pauses = retry::resend_pauses(waiters.random());
             let again = |err: &Error| {
@@ -422,7 +418,7 @@ impl Waiters {
             if let Ok(false) = retry::retry(pauses, attempt, again).await {
                 return;
             }
-            waiters.wake(Some(&channel), SIGNAL_RECONNECTED, true);
+            waiters.wake(Some(channel), SIGNAL_RECONNECTED, true);
         });
     }
 
@@ -441,60 +437,6 @@ impl Waiters {
         })
     }
 
-    fn leave(
-        self: &Arc<Self>,
-        channel: &[u8],
-        slot: &Arc<Slot>,
-        acquired_lease: Option<Duration>,
-        fair: Option<FairExit>,
-    ) {
-        let mut channels = self.channels.lock();
-        let Some(waiting) = channels.get_mut(channel) else {
-            return;
-        };
-        let was_head = waiting.queue.front().is_some_and(|s| Arc::ptr_eq(s, slot));
-        waiting.queue.retain(|s| !Arc::ptr_eq(s, slot));
-        if let Some(lease) = acquired_lease {
-            waiting.lease_end = Some(now() + lease);
-        }
-        // A wake-up not taken yet, or one taken but not used: `wait` returned for it, but no
-        // attempt it led to was answered (dropped in its jitter, its deadline passed there, its
-        // attempt dropped before Redis answered, as in an outage).
-        let unclaimed_wake = match slot.signal.load(Ordering::Acquire) {
-            SIGNAL_NONE => slot.in_hand.load(Ordering::Acquire),
-            signal => signal,
-        };
-        #[cfg(test)]
-        let unclaimed_wake = if self.planted(PlantedBug::KeepsUnusedWake) {
-            SIGNAL_NONE
-        } else {
-            unclaimed_wake
-        };
-        match waiting.queue.front() {
-            // A head that leaves with a wake it did not use (cancelled, timed out, failed) hands
-            // it on, or that release would be lost for everyone behind it.
-            Some(next) if was_head && unclaimed_wake != SIGNAL_NONE && acquired_lease.is_none() => {
-                next.wake(unclaimed_wake);
-            }
-            // A new head re-arms its timer from the queue's lease estimate.
-            Some(next) if was_head => next.notify.notify_one(),
-            Some(_) => {}
-            None => {
-                // The lease estimate goes with the queue (a channel followers keep stays).
-                waiting.lease_end = None;
-                if waiting.followers.is_empty() {
-                    channels.remove(channel);
-                }
-                drop(channels);
-                if let (None, Some(fair)) = (acquired_lease, fair) {
-                    // Decided under the queue lock: no other waiter of this client is left.
-                    self.leave_fair_queue(fair);
-                }
-                self.unsubscribe_later(channel.to_vec());
-            }
-        }
-    }
-
     /// The client's last waiter for a fair lock gave up: take the client off the lock's
     /// queue and pass on a reservation made for it, in the background. Best effort: if it
     /// fails, the entry or reservation costs the others one grace.
@@ -510,7 +452,7 @@ impl Waiters {
             if let Some(link) = waiters.test_link.get() {
                 return link.leave_fair(&fair).await;
             }
-            let Ok(connections) = waiters.connections() else {
+            let Some(connections) = waiters.conn.get() else {
                 return;
             };
             let mut conn = connections.commands.clone();

@@ -150,12 +150,56 @@ impl Drop for WaitEntry {
         if let Some(undo) = undo {
             undo();
         }
-        self.waiters.leave(
-            &self.channel,
-            &self.slot,
-            self.acquired_lease,
-            self.fair.take(),
-        );
+        let mut channels = self.waiters.channels.lock();
+        let Some(waiting) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        let was_head = waiting
+            .queue
+            .front()
+            .is_some_and(|s| Arc::ptr_eq(s, &self.slot));
+        waiting.queue.retain(|s| !Arc::ptr_eq(s, &self.slot));
+        if let Some(lease) = self.acquired_lease {
+            waiting.lease_end = Some(now() + lease);
+        }
+        // A wake-up not taken yet, or one taken but not used: `wait` returned for it, but no
+        // attempt it led to was answered (dropped in its jitter, its deadline passed there, its
+        // attempt dropped before Redis answered, as in an outage).
+        let unclaimed_wake = match self.slot.signal.load(Ordering::Acquire) {
+            SIGNAL_NONE => self.slot.in_hand.load(Ordering::Acquire),
+            signal => signal,
+        };
+        #[cfg(test)]
+        let unclaimed_wake = if self.waiters.planted(PlantedBug::KeepsUnusedWake) {
+            SIGNAL_NONE
+        } else {
+            unclaimed_wake
+        };
+        match waiting.queue.front() {
+            // A head that leaves with a wake it did not use (cancelled, timed out, failed) hands
+            // it on, or that release would be lost for everyone behind it.
+            Some(next)
+                if was_head && unclaimed_wake != SIGNAL_NONE && self.acquired_lease.is_none() =>
+            {
+                next.wake(unclaimed_wake);
+            }
+            // A new head re-arms its timer from the queue's lease estimate.
+            Some(next) if was_head => next.notify.notify_one(),
+            Some(_) => {}
+            None => {
+                // The lease estimate goes with the queue (a channel followers keep stays).
+                waiting.lease_end = None;
+                if waiting.followers.is_empty() {
+                    channels.remove(&self.channel);
+                }
+                drop(channels);
+                if let (None, Some(fair)) = (self.acquired_lease, self.fair.take()) {
+                    // Decided under the queue lock: no other waiter of this client is left.
+                    self.waiters.leave_fair_queue(fair);
+                }
+                self.waiters.unsubscribe_later(self.channel.clone());
+            }
+        }
     }
 }
 
