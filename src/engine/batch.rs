@@ -131,17 +131,15 @@ impl<Op: Grouped> Batcher<Op> {
     }
 
     /// Sends the queue's operations, call after call, until none are left.
-    async fn flush(self: Arc<Self>, queue: Queue<Op>, mut calls: Vec<Queued<Op>>) {
-        loop {
+    async fn flush(self: Arc<Self>, queue: Queue<Op>, calls: Vec<Queued<Op>>) {
+        let mut next = Some(calls);
+        while let Some(calls) = next {
             let outcomes = self.call(&calls).await;
             for (queued, outcome) in calls.into_iter().zip(outcomes) {
                 // A caller that left needs no reply: its undo is on its way.
                 let _ = queued.reply.send(outcome);
             }
-            match self.next(&queue) {
-                Some(next) => calls = next,
-                None => return,
-            }
+            next = self.next(&queue);
         }
     }
 
@@ -187,19 +185,16 @@ impl<Op: Grouped> Drop for Turn<'_, Op> {
         let Some(calls) = self.batcher.next(&self.queue) else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(self.batcher.clone().flush(self.queue.clone(), calls));
-            }
-            Err(_) => {
-                // No runtime to send from (a caller dropped outside one): the queued
-                // operations fail as if their connection dropped, and re-send themselves.
-                for queued in calls {
-                    let _ = queued.reply.send(Err(call_lost()));
-                }
-                self.batcher.busy.lock().remove(&self.queue);
-            }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(self.batcher.clone().flush(self.queue.clone(), calls));
+            return;
         }
+        // No runtime to send from (a caller dropped outside one): the queued operations fail
+        // as if their connection dropped, and re-send themselves.
+        for queued in calls {
+            let _ = queued.reply.send(Err(call_lost()));
+        }
+        self.batcher.busy.lock().remove(&self.queue);
     }
 }
 

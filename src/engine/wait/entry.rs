@@ -108,11 +108,8 @@ impl WaitEntry {
                     is_head.then(|| c.lease_end.unwrap_or_else(|| now() + UNKNOWN_LEASE_RECHECK))
                 })
             };
-            if self
-                .slot
-                .sleep(timer.into_iter().chain(deadline).min())
-                .await
-            {
+            let wake_at = timer.into_iter().chain(deadline).min();
+            if self.slot.sleep(wake_at).await {
                 if deadline.is_some_and(|d| now() >= d) {
                     return Wake::Deadline;
                 }
@@ -127,15 +124,11 @@ impl WaitEntry {
     /// Waits a random moment before trying, but never past the deadline.
     async fn jittered(&self, deadline: Option<Instant>) -> Wake {
         let at = now() + self.waiters.jitter();
-        match deadline {
-            Some(d) if d <= at => {
-                tokio::time::sleep_until(d.into()).await;
-                Wake::Deadline
-            }
-            _ => {
-                tokio::time::sleep_until(at.into()).await;
-                Wake::Try
-            }
+        let deadline_first = deadline.filter(|d| *d <= at);
+        tokio::time::sleep_until(deadline_first.unwrap_or(at).into()).await;
+        match deadline_first {
+            Some(_) => Wake::Deadline,
+            None => Wake::Try,
         }
     }
 }
