@@ -161,18 +161,13 @@ impl Offer {
     /// candidate's holder id, lease, label and permits.
     pub(crate) fn take(&self) -> Option<(String, Duration, Option<Arc<str>>, u32)> {
         let mut state = self.state.lock();
-        if state.phase != Phase::Open {
+        // Open without terms: the waiter has left.
+        if state.phase != Phase::Open || state.terms.is_none() {
             return None;
         }
-        let terms = state.terms.as_ref()?;
-        let candidate = (
-            terms.holder.clone(),
-            terms.lease,
-            terms.label.clone(),
-            terms.permits,
-        );
         state.phase = Phase::Offered;
-        Some(candidate)
+        let t = state.terms.as_ref()?;
+        Some((t.holder.clone(), t.lease, t.label.clone(), t.permits))
     }
 
     /// The release that took the offer ended: `settled` says how. Returns whether the waiter

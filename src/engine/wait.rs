@@ -467,11 +467,11 @@ impl Waiters {
         self.spawn(|waiters| async move {
             let mut subscribed = waiters.subscribed.lock().await;
             // Decided under the subscription lock, so a waiter or follower that arrived
-            // meanwhile (and saw the channel still subscribed) keeps its subscription.
-            if waiters.wants_messages(&channel) || !subscribed.contains(&channel) {
+            // meanwhile (and saw the channel still subscribed) keeps its subscription; a channel
+            // no longer subscribed is left alone.
+            if waiters.wants_messages(&channel) || !subscribed.remove(&channel) {
                 return;
             }
-            subscribed.remove(&channel);
             // Still under the subscription lock: a SUBSCRIBE for the same channel cannot
             // overtake this UNSUBSCRIBE on the wire. A failure only leaves an idle
             // subscription behind, whose messages find no queue.
@@ -567,10 +567,7 @@ impl ObserveEntry {
     /// Cancel safe: a wake-up that arrives while the future is dropped stays in the slot for
     /// the next call.
     pub(crate) async fn next_event(&self, until: Instant) {
-        loop {
-            if self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel) != SIGNAL_NONE {
-                return;
-            }
+        while self.slot.signal.swap(SIGNAL_NONE, Ordering::AcqRel) == SIGNAL_NONE {
             if self.slot.sleep(Some(until)).await {
                 return;
             }

@@ -55,12 +55,9 @@ impl Watchdog {
         let now = Instant::now();
         let mut due = Vec::new();
         self.holders.lock().retain(|_, weak| {
-            let Some(holder) = weak.upgrade() else {
+            let Some(holder) = weak.upgrade().filter(|h| h.wants_renewal()) else {
                 return false;
             };
-            if !holder.wants_renewal() {
-                return false;
-            }
             if let Some(max) = max_hold {
                 holder.check_age(max, now);
             }
@@ -176,12 +173,11 @@ pub(crate) async fn run(engine: Weak<Engine>) {
 
 /// Renews every due holder once; `false` if some batch failed and should be retried soon.
 async fn tick(engine: &Arc<Engine>) -> bool {
-    let due = engine.watchdog.due(engine.config.max_hold);
     // On a cluster one script call may only touch keys of one slot, so the batches are cut per
     // slot; on one server any locks can share a call. Lock holds and semaphore holds are
     // renewed by different scripts, so they never share a batch.
     let mut grouped: HashMap<(u16, bool), Vec<Arc<Holder>>> = HashMap::new();
-    for holder in due {
+    for holder in engine.watchdog.due(engine.config.max_hold) {
         let group = (engine.route(&holder.keys), holder.keys.has_hold_leases());
         grouped.entry(group).or_default().push(holder);
     }
@@ -206,10 +202,8 @@ async fn renew(engine: Arc<Engine>, batch: Vec<Arc<Holder>>) -> bool {
     let sent_at = Instant::now();
     let pairs: Vec<_> = batch.iter().map(|h| (&*h.keys, h.id.as_str())).collect();
     let mut conn = engine.conn();
-    let renewed = match engine
-        .controlled(protocol::renew(&mut conn, &pairs, lease))
-        .await
-    {
+    let renew = engine.controlled(protocol::renew(&mut conn, &pairs, lease));
+    let renewed = match renew.await {
         Ok(renewed) => renewed,
         Err(err) => {
             tracing::warn!(
