@@ -188,10 +188,8 @@ impl HoldKind for LeasedHold {
         Box::pin(async move {
             match candidate {
                 Some(candidate) => {
-                    protocol::sem_release_handing_off(
-                        &mut conn, keys, id, op, ttl, pubsub, candidate,
-                    )
-                    .await
+                    protocol::release_handing_off(&mut conn, keys, id, op, ttl, pubsub, candidate)
+                        .await
                 }
                 // Alone, the release rides the group commit with the releases of holds of
                 // the same lock.

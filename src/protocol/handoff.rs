@@ -48,7 +48,10 @@ pub(crate) enum HandoffReply {
 
 /// `handoff.lua`: releases `holder`'s entry as `release.lua` does (same op record and mark, so
 /// either script replays the other's release) and, if that frees the lock and no other client
-/// listens on its channel, grants it to `candidate`.
+/// listens on its channel, grants it to `candidate`. For a semaphore's keys, `sem_handoff.lua`:
+/// releases the hold as `sem_release.lua` does and, if that gives its permits back, no other
+/// client listens and enough are free, grants `candidate.permits` of them to `candidate`. The
+/// script is the one of the keys' layout, as for [`super::release`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn release_handing_off<C: ConnectionLike>(
     conn: &mut C,
@@ -59,9 +62,17 @@ pub(crate) async fn release_handing_off<C: ConnectionLike>(
     pubsub: PubSub,
     candidate: Candidate<'_>,
 ) -> Result<HandoffReply, Error> {
-    let mut call = scripts().handoff.prepare_invoke();
-    call.key(&keys.lock)
-        .key(keys.op(op_id))
+    let holds = keys.has_hold_leases();
+    let (script, name) = match holds {
+        false => (&scripts().handoff, "handoff"),
+        true => (&scripts().sem_handoff, "sem_handoff"),
+    };
+    let mut call = script.prepare_invoke();
+    call.key(&keys.lock);
+    if holds {
+        call.key(keys.sem_leases());
+    }
+    call.key(keys.op(op_id))
         .key(keys.op(holder))
         .key(&keys.fence)
         .key(keys.op(candidate.holder))
@@ -69,48 +80,16 @@ pub(crate) async fn release_handing_off<C: ConnectionLike>(
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
         .arg(op_id)
-        .arg(candidate.holder)
-        .arg(millis(candidate.lease));
+        .arg(candidate.holder);
+    if holds {
+        call.arg(candidate.permits);
+    }
+    call.arg(millis(candidate.lease));
     if let Some(label) = candidate.label {
         call.arg(label);
     }
     let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    handoff_reply("handoff", &reply)
-}
-
-/// `sem_handoff.lua`: releases `holder`'s hold of a semaphore as `sem_release.lua` does (same
-/// op record and mark, so either script replays the other's release) and, if that gives its
-/// permits back, no other client listens on the channel and enough are free, grants
-/// `candidate.permits` of them to `candidate`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn sem_release_handing_off<C: ConnectionLike>(
-    conn: &mut C,
-    keys: &LockKeys,
-    holder: &str,
-    op_id: &str,
-    op_ttl: Duration,
-    pubsub: PubSub,
-    candidate: Candidate<'_>,
-) -> Result<HandoffReply, Error> {
-    let mut call = scripts().sem_handoff.prepare_invoke();
-    call.key(&keys.lock)
-        .key(keys.sem_leases())
-        .key(keys.op(op_id))
-        .key(keys.op(holder))
-        .key(&keys.fence)
-        .key(keys.op(candidate.holder))
-        .arg(holder)
-        .arg(millis(op_ttl))
-        .arg(pubsub.script_arg())
-        .arg(op_id)
-        .arg(candidate.holder)
-        .arg(candidate.permits)
-        .arg(millis(candidate.lease));
-    if let Some(label) = candidate.label {
-        call.arg(label);
-    }
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    handoff_reply("sem_handoff", &reply)
+    handoff_reply(name, &reply)
 }
 
 /// The reply of `handoff.lua` or `sem_handoff.lua` (whose grant also tells the semaphore's

@@ -33,9 +33,7 @@ use crate::base::error::Error;
 use crate::base::token::FencingToken;
 pub(crate) use election::{announce, leader, LeaderRecord, LeaderReply};
 pub(crate) use force::{force_release, ForceReleaseReply};
-pub(crate) use handoff::{
-    release_handing_off, sem_release_handing_off, Candidate, HandoffReply, Room,
-};
+pub(crate) use handoff::{release_handing_off, Candidate, HandoffReply, Room};
 pub(crate) use idempotency::{idem_read, KeyRead, KeyReadMode, KeyRecord, KeyResult};
 pub(crate) use job::{job_read, JobRead, Tick, TickRecord};
 pub(crate) use keys::{LockKeys, ResourceKeys};

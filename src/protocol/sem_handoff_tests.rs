@@ -53,7 +53,7 @@ async fn hand_off(
         label: Some("export:7"),
         permits,
     };
-    sem_release_handing_off(conn, keys, holder, op, OP_TTL, PubSub::Classic, candidate)
+    release_handing_off(conn, keys, holder, op, OP_TTL, PubSub::Classic, candidate)
         .await
         .map_err(|e| e.to_string())
 }
