@@ -28,6 +28,8 @@
 --
 -- The token is max(counter + 1, server TIME in microseconds) (lib/next_token.lua says why).
 -- Every read that can fail comes before the first write, so an error leaves nothing half-done.
+-- The checks and the writes are lib/acquire.lua's (lock_open, lock_grant), which the loader
+-- prepends to this file with lib/next_token.lua.
 --
 -- Why a first send records nothing: a copy of this request can only arrive after the hold
 -- ended if the client sent it more than once, and every send after the first is a recorded
@@ -35,38 +37,16 @@
 -- ended it, its mark "r:<op id>" is the record; a cancel leaves "c". What is left is a send
 -- whose reply was lost and whose hold then expired unseen: a recorded re-send takes the lock
 -- anew, with a greater token, which is right, since nobody ever acted under the first one.
-local done = redis.call('GET', KEYS[3])
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'hash' then
-  local count = redis.call('HGET', KEYS[1], ARGV[1])
-  if count then
-    if ARGV[4] == '1' then
-      redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3], 'NX')
-    end
-    return {1, tonumber(redis.call('HGET', KEYS[1], '~token')), tonumber(count)}
-  end
+local reply, held = lock_open(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[4] == '1')
+if reply then
+  return reply
 end
-if done then
-  return {-2}
-end
-if kind == 'hash' then
+if held then
   return {0, redis.call('PTTL', KEYS[1])}
-elseif kind ~= 'none' then
-  return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
 end
-
 local token, token_text = next_token(KEYS[2])
 if not token then
   return token_text -- the error reply
 end
-redis.call('SET', KEYS[2], token_text)
-if ARGV[5] then
-  redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text, '~label', ARGV[5])
-else
-  redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text)
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if ARGV[4] == '1' then
-  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])
-end
+lock_grant(KEYS[1], KEYS[2], ARGV[1], token_text, ARGV[5], ARGV[2], ARGV[4] == '1' and KEYS[3], ARGV[3])
 return {1, token, 1}

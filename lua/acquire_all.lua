@@ -24,36 +24,28 @@
 -- Each member is exactly what acquire.lua would have made for its holder id, so release.lua,
 -- extend.lua, renew.lua, reenter.lua and cancel.lua (kind "acquire") work on members one by
 -- one. Every read comes before the first write: an error or a busy member leaves nothing.
+-- Tokens come from next_token() (lib/next_token.lua: one TIME for the set), holds are written
+-- by lock_grant() of lib/acquire.lua, as acquire.lua writes them; the loader prepends
+-- lib/clock.lua (int_text) and both to this file.
 local n = #KEYS / 3
 local label = ARGV[3 + n]
-local tokens = {}
-local held = 0
-local seen = false
-local busy = nil
+local tokens, held, seen, busy = {}, 0, false, nil
 for i = 1, n do
-  local lock, op, holder = KEYS[3 * i - 2], KEYS[3 * i], ARGV[2 + i]
+  local lock = KEYS[3 * i - 2]
   local kind = redis.call('TYPE', lock)['ok']
-  if kind == 'hash' then
-    local count = redis.call('HGET', lock, holder)
-    if count then
-      held = held + 1
-      tokens[i] = tonumber(redis.call('HGET', lock, '~token'))
-    elseif busy == nil then
-      busy = i
-    end
-  elseif kind ~= 'none' then
+  if kind ~= 'hash' and kind ~= 'none' then
     return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
   end
-  if redis.call('EXISTS', op) == 1 then
-    seen = true
+  if kind == 'hash' and redis.call('HGET', lock, ARGV[2 + i]) then
+    held = held + 1
+    tokens[i] = tonumber(redis.call('HGET', lock, '~token'))
+  elseif kind == 'hash' then
+    busy = busy or i
   end
+  seen = redis.call('EXISTS', KEYS[3 * i]) == 1 or seen
 end
 if held == n then
-  local reply = {1}
-  for i = 1, n do
-    reply[i + 1] = tokens[i]
-  end
-  return reply
+  return {1, unpack(tokens)}
 end
 -- Some member ran before (op record 'a') or was cancelled ('c'): a late or partly undone copy.
 if seen then
@@ -63,53 +55,26 @@ if busy ~= nil then
   return {0, busy, redis.call('PTTL', KEYS[3 * busy - 2])}
 end
 
--- Fence counters, read once each (members may share one) before any write.
+-- Every token before any write: fence counters are read once each (members may share one:
+-- theirs get consecutive tokens), all with one clock.
+local clock = redis.call('TIME')
 local last = {}
 for i = 1, n do
-  local fence = KEYS[3 * i - 1]
-  if last[fence] == nil then
-    local counter_kind = redis.call('TYPE', fence)['ok']
-    if counter_kind == 'string' then
-      last[fence] = tonumber(redis.call('GET', fence))
-      if last[fence] == nil then
-        return redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
-      end
-    elseif counter_kind == 'none' then
-      last[fence] = 0
-    else
-      return redis.error_reply('FENCELOCK_WRONGTYPE fence counter holds a ' .. counter_kind)
-    end
+  local fence, err = KEYS[3 * i - 1], nil
+  tokens[i], err = next_token(fence, clock, last[fence])
+  if not tokens[i] then
+    return err
   end
+  last[fence] = tokens[i]
 end
 
-local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+-- Each counter is written once, with the last token it issued.
 for i = 1, n do
   local fence = KEYS[3 * i - 1]
-  local token = math.max(last[fence] + 1, floor)
-  if token >= 9007199254740992 then
-    return redis.error_reply('FENCELOCK_OVERFLOW fence counter reached 2^53')
+  if last[fence] then
+    redis.call('SET', fence, int_text(last[fence]))
+    last[fence] = nil
   end
-  last[fence] = token
-  tokens[i] = token
+  lock_grant(KEYS[3 * i - 2], nil, ARGV[2 + i], int_text(tokens[i]), label, ARGV[1], KEYS[3 * i], ARGV[2])
 end
-
-local reply = {1}
-local written = {}
-for i = 1, n do
-  local lock, fence, op, holder = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[2 + i]
-  local token_text = string.format('%.0f', tokens[i])
-  if not written[fence] then
-    redis.call('SET', fence, string.format('%.0f', last[fence]))
-    written[fence] = true
-  end
-  if label then
-    redis.call('HSET', lock, holder, 1, '~token', token_text, '~label', label)
-  else
-    redis.call('HSET', lock, holder, 1, '~token', token_text)
-  end
-  redis.call('PEXPIRE', lock, ARGV[1])
-  redis.call('SET', op, 'a', 'PX', ARGV[2])
-  reply[i + 1] = tokens[i]
-end
-return reply
+return {1, unpack(tokens)}

@@ -40,82 +40,38 @@
 -- sees a held lock. A claim deletes it and issues a fresh token exactly as a free lock would:
 -- max(counter + 1, TIME). A free lock is taken by whoever comes (the queue orders handoffs at
 -- release time only), and the winner removes its own queue entry. Every read or write that can
--- fail comes before the first write that cannot be undone.
-local done = redis.call('GET', KEYS[3])
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'hash' then
-  local count = redis.call('HGET', KEYS[1], ARGV[1])
-  if count then
-    if ARGV[7] == '1' then
-      redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3], 'NX')
-    end
-    return {1, tonumber(redis.call('HGET', KEYS[1], '~token')), tonumber(count)}
-  end
+-- fail comes before the first write that cannot be undone. The loader prepends lib/calls.lua,
+-- lib/clock.lua, lib/next_token.lua, lib/acquire.lua (lock_open, lock_grant: the same checks
+-- and writes as acquire.lua) and lib/fair.lua (fair_queue) to this file.
+local reply, held = lock_open(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[7] == '1')
+if reply then
+  return reply
 end
-if done then
-  return {-2}
-end
-
-local function wrongtype(reply, what)
-  if type(reply) == 'table' and reply.err then
-    if string.sub(reply.err, 1, 9) == 'WRONGTYPE' then
-      return redis.error_reply('FENCELOCK_WRONGTYPE ' .. what)
+local claim = held and redis.call('HGET', KEYS[1], '~reserved') == ARGV[4]
+if held and not claim then
+  local pttl = redis.call('PTTL', KEYS[1])
+  if ARGV[5] == '1' then
+    local failed = fair_queue(KEYS[4], ARGV[4], (pttl < 0 and 1000 or pttl) + tonumber(ARGV[6]))
+    if failed then
+      return failed
     end
-    return reply
   end
-  return nil
-end
-
-local claim = false
-if kind == 'hash' then
-  claim = redis.call('HGET', KEYS[1], '~reserved') == ARGV[4]
-  if not claim then
-    local pttl = redis.call('PTTL', KEYS[1])
-    if ARGV[5] == '1' then
-      local now = redis.call('TIME')
-      local score = string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
-      local failed = wrongtype(redis.pcall('ZADD', KEYS[4], 'NX', score, ARGV[4]),
-        'queue key is not a fencelock sorted set')
-      if failed then
-        return failed
-      end
-      local left = pttl
-      if left < 0 then
-        left = 1000
-      end
-      redis.call('PEXPIRE', KEYS[4], left + tonumber(ARGV[6]))
-    end
-    return {0, pttl}
-  end
-elseif kind ~= 'none' then
-  return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
+  return {0, pttl}
 end
 
 local token, token_text = next_token(KEYS[2])
 if not token then
   return token_text -- the error reply
 end
-local failed
-
-if not claim then
-  -- A claim's entry was taken off the queue by the release that reserved the lock. Otherwise
-  -- the winner leaves the queue; a failure here (foreign data) comes before any other write.
-  failed = wrongtype(redis.pcall('ZREM', KEYS[4], ARGV[4]), 'queue key is not a fencelock sorted set')
-  if failed then
-    return failed
-  end
-end
-redis.call('SET', KEYS[2], token_text)
 if claim then
   redis.call('DEL', KEYS[1])
-end
-if ARGV[8] then
-  redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text, '~label', ARGV[8])
 else
-  redis.call('HSET', KEYS[1], ARGV[1], 1, '~token', token_text)
+  -- A claim's entry was taken off the queue by the release that reserved the lock. Otherwise
+  -- the winner leaves the queue; a failure here (foreign data) comes before any other write.
+  local removed = redis.pcall('ZREM', KEYS[4], ARGV[4])
+  if type(removed) == 'table' and removed.err then
+    return refused(removed, 'queue key is not a fencelock sorted set')
+  end
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if ARGV[7] == '1' then
-  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])
-end
+lock_grant(KEYS[1], KEYS[2], ARGV[1], token_text, ARGV[8], ARGV[2], ARGV[7] == '1' and KEYS[3], ARGV[3])
 return {1, token, 1}

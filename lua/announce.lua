@@ -24,17 +24,15 @@
 -- with the hash: renewed with the lease, deleted by the release, the expiry, a cancel or a
 -- forced release; every other script ignores them (they look up the holder id, "~token" or
 -- "~reserved" by name). "~leader" repeats the holder id so that leader.lua reads the leader
--- with HGET alone (the least-privilege ACL has no HGETALL or HKEYS).
+-- with HGET alone (the least-privilege ACL has no HGETALL or HKEYS). The loader prepends
+-- lib/calls.lua (refused: the HGET is the type check; publish) to this file.
 local held = redis.pcall('HGET', KEYS[1], ARGV[1])
 if type(held) == 'table' and held.err then
-  if string.sub(held.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
-  end
-  return held
+  return refused(held, 'lock key is not a fencelock hash')
 end
 if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then
   return {-1}
 end
 redis.call('HSET', KEYS[1], '~leader', ARGV[1], '~meta', ARGV[3])
-redis.call(ARGV[4] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'elected')
+publish(ARGV[4], KEYS[1], 'elected')
 return {1}

@@ -12,7 +12,8 @@
 --          {0}              the operation had not run (or was already undone); it never will
 --
 -- The op record is set to "c" first, so if the undone request is still on its way (a re-send,
--- a slow network) it finds "c" when it arrives and does nothing.
+-- a slow network) it finds "c" when it arrives and does nothing. The loader prepends
+-- lib/calls.lua (publish) to this file.
 local done = redis.call('GET', KEYS[2])
 if done == 'c' then
   return {0}
@@ -37,6 +38,6 @@ end
 if remaining <= 0 then
   remaining = 0
   redis.call('DEL', KEYS[1])
-  redis.call(ARGV[4] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
+  publish(ARGV[4], KEYS[1], 'released')
 end
 return {1, remaining}

@@ -13,13 +13,10 @@
 -- measures its own deadline from the first send.
 --
 -- One read is the type check and the owner check: HEXISTS of a non-hash fails (WRONGTYPE),
--- caught here before anything is written. Any other error (an ACL refusal) is returned as it is.
+-- answered by refused() (lib/calls.lua, prepended by the loader) before anything is written.
 local held = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
 if type(held) == 'table' and held.err then
-  if string.sub(held.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
-  end
-  return held
+  return refused(held, 'lock key is not a fencelock hash')
 end
 if held == 0 then
   return {-1}

@@ -26,6 +26,7 @@
 -- issued it: acquire.lua then issues max(counter + 1, TIME) > token. This does not touch any
 -- fenced resource's high-water mark: those are raised by the next holder's claim or write (see
 -- DESIGN.md 3, "force_release.lua"). Every read that can fail comes before the first write.
+-- The loader prepends lib/calls.lua and lib/clock.lua to this file.
 local expected = nil
 if ARGV[1] ~= '' then
   expected = tonumber(ARGV[1])
@@ -34,28 +35,24 @@ if ARGV[1] ~= '' then
   end
 end
 
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'none' then
+-- One read is the type check (HGETALL of a non-hash fails) and the lock's state.
+local fields = redis.pcall('HGETALL', KEYS[1])
+if fields.err then
+  return refused(fields, 'lock key is not a fencelock hash')
+elseif #fields == 0 then
   return {0}
-elseif kind ~= 'hash' then
-  return redis.error_reply('FENCELOCK_WRONGTYPE lock key holds a ' .. kind .. ', not a fencelock hash')
+end
+-- The counter, type-checked by its GET as next_token() (lib/next_token.lua) reads it.
+local last = redis.pcall('GET', KEYS[2])
+if type(last) == 'table' and last.err then
+  return refused(last, 'fence counter is not a string')
+end
+last = tonumber(last or '0')
+if last == nil then
+  return redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
 end
 
-local last = 0
-local counter_kind = redis.call('TYPE', KEYS[2])['ok']
-if counter_kind == 'string' then
-  last = tonumber(redis.call('GET', KEYS[2]))
-  if last == nil then
-    return redis.error_reply('FENCELOCK_WRONGTYPE fence counter does not hold an integer')
-  end
-elseif counter_kind ~= 'none' then
-  return redis.error_reply('FENCELOCK_WRONGTYPE fence counter holds a ' .. counter_kind)
-end
-
-local fields = redis.call('HGETALL', KEYS[1])
-local token = 0
-local holder = ''
-local count = 0
+local token, holder, count = 0, '', 0
 for i = 1, #fields, 2 do
   if fields[i] == '~token' then
     token = tonumber(fields[i + 1]) or 0
@@ -78,7 +75,7 @@ end
 
 local fence = math.max(last, token)
 if fence > last then
-  redis.call('SET', KEYS[2], string.format('%.0f', fence))
+  redis.call('SET', KEYS[2], int_text(fence))
 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', KEYS[1], 'force-released')

@@ -42,56 +42,27 @@
 -- waiters cannot starve another client's. A client that subscribes between this check and the
 -- next release waits at most for the hold granted here. In a cluster the count is the slot
 -- owner's shard subscribers (sharded pub/sub), which is every waiting client's subscription.
-local done = redis.call('GET', KEYS[2])
-if done then
-  return {1, tonumber(done)}
-end
-
-local count = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(count) == 'table' and count.err then
-  if string.sub(count.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
+--
+-- The release is release.lua's, lock_release() of lib/release.lua, and the grant acquire.lua's,
+-- lock_grant() of lib/acquire.lua; the loader prepends lib/next_token.lua, lib/acquire.lua and
+-- lib/release.lua to this file.
+local reply, replayed = lock_release(KEYS, ARGV, function()
+  -- Every decision is read before the first write. A server or user that may not run PUBSUB
+  -- (an ACL without it) counts as another client listening: the lock is freed and published.
+  local listeners = redis.pcall('PUBSUB', ARGV[3] == 'sharded' and 'SHARDNUMSUB' or 'NUMSUB', KEYS[1])
+  local alone = type(listeners) == 'table' and not listeners.err and listeners[2] <= 1
+  local token, token_text = nil, nil
+  if alone and not redis.call('GET', KEYS[5]) then
+    token, token_text = next_token(KEYS[4])
   end
-  return count
-end
-if not count then
-  if redis.call('GET', KEYS[3]) == 'r:' .. ARGV[4] then
-    local granted = redis.call('HGET', KEYS[1], ARGV[5])
-    if granted then
-      return {2, tonumber(redis.call('HGET', KEYS[1], '~token'))}
-    end
-    return {1, 0}
+  redis.call('DEL', KEYS[1])
+  if token then
+    lock_grant(KEYS[1], KEYS[4], ARGV[5], token_text, ARGV[7], ARGV[6])
+    return {2, token}
   end
-  return {-1}
+end)
+-- A replay of the mark answers the grant its lost reply carried, while the candidate holds.
+if replayed and redis.call('HGET', KEYS[1], ARGV[5]) then
+  return {2, tonumber(redis.call('HGET', KEYS[1], '~token'))}
 end
-
-local remaining = tonumber(count) - 1
-if remaining > 0 then
-  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-  redis.call('SET', KEYS[2], remaining, 'PX', ARGV[2])
-  return {1, remaining}
-end
-
--- Every decision is read before the first write. A server or user that may not run PUBSUB (an
--- ACL without it) counts as another client listening: the lock is freed and published.
-local sharded = ARGV[3] == 'sharded'
-local listeners = redis.pcall('PUBSUB', sharded and 'SHARDNUMSUB' or 'NUMSUB', KEYS[1])
-local alone = type(listeners) == 'table' and not listeners.err and listeners[2] <= 1
-local token, token_text = nil, nil
-if alone and not redis.call('GET', KEYS[5]) then
-  token, token_text = next_token(KEYS[4])
-end
-redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[3], 'r:' .. ARGV[4], 'PX', ARGV[2])
-if not token then
-  redis.call(sharded and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
-  return {1, 0}
-end
-redis.call('SET', KEYS[4], token_text)
-if ARGV[7] then
-  redis.call('HSET', KEYS[1], ARGV[5], 1, '~token', token_text, '~label', ARGV[7])
-else
-  redis.call('HSET', KEYS[1], ARGV[5], 1, '~token', token_text)
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[6])
-return {2, token}
+return reply

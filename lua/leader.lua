@@ -15,13 +15,11 @@
 --          (pttl -1: the key has no expiry, which only an operator can cause)
 -- Errors   FENCELOCK_WRONGTYPE  the key holds a value this protocol did not write
 --
--- Only HGET, HEXISTS and PTTL: the commands of the least-privilege ACL (README, Security).
+-- Only HGET, HEXISTS and PTTL: the commands of the least-privilege ACL (README, Security). The
+-- loader prepends lib/calls.lua (refused: the first HGET is the type check) to this file.
 local term = redis.pcall('HGET', KEYS[1], '~token')
 if type(term) == 'table' and term.err then
-  if string.sub(term.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
-  end
-  return term
+  return refused(term, 'lock key is not a fencelock hash')
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then

@@ -21,34 +21,19 @@
 -- is "kept for this client" is handed on. If a new waiter of the same client queued again just
 -- before this runs, its entry is removed too; it queues again at its next attempt (every
 -- waiting head tries on every release), so that costs it its place once, never the lock.
-local function refused(reply, what)
-  if type(reply) == 'table' and reply.err then
-    if string.sub(reply.err, 1, 9) == 'WRONGTYPE' then
-      return redis.error_reply('FENCELOCK_WRONGTYPE ' .. what)
-    end
-    return reply
-  end
-  return nil
-end
-
+-- The loader prepends lib/calls.lua, lib/clock.lua and lib/fair.lua (fair_pass_on, as
+-- release_fair.lua passes a lock on) to this file.
 local reserved = redis.pcall('HGET', KEYS[1], '~reserved')
-local failed = refused(reserved, 'lock key is not a fencelock hash')
-if failed then
-  return failed
+if type(reserved) == 'table' and reserved.err then
+  return refused(reserved, 'lock key is not a fencelock hash')
 end
 local removed = redis.pcall('ZREM', KEYS[2], ARGV[1])
-failed = refused(removed, 'queue key is not a fencelock sorted set')
-if failed then
-  return failed
+if type(removed) == 'table' and removed.err then
+  return refused(removed, 'queue key is not a fencelock sorted set')
 end
 if reserved ~= ARGV[1] then
   return {removed}
 end
-local first = redis.call('ZPOPMIN', KEYS[2])
-redis.call('DEL', KEYS[1])
-if first[1] then
-  redis.call('HSET', KEYS[1], '~reserved', first[1])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
+fair_pass_on(KEYS[1], KEYS[2], ARGV[2])
+publish(ARGV[3], KEYS[1], 'released')
 return {2}

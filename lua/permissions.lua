@@ -92,17 +92,10 @@ check('HINCRBY', KEYS[1], 'f', '1')
 check('PTTL', KEYS[1])
 check('PEXPIRE', KEYS[1], '1')
 check('DEL', KEYS[1])
-if ARGV[1] == 'sharded' then
-  check('SPUBLISH', KEYS[1], 'released')
-else
-  check('PUBLISH', KEYS[1], 'released')
-end
+check(ARGV[1] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
 check('GET', KEYS[2])
-if run_probes and type(fence_before) == 'string' then
-  check('SET', KEYS[2], fence_before)
-else
-  check('SET', KEYS[2], '1')
-end
+-- Run as a probe (Redis 6.2), the SET writes the counter's own value back: nothing changes.
+check('SET', KEYS[2], type(fence_before) == 'string' and fence_before or '1')
 check('GET', KEYS[3])
 check('EXISTS', KEYS[3])
 check('SET', KEYS[3], 'a', 'PX', '1')

@@ -20,13 +20,10 @@ elseif done then
 end
 
 -- One read is the type check and the owner check: HGET of a non-hash fails (WRONGTYPE),
--- caught here before anything is written. Any other error (an ACL refusal) is returned as it is.
+-- answered by refused() (lib/calls.lua, prepended by the loader) before anything is written.
 local entered = redis.pcall('HGET', KEYS[1], ARGV[1])
 if type(entered) == 'table' and entered.err then
-  if string.sub(entered.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
-  end
-  return entered
+  return refused(entered, 'lock key is not a fencelock hash')
 end
 if not entered then
   return {-1}

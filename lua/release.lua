@@ -24,34 +24,7 @@
 -- finds no record of its own and no hash, and replays {1, 0} from the mark; any other release
 -- of the holder that finds no hash answers {-1} as before. A late copy of the acquisition still
 -- finds a record under its holder id and does nothing (acquire.lua).
-local done = redis.call('GET', KEYS[2])
-if done then
-  return {1, tonumber(done)}
-end
-
--- One read is the type check and the owner check: HGET of a non-hash fails (WRONGTYPE),
--- caught here before anything is written. Any other error (an ACL refusal) is returned as it is.
-local count = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(count) == 'table' and count.err then
-  if string.sub(count.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
-  end
-  return count
-end
-if not count then
-  if redis.call('GET', KEYS[3]) == 'r:' .. ARGV[4] then
-    return {1, 0}
-  end
-  return {-1}
-end
-
-local remaining = tonumber(count) - 1
-if remaining > 0 then
-  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-  redis.call('SET', KEYS[2], remaining, 'PX', ARGV[2])
-  return {1, remaining}
-end
-redis.call('DEL', KEYS[1])
-redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
-redis.call('SET', KEYS[3], 'r:' .. ARGV[4], 'PX', ARGV[2])
-return {1, 0}
+--
+-- All of it is lock_release() of lib/release.lua, which the loader prepends to this file;
+-- release_fair.lua, handoff.lua and release_all.lua release with it too.
+return lock_release(KEYS, ARGV)

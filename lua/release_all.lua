@@ -13,46 +13,26 @@
 --                          not held by its holder, nothing changed for it
 -- Errors   FENCELOCK_WRONGTYPE  a lock key holds foreign data; nothing modified (checked first)
 --
--- Each member's records are exactly release.lua's (a release that leaves entries records its
--- reply under its op id; the one that frees the lock marks the holder's acquire record
--- "r:<op id>"),
--- so a release.lua re-sent later for the same op id (a member guard finishing its release in
--- the background) replays instead of decrementing again, and vice versa.
+-- Each member is released by release.lua's own lines, lock_release() of lib/release.lua (the
+-- loader prepends it with lib/calls.lua), so its records are exactly release.lua's (a release
+-- that leaves entries records its reply under its op id; the one that frees the lock marks the
+-- holder's acquire record "r:<op id>"), and a release.lua re-sent later for the same op id (a
+-- member guard finishing its release in the background) replays instead of decrementing
+-- again, and vice versa. Freed members publish with PUBLISH.
 local n = #KEYS / 3
 -- Every member's read that can fail (HGET of a non-hash) comes before the first write; any
 -- error other than WRONGTYPE (an ACL refusal) is returned as it is.
 local counts = {}
 for i = 1, n do
-  local count = redis.pcall('HGET', KEYS[3 * i - 2], ARGV[2 * i])
-  if type(count) == 'table' and count.err then
-    if string.sub(count.err, 1, 9) == 'WRONGTYPE' then
-      return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
-    end
-    return count
+  counts[i] = redis.pcall('HGET', KEYS[3 * i - 2], ARGV[2 * i])
+  if type(counts[i]) == 'table' and counts[i].err then
+    return refused(counts[i], 'lock key is not a fencelock hash')
   end
-  counts[i] = count
 end
 local reply = {}
 for i = 1, n do
-  local lock, op, acquired = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local holder, mark = ARGV[2 * i], 'r:' .. ARGV[2 * i + 1]
-  local done = redis.call('GET', op)
-  if done then
-    reply[i] = tonumber(done)
-  elseif not counts[i] then
-    reply[i] = (redis.call('GET', acquired) == mark) and 0 or -1
-  else
-    local remaining = tonumber(counts[i]) - 1
-    if remaining > 0 then
-      redis.call('HINCRBY', lock, holder, -1)
-      redis.call('SET', op, remaining, 'PX', ARGV[1])
-    else
-      remaining = 0
-      redis.call('DEL', lock)
-      redis.call('PUBLISH', lock, 'released')
-      redis.call('SET', acquired, mark, 'PX', ARGV[1])
-    end
-    reply[i] = remaining
-  end
+  local keys = {KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]}
+  reply[i] = lock_release(keys, {ARGV[2 * i], ARGV[1], 'classic', ARGV[2 * i + 1]}, nil, counts[i])
+  reply[i] = reply[i][1] == 1 and reply[i][2] or -1
 end
 return reply

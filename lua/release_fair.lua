@@ -30,55 +30,23 @@
 -- ARGV[5] ms: no holder field, so nobody holds it and every other client's attempt sees a held
 -- lock; only that client's acquire_fair.lua claims it (with a new token). A client that does
 -- not claim in time (crashed) costs one grace, then the lock is free for anyone; a live client
--- whose last waiter gave up passes the reservation on at once (leave_fair.lua). Idempotency as release.lua: a re-sent copy of the freeing release finds no holder
--- field and replays {1, 0} from the "r:<op id>" mark; the reservation is made once.
-local done = redis.call('GET', KEYS[2])
-if done then
-  return {1, tonumber(done)}
-end
-
-local count = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(count) == 'table' and count.err then
-  if string.sub(count.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE lock key is not a fencelock hash')
+-- whose last waiter gave up passes the reservation on at once (leave_fair.lua). Idempotency
+-- as release.lua: a re-sent copy of the freeing release finds no holder field and replays
+-- {1, 0} from the "r:<op id>" mark; the reservation is made once.
+--
+-- The release is release.lua's, lock_release() of lib/release.lua; only the freeing differs
+-- (fair_pass_on, fair_queue of lib/fair.lua). The loader prepends lib/calls.lua,
+-- lib/clock.lua, lib/release.lua and lib/fair.lua to this file.
+return lock_release(KEYS, ARGV, function()
+  -- The first write, and the only one that can fail: a queue of another type stops the
+  -- release here with nothing changed.
+  local first, failed = fair_pass_on(KEYS[1], KEYS[4], ARGV[5])
+  if not first then
+    return failed
   end
-  return count
-end
-if not count then
-  if redis.call('GET', KEYS[3]) == 'r:' .. ARGV[4] then
-    return {1, 0}
+  -- Not when the lock was just reserved for the releasing client itself: its waiter will
+  -- claim it, and a second entry would outlive that waiter and cost the others a grace later.
+  if ARGV[6] ~= '' and first[1] ~= ARGV[6] then
+    return fair_queue(KEYS[4], ARGV[6], ARGV[7])
   end
-  return {-1}
-end
-
-local remaining = tonumber(count) - 1
-if remaining > 0 then
-  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-  redis.call('SET', KEYS[2], remaining, 'PX', ARGV[2])
-  return {1, remaining}
-end
--- The first write, and the only one that can fail: a queue of another type stops the release
--- here with nothing changed.
-local first = redis.pcall('ZPOPMIN', KEYS[4])
-if type(first) == 'table' and first.err then
-  if string.sub(first.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE queue key is not a fencelock sorted set')
-  end
-  return first
-end
-redis.call('DEL', KEYS[1])
-if first[1] then
-  redis.call('HSET', KEYS[1], '~reserved', first[1])
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
-end
--- Not when the lock was just reserved for the releasing client itself: its waiter will claim
--- it, and a second entry would outlive that waiter and cost the others a grace later.
-if ARGV[6] ~= '' and first[1] ~= ARGV[6] then
-  local now = redis.call('TIME')
-  local score = string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
-  redis.call('ZADD', KEYS[4], 'NX', score, ARGV[6])
-  redis.call('PEXPIRE', KEYS[4], ARGV[7])
-end
-redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
-redis.call('SET', KEYS[3], 'r:' .. ARGV[4], 'PX', ARGV[2])
-return {1, 0}
+end)

@@ -22,15 +22,13 @@
 -- Errors   FENCELOCK_WRONGTYPE  KEYS[1] holds a value this protocol did not write; nothing modified
 --
 -- Commands: HGET, TIME, DEL, HSET, PEXPIRE. The record is advice: a waiter ignores a failed
--- call, and nothing a lock guarantees reads it.
+-- call, and nothing a lock guarantees reads it. The loader prepends lib/clock.lua to this file.
 local since = redis.pcall('HGET', KEYS[1], 'since')
 if type(since) == 'table' and since.err then
   return redis.error_reply('FENCELOCK_WRONGTYPE wait record holds foreign data')
 end
 if not since then
-  local now = redis.call('TIME')
-  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  since = string.format('%.0f', now_ms - (tonumber(ARGV[2]) or 0))
+  since = int_text(now_ms() - (tonumber(ARGV[2]) or 0))
 end
 redis.call('DEL', KEYS[1])
 local fields = {'waits_for', ARGV[3], 'label', ARGV[4], 'since', since, 'holds', #ARGV - 4}

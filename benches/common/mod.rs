@@ -58,12 +58,19 @@ pub async fn resp3_manager(url: &str) -> ConnectionManager {
 
 /// `acquire.lua` as written: its header is its contract.
 const OUR_ACQUIRE_SOURCE: &str = include_str!("../../lua/acquire.lua");
-/// `acquire.lua` as the loader builds it: the shared token issuance prepended.
+/// `acquire.lua` as the loader builds it: its libraries (lua/lib) prepended.
 pub const OUR_ACQUIRE: &str = concat!(
     include_str!("../../lua/lib/next_token.lua"),
+    include_str!("../../lua/lib/acquire.lua"),
     include_str!("../../lua/acquire.lua")
 );
-pub const OUR_RELEASE: &str = include_str!("../../lua/release.lua");
+/// `release.lua` as written: its header is its contract.
+const OUR_RELEASE_SOURCE: &str = include_str!("../../lua/release.lua");
+/// `release.lua` as the loader builds it: its libraries prepended.
+pub const OUR_RELEASE: &str = concat!(
+    include_str!("../../lua/lib/release.lua"),
+    include_str!("../../lua/release.lua")
+);
 
 /// Our scripts with one server call taken out each, to price every call (`--callgrind`). The
 /// lock is always free when acquired in that loop, so "the lock key's type" can be assumed.
@@ -86,15 +93,12 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
     vec![
         (
             "acquire: GET op record",
-            acquire(&[(
-                "local done = redis.call('GET', KEYS[3])",
-                "local done = false",
-            )]),
+            acquire(&[("local done = redis.call('GET', op)", "local done = false")]),
         ),
         (
             "acquire: TYPE lock key",
             acquire(&[(
-                "local kind = redis.call('TYPE', KEYS[1])['ok']",
+                "local kind = redis.call('TYPE', lock)['ok']",
                 "local kind = 'none'",
             )]),
         ),
@@ -115,28 +119,28 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
         (
             "release: GET op record",
             release(&[(
-                "local done = redis.call('GET', KEYS[2])",
+                "local done = redis.call('GET', keys[2])",
                 "local done = false",
             )]),
         ),
         (
             "release: HGET holder (type and owner check)",
             release(&[(
-                "local count = redis.pcall('HGET', KEYS[1], ARGV[1])",
-                "local count = '1'",
+                "count = redis.pcall('HGET', keys[1], argv[1])",
+                "count = '1'",
             )]),
         ),
         (
             "release: mark the acquire record (SET PX)",
             release(&[(
-                "redis.call('SET', KEYS[3], 'r:' .. ARGV[4], 'PX', ARGV[2])",
+                "redis.call('SET', keys[3], 'r:' .. argv[4], 'PX', argv[2])",
                 "",
             )]),
         ),
         (
             "release: PUBLISH",
             release(&[(
-                "redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')",
+                "redis.call(argv[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', keys[1], 'released')",
                 "",
             )]),
         ),
@@ -296,7 +300,7 @@ impl Raw {
         };
         // Both kinds send exactly the KEYS and ARGV our scripts take.
         let acquire_contract = contract(OUR_ACQUIRE_SOURCE, "acquire.lua");
-        let release_contract = contract(OUR_RELEASE, "release.lua");
+        let release_contract = contract(OUR_RELEASE_SOURCE, "release.lua");
         assert_eq!(acquire_contract.1.first(), Some(&Slot::Holder));
         assert_eq!(acquire_contract.1.get(1), Some(&Slot::LeaseMs));
         Raw {

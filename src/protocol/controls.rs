@@ -177,6 +177,15 @@ const RUN_OWNER_CHECK: &str =
     "if not held or redis.call('HGET', run.lock, '~token') ~= run.token then";
 /// The answer of `lib/run_record.lua`'s begin for a run that finished.
 const RUN_DONE: &str = "return run.record(2, recorded)";
+/// The lines of `lib/release.lua` that read a release's own op record, that replay the mark
+/// the freeing release left on the holder's acquire record, and that publish the release
+/// (release.lua and handoff.lua run them).
+const RELEASE_RECORD: &str = "local done = redis.call('GET', keys[2])";
+const RELEASE_MARK: &str = "if redis.call('GET', keys[3]) == 'r:' .. argv[4] then";
+const RELEASE_PUBLISH: &str =
+    "  redis.call(argv[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', keys[1], 'released')\n";
+/// The op record a recorded send of a new lock hold leaves (`lib/acquire.lua`'s grant).
+const LOCK_RECORD: &str = "  if op then\n    redis.call('SET', op, 'a', 'PX', ttl)\n  end\n";
 
 impl Control {
     /// Every control.
@@ -241,8 +250,8 @@ impl Control {
         match self {
             Control::AcquireIgnoresHolder => &[(
                 "acquire",
-                "if kind == 'hash' then\n  return {0, redis.call('PTTL', KEYS[1])}",
-                "if kind == 'hash' then\n  redis.call('DEL', KEYS[1])",
+                "if held then\n  return {0, redis.call('PTTL', KEYS[1])}",
+                "if held then\n  redis.call('DEL', KEYS[1])",
             )],
             Control::AcquireReusesToken => &[(
                 "acquire",
@@ -273,40 +282,16 @@ impl Control {
                 ),
             ],
             Control::ReleaseDoesNotPublish => &[
-                (
-                    "release",
-                    "redis.call(ARGV[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')\n",
-                    "",
-                ),
-                (
-                    "handoff",
-                    "redis.call(sharded and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')\n",
-                    "",
-                ),
+                ("release", RELEASE_PUBLISH, ""),
+                ("handoff", RELEASE_PUBLISH, ""),
             ],
             // Both records a release replays from: its own, and the mark the freeing release
             // leaves on the holder's acquire record.
             Control::RetriesApplyTwice => &[
-                (
-                    "release",
-                    "local done = redis.call('GET', KEYS[2])",
-                    "local done = false",
-                ),
-                (
-                    "release",
-                    "if redis.call('GET', KEYS[3]) == 'r:' .. ARGV[4] then",
-                    "if false then",
-                ),
-                (
-                    "handoff",
-                    "local done = redis.call('GET', KEYS[2])",
-                    "local done = false",
-                ),
-                (
-                    "handoff",
-                    "if redis.call('GET', KEYS[3]) == 'r:' .. ARGV[4] then",
-                    "if false then",
-                ),
+                ("release", RELEASE_RECORD, "local done = false"),
+                ("release", RELEASE_MARK, "if false then"),
+                ("handoff", RELEASE_RECORD, "local done = false"),
+                ("handoff", RELEASE_MARK, "if false then"),
                 (
                     "reenter",
                     "local done = redis.call('GET', KEYS[2])",
@@ -339,8 +324,8 @@ impl Control {
             ],
             Control::ClaimKeepsReservation => &[(
                 "acquire_fair",
-                "if claim then\n  redis.call('DEL', KEYS[1])\nend\n",
-                "",
+                "if claim then\n  redis.call('DEL', KEYS[1])\nelse\n",
+                "if claim then\nelse\n",
             )],
             Control::AnnounceWithoutOwnerCheck => &[(
                 "announce",
@@ -349,7 +334,7 @@ impl Control {
             )],
             Control::AnnounceDoesNotPublish => &[(
                 "announce",
-                "redis.call(ARGV[4] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'elected')\n",
+                "publish(ARGV[4], KEYS[1], 'elected')\n",
                 "",
             )],
             Control::LeaderTrustsRecord => &[(
@@ -454,12 +439,12 @@ impl Control {
             )],
             Control::ResendLeavesNoRecord => &[(
                 "acquire",
-                "if ARGV[4] == '1' then\n  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])\nend",
+                LOCK_RECORD,
                 "",
             )],
             Control::FairResendLeavesNoRecord => &[(
                 "acquire_fair",
-                "if ARGV[7] == '1' then\n  redis.call('SET', KEYS[3], 'a', 'PX', ARGV[3])\nend",
+                LOCK_RECORD,
                 "",
             )],
             Control::SemResendLeavesNoRecord => &[(

@@ -56,7 +56,7 @@ mod tests {
         );
         assert_eq!(ReleaseMessage::parse(b"released"), ReleaseMessage::Released);
         for script in [
-            include_str!("../../lua/release.lua"),
+            include_str!("../../lua/lib/release.lua"),
             include_str!("../../lua/cancel.lua"),
         ] {
             assert!(script.contains("'released'"));

@@ -51,138 +51,80 @@ pub(crate) struct Scripts {
 /// (the identity in production; the negative controls of test builds substitute broken
 /// lines).
 pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
-    let fence_mark = include_str!("../../lua/lib/fence_mark.lua");
-    let hash_field = include_str!("../../lua/lib/hash_field.lua");
-    let run_record = include_str!("../../lua/lib/run_record.lua");
-    let idem_record = include_str!("../../lua/lib/idem_record.lua");
-    // The run-record scripts: hash_field and run_record before each, idem_record before the
-    // idempotency scripts that answer a key's record.
-    let run = |name: &str, libs: &[&str], text: &str| {
-        let text = [&[hash_field, run_record][..], libs, &[text]]
-            .concat()
-            .concat();
-        Script::new(&source(name, &text))
-    };
-    let sem_holds = include_str!("../../lua/lib/sem_holds.lua");
-    let next_token = include_str!("../../lua/lib/next_token.lua");
-    let load = |name: &str, text: &str| Script::new(&source(name, text));
+    // A script or library of `lua/` by name.
+    macro_rules! lua {
+        ($name:literal) => {
+            include_str!(concat!("../../lua/", $name, ".lua"))
+        };
+    }
+    // The libraries (lua/lib), each before every script that calls it, after the libraries it
+    // calls itself: Redis scripts cannot import, so each script is loaded as its libraries'
+    // text followed by its own. Each script gets only the libraries it calls: each function a
+    // script defines costs every call of it (lua/lib/calls.lua).
+    let calls = lua!("lib/calls");
+    let clock = lua!("lib/clock");
+    let next_token = lua!("lib/next_token");
+    let acquire = lua!("lib/acquire");
+    let release = lua!("lib/release");
+    let fair = lua!("lib/fair");
+    let fenced = [lua!("lib/fence_mark")];
+    let (hash_field, run_record) = (lua!("lib/hash_field"), lua!("lib/run_record"));
+    let runs = [hash_field, run_record];
+    let idem = [hash_field, run_record, lua!("lib/idem_record")];
+    let holds = [lua!("lib/sem_holds")];
+    let issuing = [lua!("lib/sem_holds"), next_token];
+    let text = |libs: &[&str], script: &str| [libs, &[script]].concat().concat();
+    let load =
+        |name: &str, libs: &[&str], script: &str| Script::new(&source(name, &text(libs, script)));
     Scripts {
-        acquire: load(
-            "acquire",
-            &[next_token, include_str!("../../lua/acquire.lua")].concat(),
-        ),
+        acquire: load("acquire", &[next_token, acquire], lua!("acquire")),
         acquire_fair: load(
             "acquire_fair",
-            &[next_token, include_str!("../../lua/acquire_fair.lua")].concat(),
+            &[calls, clock, next_token, acquire, fair],
+            lua!("acquire_fair"),
         ),
-        release_fair: load("release_fair", include_str!("../../lua/release_fair.lua")),
-        leave_fair: load("leave_fair", include_str!("../../lua/leave_fair.lua")),
-        acquire_all: load("acquire_all", include_str!("../../lua/acquire_all.lua")),
-        release_all: load("release_all", include_str!("../../lua/release_all.lua")),
-        reenter: load("reenter", include_str!("../../lua/reenter.lua")),
-        release: load("release", include_str!("../../lua/release.lua")),
-        handoff: load(
-            "handoff",
-            &[next_token, include_str!("../../lua/handoff.lua")].concat(),
+        release_fair: load(
+            "release_fair",
+            &[calls, clock, release, fair],
+            lua!("release_fair"),
         ),
-        extend: load("extend", include_str!("../../lua/extend.lua")),
-        cancel: load("cancel", include_str!("../../lua/cancel.lua")),
-        renew: load("renew", include_str!("../../lua/renew.lua")),
-        fenced_write: load(
-            "fenced_write",
-            &[fence_mark, include_str!("../../lua/fenced_write.lua")].concat(),
+        leave_fair: load("leave_fair", &[calls, clock, fair], lua!("leave_fair")),
+        acquire_all: load(
+            "acquire_all",
+            &[clock, next_token, acquire],
+            lua!("acquire_all"),
         ),
-        fenced_read: load(
-            "fenced_read",
-            &[fence_mark, include_str!("../../lua/fenced_read.lua")].concat(),
-        ),
-        force_release: load("force_release", include_str!("../../lua/force_release.lua")),
-        permissions: load("permissions", include_str!("../../lua/permissions.lua")),
-        announce: load("announce", include_str!("../../lua/announce.lua")),
-        leader: load("leader", include_str!("../../lua/leader.lua")),
-        wait_record: load("wait_record", include_str!("../../lua/wait_record.lua")),
-        job_begin: run("job_begin", &[], include_str!("../../lua/job_begin.lua")),
-        job_finish: run("job_finish", &[], include_str!("../../lua/job_finish.lua")),
-        job_read: run("job_read", &[], include_str!("../../lua/job_read.lua")),
-        idem_begin: run(
-            "idem_begin",
-            &[idem_record],
-            include_str!("../../lua/idem_begin.lua"),
-        ),
-        idem_finish: run(
-            "idem_finish",
-            &[],
-            include_str!("../../lua/idem_finish.lua"),
-        ),
-        idem_read: run(
-            "idem_read",
-            &[idem_record],
-            include_str!("../../lua/idem_read.lua"),
-        ),
-        sem_acquire: load(
-            "sem_acquire",
-            &[
-                sem_holds,
-                next_token,
-                include_str!("../../lua/sem_acquire.lua"),
-            ]
-            .concat(),
-        ),
-        sem_release: load(
-            "sem_release",
-            &[sem_holds, include_str!("../../lua/sem_release.lua")].concat(),
-        ),
-        sem_handoff: load(
-            "sem_handoff",
-            &[
-                sem_holds,
-                next_token,
-                include_str!("../../lua/sem_handoff.lua"),
-            ]
-            .concat(),
-        ),
-        sem_cancel: load(
-            "sem_cancel",
-            &[sem_holds, include_str!("../../lua/sem_cancel.lua")].concat(),
-        ),
-        sem_renew: load(
-            "sem_renew",
-            &[sem_holds, include_str!("../../lua/sem_renew.lua")].concat(),
-        ),
-        sem_limit: load(
-            "sem_limit",
-            &[sem_holds, include_str!("../../lua/sem_limit.lua")].concat(),
-        ),
-        hold_reenter: load(
-            "hold_reenter",
-            &[sem_holds, include_str!("../../lua/hold_reenter.lua")].concat(),
-        ),
-        rw_acquire: load(
-            "rw_acquire",
-            &[
-                sem_holds,
-                next_token,
-                include_str!("../../lua/rw_acquire.lua"),
-            ]
-            .concat(),
-        ),
-        rw_downgrade: load(
-            "rw_downgrade",
-            &[sem_holds, include_str!("../../lua/rw_downgrade.lua")].concat(),
-        ),
-        sem_release_many: load(
-            "sem_release_many",
-            &[sem_holds, include_str!("../../lua/sem_release_many.lua")].concat(),
-        ),
-        rw_read_many: load(
-            "rw_read_many",
-            &[
-                sem_holds,
-                next_token,
-                include_str!("../../lua/rw_read_many.lua"),
-            ]
-            .concat(),
-        ),
+        release_all: load("release_all", &[calls, release], lua!("release_all")),
+        reenter: load("reenter", &[calls], lua!("reenter")),
+        release: load("release", &[release], lua!("release")),
+        handoff: load("handoff", &[next_token, acquire, release], lua!("handoff")),
+        extend: load("extend", &[calls], lua!("extend")),
+        cancel: load("cancel", &[calls], lua!("cancel")),
+        renew: load("renew", &[], lua!("renew")),
+        fenced_write: load("fenced_write", &fenced, lua!("fenced_write")),
+        fenced_read: load("fenced_read", &fenced, lua!("fenced_read")),
+        force_release: load("force_release", &[calls, clock], lua!("force_release")),
+        permissions: load("permissions", &[], lua!("permissions")),
+        announce: load("announce", &[calls], lua!("announce")),
+        leader: load("leader", &[calls], lua!("leader")),
+        wait_record: load("wait_record", &[clock], lua!("wait_record")),
+        job_begin: load("job_begin", &runs, lua!("job_begin")),
+        job_finish: load("job_finish", &runs, lua!("job_finish")),
+        job_read: load("job_read", &runs, lua!("job_read")),
+        idem_begin: load("idem_begin", &idem, lua!("idem_begin")),
+        idem_finish: load("idem_finish", &runs, lua!("idem_finish")),
+        idem_read: load("idem_read", &idem, lua!("idem_read")),
+        sem_acquire: load("sem_acquire", &issuing, lua!("sem_acquire")),
+        sem_release: load("sem_release", &holds, lua!("sem_release")),
+        sem_handoff: load("sem_handoff", &issuing, lua!("sem_handoff")),
+        sem_cancel: load("sem_cancel", &holds, lua!("sem_cancel")),
+        sem_renew: load("sem_renew", &holds, lua!("sem_renew")),
+        sem_limit: load("sem_limit", &holds, lua!("sem_limit")),
+        hold_reenter: load("hold_reenter", &holds, lua!("hold_reenter")),
+        rw_acquire: load("rw_acquire", &issuing, lua!("rw_acquire")),
+        rw_downgrade: load("rw_downgrade", &holds, lua!("rw_downgrade")),
+        sem_release_many: load("sem_release_many", &holds, lua!("sem_release_many")),
+        rw_read_many: load("rw_read_many", &issuing, lua!("rw_read_many")),
     }
 }
 

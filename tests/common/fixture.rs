@@ -136,6 +136,8 @@ impl Fixture {
 pub fn load_contended_scripts(server: &redis::Client) {
     let handoff = [
         include_str!("../../lua/lib/next_token.lua"),
+        include_str!("../../lua/lib/acquire.lua"),
+        include_str!("../../lua/lib/release.lua"),
         include_str!("../../lua/handoff.lua"),
     ]
     .concat();

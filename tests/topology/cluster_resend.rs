@@ -20,14 +20,24 @@ use fencelock_testing::{Direction, FaultProxy, RedisCluster, RedisServer};
 use redis::Commands;
 
 const LONG: Duration = Duration::from_secs(60);
-// As the loader builds it: the shared token issuance prepended.
+// As the loader builds them: each script's libraries (lua/lib) prepended.
 const ACQUIRE: &str = concat!(
     include_str!("../../lua/lib/next_token.lua"),
+    include_str!("../../lua/lib/acquire.lua"),
     include_str!("../../lua/acquire.lua")
 );
-const REENTER: &str = include_str!("../../lua/reenter.lua");
-const RELEASE: &str = include_str!("../../lua/release.lua");
-const CANCEL: &str = include_str!("../../lua/cancel.lua");
+const REENTER: &str = concat!(
+    include_str!("../../lua/lib/calls.lua"),
+    include_str!("../../lua/reenter.lua")
+);
+const RELEASE: &str = concat!(
+    include_str!("../../lua/lib/release.lua"),
+    include_str!("../../lua/release.lua")
+);
+const CANCEL: &str = concat!(
+    include_str!("../../lua/lib/calls.lua"),
+    include_str!("../../lua/cancel.lua")
+);
 
 /// A 3-primary cluster (no replicas, so nothing else travels through the proxy) whose node 0
 /// is reached through a proxy.
