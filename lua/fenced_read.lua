@@ -39,7 +39,8 @@
 -- would refuse r1's next read although nothing was written. No op record for either: raising
 -- a mark to the same token again changes nothing.
 --
--- Uses fence_mark() from lib/fence_mark.lua, which the loader prepends to this file.
+-- Uses fence_mark(), fence_check(), data_check() and keep_for() from lib/fence_mark.lua,
+-- which the loader prepends to this file.
 local token, exclusive, shared = fence_mark(ARGV[1], KEYS[2], KEYS[3])
 if not token then
   return exclusive
@@ -49,38 +50,30 @@ if not sharing and ARGV[4] ~= 'claim' then
   return redis.error_reply('FENCELOCK_BADARG unknown read mode ' .. tostring(ARGV[4]))
 end
 -- A shared read is refused only by a newer exclusive token; a claim by either mark.
-local mark = sharing and exclusive or math.max(exclusive, shared)
-if token < mark then
-  return {0, mark, (not sharing and shared > exclusive) and 1 or 0}
-end
-local floor, floor_err = retention_floor(ARGV[5], exclusive, shared)
-if not floor then
-  return floor_err
-end
-if floor > 0 and token <= floor then
-  return {0, floor + 1, 2}
+local refused = fence_check(token, exclusive, shared, sharing, ARGV[5])
+if refused then
+  return refused
 end
 
+-- Per kind: the type the data must have (or none), then the read.
 local kind = ARGV[2]
-local data_kind = redis.call('TYPE', KEYS[1])['ok']
 local value = 0
-if kind == 'get' then
-  if data_kind ~= 'none' and data_kind ~= 'string' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a string')
+if kind ~= 'claim' then
+  local wanted = kind == 'get' and 'string' or kind == 'hget' and 'hash' or kind == 'lrange' and 'list'
+  if not wanted then
+    return redis.error_reply('FENCELOCK_BADARG unknown read kind ' .. tostring(kind))
   end
-  value = redis.call('GET', KEYS[1])
-elseif kind == 'hget' then
-  if data_kind ~= 'none' and data_kind ~= 'hash' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a hash')
+  refused = data_check(KEYS[1], wanted)
+  if refused then
+    return refused
   end
-  value = redis.call('HGET', KEYS[1], ARGV[3])
-elseif kind == 'lrange' then
-  if data_kind ~= 'none' and data_kind ~= 'list' then
-    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a list')
+  if kind == 'get' then
+    value = redis.call('GET', KEYS[1])
+  elseif kind == 'hget' then
+    value = redis.call('HGET', KEYS[1], ARGV[3])
+  else
+    value = redis.call('LRANGE', KEYS[1], 0, -1)
   end
-  value = redis.call('LRANGE', KEYS[1], 0, -1)
-elseif kind ~= 'claim' then
-  return redis.error_reply('FENCELOCK_BADARG unknown read kind ' .. tostring(kind))
 end
 
 if sharing then

@@ -36,7 +36,8 @@
 -- A write below the shared mark is refused because a reader with a newer token has read the
 -- resource: its hold began after this writer's ended (lib/fence_mark.lua).
 --
--- Uses fence_mark() from lib/fence_mark.lua, which the loader prepends to this file.
+-- Uses fence_mark(), fence_check(), data_check() and keep_for() from lib/fence_mark.lua,
+-- which the loader prepends to this file.
 local done = redis.call('GET', KEYS[3])
 if done then
   return {1, tonumber(done)}
@@ -46,34 +47,27 @@ local token, exclusive, shared = fence_mark(ARGV[1], KEYS[2], KEYS[4])
 if not token then
   return exclusive
 end
-local mark = math.max(exclusive, shared)
-if token < mark then
-  return {0, mark, shared > exclusive and 1 or 0}
-end
-local floor, floor_err = retention_floor(ARGV[4], exclusive, shared)
-if not floor then
-  return floor_err
-end
-if floor > 0 and token <= floor then
-  return {0, floor + 1, 2}
+local refused = fence_check(token, exclusive, shared, false, ARGV[4])
+if refused then
+  return refused
 end
 
 local kind = ARGV[3]
-local data_kind = redis.call('TYPE', KEYS[1])['ok']
-local function expect(allowed)
-  return data_kind == 'none' or data_kind == allowed
+local wanted = (kind == 'set' or kind == 'incrby') and 'string' or kind == 'hset' and 'hash'
+  or kind == 'rpush' and 'list'
+if wanted then
+  refused = data_check(KEYS[1], wanted, kind == 'incrby' and 'a number' or nil)
+  if refused then
+    return refused
+  end
+elseif kind ~= 'del' then
+  return redis.error_reply('FENCELOCK_BADARG unknown write kind ' .. tostring(kind))
 end
 
 local result = 0
 if kind == 'set' then
-  if not expect('string') then
-    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a string')
-  end
   redis.call('SET', KEYS[1], ARGV[5])
 elseif kind == 'incrby' then
-  if not expect('string') then
-    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a number')
-  end
   local delta = tonumber(ARGV[5])
   local current = tonumber(redis.call('GET', KEYS[1]) or '0')
   if not delta or delta % 1 ~= 0 then
@@ -84,19 +78,11 @@ elseif kind == 'incrby' then
   end
   result = redis.call('INCRBY', KEYS[1], ARGV[5])
 elseif kind == 'hset' then
-  if not expect('hash') then
-    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a hash')
-  end
   redis.call('HSET', KEYS[1], unpack(ARGV, 5))
 elseif kind == 'rpush' then
-  if not expect('list') then
-    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. data_kind .. ', not a list')
-  end
   result = redis.call('RPUSH', KEYS[1], unpack(ARGV, 5))
-elseif kind == 'del' then
-  redis.call('DEL', KEYS[1])
 else
-  return redis.error_reply('FENCELOCK_BADARG unknown write kind ' .. tostring(kind))
+  redis.call('DEL', KEYS[1])
 end
 
 if token > exclusive then

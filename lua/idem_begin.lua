@@ -45,8 +45,8 @@
 -- before anything else: a key reused for another request never runs it, whatever state the
 -- first request is in. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
--- Uses hash_field() (lib/hash_field.lua), run_begin() (lib/run_record.lua) and idem_record()
--- (lib/idem_record.lua), which the loader prepends to this file.
+-- Uses run_begin() (lib/run_record.lua) and idem_record() (lib/idem_record.lua), which the
+-- loader prepends to this file after lib/calls.lua and lib/clock.lua.
 return run_begin({
   lock = KEYS[1], key = KEYS[2], holder = ARGV[1], token = ARGV[2],
   field = 'fingerprint', value = ARGV[3], retention = ARGV[4], policy = ARGV[5],

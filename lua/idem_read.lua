@@ -20,8 +20,8 @@
 -- record again anyway and a duplicate could run meanwhile. Commands: HGET, PTTL, DEL (the
 -- least-privilege ACL has no HGETALL).
 --
--- Uses hash_field() (lib/hash_field.lua), run_read() (lib/run_record.lua) and idem_record()
--- (lib/idem_record.lua), which the loader prepends to this file.
+-- Uses run_read() (lib/run_record.lua) and idem_record() (lib/idem_record.lua), which the
+-- loader prepends to this file after lib/calls.lua and lib/clock.lua.
 return run_read(KEYS[1], KEYS[2], 'idempotency record', function(recorded, lock_token, pttl)
   local reply = idem_record(KEYS[2], 1, recorded, lock_token, pttl)
   if ARGV[1] == 'forget' and lock_token == 0 then

@@ -48,8 +48,8 @@
 -- (`failed`) is taken over whatever that policy: it did not run the job to the end, and said
 -- so. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
--- Uses hash_field() (lib/hash_field.lua) and run_begin(), run_fields() (lib/run_record.lua),
--- which the loader prepends to this file.
+-- Uses run_begin() and run_fields() (lib/run_record.lua), which the loader prepends to this
+-- file after lib/calls.lua and lib/clock.lua.
 local function record(code, recorded)
   return {code, tonumber(redis.call('HGET', KEYS[2], 'tick')), run_fields(KEYS[2], recorded)}
 end

@@ -26,8 +26,8 @@
 -- token in the record cannot happen while tokens increase; the newer finish wins it too.
 -- Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
--- Uses hash_field() (lib/hash_field.lua) and run_finish() (lib/run_record.lua), which the
--- loader prepends to this file.
+-- Uses run_finish() (lib/run_record.lua), which the loader prepends to this file after
+-- lib/calls.lua and lib/clock.lua.
 return run_finish({
   key = KEYS[1], holder = ARGV[1], token = ARGV[2], started = ARGV[4], retention = ARGV[5],
   field = 'tick', value = ARGV[3], what = 'tick record',

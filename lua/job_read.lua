@@ -14,8 +14,8 @@
 --
 -- Commands: HGET, PTTL (the least-privilege ACL has no HGETALL).
 --
--- Uses hash_field() (lib/hash_field.lua) and run_read(), run_fields() (lib/run_record.lua),
--- which the loader prepends to this file.
+-- Uses run_read() and run_fields() (lib/run_record.lua), which the loader prepends to this
+-- file after lib/calls.lua and lib/clock.lua.
 return run_read(KEYS[1], KEYS[2], 'tick record', function(recorded, lock_token, pttl)
   return {
     1,

@@ -1,5 +1,8 @@
 -- lib/fence_mark.lua: shared by fenced_read.lua and fenced_write.lua; the loader
--- (src/protocol/scripts.rs) prepends it to each of them, since Redis scripts cannot import.
+-- (src/protocol/scripts.rs) prepends it to each of them, since Redis scripts cannot import. It
+-- calls no other library, as lib/next_token.lua does not (each function a script defines costs
+-- its every call: lib/calls.lua): its WRONGTYPE refusal (refused() there) and its clock
+-- (micros() of lib/clock.lua) are in line.
 --
 -- A resource has two marks. The exclusive mark is the highest token that wrote to it or read
 -- it with a claim (a holder alone in its critical section); the shared mark is the highest
@@ -14,20 +17,15 @@
 -- fence_mark(token_arg, mark_key, shared_key) parses the presented token and reads both
 -- marks. Returns token, exclusive mark, shared mark (0 where a mark is missing); or nil, an
 -- error reply (nothing has been modified).
--- read_mark(key, what): one GET under redis.pcall, so the type check rides on the read (as
--- hash_field() does) instead of costing a TYPE per mark on every fenced call.
+-- read_mark(key, what): one GET under redis.pcall, so the type check rides on the read
+-- instead of costing a TYPE per mark on every fenced call.
 local function read_mark(key, what)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' and raw.err then
-    if string.sub(raw.err, 1, 9) == 'WRONGTYPE' then
-      return nil, redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' is not a string')
-    end
-    return nil, raw
+    return nil, string.sub(raw.err, 1, 9) ~= 'WRONGTYPE' and raw
+      or redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' is not a string')
   end
-  if not raw then
-    return 0
-  end
-  local mark = tonumber(raw)
+  local mark = tonumber(raw or '0')
   if mark == nil then
     return nil, redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' does not hold an integer')
   end
@@ -40,11 +38,10 @@ local function fence_mark(token_arg, mark_key, shared_key)
     return nil, redis.error_reply('FENCELOCK_BADARG fencing token must be a positive integer below 2^53')
   end
   local mark, err = read_mark(mark_key, 'high-water mark')
-  if not mark then
-    return nil, err
-  end
   local shared
-  shared, err = read_mark(shared_key, 'shared mark')
+  if mark then
+    shared, err = read_mark(shared_key, 'shared mark')
+  end
   if not shared then
     return nil, err
   end
@@ -70,6 +67,36 @@ local function retention_floor(retention_arg, exclusive, shared)
   end
   local now = redis.call('TIME')
   return tonumber(now[1]) * 1000000 + tonumber(now[2]) - retention * 1000
+end
+
+-- fence_check(token, exclusive, shared, sharing, retention_arg): whether a call with `token`
+-- may act on a resource with these marks: nil when it may; else the refusal {0, latest, by}.
+-- An exclusive call (a write, a claim) is refused below either mark (latest: the higher; by 1
+-- when it is the shared one, else 0), a shared read (`sharing`) only below the exclusive mark
+-- (by 0); a token at or below the retention's floor is refused with by 2 and latest the oldest
+-- token accepted; a bad retention argument is answered FENCELOCK_BADARG.
+local function fence_check(token, exclusive, shared, sharing, retention_arg)
+  local mark = sharing and exclusive or math.max(exclusive, shared)
+  if token < mark then
+    return {0, mark, (not sharing and shared > exclusive) and 1 or 0}
+  end
+  local floor, floor_err = retention_floor(retention_arg, exclusive, shared)
+  if not floor then
+    return floor_err
+  end
+  if floor > 0 and token <= floor then
+    return {0, floor + 1, 2}
+  end
+end
+
+-- data_check(key, wanted, noun): the TYPE of a resource's data before a call that needs it to
+-- hold a `wanted` ("string", "hash", "list") or nothing: nil then, else FENCELOCK_WRONGTYPE
+-- naming what it holds ("..., not <noun>"; noun: "a <wanted>" unless given).
+local function data_check(key, wanted, noun)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'none' and kind ~= wanted then
+    return redis.error_reply('FENCELOCK_WRONGTYPE resource holds a ' .. kind .. ', not ' .. (noun or 'a ' .. wanted))
+  end
 end
 
 -- keep_for(retention_arg, ...): after an accepted call on a resource kept for a retention,

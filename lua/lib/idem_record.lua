@@ -1,6 +1,6 @@
 -- lib/idem_record.lua: the reply naming an idempotency key's record, shared by idem_begin.lua
 -- and idem_read.lua; the loader (src/protocol/scripts.rs) prepends it to both, after
--- lib/hash_field.lua and lib/run_record.lua (whose run_fields() it uses).
+-- lib/calls.lua, lib/clock.lua and lib/run_record.lua (whose run_fields() it uses).
 --
 -- idem_record(key, code, recorded, ...) returns {code, RECORD, ...}: RECORD is runner, token
 -- (`recorded`, the record's "token" as read), started, finished or 0, failed or 0, final (0 or

@@ -1,7 +1,7 @@
 -- lib/run_record.lua: the run record, shared by the job scripts (job_begin.lua, job_finish.lua,
 -- job_read.lua) and the idempotency scripts (idem_begin.lua, idem_finish.lua, idem_read.lua);
--- the loader (src/protocol/scripts.rs) prepends it to each of them, after lib/hash_field.lua
--- (whose hash_field() it uses), since Redis scripts cannot import.
+-- the loader (src/protocol/scripts.rs) prepends it to each of them, after lib/calls.lua and
+-- lib/clock.lua (whose refused() and now_ms() it uses), since Redis scripts cannot import.
 --
 -- A run record is a hash next to a lock that names the newest run begun under that lock: the
 -- kind's own field first (a job's "tick", an idempotency key's "fingerprint"), then "runner"
@@ -10,8 +10,6 @@
 -- left the record to a retry) -> server time of that end (ms). Every write replaces the whole
 -- hash and sets its expiry to the retention the caller passes. Each script's header states its
 -- own contract in full; these functions are how the scripts carry it out.
---
--- run_now() is the server time in ms (TIME).
 --
 -- run_fields(key, recorded, ...) returns the fields every reply naming the record `key` carries,
 -- in this order: runner, token (`recorded`, the record's "token" as read), started, finished or
@@ -51,10 +49,16 @@
 -- lock_token is the lock hash's "~token" (0: the lock is free) and pttl the lock's PTTL.
 -- Commands: HGET, PTTL.
 --
--- Each returns an error reply as hash_field() does when a key holds another type.
-local function run_now()
-  local now = redis.call('TIME')
-  return now[1] * 1000 + math.floor(now[2] / 1000)
+-- Each returns an error reply (refused) when a key holds another type: the records and the lock
+-- are read with HGET (the least-privilege ACL has no HGETALL), whose WRONGTYPE names `what`
+-- (run_field: the field, false when missing; or nil and "FENCELOCK_WRONGTYPE <what> is not a
+-- fencelock hash").
+local function run_field(key, field, what)
+  local value = redis.pcall('HGET', key, field)
+  if type(value) == 'table' and value.err then
+    return nil, refused(value, what .. ' is not a fencelock hash')
+  end
+  return value
 end
 
 local function run_fields(key, recorded, ...)
@@ -67,20 +71,20 @@ local function run_fields(key, recorded, ...)
 end
 
 local function run_begin(run)
-  local held, held_err = hash_field(run.lock, run.holder, 'lock key')
+  local held, held_err = run_field(run.lock, run.holder, 'lock key')
   if held == nil then
     return held_err
   end
   if not held or redis.call('HGET', run.lock, '~token') ~= run.token then
     return {-1}
   end
-  local recorded, recorded_err = hash_field(run.key, 'token', run.what)
+  local recorded, recorded_err = run_field(run.key, 'token', run.what)
   if recorded == nil then
     return recorded_err
   end
 
   local function begin(previous)
-    local started = run_now()
+    local started = now_ms()
     redis.call('DEL', run.key)
     redis.call('HSET', run.key, run.field, run.value, 'runner', run.holder, 'token', run.token,
       'started', started)
@@ -123,7 +127,7 @@ local function run_finish(run)
     return redis.error_reply('FENCELOCK_BADARG unknown outcome ' .. tostring(run.outcome) ..
       ' for the ' .. run.what)
   end
-  local recorded, recorded_err = hash_field(run.key, 'token', run.what)
+  local recorded, recorded_err = run_field(run.key, 'token', run.what)
   if recorded == nil then
     return recorded_err
   end
@@ -137,7 +141,7 @@ local function run_finish(run)
       return {1, tonumber(at)}
     end
   end
-  local at = run_now()
+  local at = now_ms()
   redis.call('DEL', run.key)
   redis.call('HSET', run.key, run.field, run.value, 'runner', run.holder, 'token', run.token,
     'started', run.started, ended, at)
@@ -149,11 +153,11 @@ local function run_finish(run)
 end
 
 local function run_read(lock, key, what, answer)
-  local lock_token, lock_err = hash_field(lock, '~token', 'lock key')
+  local lock_token, lock_err = run_field(lock, '~token', 'lock key')
   if lock_token == nil then
     return lock_err
   end
-  local recorded, recorded_err = hash_field(key, 'token', what)
+  local recorded, recorded_err = run_field(key, 'token', what)
   if recorded == nil then
     return recorded_err
   end

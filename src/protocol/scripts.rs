@@ -68,9 +68,9 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
     let release = lua!("lib/release");
     let fair = lua!("lib/fair");
     let fenced = [lua!("lib/fence_mark")];
-    let (hash_field, run_record) = (lua!("lib/hash_field"), lua!("lib/run_record"));
-    let runs = [hash_field, run_record];
-    let idem = [hash_field, run_record, lua!("lib/idem_record")];
+    let run_record = lua!("lib/run_record");
+    let runs = [calls, clock, run_record];
+    let idem = [calls, clock, run_record, lua!("lib/idem_record")];
     let holds = [lua!("lib/sem_holds")];
     let issuing = [lua!("lib/sem_holds"), next_token];
     let text = |libs: &[&str], script: &str| [libs, &[script]].concat().concat();
