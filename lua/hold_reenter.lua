@@ -15,7 +15,8 @@
 --          {-2}             this operation was cancelled before it ran; nothing done
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
 --
--- A hold whose lease passed is not entered again, even before any script dropped it.
+-- A hold whose lease passed is not entered again, even before any script dropped it. The loader
+-- prepends lib/clock.lua and lib/sem_holds.lua to this file.
 local done = redis.call('GET', KEYS[3])
 if done == 'c' then
   return {-2}

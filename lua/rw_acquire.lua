@@ -46,27 +46,19 @@
 -- again, so it outlives the writer's next attempt (which its waiting timer makes at that
 -- deadline at the latest) but not a writer that died: a crashed writer keeps readers out for
 -- at most that long. A writer that gives up removes its mark (sem_cancel.lua).
-local LIMIT = 1000000000
+--
+-- Each read of rw_read_many.lua is answered by the same functions: sem_again() of
+-- lib/sem_take.lua and rw_busy() of lib/rw.lua, which the loader prepends to this file after
+-- lib/clock.lua, lib/sem_holds.lua and lib/next_token.lua.
 local clock = redis.call('TIME')
 local now = now_ms(clock)
-local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[7])
+local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[7], KEYS[3])
 if not sem then
   return err
 end
-local marks_kind = redis.call('TYPE', KEYS[3])['ok']
-if marks_kind ~= 'zset' and marks_kind ~= 'none' then
-  return redis.error_reply('FENCELOCK_WRONGTYPE waiting writers key holds a ' .. marks_kind .. ', not a sorted set')
-end
-local done = redis.call('GET', KEYS[5])
-if sem.live then
-  local _, token_text = sem_hold_parse(sem.held)
-  if ARGV[8] == '1' then
-    redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5], 'NX')
-  end
-  return {1, tonumber(token_text)}
-end
-if done then
-  return {-2}
+local again = sem_again(sem, redis.call('GET', KEYS[5]), KEYS[5], ARGV[5], ARGV[8] == '1')
+if again then
+  return again
 end
 
 -- Read (and type-check) the counter and compute the token before the first write, so an
@@ -76,42 +68,21 @@ if not token then
   return token_text -- the error reply
 end
 
-local freed = sem_purge(KEYS[1], KEYS[2], sem)
--- No waiting writers key (the common case for readers): nothing to drop, read or remove
--- from it below; three calls less.
-local marks = marks_kind == 'zset'
-if marks then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-end
-local used = sem_used(KEYS[1])
 local writing = ARGV[2] == 'w'
-local wanted = writing and LIMIT or 1
-local marked = marks and redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES') or {}
-local blocked = used + wanted > LIMIT or (not writing and #marked > 0)
-if blocked then
-  sem_settle(KEYS[1], KEYS[2])
-  local earliest = sem_earliest(KEYS[1], KEYS[2])
+local wanted = writing and RW_LIMIT or 1
+local wait_ms, earliest = rw_busy(KEYS[1], KEYS[2], KEYS[3], sem, now, wanted, not writing, ARGV[6])
+if wait_ms then
   if writing and ARGV[4] == '1' then
     redis.call('ZADD', KEYS[3], (earliest or now) + tonumber(ARGV[3]), ARGV[1])
     local latest = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
     redis.call('PEXPIREAT', KEYS[3], latest[2])
   end
-  if freed > 0 then
-    sem_publish(KEYS[1], ARGV[6], KEYS[3])
-  end
-  local until_ms = earliest
-  if not writing and #marked > 0 then
-    local mark = tonumber(marked[2])
-    if not until_ms or mark < until_ms then
-      until_ms = mark
-    end
-  end
-  return {0, until_ms and (until_ms - now) or -1}
+  return {0, wait_ms}
 end
 
 redis.call('SET', KEYS[4], token_text)
-sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[9], LIMIT, now + tonumber(ARGV[3]))
-if marks then
+sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[9], RW_LIMIT, now + tonumber(ARGV[3]))
+if sem.marks then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 if ARGV[8] == '1' then

@@ -14,7 +14,8 @@
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
 --
 -- Idempotent by state, without an op record: a second copy finds the hold already at one
--- permit. Waiting writers are not woken: a reader still holds the lock.
+-- permit. Waiting writers are not woken: a reader still holds the lock. The loader prepends
+-- lib/clock.lua and lib/sem_holds.lua to this file.
 local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now_ms(), nil)
 if not sem then
   return err
@@ -25,7 +26,15 @@ if not sem.live then
 end
 local permits, token_text, label = sem_hold_parse(sem.held)
 if permits > 1 then
-  sem_change_permits(KEYS[1], KEYS[2], ARGV[1], permits, 1, token_text, label)
-  redis.call(ARGV[2] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
+  -- The hold keeps its token, label and deadline with one permit. HSET clears a field's own
+  -- expiry: it is set again.
+  local deadline = sem_deadline(KEYS[1], KEYS[2], ARGV[1])
+  redis.call('HSET', KEYS[1], ARGV[1], sem_hold_value(1, token_text, label))
+  if FIELD_EXPIRY then
+    redis.call('HPEXPIREAT', KEYS[1], deadline, 'FIELDS', 1, ARGV[1])
+  else
+    redis.call('HINCRBY', KEYS[1], '~used', 1 - permits)
+  end
+  sem_publish(KEYS[1], ARGV[2], nil)
 end
 return {1}

@@ -1,9 +1,13 @@
 -- rw_read_many.lua: several read acquisitions of one read-write lock, by one client, in one
 -- script call. Each is answered exactly as rw_acquire.lua would answer it alone (mode "r"), as
--- if they ran one after another in the order given; what they have in common is done once:
--- the clock, the read of the hash and of the expired holds, the waiting writers' check, the
--- fence counter and the keys' expiry. A read alone costs a script call of about 10 server
--- commands; each further read in the call costs a field, a member and a few lines of Lua.
+-- if they ran one after another in the order given, by the same functions (sem_again,
+-- rw_busy; the loader prepends lib/clock.lua, lib/sem_holds.lua, lib/next_token.lua,
+-- lib/sem_take.lua and lib/rw.lua to this file); what they have in common is done once: the
+-- clock, the read of the hash, of every reader's field and of the expired holds (sem_open),
+-- the waiting writers' check (rw_busy), the fence counter, the writes of the grants (one
+-- sem_grant_ones for them all) and the keys' expiry. A read alone costs a script call of about 10
+-- server commands; each further read in the call costs a field, a member and a few lines of
+-- Lua.
 --
 -- KEYS[1]    lock hash        (layout in lib/sem_holds.lua; a reader holds one permit of
 --                             1000000000)
@@ -39,69 +43,61 @@
 --                               alone refuses it, and a fresh recorded read writes its record
 --                               over it; those keys are the protocol's own
 --          FENCELOCK_BADARG     the list of reads is malformed (a client bug); nothing done
-local LIMIT = 1000000000
+-- New holds of one permit each, all until `deadline`: `grants` lists {holder, token_text,
+-- label} (label nil: none). As sem_grant for each, in one HSET and one ZADD on the lease-zset
+-- path (below).
+local function sem_grant_ones(hash, leases, grants, limit, deadline)
+  if FIELD_EXPIRY then
+    for _, grant in ipairs(grants) do
+      sem_grant(hash, leases, grant[1], 1, grant[2], grant[3], limit, deadline)
+    end
+    return
+  end
+  USED = USED + #grants
+  local fields, members = {}, {}
+  local deadline_text = int_text(deadline)
+  for k, grant in ipairs(grants) do
+    fields[2 * k - 1], fields[2 * k] = grant[1], sem_hold_value(1, grant[2], grant[3])
+    members[2 * k - 1], members[2 * k] = deadline_text, grant[1]
+  end
+  fields[#fields + 1], fields[#fields + 2] = '~used', int_text(USED)
+  if RECORDED_LIMIT ~= limit then
+    fields[#fields + 1], fields[#fields + 2] = '~limit', int_text(limit)
+    RECORDED_LIMIT = limit
+  end
+  redis.call('HSET', hash, unpack(fields))
+  redis.call('ZADD', leases, unpack(members))
+  sem_set_deadline_after_zadd(hash, leases, deadline)
+end
+
 local n = tonumber(ARGV[1])
 if not n or n < 1 or #ARGV ~= 5 + 3 * n or #KEYS ~= 4 + n then
   return redis.error_reply('FENCELOCK_BADARG rw_read_many.lua: malformed list of reads')
 end
-local function holder_of(i) return ARGV[3 * i + 3] end
 local function recorded(i) return ARGV[3 * i + 4] == '1' end
-local function label_of(i)
-  local label = ARGV[3 * i + 5]
-  return label ~= '' and label or nil
-end
 
+-- Each read's own hold field in sem_open's HMGET, every op record in one MGET.
+local holders, first_of = {}, {}
+for i = 1, n do
+  holders[i] = ARGV[3 * i + 3]
+  first_of[holders[i]] = first_of[holders[i]] or i
+end
 local clock = redis.call('TIME')
 local now = now_ms(clock)
-local sem, err = sem_open(KEYS[1], KEYS[2], nil, now, ARGV[5])
+local sem, err = sem_open(KEYS[1], KEYS[2], holders, now, ARGV[5], KEYS[3])
 if not sem then
   return err
 end
-local marks_kind = redis.call('TYPE', KEYS[3])['ok']
-if marks_kind ~= 'zset' and marks_kind ~= 'none' then
-  return redis.error_reply('FENCELOCK_WRONGTYPE waiting writers key holds a ' .. marks_kind .. ', not a sorted set')
-end
-
--- Each read's own hold field and op record: one HMGET, one MGET for all of them. A hold is live
--- when its field is there and its deadline has not passed (sem_open for one holder).
-local holders, first_of, again = {}, {}, {}
-for i = 1, n do
-  holders[i] = holder_of(i)
-  if first_of[holders[i]] then
-    again[i] = first_of[holders[i]]
-  else
-    first_of[holders[i]] = i
-  end
-end
-local fields = redis.call('HMGET', KEYS[1], unpack(holders))
 local records = redis.call('MGET', unpack(KEYS, 5, 4 + n))
-local expired = {}
-for _, gone in ipairs(sem.expired) do
-  expired[gone] = true
-end
-local function live(i)
-  if not fields[i] then
-    return false
-  end
-  if FIELD_EXPIRY then
-    return (sem_deadline(KEYS[1], KEYS[2], holders[i]) or 0) > now
-  end
-  return not expired[holders[i]]
-end
 
-local replies = {}
-local replays, fresh = {}, {}
+-- Each read as rw_acquire.lua's sem_again() answers it, nil for a fresh one (its record, for a
+-- replay, written at the end: a foreign counter below fails the whole call, nothing written).
+-- A holder given again is answered as its first, at the end.
+local replies, fresh, granted = {}, {}, {}
 for i = 1, n do
-  if again[i] then
-    -- answered below, once its first is
-  elseif live(i) then
-    local _, token_text = sem_hold_parse(fields[i])
-    replays[#replays + 1] = i
-    replies[i] = {1, tonumber(token_text)}
-  elseif records[i] then
-    replies[i] = {-2}
-  else
-    fresh[#fresh + 1] = i
+  if first_of[holders[i]] == i then
+    replies[i] = sem_again(sem.holds[holders[i]], records[i])
+    fresh[#fresh + 1] = not replies[i] and i or nil
   end
 end
 
@@ -116,72 +112,37 @@ if #fresh > 0 then
   if token and token + #fresh - 1 >= 9007199254740992 then
     token, token_text = nil, {err = 'FENCELOCK_OVERFLOW fence counter reached 2^53'}
   end
-  if not token then
-    for _, i in ipairs(fresh) do
-      replies[i] = token_text.err
+end
+local wait_ms = token and rw_busy(KEYS[1], KEYS[2], KEYS[3], sem, now, 1, true, ARGV[4])
+if wait_ms or not token then
+  for _, i in ipairs(fresh) do
+    replies[i] = wait_ms and {0, wait_ms} or token_text.err
+  end
+else
+  -- Consecutive tokens in the reads' order. A reader is never in the waiting writers' zset,
+  -- so nothing is removed from it (rw_acquire.lua removes the caller's mark, which only a
+  -- writer has).
+  local grants = {}
+  for k, i in ipairs(fresh) do
+    local label = ARGV[3 * i + 5]
+    grants[k] = {holders[i], int_text(token + k - 1), label ~= '' and label or nil}
+    replies[i] = {1, token + k - 1}
+    granted[i] = true
+  end
+  redis.call('SET', KEYS[4], int_text(token + #fresh - 1))
+  sem_grant_ones(KEYS[1], KEYS[2], grants, RW_LIMIT, now + tonumber(ARGV[2]))
+  for _, i in ipairs(fresh) do
+    if recorded(i) then
+      redis.call('SET', KEYS[4 + i], 'a', 'PX', ARGV[3])
     end
-    fresh = {}
   end
 end
-for _, i in ipairs(replays) do
-  if recorded(i) then
+-- A recorded send of a read that holds (a replay, or a holder given again after its first)
+-- leaves "a" in its record, NX, as sem_again() does for rw_acquire.lua.
+for i = 1, n do
+  replies[i] = replies[first_of[holders[i]]]
+  if recorded(i) and not granted[i] and type(replies[i]) == 'table' and replies[i][1] == 1 then
     redis.call('SET', KEYS[4 + i], 'a', 'PX', ARGV[3], 'NX')
   end
 end
--- A holder given again is answered as its first; a replay of a hold records as above.
-local function answer_again()
-  for i = 1, n do
-    if again[i] then
-      replies[i] = replies[again[i]]
-      if recorded(i) and type(replies[i]) == 'table' and replies[i][1] == 1 then
-        redis.call('SET', KEYS[4 + i], 'a', 'PX', ARGV[3], 'NX')
-      end
-    end
-  end
-  return replies
-end
-if #fresh == 0 then
-  return answer_again()
-end
-local last = token + #fresh - 1
-
-local freed = sem_purge(KEYS[1], KEYS[2], sem)
-local marks = marks_kind == 'zset'
-if marks then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', int_text(now))
-end
-local used = sem_used(KEYS[1])
-local marked = marks and redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES') or {}
-if used + 1 > LIMIT or #marked > 0 then
-  sem_settle(KEYS[1], KEYS[2])
-  local until_ms = sem_earliest(KEYS[1], KEYS[2])
-  if freed > 0 then
-    sem_publish(KEYS[1], ARGV[4], KEYS[3])
-  end
-  if #marked > 0 then
-    local mark = tonumber(marked[2])
-    if not until_ms or mark < until_ms then
-      until_ms = mark
-    end
-  end
-  for _, i in ipairs(fresh) do
-    replies[i] = {0, until_ms and (until_ms - now) or -1}
-  end
-  return answer_again()
-end
-
--- A reader is never in the waiting writers' zset, so nothing is removed from it (rw_acquire.lua
--- removes the caller's mark, which only a writer has).
-redis.call('SET', KEYS[4], int_text(last))
-local grants = {}
-for k, i in ipairs(fresh) do
-  grants[k] = {holders[i], int_text(token + k - 1), label_of(i)}
-  replies[i] = {1, token + k - 1}
-end
-sem_grant_ones(KEYS[1], KEYS[2], grants, LIMIT, now + tonumber(ARGV[2]))
-for _, i in ipairs(fresh) do
-  if recorded(i) then
-    redis.call('SET', KEYS[4 + i], 'a', 'PX', ARGV[3])
-  end
-end
-return answer_again()
+return replies

@@ -52,7 +52,10 @@
 -- of its waiter, so it outlives the waiter's next attempt but not a waiter that died; a waiter
 -- that gives up takes it out (sem_cancel.lua). A head that wins with permits left publishes,
 -- so the acquisitions it held back try again. The token is
--- max(counter + 1, server TIME in microseconds) (lib/next_token.lua).
+-- max(counter + 1, server TIME in microseconds) (lib/next_token.lua). A replay or a late copy
+-- is told apart by sem_again() and the hold written by sem_grant(), as in rw_acquire.lua: of
+-- lib/sem_take.lua, which the loader prepends to this file after lib/clock.lua,
+-- lib/sem_holds.lua and lib/next_token.lua.
 local clock = redis.call('TIME')
 local now = now_ms(clock)
 local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[8])
@@ -61,25 +64,20 @@ if not sem then
 end
 local fair = KEYS[5] ~= nil
 if fair then
-  for _, key in ipairs({KEYS[5], KEYS[6]}) do
-    local kind = redis.call('TYPE', key)['ok']
-    if kind ~= 'none' and kind ~= (key == KEYS[5] and 'zset' or 'hash') then
-      return redis.error_reply('FENCELOCK_WRONGTYPE semaphore queue key holds a ' .. kind)
-    end
+  local _, queue_err = sem_typed(KEYS[5], 'zset', 'semaphore queue key')
+  if not queue_err then
+    _, queue_err = sem_typed(KEYS[6], 'hash', 'semaphore queue key')
+  end
+  if queue_err then
+    return queue_err
   end
 end
-local done = redis.call('GET', KEYS[4])
-if sem.live then
-  local permits, token_text = sem_hold_parse(sem.held)
-  local limit = sem.limit
-  local used = sem_used(KEYS[1])
-  if ARGV[9] == '1' then
-    redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5], 'NX')
+local again, permits = sem_again(sem, redis.call('GET', KEYS[4]), KEYS[4], ARGV[5], ARGV[9] == '1')
+if again then
+  if permits then
+    again[3], again[4], again[5] = permits, sem.limit, sem.limit - sem_used(KEYS[1])
   end
-  return {1, tonumber(token_text), permits, limit, limit - used}
-end
-if done then
-  return {-2}
+  return again
 end
 
 -- Read (and type-check) the counter and compute the token before the first write, so an
@@ -104,10 +102,7 @@ if fair then
     else
       last_entry = math.max(last_entry, tonumber(until_ms))
       if not head then
-        head = waiter
-        if waiter ~= ARGV[1] then
-          head_need = tonumber(need)
-        end
+        head, head_need = waiter, waiter ~= ARGV[1] and tonumber(need) or 0
       end
     end
   end
@@ -123,7 +118,7 @@ if wanted > limit or used + wanted + head_need > limit then
   end
   if fair and ARGV[7] == '1' then
     local until_ms = (earliest or now) + tonumber(ARGV[4])
-    redis.call('ZADD', KEYS[5], 'NX', micros_now(), ARGV[1])
+    redis.call('ZADD', KEYS[5], 'NX', int_text(micros(clock)), ARGV[1])
     redis.call('HSET', KEYS[6], ARGV[1], wanted .. ':' .. until_ms)
     last_entry = math.max(last_entry, until_ms)
     redis.call('PEXPIREAT', KEYS[5], last_entry)

@@ -24,7 +24,8 @@
 --          {0}              it had not run (or was already undone or released); it never will
 --
 -- The op record is set to "c" first, so if the undone request is still on its way (a re-send,
--- a slow network) it finds "c" when it arrives and does nothing (sem_acquire.lua).
+-- a slow network) it finds "c" when it arrives and does nothing (sem_acquire.lua). The loader
+-- prepends lib/clock.lua and lib/sem_holds.lua to this file.
 local done = redis.call('GET', KEYS[3])
 if done == 'c' then
   return {0}

@@ -46,57 +46,37 @@
 -- client is subscribed to the semaphore's channel (every waiting client is: handoff.lua says
 -- why that bounds every other client's wait). A candidate that already holds (a straggling
 -- copy of its own acquisition ran) is not granted again: that would count its permits twice.
-local clock = redis.call('TIME')
-local now = now_ms(clock)
-local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, nil)
-if not sem then
-  return err
-end
-local left, held = sem_leave_entry(KEYS[1], KEYS[2], ARGV[1], KEYS[3], ARGV[2], sem)
-if left then
-  return left
-end
-
+--
+-- The release is sem_release.lua's (sem_release_hold of lib/sem_give.lua) and the grant
+-- sem_acquire.lua's (sem_grant of lib/sem_take.lua); the loader prepends lib/clock.lua,
+-- lib/sem_holds.lua, lib/next_token.lua and both to this file.
 -- The grant's reply {2, token, limit, free} from the candidate's hold as the semaphore has it
 -- now; nil when the candidate holds nothing.
-local function granted()
+local function granted(sem)
   local value = redis.call('HGET', KEYS[1], ARGV[5])
   if not value then
     return nil
   end
   local _, token_text = sem_hold_parse(value)
+  return {2, tonumber(token_text), sem.limit, sem.limit - sem_used(KEYS[1])}
+end
+
+return sem_release_hold(KEYS, ARGV, nil, function(sem, clock, now)
+  -- Every decision is read before the next write. A server or user that may not run PUBSUB
+  -- (an ACL without it) counts as another client listening: the permits come back and are
+  -- published.
   local limit = sem.limit
-  return {2, tonumber(token_text), limit, limit - sem_used(KEYS[1])}
-end
-
-local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1], held)
-if permits == 0 then
-  sem_settle(KEYS[1], KEYS[2])
-  if redis.call('GET', KEYS[4]) == 'r:' .. ARGV[4] then
-    return granted() or {1, 0}
+  local used = sem_used(KEYS[1])
+  local wanted = tonumber(ARGV[6])
+  local listeners = redis.pcall('PUBSUB', ARGV[3] == 'sharded' and 'SHARDNUMSUB' or 'NUMSUB', KEYS[1])
+  local alone = type(listeners) == 'table' and not listeners.err and listeners[2] <= 1
+  if alone and limit and used + wanted <= limit and not redis.call('GET', KEYS[6])
+      and not redis.call('HGET', KEYS[1], ARGV[5]) then
+    local token, token_text = next_token(KEYS[5], clock)
+    if token then
+      redis.call('SET', KEYS[5], token_text)
+      sem_grant(KEYS[1], KEYS[2], ARGV[5], wanted, token_text, ARGV[8], limit, now + tonumber(ARGV[7]))
+      return {2, token, limit, limit - used - wanted}
+    end
   end
-  return {-1}
-end
-
--- Every decision is read before the next write. A server or user that may not run PUBSUB (an
--- ACL without it) counts as another client listening: the permits come back and are published.
-local limit = sem.limit
-local used = sem_used(KEYS[1])
-local wanted = tonumber(ARGV[6])
-local sharded = ARGV[3] == 'sharded'
-local listeners = redis.pcall('PUBSUB', sharded and 'SHARDNUMSUB' or 'NUMSUB', KEYS[1])
-local alone = type(listeners) == 'table' and not listeners.err and listeners[2] <= 1
-local token, token_text = nil, nil
-if alone and limit and used + wanted <= limit and not redis.call('GET', KEYS[6])
-    and not redis.call('HGET', KEYS[1], ARGV[5]) then
-  token, token_text = next_token(KEYS[5], clock)
-end
-redis.call('SET', KEYS[4], 'r:' .. ARGV[4], 'PX', ARGV[2])
-if not token then
-  sem_settle(KEYS[1], KEYS[2])
-  sem_publish(KEYS[1], ARGV[3], nil)
-  return {1, 0}
-end
-redis.call('SET', KEYS[5], token_text)
-sem_grant(KEYS[1], KEYS[2], ARGV[5], wanted, token_text, ARGV[8], limit, now + tonumber(ARGV[7]))
-return {2, token, limit, limit - used - wanted}
+end, granted)

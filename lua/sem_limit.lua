@@ -12,6 +12,8 @@
 --          {0}              the semaphore is not in use (no live hold): nothing is recorded,
 --                           and its next acquisition records its own handle's limit
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
+--
+-- The loader prepends lib/clock.lua and lib/sem_holds.lua to this file.
 local sem, err = sem_open(KEYS[1], KEYS[2], nil, now_ms(), nil)
 if not sem then
   return err

@@ -31,28 +31,8 @@
 -- record (KEYS[4]) instead, and a late copy of the acquisition finds that mark and does
 -- nothing. Expired holds are dropped first, so a holder whose lease ended is told {-1} even
 -- before anyone else purged it.
-local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now_ms(), nil)
-if not sem then
-  return err
-end
--- The hold's field, read once by sem_open: also what sem_drop would read (none reads false).
-local left, held = sem_leave_entry(KEYS[1], KEYS[2], ARGV[1], KEYS[3], ARGV[2], sem)
-if left then
-  return left
-end
-local permits = sem_drop(KEYS[1], KEYS[2], ARGV[1], held)
-sem_settle(KEYS[1], KEYS[2])
-if permits == 0 then
-  if redis.call('GET', KEYS[4]) == 'r:' .. ARGV[4] then
-    return {1, 0}
-  end
-  return {-1}
-end
--- A read-write lock's release that leaves holds (known on the lease-zset path) wakes nobody:
--- its waiting writers wait for no hold at all, and its waiting readers for a writer's hold or
--- mark, which a reader's release does not end.
-if not (KEYS[5] and not FIELD_EXPIRY and USED > 0) then
-  sem_publish(KEYS[1], ARGV[3], KEYS[5])
-end
-redis.call('SET', KEYS[4], 'r:' .. ARGV[4], 'PX', ARGV[2])
-return {1, 0}
+--
+-- All of it is sem_release_hold() of lib/sem_give.lua (prepended by the loader after
+-- lib/clock.lua and lib/sem_holds.lua), which releases for sem_handoff.lua too; each release
+-- of sem_release_many.lua runs the same sem_leave().
+return sem_release_hold(KEYS, ARGV, KEYS[5])

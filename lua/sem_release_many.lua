@@ -1,8 +1,10 @@
 -- sem_release_many.lua: several releases of holds of one semaphore or read-write lock, by one
 -- client, in one script call. Each is answered exactly as sem_release.lua would answer it
--- alone, as if they ran one after another in the order given; what they have in common is
--- done once: the clock, the read of the hash and of the expired holds, the purge, the removal
--- of the holds they end, the settling of the keys and the wake-up.
+-- alone, as if they ran one after another in the order given, by the same function
+-- (sem_leave of lib/sem_give.lua, prepended by the loader after lib/clock.lua and
+-- lib/sem_holds.lua); what they have in common is done once: the clock, the read of the hash
+-- and of the expired holds (sem_open for every holder), the purge, the removal of the holds
+-- they end (sem_drop_all), the settling of the keys and the wake-up.
 --
 -- KEYS[1]        semaphore hash   (layout in lib/sem_holds.lua; also its release channel)
 -- KEYS[2]        lease zset
@@ -33,6 +35,22 @@
 -- first leaves an entry, a later one ends the hold. A call wakes the waiters once when
 -- its releases freed permits, where sem_release.lua alone publishes once per freeing release
 -- (a read-write lock on the lease-zset path: only when no hold is left, as there).
+-- The holds a grouped release ended, dropped together: `holds` lists holds as sem_open gives
+-- them (each with its field `held`). As sem_drop for each, in one HDEL, ZREM and HINCRBY.
+local function sem_drop_all(hash, leases, holds)
+  local holders, fields, permits = {}, {}, 0
+  for k, hold in ipairs(holds) do
+    holders[k] = hold.holder
+    fields[2 * k - 1], fields[2 * k] = hold.holder, '~entries:' .. hold.holder
+    permits = permits + tonumber(string.match(hold.held, '^(%d+):'))
+  end
+  redis.call('HDEL', hash, unpack(fields))
+  if not FIELD_EXPIRY then
+    redis.call('ZREM', leases, unpack(holders))
+    USED = redis.call('HINCRBY', hash, '~used', int_text(-permits))
+  end
+end
+
 local n = tonumber(ARGV[1])
 local f = tonumber(ARGV[4])
 if not n or n < 1 or (f ~= 2 and f ~= 3) or #ARGV ~= 4 + 2 * n or #KEYS ~= f + 2 * n then
@@ -42,97 +60,50 @@ local writers = f == 3 and KEYS[3] or nil
 local function op_record(i) return KEYS[f + 2 * i - 1] end
 local function acquire_record(i) return KEYS[f + 2 * i] end
 
-local now = now_ms()
-local sem, err = sem_open(KEYS[1], KEYS[2], nil, now, nil)
+-- Every holder's fields in sem_open's HMGET, every release's records in one MGET.
+local holders, ops, first_of, records = {}, {}, {}, {}
+for i = 1, n do
+  holders[i], ops[i] = ARGV[2 * i + 3], ARGV[2 * i + 4]
+  first_of[ops[i]] = first_of[ops[i]] or i
+  records[2 * i - 1], records[2 * i] = op_record(i), acquire_record(i)
+end
+local sem, err = sem_open(KEYS[1], KEYS[2], holders, now_ms(), nil)
 if not sem then
   return err
 end
-
--- Each holder's fields and each release's records: one HMGET, one MGET for all of them.
-local holders, ops, first_of, again = {}, {}, {}, {}
-local wanted, records = {}, {}
-for i = 1, n do
-  holders[i], ops[i] = ARGV[2 * i + 3], ARGV[2 * i + 4]
-  if first_of[ops[i]] then
-    again[i] = first_of[ops[i]]
-  else
-    first_of[ops[i]] = i
-  end
-  wanted[2 * i - 1], wanted[2 * i] = holders[i], '~entries:' .. holders[i]
-  records[2 * i - 1], records[2 * i] = op_record(i), acquire_record(i)
-end
-local fields = redis.call('HMGET', KEYS[1], unpack(wanted))
 local marks = redis.call('MGET', unpack(records))
 
--- The holds as the releases find them, one after another: per holder its field (false: no
--- live hold) and its entries. Expired holds are dropped before any release looks (as the
--- first release alone would), so a holder whose lease ended holds nothing.
-local expired = {}
-for _, gone in ipairs(sem.expired) do
-  expired[gone] = true
-end
+-- The releases one after another, each on its holder's hold as the ones before left it: the
+-- releases of one holder (a hold entered again through its guard) apply in order. Expired
+-- holds are dropped before any release looks, as the first release alone would drop them.
 sem_purge(KEYS[1], KEYS[2], sem)
-local holds = {}
-local function hold_of(i)
-  local holder = holders[i]
-  if holds[holder] == nil then
-    local held = fields[2 * i - 1] or false
-    if held and FIELD_EXPIRY then
-      held = (sem_deadline(KEYS[1], KEYS[2], holder) or 0) > now and held
-    elseif held and expired[holder] then
-      held = false
-    end
-    holds[holder] = {held = held, entries = tonumber(fields[2 * i]) or 1}
-  end
-  return holds[holder]
-end
-
-local replies, ended, gone = {}, {}, {}
+local replies, ended = {}, {}
 for i = 1, n do
-  local done = marks[2 * i - 1]
-  local hold = hold_of(i)
-  if again[i] then
-    replies[i] = replies[again[i]]
-  elseif done then
-    replies[i] = {1, tonumber(done)}
-  elseif not hold.held then
-    replies[i] = marks[2 * i] == 'r:' .. ops[i] and {1, 0} or {-1}
-  elseif hold.entries > 1 then
-    hold.entries = hold.entries - 1
-    sem_set_entries(KEYS[1], KEYS[2], holders[i], hold.entries)
-    redis.call('SET', op_record(i), hold.entries, 'PX', ARGV[2])
-    replies[i] = {1, hold.entries}
-  else
-    ended[#ended + 1] = i
-    gone[#gone + 1] = hold.held
-    hold.held = false
+  -- An op id given again is answered as its first.
+  local hold = sem.holds[holders[i]]
+  replies[i] = replies[first_of[ops[i]]]
+    or sem_leave(KEYS[1], KEYS[2], sem, hold, marks[2 * i - 1], op_record(i), ARGV[2])
+  if replies[i] then
+    -- answered
+  elseif hold.live then
+    ended[#ended + 1] = {holder = hold.holder, held = hold.held, op = ops[i], mark = acquire_record(i)}
+    hold.live = false
     replies[i] = {1, 0}
+  else
+    replies[i] = marks[2 * i] == 'r:' .. ops[i] and {1, 0} or {-1}
   end
 end
 if #ended == 0 then
   return replies
 end
 
--- The ended holds go together (sem_drop for each, in three commands for all).
-local dropped, permits = {}, 0
-for k, i in ipairs(ended) do
-  dropped[2 * k - 1], dropped[2 * k] = holders[i], '~entries:' .. holders[i]
-  permits = permits + tonumber(string.match(gone[k], '^(%d+):'))
-end
-redis.call('HDEL', KEYS[1], unpack(dropped))
-if not FIELD_EXPIRY then
-  local gone_holders = {}
-  for k, i in ipairs(ended) do
-    gone_holders[k] = holders[i]
-  end
-  redis.call('ZREM', KEYS[2], unpack(gone_holders))
-  USED = redis.call('HINCRBY', KEYS[1], '~used', '-' .. int_text(permits))
-end
+-- The ended holds go together (one HDEL, ZREM and HINCRBY for them all).
+sem_drop_all(KEYS[1], KEYS[2], ended)
 sem_settle(KEYS[1], KEYS[2])
 if not (writers and not FIELD_EXPIRY and USED > 0) then
   sem_publish(KEYS[1], ARGV[3], writers)
 end
-for _, i in ipairs(ended) do
-  redis.call('SET', acquire_record(i), 'r:' .. ops[i], 'PX', ARGV[2])
+for _, hold in ipairs(ended) do
+  redis.call('SET', hold.mark, 'r:' .. hold.op, 'PX', ARGV[2])
 end
 return replies

@@ -13,6 +13,7 @@
 -- permits may already have been counted free by an acquirer. No op record: setting a deadline
 -- again is idempotent. A key of another type counts as not held; any error (an ACL refusal)
 -- fails the whole call, so that the watchdog retries instead of taking every hold for lost.
+-- The loader prepends lib/clock.lua and lib/sem_holds.lua to this file.
 local now = now_ms()
 local renewed = {}
 for i = 1, #ARGV - 1 do

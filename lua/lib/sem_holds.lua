@@ -1,6 +1,14 @@
 -- lib/sem_holds.lua: shared by the scripts of holds with leases of their own (sem_acquire.lua,
--- sem_release.lua, sem_handoff.lua, sem_cancel.lua, sem_renew.lua, rw_acquire.lua,
--- rw_downgrade.lua); the loader (src/protocol/scripts.rs) prepends it to each.
+-- sem_release.lua, sem_release_many.lua, sem_handoff.lua, sem_cancel.lua, sem_renew.lua,
+-- sem_limit.lua, hold_reenter.lua, rw_acquire.lua, rw_read_many.lua, rw_downgrade.lua); the
+-- loader (src/protocol/scripts.rs) prepends it to each, after lib/clock.lua (whose int_text()
+-- it uses). Taking a hold is lib/sem_take.lua's, leaving one lib/sem_give.lua's: each script
+-- gets only the libraries it calls, since each function a script defines costs its every call
+-- (lib/calls.lua), and so does each table it makes, so the functions a single operation runs
+-- make none beyond their replies. A grouped script (sem_release_many.lua, rw_read_many.lua)
+-- answers each of its operations with the function that operation's own script calls, and
+-- does once what they share: the clock, sem_open for every holder, the purge, the writes of
+-- its grants or of the holds it ends, the settling of the keys and the wake-up.
 --
 -- A semaphore is a hash, and on the lease-zset path a zset, in one slot (a read-write lock is
 -- a semaphore whose writer takes every permit, plus the zset of its waiting writers:
@@ -38,13 +46,13 @@
 -- lease beyond that deadline (sem_set_deadline), so the holds granted and renewed during the
 -- next lease leave it alone, and a release leaves it too (never shortened: a release that
 -- left other holds would need a read of the zset and two writes to move it earlier). Keys
--- whose holders all vanished so outlive the last deadline by at most one lease. Either way a semaphore nobody holds
--- any more disappears, limit included, and nothing stays behind per holder: the release of
--- the last hold deletes it (sem_settle).
+-- whose holders all vanished so outlive the last deadline by at most one lease. Either way a
+-- semaphore nobody holds any more disappears, limit included, and nothing stays behind per
+-- holder: the release of the last hold deletes it (sem_settle).
 --
 -- A script opens the semaphore once (sem_open): one HMGET reads the way, the limit, "~used"
--- and the holder's fields, and on the lease-zset path one ZRANGEBYSCORE lists the expired
--- holds. Those two reads also check the keys' types, through their own WRONGTYPE errors
+-- and the fields of the holders it acts for, and on the lease-zset path one ZRANGEBYSCORE
+-- lists the expired holds. Those two reads also check the keys' types, through their own WRONGTYPE errors
 -- (pcall) rather than a TYPE per key; what a script changes afterwards keeps USED current, so
 -- no script reads the hash twice for the same question.
 
@@ -55,7 +63,7 @@ local FIELD_EXPIRY = false
 local SETTLE_SCAN_FIELDS = 10
 
 -- Lease zset path only: the permits held now ("~used"), as sem_open read it and every change
--- below keeps it (sem_grant, sem_drop, sem_change_permits), so it is read once per script.
+-- below keeps it (sem_grant, sem_drop), so it is read once per script.
 local USED = 0
 
 -- Lease zset path only: when both keys expire ("~until", server ms; 0 when not recorded), and
@@ -66,26 +74,6 @@ local NOW = 0
 -- The limit the hash records ("~limit"; nil: none), as sem_open read it: a grant writes it
 -- only when it differs.
 local RECORDED_LIMIT = nil
-
--- An integer's decimal text. A number given to redis.call is formatted with "%.17g" (Redis
--- 6.2 and 7.0), and Lua's own tostring with "%.14g": both take glibc's floating-point path,
--- several times the cost of "%d", and a hot script formats a few numbers per call.
-local function int_text(n)
-  return string.format('%d', n)
-end
-
--- The server clock in milliseconds (the deadlines' clock); `t`, optional: the reply of a TIME
--- the script already made (which it can then give next_token too: one call less).
-local function now_ms(t)
-  t = t or redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- The server clock in microseconds, as decimal text (a fair queue's order).
-local function micros_now()
-  local t = redis.call('TIME')
-  return string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-end
 
 -- The permits held now: USED on the lease-zset path. With field expiry, the sum over the
 -- holds' values ("<permits>:<token>", or "<permits>:<token>:<label>": the number before the
@@ -113,39 +101,56 @@ local function sem_deadline(hash, leases, holder)
   return tonumber(redis.call('ZSCORE', leases, holder))
 end
 
--- The FENCELOCK_WRONGTYPE reply for `key` (`what` it should be: `wanted`), naming what it
--- holds; or `reply` itself when the call failed for another reason (an ACL refusal).
-local function sem_refusal(reply, key, what, wanted)
-  if string.sub(reply.err, 1, 9) ~= 'WRONGTYPE' then
-    return reply
+-- The TYPE of `key`, which must hold a `kind` ("zset", "hash") or nothing: that kind, or nil
+-- and FENCELOCK_WRONGTYPE ("<what> holds a <its kind>, not a sorted set" or "..., not a
+-- fencelock hash"). `reply`, optional: the error of a read of the key, which this answers: its
+-- WRONGTYPE so, any other error (an ACL refusal) as it is. A read of the right command is the
+-- type check of the hash and, on the lease-zset path, of the zset (sem_open); this TYPE checks
+-- the keys no read of theirs does (the zset with field expiry, a read-write lock's waiting
+-- writers, a fair semaphore's queue).
+local function sem_typed(key, kind, what, reply)
+  if reply and string.sub(reply.err, 1, 9) ~= 'WRONGTYPE' then
+    return nil, reply
   end
-  local kind = redis.call('TYPE', key)['ok']
-  return redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' holds a ' .. kind .. ', not ' .. wanted)
+  local found = redis.call('TYPE', key)['ok']
+  if reply or (found ~= 'none' and found ~= kind) then
+    local wanted = kind == 'zset' and 'a sorted set' or 'a fencelock ' .. kind
+    return nil, redis.error_reply('FENCELOCK_WRONGTYPE ' .. what .. ' holds a ' .. found .. ', not ' .. wanted)
+  end
+  return found
 end
 
 -- Opens the semaphore at `hash` (with its lease zset `leases`) for a script, at server time
--- `now` (ms), for `holder` (nil: none). Sets FIELD_EXPIRY from the hash's "~expiry"; for a
+-- `now` (ms), for `holders`: one holder id (a single operation's), a list of them (a grouped
+-- script's; one may repeat) or nil; with a read-write lock's waiting writers `writers`
+-- (optional: their type is checked, `marks` says whether the key exists). Sets FIELD_EXPIRY from the hash's "~expiry"; for a
 -- semaphore that does not exist yet `wanted` ("fields" or anything else) decides it, if this
 -- server runs HPEXPIRETIME (a cluster node not yet upgraded, or a user not granted it, gets
 -- the zset: a script that failed at its first HPEXPIREAT would keep a hold without a
 -- deadline). Returns a table, or nil and an error reply (nothing written):
 --   limit    the recorded "~limit" (nil: none recorded)
---   held     the holder's field (false: none)
---   live     whether the holder holds now: its field is there and its deadline is after `now`
---   entries  the holder's entries ("~entries:<holder id>", 1 without that field)
 --   expired  lease zset path: the holders whose deadline is at or before `now` (sem_purge)
+--   and, for one holder, its hold: `holder`; `held`, its field (false: none); `live`, whether
+--   it holds now; `entries` ("~entries:<holder id>", 1 without that field); for a list,
+--   holds: per holder id, its hold (a table with the same fields)
 -- A key of another type fails the call that reads it, caught here, so neither key costs a
 -- TYPE when both are right. With field expiry the zset is never read: its type is checked
 -- with TYPE, so a foreign key under its name is refused and never deleted (sem_settle).
-local function sem_open(hash, leases, holder, now, wanted)
+local function sem_open(hash, leases, holders, now, wanted, writers)
   local got
-  if holder then
-    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used', '~until', holder, '~entries:' .. holder)
+  if type(holders) == 'table' then
+    local fields = {'~expiry', '~limit', '~used', '~until'}
+    for _, holder in ipairs(holders) do
+      fields[#fields + 1], fields[#fields + 2] = holder, '~entries:' .. holder
+    end
+    got = redis.pcall('HMGET', hash, unpack(fields))
+  elseif holders then
+    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used', '~until', holders, '~entries:' .. holders)
   else
     got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used', '~until')
   end
   if got.err then
-    return nil, sem_refusal(got, hash, 'semaphore key', 'a fencelock hash')
+    return sem_typed(hash, 'hash', 'semaphore key', got)
   end
   if got[1] then
     FIELD_EXPIRY = got[1] == 'fields'
@@ -156,32 +161,53 @@ local function sem_open(hash, leases, holder, now, wanted)
     FIELD_EXPIRY = false
   end
   RECORDED_LIMIT = tonumber(got[2])
+  -- The fields a single holder's hold adds are made here, so that none resizes the table.
   local state = {
-    limit = RECORDED_LIMIT,
-    held = holder and got[5] or false,
-    entries = holder and tonumber(got[6]) or 1,
-    expired = {},
+    limit = RECORDED_LIMIT, expired = {}, holds = false, marks = false, holder = false, held = false, live = false,
+    entries = 1,
   }
   if FIELD_EXPIRY then
-    local kind = redis.call('TYPE', leases)['ok']
-    if kind ~= 'zset' and kind ~= 'none' then
-      return nil, redis.error_reply('FENCELOCK_WRONGTYPE semaphore lease key holds a ' .. kind .. ', not a sorted set')
+    local _, err = sem_typed(leases, 'zset', 'semaphore lease key')
+    if err then
+      return nil, err
     end
-    state.live = state.held and (sem_deadline(hash, leases, holder) or 0) > now
-    return state
+  else
+    local expired = redis.pcall('ZRANGEBYSCORE', leases, '-inf', int_text(now))
+    if expired.err then
+      return sem_typed(leases, 'zset', 'semaphore lease key', expired)
+    end
+    state.expired = expired
+    USED = tonumber(got[3]) or 0
+    KEYS_UNTIL = tonumber(got[4]) or 0
+    NOW = now
   end
-  local expired = redis.pcall('ZRANGEBYSCORE', leases, '-inf', int_text(now))
-  if expired.err then
-    return nil, sem_refusal(expired, leases, 'semaphore lease key', 'a sorted set')
+  if writers then
+    local kind, err = sem_typed(writers, 'zset', 'waiting writers key')
+    if not kind then
+      return nil, err
+    end
+    state.marks = kind == 'zset'
   end
-  state.expired = expired
-  USED = tonumber(got[3]) or 0
-  KEYS_UNTIL = tonumber(got[4]) or 0
-  NOW = now
-  state.live = state.held and true or false
-  for _, gone in ipairs(expired) do
-    if gone == holder then
-      state.live = false
+  -- A single holder's hold is the state itself, a listed holder's a table of its own in
+  -- `state.holds`. A hold is live when its field is there and its deadline is after `now` (on
+  -- the lease-zset path: it is not among the expired).
+  local list = type(holders) == 'table' and holders
+  state.holds = list and {}
+  for k = 1, list and #list or (holders and 1 or 0) do
+    local holder, hold = list and list[k] or holders, state
+    if list then
+      hold = state.holds[holder] or {}
+      state.holds[holder] = hold
+    end
+    if hold.holder ~= holder then
+      local held = got[3 + 2 * k] or false
+      hold.holder, hold.held, hold.entries, hold.live = holder, held, tonumber(got[4 + 2 * k]) or 1, held and true or false
+      if hold.live and FIELD_EXPIRY then
+        hold.live = (sem_deadline(hash, leases, holder) or 0) > now
+      end
+      for e = 1, #state.expired do
+        hold.live = hold.live and state.expired[e] ~= holder
+      end
     end
   end
   return state
@@ -214,12 +240,13 @@ local function sem_set_deadline(hash, leases, holder, deadline)
   end
 end
 
--- A hold's field value: "<permits>:<token>", then ":<label>" when `label` is given.
+-- A hold's field value: "<permits>:<token>", then ":<label>" when `label` is given (the
+-- permits as int_text(): Lua's own number text takes the floating-point path).
 local function sem_hold_value(permits, token_text, label)
   if label then
-    return permits .. ':' .. token_text .. ':' .. label
+    return int_text(permits) .. ':' .. token_text .. ':' .. label
   end
-  return permits .. ':' .. token_text
+  return int_text(permits) .. ':' .. token_text
 end
 
 -- A hold's permits (a number), token (decimal text) and label (nil without one) from its
@@ -227,68 +254,7 @@ end
 -- (and digits after them) of its own.
 local function sem_hold_parse(value)
   local permits, token_text, rest = string.match(value, '^(%d+):(%d+)(.*)$')
-  local label = nil
-  if rest ~= '' then
-    label = string.sub(rest, 2)
-  end
-  return tonumber(permits), token_text, label
-end
-
--- A new hold of `permits` with its token and `label` (nil: none) and the semaphore's `limit`
--- (recorded), until `deadline`; the keys expire no earlier than it.
-local function sem_grant(hash, leases, holder, permits, token_text, label, limit, deadline)
-  local value = sem_hold_value(permits, token_text, label)
-  if FIELD_EXPIRY then
-    redis.call('HSET', hash, holder, value, '~limit', limit, '~expiry', 'fields')
-  else
-    USED = USED + permits
-    if RECORDED_LIMIT == limit then
-      redis.call('HSET', hash, holder, value, '~used', int_text(USED))
-    else
-      redis.call('HSET', hash, holder, value, '~limit', int_text(limit), '~used', int_text(USED))
-      RECORDED_LIMIT = limit
-    end
-  end
-  sem_set_deadline(hash, leases, holder, deadline)
-end
-
--- New holds of one permit each, all until `deadline`: `grants` lists {holder, token_text,
--- label} (label nil: none). As sem_grant for each, in one HSET and one ZADD on the lease-zset
--- path (rw_read_many.lua).
-local function sem_grant_ones(hash, leases, grants, limit, deadline)
-  if FIELD_EXPIRY then
-    for _, grant in ipairs(grants) do
-      sem_grant(hash, leases, grant[1], 1, grant[2], grant[3], limit, deadline)
-    end
-    return
-  end
-  USED = USED + #grants
-  local fields, members = {}, {}
-  local deadline_text = int_text(deadline)
-  for k, grant in ipairs(grants) do
-    fields[2 * k - 1], fields[2 * k] = grant[1], sem_hold_value(1, grant[2], grant[3])
-    members[2 * k - 1], members[2 * k] = deadline_text, grant[1]
-  end
-  fields[#fields + 1], fields[#fields + 2] = '~used', int_text(USED)
-  if RECORDED_LIMIT ~= limit then
-    fields[#fields + 1], fields[#fields + 2] = '~limit', int_text(limit)
-    RECORDED_LIMIT = limit
-  end
-  redis.call('HSET', hash, unpack(fields))
-  redis.call('ZADD', leases, unpack(members))
-  sem_set_deadline_after_zadd(hash, leases, deadline)
-end
-
--- A live hold of `from` permits keeps its token, label and deadline with `to` permits.
-local function sem_change_permits(hash, leases, holder, from, to, token_text, label)
-  local deadline = sem_deadline(hash, leases, holder)
-  -- HSET clears a field's own expiry: set it again.
-  redis.call('HSET', hash, holder, sem_hold_value(to, token_text, label))
-  if FIELD_EXPIRY then
-    redis.call('HPEXPIREAT', hash, deadline, 'FIELDS', 1, holder)
-  else
-    USED = redis.call('HINCRBY', hash, '~used', to - from)
-  end
+  return tonumber(permits), token_text, rest ~= '' and string.sub(rest, 2) or nil
 end
 
 -- Records that a live hold has `entries` entries (1: the field goes).
@@ -337,28 +303,16 @@ local function sem_purge(hash, leases, state)
   return freed
 end
 
--- The part of a holder's release that does not end its hold (sem_release.lua, sem_handoff.lua),
--- on the semaphore `state` that sem_open read for `holder`: replays a release that left
--- entries (its reply kept in its op record `record`), or takes one entry of a hold entered
--- more than once (the record keeps the entries left, `ttl` ms). Drops expired holds first, so
--- a holder whose lease ended holds nothing. Returns that reply, or nil and the hold's field
--- (false: no live hold) for the caller to end.
-local function sem_leave_entry(hash, leases, holder, record, ttl, state)
-  local done = redis.call('GET', record)
-  if done then
-    return {1, tonumber(done)}, nil
+-- Field expiry path: the holder ids among the hash's fields (HKEYS, which leaves out a field
+-- whose expiry passed).
+local function sem_holders(hash)
+  local holders = {}
+  for _, field in ipairs(redis.call('HKEYS', hash)) do
+    if string.sub(field, 1, 1) ~= '~' then
+      holders[#holders + 1] = field
+    end
   end
-  sem_purge(hash, leases, state)
-  if not state.live then
-    return nil, false
-  end
-  if state.entries > 1 then
-    local remaining = state.entries - 1
-    sem_set_entries(hash, leases, holder, remaining)
-    redis.call('SET', record, remaining, 'PX', ttl)
-    return {1, remaining}, nil
-  end
-  return nil, state.held
+  return holders
 end
 
 -- After a change that may have ended holds: deletes a semaphore with no hold left (the keys'
@@ -374,13 +328,7 @@ local function sem_settle(hash, leases)
     -- own expiry. A large one (many holds) is not, to keep each change O(1) there.
     local fields = redis.call('HLEN', hash)
     if fields > 2 and fields <= SETTLE_SCAN_FIELDS then
-      fields = 2
-      for _, field in ipairs(redis.call('HKEYS', hash)) do
-        if string.sub(field, 1, 1) ~= '~' then
-          fields = 3
-          break
-        end
-      end
+      fields = 2 + #sem_holders(hash)
     end
     if fields <= 2 then
       redis.call('DEL', hash, leases)
@@ -397,12 +345,7 @@ local function sem_earliest(hash, leases)
   if not FIELD_EXPIRY then
     return tonumber(redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')[2])
   end
-  local holders = {}
-  for _, field in ipairs(redis.call('HKEYS', hash)) do
-    if string.sub(field, 1, 1) ~= '~' then
-      holders[#holders + 1] = field
-    end
-  end
+  local holders = sem_holders(hash)
   if #holders == 0 then
     return nil
   end
@@ -416,7 +359,8 @@ local function sem_earliest(hash, leases)
 end
 
 -- Announces that permits came back, so that waiters go to Redis again: on the hash's channel,
--- and on the waiting writers' channel `writers` of a read-write lock (nil for a semaphore).
+-- and on the waiting writers' channel `writers` of a read-write lock (nil for a semaphore);
+-- with SPUBLISH when `mode` is "sharded", else PUBLISH.
 local function sem_publish(hash, mode, writers)
   local command = mode == 'sharded' and 'SPUBLISH' or 'PUBLISH'
   redis.call(command, hash, 'released')

@@ -186,6 +186,9 @@ const RELEASE_PUBLISH: &str =
     "  redis.call(argv[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', keys[1], 'released')\n";
 /// The op record a recorded send of a new lock hold leaves (`lib/acquire.lua`'s grant).
 const LOCK_RECORD: &str = "  if op then\n    redis.call('SET', op, 'a', 'PX', ttl)\n  end\n";
+/// A read-write lock's writer preference: a waiting writer's mark keeps new readers out
+/// (`lib/rw.lua`, run by rw_acquire.lua and rw_read_many.lua).
+const RW_WRITER_PREFERENCE: &str = "not (reading and #marked > 0)";
 
 impl Control {
     /// Every control.
@@ -393,7 +396,7 @@ impl Control {
             ],
             Control::SemResendNotRecognised => &[(
                 "sem_acquire",
-                "if sem.live then",
+                "if hold.live then",
                 "if false then",
             )],
             Control::SemIgnoresQueueHead => &[(
@@ -403,24 +406,24 @@ impl Control {
             )],
             Control::RwReadersIgnoreWaitingWriter => &[(
                 "rw_acquire",
-                "or (not writing and #marked > 0)",
-                "or false",
+                RW_WRITER_PREFERENCE,
+                "true",
             )],
             Control::RwWriterIgnoresReaders => &[(
                 "rw_acquire",
-                "local wanted = writing and LIMIT or 1",
+                "local wanted = writing and RW_LIMIT or 1",
                 "local wanted = writing and 1 or 1",
             )],
             Control::RwDowngradeKeepsWriting => &[("rw_downgrade", "if permits > 1 then", "if false then")],
             Control::RwGroupedReadersIgnoreWaitingWriter => &[(
                 "rw_read_many",
-                "if used + 1 > LIMIT or #marked > 0 then",
-                "if used + 1 > LIMIT then",
+                RW_WRITER_PREFERENCE,
+                "true",
             )],
             Control::SemGroupedReleaseIgnoresEntries => &[(
                 "sem_release_many",
-                "elseif hold.entries > 1 then",
-                "elseif false then",
+                "if hold.live and hold.entries > 1 then",
+                "if false then",
             )],
             Control::SemGroupedReleaseDoesNotPublish => &[(
                 "sem_release_many",
@@ -429,7 +432,7 @@ impl Control {
             )],
             Control::RwGroupedResendLeavesNoRecord => &[(
                 "rw_read_many",
-                "  if recorded(i) then\n    redis.call('SET', KEYS[4 + i], 'a', 'PX', ARGV[3])\n  end\n",
+                "    if recorded(i) then\n      redis.call('SET', KEYS[4 + i], 'a', 'PX', ARGV[3])\n    end\n",
                 "",
             )],
             Control::SemRenewRevivesExpired => &[(
@@ -479,7 +482,7 @@ impl Control {
             )],
             Control::SemHandoffIgnoresRoom => &[(
                 "sem_handoff",
-                "used + wanted <= limit and not redis.call('GET', KEYS[6])\n    and not redis.call('HGET', KEYS[1], ARGV[5]) then",
+                "used + wanted <= limit and not redis.call('GET', KEYS[6])\n      and not redis.call('HGET', KEYS[1], ARGV[5]) then",
                 "not redis.call('GET', KEYS[6]) then",
             )],
             Control::CancelMissingOnDrop

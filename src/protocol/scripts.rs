@@ -71,8 +71,16 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
     let run_record = lua!("lib/run_record");
     let runs = [calls, clock, run_record];
     let idem = [calls, clock, run_record, lua!("lib/idem_record")];
-    let holds = [lua!("lib/sem_holds")];
-    let issuing = [lua!("lib/sem_holds"), next_token];
+    let (sem_holds, take, give) = (
+        lua!("lib/sem_holds"),
+        lua!("lib/sem_take"),
+        lua!("lib/sem_give"),
+    );
+    let holds = [clock, sem_holds];
+    let giving = [clock, sem_holds, give];
+    let taking = [clock, sem_holds, next_token, take];
+    let handing = [clock, sem_holds, next_token, take, give];
+    let rw = [clock, sem_holds, next_token, take, lua!("lib/rw")];
     let text = |libs: &[&str], script: &str| [libs, &[script]].concat().concat();
     let load =
         |name: &str, libs: &[&str], script: &str| Script::new(&source(name, &text(libs, script)));
@@ -114,17 +122,17 @@ pub(crate) fn build(source: impl Fn(&str, &str) -> String) -> Scripts {
         idem_begin: load("idem_begin", &idem, lua!("idem_begin")),
         idem_finish: load("idem_finish", &runs, lua!("idem_finish")),
         idem_read: load("idem_read", &idem, lua!("idem_read")),
-        sem_acquire: load("sem_acquire", &issuing, lua!("sem_acquire")),
-        sem_release: load("sem_release", &holds, lua!("sem_release")),
-        sem_handoff: load("sem_handoff", &issuing, lua!("sem_handoff")),
+        sem_acquire: load("sem_acquire", &taking, lua!("sem_acquire")),
+        sem_release: load("sem_release", &giving, lua!("sem_release")),
+        sem_handoff: load("sem_handoff", &handing, lua!("sem_handoff")),
         sem_cancel: load("sem_cancel", &holds, lua!("sem_cancel")),
         sem_renew: load("sem_renew", &holds, lua!("sem_renew")),
         sem_limit: load("sem_limit", &holds, lua!("sem_limit")),
         hold_reenter: load("hold_reenter", &holds, lua!("hold_reenter")),
-        rw_acquire: load("rw_acquire", &issuing, lua!("rw_acquire")),
+        rw_acquire: load("rw_acquire", &rw, lua!("rw_acquire")),
         rw_downgrade: load("rw_downgrade", &holds, lua!("rw_downgrade")),
-        sem_release_many: load("sem_release_many", &holds, lua!("sem_release_many")),
-        rw_read_many: load("rw_read_many", &issuing, lua!("rw_read_many")),
+        sem_release_many: load("sem_release_many", &giving, lua!("sem_release_many")),
+        rw_read_many: load("rw_read_many", &rw, lua!("rw_read_many")),
     }
 }
 

@@ -142,8 +142,11 @@ pub fn load_contended_scripts(server: &redis::Client) {
     ]
     .concat();
     let sem_handoff = [
+        include_str!("../../lua/lib/clock.lua"),
         include_str!("../../lua/lib/sem_holds.lua"),
         include_str!("../../lua/lib/next_token.lua"),
+        include_str!("../../lua/lib/sem_take.lua"),
+        include_str!("../../lua/lib/sem_give.lua"),
         include_str!("../../lua/sem_handoff.lua"),
     ]
     .concat();

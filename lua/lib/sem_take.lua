@@ -1,0 +1,43 @@
+-- lib/sem_take.lua: taking a hold of a semaphore or read-write lock, shared by sem_acquire.lua,
+-- sem_handoff.lua (its grant), rw_acquire.lua and rw_read_many.lua; the loader
+-- (src/protocol/scripts.rs) prepends it to each, after lib/sem_holds.lua (whose functions and
+-- state it uses), since Redis scripts cannot import. Each read of rw_read_many.lua is answered
+-- by the same sem_again() as rw_acquire.lua's.
+
+-- An acquisition's answer before anything is granted (sem_acquire.lua, rw_acquire.lua and
+-- each read of rw_read_many.lua). A live `hold` of its holder is the same request again, whose
+-- reply was lost: {1, token}, and the hold's permits second; a recorded send (`recorded`
+-- true) leaves "a" in its op record `record` for `ttl` ms, NX. Without a live hold, an op
+-- record (`done`: the acquisition ran and its hold ended since, or it was cancelled) answers
+-- {-2}. Else nil: a fresh acquisition.
+local function sem_again(hold, done, record, ttl, recorded)
+  if hold.live then
+    if recorded then
+      redis.call('SET', record, 'a', 'PX', ttl, 'NX')
+    end
+    local permits, token_text = sem_hold_parse(hold.held)
+    return {1, tonumber(token_text)}, permits
+  end
+  if done then
+    return {-2}
+  end
+end
+
+-- A new hold of `permits` with its token and `label` (nil: none) and the semaphore's `limit`
+-- (recorded), until `deadline`; the keys expire no earlier than it.
+local function sem_grant(hash, leases, holder, permits, token_text, label, limit, deadline)
+  local value = sem_hold_value(permits, token_text, label)
+  if FIELD_EXPIRY then
+    redis.call('HSET', hash, holder, value, '~limit', int_text(limit), '~expiry', 'fields')
+  else
+    USED = USED + permits
+    if RECORDED_LIMIT == limit then
+      redis.call('HSET', hash, holder, value, '~used', int_text(USED))
+    else
+      redis.call('HSET', hash, holder, value, '~limit', int_text(limit), '~used', int_text(USED))
+      RECORDED_LIMIT = limit
+    end
+  end
+  sem_set_deadline(hash, leases, holder, deadline)
+end
+
