@@ -27,142 +27,32 @@ use parking_lot::Mutex;
 
 use super::scripts::{self, Scripts};
 
-/// One deliberately broken variant of the protocol. Each names what it breaks; the property
-/// that catches it is listed in DESIGN.md §10 and asserted by `tests/model/controls.rs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Control {
-    /// `acquire.lua` grants the lock even when another holder has it.
-    AcquireIgnoresHolder,
-    /// `acquire.lua` issues the previous token again instead of a new one.
-    AcquireReusesToken,
-    /// `reenter.lua` bumps the lock's token on every re-entry.
-    ReentryBumpsToken,
-    /// `release.lua` takes a non-holder's release for the last entry: it frees the lock,
-    /// whoever holds it.
-    ReleaseWithoutOwnerCheck,
-    /// `release.lua` frees the lock without publishing on its channel.
-    ReleaseDoesNotPublish,
-    /// `release.lua` and `reenter.lua` ignore their operation record, so a re-sent request
-    /// applies twice.
-    RetriesApplyTwice,
-    /// `extend.lua` extends for a holder that does not hold the lock.
-    ExtendWithoutOwnerCheck,
-    /// `renew.lua` renews every lock key (and reports it renewed), whoever holds it.
-    RenewWithoutOwnerCheck,
-    /// `fenced_write.lua` accepts only tokens strictly above the mark (`>` for `>=`).
-    FenceStrictlyGreater,
-    /// `fenced_write.lua` accepts every token.
-    FenceNoCheck,
-    /// `fenced_read.lua`'s shared read raises the exclusive mark, as a claim does: readers of
-    /// one hold refuse each other.
-    SharedReadClaims,
-    /// `fenced_read.lua`'s shared read records nothing: a writer older than the readers can
-    /// still write under them.
-    SharedReadDoesNotFence,
-    /// A resource kept for a retention forgets its floor: once its marks expired, any token
-    /// writes or claims it.
-    RetentionForgetsExpiry,
-    /// An acquire or re-entry whose caller gave up is never undone (no compensating cancel).
-    CancelMissingOnDrop,
-    /// `acquire.lua` records no send: a copy of an acquisition that was re-sent takes the lock
-    /// again when it arrives after the hold ended.
-    ResendLeavesNoRecord,
-    /// `acquire_fair.lua` records no send (as [`Control::ResendLeavesNoRecord`]).
-    FairResendLeavesNoRecord,
-    /// `sem_acquire.lua` records no send: a late copy takes the permits again.
-    SemResendLeavesNoRecord,
-    /// `rw_acquire.lua` records no send: a late copy takes the read-write lock again.
-    RwResendLeavesNoRecord,
-    /// An acquisition that got a definite "busy" stops its undo even though an earlier send's
-    /// outcome is unknown: that copy takes the lock after the caller gave up, for nobody.
-    StragglerNotUndone,
-    /// The watchdog keeps renewing a holder whose guards are all gone.
-    WatchdogIgnoresDrop,
-    /// The holder's lease is measured from the reply instead of from the send.
-    LeaseFromReply,
-    /// `acquire_fair.lua` (fair handoff) claims a reservation without deleting it: the held
-    /// lock keeps `~reserved`, so another waiter of the same client claims it again, over the
-    /// holder.
-    ClaimKeepsReservation,
-    /// `announce.lua` records the caller's metadata whoever holds the election, and with any
-    /// term: a late announcement of a deposed leader lands next to the new leader's term.
-    AnnounceWithoutOwnerCheck,
-    /// `announce.lua` records the metadata without publishing `elected`.
-    AnnounceDoesNotPublish,
-    /// `leader.lua` trusts `~leader` without checking that it names a holder of the hash.
-    LeaderTrustsRecord,
-    /// `job_begin.lua` records a tick for a caller that does not hold the job's lock with its
-    /// token.
-    JobBeginWithoutOwnerCheck,
-    /// `job_finish.lua` records the tick done whoever took it over since.
-    JobFinishWithoutFence,
-    /// `job_begin.lua` runs a tick again that is recorded done.
-    JobRerunsDoneTick,
-    /// `job_begin.lua` runs a tick older than the newest one begun.
-    JobRunsOlderTick,
-    /// `job_begin.lua` ignores that a run failed and left its tick to a retry: the tick is
-    /// given up like a dead runner's.
-    JobGivesUpFailedTick,
-    /// `idem_begin.lua` records a run for a caller that does not hold the key's lock with its
-    /// token.
-    KeyBeginWithoutOwnerCheck,
-    /// `idem_finish.lua` stores a result whoever took the key over since: an older run
-    /// overwrites the newer one's record.
-    KeyResultWithoutFence,
-    /// `idem_begin.lua` runs a key again whose result is stored.
-    KeyRerunsDone,
-    /// `idem_begin.lua` ignores the recorded fingerprint: a key reused for another request
-    /// runs it.
-    KeyIgnoresFingerprint,
-    /// `sem_acquire.lua` grants permits however many are held already.
-    SemAcquireIgnoresLimit,
-    /// The semaphore scripts never drop an expired hold: a crashed holder's permits stay
-    /// counted until the whole semaphore expires.
-    SemKeepsExpiredHolds,
-    /// `sem_acquire.lua` does not recognise its own hold: a re-sent acquisition whose first
-    /// copy ran is answered as a late duplicate, and the permits it holds are orphaned.
-    SemResendNotRecognised,
-    /// `sem_renew.lua` renews a hold whose lease has already passed.
-    SemRenewRevivesExpired,
-    /// `sem_acquire.lua` (fair mode) grants a request that leaves the queue head short.
-    SemIgnoresQueueHead,
-    /// `rw_acquire.lua` lets new readers in while a writer waits (no writer preference).
-    RwReadersIgnoreWaitingWriter,
-    /// `rw_acquire.lua` grants the write hold while readers hold the lock.
-    RwWriterIgnoresReaders,
-    /// `rw_downgrade.lua` answers done but leaves the hold a writer's, so readers stay out.
-    RwDowngradeKeepsWriting,
-    /// `rw_read_many.lua` lets grouped readers in while a writer waits (no writer preference
-    /// for reads that share a call).
-    RwGroupedReadersIgnoreWaitingWriter,
-    /// `rw_read_many.lua` writes no op record for a recorded send: a late copy of a grouped
-    /// read takes the lock again after its hold ended.
-    RwGroupedResendLeavesNoRecord,
-    /// `sem_release_many.lua` ends a re-entered hold at its first release: the entries left
-    /// are lost, and the hold's other guards hold nothing.
-    SemGroupedReleaseIgnoresEntries,
-    /// `sem_release_many.lua` publishes nothing: waiters of a lock its releases freed sleep
-    /// until their timers.
-    SemGroupedReleaseDoesNotPublish,
-    /// `handoff.lua` grants the freed lock to this client's waiter even while another client
-    /// listens on the channel: a client's own waiters pass the others over.
-    HandoffIgnoresOtherClients,
-    /// `handoff.lua` grants the lock to a candidate whose acquisition was cancelled: the lock
-    /// is held for nobody until its lease ends.
-    HandoffIgnoresCancel,
-    /// A waiter that leaves while a release may have granted it the lock does not undo the
-    /// grant: the lock is held for nobody until its lease ends.
-    HandoffGrantNotUndone,
-    /// `sem_handoff.lua` grants the freed permits to this client's waiter even while another
-    /// client listens on the semaphore's channel.
-    SemHandoffIgnoresOtherClients,
-    /// `sem_handoff.lua` grants permits to a candidate whose acquisition was cancelled: they
-    /// are held for nobody until the lease ends.
-    SemHandoffIgnoresCancel,
-    /// `sem_handoff.lua` grants a candidate without checking that its permits fit under the
-    /// limit, or that it does not hold already (whose permits it would count twice).
-    SemHandoffIgnoresRoom,
+/// Declares [`Control`] from its variants, each with its docs and the substitutions
+/// `(script, pattern, replacement)` it makes to the Lua scripts (none for controls that break
+/// Rust code instead), and with them [`Control::ALL`].
+macro_rules! controls {
+    ($($(#[$doc:meta])* $name:ident => [$(($script:expr, $pattern:expr, $replacement:expr $(,)?)),* $(,)?],)+) => {
+        /// One deliberately broken variant of the protocol. Each names what it breaks; the property
+        /// that catches it is listed in DESIGN.md §10 and asserted by `tests/model/controls.rs`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Control {
+            $($(#[$doc])* $name,)+
+        }
+
+        impl Control {
+            /// Every control.
+            pub const ALL: [Control; [$(Control::$name),+].len()] = [$(Control::$name),+];
+
+            /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
+            /// scripts; empty for controls that break Rust code instead.
+            fn substitutions(self) -> &'static [(&'static str, &'static str, &'static str)] {
+                match self {
+                    $(Control::$name => &[$(($script, $pattern, $replacement)),*],)+
+                }
+            }
+        }
+    };
 }
 
 /// The condition of `lib/fence_mark.lua` under which a resource has no floor, and its broken
@@ -190,308 +80,337 @@ const LOCK_RECORD: &str = "  if op then\n    redis.call('SET', op, 'a', 'PX', tt
 /// (`lib/rw.lua`, run by rw_acquire.lua and rw_read_many.lua).
 const RW_WRITER_PREFERENCE: &str = "not (reading and #marked > 0)";
 
-impl Control {
-    /// Every control.
-    pub const ALL: [Control; 52] = [
-        Control::AcquireIgnoresHolder,
-        Control::AcquireReusesToken,
-        Control::ReentryBumpsToken,
-        Control::ReleaseWithoutOwnerCheck,
-        Control::ReleaseDoesNotPublish,
-        Control::RetriesApplyTwice,
-        Control::ExtendWithoutOwnerCheck,
-        Control::RenewWithoutOwnerCheck,
-        Control::FenceStrictlyGreater,
-        Control::FenceNoCheck,
-        Control::SharedReadClaims,
-        Control::SharedReadDoesNotFence,
-        Control::RetentionForgetsExpiry,
-        Control::CancelMissingOnDrop,
-        Control::ResendLeavesNoRecord,
-        Control::FairResendLeavesNoRecord,
-        Control::SemResendLeavesNoRecord,
-        Control::RwResendLeavesNoRecord,
-        Control::StragglerNotUndone,
-        Control::WatchdogIgnoresDrop,
-        Control::LeaseFromReply,
-        Control::ClaimKeepsReservation,
-        Control::AnnounceWithoutOwnerCheck,
-        Control::AnnounceDoesNotPublish,
-        Control::LeaderTrustsRecord,
-        Control::JobBeginWithoutOwnerCheck,
-        Control::JobFinishWithoutFence,
-        Control::JobRerunsDoneTick,
-        Control::JobRunsOlderTick,
-        Control::JobGivesUpFailedTick,
-        Control::KeyBeginWithoutOwnerCheck,
-        Control::KeyResultWithoutFence,
-        Control::KeyRerunsDone,
-        Control::KeyIgnoresFingerprint,
-        Control::SemAcquireIgnoresLimit,
-        Control::SemKeepsExpiredHolds,
-        Control::SemResendNotRecognised,
-        Control::SemRenewRevivesExpired,
-        Control::SemIgnoresQueueHead,
-        Control::RwReadersIgnoreWaitingWriter,
-        Control::RwWriterIgnoresReaders,
-        Control::RwDowngradeKeepsWriting,
-        Control::RwGroupedReadersIgnoreWaitingWriter,
-        Control::RwGroupedResendLeavesNoRecord,
-        Control::SemGroupedReleaseIgnoresEntries,
-        Control::SemGroupedReleaseDoesNotPublish,
-        Control::HandoffIgnoresOtherClients,
-        Control::HandoffIgnoresCancel,
-        Control::HandoffGrantNotUndone,
-        Control::SemHandoffIgnoresOtherClients,
-        Control::SemHandoffIgnoresCancel,
-        Control::SemHandoffIgnoresRoom,
-    ];
-
-    /// The substitutions `(script, pattern, replacement)` this control makes to the Lua
-    /// scripts; empty for controls that break Rust code instead.
-    fn substitutions(self) -> &'static [(&'static str, &'static str, &'static str)] {
-        match self {
-            Control::AcquireIgnoresHolder => &[(
-                "acquire",
-                "if held then\n  return {0, redis.call('PTTL', KEYS[1])}",
-                "if held then\n  redis.call('DEL', KEYS[1])",
-            )],
-            Control::AcquireReusesToken => &[(
-                "acquire",
-                "local token = math.max(last + 1, floor)",
-                "local token = (last > 0) and last or floor",
-            )],
-            Control::ReentryBumpsToken => &[(
-                "reenter",
-                "local token = redis.call('HGET', KEYS[1], '~token')",
-                // '%.0f', not tostring: tostring prints 14 significant digits, which rounds a
-                // 16-digit token to a multiple of 100, and so back to the holder's own token
-                // for one token in a hundred (the bump would then go unseen by the client).
-                "local token = string.format('%.0f', redis.call('HINCRBY', KEYS[1], '~token', 1))",
-            )],
-            // A non-holder's release is taken for the last entry: it frees whoever's lock it
-            // is (as the old HINCRBY -1 without an owner check did).
-            // In both release scripts: a release that hands the lock on frees it as well.
-            Control::ReleaseWithoutOwnerCheck => &[
-                (
-                    "release",
-                    "if not count then\n",
-                    "if not count then\n  count = '1'\nend\nif false then\n",
-                ),
-                (
-                    "handoff",
-                    "if not count then\n",
-                    "if not count then\n  count = '1'\nend\nif false then\n",
-                ),
-            ],
-            Control::ReleaseDoesNotPublish => &[
-                ("release", RELEASE_PUBLISH, ""),
-                ("handoff", RELEASE_PUBLISH, ""),
-            ],
-            // Both records a release replays from: its own, and the mark the freeing release
-            // leaves on the holder's acquire record.
-            Control::RetriesApplyTwice => &[
-                ("release", RELEASE_RECORD, "local done = false"),
-                ("release", RELEASE_MARK, "if false then"),
-                ("handoff", RELEASE_RECORD, "local done = false"),
-                ("handoff", RELEASE_MARK, "if false then"),
-                (
-                    "reenter",
-                    "local done = redis.call('GET', KEYS[2])",
-                    "local done = false",
-                ),
-            ],
-            Control::ExtendWithoutOwnerCheck => &[("extend", "if held == 0 then", "if false then")],
-            // Every key is renewed and reported renewed, whoever holds it.
-            Control::RenewWithoutOwnerCheck => &[("renew", "if held == 1 then", "if true then")],
-            Control::FenceStrictlyGreater => &[(
-                "fenced_write",
-                "if token < mark then",
-                "if token <= mark then",
-            )],
-            Control::FenceNoCheck => &[("fenced_write", "if token < mark then", "if false then")],
-            Control::SharedReadClaims => &[(
-                "fenced_read",
-                "    redis.call('SET', KEYS[3], ARGV[1])",
-                "    redis.call('SET', KEYS[2], ARGV[1])",
-            )],
-            Control::SharedReadDoesNotFence => &[(
-                "fenced_read",
-                "    redis.call('SET', KEYS[3], ARGV[1])\n",
-                "",
-            )],
-            // The floor is shared by both fenced scripts (lib/fence_mark.lua): break it in each.
-            Control::RetentionForgetsExpiry => &[
-                ("fenced_write", RETENTION_FLOOR, RETENTION_NO_FLOOR),
-                ("fenced_read", RETENTION_FLOOR, RETENTION_NO_FLOOR),
-            ],
-            Control::ClaimKeepsReservation => &[(
-                "acquire_fair",
-                "if claim then\n  redis.call('DEL', KEYS[1])\nelse\n",
-                "if claim then\nelse\n",
-            )],
-            Control::AnnounceWithoutOwnerCheck => &[(
-                "announce",
-                "if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then",
-                "if false then",
-            )],
-            Control::AnnounceDoesNotPublish => &[(
-                "announce",
-                "publish(ARGV[4], KEYS[1], 'elected')\n",
-                "",
-            )],
-            Control::LeaderTrustsRecord => &[(
-                "leader",
-                "redis.call('HEXISTS', KEYS[1], leader) == 1",
-                "true",
-            )],
-            Control::JobBeginWithoutOwnerCheck => &[(
-                "job_begin",
-                RUN_OWNER_CHECK,
-                "if false then",
-            )],
-            Control::JobFinishWithoutFence => &[(
-                "job_finish",
-                "if recorded and tonumber(recorded) > token then",
-                "if false then",
-            )],
-            Control::JobRerunsDoneTick => &[("job_begin", RUN_DONE, "return begin(0)")],
-            Control::JobRunsOlderTick => &[(
-                "job_begin",
-                "return record(4, recorded)",
-                "return 'new'",
-            )],
-            Control::JobGivesUpFailedTick => &[(
-                "job_begin",
-                "if run.policy == 'run-again' or redis.call('HGET', run.key, 'failed') then",
-                "if run.policy == 'run-again' then",
-            )],
-            Control::KeyBeginWithoutOwnerCheck => &[(
-                "idem_begin",
-                RUN_OWNER_CHECK,
-                "if false then",
-            )],
-            Control::KeyResultWithoutFence => &[(
-                "idem_finish",
-                "if recorded and tonumber(recorded) > token then",
-                "if false then",
-            )],
-            Control::KeyRerunsDone => &[("idem_begin", RUN_DONE, "return begin(0)")],
-            Control::KeyIgnoresFingerprint => &[(
-                "idem_begin",
-                "if redis.call('HGET', KEYS[2], 'fingerprint') ~= ARGV[3] then",
-                "if false then",
-            )],
-            Control::SemAcquireIgnoresLimit => &[(
-                "sem_acquire",
-                "if wanted > limit or used + wanted + head_need > limit then",
-                "if wanted > limit then",
-            )],
-            // The shared purge is prepended to every semaphore script: break it in each.
-            Control::SemKeepsExpiredHolds => &[
-                ("sem_acquire", SEM_PURGE, SEM_NO_PURGE),
-                ("sem_release", SEM_PURGE, SEM_NO_PURGE),
-                ("sem_cancel", SEM_PURGE, SEM_NO_PURGE),
-                ("sem_renew", SEM_PURGE, SEM_NO_PURGE),
-            ],
-            Control::SemResendNotRecognised => &[(
-                "sem_acquire",
-                "if hold.live then",
-                "if false then",
-            )],
-            Control::SemIgnoresQueueHead => &[(
-                "sem_acquire",
-                "if wanted > limit or used + wanted + head_need > limit then",
-                "if wanted > limit or used + wanted > limit then",
-            )],
-            Control::RwReadersIgnoreWaitingWriter => &[(
-                "rw_acquire",
-                RW_WRITER_PREFERENCE,
-                "true",
-            )],
-            Control::RwWriterIgnoresReaders => &[(
-                "rw_acquire",
-                "local wanted = writing and RW_LIMIT or 1",
-                "local wanted = writing and 1 or 1",
-            )],
-            Control::RwDowngradeKeepsWriting => &[("rw_downgrade", "if permits > 1 then", "if false then")],
-            Control::RwGroupedReadersIgnoreWaitingWriter => &[(
-                "rw_read_many",
-                RW_WRITER_PREFERENCE,
-                "true",
-            )],
-            Control::SemGroupedReleaseIgnoresEntries => &[(
-                "sem_release_many",
-                "if hold.live and hold.entries > 1 then",
-                "if false then",
-            )],
-            Control::SemGroupedReleaseDoesNotPublish => &[(
-                "sem_release_many",
-                "  sem_publish(KEYS[1], ARGV[3], writers)\n",
-                "",
-            )],
-            Control::RwGroupedResendLeavesNoRecord => &[(
-                "rw_read_many",
-                "    if recorded(i) then\n      redis.call('SET', KEYS[4 + i], 'a', 'PX', ARGV[3])\n    end\n",
-                "",
-            )],
-            Control::SemRenewRevivesExpired => &[(
-                "sem_renew",
-                "if sem and sem.live then",
-                "if sem and sem.held then",
-            )],
-            Control::ResendLeavesNoRecord => &[(
-                "acquire",
-                LOCK_RECORD,
-                "",
-            )],
-            Control::FairResendLeavesNoRecord => &[(
-                "acquire_fair",
-                LOCK_RECORD,
-                "",
-            )],
-            Control::SemResendLeavesNoRecord => &[(
-                "sem_acquire",
-                "if ARGV[9] == '1' then\n  redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])\nend",
-                "",
-            )],
-            Control::RwResendLeavesNoRecord => &[(
-                "rw_acquire",
-                "if ARGV[8] == '1' then\n  redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5])\nend",
-                "",
-            )],
-            Control::HandoffIgnoresOtherClients => &[(
-                "handoff",
-                "and listeners[2] <= 1",
-                "",
-            )],
-            Control::HandoffIgnoresCancel => &[(
-                "handoff",
-                "if alone and not redis.call('GET', KEYS[5]) then",
-                "if alone then",
-            )],
-            Control::SemHandoffIgnoresOtherClients => &[(
-                "sem_handoff",
-                "and listeners[2] <= 1",
-                "",
-            )],
-            Control::SemHandoffIgnoresCancel => &[(
-                "sem_handoff",
-                "and not redis.call('GET', KEYS[6])",
-                "",
-            )],
-            Control::SemHandoffIgnoresRoom => &[(
-                "sem_handoff",
-                "used + wanted <= limit and not redis.call('GET', KEYS[6])\n      and not redis.call('HGET', KEYS[1], ARGV[5]) then",
-                "not redis.call('GET', KEYS[6]) then",
-            )],
-            Control::CancelMissingOnDrop
-            | Control::HandoffGrantNotUndone
-            | Control::StragglerNotUndone
-            | Control::WatchdogIgnoresDrop
-            | Control::LeaseFromReply => &[],
-        }
-    }
+controls! {
+    /// `acquire.lua` grants the lock even when another holder has it.
+    AcquireIgnoresHolder => [(
+        "acquire",
+        "if held then\n  return {0, redis.call('PTTL', KEYS[1])}",
+        "if held then\n  redis.call('DEL', KEYS[1])",
+    )],
+    /// `acquire.lua` issues the previous token again instead of a new one.
+    AcquireReusesToken => [(
+        "acquire",
+        "local token = math.max(last + 1, floor)",
+        "local token = (last > 0) and last or floor",
+    )],
+    /// `reenter.lua` bumps the lock's token on every re-entry.
+    ReentryBumpsToken => [(
+        "reenter",
+        "local token = redis.call('HGET', KEYS[1], '~token')",
+        // '%.0f', not tostring: tostring prints 14 significant digits, which rounds a
+        // 16-digit token to a multiple of 100, and so back to the holder's own token
+        // for one token in a hundred (the bump would then go unseen by the client).
+        "local token = string.format('%.0f', redis.call('HINCRBY', KEYS[1], '~token', 1))",
+    )],
+    /// `release.lua` takes a non-holder's release for the last entry: it frees the lock,
+    /// whoever holds it.
+    // A non-holder's release is taken for the last entry: it frees whoever's lock it
+    // is (as the old HINCRBY -1 without an owner check did).
+    // In both release scripts: a release that hands the lock on frees it as well.
+    ReleaseWithoutOwnerCheck => [
+        (
+            "release",
+            "if not count then\n",
+            "if not count then\n  count = '1'\nend\nif false then\n",
+        ),
+        (
+            "handoff",
+            "if not count then\n",
+            "if not count then\n  count = '1'\nend\nif false then\n",
+        ),
+    ],
+    /// `release.lua` frees the lock without publishing on its channel.
+    ReleaseDoesNotPublish => [
+        ("release", RELEASE_PUBLISH, ""),
+        ("handoff", RELEASE_PUBLISH, ""),
+    ],
+    /// `release.lua` and `reenter.lua` ignore their operation record, so a re-sent request
+    /// applies twice.
+    // Both records a release replays from: its own, and the mark the freeing release
+    // leaves on the holder's acquire record.
+    RetriesApplyTwice => [
+        ("release", RELEASE_RECORD, "local done = false"),
+        ("release", RELEASE_MARK, "if false then"),
+        ("handoff", RELEASE_RECORD, "local done = false"),
+        ("handoff", RELEASE_MARK, "if false then"),
+        (
+            "reenter",
+            "local done = redis.call('GET', KEYS[2])",
+            "local done = false",
+        ),
+    ],
+    /// `extend.lua` extends for a holder that does not hold the lock.
+    ExtendWithoutOwnerCheck => [
+        ("extend", "if held == 0 then", "if false then"),
+    ],
+    /// `renew.lua` renews every lock key (and reports it renewed), whoever holds it.
+    // Every key is renewed and reported renewed, whoever holds it.
+    RenewWithoutOwnerCheck => [
+        ("renew", "if held == 1 then", "if true then"),
+    ],
+    /// `fenced_write.lua` accepts only tokens strictly above the mark (`>` for `>=`).
+    FenceStrictlyGreater => [(
+        "fenced_write",
+        "if token < mark then",
+        "if token <= mark then",
+    )],
+    /// `fenced_write.lua` accepts every token.
+    FenceNoCheck => [
+        ("fenced_write", "if token < mark then", "if false then"),
+    ],
+    /// `fenced_read.lua`'s shared read raises the exclusive mark, as a claim does: readers of
+    /// one hold refuse each other.
+    SharedReadClaims => [(
+        "fenced_read",
+        "    redis.call('SET', KEYS[3], ARGV[1])",
+        "    redis.call('SET', KEYS[2], ARGV[1])",
+    )],
+    /// `fenced_read.lua`'s shared read records nothing: a writer older than the readers can
+    /// still write under them.
+    SharedReadDoesNotFence => [(
+        "fenced_read",
+        "    redis.call('SET', KEYS[3], ARGV[1])\n",
+        "",
+    )],
+    /// A resource kept for a retention forgets its floor: once its marks expired, any token
+    /// writes or claims it.
+    // The floor is shared by both fenced scripts (lib/fence_mark.lua): break it in each.
+    RetentionForgetsExpiry => [
+        ("fenced_write", RETENTION_FLOOR, RETENTION_NO_FLOOR),
+        ("fenced_read", RETENTION_FLOOR, RETENTION_NO_FLOOR),
+    ],
+    /// An acquire or re-entry whose caller gave up is never undone (no compensating cancel).
+    CancelMissingOnDrop => [],
+    /// `acquire.lua` records no send: a copy of an acquisition that was re-sent takes the lock
+    /// again when it arrives after the hold ended.
+    ResendLeavesNoRecord => [(
+        "acquire",
+        LOCK_RECORD,
+        "",
+    )],
+    /// `acquire_fair.lua` records no send (as [`Control::ResendLeavesNoRecord`]).
+    FairResendLeavesNoRecord => [(
+        "acquire_fair",
+        LOCK_RECORD,
+        "",
+    )],
+    /// `sem_acquire.lua` records no send: a late copy takes the permits again.
+    SemResendLeavesNoRecord => [(
+        "sem_acquire",
+        "if ARGV[9] == '1' then\n  redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])\nend",
+        "",
+    )],
+    /// `rw_acquire.lua` records no send: a late copy takes the read-write lock again.
+    RwResendLeavesNoRecord => [(
+        "rw_acquire",
+        "if ARGV[8] == '1' then\n  redis.call('SET', KEYS[5], 'a', 'PX', ARGV[5])\nend",
+        "",
+    )],
+    /// An acquisition that got a definite "busy" stops its undo even though an earlier send's
+    /// outcome is unknown: that copy takes the lock after the caller gave up, for nobody.
+    StragglerNotUndone => [],
+    /// The watchdog keeps renewing a holder whose guards are all gone.
+    WatchdogIgnoresDrop => [],
+    /// The holder's lease is measured from the reply instead of from the send.
+    LeaseFromReply => [],
+    /// `acquire_fair.lua` (fair handoff) claims a reservation without deleting it: the held
+    /// lock keeps `~reserved`, so another waiter of the same client claims it again, over the
+    /// holder.
+    ClaimKeepsReservation => [(
+        "acquire_fair",
+        "if claim then\n  redis.call('DEL', KEYS[1])\nelse\n",
+        "if claim then\nelse\n",
+    )],
+    /// `announce.lua` records the caller's metadata whoever holds the election, and with any
+    /// term: a late announcement of a deposed leader lands next to the new leader's term.
+    AnnounceWithoutOwnerCheck => [(
+        "announce",
+        "if not held or redis.call('HGET', KEYS[1], '~token') ~= ARGV[2] then",
+        "if false then",
+    )],
+    /// `announce.lua` records the metadata without publishing `elected`.
+    AnnounceDoesNotPublish => [(
+        "announce",
+        "publish(ARGV[4], KEYS[1], 'elected')\n",
+        "",
+    )],
+    /// `leader.lua` trusts `~leader` without checking that it names a holder of the hash.
+    LeaderTrustsRecord => [(
+        "leader",
+        "redis.call('HEXISTS', KEYS[1], leader) == 1",
+        "true",
+    )],
+    /// `job_begin.lua` records a tick for a caller that does not hold the job's lock with its
+    /// token.
+    JobBeginWithoutOwnerCheck => [(
+        "job_begin",
+        RUN_OWNER_CHECK,
+        "if false then",
+    )],
+    /// `job_finish.lua` records the tick done whoever took it over since.
+    JobFinishWithoutFence => [(
+        "job_finish",
+        "if recorded and tonumber(recorded) > token then",
+        "if false then",
+    )],
+    /// `job_begin.lua` runs a tick again that is recorded done.
+    JobRerunsDoneTick => [
+        ("job_begin", RUN_DONE, "return begin(0)"),
+    ],
+    /// `job_begin.lua` runs a tick older than the newest one begun.
+    JobRunsOlderTick => [(
+        "job_begin",
+        "return record(4, recorded)",
+        "return 'new'",
+    )],
+    /// `job_begin.lua` ignores that a run failed and left its tick to a retry: the tick is
+    /// given up like a dead runner's.
+    JobGivesUpFailedTick => [(
+        "job_begin",
+        "if run.policy == 'run-again' or redis.call('HGET', run.key, 'failed') then",
+        "if run.policy == 'run-again' then",
+    )],
+    /// `idem_begin.lua` records a run for a caller that does not hold the key's lock with its
+    /// token.
+    KeyBeginWithoutOwnerCheck => [(
+        "idem_begin",
+        RUN_OWNER_CHECK,
+        "if false then",
+    )],
+    /// `idem_finish.lua` stores a result whoever took the key over since: an older run
+    /// overwrites the newer one's record.
+    KeyResultWithoutFence => [(
+        "idem_finish",
+        "if recorded and tonumber(recorded) > token then",
+        "if false then",
+    )],
+    /// `idem_begin.lua` runs a key again whose result is stored.
+    KeyRerunsDone => [
+        ("idem_begin", RUN_DONE, "return begin(0)"),
+    ],
+    /// `idem_begin.lua` ignores the recorded fingerprint: a key reused for another request
+    /// runs it.
+    KeyIgnoresFingerprint => [(
+        "idem_begin",
+        "if redis.call('HGET', KEYS[2], 'fingerprint') ~= ARGV[3] then",
+        "if false then",
+    )],
+    /// `sem_acquire.lua` grants permits however many are held already.
+    SemAcquireIgnoresLimit => [(
+        "sem_acquire",
+        "if wanted > limit or used + wanted + head_need > limit then",
+        "if wanted > limit then",
+    )],
+    /// The semaphore scripts never drop an expired hold: a crashed holder's permits stay
+    /// counted until the whole semaphore expires.
+    // The shared purge is prepended to every semaphore script: break it in each.
+    SemKeepsExpiredHolds => [
+        ("sem_acquire", SEM_PURGE, SEM_NO_PURGE),
+        ("sem_release", SEM_PURGE, SEM_NO_PURGE),
+        ("sem_cancel", SEM_PURGE, SEM_NO_PURGE),
+        ("sem_renew", SEM_PURGE, SEM_NO_PURGE),
+    ],
+    /// `sem_acquire.lua` does not recognise its own hold: a re-sent acquisition whose first
+    /// copy ran is answered as a late duplicate, and the permits it holds are orphaned.
+    SemResendNotRecognised => [(
+        "sem_acquire",
+        "if hold.live then",
+        "if false then",
+    )],
+    /// `sem_renew.lua` renews a hold whose lease has already passed.
+    SemRenewRevivesExpired => [(
+        "sem_renew",
+        "if sem and sem.live then",
+        "if sem and sem.held then",
+    )],
+    /// `sem_acquire.lua` (fair mode) grants a request that leaves the queue head short.
+    SemIgnoresQueueHead => [(
+        "sem_acquire",
+        "if wanted > limit or used + wanted + head_need > limit then",
+        "if wanted > limit or used + wanted > limit then",
+    )],
+    /// `rw_acquire.lua` lets new readers in while a writer waits (no writer preference).
+    RwReadersIgnoreWaitingWriter => [(
+        "rw_acquire",
+        RW_WRITER_PREFERENCE,
+        "true",
+    )],
+    /// `rw_acquire.lua` grants the write hold while readers hold the lock.
+    RwWriterIgnoresReaders => [(
+        "rw_acquire",
+        "local wanted = writing and RW_LIMIT or 1",
+        "local wanted = writing and 1 or 1",
+    )],
+    /// `rw_downgrade.lua` answers done but leaves the hold a writer's, so readers stay out.
+    RwDowngradeKeepsWriting => [
+        ("rw_downgrade", "if permits > 1 then", "if false then"),
+    ],
+    /// `rw_read_many.lua` lets grouped readers in while a writer waits (no writer preference
+    /// for reads that share a call).
+    RwGroupedReadersIgnoreWaitingWriter => [(
+        "rw_read_many",
+        RW_WRITER_PREFERENCE,
+        "true",
+    )],
+    /// `rw_read_many.lua` writes no op record for a recorded send: a late copy of a grouped
+    /// read takes the lock again after its hold ended.
+    RwGroupedResendLeavesNoRecord => [(
+        "rw_read_many",
+        "    if recorded(i) then\n      redis.call('SET', KEYS[4 + i], 'a', 'PX', ARGV[3])\n    end\n",
+        "",
+    )],
+    /// `sem_release_many.lua` ends a re-entered hold at its first release: the entries left
+    /// are lost, and the hold's other guards hold nothing.
+    SemGroupedReleaseIgnoresEntries => [(
+        "sem_release_many",
+        "if hold.live and hold.entries > 1 then",
+        "if false then",
+    )],
+    /// `sem_release_many.lua` publishes nothing: waiters of a lock its releases freed sleep
+    /// until their timers.
+    SemGroupedReleaseDoesNotPublish => [(
+        "sem_release_many",
+        "  sem_publish(KEYS[1], ARGV[3], writers)\n",
+        "",
+    )],
+    /// `handoff.lua` grants the freed lock to this client's waiter even while another client
+    /// listens on the channel: a client's own waiters pass the others over.
+    HandoffIgnoresOtherClients => [(
+        "handoff",
+        "and listeners[2] <= 1",
+        "",
+    )],
+    /// `handoff.lua` grants the lock to a candidate whose acquisition was cancelled: the lock
+    /// is held for nobody until its lease ends.
+    HandoffIgnoresCancel => [(
+        "handoff",
+        "if alone and not redis.call('GET', KEYS[5]) then",
+        "if alone then",
+    )],
+    /// A waiter that leaves while a release may have granted it the lock does not undo the
+    /// grant: the lock is held for nobody until its lease ends.
+    HandoffGrantNotUndone => [],
+    /// `sem_handoff.lua` grants the freed permits to this client's waiter even while another
+    /// client listens on the semaphore's channel.
+    SemHandoffIgnoresOtherClients => [(
+        "sem_handoff",
+        "and listeners[2] <= 1",
+        "",
+    )],
+    /// `sem_handoff.lua` grants permits to a candidate whose acquisition was cancelled: they
+    /// are held for nobody until the lease ends.
+    SemHandoffIgnoresCancel => [(
+        "sem_handoff",
+        "and not redis.call('GET', KEYS[6])",
+        "",
+    )],
+    /// `sem_handoff.lua` grants a candidate without checking that its permits fit under the
+    /// limit, or that it does not hold already (whose permits it would count twice).
+    SemHandoffIgnoresRoom => [(
+        "sem_handoff",
+        "used + wanted <= limit and not redis.call('GET', KEYS[6])\n      and not redis.call('HGET', KEYS[1], ARGV[5]) then",
+        "not redis.call('GET', KEYS[6]) then",
+    )],
 }
 
 impl Control {
