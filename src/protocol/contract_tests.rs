@@ -90,6 +90,18 @@ pub(super) async fn rw_take(
     .unwrap()
 }
 
+/// `holder`'s release as operation `op`, answered.
+pub(super) async fn released_by(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    op: &str,
+) -> OwnerReply {
+    release(conn, keys, holder, op, OP_TTL, PubSub::Classic)
+        .await
+        .unwrap()
+}
+
 /// Releases `holder`'s last entry as operation `op`; panics unless that ends its hold.
 pub(super) async fn leave(
     conn: &mut MultiplexedConnection,
@@ -97,9 +109,7 @@ pub(super) async fn leave(
     holder: &str,
     op: &str,
 ) {
-    let reply = release(conn, keys, holder, op, OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let reply = released_by(conn, keys, holder, op).await;
     assert_eq!(
         reply,
         OwnerReply::Done { remaining: 0 },

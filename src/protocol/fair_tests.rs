@@ -39,10 +39,20 @@ async fn fair_release(
     holder: &str,
     op: &str,
     grace: Duration,
+    requeue: Option<(&str, Duration)>,
 ) -> OwnerReply {
-    release_fair(conn, keys, holder, op, OP_TTL, PubSub::Classic, grace, None)
-        .await
-        .unwrap()
+    release_fair(
+        conn,
+        keys,
+        holder,
+        op,
+        OP_TTL,
+        PubSub::Classic,
+        grace,
+        requeue,
+    )
+    .await
+    .unwrap()
 }
 
 async fn queue(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Vec<String> {
@@ -83,7 +93,7 @@ async fn a_release_reserves_the_lock_for_the_first_queued_client_only() {
     assert!(ttl > 0, "the queue has no expiry: {ttl}");
 
     assert_eq!(
-        fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE).await,
+        fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE, None).await,
         OwnerReply::Done { remaining: 0 }
     );
     let reservation = vec![("~reserved".to_owned(), "cb".to_owned())];
@@ -91,7 +101,7 @@ async fn a_release_reserves_the_lock_for_the_first_queued_client_only() {
     assert_eq!(queue(&mut conn, &keys).await, ["cc"]);
     // A re-sent copy of that release replays its reply and reserves nothing again.
     assert_eq!(
-        fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE).await,
+        fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE, None).await,
         OwnerReply::Done { remaining: 0 }
     );
     assert_eq!(queue(&mut conn, &keys).await, ["cc"]);
@@ -119,7 +129,7 @@ async fn a_release_reserves_the_lock_for_the_first_queued_client_only() {
             OwnerReply::NotHeld
         );
         assert_eq!(
-            fair_release(&mut conn, &keys, holder, "r-y", GRACE).await,
+            fair_release(&mut conn, &keys, holder, "r-y", GRACE, None).await,
             OwnerReply::NotHeld
         );
         assert_eq!(
@@ -166,10 +176,10 @@ async fn a_release_reserves_the_lock_for_the_first_queued_client_only() {
     );
 
     // Next in line: cc. Then the queue is empty and the last release frees the lock.
-    fair_release(&mut conn, &keys, "cb:7", "cb:8", GRACE).await;
+    fair_release(&mut conn, &keys, "cb:7", "cb:8", GRACE, None).await;
     let third = token_of(fair_acquire(&mut conn, &keys, "cc:2", waiter("cc")).await);
     assert!(third > second);
-    fair_release(&mut conn, &keys, "cc:2", "cc:3", GRACE).await;
+    fair_release(&mut conn, &keys, "cc:2", "cc:3", GRACE, None).await;
     let left: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!left, "a release with an empty queue left the hash");
     let left: bool = conn.exists(keys.queue()).await.unwrap();
@@ -184,7 +194,7 @@ async fn a_winner_leaves_the_queue_and_an_unclaimed_reservation_ends_with_its_gr
     fair_acquire(&mut conn, &keys, "cc:1", waiter("cc")).await;
     // Reserved for cb, which never comes (crashed): after the grace anyone may take it.
     let grace = Duration::from_millis(20);
-    fair_release(&mut conn, &keys, "ca:1", "ca:2", grace).await;
+    fair_release(&mut conn, &keys, "ca:1", "ca:2", grace, None).await;
     let mut tries = 0;
     let won = loop {
         tries += 1;
@@ -209,33 +219,11 @@ async fn a_release_with_more_local_waiters_queues_its_client_again_behind_the_ot
     fair_acquire(&mut conn, &keys, "cb:1", waiter("cb")).await;
     fair_acquire(&mut conn, &keys, "cc:1", waiter("cc")).await;
     let requeue = Some(("ca", Duration::from_secs(10)));
-    let released = release_fair(
-        &mut conn,
-        &keys,
-        "ca:1",
-        "ca:2",
-        OP_TTL,
-        PubSub::Classic,
-        GRACE,
-        requeue,
-    )
-    .await
-    .unwrap();
+    let released = fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE, requeue).await;
     assert_eq!(released, OwnerReply::Done { remaining: 0 });
     assert_eq!(queue(&mut conn, &keys).await, ["cc", "ca"]);
     // Its replay changes nothing, also not the queue.
-    let again = release_fair(
-        &mut conn,
-        &keys,
-        "ca:1",
-        "ca:2",
-        OP_TTL,
-        PubSub::Classic,
-        GRACE,
-        requeue,
-    )
-    .await
-    .unwrap();
+    let again = fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE, requeue).await;
     assert_eq!(again, released);
     assert_eq!(queue(&mut conn, &keys).await, ["cc", "ca"]);
     let ttl: i64 = conn.pttl(keys.queue()).await.unwrap();
@@ -262,7 +250,7 @@ async fn a_client_that_leaves_passes_its_reservation_on_and_leaves_others_alone(
     assert_eq!(leave("cd").await, LeaveReply::Dequeued);
     assert_eq!(leave("cd").await, LeaveReply::Absent);
     assert_eq!(count(&mut conn, &keys, "ca:1").await, Some(1));
-    fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE).await;
+    fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE, None).await;
     // Reserved for cb; cc leaving does not touch cb's reservation.
     assert_eq!(leave("cc").await, LeaveReply::Dequeued);
     let reservation = vec![("~reserved".to_owned(), "cb".to_owned())];
@@ -276,7 +264,7 @@ async fn a_client_that_leaves_passes_its_reservation_on_and_leaves_others_alone(
     token_of(fair_acquire(&mut conn, &keys, "ca:3", waiter("ca")).await);
     fair_acquire(&mut conn, &keys, "cb:2", waiter("cb")).await;
     fair_acquire(&mut conn, &keys, "cc:2", waiter("cc")).await;
-    fair_release(&mut conn, &keys, "ca:3", "ca:4", GRACE).await;
+    fair_release(&mut conn, &keys, "ca:3", "ca:4", GRACE, None).await;
     assert_eq!(leave("cb").await, LeaveReply::PassedOn);
     let passed = vec![("~reserved".to_owned(), "cc".to_owned())];
     assert_eq!(reserved(&mut conn, &keys).await, passed);
@@ -300,18 +288,7 @@ async fn a_release_that_reserves_for_its_own_client_does_not_queue_it_twice() {
     fair_acquire(&mut conn, &keys, "ca:2", waiter("ca")).await;
     assert_eq!(queue(&mut conn, &keys).await, ["ca"]);
     let requeue = Some(("ca", Duration::from_secs(10)));
-    let released = release_fair(
-        &mut conn,
-        &keys,
-        "ca:1",
-        "ca:3",
-        OP_TTL,
-        PubSub::Classic,
-        GRACE,
-        requeue,
-    )
-    .await
-    .unwrap();
+    let released = fair_release(&mut conn, &keys, "ca:1", "ca:3", GRACE, requeue).await;
     assert_eq!(released, OwnerReply::Done { remaining: 0 });
     let reservation = vec![("~reserved".to_owned(), "ca".to_owned())];
     assert_eq!(reserved(&mut conn, &keys).await, reservation);
@@ -319,7 +296,7 @@ async fn a_release_that_reserves_for_its_own_client_does_not_queue_it_twice() {
     // The waiter claims; its release, with nobody left, frees the lock for good: no stale
     // entry of the client is left to be reserved for later.
     token_of(fair_acquire(&mut conn, &keys, "ca:2", waiter("ca")).await);
-    fair_release(&mut conn, &keys, "ca:2", "ca:4", GRACE).await;
+    fair_release(&mut conn, &keys, "ca:2", "ca:4", GRACE, None).await;
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(
         !exists,
@@ -332,7 +309,7 @@ async fn force_release_frees_a_reservation_and_reports_it() {
     let (_server, mut conn, keys) = setup().await;
     let first = token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
     fair_acquire(&mut conn, &keys, "cb:1", waiter("cb")).await;
-    fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE).await;
+    fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE, None).await;
     let reply = force_release(&mut conn, &keys, None).await.unwrap();
     assert_eq!(
         reply,
@@ -415,7 +392,7 @@ async fn a_claimed_reservation_is_held_for_the_clients_other_waiters_too(
 ) -> Result<(), String> {
     token_of(fair_acquire(conn, keys, "ca:1", waiter("ca")).await);
     fair_acquire(conn, keys, "cb:1", waiter("cb")).await;
-    fair_release(conn, keys, "ca:1", "ca:2", GRACE).await;
+    fair_release(conn, keys, "ca:1", "ca:2", GRACE, None).await;
     let claimed = token_of(fair_acquire(conn, keys, "cb:1", waiter("cb")).await);
     for (holder, attempt) in [("cb:2", waiter("cb")), ("cb:3", trying("cb"))] {
         match fair_acquire(conn, keys, holder, attempt).await {

@@ -12,10 +12,10 @@ use redis::AsyncCommands;
 
 use super::{sem_acquire, SemAcquireReply};
 use crate::protocol::contract_tests::{
-    assert_nothing_left, for_each_hold_expiry, hold_field_expiry, setup, LEASE, OP_TTL,
+    assert_nothing_left, for_each_hold_expiry, hold_field_expiry, released_by, setup, LEASE, OP_TTL,
 };
 use crate::protocol::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
-use crate::protocol::{cancel, reenter, release, CancelKind, CancelReply, OwnerReply, PubSub};
+use crate::protocol::{cancel, reenter, CancelKind, CancelReply, OwnerReply, PubSub};
 use crate::protocol::{EnterReply, LockKeys};
 use crate::FencingToken;
 
@@ -87,22 +87,10 @@ async fn hold(
     }
 }
 
-/// Releases `holder`'s hold once (a new op id each time); the reply.
-async fn leave(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    holder: &str,
-    op: &str,
-) -> OwnerReply {
-    release(conn, keys, holder, op, OP_TTL, PubSub::Classic)
-        .await
-        .unwrap()
-}
-
 /// Releases every one of `holders` (each with one entry) and checks that nothing is left.
 async fn leave_all(conn: &mut MultiplexedConnection, keys: &LockKeys, holders: &[&str]) {
     for holder in holders {
-        let reply = leave(conn, keys, holder, &format!("{holder}-out")).await;
+        let reply = released_by(conn, keys, holder, &format!("{holder}-out")).await;
         assert_eq!(reply, OwnerReply::Done { remaining: 0 }, "{holder}");
     }
     assert_nothing_left(conn, keys).await;
@@ -197,12 +185,12 @@ async fn a_semaphore_label_ends_with_its_hold_on_every_path() {
         let keeper = take(&mut conn, "keeper", LEASE, Some("keeper-1")).await;
 
         take(&mut conn, "released", LEASE, Some(LABEL)).await;
-        let reply = leave(&mut conn, &keys, "released", "r1").await;
+        let reply = released_by(&mut conn, &keys, "released", "r1").await;
         assert_eq!(reply, OwnerReply::Done { remaining: 0 });
         assert_label_gone(&mut conn, &keys, "a release").await;
 
         take(&mut conn, "evicted", LEASE, Some(LABEL)).await;
-        let reply = leave(&mut conn, &keys, "evicted", "operator:1").await;
+        let reply = released_by(&mut conn, &keys, "evicted", "operator:1").await;
         assert_eq!(reply, OwnerReply::Done { remaining: 0 });
         assert_label_gone(&mut conn, &keys, "an operator's release").await;
 
@@ -264,12 +252,12 @@ async fn a_read_write_label_survives_a_downgrade_and_a_reentry_and_ends_with_the
         assert_eq!(hash.get("r"), Some(&format!("1:{reader}")));
         assert_eq!(hash.get("w"), Some(&format!("1:{writer}:{LABEL}")));
 
-        let reply = leave(&mut conn, &keys, "w", "w-out").await;
+        let reply = released_by(&mut conn, &keys, "w", "w-out").await;
         assert_eq!(reply, OwnerReply::Done { remaining: 1 });
-        let reply = leave(&mut conn, &keys, "w", "w-last").await;
+        let reply = released_by(&mut conn, &keys, "w", "w-last").await;
         assert_eq!(reply, OwnerReply::Done { remaining: 0 });
         assert_label_gone(&mut conn, &keys, "the last release").await;
-        leave(&mut conn, &keys, "r", "r-out").await;
+        released_by(&mut conn, &keys, "r", "r-out").await;
         assert_nothing_left(&mut conn, &keys).await;
 
         // A labelled reader whose acquisition is undone leaves nothing either.

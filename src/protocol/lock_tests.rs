@@ -10,10 +10,20 @@ use super::contract_tests::undo;
 use super::*;
 use crate::base::error::Superseded;
 
-use super::contract_tests::{contract_checks, setup, LEASE, OP_TTL};
+use super::contract_tests::{contract_checks, released_by, setup, LEASE, OP_TTL};
 
 async fn count(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> Option<u64> {
     conn.hget(&keys.lock, holder).await.unwrap()
+}
+
+/// `holder`'s re-entry as operation `op`, answered.
+async fn entered_by(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    op: &str,
+) -> EnterReply {
+    reenter(conn, keys, holder, op, OP_TTL).await.unwrap()
 }
 
 /// The token of a fresh acquisition by `holder`; panics when the lock was not free.
@@ -74,9 +84,7 @@ async fn a_label_is_kept_with_its_hold_and_only_there() {
         .unwrap();
     assert_eq!(first, again);
     assert_eq!(label(&mut conn).await.as_deref(), Some("req-1"));
-    reenter(&mut conn, &keys, "h1", "h1:r", OP_TTL)
-        .await
-        .unwrap();
+    entered_by(&mut conn, &keys, "h1", "h1:r").await;
     assert_eq!(count(&mut conn, &keys, "h1").await, Some(2));
     assert_eq!(label(&mut conn).await.as_deref(), Some("req-1"));
     let busy = acquire_labelled(&mut conn, &keys, "h2", LEASE, OP_TTL, Some("req-2"), false)
@@ -103,33 +111,20 @@ async fn a_replayed_reentry_or_release_applies_once() {
     else {
         panic!("free lock not acquired")
     };
-    let entered = reenter(&mut conn, &keys, "h", "op-enter", OP_TTL)
-        .await
-        .unwrap();
+    let entered = entered_by(&mut conn, &keys, "h", "op-enter").await;
     assert_eq!(entered, EnterReply::Entered { token, count: 2 });
-    assert_eq!(
-        reenter(&mut conn, &keys, "h", "op-enter", OP_TTL)
-            .await
-            .unwrap(),
-        entered
-    );
+    assert_eq!(entered_by(&mut conn, &keys, "h", "op-enter").await, entered);
     assert_eq!(count(&mut conn, &keys, "h").await, Some(2));
 
-    let released = release(&mut conn, &keys, "h", "op-rel-1", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let released = released_by(&mut conn, &keys, "h", "op-rel-1").await;
     assert_eq!(released, OwnerReply::Done { remaining: 1 });
     assert_eq!(
-        release(&mut conn, &keys, "h", "op-rel-1", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap(),
+        released_by(&mut conn, &keys, "h", "op-rel-1").await,
         released
     );
     assert_eq!(count(&mut conn, &keys, "h").await, Some(1));
 
-    let last = release(&mut conn, &keys, "h", "op-rel-2", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let last = released_by(&mut conn, &keys, "h", "op-rel-2").await;
     assert_eq!(last, OwnerReply::Done { remaining: 0 });
     // A new holder takes over; the old release replayed late must neither fail nor touch it.
     let AcquireReply::Acquired { token: next, .. } = acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
@@ -139,12 +134,7 @@ async fn a_replayed_reentry_or_release_applies_once() {
         panic!("released lock not free")
     };
     assert!(next > token);
-    assert_eq!(
-        release(&mut conn, &keys, "h", "op-rel-2", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap(),
-        last
-    );
+    assert_eq!(released_by(&mut conn, &keys, "h", "op-rel-2").await, last);
     assert_eq!(count(&mut conn, &keys, "h2").await, Some(1));
     // One record per hold: the release that freed the lock marked the holder's acquire record
     // instead of writing its own, and a late copy of the acquire is still refused by it.
@@ -154,9 +144,7 @@ async fn a_replayed_reentry_or_release_applies_once() {
     assert_eq!(mark.as_deref(), Some("r:op-rel-2"));
     // Another release of that holder did not free the lock: not held, as before.
     assert_eq!(
-        release(&mut conn, &keys, "h", "op-rel-3", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap(),
+        released_by(&mut conn, &keys, "h", "op-rel-3").await,
         OwnerReply::NotHeld
     );
     assert_eq!(
@@ -177,9 +165,7 @@ async fn owner_checks_leave_another_holders_lock_alone() {
         .await
         .unwrap();
     assert_eq!(
-        release(&mut conn, &keys, "intruder", "op1", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap(),
+        released_by(&mut conn, &keys, "intruder", "op1").await,
         OwnerReply::NotHeld
     );
     assert_eq!(
@@ -189,9 +175,7 @@ async fn owner_checks_leave_another_holders_lock_alone() {
         OwnerReply::NotHeld
     );
     assert_eq!(
-        reenter(&mut conn, &keys, "intruder", "op2", OP_TTL)
-            .await
-            .unwrap(),
+        entered_by(&mut conn, &keys, "intruder", "op2").await,
         EnterReply::NotHeld
     );
     assert_eq!(count(&mut conn, &keys, "owner").await, Some(1));
@@ -236,12 +220,8 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
 
     // A re-entry that ran is undone with exactly one decrement, however often cancel runs.
     acquire(&mut conn, &keys, "c", LEASE, OP_TTL).await.unwrap();
-    reenter(&mut conn, &keys, "c", "enter-1", OP_TTL)
-        .await
-        .unwrap();
-    reenter(&mut conn, &keys, "c", "enter-2", OP_TTL)
-        .await
-        .unwrap();
+    entered_by(&mut conn, &keys, "c", "enter-1").await;
+    entered_by(&mut conn, &keys, "c", "enter-2").await;
     assert_eq!(count(&mut conn, &keys, "c").await, Some(3));
     let undone = undo(&mut conn, &keys, "c", "enter-1", CancelKind::Reenter).await;
     assert_eq!(undone.unwrap(), CancelReply::Undone { remaining: 2 });
@@ -249,9 +229,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
     assert_eq!(again.unwrap(), CancelReply::NotRun);
     assert_eq!(count(&mut conn, &keys, "c").await, Some(2));
     assert_eq!(
-        reenter(&mut conn, &keys, "c", "enter-1", OP_TTL)
-            .await
-            .unwrap(),
+        entered_by(&mut conn, &keys, "c", "enter-1").await,
         EnterReply::Cancelled
     );
 
@@ -259,9 +237,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
     let not_run = undo(&mut conn, &keys, "c", "enter-3", CancelKind::Reenter).await;
     assert_eq!(not_run.unwrap(), CancelReply::NotRun);
     assert_eq!(
-        reenter(&mut conn, &keys, "c", "enter-3", OP_TTL)
-            .await
-            .unwrap(),
+        entered_by(&mut conn, &keys, "c", "enter-3").await,
         EnterReply::Cancelled
     );
     assert_eq!(count(&mut conn, &keys, "c").await, Some(2));
@@ -277,9 +253,7 @@ async fn the_scripts_run_after_script_flush() {
         .await
         .unwrap();
     assert_eq!(
-        release(&mut conn, &keys, "h", "op", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap(),
+        released_by(&mut conn, &keys, "h", "op").await,
         OwnerReply::Done { remaining: 0 }
     );
 }
@@ -296,9 +270,7 @@ async fn tokens_are_exact_past_the_time_floor() {
         panic!()
     };
     assert_eq!(token.get(), high + 1);
-    release(&mut conn, &keys, "h", "op", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    released_by(&mut conn, &keys, "h", "op").await;
     // At 2^53 the acquire refuses instead of issuing an inexact token, and changes nothing.
     let _: () = conn
         .set(&keys.fence, 9_007_199_254_740_991_u64)
@@ -453,9 +425,7 @@ async fn a_late_duplicate_acquire_after_the_hold_ended_does_nothing() {
     };
     // Released: a copy of the acquire that arrives afterwards must not take the lock again.
     recorded(&mut conn, "h", LEASE).await;
-    release(&mut conn, &keys, "h", "rel", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    released_by(&mut conn, &keys, "h", "rel").await;
     assert_eq!(
         acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap(),
         AcquireReply::Cancelled
@@ -488,9 +458,7 @@ async fn force_release_evicts_any_holder_and_puts_a_lost_counter_back_to_its_tok
     else {
         panic!("free lock not acquired")
     };
-    reenter(&mut conn, &keys, "h", "op-enter", OP_TTL)
-        .await
-        .unwrap();
+    entered_by(&mut conn, &keys, "h", "op-enter").await;
     let _: () = conn.del(&keys.fence).await.unwrap();
 
     // Another token than the one held: nothing changes.
@@ -516,9 +484,7 @@ async fn force_release_evicts_any_holder_and_puts_a_lost_counter_back_to_its_tok
     assert_eq!(fence, token.get());
     // The evicted holder's own release is a non-holder's: nothing happens.
     assert_eq!(
-        release(&mut conn, &keys, "h", "op-rel", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap(),
+        released_by(&mut conn, &keys, "h", "op-rel").await,
         OwnerReply::NotHeld
     );
     let AcquireReply::Acquired { token: next, .. } = acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
