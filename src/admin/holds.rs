@@ -360,9 +360,10 @@ impl Admin {
         } else {
             deadlines
         };
-        // Oldest lease first: the zset is in that order already, field expiry is read in the
-        // hash's field order.
-        deadlines.sort_by(|a, b| a.1.total_cmp(&b.1));
+        // Oldest lease first, and holders with the same deadline (to the millisecond) by
+        // name: the zset's own order (score, then member), which the hash's field order read
+        // with field expiry is not, so a listing reads the same both ways.
+        deadlines.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
         let mut holds = Vec::new();
         for (holder, deadline) in deadlines {
             let Some(value) = field(holder.as_bytes()) else {
