@@ -32,7 +32,7 @@
 --
 -- Each probe passes the arguments a real call passes, so the key and channel rules of the ACL
 -- are checked as well as the command rules.
-local refused = {}
+local refused, seen = {}, {}
 local run_probes = redis.acl_check_cmd == nil
 
 -- Redis 6.2 words a refusal inside a script "The user executing the script can't run this
@@ -44,6 +44,14 @@ local function acl_refusal(reply)
   end
   return string.find(reply.err, "can't", 1, true) ~= nil
       or string.find(reply.err, 'NOPERM', 1, true) ~= nil
+end
+
+-- The answer names each refused command once, in first-refused order.
+local function refuse(command)
+  if not seen[command] then
+    seen[command] = true
+    table.insert(refused, command)
+  end
 end
 
 -- Records `command` as refused when the user may not run it with these arguments.
@@ -58,9 +66,16 @@ local function check(command, ...)
     allowed = ok and answer
   end
   if not allowed then
-    table.insert(refused, command)
+    refuse(command)
   end
   return allowed
+end
+
+-- Checks each probe {command, n, argument...}, run on KEYS[n] with those arguments, in order.
+local function check_all(probes)
+  for _, probe in ipairs(probes) do
+    check(probe[1], KEYS[probe[2]], unpack(probe, 3))
+  end
 end
 
 local fence_before
@@ -72,7 +87,7 @@ if run_probes then
   deletable = check('DEL', KEYS[4]) and deletable
   fence_before = redis.pcall('GET', KEYS[2])
   if acl_refusal(fence_before) then
-    table.insert(refused, 'GET')
+    refuse('GET')
     deletable = false
   elseif type(fence_before) ~= 'string' then
     -- No counter yet: the probe's SET creates one, which must be deleted again.
@@ -83,50 +98,32 @@ if run_probes then
   end
 end
 
+local far = '99999999999999'
 check('TIME')
-check('TYPE', KEYS[1])
-check('HGET', KEYS[1], 'f')
-check('HEXISTS', KEYS[1], 'f')
-check('HSET', KEYS[1], 'f', '1')
-check('HINCRBY', KEYS[1], 'f', '1')
-check('PTTL', KEYS[1])
-check('PEXPIRE', KEYS[1], '1')
-check('DEL', KEYS[1])
-check(ARGV[1] == 'sharded' and 'SPUBLISH' or 'PUBLISH', KEYS[1], 'released')
-check('GET', KEYS[2])
--- Run as a probe (Redis 6.2), the SET writes the counter's own value back: nothing changes.
-check('SET', KEYS[2], type(fence_before) == 'string' and fence_before or '1')
-check('GET', KEYS[3])
-check('EXISTS', KEYS[3])
-check('SET', KEYS[3], 'a', 'PX', '1')
+check_all({
+  {'TYPE', 1}, {'HGET', 1, 'f'}, {'HEXISTS', 1, 'f'}, {'HSET', 1, 'f', '1'},
+  {'HINCRBY', 1, 'f', '1'}, {'PTTL', 1}, {'PEXPIRE', 1, '1'}, {'DEL', 1},
+  {ARGV[1] == 'sharded' and 'SPUBLISH' or 'PUBLISH', 1, 'released'}, {'GET', 2},
+  -- Run as a probe (Redis 6.2), the SET writes the counter's own value back: nothing changes.
+  {'SET', 2, type(fence_before) == 'string' and fence_before or '1'},
+  {'GET', 3}, {'EXISTS', 3}, {'SET', 3, 'a', 'PX', '1'},
+})
 if ARGV[2] == '1' then
-  check('ZADD', KEYS[4], 'NX', '1', 'm')
-  check('ZREM', KEYS[4], 'm')
-  check('ZPOPMIN', KEYS[4])
-  check('PEXPIRE', KEYS[4], '1')
+  check_all({{'ZADD', 4, 'NX', '1', 'm'}, {'ZREM', 4, 'm'}, {'ZPOPMIN', 4}, {'PEXPIRE', 4, '1'}})
 end
 if ARGV[3] == 'holds' or ARGV[3] == 'holds+fields' then
-  local far = '99999999999999'
-  check('EXISTS', KEYS[1])
-  check('HMGET', KEYS[1], 'f')
-  check('MGET', KEYS[3])
-  check('HDEL', KEYS[1], 'f')
-  check('PEXPIREAT', KEYS[1], far)
-  check('ZADD', KEYS[4], '1', 'm')
-  check('ZSCORE', KEYS[4], 'm')
-  check('ZRANGE', KEYS[4], '0', '0', 'WITHSCORES')
-  check('ZRANGEBYSCORE', KEYS[4], '-inf', '1')
-  check('ZREMRANGEBYSCORE', KEYS[4], '-inf', '1')
-  check('ZREM', KEYS[4], 'm')
-  check('PEXPIREAT', KEYS[4], far)
-  if ARGV[3] == 'holds+fields' then
-    check('HVALS', KEYS[1])
-    check('HKEYS', KEYS[1])
-    check('HLEN', KEYS[1])
-    check('HPEXPIREAT', KEYS[1], far, 'FIELDS', '1', 'f')
-    check('HPEXPIRETIME', KEYS[1], 'FIELDS', '1', 'f')
-    check('PEXPIRETIME', KEYS[1])
-  end
+  check_all({
+    {'EXISTS', 1}, {'HMGET', 1, 'f'}, {'MGET', 3}, {'HDEL', 1, 'f'}, {'PEXPIREAT', 1, far},
+    {'ZADD', 4, '1', 'm'}, {'ZSCORE', 4, 'm'}, {'ZRANGE', 4, '0', '0', 'WITHSCORES'},
+    {'ZRANGEBYSCORE', 4, '-inf', '1'}, {'ZREMRANGEBYSCORE', 4, '-inf', '1'}, {'ZREM', 4, 'm'},
+    {'PEXPIREAT', 4, far},
+  })
+end
+if ARGV[3] == 'holds+fields' then
+  check_all({
+    {'HVALS', 1}, {'HKEYS', 1}, {'HLEN', 1}, {'HPEXPIREAT', 1, far, 'FIELDS', '1', 'f'},
+    {'HPEXPIRETIME', 1, 'FIELDS', '1', 'f'}, {'PEXPIRETIME', 1},
+  })
 end
 
 if run_probes then
@@ -137,13 +134,4 @@ if run_probes then
     redis.pcall('DEL', KEYS[2])
   end
 end
-
--- One entry per command, in first-refused order.
-local seen, names = {}, {}
-for _, command in ipairs(refused) do
-  if not seen[command] then
-    seen[command] = true
-    table.insert(names, command)
-  end
-end
-return names
+return refused
