@@ -41,165 +41,103 @@ pub(crate) const KEY_IN_PROGRESS: &str = "in_progress";
 pub(crate) const KEY_ABANDONED: &str = "abandoned";
 pub(crate) const KEY_REUSED: &str = "key_reused";
 
-#[cfg(feature = "metrics")]
-mod imp {
-    use std::time::Duration;
+/// Declares each measurement once, as a function that records it with the `metrics` feature
+/// and is empty without it (its arguments unused, so no call site needs a `cfg`). Written as a
+/// macro rather than two `cfg`'d modules so that a measurement's name, signature and recording
+/// stand in one place.
+macro_rules! measurements {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $record:block)*) => {$(
+        $(#[$doc])*
+        #[cfg_attr(not(feature = "metrics"), allow(clippy::missing_const_for_fn))]
+        pub(crate) fn $name($($arg: $ty),*) {
+            #[cfg(feature = "metrics")]
+            $record
+            #[cfg(not(feature = "metrics"))]
+            let _ = ($($arg,)*);
+        }
+    )*};
+}
 
-    pub(super) fn acquisition(outcome: &'static str) {
+measurements! {
+    /// One acquire call that started at `started` ended with `outcome`. The clock is read only
+    /// when metrics are recorded.
+    fn acquisition(outcome: &'static str, started: std::time::Instant) {
         ::metrics::counter!("fencelock_acquisitions_total", "outcome" => outcome).increment(1);
+        ::metrics::histogram!("fencelock_wait_seconds").record(started.elapsed().as_secs_f64());
     }
-    pub(super) fn contended() {
+
+    /// An acquire call found the lock held and queued to wait for it.
+    fn contended() {
         ::metrics::counter!("fencelock_contended_total").increment(1);
     }
-    pub(super) fn wait(waited: Duration) {
-        ::metrics::histogram!("fencelock_wait_seconds").record(waited.as_secs_f64());
+
+    /// A holder that acquired the lock at `acquired_at` left it (its last entry). The clock is
+    /// read only when metrics are recorded.
+    fn hold(acquired_at: std::time::Instant) {
+        ::metrics::histogram!("fencelock_hold_seconds").record(acquired_at.elapsed().as_secs_f64());
     }
-    pub(super) fn hold(held: Duration) {
-        ::metrics::histogram!("fencelock_hold_seconds").record(held.as_secs_f64());
-    }
-    pub(super) fn renewals(locks: u64) {
-        ::metrics::counter!("fencelock_renewals_total").increment(locks);
-    }
-    pub(super) fn renewal_call() {
+
+    /// One renewal script call was sent.
+    fn renewal_call() {
         ::metrics::counter!("fencelock_renewal_calls_total").increment(1);
     }
-    pub(super) fn lost_lease() {
+
+    /// A renewal call renewed `locks` leases.
+    fn renewals(locks: u64) {
+        ::metrics::counter!("fencelock_renewals_total").increment(locks);
+    }
+
+    /// A holder learnt it lost its lock.
+    fn lost_lease() {
         ::metrics::counter!("fencelock_lost_leases_total").increment(1);
     }
-    pub(super) fn stale_write_rejected() {
+
+    /// A fenced write or claiming read was refused for a stale token.
+    fn stale_write_rejected() {
         ::metrics::counter!("fencelock_stale_writes_rejected_total").increment(1);
     }
-    pub(super) fn release(outcome: &'static str) {
+
+    /// A release call ended with `outcome`.
+    fn release(outcome: &'static str) {
         ::metrics::counter!("fencelock_releases_total", "outcome" => outcome).increment(1);
     }
-    pub(super) fn job(outcome: &'static str) {
+
+    /// A job's `run_exclusive` for one tick ended with `outcome`.
+    fn job(outcome: &'static str) {
         ::metrics::counter!("fencelock_job_ticks_total", "outcome" => outcome).increment(1);
     }
-    pub(super) fn idempotent(outcome: &'static str) {
+
+    /// An idempotency key's `run` ended with `outcome`.
+    fn idempotent(outcome: &'static str) {
         ::metrics::counter!("fencelock_idempotent_runs_total", "outcome" => outcome).increment(1);
     }
-    pub(super) fn leadership(change: &'static str) {
+
+    /// A leader was elected or resigned (`change`).
+    fn leadership(change: &'static str) {
         ::metrics::counter!("fencelock_leadership_changes_total", "change" => change).increment(1);
     }
 
-    pub(super) fn semaphore(outcome: &'static str) {
+    /// A semaphore acquire call ended with `outcome` (the labels of [`acquisition`]).
+    fn semaphore(outcome: &'static str) {
         ::metrics::counter!("fencelock_semaphore_acquisitions_total", "outcome" => outcome)
             .increment(1);
     }
 
-    pub(super) fn rwlock(mode: &'static str, outcome: &'static str) {
-        ::metrics::counter!("fencelock_rwlock_acquisitions_total", "mode" => mode, "outcome" => outcome)
-            .increment(1);
+    /// A read-write lock acquire call for `mode` (`read` or `write`) ended with `outcome` (the
+    /// labels of [`acquisition`]).
+    fn rwlock(mode: &'static str, outcome: &'static str) {
+        let labels = [("mode", mode), ("outcome", outcome)];
+        ::metrics::counter!("fencelock_rwlock_acquisitions_total", &labels).increment(1);
     }
-    pub(super) fn holds_changed(by: f64) {
+
+    /// Holds of this client came to life (`+1`: a first guard) or ended (`-1`: the last guard
+    /// was released or dropped): the `fencelock_holds` gauge.
+    fn holds_changed(by: f64) {
         ::metrics::gauge!("fencelock_holds").increment(by);
     }
-    pub(super) fn long_hold() {
+
+    /// A hold was found held past the client's `max_hold`.
+    fn long_hold() {
         ::metrics::counter!("fencelock_long_holds_total").increment(1);
     }
-}
-
-#[cfg(not(feature = "metrics"))]
-#[allow(clippy::missing_const_for_fn)]
-mod imp {
-    pub(super) fn acquisition(_outcome: &'static str) {}
-    pub(super) fn contended() {}
-    pub(super) fn renewals(_locks: u64) {}
-    pub(super) fn renewal_call() {}
-    pub(super) fn lost_lease() {}
-    pub(super) fn stale_write_rejected() {}
-    pub(super) fn release(_outcome: &'static str) {}
-    pub(super) fn job(_outcome: &'static str) {}
-    pub(super) fn idempotent(_outcome: &'static str) {}
-    pub(super) fn leadership(_change: &'static str) {}
-    pub(super) fn semaphore(_outcome: &'static str) {}
-    pub(super) fn rwlock(_mode: &'static str, _outcome: &'static str) {}
-    pub(super) fn holds_changed(_by: f64) {}
-    pub(super) fn long_hold() {}
-}
-
-/// One acquire call that started at `started` ended with `outcome`. The clock is read only
-/// when metrics are recorded.
-pub(crate) fn acquisition(outcome: &'static str, started: std::time::Instant) {
-    imp::acquisition(outcome);
-    #[cfg(feature = "metrics")]
-    imp::wait(started.elapsed());
-    #[cfg(not(feature = "metrics"))]
-    let _ = started;
-}
-
-/// An acquire call found the lock held and queued to wait for it.
-pub(crate) fn contended() {
-    imp::contended();
-}
-
-/// A holder that acquired the lock at `acquired_at` left it (its last entry). The clock is
-/// read only when metrics are recorded.
-pub(crate) fn hold(acquired_at: std::time::Instant) {
-    #[cfg(feature = "metrics")]
-    imp::hold(acquired_at.elapsed());
-    #[cfg(not(feature = "metrics"))]
-    let _ = acquired_at;
-}
-
-/// One renewal script call was sent.
-pub(crate) fn renewal_call() {
-    imp::renewal_call();
-}
-
-/// A renewal call renewed `locks` leases.
-pub(crate) fn renewals(locks: u64) {
-    imp::renewals(locks);
-}
-
-/// A holder learnt it lost its lock.
-pub(crate) fn lost_lease() {
-    imp::lost_lease();
-}
-
-/// A fenced write or claiming read was refused for a stale token.
-pub(crate) fn stale_write_rejected() {
-    imp::stale_write_rejected();
-}
-
-/// A release call ended with `outcome`.
-pub(crate) fn release(outcome: &'static str) {
-    imp::release(outcome);
-}
-
-/// A job's `run_exclusive` for one tick ended with `outcome`.
-pub(crate) fn job(outcome: &'static str) {
-    imp::job(outcome);
-}
-
-/// An idempotency key's `run` ended with `outcome`.
-pub(crate) fn idempotent(outcome: &'static str) {
-    imp::idempotent(outcome);
-}
-
-/// A leader was elected or resigned (`change`).
-pub(crate) fn leadership(change: &'static str) {
-    imp::leadership(change);
-}
-
-/// A semaphore acquire call ended with `outcome` (the labels of [`acquisition`]).
-pub(crate) fn semaphore(outcome: &'static str) {
-    imp::semaphore(outcome);
-}
-
-/// A read-write lock acquire call for `mode` (`read` or `write`) ended with `outcome` (the
-/// labels of [`acquisition`]).
-pub(crate) fn rwlock(mode: &'static str, outcome: &'static str) {
-    imp::rwlock(mode, outcome);
-}
-
-/// Holds of this client came to life (`+1`: a first guard) or ended (`-1`: the last guard was
-/// released or dropped): the `fencelock_holds` gauge.
-pub(crate) fn holds_changed(by: f64) {
-    imp::holds_changed(by);
-}
-
-/// A hold was found held past the client's `max_hold`.
-pub(crate) fn long_hold() {
-    imp::long_hold();
 }
