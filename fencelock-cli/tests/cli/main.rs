@@ -10,6 +10,7 @@ mod errors;
 mod holds;
 mod keys;
 mod list;
+mod readme;
 mod records;
 mod release;
 mod waits;
