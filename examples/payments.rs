@@ -12,7 +12,10 @@
 //! asks for; the run applies the payment in PostgreSQL in one transaction fenced by the run's
 //! token (`examples/support/ledger.rs`), and its result is stored with the key. Duplicates
 //! that arrive while the payment runs wait for its outcome; later ones are answered from the
-//! key's record. One request reuses a payment id for another amount and is refused.
+//! key's record. Each outcome is answered as a payment API answers it, with the README's
+//! mapping (`http_answer`: 200 charged, 402 declined for good, 409 in progress and 503 not
+//! charged, both retried by the client with the same key), never an empty success. One request
+//! reuses a payment id for another amount and is refused with 422.
 //!
 //! PostgreSQL is a throwaway server on a free loopback port (its binaries are found as
 //! `fencelock_testing::PostgresServer` says; `scripts/ensure-postgres` installs them). Redis
@@ -111,7 +114,7 @@ async fn run() -> Result<bool, BoxError> {
     let payments = client.idempotency("payments", options)?;
 
     let queue = Arc::new(Mutex::new(deliveries()));
-    let answers = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let answers = Arc::new(Mutex::new(Vec::<(String, u16, String)>::new()));
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
         let (payments, queue, answers) = (payments.clone(), queue.clone(), answers.clone());
@@ -121,17 +124,25 @@ async fn run() -> Result<bool, BoxError> {
                 let Some(request) = queue.lock().await.pop() else {
                     return Ok::<(), BoxError>(());
                 };
-                let answer = process(&payments, &mut db, &request).await?;
-                match answer {
-                    Some(answer) => answers.lock().await.push((request.id, answer)),
-                    // Timed out, or still running elsewhere: the client sends it again.
-                    None => queue.lock().await.insert(
+                match process(&payments, &mut db, &request).await? {
+                    // Answered: charged, or declined for good.
+                    (status @ (200 | 402), body) => {
+                        let answer = String::from_utf8(body)?;
+                        answers.lock().await.push((request.id, status, answer));
+                    }
+                    // Not charged (timed out), or still running elsewhere: the client sends
+                    // it again with the same key.
+                    (503 | 409, _) => queue.lock().await.insert(
                         0,
                         Request {
                             times_out: false,
                             ..request
                         },
                     ),
+                    (status, body) => {
+                        let body = String::from_utf8_lossy(&body).into_owned();
+                        return Err(format!("{}: answered {status} {body}", request.id).into());
+                    }
                 }
             }
         }));
@@ -146,18 +157,19 @@ async fn run() -> Result<bool, BoxError> {
             Ok::<_, Failure<String>>(b"must not run".to_vec())
         })
         .await;
-    let refused = matches!(reused, Err(Error::KeyReused { .. }));
-    println!("payments: pay-001 reused for another amount: refused ({refused})");
+    let (status, _) = http_answer(reused)?;
+    let refused = status == 422;
+    println!("payments: pay-001 reused for another amount: answered {status}");
 
     let (applied, balance) = ledger::totals(&db, ACCOUNT).await?;
     let expected_total: i64 = (1..=i64::try_from(PAYMENTS)?).sum();
     let mut consistent = true;
     let answers = answers.lock().await;
     let mut per_payment: HashMap<&str, usize> = HashMap::new();
-    for (id, answer) in answers.iter() {
+    for (id, status, answer) in answers.iter() {
         *per_payment.entry(id).or_default() += 1;
         if ledger::stored_result(&db, id).await?.as_deref() != Some(answer.as_str()) {
-            println!("payments: {id} was answered {answer:?}, unlike the database");
+            println!("payments: {id} was answered {status} {answer:?}, unlike the database");
             consistent = false;
         }
     }
@@ -176,13 +188,12 @@ async fn run() -> Result<bool, BoxError> {
     Ok(once && consistent && refused)
 }
 
-/// One delivery of a request: its answer, or `None` when the client must send it again (the
-/// provider timed out, or another worker's run of it was still going after the wait).
+/// One delivery of a request, answered as an HTTP service answers it ([`http_answer`]).
 async fn process(
     payments: &fencelock::Idempotency,
     db: &mut tokio_postgres::Client,
     request: &Request,
-) -> Result<Option<String>, BoxError> {
+) -> Result<(u16, Vec<u8>), Error> {
     let fingerprint = format!("account={ACCOUNT} amount={}", request.amount);
     let outcome = payments
         .run(&request.id, fingerprint, |run| async move {
@@ -201,18 +212,40 @@ async fn process(
                 Applied::Stale => Err(Failure::Retry("a newer run holds the payment".into())),
             }
         })
-        .await?;
-    Ok(match outcome {
-        Processed::Ran {
+        .await;
+    http_answer(outcome)
+}
+
+/// How a payment API answers each outcome of its idempotency key (the README's mapping): the
+/// status code and the body. Never an empty success: a run that left the key to a retry
+/// charged nothing and says so.
+fn http_answer<E>(outcome: Result<Processed<E>, Error>) -> Result<(u16, Vec<u8>), Error> {
+    let answer = |status, body: &[u8]| Ok((status, body.to_vec()));
+    match outcome {
+        // Charged, by this call or an earlier one: the stored answer.
+        Ok(Processed::Ran {
+            output: Ok(body), ..
+        }) => answer(200, &body),
+        Ok(Processed::Completed(record)) if !record.is_final_failure() => {
+            answer(200, record.result().unwrap_or_default())
+        }
+        // A failure stored as the key's answer (`Failure::Final`: a declined payment).
+        Ok(Processed::Ran {
+            output: Err(Failure::Final { result, .. }),
+            ..
+        }) => answer(402, &result),
+        Ok(Processed::Completed(record)) => answer(402, record.result().unwrap_or_default()),
+        // Not charged, and the key is free for the client's retry with the same key.
+        Ok(Processed::Ran {
             output: Err(Failure::Retry(_)),
             ..
-        }
-        | Processed::InProgress(_) => None,
-        Processed::Abandoned(record) => {
-            return Err(format!("payment {} was given up: {record:?}", request.id).into())
-        }
-        other => Some(String::from_utf8(
-            other.result().unwrap_or_default().to_vec(),
-        )?),
-    })
+        }) => answer(503, b"{\"status\":\"not charged, retry\"}"),
+        // Another call is running it: the client retries later and gets its answer.
+        Ok(Processed::InProgress(_)) => answer(409, b"{\"status\":\"processing\"}"),
+        // Its runner died and `OnRunnerDeath::GiveUp` keeps it for an operator.
+        Ok(Processed::Abandoned(_)) => answer(500, b"{\"status\":\"needs an operator\"}"),
+        // The key was used for another request: the client's mistake.
+        Err(Error::KeyReused { .. }) => answer(422, b"{\"status\":\"key reused\"}"),
+        Err(err) => Err(err),
+    }
 }
