@@ -97,13 +97,9 @@ impl Admin {
                 let Some(ttl) = read.lease_left else {
                     return Ok(None);
                 };
-                let queued_candidates: Vec<String> = redis::cmd("ZRANGE")
-                    .arg(election.queue())
-                    .arg(0)
-                    .arg(-1)
-                    .query_async(&mut self.conn.clone())
-                    .await
-                    .map_err(Error::from_reply)?;
+                let mut queue = redis::cmd("ZRANGE");
+                queue.arg(election.queue()).arg(0).arg(-1);
+                let queued_candidates: Vec<String> = self.query(&queue).await?;
                 let leader = read.leader.map(Leader::from);
                 let leader_id = leader.as_ref().map(Leader::id);
                 let leader_label = self.hold_label(&key, leader_id).await;

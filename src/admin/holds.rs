@@ -66,18 +66,14 @@ pub struct SemaphoreInfo {
 
 impl fmt::Display for SemaphoreInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
+        let (name, used, limit) = (self.display_name(), self.used, self.limit);
+        let head = format!("{name}  {used} of {limit} permits in use");
+        listing(
             f,
-            "{}  {} of {} permits in use  ({})",
-            self.display_name(),
-            self.used,
-            self.limit,
-            expiry_words(self.expiry)
-        )?;
-        for hold in &self.holds {
-            write!(f, "\n  {hold}")?;
-        }
-        Ok(())
+            head,
+            self.expiry,
+            self.holds.iter().map(ToString::to_string),
+        )
     }
 }
 
@@ -99,34 +95,34 @@ pub struct RwLockInfo {
 
 impl fmt::Display for RwLockInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}  {} readers  writer {}  {} waiting writers  ({})",
-            self.display_name(),
-            self.readers.len(),
-            if self.writer.is_some() { "yes" } else { "no" },
-            self.waiting_writers.len(),
-            expiry_words(self.expiry)
-        )?;
-        if let Some(writer) = &self.writer {
-            write!(f, "\n  writer {writer}")?;
-        }
-        for reader in &self.readers {
-            write!(f, "\n  reader {reader}")?;
-        }
-        for waiting in &self.waiting_writers {
-            write!(f, "\n  waiting writer {waiting}")?;
-        }
-        Ok(())
+        let writer = if self.writer.is_some() { "yes" } else { "no" };
+        let (name, readers) = (self.display_name(), self.readers.len());
+        let waiting = self.waiting_writers.len();
+        let head = format!("{name}  {readers} readers  writer {writer}  {waiting} waiting writers");
+        let writer = self.writer.iter().map(|writer| format!("writer {writer}"));
+        let readers = self.readers.iter().map(|reader| format!("reader {reader}"));
+        let waiting = self.waiting_writers.iter();
+        let waiting = waiting.map(|waiting| format!("waiting writer {waiting}"));
+        listing(f, head, self.expiry, writer.chain(readers).chain(waiting))
     }
 }
 
-/// How an operator reads a way of keeping deadlines.
-fn expiry_words(expiry: HoldExpiry) -> &'static str {
-    match expiry {
+/// A semaphore's or read-write lock's lines: `head` with how it keeps deadlines (as an
+/// operator reads them), then one indented line a hold.
+fn listing(
+    f: &mut fmt::Formatter<'_>,
+    head: String,
+    expiry: HoldExpiry,
+    holds: impl IntoIterator<Item = String>,
+) -> fmt::Result {
+    let expiry = match expiry {
         HoldExpiry::FieldExpiry => "deadlines as hash-field expiry",
         _ => "deadlines in a lease zset",
-    }
+    };
+    write!(f, "{head}  ({expiry})")?;
+    holds
+        .into_iter()
+        .try_for_each(|hold| write!(f, "\n  {hold}"))
 }
 
 /// What [`Admin::release_hold`] did.
@@ -433,14 +429,13 @@ impl Admin {
         if holders.is_empty() {
             return Ok(Vec::new());
         }
-        let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
+        let mut expiretime = redis::cmd("HPEXPIRETIME");
+        expiretime
             .arg(key)
             .arg("FIELDS")
             .arg(holders.len())
-            .arg(&holders)
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(Error::from_reply)?;
+            .arg(&holders);
+        let at: Vec<i64> = self.query(&expiretime).await?;
         Ok(holders
             .into_iter()
             .zip(at)

@@ -106,71 +106,62 @@ pub struct LockDetail {
 impl fmt::Display for LockDetail {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lock = &self.lock;
-        writeln!(f, "lock        {}", lock.display_name())?;
-        writeln!(f, "key         {}", display_bytes(&lock.key))?;
+        // One line a fact: what it is, then its value in one column.
+        let mut lines = vec![
+            ("lock", lock.display_name()),
+            ("key", display_bytes(&lock.key)),
+        ];
         if lock.is_held() {
-            writeln!(f, "state       held")?;
+            lines.push(("state", "held".into()));
             for holder in &lock.holders {
-                writeln!(
-                    f,
-                    "holder      {} (entry count {})",
-                    holder.id, holder.count
-                )?;
-                if let Some(name) = &holder.client_name {
-                    writeln!(f, "client      {name}")?;
-                }
+                let entered = format!("{} (entry count {})", holder.id, holder.count);
+                lines.push(("holder", entered));
+                lines.extend(holder.client_name.clone().map(|name| ("client", name)));
             }
-            if let Some(label) = &lock.label {
-                writeln!(f, "label       {label}")?;
-            }
-            match lock.token {
-                Some(token) => writeln!(f, "token       {token}")?,
-                None => writeln!(f, "token       none (the hash has no ~token field)")?,
-            }
-            if let Some(held) = lock.held_for {
-                writeln!(
-                    f,
-                    "held for    {} (since its token was issued)",
-                    format_duration(held)
-                )?;
-            }
-            match lock.ttl {
-                Some(ttl) => writeln!(f, "lease left  {}", format_duration(ttl))?,
-                None => writeln!(
-                    f,
-                    "lease left  no expiry (set by hand? it never frees itself)"
-                )?,
-            }
+            lines.extend(lock.label.clone().map(|label| ("label", label)));
+            let token = lock.token.map(|token| token.to_string());
+            let token = token.unwrap_or_else(|| "none (the hash has no ~token field)".into());
+            lines.push(("token", token));
+            let held = lock.held_for.map(format_duration);
+            lines.extend(
+                held.map(|held| ("held for", format!("{held} (since its token was issued)"))),
+            );
+            let left = lock.ttl.map(format_duration);
+            let left =
+                left.unwrap_or_else(|| "no expiry (set by hand? it never frees itself)".into());
+            lines.push(("lease left", left));
         } else if let Some(client) = &lock.reserved_for {
-            writeln!(f, "state       reserved (fair handoff) for client {client}")?;
-            if let Some(ttl) = lock.ttl {
-                writeln!(f, "grace left  {}", format_duration(ttl))?;
-            }
+            lines.push((
+                "state",
+                format!("reserved (fair handoff) for client {client}"),
+            ));
+            lines.extend(lock.ttl.map(|ttl| ("grace left", format_duration(ttl))));
         } else {
-            writeln!(f, "state       free")?;
+            lines.push(("state", "free".into()));
         }
-        match self.fence {
-            Some(fence) => writeln!(
-                f,
-                "fence       {fence} at {} (the highest token issued in bucket {}; shared by \
-                 every lock name in that bucket, so it also counts other locks' tokens)",
-                display_bytes(&self.fence_key),
-                self.slot
-            )?,
-            None => writeln!(
-                f,
-                "fence       none at {} (no token issued in bucket {} since the counter was \
-                 lost; the next token comes from the server clock)",
-                display_bytes(&self.fence_key),
-                self.slot
-            )?,
-        }
-        write!(
-            f,
-            "waiters     {} subscribed connection(s) on the release channel (each is a client \
-             with waiting acquirers, or a watch)",
+        let (at, slot) = (display_bytes(&self.fence_key), self.slot);
+        let fence = match self.fence {
+            Some(fence) => format!(
+                "{fence} at {at} (the highest token issued in bucket {slot}; shared by every lock \
+                 name in that bucket, so it also counts other locks' tokens)"
+            ),
+            None => format!(
+                "none at {at} (no token issued in bucket {slot} since the counter was lost; the \
+                 next token comes from the server clock)"
+            ),
+        };
+        lines.push(("fence", fence));
+        let waiters = format!(
+            "{} subscribed connection(s) on the release channel (each is a client with waiting \
+             acquirers, or a watch)",
             self.subscribers
-        )
+        );
+        lines.push(("waiters", waiters));
+        let lines: Vec<String> = lines
+            .into_iter()
+            .map(|(word, value)| format!("{word:<12}{value}"))
+            .collect();
+        f.write_str(&lines.join("\n"))
     }
 }
 
@@ -309,11 +300,7 @@ impl Admin {
         let keys = LockKeys::new(&self.prefix, name);
         let mut lock = read_lock(&mut self.conn.clone(), name.to_vec(), keys.lock.clone()).await?;
         self.name_holders(std::slice::from_mut(&mut lock)).await?;
-        let fence: Option<String> = redis::cmd("GET")
-            .arg(&keys.fence)
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(Error::from_reply)?;
+        let fence: Option<String> = self.query(redis::cmd("GET").arg(&keys.fence)).await?;
         let fence = fence
             .map(|raw| {
                 raw.parse::<u64>().map_err(|_| Error::WrongType {

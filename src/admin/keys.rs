@@ -64,6 +64,11 @@ impl KeyInfo {
             self.runner_holds,
         )
     }
+
+    /// The runner and the place of its client's name, for [`Admin::name_rows`].
+    fn runner(&mut self) -> (Option<&str>, &mut Option<String>) {
+        (Some(self.record.runner()), &mut self.runner_client_name)
+    }
 }
 
 impl fmt::Display for KeyInfo {
@@ -126,7 +131,7 @@ impl Admin {
     /// key).
     pub async fn idempotency_keys(&self, namespace: Option<&[u8]>) -> Result<Vec<KeyInfo>, Error> {
         let start = namespace.map_or_else(Vec::new, |namespace| [namespace, b":"].concat());
-        let now = self.server_time().await?;
+        let now = Some(self.server_time().await?);
         let mut found = self
             .rows(Listing::IDEMPOTENCY_RECORDS, &start, async |name, _| {
                 let Some(split) = name.iter().position(|b| *b == b':') else {
@@ -140,10 +145,7 @@ impl Admin {
             })
             .await?;
         found.sort_by(|a, b| (&a.namespace, &a.key).cmp(&(&b.namespace, &b.key)));
-        self.name_rows(&mut found, |info| {
-            (Some(info.record.runner()), &mut info.runner_client_name)
-        })
-        .await?;
+        self.name_rows(&mut found, KeyInfo::runner).await?;
         Ok(found)
     }
 
@@ -159,14 +161,10 @@ impl Admin {
         namespace: &[u8],
         key: &[u8],
     ) -> Result<Option<KeyInfo>, Error> {
-        let now = self.server_time().await?;
         let (mut info, _) = self
-            .read_key(namespace, key, now, KeyReadMode::Read)
+            .read_key(namespace, key, None, KeyReadMode::Read)
             .await?;
-        self.name_rows(info.as_mut_slice(), |info| {
-            (Some(info.record.runner()), &mut info.runner_client_name)
-        })
-        .await?;
+        self.name_rows(info.as_mut_slice(), KeyInfo::runner).await?;
         Ok(info)
     }
 
@@ -189,10 +187,8 @@ impl Admin {
         namespace: &[u8],
         key: &[u8],
     ) -> Result<Forgotten, Error> {
-        let now = self.server_time().await?;
-        let (info, held) = self
-            .read_key(namespace, key, now, KeyReadMode::Forget)
-            .await?;
+        let mode = KeyReadMode::Forget;
+        let (info, held) = self.read_key(namespace, key, None, mode).await?;
         Ok(match info {
             None => Forgotten::NoRecord,
             Some(info) if held => Forgotten::Held(Box::new(info)),
@@ -201,15 +197,20 @@ impl Admin {
     }
 
     /// One idempotency key's record as `idem_read.lua` reads it in `mode` (`None` without
-    /// one), and whether anyone holds the key. A read (not a forget) adds the record's
-    /// retention; the runner's client name is left to the caller.
+    /// one), and whether anyone holds the key, its age from the server time `now` (read first
+    /// when not given). A read (not a forget) adds the record's retention; the runner's client
+    /// name is left to the caller.
     async fn read_key(
         &self,
         namespace: &[u8],
         key: &[u8],
-        now: SystemTime,
+        now: Option<SystemTime>,
         mode: KeyReadMode,
     ) -> Result<(Option<KeyInfo>, bool), Error> {
+        let now = match now {
+            Some(now) => now,
+            None => self.server_time().await?,
+        };
         let keys = LockKeys::idempotency(&self.prefix, &[namespace, b":", key].concat());
         let read = protocol::idem_read(&mut self.conn.clone(), &keys, mode).await?;
         let held = read.lock_token.is_some();

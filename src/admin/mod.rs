@@ -214,11 +214,18 @@ impl Admin {
 
     /// The server's clock, so ages do not depend on this machine's.
     pub(super) async fn server_time(&self) -> Result<SystemTime, Error> {
-        let time = redis::cmd("TIME")
-            .query_async(&mut self.conn.clone())
+        Ok(clock(self.query(&redis::cmd("TIME")).await?))
+    }
+
+    /// Runs one command on the shared connection, its error reply typed by
+    /// [`Error::from_reply`] (foreign data at a key is [`Error::WrongType`]).
+    pub(super) async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, Error> {
+        cmd.query_async(&mut self.conn.clone())
             .await
-            .map_err(Error::from_reply)?;
-        Ok(clock(time))
+            .map_err(Error::from_reply)
     }
 
     /// One row for each hash of `listing` under the prefix whose name starts with `start`, in
@@ -259,7 +266,6 @@ impl Admin {
         pattern.extend_from_slice(b"{*}");
         pattern.extend(glob_escape(start));
         pattern.push(b'*');
-        let mut conn = self.conn.clone();
         let mut found = BTreeSet::new();
         let mut cursor: u64 = 0;
         loop {
@@ -272,7 +278,7 @@ impl Admin {
             if let Some(kind) = kind {
                 cmd.arg("TYPE").arg(kind);
             }
-            let (next, keys): (u64, Vec<Vec<u8>>) = cmd.query_async(&mut conn).await?;
+            let (next, keys): (u64, Vec<Vec<u8>>) = self.query(&cmd).await?;
             found.extend(keys);
             cursor = next;
             if cursor == 0 || found.len() >= limit {
@@ -284,22 +290,15 @@ impl Admin {
     /// The subscribers of a lock's or election's channel (the key of its hash): `PUBSUB
     /// NUMSUB`.
     pub(super) async fn subscribers(&self, channel: &[u8]) -> Result<u64, Error> {
-        let counts: HashMap<Vec<u8>, u64> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query_async(&mut self.conn.clone())
-            .await?;
+        let mut numsub = redis::cmd("PUBSUB");
+        numsub.arg("NUMSUB").arg(channel);
+        let counts: HashMap<Vec<u8>, u64> = self.query(&numsub).await?;
         Ok(counts.get(channel).copied().unwrap_or(0))
     }
 
     /// The time left of a key's expiry (`None`: none set, or the key is gone).
     pub(super) async fn ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(Error::from_reply)?;
-        Ok(pttl_left(pttl))
+        Ok(pttl_left(self.query(redis::cmd("PTTL").arg(key)).await?))
     }
 }
 

@@ -89,13 +89,9 @@ impl Admin {
     /// carries no label or when it is no longer `holder`'s (ended or taken over since the caller
     /// read it). Like a name, a label is advice: a key that cannot be read only leaves it out.
     pub(super) async fn hold_label(&self, lock_key: &[u8], holder: Option<&str>) -> Option<String> {
-        let read: Result<(Option<String>, Option<String>), _> = redis::cmd("HMGET")
-            .arg(lock_key)
-            .arg(holder?)
-            .arg("~label")
-            .query_async(&mut self.conn.clone())
-            .await;
-        match read {
+        let mut hmget = redis::cmd("HMGET");
+        hmget.arg(lock_key).arg(holder?).arg("~label");
+        match self.query::<(Option<String>, Option<String>)>(&hmget).await {
             Ok((Some(_count), label)) => label,
             _ => None,
         }
