@@ -80,9 +80,24 @@ pub(super) fn ok(finding: impl Into<String>) -> Finding {
     (Status::Ok, finding.into(), None)
 }
 
-/// A WARN or FAIL finding and what to change.
-pub(super) fn bad(status: Status, finding: impl Into<String>, fix: impl Into<String>) -> Finding {
-    (status, finding.into(), Some(fix.into()))
+impl Status {
+    /// `finding` with this verdict, and `fix` to change unless the verdict is OK.
+    pub(super) fn found(self, finding: impl Into<String>, fix: impl Into<String>) -> Finding {
+        (
+            self,
+            finding.into(),
+            (self != Status::Ok).then(|| fix.into()),
+        )
+    }
+
+    /// This verdict when `bad`, else OK.
+    fn when(self, bad: bool) -> Status {
+        if bad {
+            self
+        } else {
+            Status::Ok
+        }
+    }
 }
 
 /// A check whose command failed: a broken connection is the caller's error, anything else (a
@@ -93,8 +108,7 @@ fn settle(name: &'static str, outcome: Result<Finding, RedisError>) -> Result<Ch
         Err(err) if ErrorClass::of(&err) == ErrorClass::ConnectionLost => Err(Error::Redis(err)),
         Err(err) => Ok(Check::new(
             name,
-            bad(
-                Status::Warn,
+            Status::Warn.found(
                 format!(
                     "could not be checked: {}",
                     err.to_string().replace('\n', " ")
@@ -127,6 +141,16 @@ async fn config(conn: &mut MultiplexedConnection, key: &str) -> Result<Option<St
     Ok(reply.get(key).cloned())
 }
 
+/// A numeric setting (`CONFIG GET key`); 0 when it is not set or not a number.
+async fn config_number(conn: &mut MultiplexedConnection, key: &str) -> Result<u64, RedisError> {
+    Ok(number(config(conn, key).await?.as_ref()))
+}
+
+/// A number as `INFO` or `CONFIG GET` gives it; 0 when it is missing or not a number.
+fn number(text: Option<&String>) -> u64 {
+    text.and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
 /// The server's flavour and version, judged against the tested releases: `HELLO` (the source
 /// `LockClient::server` uses), or `INFO server` on a server too old to know `HELLO`.
 async fn check_version(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
@@ -142,17 +166,16 @@ async fn check_version(conn: &mut MultiplexedConnection) -> Result<Finding, Redi
     };
     let tested = ServerInfo::tested_matrix();
     let redis_like = server.flavour() != ServerFlavour::Valkey;
+    let upgrade = "upgrade the server to a tested release";
     Ok(if redis_like && server.version() < (6, 2, 0) {
-        bad(
-            Status::Fail,
+        Status::Fail.found(
             format!("{server}: fencelock needs Redis 6.2 or newer (RESP3 push messages for waiting, the script commands it uses); tested on {tested}"),
-            "upgrade the server to a tested release",
+            upgrade,
         )
     } else if !server.is_at_least_tested() {
-        bad(
-            Status::Warn,
+        Status::Warn.found(
             format!("{server}: older than every tested release of its kind (tested on {tested})"),
-            "upgrade the server to a tested release",
+            upgrade,
         )
     } else if !server.has_sharded_pubsub() {
         ok(
@@ -167,25 +190,22 @@ async fn check_eviction(conn: &mut MultiplexedConnection) -> Result<Finding, Red
     let policy = config(conn, "maxmemory-policy")
         .await?
         .unwrap_or_else(|| "noeviction".into());
-    let maxmemory: u64 = config(conn, "maxmemory")
-        .await?
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(0);
+    let maxmemory = config_number(conn, "maxmemory").await?;
     let limit = if maxmemory == 0 {
         "no maxmemory is set now, but the policy applies as soon as one is".to_owned()
     } else {
         format!("maxmemory is {maxmemory} bytes")
     };
+    // With a maxmemory the policy evicts under pressure now: a broken lock. Without one it
+    // applies the moment one is set.
+    let status = if maxmemory == 0 {
+        Status::Warn
+    } else {
+        Status::Fail
+    };
     Ok(match EvictionRisk::of(&policy) {
         None => ok("noeviction: locks and fence counters are never evicted"),
-        Some(risk) => bad(
-            // With a maxmemory the policy evicts under pressure now: a broken lock. Without
-            // one it applies the moment one is set.
-            if maxmemory == 0 {
-                Status::Warn
-            } else {
-                Status::Fail
-            },
+        Some(risk) => status.found(
             format!("{policy} {} ({limit})", risk.evicts()),
             EvictionRisk::FIX,
         ),
@@ -196,60 +216,40 @@ async fn check_persistence(conn: &mut MultiplexedConnection) -> Result<Finding, 
     let aof = config(conn, "appendonly").await?.unwrap_or_default();
     let fsync = config(conn, "appendfsync").await?.unwrap_or_default();
     let save = config(conn, "save").await?.unwrap_or_default();
-    let fix = "CONFIG SET appendonly yes and appendfsync everysec or always (and in redis.conf)";
-    Ok(if aof == "yes" && fsync != "no" {
-        ok(format!(
+    if aof == "yes" && fsync != "no" {
+        return Ok(ok(format!(
             "append-only file on (appendfsync {fsync}): fence counters survive restarts"
-        ))
-    } else if aof == "yes" {
-        bad(
-            Status::Warn,
-            "append-only file on but appendfsync no: a crash can lose recent fence counter updates; tokens then stay increasing only through the server clock floor",
-            fix,
-        )
+        )));
+    }
+    let finding = if aof == "yes" {
+        "append-only file on but appendfsync no: a crash can lose recent fence counter updates; tokens then stay increasing only through the server clock floor".to_owned()
     } else if !save.trim().is_empty() {
-        bad(
-            Status::Warn,
-            format!("RDB snapshots only (save {save:?}): a restart rolls fence counters back to the last snapshot and tokens stay increasing only through the server clock floor"),
-            fix,
-        )
+        format!("RDB snapshots only (save {save:?}): a restart rolls fence counters back to the last snapshot and tokens stay increasing only through the server clock floor")
     } else {
-        bad(
-            Status::Warn,
-            "no persistence: a restart forgets held locks and fence counters; tokens stay increasing only through the server clock floor",
-            fix,
-        )
-    })
+        "no persistence: a restart forgets held locks and fence counters; tokens stay increasing only through the server clock floor".to_owned()
+    };
+    Ok(Status::Warn.found(
+        finding,
+        "CONFIG SET appendonly yes and appendfsync everysec or always (and in redis.conf)",
+    ))
 }
 
 async fn check_replication(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
     let replication = info(conn, redis::cmd("INFO").arg("replication")).await?;
-    let role = replication.get("role").cloned().unwrap_or_default();
-    if role == "slave" || role == "replica" {
-        let primary = format!(
-            "{}:{}",
-            replication.get("master_host").map_or("?", String::as_str),
-            replication.get("master_port").map_or("?", String::as_str)
-        );
-        return Ok(bad(
-            Status::Fail,
+    let field = |name: &str| replication.get(name).map_or("?", String::as_str);
+    if matches!(field("role"), "slave" | "replica") {
+        let primary = format!("{}:{}", field("master_host"), field("master_port"));
+        return Ok(Status::Fail.found(
             format!("this server is a replica of {primary}: lock scripts write, so they fail with READONLY here"),
             "point the services and --url at the primary",
         ));
     }
-    let replicas: u64 = replication
-        .get("connected_slaves")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    let min_replicas: u64 = config(conn, "min-replicas-to-write")
-        .await?
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let replicas = number(replication.get("connected_slaves"));
+    let min_replicas = config_number(conn, "min-replicas-to-write").await?;
     Ok(if replicas == 0 {
         ok("primary without replicas: no failover can lose an acquisition")
     } else if min_replicas == 0 {
-        bad(
-            Status::Warn,
+        Status::Warn.found(
             format!("primary with {replicas} replica(s), asynchronous: a failover can lose recent acquisitions and let a second holder in (fenced storage still refuses the old one)"),
             "CONFIG SET min-replicas-to-write 1 and min-replicas-max-lag 10, so the primary refuses writes no replica follows (narrows the window; it is not consensus)",
         )
@@ -268,14 +268,12 @@ async fn check_cluster(conn: &mut MultiplexedConnection) -> Result<Finding, Redi
     let state = info(conn, redis::cmd("CLUSTER").arg("INFO")).await?;
     Ok(
         if state.get("cluster_state").map(String::as_str) != Some("ok") {
-            bad(
-            Status::Fail,
+            Status::Fail.found(
             "cluster mode is enabled but the cluster is not ok (CLUSTER INFO cluster_state): locks in slots without a serving primary cannot be taken or released",
             "fix the cluster (CLUSTER INFO, CLUSTER NODES): every slot needs a reachable primary",
         )
         } else {
-            bad(
-            Status::Warn,
+            Status::Warn.found(
             "cluster mode is enabled: a client built with a plain URL gets MOVED for most locks, and this tool's list/show/watch/release see this node's slots only",
             "connect lock clients with LockClient::cluster_builder(nodes); run this tool against the node that owns a lock's slot",
         )
@@ -302,15 +300,10 @@ async fn check_latency(
         median.as_secs_f64() * 1e3,
         samples[samples.len() - 1].as_secs_f64() * 1e3
     );
-    Ok(if median > SLOW {
-        bad(
-            Status::Warn,
-            finding,
-            "every acquire and release is a round trip and the client gives up after 1 s: move the services closer to redis, or raise response_timeout and the lease",
-        )
-    } else {
-        ok(finding)
-    })
+    Ok(Status::Warn.when(median > SLOW).found(
+        finding,
+        "every acquire and release is a round trip and the client gives up after 1 s: move the services closer to redis, or raise response_timeout and the lease",
+    ))
 }
 
 async fn check_clock(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
@@ -338,15 +331,10 @@ async fn check_clock(conn: &mut MultiplexedConnection) -> Result<Finding, RedisE
         offset * 1e3,
         rtt.as_secs_f64() * 1e3 / 2.0
     );
-    Ok(if offset.abs() > DRIFT.as_secs_f64() {
-        bad(
-            Status::Warn,
-            finding,
-            "run NTP (chrony, systemd-timesyncd) on both machines: the token's clock floor assumes server clocks do not step back, and leases run on the server's clock",
-        )
-    } else {
-        ok(finding)
-    })
+    Ok(Status::Warn.when(offset.abs() > DRIFT.as_secs_f64()).found(
+        finding,
+        "run NTP (chrony, systemd-timesyncd) on both machines: the token's clock floor assumes server clocks do not step back, and leases run on the server's clock",
+    ))
 }
 
 impl Admin {
@@ -379,8 +367,7 @@ impl Admin {
         let protocol = if self.resp3 {
             ok("RESP3 (HELLO 3): waiters get release messages as push messages")
         } else {
-            bad(
-                Status::Fail,
+            Status::Fail.found(
                 "the server refused HELLO 3: LockClient needs RESP3 and cannot connect",
                 "use redis 6.2 or newer and do not rename or deny HELLO",
             )
@@ -459,8 +446,7 @@ impl Admin {
         );
         Ok(Check::new(
             "max-hold",
-            bad(
-                Status::Fail,
+            Status::Fail.found(
                 finding,
                 "find the holder's process (fencelock show NAME: the holder id starts with its \
                  client id) and end its critical section; fencelock release NAME --force evicts \

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::doctor::{bad, ok, Check, Status};
+use super::doctor::{ok, Check, Status};
 use super::{display_bytes, format_duration, item, Admin};
 use crate::protocol::keys::{after_tag, waiter_of, WAIT_MARKER};
 use crate::Error;
@@ -322,8 +322,7 @@ impl Admin {
         let shown: Vec<String> = found.iter().map(ToString::to_string).collect();
         Ok(Check::new(
             "deadlock",
-            bad(
-                Status::Fail,
+            Status::Fail.found(
                 shown.join(" | "),
                 "tasks that nest locks must take them in one order (a multi-lock takes a set in \
                  the global order); end one of the waiting tasks (its client's process) or evict \
