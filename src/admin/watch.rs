@@ -93,41 +93,30 @@ pub enum LockEvent {
 
 impl fmt::Display for LockEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fn token(t: &Option<FencingToken>) -> String {
-            t.map_or_else(|| "?".into(), |t| t.to_string())
+        use LockEvent::*;
+        // What happened, to whom, with which token (for the events that have one).
+        let (verb, holder, token) = match self {
+            Acquired { holder, token } => ("acquired", Some(holder), Some(token)),
+            Reentered { holder } => ("reentered", Some(holder), None),
+            Exited { holder } => ("exited", Some(holder), None),
+            Released { holder, token } => ("released", holder.as_ref(), Some(token)),
+            ForceReleased { holder, token } => ("force-released", holder.as_ref(), Some(token)),
+            Expired { holder, token } => ("expired", Some(holder), Some(token)),
+        };
+        let Some(holder) = holder else {
+            return write!(f, "{verb} holder=? (a hold shorter than one poll interval)");
+        };
+        write!(f, "{verb} holder={}", holder.id)?;
+        if let Some(token) = token {
+            let token = token.map_or_else(|| "?".into(), |t| t.to_string());
+            write!(f, " token={token}")?;
         }
         match self {
-            LockEvent::Acquired { holder, token: t } => write!(
-                f,
-                "acquired holder={} token={} count={}",
-                holder.id,
-                token(t),
-                holder.count
-            ),
-            LockEvent::Reentered { holder } | LockEvent::Exited { holder } => {
-                let verb = match self {
-                    LockEvent::Reentered { .. } => "reentered",
-                    _ => "exited",
-                };
-                write!(f, "{verb} holder={} count={}", holder.id, holder.count)
+            Acquired { .. } | Reentered { .. } | Exited { .. } => {
+                write!(f, " count={}", holder.count)
             }
-            LockEvent::Released { holder, token: t }
-            | LockEvent::ForceReleased { holder, token: t } => {
-                let verb = match self {
-                    LockEvent::Released { .. } => "released",
-                    _ => "force-released",
-                };
-                match holder {
-                    Some(holder) => write!(f, "{verb} holder={} token={}", holder.id, token(t)),
-                    None => write!(f, "{verb} holder=? (a hold shorter than one poll interval)"),
-                }
-            }
-            LockEvent::Expired { holder, token: t } => write!(
-                f,
-                "expired holder={} token={} (lease ran out, or the key was deleted)",
-                holder.id,
-                token(t)
-            ),
+            Expired { .. } => write!(f, " (lease ran out, or the key was deleted)"),
+            Released { .. } | ForceReleased { .. } => Ok(()),
         }
     }
 }
