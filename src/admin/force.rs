@@ -2,7 +2,7 @@
 
 use super::inspect::HolderEntry;
 use super::Admin;
-use crate::protocol::keys::{validate_name, LockKeys};
+use crate::protocol::keys::LockKeys;
 use crate::protocol::{self, ForceReleaseReply};
 use crate::{Error, FencingToken};
 
@@ -66,9 +66,7 @@ impl Admin {
         name: impl AsRef<[u8]>,
         expected: Option<FencingToken>,
     ) -> Result<ForceRelease, Error> {
-        let name = name.as_ref();
-        validate_name(name)?;
-        let keys = LockKeys::new(&self.prefix, name);
+        let keys = self.keys_of(name.as_ref(), LockKeys::new)?;
         let reply = protocol::force_release(&mut self.conn.clone(), &keys, expected).await?;
         Ok(match reply {
             ForceReleaseReply::Evicted {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::{clock, format_duration, held_for, item, Admin};
-use crate::protocol::keys::{validate_name, Listing, LockKeys};
+use crate::protocol::keys::{Listing, LockKeys};
 use crate::protocol::{self, OwnerReply};
 use crate::{Error, FencingToken, HoldExpiry};
 
@@ -146,11 +146,11 @@ pub enum HoldKind {
 }
 
 impl HoldKind {
-    /// The keys of the semaphore or read-write lock `name` under `prefix`.
-    fn keys(self, prefix: &[u8], name: &[u8]) -> LockKeys {
+    /// How the keys of a semaphore or read-write lock are laid out.
+    fn layout(self) -> fn(&[u8], &[u8]) -> LockKeys {
         match self {
-            HoldKind::Semaphore => LockKeys::semaphore(prefix, name),
-            HoldKind::RwLock => LockKeys::rwlock(prefix, name),
+            HoldKind::Semaphore => LockKeys::semaphore,
+            HoldKind::RwLock => LockKeys::rwlock,
         }
     }
 
@@ -256,9 +256,7 @@ impl Admin {
         name: impl AsRef<[u8]>,
         holder: &str,
     ) -> Result<HoldRelease, Error> {
-        let name = name.as_ref();
-        validate_name(name)?;
-        let keys = kind.keys(&self.prefix, name);
+        let keys = self.keys_of(name.as_ref(), kind.layout())?;
         // An operator's op id: never a client's (those start with a client's UUID).
         let op = format!("operator:{}", uuid::Uuid::new_v4().simple());
         let mut conn = self.conn.clone();
@@ -289,14 +287,12 @@ impl Admin {
         name: impl AsRef<[u8]>,
         limit: u32,
     ) -> Result<Option<u32>, Error> {
-        let name = name.as_ref();
-        validate_name(name)?;
+        let keys = self.keys_of(name.as_ref(), LockKeys::semaphore)?;
         if limit == 0 {
             return Err(Error::InvalidPermits {
                 reason: "a semaphore needs at least one permit".into(),
             });
         }
-        let keys = LockKeys::semaphore(&self.prefix, name);
         protocol::semaphore::sem_limit(
             &mut self.conn.clone(),
             &keys,
@@ -319,8 +315,7 @@ impl Admin {
     /// deadlines as field expiry (`~expiry` is `fields`) has them read by a second call, so a
     /// hold that ends between the two shows no lease left.
     async fn holds(&self, kind: HoldKind, name: &[u8]) -> Result<Option<HoldsRead>, Error> {
-        validate_name(name)?;
-        let keys = kind.keys(&self.prefix, name);
+        let keys = self.keys_of(name, kind.layout())?;
         let writers = keys.rw_writers();
         // A semaphore has no waiting writers: its lease zset stands in (same slot, ignored).
         let marks_key = writers.clone().unwrap_or_else(|| keys.sem_leases());

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 
 use super::{clock, display_bytes, format_duration, held_for, item, pttl_left, Admin};
-use crate::protocol::keys::{validate_name, Listing, LockKeys};
+use crate::protocol::keys::{Listing, LockKeys};
 use crate::{Error, FencingToken};
 
 /// One held lock, as read from its hash in one atomic step.
@@ -296,8 +296,7 @@ impl Admin {
     /// Cancel safe: reads only; a dropped call changes nothing.
     pub async fn lock(&self, name: impl AsRef<[u8]>) -> Result<LockDetail, Error> {
         let name = name.as_ref();
-        validate_name(name)?;
-        let keys = LockKeys::new(&self.prefix, name);
+        let keys = self.keys_of(name, LockKeys::new)?;
         let mut lock = read_lock(&mut self.conn.clone(), name.to_vec(), keys.lock.clone()).await?;
         self.name_holders(std::slice::from_mut(&mut lock)).await?;
         let fence: Option<String> = self.query(redis::cmd("GET").arg(&keys.fence)).await?;

@@ -99,7 +99,7 @@ pub use waits::{PossibleDeadlock, WaitInfo};
 pub use watch::{LockEvent, Watch};
 
 use crate::base::config::DEFAULT_PREFIX;
-use crate::protocol::keys::{validate_prefix, Listing};
+use crate::protocol::keys::{validate_name, validate_prefix, Listing, LockKeys};
 use crate::{Error, FencingToken};
 
 /// How long connecting may take before the server counts as unreachable.
@@ -210,6 +210,17 @@ impl Admin {
     /// The key prefix this connection inspects.
     pub fn prefix(&self) -> &[u8] {
         &self.prefix
+    }
+
+    /// The keys `layout` gives `name` under the prefix, once the name is found usable
+    /// ([`Error::InvalidName`] otherwise).
+    pub(super) fn keys_of(
+        &self,
+        name: &[u8],
+        layout: fn(&[u8], &[u8]) -> LockKeys,
+    ) -> Result<LockKeys, Error> {
+        validate_name(name)?;
+        Ok(layout(&self.prefix, name))
     }
 
     /// The server's clock, so ages do not depend on this machine's.

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::inspect::{read_lock, HolderEntry, LockInfo};
 use super::{connection_config, Admin};
-use crate::protocol::keys::{validate_name, LockKeys};
+use crate::protocol::keys::LockKeys;
 use crate::protocol::ReleaseMessage;
 use crate::{Error, FencingToken};
 
@@ -275,7 +275,7 @@ impl Admin {
     /// nothing on the server.
     pub async fn watch(&self, name: impl AsRef<[u8]>, interval: Duration) -> Result<Watch, Error> {
         let name = name.as_ref();
-        validate_name(name)?;
+        let keys = self.keys_of(name, LockKeys::new)?;
         if !self.resp3 {
             return Err(Error::InvalidConfig {
                 reason: "watch needs RESP3 (HELLO 3), which this server refused".into(),
@@ -286,7 +286,6 @@ impl Admin {
                 reason: "the watch interval must be above zero".into(),
             });
         }
-        let keys = LockKeys::new(&self.prefix, name);
         let (sender, pushes) = mpsc::unbounded_channel();
         let mut conn = self
             .client
