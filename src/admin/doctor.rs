@@ -266,19 +266,16 @@ async fn check_cluster(conn: &mut MultiplexedConnection) -> Result<Finding, Redi
         return Ok(ok("standalone (cluster mode disabled)"));
     }
     let state = info(conn, redis::cmd("CLUSTER").arg("INFO")).await?;
-    Ok(
-        if state.get("cluster_state").map(String::as_str) != Some("ok") {
-            Status::Fail.found(
+    if state.get("cluster_state").map(String::as_str) != Some("ok") {
+        return Ok(Status::Fail.found(
             "cluster mode is enabled but the cluster is not ok (CLUSTER INFO cluster_state): locks in slots without a serving primary cannot be taken or released",
             "fix the cluster (CLUSTER INFO, CLUSTER NODES): every slot needs a reachable primary",
-        )
-        } else {
-            Status::Warn.found(
-            "cluster mode is enabled: a client built with a plain URL gets MOVED for most locks, and this tool's list/show/watch/release see this node's slots only",
-            "connect lock clients with LockClient::cluster_builder(nodes); run this tool against the node that owns a lock's slot",
-        )
-        },
-    )
+        ));
+    }
+    Ok(Status::Warn.found(
+        "cluster mode is enabled: a client built with a plain URL gets MOVED for most locks, and this tool's list/show/watch/release see this node's slots only",
+        "connect lock clients with LockClient::cluster_builder(nodes); run this tool against the node that owns a lock's slot",
+    ))
 }
 
 async fn check_latency(

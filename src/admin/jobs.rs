@@ -83,12 +83,8 @@ impl fmt::Display for JobInfo {
             let (ran, finished) = (format_duration(ran), epoch_ms(finished));
             write!(f, "  ran {ran} (finished {finished})")?;
         }
-        item(
-            f,
-            "kept",
-            self.retained_for.map(format_duration),
-            "no expiry",
-        )
+        let kept = self.retained_for.map(format_duration);
+        item(f, "kept", kept, "no expiry")
     }
 }
 

@@ -91,12 +91,8 @@ impl fmt::Display for KeyInfo {
             };
             write!(f, "  {kind} {} bytes", result.len())?;
         }
-        item(
-            f,
-            "kept",
-            self.retained_for.map(format_duration),
-            "no expiry",
-        )
+        let kept = self.retained_for.map(format_duration);
+        item(f, "kept", kept, "no expiry")
     }
 }
 
