@@ -163,6 +163,13 @@ impl HoldKind {
     }
 }
 
+/// `ZRANGE key 0 -1 WITHSCORES`: every member of a zset with its score.
+fn scored(key: &[u8]) -> redis::Cmd {
+    let mut zrange = redis::cmd("ZRANGE");
+    zrange.arg(key).arg(0).arg(-1).arg("WITHSCORES");
+    zrange
+}
+
 /// The read of a hold hash, as a semaphore's, and the live waiting writers of a read-write
 /// lock (none for a semaphore).
 type HoldsRead = (SemaphoreInfo, Vec<String>);
@@ -320,20 +327,9 @@ impl Admin {
         // A semaphore has no waiting writers: its lease zset stands in (same slot, ignored).
         let marks_key = writers.clone().unwrap_or_else(|| keys.sem_leases());
         let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("HGETALL")
-            .arg(&keys.lock)
-            .cmd("ZRANGE")
-            .arg(keys.sem_leases())
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .cmd("TIME")
-            .cmd("ZRANGE")
-            .arg(&marks_key)
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES");
+        pipe.atomic().cmd("HGETALL").arg(&keys.lock);
+        pipe.add_command(scored(&keys.sem_leases())).cmd("TIME");
+        pipe.add_command(scored(&marks_key));
         type Scored = Vec<(String, f64)>;
         type Reply = (Vec<(Vec<u8>, Vec<u8>)>, Scored, (u64, u64), Scored);
         let (fields, deadlines, time, marks): Reply = pipe
