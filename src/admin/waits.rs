@@ -47,6 +47,11 @@ impl WaitInfo {
             None => self.waiter.clone(),
         }
     }
+
+    /// `WHO waits for KEY`, as a wait's line and a deadlock's steps begin.
+    fn who_waits(&self) -> String {
+        format!("{} waits for {}", self.who(), self.display_waits_for())
+    }
 }
 
 /// A key for display: what follows the slot tag (`lock:account:42`).
@@ -56,13 +61,8 @@ fn display_key(key: &[u8]) -> String {
 
 impl fmt::Display for WaitInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} waits for {} since {}",
-            self.who(),
-            self.display_waits_for(),
-            format_duration(self.waited_for)
-        )?;
+        let since = format_duration(self.waited_for);
+        write!(f, "{} since {since}", self.who_waits())?;
         item(f, "label", self.label.as_ref(), "")?;
         if !self.holds.is_empty() {
             let holds: Vec<String> = self.holds.iter().map(|k| display_key(k)).collect();
@@ -88,14 +88,8 @@ impl fmt::Display for PossibleDeadlock {
         write!(f, "possible deadlock:")?;
         for (i, wait) in self.waits.iter().enumerate() {
             let next = &self.waits[(i + 1) % self.waits.len()];
-            write!(
-                f,
-                "{} {} waits for {} held by {}",
-                if i == 0 { "" } else { ";" },
-                wait.who(),
-                wait.display_waits_for(),
-                next.who()
-            )?;
+            let step = if i == 0 { "" } else { ";" };
+            write!(f, "{step} {} held by {}", wait.who_waits(), next.who())?;
             if let Some(label) = &wait.label {
                 write!(f, " (label {label})")?;
             }
