@@ -35,8 +35,8 @@ use crate::engine::wait::FairExit;
 use crate::engine::wait_record::WaitReport;
 use crate::engine::{Engine, PermissionScope};
 use crate::protocol::keys::validate_name;
-use crate::protocol::rwlock::{rw_acquire, RwAcquireReply, RwMode};
-use crate::protocol::semaphore::{sem_acquire, SemAcquireReply};
+use crate::protocol::rwlock::{RwAcquireReply, RwMode};
+use crate::protocol::semaphore::{HoldAcquire, SemAcquireReply};
 use crate::protocol::{CancelKind, LockKeys};
 
 /// One acquire call's event `$name`: WARN with the error (and `$failure`) when it failed (a
@@ -553,53 +553,29 @@ impl<'a> Request<'a> {
         let sends = self.pending.sends();
         let reply = engine
             .retrying_within(window, |mut conn| {
-                let pubsub = conn.pubsub();
-                let recorded = sends.send(&conn);
+                let acquire = HoldAcquire {
+                    keys,
+                    holder,
+                    lease,
+                    op_ttl,
+                    pubsub: conn.pubsub(),
+                    field_expiry,
+                    label,
+                    recorded: sends.send(&conn),
+                };
                 async move {
                     let (side, reply) = match hold {
                         Hold::Permits { permits, limit } => {
-                            return sem_acquire(
-                                &mut conn,
-                                keys,
-                                holder,
-                                permits,
-                                limit,
-                                lease,
-                                op_ttl,
-                                pubsub,
-                                fair,
-                                field_expiry,
-                                label,
-                                recorded,
-                            )
-                            .await;
+                            return acquire.sem_acquire(&mut conn, permits, limit, fair).await;
                         }
                         // Reads of one lock that meet in this client may share a call.
                         Hold::Side(RwMode::Read) => (
                             RwMode::Read,
-                            engine
-                                .read_grouped(
-                                    &mut conn, keys, holder, lease, op_ttl, pubsub, label, recorded,
-                                )
-                                .await?,
+                            engine.read_grouped(&mut conn, &acquire).await?,
                         ),
-                        Hold::Side(side) => (
-                            side,
-                            rw_acquire(
-                                &mut conn,
-                                keys,
-                                holder,
-                                side,
-                                lease,
-                                wait,
-                                op_ttl,
-                                pubsub,
-                                field_expiry,
-                                label,
-                                recorded,
-                            )
-                            .await?,
-                        ),
+                        Hold::Side(side) => {
+                            (side, acquire.rw_acquire(&mut conn, side, wait).await?)
+                        }
                     };
                     Ok(in_semaphore_words(reply, side))
                 }

@@ -37,6 +37,7 @@ use crate::protocol::batch::{self, Grouped, HoldRelease, ReadOperation};
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
 use crate::protocol::rwlock::RwAcquireReply;
+use crate::protocol::semaphore::HoldAcquire;
 use crate::protocol::{LockKeys, OwnerReply, PubSub};
 use crate::transport::Conn;
 
@@ -210,31 +211,15 @@ fn call_lost() -> Error {
 impl super::Engine {
     /// `rw_acquire.lua` of a read, through the group commit: with the reads of the same lock
     /// and lease that meet it, by `rw_read_many.lua`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn read_grouped(
         &self,
         conn: &mut Conn,
-        keys: &LockKeys,
-        holder: &str,
-        lease: Duration,
-        op_ttl: Duration,
-        pubsub: PubSub,
-        label: Option<&str>,
-        recorded: bool,
+        read: &HoldAcquire<'_>,
     ) -> Result<RwAcquireReply, Error> {
-        let read = ReadOperation::new(
-            keys,
-            holder,
-            lease,
-            op_ttl,
-            pubsub,
-            self.field_expiry,
-            label,
-            recorded,
-        );
+        let route = self.route(read.keys);
         // Boxed: inline, the group commit's state would make every acquire future that much
         // larger (a waiting acquisition carries it).
-        let reply = Box::pin(self.reads.run(conn, self.route(keys), read)).await?;
+        let reply = Box::pin(self.reads.run(conn, route, ReadOperation::from(read))).await?;
         batch::read_outcome(reply)
     }
 

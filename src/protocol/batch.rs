@@ -14,9 +14,9 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use super::rwlock::{rw_acquire_call, rw_acquire_reply, RwAcquireReply, RwMode};
-use super::semaphore::{expiry_arg, sem_release_call};
-use super::{flag, millis, owner_reply, scripts, LockKeys, OwnerReply, PubSub};
+use super::rwlock::{rw_acquire_reply, RwAcquireReply, RwMode};
+use super::semaphore::{expiry_arg, sem_release_call, HoldAcquire};
+use super::{flag, invoke_as, millis, owner_reply, scripts, LockKeys, OwnerReply, PubSub};
 use crate::base::error::Error;
 
 /// An operation that may share a script call with others of its group: built once with
@@ -61,7 +61,8 @@ pub(crate) struct ReadOperation {
 }
 
 impl ReadOperation {
-    /// As [`super::rwlock::rw_acquire`] with [`RwMode::Read`].
+    /// As [`HoldAcquire::rw_acquire`] with [`RwMode::Read`], its parts as arguments.
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         keys: &LockKeys,
@@ -73,15 +74,45 @@ impl ReadOperation {
         label: Option<&str>,
         recorded: bool,
     ) -> ReadOperation {
-        ReadOperation {
-            keys: keys.clone(),
-            holder: holder.to_owned(),
+        ReadOperation::from(&HoldAcquire {
+            keys,
+            holder,
             lease,
             op_ttl,
             pubsub,
             field_expiry,
-            label: label.map(str::to_owned),
+            label,
             recorded,
+        })
+    }
+
+    /// The acquisition it sends.
+    fn acquisition(&self) -> HoldAcquire<'_> {
+        HoldAcquire {
+            keys: &self.keys,
+            holder: &self.holder,
+            lease: self.lease,
+            op_ttl: self.op_ttl,
+            pubsub: self.pubsub,
+            field_expiry: self.field_expiry,
+            label: self.label.as_deref(),
+            recorded: self.recorded,
+        }
+    }
+}
+
+impl From<&HoldAcquire<'_>> for ReadOperation {
+    /// As [`HoldAcquire::rw_acquire`] with [`RwMode::Read`].
+    fn from(read: &HoldAcquire<'_>) -> ReadOperation {
+        ReadOperation {
+            keys: read.keys.clone(),
+            holder: read.holder.to_owned(),
+            lease: read.lease,
+            op_ttl: read.op_ttl,
+            pubsub: read.pubsub,
+            field_expiry: read.field_expiry,
+            label: read.label.map(str::to_owned),
+            recorded: read.recorded,
         }
     }
 }
@@ -95,19 +126,11 @@ impl Grouped for ReadOperation {
     }
 
     async fn run_alone<C: ConnectionLike + Send>(&self, conn: &mut C) -> Result<Value, Error> {
-        let call = rw_acquire_call(
-            &self.keys,
-            &self.holder,
-            RwMode::Read,
-            self.lease,
-            false,
-            self.op_ttl,
-            self.pubsub,
-            self.field_expiry,
-            self.label.as_deref(),
-            self.recorded,
-        )?;
-        call.invoke_async(conn).await.map_err(Error::from_reply)
+        invoke_as(
+            conn,
+            &self.acquisition().rw_acquire_call(RwMode::Read, false)?,
+        )
+        .await
     }
 
     /// By `rw_read_many.lua`, each read answered as `rw_acquire.lua` answers it alone.
@@ -118,9 +141,8 @@ impl Grouped for ReadOperation {
         let first = reads[0];
         let keys = &first.keys;
         let writers = keys.rw_writers().unwrap_or_default();
-        let mut call = scripts().rw_read_many.prepare_invoke();
-        call.key(&keys.lock)
-            .key(keys.sem_leases())
+        let mut call = scripts().rw_read_many.key(&keys.lock);
+        call.key(keys.sem_leases())
             .key(writers)
             .key(&keys.fence)
             .arg(reads.len())
@@ -190,7 +212,7 @@ impl Grouped for HoldRelease {
             self.op_ttl,
             self.pubsub,
         );
-        call.invoke_async(conn).await.map_err(Error::from_reply)
+        invoke_as(conn, &call).await
     }
 
     /// By `sem_release_many.lua`, each release answered as `sem_release.lua` answers it alone.
@@ -200,8 +222,8 @@ impl Grouped for HoldRelease {
     ) -> Result<Vec<Result<Value, Error>>, redis::RedisError> {
         let first = releases[0];
         let keys = &first.keys;
-        let mut call = scripts().sem_release_many.prepare_invoke();
-        call.key(&keys.lock).key(keys.sem_leases());
+        let mut call = scripts().sem_release_many.key(&keys.lock);
+        call.key(keys.sem_leases());
         let writers = keys.rw_writers();
         if let Some(writers) = &writers {
             call.key(writers);

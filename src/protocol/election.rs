@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{owner_reply, scripts, token_from, LockKeys, OwnerReply, PubSub};
+use super::{
+    invoke, invoke_as, owner_reply, pttl_from, scripts, token_from, LockKeys, OwnerReply, PubSub,
+};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -20,17 +22,12 @@ pub(crate) async fn announce<C: ConnectionLike>(
     metadata: &[u8],
     pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .announce
-        .key(&keys.lock)
-        .arg(holder)
+    let mut call = scripts().announce.key(&keys.lock);
+    call.arg(holder)
         .arg(term.get())
         .arg(metadata)
-        .arg(pubsub.script_arg())
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
-    owner_reply("announce", &reply)
+        .arg(pubsub.script_arg());
+    owner_reply("announce", &invoke(conn, &call).await?)
 }
 
 /// The leader of an election as `leader.lua` read it: id, term and metadata of one hash.
@@ -56,14 +53,9 @@ pub(crate) async fn leader<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
 ) -> Result<LeaderReply, Error> {
-    let reply: Vec<redis::Value> = scripts()
-        .leader
-        .key(&keys.lock)
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+    let call = scripts().leader.key(&keys.lock);
+    let reply: Vec<redis::Value> = invoke_as(conn, &call).await?;
     use redis::Value::{BulkString, Int};
-    let pttl = |raw: i64| u64::try_from(raw).ok().map(Duration::from_millis);
     match reply.as_slice() {
         [] => Ok(LeaderReply {
             leader: None,
@@ -71,7 +63,7 @@ pub(crate) async fn leader<C: ConnectionLike>(
         }),
         [Int(0), Int(left)] => Ok(LeaderReply {
             leader: None,
-            lease_left: Some(pttl(*left)),
+            lease_left: Some(pttl_from(*left)),
         }),
         [Int(1), BulkString(holder), Int(term), BulkString(metadata), Int(left)] => {
             Ok(LeaderReply {
@@ -82,7 +74,7 @@ pub(crate) async fn leader<C: ConnectionLike>(
                     term: token_from(*term)?,
                     metadata: metadata.clone(),
                 }),
-                lease_left: Some(pttl(*left)),
+                lease_left: Some(pttl_from(*left)),
             })
         }
         other => Err(Error::Protocol(format!("leader.lua answered {other:?}"))),

@@ -2,7 +2,7 @@
 
 use redis::aio::ConnectionLike;
 
-use super::{count_from, scripts, LockKeys};
+use super::{count_from, invoke_as, scripts, LockKeys};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -31,14 +31,10 @@ pub(crate) async fn force_release<C: ConnectionLike>(
     keys: &LockKeys,
     expected: Option<FencingToken>,
 ) -> Result<ForceReleaseReply, Error> {
-    let reply: Vec<redis::Value> = scripts()
-        .force_release
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .arg(expected.map(|t| t.get().to_string()).unwrap_or_default())
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+    let mut call = scripts().force_release.key(&keys.lock);
+    call.key(&keys.fence)
+        .arg(expected.map(|t| t.get().to_string()).unwrap_or_default());
+    let reply: Vec<redis::Value> = invoke_as(conn, &call).await?;
     use redis::Value::{BulkString, Int};
     match reply.as_slice() {
         [Int(1), Int(token), Int(fence), BulkString(holder), Int(count)] => {

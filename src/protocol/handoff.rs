@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{count_from, millis, scripts, token_from, unexpected, LockKeys, PubSub};
+use super::{count_from, invoke, millis, scripts, token_from, unexpected, LockKeys, PubSub};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -85,11 +85,8 @@ pub(crate) async fn release_handing_off<C: ConnectionLike>(
         call.arg(candidate.permits);
     }
     call.arg(millis(candidate.lease));
-    if let Some(label) = candidate.label {
-        call.arg(label);
-    }
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    handoff_reply(name, &reply)
+    call.arg(candidate.label);
+    handoff_reply(name, &invoke(conn, &call).await?)
 }
 
 /// The reply of `handoff.lua` or `sem_handoff.lua` (whose grant also tells the semaphore's

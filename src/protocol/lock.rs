@@ -7,8 +7,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    count_from, flag, millis, owner_reply, scripts, semaphore, token_from, unexpected, CancelKind,
-    CancelReply, LockKeys, OwnerReply, PubSub,
+    count_from, flag, invoke, millis, owner_reply, pttl_from, renewed, scripts, semaphore,
+    token_from, unexpected, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -56,19 +56,7 @@ pub(crate) async fn acquire_labelled<C: ConnectionLike>(
     label: Option<&str>,
     recorded: bool,
 ) -> Result<AcquireReply, Error> {
-    let mut call = scripts().acquire.prepare_invoke();
-    call.key(&keys.lock)
-        .key(&keys.fence)
-        .key(keys.op(holder))
-        .arg(holder)
-        .arg(millis(lease))
-        .arg(millis(op_ttl))
-        .arg(flag(recorded));
-    if let Some(label) = label {
-        call.arg(label);
-    }
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    acquire_reply("acquire", &reply)
+    acquire_attempt(conn, keys, holder, lease, op_ttl, None, label, recorded).await
 }
 
 /// What a fair-mode client adds to an acquire attempt (`acquire_fair.lua`).
@@ -82,8 +70,10 @@ pub(crate) struct FairAttempt<'a> {
     pub(crate) queue_slack: Duration,
 }
 
-/// One acquire attempt: `acquire.lua`, or `acquire_fair.lua` for a fair-mode client; `label`,
-/// when given, is stored with the hold; `recorded`: this send leaves an op record.
+/// One acquire attempt: `acquire.lua`, or `acquire_fair.lua` for a fair-mode client, which
+/// claims a reservation made for `fair.client` and queues the client when the lock is held
+/// (waiters only); `label`, when given, is stored with the hold; `recorded`: this send leaves
+/// an op record.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_attempt<C: ConnectionLike>(
     conn: &mut C,
@@ -95,14 +85,28 @@ pub(crate) async fn acquire_attempt<C: ConnectionLike>(
     label: Option<&str>,
     recorded: bool,
 ) -> Result<AcquireReply, Error> {
-    match fair {
-        None => acquire_labelled(conn, keys, holder, lease, op_ttl, label, recorded).await,
-        Some(fair) => acquire_fair(conn, keys, holder, lease, op_ttl, fair, label, recorded).await,
+    let (script, name) = match fair {
+        None => (&scripts().acquire, "acquire"),
+        Some(_) => (&scripts().acquire_fair, "acquire_fair"),
+    };
+    let mut call = script.prepare_invoke();
+    call.key(&keys.lock).key(&keys.fence).key(keys.op(holder));
+    // The fair script also takes the queue, and the client's part before the record flag.
+    if fair.is_some() {
+        call.key(keys.queue());
     }
+    call.arg(holder).arg(millis(lease)).arg(millis(op_ttl));
+    if let Some(fair) = fair {
+        call.arg(fair.client)
+            .arg(flag(fair.enqueue))
+            .arg(millis(fair.queue_slack));
+    }
+    call.arg(flag(recorded)).arg(label);
+    acquire_reply(name, &invoke(conn, &call).await?)
 }
 
-/// `acquire.lua` with the fair-handoff queue: claims a reservation made for `fair.client`,
-/// queues the client when the lock is held (waiters only).
+/// `acquire.lua` with the fair-handoff queue ([`acquire_attempt`] of a fair-mode client).
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_fair<C: ConnectionLike>(
     conn: &mut C,
@@ -114,23 +118,17 @@ pub(crate) async fn acquire_fair<C: ConnectionLike>(
     label: Option<&str>,
     recorded: bool,
 ) -> Result<AcquireReply, Error> {
-    let mut call = scripts().acquire_fair.prepare_invoke();
-    call.key(&keys.lock)
-        .key(&keys.fence)
-        .key(keys.op(holder))
-        .key(keys.queue())
-        .arg(holder)
-        .arg(millis(lease))
-        .arg(millis(op_ttl))
-        .arg(fair.client)
-        .arg(flag(fair.enqueue))
-        .arg(millis(fair.queue_slack))
-        .arg(flag(recorded));
-    if let Some(label) = label {
-        call.arg(label);
-    }
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    acquire_reply("acquire_fair", &reply)
+    acquire_attempt(
+        conn,
+        keys,
+        holder,
+        lease,
+        op_ttl,
+        Some(fair),
+        label,
+        recorded,
+    )
+    .await
 }
 
 /// `release.lua` that hands a freed lock to the first queued client (`release_fair.lua`);
@@ -146,10 +144,8 @@ pub(crate) async fn release_fair<C: ConnectionLike>(
     grace: Duration,
     requeue: Option<(&str, Duration)>,
 ) -> Result<OwnerReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .release_fair
-        .key(&keys.lock)
-        .key(keys.op(op_id))
+    let mut call = scripts().release_fair.key(&keys.lock);
+    call.key(keys.op(op_id))
         .key(keys.op(holder))
         .key(keys.queue())
         .arg(holder)
@@ -158,11 +154,8 @@ pub(crate) async fn release_fair<C: ConnectionLike>(
         .arg(op_id)
         .arg(millis(grace))
         .arg(requeue.map_or("", |(client, _)| client))
-        .arg(requeue.map_or(0, |(_, life)| millis(life)))
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
-    owner_reply("release_fair", &reply)
+        .arg(requeue.map_or(0, |(_, life)| millis(life)));
+    owner_reply("release_fair", &invoke(conn, &call).await?)
 }
 
 /// Outcome of `leave_fair.lua`.
@@ -185,17 +178,12 @@ pub(crate) async fn leave_fair<C: ConnectionLike>(
     grace: Duration,
     pubsub: PubSub,
 ) -> Result<LeaveReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .leave_fair
-        .key(&keys.lock)
-        .key(keys.queue())
+    let mut call = scripts().leave_fair.key(&keys.lock);
+    call.key(keys.queue())
         .arg(client)
         .arg(millis(grace))
-        .arg(pubsub.script_arg())
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
-    match reply.as_slice() {
+        .arg(pubsub.script_arg());
+    match invoke(conn, &call).await?.as_slice() {
         [0] => Ok(LeaveReply::Absent),
         [1] => Ok(LeaveReply::Dequeued),
         [2] => Ok(LeaveReply::PassedOn),
@@ -210,7 +198,7 @@ pub(super) fn acquire_reply(script: &str, reply: &[i64]) -> Result<AcquireReply,
             count: count_from(*count)?,
         }),
         [0, pttl] => Ok(AcquireReply::Held {
-            pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            pttl: pttl_from(*pttl),
         }),
         [-2] => Ok(AcquireReply::Cancelled),
         other => Err(unexpected(script, other)),
@@ -236,8 +224,7 @@ pub(crate) async fn reenter<C: ConnectionLike>(
         call.key(keys.sem_leases());
     }
     call.key(keys.op(op_id)).arg(holder).arg(millis(op_ttl));
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    match reply.as_slice() {
+    match invoke(conn, &call).await?.as_slice() {
         [1, token, count] => Ok(EnterReply::Entered {
             token: token_from(*token)?,
             count: count_from(*count)?,
@@ -259,19 +246,14 @@ pub(crate) async fn release<C: ConnectionLike>(
     if keys.has_hold_leases() {
         return semaphore::sem_release(conn, keys, holder, op_id, op_ttl, pubsub).await;
     }
-    let reply: Vec<i64> = scripts()
-        .release
-        .key(&keys.lock)
-        .key(keys.op(op_id))
+    let mut call = scripts().release.key(&keys.lock);
+    call.key(keys.op(op_id))
         .key(keys.op(holder))
         .arg(holder)
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
-        .arg(op_id)
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
-    owner_reply("release", &reply)
+        .arg(op_id);
+    owner_reply("release", &invoke(conn, &call).await?)
 }
 
 pub(crate) async fn extend<C: ConnectionLike>(
@@ -280,15 +262,9 @@ pub(crate) async fn extend<C: ConnectionLike>(
     holder: &str,
     lease: Duration,
 ) -> Result<OwnerReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .extend
-        .key(&keys.lock)
-        .arg(holder)
-        .arg(millis(lease))
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
-    owner_reply("extend", &reply)
+    let mut call = scripts().extend.key(&keys.lock);
+    call.arg(holder).arg(millis(lease));
+    owner_reply("extend", &invoke(conn, &call).await?)
 }
 
 pub(crate) async fn cancel<C: ConnectionLike>(
@@ -303,21 +279,13 @@ pub(crate) async fn cancel<C: ConnectionLike>(
     if keys.has_hold_leases() {
         return semaphore::sem_cancel(conn, keys, holder, op_id, kind, op_ttl, pubsub).await;
     }
-    let reply: Vec<i64> = scripts()
-        .cancel
-        .key(&keys.lock)
-        .key(keys.op(op_id))
+    let mut call = scripts().cancel.key(&keys.lock);
+    call.key(keys.op(op_id))
         .arg(holder)
         .arg(millis(op_ttl))
-        .arg(match kind {
-            CancelKind::Acquire => "acquire",
-            CancelKind::Reenter => "reenter",
-        })
-        .arg(pubsub.script_arg())
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
-    cancel_reply("cancel", &reply)
+        .arg(kind.script_arg())
+        .arg(pubsub.script_arg());
+    cancel_reply("cancel", &invoke(conn, &call).await?)
 }
 
 /// The reply of `cancel.lua` or `sem_cancel.lua`.
@@ -345,15 +313,9 @@ pub(crate) async fn renew<C: ConnectionLike>(
     {
         return semaphore::sem_renew(conn, batch, lease).await;
     }
-    let script = &scripts().renew;
-    let mut call = script.prepare_invoke();
-    call.arg(millis(lease));
+    let mut call = scripts().renew.arg(millis(lease));
     for (keys, holder) in batch {
         call.key(&keys.lock).arg(*holder);
     }
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    if reply.len() != batch.len() {
-        return Err(unexpected("renew", &reply));
-    }
-    Ok(reply.into_iter().map(|r| r == 1).collect())
+    renewed("renew", invoke(conn, &call).await?, batch.len())
 }

@@ -92,6 +92,32 @@ pub(crate) enum CancelKind {
     Reenter,
 }
 
+impl CancelKind {
+    /// The word `cancel.lua` and `sem_cancel.lua` take for it.
+    fn script_arg(self) -> &'static str {
+        match self {
+            CancelKind::Acquire => "acquire",
+            CancelKind::Reenter => "reenter",
+        }
+    }
+}
+
+/// Sends a script call; its reply as integers, the shape of most scripts' replies.
+async fn invoke<C: ConnectionLike>(
+    conn: &mut C,
+    call: &redis::ScriptInvocation<'_>,
+) -> Result<Vec<i64>, Error> {
+    invoke_as(conn, call).await
+}
+
+/// Sends a script call; its reply as `T`, an error reply typed by [`Error::from_reply`].
+async fn invoke_as<T: redis::FromRedisValue, C: ConnectionLike>(
+    conn: &mut C,
+    call: &redis::ScriptInvocation<'_>,
+) -> Result<T, Error> {
+    call.invoke_async(conn).await.map_err(Error::from_reply)
+}
+
 /// `WAIT numreplicas timeout` on `conn`: how many replicas have acknowledged every write this
 /// connection made so far. Blocks the connection for up to `timeout`.
 pub(crate) async fn wait_replicas<C: ConnectionLike>(
@@ -117,6 +143,20 @@ fn lock_state(token: i64, pttl: i64) -> (Option<FencingToken>, Option<Option<Dur
         left => Some(u64::try_from(left).ok().map(Duration::from_millis)),
     };
     (lock_token, lease_left)
+}
+
+/// A script's `PTTL`-like reply: a time left, or `None` for a negative one (no expiry).
+fn pttl_from(raw: i64) -> Option<Duration> {
+    u64::try_from(raw).ok().map(Duration::from_millis)
+}
+
+/// The reply of a renewal of `count` leases in one call: one `bool` per lease, `true` when its
+/// holder still held it and the lease was set again.
+fn renewed(script: &str, reply: Vec<i64>, count: usize) -> Result<Vec<bool>, Error> {
+    if reply.len() != count {
+        return Err(unexpected(script, &reply));
+    }
+    Ok(reply.into_iter().map(|r| r == 1).collect())
 }
 
 fn ms_from(script: &str, raw: i64) -> Result<u64, Error> {

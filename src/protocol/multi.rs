@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{count_from, millis, scripts, token_from, unexpected, LockKeys, OwnerReply};
+use super::{
+    count_from, invoke, millis, pttl_from, scripts, token_from, unexpected, LockKeys, OwnerReply,
+};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -40,10 +42,8 @@ pub(crate) async fn acquire_all<C: ConnectionLike>(
             .key(keys.op(holder))
             .arg(*holder);
     }
-    if let Some(label) = label {
-        call.arg(label);
-    }
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
+    call.arg(label);
+    let reply = invoke(conn, &call).await?;
     match reply.as_slice() {
         [1, tokens @ ..] if tokens.len() == members.len() => Ok(AcquireAllReply::Acquired {
             tokens: tokens
@@ -54,7 +54,7 @@ pub(crate) async fn acquire_all<C: ConnectionLike>(
         [0, index, pttl] => match usize::try_from(*index) {
             Ok(index @ 1..) if index <= members.len() => Ok(AcquireAllReply::Held {
                 index: index - 1,
-                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                pttl: pttl_from(*pttl),
             }),
             _ => Err(unexpected("acquire_all", &reply)),
         },
@@ -78,7 +78,7 @@ pub(crate) async fn release_all<C: ConnectionLike>(
             .arg(*holder)
             .arg(*op);
     }
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
+    let reply = invoke(conn, &call).await?;
     if reply.len() != members.len() {
         return Err(unexpected("release_all", &reply));
     }

@@ -3,7 +3,7 @@
 
 use redis::aio::ConnectionLike;
 
-use super::{flag, scripts, LockKeys, PubSub};
+use super::{flag, invoke_as, scripts, LockKeys, PubSub};
 use crate::base::error::Error;
 
 /// Outcome of `permissions.lua`.
@@ -25,10 +25,8 @@ pub(crate) async fn permissions<C: ConnectionLike>(
     fair: bool,
     holds: Option<bool>,
 ) -> Result<PermissionsReply, Error> {
-    let refused: Vec<String> = scripts()
-        .permissions
-        .key(&keys.lock)
-        .key(&keys.fence)
+    let mut call = scripts().permissions.key(&keys.lock);
+    call.key(&keys.fence)
         .key(keys.op("permissions"))
         .key(keys.queue())
         .arg(pubsub.script_arg())
@@ -37,10 +35,8 @@ pub(crate) async fn permissions<C: ConnectionLike>(
             None => "",
             Some(false) => "holds",
             Some(true) => "holds+fields",
-        })
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+        });
+    let refused: Vec<String> = invoke_as(conn, &call).await?;
     Ok(if refused.is_empty() {
         PermissionsReply::Granted
     } else {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{millis, scripts, token_from, unexpected, ResourceKeys};
+use super::{invoke, invoke_as, millis, scripts, token_from, unexpected, ResourceKeys};
 use crate::base::error::{Error, Superseded};
 use crate::base::token::FencingToken;
 
@@ -76,7 +76,7 @@ pub(crate) async fn fenced_write<C: ConnectionLike>(
         }
         Write::Delete => call.arg("del").arg(retention),
     };
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
+    let reply = invoke(conn, &call).await?;
     match reply.as_slice() {
         [1, result] => Ok(WriteReply::Accepted(*result)),
         [0, latest, by] => Ok(WriteReply::Stale {
@@ -139,7 +139,7 @@ pub(crate) async fn fenced_read<C: ConnectionLike>(
         ReadMode::Shared => "shared",
     })
     .arg(millis(retention));
-    let reply: Vec<redis::Value> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
+    let reply: Vec<redis::Value> = invoke_as(conn, &call).await?;
     let mut reply = reply.into_iter();
     match (reply.next(), reply.next(), reply.next()) {
         (Some(redis::Value::Int(1)), Some(value), None) => Ok(ReadReply::Read(value)),

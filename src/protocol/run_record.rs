@@ -8,7 +8,9 @@ use redis::aio::ConnectionLike;
 use redis::{Script, ToRedisArgs, Value};
 
 use super::scripts::Scripts;
-use super::{lock_state, millis, ms_from, scripts, token_from, unexpected, LockKeys};
+use super::{
+    invoke, invoke_as, lock_state, millis, ms_from, scripts, token_from, unexpected, LockKeys,
+};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -122,9 +124,8 @@ pub(crate) async fn run_begin<K: RunKind, C: ConnectionLike>(
     use redis::Value::Int;
     let [begin, ..] = K::scripts(scripts());
     let script = K::NAMES[0];
-    let reply: Vec<Value> = begin
-        .key(&keys.lock)
-        .key(K::record_key(keys))
+    let mut call = begin.key(&keys.lock);
+    call.key(K::record_key(keys))
         .arg(args.holder)
         .arg(args.token.get())
         .arg(own)
@@ -132,10 +133,8 @@ pub(crate) async fn run_begin<K: RunKind, C: ConnectionLike>(
         .arg(match on_death {
             RunnerDeathArg::RunAgain => "run-again",
             RunnerDeathArg::GiveUp => "give-up",
-        })
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+        });
+    let reply: Vec<Value> = invoke_as(conn, &call).await?;
     let record = |fields| Record::decode(script, fields);
     Ok(match &reply[..] {
         [Int(1), Int(previous), Int(started)] => BeginReply::Begun {
@@ -186,9 +185,8 @@ pub(crate) async fn run_finish<K: RunKind, C: ConnectionLike>(
 ) -> Result<FinishReply, Error> {
     let [_, finish, _] = K::scripts(scripts());
     let script = K::NAMES[1];
-    let reply: Vec<i64> = finish
-        .key(K::record_key(keys))
-        .arg(args.holder)
+    let mut call = finish.key(K::record_key(keys));
+    call.arg(args.holder)
         .arg(args.token.get())
         .arg(own)
         .arg(started_ms)
@@ -198,10 +196,8 @@ pub(crate) async fn run_finish<K: RunKind, C: ConnectionLike>(
             RunEnd::Final => "final",
             RunEnd::Failed => "failed",
         })
-        .arg(result)
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+        .arg(result);
+    let reply = invoke(conn, &call).await?;
     match reply[..] {
         [1, finished] => Ok(FinishReply::Done {
             finished_ms: ms_from(script, finished)?,
@@ -234,13 +230,9 @@ pub(crate) async fn run_read<K: RunKind, C: ConnectionLike>(
     use redis::Value::Int;
     let [_, _, read] = K::scripts(scripts());
     let script = K::NAMES[2];
-    let reply: Vec<Value> = read
-        .key(&keys.lock)
-        .key(K::record_key(keys))
-        .arg(mode)
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
+    let mut call = read.key(&keys.lock);
+    call.key(K::record_key(keys)).arg(mode);
+    let reply: Vec<Value> = invoke_as(conn, &call).await?;
     let (record, token, pttl) = match &reply[..] {
         [Int(0), Int(token), Int(pttl)] => (None, token, pttl),
         [Int(1), record @ .., Int(token), Int(pttl)] => (Some(record), token, pttl),

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::semaphore::expiry_arg;
+use super::semaphore::{expiry_arg, HoldAcquire};
 use super::{
-    flag, millis, owner_reply, scripts, token_from, unexpected, LockKeys, OwnerReply, PubSub,
+    flag, invoke, millis, owner_reply, pttl_from, scripts, token_from, unexpected, LockKeys,
+    OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -31,10 +32,53 @@ pub(crate) enum RwMode {
     Write,
 }
 
-/// One read-write lock acquire attempt; `wait`: a writer that will wait (marks itself
-/// waiting when busy, which stops new readers). `field_expiry` as for [`super::semaphore::sem_acquire`];
-/// `label`, when given, is stored in the hold's field (ARGV[9]); `recorded`: this send leaves an
-/// op record (ARGV[8]).
+impl HoldAcquire<'_> {
+    /// One read-write lock acquire attempt (`rw_acquire.lua`) of `mode`'s side; `wait`: a
+    /// writer that will wait (marks itself waiting when busy, which stops new readers). The
+    /// label is ARGV[9], the record flag ARGV[8].
+    pub(crate) async fn rw_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        mode: RwMode,
+        wait: bool,
+    ) -> Result<RwAcquireReply, Error> {
+        let call = self.rw_acquire_call(mode, wait)?;
+        rw_acquire_reply(&invoke(conn, &call).await?)
+    }
+
+    /// The `rw_acquire.lua` call of [`HoldAcquire::rw_acquire`], ready to send.
+    pub(crate) fn rw_acquire_call(
+        &self,
+        mode: RwMode,
+        wait: bool,
+    ) -> Result<redis::ScriptInvocation<'static>, Error> {
+        let keys = self.keys;
+        let writers = keys.rw_writers().ok_or_else(|| {
+            Error::Protocol("rw_acquire.lua called with keys of another kind".into())
+        })?;
+        let mut call = scripts().rw_acquire.key(&keys.lock);
+        call.key(keys.sem_leases())
+            .key(writers)
+            .key(&keys.fence)
+            .key(keys.op(self.holder))
+            .arg(self.holder)
+            .arg(match mode {
+                RwMode::Read => "r",
+                RwMode::Write => "w",
+            })
+            .arg(millis(self.lease))
+            .arg(flag(wait))
+            .arg(millis(self.op_ttl))
+            .arg(self.pubsub.script_arg())
+            .arg(expiry_arg(self.field_expiry))
+            .arg(flag(self.recorded))
+            .arg(self.label);
+        Ok(call)
+    }
+}
+
+/// [`HoldAcquire::rw_acquire`] with its parts as arguments.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn rw_acquire<C: ConnectionLike>(
     conn: &mut C,
@@ -49,60 +93,17 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
     label: Option<&str>,
     recorded: bool,
 ) -> Result<RwAcquireReply, Error> {
-    let call = rw_acquire_call(
+    let acquire = HoldAcquire {
         keys,
         holder,
-        mode,
         lease,
-        wait,
         op_ttl,
         pubsub,
         field_expiry,
         label,
         recorded,
-    )?;
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    rw_acquire_reply(&reply)
-}
-
-/// The `rw_acquire.lua` call of [`rw_acquire`], ready to send.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn rw_acquire_call(
-    keys: &LockKeys,
-    holder: &str,
-    mode: RwMode,
-    lease: Duration,
-    wait: bool,
-    op_ttl: Duration,
-    pubsub: PubSub,
-    field_expiry: bool,
-    label: Option<&str>,
-    recorded: bool,
-) -> Result<redis::ScriptInvocation<'static>, Error> {
-    let writers = keys
-        .rw_writers()
-        .ok_or_else(|| Error::Protocol("rw_acquire.lua called with keys of another kind".into()))?;
-    let mut call = scripts().rw_acquire.prepare_invoke();
-    call.key(&keys.lock)
-        .key(keys.sem_leases())
-        .key(writers)
-        .key(&keys.fence)
-        .key(keys.op(holder))
-        .arg(holder)
-        .arg(match mode {
-            RwMode::Read => "r",
-            RwMode::Write => "w",
-        })
-        .arg(millis(lease))
-        .arg(flag(wait))
-        .arg(millis(op_ttl))
-        .arg(pubsub.script_arg())
-        .arg(expiry_arg(field_expiry))
-        .arg(flag(recorded));
-    if let Some(label) = label {
-        call.arg(label);
-    }
-    Ok(call)
+    };
+    acquire.rw_acquire(conn, mode, wait).await
 }
 
 /// `rw_acquire.lua`'s reply (also each of `rw_read_many.lua`'s), typed.
@@ -112,7 +113,7 @@ pub(crate) fn rw_acquire_reply(reply: &[i64]) -> Result<RwAcquireReply, Error> {
             token: token_from(*token)?,
         }),
         [0, wait] => Ok(RwAcquireReply::Busy {
-            wait: u64::try_from(*wait).ok().map(Duration::from_millis),
+            wait: pttl_from(*wait),
         }),
         [-2] => Ok(RwAcquireReply::Cancelled),
         other => Err(unexpected("rw_acquire", other)),
@@ -126,14 +127,9 @@ pub(crate) async fn rw_downgrade<C: ConnectionLike>(
     holder: &str,
     pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
-    let reply: Vec<i64> = scripts()
-        .rw_downgrade
-        .key(&keys.lock)
-        .key(keys.sem_leases())
+    let mut call = scripts().rw_downgrade.key(&keys.lock);
+    call.key(keys.sem_leases())
         .arg(holder)
-        .arg(pubsub.script_arg())
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
-    owner_reply("rw_downgrade", &reply)
+        .arg(pubsub.script_arg());
+    owner_reply("rw_downgrade", &invoke(conn, &call).await?)
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    flag, millis, owner_reply, scripts, token_from, unexpected, CancelKind, CancelReply, LockKeys,
-    OwnerReply, PubSub,
+    flag, invoke, millis, owner_reply, pttl_from, renewed, scripts, token_from, unexpected,
+    CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -41,12 +41,85 @@ pub(crate) enum SemAcquireReply {
     OverLimit { limit: u32 },
 }
 
-/// One semaphore acquire attempt. `fair`: `Some(wait)` for a fair-handoff client (the oldest
-/// queued acquisition is protected; `wait`: a busy attempt queues this one), `None` otherwise.
-/// `field_expiry`: a semaphore this creates keeps its deadlines as hash-field expiry (the
-/// server must have it; an existing semaphore keeps its own way). `label`, when given, is
-/// stored in the hold's field (ARGV[10]); `recorded`: this send leaves an op record (ARGV[9],
-/// as `acquire.lua`'s, [`crate::engine::pending::Sends`]).
+/// What every acquisition of a hold with a lease of its own sends, a semaphore's
+/// ([`HoldAcquire::sem_acquire`]) or a read-write lock's ([`HoldAcquire::rw_acquire`]): built
+/// per send.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HoldAcquire<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// The holder id, also the acquisition's operation id.
+    pub(crate) holder: &'a str,
+    pub(crate) lease: Duration,
+    pub(crate) op_ttl: Duration,
+    pub(crate) pubsub: PubSub,
+    /// A hold this creates keeps its deadlines as hash-field expiry (the server must have it;
+    /// an existing semaphore or read-write lock keeps its own way).
+    pub(crate) field_expiry: bool,
+    /// Stored in the hold's field, when given.
+    pub(crate) label: Option<&'a str>,
+    /// This send leaves an op record (as `acquire.lua`'s,
+    /// [`crate::engine::pending::Sends`]).
+    pub(crate) recorded: bool,
+}
+
+impl HoldAcquire<'_> {
+    /// One semaphore acquire attempt (`sem_acquire.lua`) of `permits` of `limit`. `fair`:
+    /// `Some(wait)` for a fair-handoff client (the oldest queued acquisition is protected;
+    /// `wait`: a busy attempt queues this one), `None` otherwise. The label is ARGV[10], the
+    /// record flag ARGV[9].
+    pub(crate) async fn sem_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        permits: u32,
+        limit: u32,
+        fair: Option<bool>,
+    ) -> Result<SemAcquireReply, Error> {
+        let keys = self.keys;
+        let mut call = scripts().sem_acquire.key(&keys.lock);
+        call.key(keys.sem_leases())
+            .key(&keys.fence)
+            .key(keys.op(self.holder));
+        if fair.is_some() {
+            call.key(keys.queue()).key(keys.sem_waiting());
+        }
+        call.arg(self.holder)
+            .arg(permits)
+            .arg(limit)
+            .arg(millis(self.lease))
+            .arg(millis(self.op_ttl))
+            .arg(self.pubsub.script_arg())
+            .arg(flag(fair == Some(true)))
+            .arg(expiry_arg(self.field_expiry))
+            .arg(flag(self.recorded))
+            .arg(self.label);
+        let reply = invoke(conn, &call).await?;
+        let permits_from = |raw: i64| {
+            u32::try_from(raw.max(0))
+                .map_err(|_| Error::Protocol(format!("sem_acquire.lua answered {raw} permits")))
+        };
+        match reply.as_slice() {
+            [1, token, permits, limit, free] => Ok(SemAcquireReply::Acquired {
+                token: token_from(*token)?,
+                permits: permits_from(*permits)?,
+                limit: permits_from(*limit)?,
+                free: permits_from(*free)?,
+            }),
+            [0, wait, free, limit] => Ok(SemAcquireReply::Busy {
+                wait: pttl_from(*wait),
+                free: permits_from(*free)?,
+                limit: permits_from(*limit)?,
+            }),
+            [-2] => Ok(SemAcquireReply::Cancelled),
+            [-3, limit] => Ok(SemAcquireReply::OverLimit {
+                limit: permits_from(*limit)?,
+            }),
+            other => Err(unexpected("sem_acquire", other)),
+        }
+    }
+}
+
+/// [`HoldAcquire::sem_acquire`] with its parts as arguments.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn sem_acquire<C: ConnectionLike>(
     conn: &mut C,
@@ -62,49 +135,17 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
     label: Option<&str>,
     recorded: bool,
 ) -> Result<SemAcquireReply, Error> {
-    let mut call = scripts().sem_acquire.prepare_invoke();
-    call.key(&keys.lock)
-        .key(keys.sem_leases())
-        .key(&keys.fence)
-        .key(keys.op(holder));
-    if fair.is_some() {
-        call.key(keys.queue()).key(keys.sem_waiting());
-    }
-    call.arg(holder)
-        .arg(permits)
-        .arg(limit)
-        .arg(millis(lease))
-        .arg(millis(op_ttl))
-        .arg(pubsub.script_arg())
-        .arg(flag(fair == Some(true)))
-        .arg(expiry_arg(field_expiry))
-        .arg(flag(recorded));
-    if let Some(label) = label {
-        call.arg(label);
-    }
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    let permits_from = |raw: i64| {
-        u32::try_from(raw.max(0))
-            .map_err(|_| Error::Protocol(format!("sem_acquire.lua answered {raw} permits")))
+    let acquire = HoldAcquire {
+        keys,
+        holder,
+        lease,
+        op_ttl,
+        pubsub,
+        field_expiry,
+        label,
+        recorded,
     };
-    match reply.as_slice() {
-        [1, token, permits, limit, free] => Ok(SemAcquireReply::Acquired {
-            token: token_from(*token)?,
-            permits: permits_from(*permits)?,
-            limit: permits_from(*limit)?,
-            free: permits_from(*free)?,
-        }),
-        [0, wait, free, limit] => Ok(SemAcquireReply::Busy {
-            wait: u64::try_from(*wait).ok().map(Duration::from_millis),
-            free: permits_from(*free)?,
-            limit: permits_from(*limit)?,
-        }),
-        [-2] => Ok(SemAcquireReply::Cancelled),
-        [-3, limit] => Ok(SemAcquireReply::OverLimit {
-            limit: permits_from(*limit)?,
-        }),
-        other => Err(unexpected("sem_acquire", other)),
-    }
+    acquire.sem_acquire(conn, permits, limit, fair).await
 }
 
 pub(super) async fn sem_release<C: ConnectionLike>(
@@ -116,8 +157,7 @@ pub(super) async fn sem_release<C: ConnectionLike>(
     pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
     let call = sem_release_call(keys, holder, op_id, op_ttl, pubsub);
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    owner_reply("sem_release", &reply)
+    owner_reply("sem_release", &invoke(conn, &call).await?)
 }
 
 /// The `sem_release.lua` call of [`sem_release`], ready to send.
@@ -128,9 +168,8 @@ pub(crate) fn sem_release_call(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> redis::ScriptInvocation<'static> {
-    let mut call = scripts().sem_release.prepare_invoke();
-    call.key(&keys.lock)
-        .key(keys.sem_leases())
+    let mut call = scripts().sem_release.key(&keys.lock);
+    call.key(keys.sem_leases())
         .key(keys.op(op_id))
         .key(keys.op(holder));
     // A read-write lock's release also tells its waiting writers.
@@ -153,10 +192,8 @@ pub(super) async fn sem_cancel<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<CancelReply, Error> {
-    let mut call = scripts().sem_cancel.prepare_invoke();
-    call.key(&keys.lock)
-        .key(keys.sem_leases())
-        .key(keys.op(op_id));
+    let mut call = scripts().sem_cancel.key(&keys.lock);
+    call.key(keys.sem_leases()).key(keys.op(op_id));
     // A writer of a read-write lock that gave up waiting also takes its mark back; a
     // semaphore's waiter its fair-queue entry.
     match keys.rw_writers() {
@@ -166,12 +203,8 @@ pub(super) async fn sem_cancel<C: ConnectionLike>(
     call.arg(holder)
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
-        .arg(match kind {
-            CancelKind::Acquire => "acquire",
-            CancelKind::Reenter => "reenter",
-        });
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    super::lock::cancel_reply("sem_cancel", &reply)
+        .arg(kind.script_arg());
+    super::lock::cancel_reply("sem_cancel", &invoke(conn, &call).await?)
 }
 
 pub(crate) async fn sem_renew<C: ConnectionLike>(
@@ -179,16 +212,11 @@ pub(crate) async fn sem_renew<C: ConnectionLike>(
     batch: &[(&LockKeys, &str)],
     lease: Duration,
 ) -> Result<Vec<bool>, Error> {
-    let mut call = scripts().sem_renew.prepare_invoke();
-    call.arg(millis(lease));
+    let mut call = scripts().sem_renew.arg(millis(lease));
     for (keys, holder) in batch {
         call.key(&keys.lock).key(keys.sem_leases()).arg(*holder);
     }
-    let reply: Vec<i64> = call.invoke_async(conn).await.map_err(Error::from_reply)?;
-    if reply.len() != batch.len() {
-        return Err(unexpected("sem_renew", &reply));
-    }
-    Ok(reply.into_iter().map(|r| r == 1).collect())
+    renewed("sem_renew", invoke(conn, &call).await?, batch.len())
 }
 
 /// An operator sets the recorded limit of a semaphore in use (`sem_limit.lua`); the limit it
@@ -199,16 +227,11 @@ pub(crate) async fn sem_limit<C: ConnectionLike>(
     limit: u32,
     pubsub: PubSub,
 ) -> Result<Option<u32>, Error> {
-    let reply: Vec<i64> = scripts()
-        .sem_limit
-        .key(&keys.lock)
-        .key(keys.sem_leases())
+    let mut call = scripts().sem_limit.key(&keys.lock);
+    call.key(keys.sem_leases())
         .arg(limit)
-        .arg(pubsub.script_arg())
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_reply)?;
-    match reply.as_slice() {
+        .arg(pubsub.script_arg());
+    match invoke(conn, &call).await?.as_slice() {
         [1, old] => u32::try_from(*old)
             .map(Some)
             .map_err(|_| Error::Protocol(format!("sem_limit.lua answered the limit {old}"))),

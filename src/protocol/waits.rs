@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{millis, scripts};
+use super::{invoke_as, millis, scripts};
 use crate::base::error::Error;
 
 /// What one wait record says (`wait_record.lua` ARGV).
@@ -39,9 +39,7 @@ pub(crate) async fn record_wait<C: ConnectionLike>(
     for held in args.holds {
         call.arg(held.as_slice());
     }
-    call.invoke_async::<i64>(conn)
-        .await
-        .map_err(Error::from_reply)?;
+    invoke_as::<i64, _>(conn, &call).await?;
     Ok(())
 }
 
