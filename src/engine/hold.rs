@@ -16,7 +16,6 @@ use super::holder::Holder;
 use super::Engine;
 use crate::base::config::fair_queue_life;
 use crate::base::error::Error;
-use crate::protocol::semaphore::sem_renew;
 use crate::protocol::{
     self, CancelKind, CancelReply, Candidate, EnterReply, HandoffReply, LockKeys, OwnerReply,
     PubSub,
@@ -42,14 +41,33 @@ pub(crate) trait HoldKind: Send + Sync {
 
     /// One send of the release of one entry of `holder`'s hold, as operation `op`, on `conn`
     /// (whose pub/sub flavour is `pubsub`); when `candidate` is given (only to kinds that hand
-    /// off), the freed hold is granted to it in the same call if it may be.
+    /// off, so never in fair mode), the freed hold is granted to it in the same call if it may
+    /// be, by the handoff script of the keys' layout.
     fn release<'a>(
+        &'a self,
+        holder: &'a Holder,
+        mut conn: Conn,
+        op: &'a str,
+        pubsub: PubSub,
+        candidate: Option<Candidate<'a>>,
+    ) -> Call<'a, HandoffReply> {
+        let Some(candidate) = candidate else {
+            return self.release_alone(holder, conn, op, pubsub);
+        };
+        let (keys, id) = (&holder.keys, holder.id.as_str());
+        let ttl = holder.engine.config.op_record_ttl;
+        Box::pin(async move {
+            protocol::release_handing_off(&mut conn, keys, id, op, ttl, pubsub, candidate).await
+        })
+    }
+
+    /// [`HoldKind::release`] with no candidate: the release script of this kind.
+    fn release_alone<'a>(
         &'a self,
         holder: &'a Holder,
         conn: Conn,
         op: &'a str,
         pubsub: PubSub,
-        candidate: Option<Candidate<'a>>,
     ) -> Call<'a, HandoffReply>;
 
     /// Sets the lease of `holder`'s hold to `lease` from now, owner-checked.
@@ -121,13 +139,12 @@ impl HoldKind for PlainLock {
         engine.config.fair_grace.is_none()
     }
 
-    fn release<'a>(
+    fn release_alone<'a>(
         &'a self,
         holder: &'a Holder,
         mut conn: Conn,
         op: &'a str,
         pubsub: PubSub,
-        candidate: Option<Candidate<'a>>,
     ) -> Call<'a, HandoffReply> {
         let engine = &holder.engine;
         let (keys, id) = (&holder.keys, holder.id.as_str());
@@ -140,20 +157,14 @@ impl HoldKind for PlainLock {
             .filter(|_| engine.waiters.has_waiters(&keys.lock))
             .map(|grace| (engine.id.as_str(), fair_queue_life(grace)));
         Box::pin(async move {
-            match (fair, candidate) {
-                (Some(grace), _) => {
+            match fair {
+                Some(grace) => {
                     protocol::release_fair(&mut conn, keys, id, op, ttl, pubsub, grace, requeue)
                         .await
-                        .map(released)
                 }
-                (None, Some(candidate)) => {
-                    protocol::release_handing_off(&mut conn, keys, id, op, ttl, pubsub, candidate)
-                        .await
-                }
-                (None, None) => protocol::release(&mut conn, keys, id, op, ttl, pubsub)
-                    .await
-                    .map(released),
+                None => protocol::release(&mut conn, keys, id, op, ttl, pubsub).await,
             }
+            .map(released)
         })
     }
 
@@ -175,29 +186,21 @@ impl HoldKind for LeasedHold {
         self.handed_on && engine.config.fair_grace.is_none()
     }
 
-    fn release<'a>(
+    /// Alone, the release rides the group commit with the releases of holds of the same lock.
+    fn release_alone<'a>(
         &'a self,
         holder: &'a Holder,
         mut conn: Conn,
         op: &'a str,
         pubsub: PubSub,
-        candidate: Option<Candidate<'a>>,
     ) -> Call<'a, HandoffReply> {
         let (engine, keys, id) = (&holder.engine, &holder.keys, holder.id.as_str());
         let ttl = engine.config.op_record_ttl;
         Box::pin(async move {
-            match candidate {
-                Some(candidate) => {
-                    protocol::release_handing_off(&mut conn, keys, id, op, ttl, pubsub, candidate)
-                        .await
-                }
-                // Alone, the release rides the group commit with the releases of holds of
-                // the same lock.
-                None => engine
-                    .hold_release_grouped(&mut conn, keys, id, op, ttl, pubsub)
-                    .await
-                    .map(released),
-            }
+            engine
+                .hold_release_grouped(&mut conn, keys, id, op, ttl, pubsub)
+                .await
+                .map(released)
         })
     }
 
@@ -210,7 +213,7 @@ impl HoldKind for LeasedHold {
         lease: Duration,
     ) -> Call<'a, OwnerReply> {
         Box::pin(async move {
-            let renewed = sem_renew(&mut conn, &[(keys, holder)], lease).await?;
+            let renewed = protocol::renew(&mut conn, &[(keys, holder)], lease).await?;
             Ok(if renewed.first() == Some(&true) {
                 OwnerReply::Done { remaining: 1 }
             } else {

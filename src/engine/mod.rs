@@ -35,7 +35,7 @@ use crate::protocol::controls::{self, Control};
 use crate::protocol::keys::{client_key, LockKeys};
 use crate::protocol::server::{self, ServerInfo};
 use crate::protocol::{self, FairAttempt, PermissionsReply};
-use crate::transport::ack_pool::{self, AckConnections, AckRoute, AckSession};
+use crate::transport::ack_pool::{AckConnections, AckRoute, AckSession};
 use crate::transport::slot_map::ClusterRoute;
 use crate::transport::{cluster, sentinel, standalone, Conn, Connections, PushListener};
 use batch::{Batcher, Route};
@@ -383,7 +383,9 @@ impl Engine {
     /// `attempt` runs on the acknowledgement pool's connection to the primary of `keys`,
     /// re-sent within `window`; when `acquired` says it took the lock, the acknowledgement
     /// follows on the same connection. The API's one way to the replica acknowledgement of
-    /// the transport (DESIGN.md section 13).
+    /// the transport (DESIGN.md section 13). See [`AckSession::run`] for redirections and
+    /// re-sends and [`AckSession::wait`] for how a re-sent acquisition is still covered; an
+    /// acquisition is never reported as acknowledged by a `WAIT` that did not see it.
     pub(crate) async fn acquire_acknowledged<R, F, Fut>(
         &self,
         ack: ReplicaAck,
@@ -396,7 +398,18 @@ impl Engine {
         F: FnMut(MultiplexedConnection) -> Fut,
         Fut: Future<Output = Result<R, Error>>,
     {
-        ack_pool::acquire_acknowledged(&self.acks, ack, keys, window, attempt, acquired).await
+        let mut session = self.acks.session().await?;
+        let reply = session.run(keys, window, attempt, &acquired).await?;
+        let acks = if acquired(&reply) {
+            Some(session.wait(ack).await?.unwrap_or(Acks {
+                acked: 0,
+                required: ack.replicas,
+            }))
+        } else {
+            None
+        };
+        session.finish();
+        Ok((reply, acks))
     }
 
     /// A session of the acknowledgement pool, for a set of acquisitions acknowledged at

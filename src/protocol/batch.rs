@@ -74,7 +74,7 @@ impl ReadOperation {
         label: Option<&str>,
         recorded: bool,
     ) -> ReadOperation {
-        ReadOperation::from(&HoldAcquire {
+        ReadOperation::from(&HoldAcquire::of(
             keys,
             holder,
             lease,
@@ -83,7 +83,7 @@ impl ReadOperation {
             field_expiry,
             label,
             recorded,
-        })
+        ))
     }
 
     /// The acquisition it sends.

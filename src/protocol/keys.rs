@@ -131,31 +131,30 @@ impl LockKeys {
     /// `prefix{tag}rw-leases:NAME`, in its hash's slot): holder id -> deadline in server
     /// milliseconds. Built on each call.
     pub(crate) fn sem_leases(&self) -> Vec<u8> {
-        let marker: &[u8] = match self.kind {
+        self.beside(match self.kind {
             HashKind::RwLock => b"rw-leases:",
             _ => b"sem-leases:",
-        };
-        [&self.lock[..self.base_len], marker, self.name()].concat()
+        })
     }
 
     /// The entries of a semaphore's fair queue (`prefix{tag}sem-waiting:NAME`, a hash of holder
     /// id -> `<permits>:<deadline ms>`; the queue's order is [`LockKeys::queue`]). Built on each
     /// call.
     pub(crate) fn sem_waiting(&self) -> Vec<u8> {
-        [&self.lock[..self.base_len], b"sem-waiting:", self.name()].concat()
+        self.beside(b"sem-waiting:")
     }
 
     /// The waiting writers of a read-write lock (`prefix{tag}rw-writers:NAME`, a zset that is
     /// also their channel); `None` for every other kind.
     pub(crate) fn rw_writers(&self) -> Option<Vec<u8>> {
-        (self.kind == HashKind::RwLock)
-            .then(|| [&self.lock[..self.base_len], b"rw-writers:", self.name()].concat())
+        (self.kind == HashKind::RwLock).then(|| self.beside(b"rw-writers:"))
     }
 
-    /// The name these keys were laid out for.
-    fn name(&self) -> &[u8] {
+    /// The key `prefix{tag}MARKER NAME` of these keys' name, in the lock's slot.
+    fn beside(&self, marker: &[u8]) -> Vec<u8> {
         let (hash_marker, _) = self.kind.markers();
-        &self.lock[self.base_len + hash_marker.len()..]
+        let name = &self.lock[self.base_len + hash_marker.len()..];
+        [&self.lock[..self.base_len], marker, name].concat()
     }
 
     fn laid_out(prefix: &[u8], name: &[u8], kind: HashKind) -> Self {
@@ -175,24 +174,20 @@ impl LockKeys {
     /// ids; `prefix{tag}leader-queue:NAME` for an election), in the lock's slot. Built on each
     /// call: only fair-mode clients use it.
     pub(crate) fn queue(&self) -> Vec<u8> {
-        let (hash_marker, queue_marker) = self.kind.markers();
-        let name = &self.lock[self.base_len + hash_marker.len()..];
-        [&self.lock[..self.base_len], queue_marker, name].concat()
+        self.beside(self.kind.markers().1)
     }
 
     /// The tick record of a job's lock (`prefix{tag}job-tick:NAME`, in the lock's slot): the
     /// newest tick begun, who runs or ran it, with which token. Built on each call.
     pub(crate) fn job_record(&self) -> Vec<u8> {
-        let (hash_marker, _) = self.kind.markers();
-        let name = &self.lock[self.base_len + hash_marker.len()..];
-        [&self.lock[..self.base_len], b"job-tick:", name].concat()
+        self.beside(b"job-tick:")
     }
 
     /// The record of an idempotency key's lock (`prefix{tag}idem-rec:NAME`, in the lock's
     /// slot): the newest run, its runner, token, fingerprint and stored result. Built on each
     /// call.
     pub(crate) fn idem_record(&self) -> Vec<u8> {
-        [&self.lock[..self.base_len], b"idem-rec:", self.name()].concat()
+        self.beside(b"idem-rec:")
     }
 
     /// The record key of one operation on this lock.

@@ -244,7 +244,8 @@ pub(crate) async fn release<C: ConnectionLike>(
     pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
     if keys.has_hold_leases() {
-        return semaphore::sem_release(conn, keys, holder, op_id, op_ttl, pubsub).await;
+        let call = semaphore::sem_release_call(keys, holder, op_id, op_ttl, pubsub);
+        return owner_reply("sem_release", &invoke(conn, &call).await?);
     }
     let mut call = scripts().release.key(&keys.lock);
     call.key(keys.op(op_id))
@@ -276,20 +277,32 @@ pub(crate) async fn cancel<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<CancelReply, Error> {
-    if keys.has_hold_leases() {
-        return semaphore::sem_cancel(conn, keys, holder, op_id, kind, op_ttl, pubsub).await;
+    if !keys.has_hold_leases() {
+        let mut call = scripts().cancel.key(&keys.lock);
+        call.key(keys.op(op_id))
+            .arg(holder)
+            .arg(millis(op_ttl))
+            .arg(kind.script_arg())
+            .arg(pubsub.script_arg());
+        return cancel_reply("cancel", &invoke(conn, &call).await?);
     }
-    let mut call = scripts().cancel.key(&keys.lock);
-    call.key(keys.op(op_id))
-        .arg(holder)
+    let mut call = scripts().sem_cancel.key(&keys.lock);
+    call.key(keys.sem_leases()).key(keys.op(op_id));
+    // A writer of a read-write lock that gave up waiting also takes its mark back; a
+    // semaphore's waiter its fair-queue entry.
+    match keys.rw_writers() {
+        Some(writers) => call.key(writers),
+        None => call.key(keys.queue()).key(keys.sem_waiting()),
+    };
+    call.arg(holder)
         .arg(millis(op_ttl))
-        .arg(kind.script_arg())
-        .arg(pubsub.script_arg());
-    cancel_reply("cancel", &invoke(conn, &call).await?)
+        .arg(pubsub.script_arg())
+        .arg(kind.script_arg());
+    cancel_reply("sem_cancel", &invoke(conn, &call).await?)
 }
 
 /// The reply of `cancel.lua` or `sem_cancel.lua`.
-pub(super) fn cancel_reply(script: &str, reply: &[i64]) -> Result<CancelReply, Error> {
+fn cancel_reply(script: &str, reply: &[i64]) -> Result<CancelReply, Error> {
     match reply {
         [1, remaining] => Ok(CancelReply::Undone {
             remaining: count_from(*remaining)?,
@@ -307,15 +320,21 @@ pub(crate) async fn renew<C: ConnectionLike>(
     batch: &[(&LockKeys, &str)],
     lease: Duration,
 ) -> Result<Vec<bool>, Error> {
-    if batch
+    let holds = batch
         .first()
-        .is_some_and(|(keys, _)| keys.has_hold_leases())
-    {
-        return semaphore::sem_renew(conn, batch, lease).await;
-    }
-    let mut call = scripts().renew.arg(millis(lease));
+        .is_some_and(|(keys, _)| keys.has_hold_leases());
+    let (script, name) = match holds {
+        false => (&scripts().renew, "renew"),
+        true => (&scripts().sem_renew, "sem_renew"),
+    };
+    let mut call = script.arg(millis(lease));
     for (keys, holder) in batch {
-        call.key(&keys.lock).arg(*holder);
+        call.key(&keys.lock);
+        // A hold's deadline is also in its lease zset.
+        if holds {
+            call.key(keys.sem_leases());
+        }
+        call.arg(*holder);
     }
-    renewed("renew", invoke(conn, &call).await?, batch.len())
+    renewed(name, invoke(conn, &call).await?, batch.len())
 }

@@ -93,7 +93,7 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
     label: Option<&str>,
     recorded: bool,
 ) -> Result<RwAcquireReply, Error> {
-    let acquire = HoldAcquire {
+    let acquire = HoldAcquire::of(
         keys,
         holder,
         lease,
@@ -102,7 +102,7 @@ pub(crate) async fn rw_acquire<C: ConnectionLike>(
         field_expiry,
         label,
         recorded,
-    };
+    );
     acquire.rw_acquire(conn, mode, wait).await
 }
 

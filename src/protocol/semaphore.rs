@@ -1,18 +1,15 @@
 //! The scripts of holds with leases of their own (`lua/sem_*.lua`): one function each, typed
 //! replies, no policy. A semaphore's and a read-write lock's holds are released, undone and
 //! renewed by the same scripts (a read-write lock's acquisition and downgrade are
-//! [`super::rwlock`]'s), reached through [`super::release`], [`super::cancel`] and
-//! [`super::renew`], which pick them by the keys' kind, so that the engine's guards, pending
-//! operations and watchdog serve these holds unchanged.
+//! [`super::rwlock`]'s), which [`super::release`], [`super::cancel`] and [`super::renew`] send
+//! for the keys of such a hold, so that the engine's guards, pending operations and watchdog
+//! serve these holds unchanged.
 
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{
-    flag, invoke, millis, owner_reply, pttl_from, renewed, scripts, token_from, unexpected,
-    CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
-};
+use super::{flag, invoke, millis, pttl_from, scripts, token_from, unexpected, LockKeys, PubSub};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -118,6 +115,33 @@ impl HoldAcquire<'_> {
     }
 }
 
+#[cfg(test)]
+impl<'a> HoldAcquire<'a> {
+    /// The request of these parts, in the order of its fields.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn of(
+        keys: &'a LockKeys,
+        holder: &'a str,
+        lease: Duration,
+        op_ttl: Duration,
+        pubsub: PubSub,
+        field_expiry: bool,
+        label: Option<&'a str>,
+        recorded: bool,
+    ) -> Self {
+        HoldAcquire {
+            keys,
+            holder,
+            lease,
+            op_ttl,
+            pubsub,
+            field_expiry,
+            label,
+            recorded,
+        }
+    }
+}
+
 /// [`HoldAcquire::sem_acquire`] with its parts as arguments.
 #[cfg(test)]
 #[allow(clippy::too_many_arguments)]
@@ -135,7 +159,7 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
     label: Option<&str>,
     recorded: bool,
 ) -> Result<SemAcquireReply, Error> {
-    let acquire = HoldAcquire {
+    let acquire = HoldAcquire::of(
         keys,
         holder,
         lease,
@@ -144,23 +168,11 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
         field_expiry,
         label,
         recorded,
-    };
+    );
     acquire.sem_acquire(conn, permits, limit, fair).await
 }
 
-pub(super) async fn sem_release<C: ConnectionLike>(
-    conn: &mut C,
-    keys: &LockKeys,
-    holder: &str,
-    op_id: &str,
-    op_ttl: Duration,
-    pubsub: PubSub,
-) -> Result<OwnerReply, Error> {
-    let call = sem_release_call(keys, holder, op_id, op_ttl, pubsub);
-    owner_reply("sem_release", &invoke(conn, &call).await?)
-}
-
-/// The `sem_release.lua` call of [`sem_release`], ready to send.
+/// The `sem_release.lua` call of a hold's release ([`super::release`]), ready to send.
 pub(crate) fn sem_release_call(
     keys: &LockKeys,
     holder: &str,
@@ -181,42 +193,6 @@ pub(crate) fn sem_release_call(
         .arg(pubsub.script_arg())
         .arg(op_id);
     call
-}
-
-pub(super) async fn sem_cancel<C: ConnectionLike>(
-    conn: &mut C,
-    keys: &LockKeys,
-    holder: &str,
-    op_id: &str,
-    kind: CancelKind,
-    op_ttl: Duration,
-    pubsub: PubSub,
-) -> Result<CancelReply, Error> {
-    let mut call = scripts().sem_cancel.key(&keys.lock);
-    call.key(keys.sem_leases()).key(keys.op(op_id));
-    // A writer of a read-write lock that gave up waiting also takes its mark back; a
-    // semaphore's waiter its fair-queue entry.
-    match keys.rw_writers() {
-        Some(writers) => call.key(writers),
-        None => call.key(keys.queue()).key(keys.sem_waiting()),
-    };
-    call.arg(holder)
-        .arg(millis(op_ttl))
-        .arg(pubsub.script_arg())
-        .arg(kind.script_arg());
-    super::lock::cancel_reply("sem_cancel", &invoke(conn, &call).await?)
-}
-
-pub(crate) async fn sem_renew<C: ConnectionLike>(
-    conn: &mut C,
-    batch: &[(&LockKeys, &str)],
-    lease: Duration,
-) -> Result<Vec<bool>, Error> {
-    let mut call = scripts().sem_renew.arg(millis(lease));
-    for (keys, holder) in batch {
-        call.key(&keys.lock).key(keys.sem_leases()).arg(*holder);
-    }
-    renewed("sem_renew", invoke(conn, &call).await?, batch.len())
 }
 
 /// An operator sets the recorded limit of a semaphore in use (`sem_limit.lua`); the limit it

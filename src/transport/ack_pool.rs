@@ -462,37 +462,6 @@ impl AckSession<'_> {
     }
 }
 
-/// Runs one acquisition script (for the lock of `keys`) on a dedicated connection to the node
-/// that owns it and, if it acquired (`acquired(reply)`), `WAIT`s on the same connection for
-/// `ack.replicas` replicas. See [`AckSession::run`] for redirections and re-sends and
-/// [`AckSession::wait`] for how a re-sent acquisition is still covered; an acquisition is never
-/// reported as acknowledged by a `WAIT` that did not see it.
-pub(crate) async fn acquire_acknowledged<R, F, Fut>(
-    pool: &AckConnections,
-    ack: ReplicaAck,
-    keys: &LockKeys,
-    window: Duration,
-    attempt: F,
-    acquired: impl Fn(&R) -> bool,
-) -> Result<(R, Option<Acks>), Error>
-where
-    F: FnMut(MultiplexedConnection) -> Fut,
-    Fut: Future<Output = Result<R, Error>>,
-{
-    let mut session = pool.session().await?;
-    let reply = session.run(keys, window, attempt, &acquired).await?;
-    let acks = if acquired(&reply) {
-        Some(session.wait(ack).await?.unwrap_or(Acks {
-            acked: 0,
-            required: ack.replicas,
-        }))
-    } else {
-        None
-    };
-    session.finish();
-    Ok((reply, acks))
-}
-
 /// `(ASK?, slot, address)` of a `MOVED` or `ASK` reply.
 fn redirect(err: &Error) -> Option<(bool, u16, String)> {
     let Error::Redis(err) = err else {
