@@ -199,7 +199,7 @@ impl Handle {
     /// The undo of `holder`'s acquisition of a hold of `kind`, disarmed. An acquisition's
     /// operation id is its holder id: holder ids are never reused, so the holder's presence
     /// in the hash is what makes a re-sent acquire a replay.
-    pub(crate) fn pending(&self, kind: &'static dyn HoldKind, holder: &str) -> PendingOp {
+    pub(crate) fn pending(&self, kind: &'static HoldKind, holder: &str) -> PendingOp {
         let (engine, keys) = (self.engine(), &self.keys);
         PendingOp::of_kind(kind, engine, keys, holder, holder, CancelKind::Acquire)
     }
@@ -208,7 +208,7 @@ impl Handle {
     /// than `sent_at`; watched (renewed) when the handle has no lease of its own.
     pub(crate) fn guard(
         &self,
-        kind: &'static dyn HoldKind,
+        kind: &'static HoldKind,
         holder: &str,
         token: FencingToken,
         sent_at: Instant,
@@ -441,7 +441,7 @@ pub(crate) enum Hold {
 }
 
 impl Ask {
-    fn kind(self) -> &'static dyn HoldKind {
+    fn kind(self) -> &'static HoldKind {
         match self {
             Ask::Lock => &PLAIN_LOCK,
             Ask::Hold(Hold::Permits { .. }) => &SEMAPHORE,

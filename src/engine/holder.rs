@@ -26,7 +26,7 @@ pub(crate) struct Holder {
     pub(crate) id: String,
     pub(crate) token: FencingToken,
     /// What kind of hold this is, and so which scripts release, extend, re-enter and undo it.
-    pub(crate) kind: &'static dyn HoldKind,
+    pub(crate) kind: &'static HoldKind,
     /// Renewed by the client's watchdog (acquired without a lease of its own).
     pub(crate) watched: bool,
     /// Replicas that confirmed the acquisition, when it required any.
@@ -104,7 +104,7 @@ impl Holder {
     /// election's, a job's), whose lease started no earlier than `sent_at`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn of_kind(
-        kind: &'static dyn HoldKind,
+        kind: &'static HoldKind,
         engine: Arc<Engine>,
         keys: Arc<LockKeys>,
         name: Arc<[u8]>,

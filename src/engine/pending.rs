@@ -18,7 +18,7 @@ use crate::transport::ResendsByItself;
 /// operation on the server, whether it already ran or is still in flight.
 pub(crate) struct PendingOp {
     /// The kind of hold the operation takes, whose script undoes it.
-    hold: &'static dyn HoldKind,
+    hold: &'static HoldKind,
     pub(super) engine: Arc<Engine>,
     keys: Arc<LockKeys>,
     holder: String,
@@ -61,7 +61,7 @@ impl PendingOp {
     /// An operation on a hold of kind `hold` (`PLAIN_LOCK` for a lock's, a multi-lock
     /// member's).
     pub(crate) fn of_kind(
-        hold: &'static dyn HoldKind,
+        hold: &'static HoldKind,
         engine: &Arc<Engine>,
         keys: &Arc<LockKeys>,
         holder: &str,
