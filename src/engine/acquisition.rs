@@ -179,7 +179,8 @@ async fn wait_and_acquire<T: Attempts>(
             }
         }
     }
-    loop {
+    // What was won, and whether room is left for the next waiter of this client.
+    let (held, hand_on) = loop {
         match entry.wait(deadline).await {
             Wake::Deadline => {
                 return Err(Error::Timeout {
@@ -190,13 +191,7 @@ async fn wait_and_acquire<T: Attempts>(
                 if let Some(held) = attempts.handed_off(grant) {
                     // Permits are left after the grant: the next waiter of this client may
                     // fit (the release published nothing), as after a won attempt.
-                    if grant.room.is_some_and(|room| room.free > 0) {
-                        entry.hand_on();
-                    }
-                    if let Some(lease) = how.winner_lease {
-                        entry.acquired(lease);
-                    }
-                    return Ok(held);
+                    break (held, grant.room.is_some_and(|room| room.free > 0));
                 }
             }
             Wake::Try => {}
@@ -207,13 +202,7 @@ async fn wait_and_acquire<T: Attempts>(
         match outcome {
             Attempt::Won { held, hand_on } => {
                 entry.won();
-                if hand_on {
-                    entry.hand_on();
-                }
-                if let Some(lease) = how.winner_lease {
-                    entry.acquired(lease);
-                }
-                return Ok(held);
+                break (held, hand_on);
             }
             Attempt::Busy(remaining) => {
                 if let Some(record) = &mut record {
@@ -222,5 +211,12 @@ async fn wait_and_acquire<T: Attempts>(
                 entry.observed_lease(remaining);
             }
         }
+    };
+    if hand_on {
+        entry.hand_on();
     }
+    if let Some(lease) = how.winner_lease {
+        entry.acquired(lease);
+    }
+    Ok(held)
 }
