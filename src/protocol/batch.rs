@@ -14,8 +14,9 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::Value;
 
+use super::lock::release_call;
 use super::rwlock::{rw_acquire_reply, RwAcquireReply, RwMode};
-use super::semaphore::{expiry_arg, sem_release_call, HoldAcquire};
+use super::semaphore::{expiry_arg, HoldAcquire};
 use super::{flag, invoke_as, millis, owner_reply, scripts, LockKeys, OwnerReply, PubSub};
 use crate::base::error::Error;
 
@@ -205,7 +206,8 @@ impl Grouped for HoldRelease {
     }
 
     async fn run_alone<C: ConnectionLike + Send>(&self, conn: &mut C) -> Result<Value, Error> {
-        let call = sem_release_call(
+        let call = release_call(
+            &scripts().sem_release,
             &self.keys,
             &self.holder,
             &self.op_id,

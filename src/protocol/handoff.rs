@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
+use super::lock::release_call;
 use super::{count_from, invoke, millis, scripts, token_from, unexpected, LockKeys, PubSub};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -67,25 +68,16 @@ pub(crate) async fn release_handing_off<C: ConnectionLike>(
         false => (&scripts().handoff, "handoff"),
         true => (&scripts().sem_handoff, "sem_handoff"),
     };
-    let mut call = script.prepare_invoke();
-    call.key(&keys.lock);
-    if holds {
-        call.key(keys.sem_leases());
-    }
-    call.key(keys.op(op_id))
-        .key(keys.op(holder))
-        .key(&keys.fence)
+    // A read-write lock's holds are never handed off: its release call has no writers' key
+    // to come before these.
+    let mut call = release_call(script, keys, holder, op_id, op_ttl, pubsub);
+    call.key(&keys.fence)
         .key(keys.op(candidate.holder))
-        .arg(holder)
-        .arg(millis(op_ttl))
-        .arg(pubsub.script_arg())
-        .arg(op_id)
         .arg(candidate.holder);
     if holds {
         call.arg(candidate.permits);
     }
-    call.arg(millis(candidate.lease));
-    call.arg(candidate.label);
+    call.arg(millis(candidate.lease)).arg(candidate.label);
     handoff_reply(name, &invoke(conn, &call).await?)
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    count_from, flag, invoke, millis, owner_reply, pttl_from, renewed, scripts, semaphore,
-    token_from, unexpected, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
+    count_from, flag, invoke, millis, owner_reply, pttl_from, renewed, scripts, token_from,
+    unexpected, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -243,18 +243,39 @@ pub(crate) async fn release<C: ConnectionLike>(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
+    let (script, name) = match keys.has_hold_leases() {
+        false => (&scripts().release, "release"),
+        true => (&scripts().sem_release, "sem_release"),
+    };
+    let call = release_call(script, keys, holder, op_id, op_ttl, pubsub);
+    owner_reply(name, &invoke(conn, &call).await?)
+}
+
+/// The call of `script` that releases one entry of `holder`'s hold as operation `op_id`:
+/// `release.lua` for a lock's hash, `sem_release.lua` for a hold's (the semaphore's and the
+/// read-write lock's), or a handoff script, which takes more keys and arguments after these.
+pub(super) fn release_call(
+    script: &'static redis::Script,
+    keys: &LockKeys,
+    holder: &str,
+    op_id: &str,
+    op_ttl: Duration,
+    pubsub: PubSub,
+) -> redis::ScriptInvocation<'static> {
+    let mut call = script.key(&keys.lock);
     if keys.has_hold_leases() {
-        let call = semaphore::sem_release_call(keys, holder, op_id, op_ttl, pubsub);
-        return owner_reply("sem_release", &invoke(conn, &call).await?);
+        call.key(keys.sem_leases());
     }
-    let mut call = scripts().release.key(&keys.lock);
-    call.key(keys.op(op_id))
-        .key(keys.op(holder))
-        .arg(holder)
+    call.key(keys.op(op_id)).key(keys.op(holder));
+    // A read-write lock's release also tells its waiting writers.
+    if let Some(writers) = keys.rw_writers() {
+        call.key(writers);
+    }
+    call.arg(holder)
         .arg(millis(op_ttl))
         .arg(pubsub.script_arg())
         .arg(op_id);
-    owner_reply("release", &invoke(conn, &call).await?)
+    call
 }
 
 pub(crate) async fn extend<C: ConnectionLike>(

@@ -172,29 +172,6 @@ pub(crate) async fn sem_acquire<C: ConnectionLike>(
     acquire.sem_acquire(conn, permits, limit, fair).await
 }
 
-/// The `sem_release.lua` call of a hold's release ([`super::release`]), ready to send.
-pub(crate) fn sem_release_call(
-    keys: &LockKeys,
-    holder: &str,
-    op_id: &str,
-    op_ttl: Duration,
-    pubsub: PubSub,
-) -> redis::ScriptInvocation<'static> {
-    let mut call = scripts().sem_release.key(&keys.lock);
-    call.key(keys.sem_leases())
-        .key(keys.op(op_id))
-        .key(keys.op(holder));
-    // A read-write lock's release also tells its waiting writers.
-    if let Some(writers) = keys.rw_writers() {
-        call.key(writers);
-    }
-    call.arg(holder)
-        .arg(millis(op_ttl))
-        .arg(pubsub.script_arg())
-        .arg(op_id);
-    call
-}
-
 /// An operator sets the recorded limit of a semaphore in use (`sem_limit.lua`); the limit it
 /// had, or `None` when the semaphore is not in use (nothing recorded).
 pub(crate) async fn sem_limit<C: ConnectionLike>(
