@@ -63,20 +63,21 @@ pub(crate) struct Options {
 }
 
 impl Options {
+    /// These options with `change` made to them.
+    fn changed(&self, change: impl FnOnce(&mut Options)) -> Options {
+        let mut options = self.clone();
+        change(&mut options);
+        options
+    }
+
     pub(crate) fn with_lease(&self, lease: Duration) -> Result<Options, Error> {
-        let lease = Some(validate_lease(lease)?);
-        Ok(Options {
-            lease,
-            ..self.clone()
-        })
+        let lease = validate_lease(lease)?;
+        Ok(self.changed(|options| options.lease = Some(lease)))
     }
 
     pub(crate) fn with_label(&self, label: &str) -> Result<Options, Error> {
-        let label = Some(checked_label(label)?);
-        Ok(Options {
-            label,
-            ..self.clone()
-        })
+        let label = checked_label(label)?;
+        Ok(self.changed(|options| options.label = Some(label)))
     }
 
     /// Keeps the shortfall policy already chosen.
@@ -87,25 +88,19 @@ impl Options {
     ) -> Result<Options, Error> {
         let policy = self.replica_ack.map(|ack| ack.on_shortfall);
         let ack = ReplicaAck::new(replicas, timeout, policy.unwrap_or_default())?;
-        Ok(Options {
-            replica_ack: Some(ack),
-            ..self.clone()
-        })
+        Ok(self.changed(|options| options.replica_ack = Some(ack)))
     }
 
     pub(crate) fn without_replica_ack(&self) -> Options {
-        Options {
-            replica_ack: None,
-            ..self.clone()
-        }
+        self.changed(|options| options.replica_ack = None)
     }
 
     pub(crate) fn on_replica_shortfall(&self, policy: OnShortfall) -> Options {
-        let mut options = self.clone();
-        if let Some(ack) = &mut options.replica_ack {
-            ack.on_shortfall = policy;
-        }
-        options
+        self.changed(|options| {
+            if let Some(ack) = &mut options.replica_ack {
+                ack.on_shortfall = policy;
+            }
+        })
     }
 
     /// The error of an acquisition whose replicas (`acks`) fell short under the policy that
