@@ -4,17 +4,14 @@
 //! that arrives after the hold ended finds that record and does nothing, for every kind of
 //! hold.
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::{contract_checks, hold_field_expiry, setup, LEASE, OP_TTL};
+use super::contract_tests::{
+    contract_checks, hold_field_expiry, lock_keys, released_by, setup, Checked, Conn, LEASE, OP_TTL,
+};
 use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
 use super::semaphore::{sem_acquire, SemAcquireReply};
 use super::*;
-
-fn free_keys() -> LockKeys {
-    LockKeys::new(b"t:", b"res")
-}
 
 /// A fair-mode waiter's attempt.
 fn fair_waiter() -> FairAttempt<'static> {
@@ -25,7 +22,7 @@ fn fair_waiter() -> FairAttempt<'static> {
     }
 }
 
-async fn record(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> Option<String> {
+async fn record(conn: &mut Conn, keys: &LockKeys, holder: &str) -> Option<String> {
     conn.get(keys.op(holder)).await.unwrap()
 }
 
@@ -55,9 +52,7 @@ async fn a_first_send_records_nothing_and_a_re_send_records_its_acquisition() {
         );
         let ttl: i64 = conn.pttl(keys.op(holder)).await.unwrap();
         assert!(ttl > 0 && ttl <= 10_000, "the record expires: {ttl}");
-        release(&mut conn, &keys, holder, "rel", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap();
+        released_by(&mut conn, &keys, holder, "rel").await;
         assert_eq!(
             record(&mut conn, &keys, holder).await.as_deref(),
             Some("r:rel"),
@@ -73,10 +68,10 @@ const PAST: Duration = Duration::from_millis(60);
 /// A lock's re-send that acquires records it: the first send, arriving after that hold
 /// expired, is a late copy and does nothing (`fair`: through `acquire_fair.lua`).
 async fn late_lock_copy(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     fair: Option<FairAttempt<'_>>,
-) -> Result<(), String> {
+) -> Checked {
     let holder = if fair.is_some() { "c:1" } else { "h" };
     let resent = acquire_attempt(conn, keys, holder, SHORT, OP_TTL, fair, None, true)
         .await
@@ -98,27 +93,27 @@ async fn late_lock_copy(
 }
 
 async fn a_late_first_send_of_a_lock_finds_the_record_of_its_re_send(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     late_lock_copy(conn, keys, None).await
 }
 
 async fn a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     late_lock_copy(conn, keys, Some(fair_waiter())).await
 }
 
 /// As for a lock, a semaphore's permits.
 async fn a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     _keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     let pool = LockKeys::semaphore(b"t:", b"pool");
     let field_expiry = hold_field_expiry();
-    let sem = async |conn: &mut MultiplexedConnection, lease, recorded| {
+    let sem = async |conn: &mut Conn, lease, recorded| {
         let (pubsub, fair) = (PubSub::Classic, None);
         sem_acquire(
             conn,
@@ -151,12 +146,12 @@ async fn a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send(
 
 /// As for a lock, a read-write lock's write hold.
 async fn a_late_first_send_of_a_writer_finds_the_record_of_its_re_send(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     _keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     let catalogue = LockKeys::rwlock(b"t:", b"catalogue");
     let field_expiry = hold_field_expiry();
-    let write = async |conn: &mut MultiplexedConnection, lease, recorded| {
+    let write = async |conn: &mut Conn, lease, recorded| {
         let (mode, wait, pubsub) = (RwMode::Write, false, PubSub::Classic);
         rw_acquire(
             conn,
@@ -191,7 +186,7 @@ contract_checks! {
     /// for nobody: each is caught by the check of its script.
     the_acquire_record_contract_checks_hold,
     the_acquire_record_negative_control_is_caught,
-    free_keys;
+    lock_keys;
     a_late_first_send_of_a_lock_finds_the_record_of_its_re_send => [Control::ResendLeavesNoRecord],
     a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send =>
         [Control::FairResendLeavesNoRecord],

@@ -13,6 +13,12 @@ use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
 use super::{cancel, release, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub};
 use crate::base::error::Error;
 
+/// A connection to the server under test.
+pub(super) type Conn = MultiplexedConnection;
+
+/// What a contract check answers: `Err` says how the scripts broke the contract.
+pub(super) type Checked = Result<(), String>;
+
 pub(super) const LEASE: Duration = Duration::from_secs(30);
 pub(super) const OP_TTL: Duration = Duration::from_secs(10);
 
@@ -50,7 +56,23 @@ pub(super) async fn assert_nothing_left(conn: &mut MultiplexedConnection, keys: 
     assert_eq!(left, 0, "nothing left behind, entries included");
 }
 
-/// A server of its own, a connection to it, and the keys of the lock `res` on it.
+/// The keys of the lock `res`.
+pub(super) fn lock_keys() -> LockKeys {
+    LockKeys::new(b"t:", b"res")
+}
+
+/// The keys of the semaphore `pool`.
+pub(super) fn sem_keys() -> LockKeys {
+    LockKeys::semaphore(b"t:", b"pool")
+}
+
+/// The keys of the read-write lock `catalogue`.
+pub(super) fn rw_keys() -> LockKeys {
+    LockKeys::rwlock(b"t:", b"catalogue")
+}
+
+/// A server of its own, a connection to it, and the keys of the lock `res` on it
+/// ([`lock_keys`]).
 pub(super) async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
     let server = RedisServer::start().unwrap();
     let conn = server
@@ -58,7 +80,7 @@ pub(super) async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    (server, conn, LockKeys::new(b"t:", b"res"))
+    (server, conn, lock_keys())
 }
 
 /// A read-write lock's acquisition by `holder` (`rw_acquire.lua`) with the deadlines kept as
@@ -127,6 +149,17 @@ pub(super) async fn undo(
     kind: CancelKind,
 ) -> Result<CancelReply, Error> {
     cancel(conn, keys, holder, op, kind, OP_TTL, PubSub::Classic).await
+}
+
+/// `holder`'s cancel of its operation `op` of `kind` ([`undo`]), answered.
+pub(super) async fn cancelled_by(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    op: &str,
+    kind: CancelKind,
+) -> CancelReply {
+    undo(conn, keys, holder, op, kind).await.unwrap()
 }
 
 /// A writer's acquisition by `holder` with the default lease; `wait`: it queues its mark.
@@ -238,3 +271,34 @@ macro_rules! contract_checks {
     };
 }
 pub(super) use contract_checks;
+
+/// Declares a test that runs once per way of keeping hold deadlines the server has
+/// ([`for_each_hold_expiry`]), each run on a server of its own ([`setup`]):
+///
+/// ```text
+/// hold_test! {
+///     /// The test's doc.
+///     async fn test_name(server, conn, keys = keys_fn()) { body }
+/// }
+/// ```
+///
+/// The body sees the server under the pattern given (`_server` when it does not use it), a
+/// connection to it as `conn`, and the keys `keys_fn()` lays out as `keys`.
+macro_rules! hold_test {
+    (
+        $(#[$doc:meta])*
+        async fn $name:ident($server:pat, $conn:ident, $keys:ident = $free:expr) $body:block
+    ) => {
+        $(#[$doc])*
+        #[tokio::test]
+        async fn $name() {
+            $crate::protocol::contract_tests::for_each_hold_expiry(stringify!($name), async || {
+                let ($server, mut $conn, _lock) = $crate::protocol::contract_tests::setup().await;
+                let $keys = $free;
+                $body
+            })
+            .await;
+        }
+    };
+}
+pub(super) use hold_test;

@@ -2,26 +2,21 @@
 //! and the lock scripts on a hash that carries a leader's `~leader` and `~meta` fields: every one of them must
 //! treat it as the plain lock it is.
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-use super::contract_tests::undo;
-use super::contract_tests::{contract_checks, LEASE, OP_TTL};
+use super::contract_tests::{contract_checks, undo, Checked, Conn, LEASE, OP_TTL};
 use super::*;
 
 /// A server of its own, a connection to it, and the keys of a free election.
-async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
+async fn setup() -> (RedisServer, Conn, LockKeys) {
     let (server, conn, _lock) = super::contract_tests::setup().await;
     (server, conn, LockKeys::election(b"t:", b"scheduler"))
 }
 
 /// [`setup`], with the election held by `leader` that recorded `meta`.
-async fn led_by(
-    leader: &str,
-    meta: &[u8],
-) -> (RedisServer, MultiplexedConnection, LockKeys, FencingToken) {
+async fn led_by(leader: &str, meta: &[u8]) -> (RedisServer, Conn, LockKeys, FencingToken) {
     let (server, mut conn, keys) = setup().await;
     let AcquireReply::Acquired { token, .. } = acquire(&mut conn, &keys, leader, LEASE, OP_TTL)
         .await
@@ -34,7 +29,7 @@ async fn led_by(
     (server, conn, keys, token)
 }
 
-async fn publishes(conn: &mut MultiplexedConnection) -> u64 {
+async fn publishes(conn: &mut Conn) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -211,11 +206,7 @@ async fn the_lock_scripts_treat_a_leaders_hash_as_a_plain_lock() {
 }
 
 /// The term `holder` wins a free election with (its acquisition, not yet announced).
-async fn won(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    holder: &str,
-) -> Result<FencingToken, String> {
+async fn won(conn: &mut Conn, keys: &LockKeys, holder: &str) -> Result<FencingToken, String> {
     match acquire(conn, keys, holder, LEASE, OP_TTL).await.unwrap() {
         AcquireReply::Acquired { token, .. } => Ok(token),
         other => Err(format!("{holder} did not win a free election: {other:?}")),
@@ -225,9 +216,9 @@ async fn won(
 /// A deposed leader's late announcement (a re-send, or a copy delayed past its lease) changes
 /// nothing: the new leader is read with its own metadata.
 async fn a_late_announcement_leaves_the_new_leader_alone(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     let old = won(conn, keys, "old").await?;
     announce(conn, keys, "old", old, b"old", PubSub::Classic)
         .await
@@ -253,10 +244,7 @@ async fn a_late_announcement_leaves_the_new_leader_alone(
 }
 
 /// An announcement publishes `elected` once, so followers read the new leader at once.
-async fn an_announcement_tells_the_followers(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn an_announcement_tells_the_followers(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let token = won(conn, keys, "h").await?;
     let before = publishes(conn).await;
     announce(conn, keys, "h", token, b"h", PubSub::Classic)
@@ -270,10 +258,7 @@ async fn an_announcement_tells_the_followers(
 
 /// A `~leader` that names no holder of the hash (not the one who holds the lock) reads as
 /// nobody leading, never as that id with the holder's term.
-async fn a_record_naming_no_holder_is_nobody(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn a_record_naming_no_holder_is_nobody(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let token = won(conn, keys, "h").await?;
     announce(conn, keys, "h", token, b"h", PubSub::Classic)
         .await

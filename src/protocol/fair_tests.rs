@@ -2,8 +2,8 @@
 //! reserves it for the first queued client; nobody else can take it, nobody holds it, and the
 //! claim is an ordinary fresh acquisition.
 
-use super::contract_tests::undo;
 use super::*;
+use crate::protocol::contract_tests::{cancelled_by, lock_keys};
 
 const GRACE: Duration = Duration::from_secs(5);
 
@@ -23,7 +23,7 @@ fn trying(client: &str) -> FairAttempt<'_> {
 }
 
 async fn fair_acquire(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     fair: FairAttempt<'_>,
@@ -34,7 +34,7 @@ async fn fair_acquire(
 }
 
 async fn fair_release(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     op: &str,
@@ -55,11 +55,11 @@ async fn fair_release(
     .unwrap()
 }
 
-async fn queue(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Vec<String> {
+async fn queue(conn: &mut Conn, keys: &LockKeys) -> Vec<String> {
     conn.zrange(keys.queue(), 0, -1).await.unwrap()
 }
 
-async fn reserved(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Vec<(String, String)> {
+async fn reserved(conn: &mut Conn, keys: &LockKeys) -> Vec<(String, String)> {
     conn.hgetall(&keys.lock).await.unwrap()
 }
 
@@ -123,9 +123,7 @@ async fn a_release_reserves_the_lock_for_the_first_queued_client_only() {
     // (Holder ids are `<client id>:<n>`; none can be the "~reserved" field.)
     for holder in ["ca:1", "cb:1"] {
         assert_eq!(
-            release(&mut conn, &keys, holder, "r-x", OP_TTL, PubSub::Classic)
-                .await
-                .unwrap(),
+            released_by(&mut conn, &keys, holder, "r-x").await,
             OwnerReply::NotHeld
         );
         assert_eq!(
@@ -146,9 +144,7 @@ async fn a_release_reserves_the_lock_for_the_first_queued_client_only() {
             renew(&mut conn, &[(&keys, holder)], LEASE).await.unwrap(),
             vec![false]
         );
-        let undone = undo(&mut conn, &keys, holder, "c-x", CancelKind::Acquire)
-            .await
-            .unwrap();
+        let undone = cancelled_by(&mut conn, &keys, holder, "c-x", CancelKind::Acquire).await;
         assert_eq!(undone, CancelReply::NotRun);
     }
     assert_eq!(reserved(&mut conn, &keys).await, reservation);
@@ -387,9 +383,9 @@ async fn a_foreign_queue_key_is_refused_before_anything_is_written() {
 /// the claim must not leave the reservation in the held hash. Called by the scripts
 /// directly, so it judges the scripts whatever the machine's load.
 async fn a_claimed_reservation_is_held_for_the_clients_other_waiters_too(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     token_of(fair_acquire(conn, keys, "ca:1", waiter("ca")).await);
     fair_acquire(conn, keys, "cb:1", waiter("cb")).await;
     fair_release(conn, keys, "ca:1", "ca:2", GRACE, None).await;
@@ -411,14 +407,10 @@ async fn a_claimed_reservation_is_held_for_the_clients_other_waiters_too(
     Ok(())
 }
 
-fn free_keys() -> LockKeys {
-    LockKeys::new(b"t:", b"res")
-}
-
 contract_checks! {
     /// The fair-handoff control breaks the contract check above, on a fresh server,
     /// whatever the timing: the scripts are called directly.
-    the_fair_handoff_contract_checks_hold, the_fair_handoff_negative_control_is_caught, free_keys;
+    the_fair_handoff_contract_checks_hold, the_fair_handoff_negative_control_is_caught, lock_keys;
     a_claimed_reservation_is_held_for_the_clients_other_waiters_too =>
         [Control::ClaimKeepsReservation],
 }

@@ -7,16 +7,13 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::{MultiplexedConnection, PubSub as PubSubConn};
+use redis::aio::PubSub as PubSubConn;
 use redis::AsyncCommands;
 
-use super::contract_tests::undo;
-use super::contract_tests::{contract_checks, LEASE, OP_TTL};
+use super::contract_tests::{
+    cancelled_by, contract_checks, lock_keys, released_by, Checked, Conn, LEASE, OP_TTL,
+};
 use super::*;
-
-fn free_keys() -> LockKeys {
-    LockKeys::new(b"t:", b"res")
-}
 
 fn candidate(holder: &str) -> Candidate<'_> {
     Candidate {
@@ -28,7 +25,7 @@ fn candidate(holder: &str) -> Candidate<'_> {
 }
 
 /// A client subscribed to the lock's release channel, on a connection of its own.
-pub(super) async fn listener(conn: &mut MultiplexedConnection, keys: &LockKeys) -> PubSubConn {
+pub(super) async fn listener(conn: &mut Conn, keys: &LockKeys) -> PubSubConn {
     let port: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("port")
@@ -50,7 +47,7 @@ pub(super) async fn published(pubsub: &mut PubSubConn) -> bool {
 }
 
 async fn hand_off(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     op: &str,
@@ -69,7 +66,7 @@ async fn hand_off(
     .map_err(|e| e.to_string())
 }
 
-async fn token_of(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Result<u64, String> {
+async fn token_of(conn: &mut Conn, keys: &LockKeys) -> Result<u64, String> {
     match acquire(conn, keys, "probe", LEASE, OP_TTL).await {
         Ok(AcquireReply::Held { .. }) => {}
         other => return Err(format!("the lock should be held: {other:?}")),
@@ -81,10 +78,7 @@ async fn token_of(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Result<u
 /// With one listener (the releasing client's own subscription), the freeing release grants
 /// the lock to the candidate: count 1, a greater token, its label and lease, no message; the
 /// releaser's record carries the release's mark.
-async fn grants_the_freed_lock_to_the_candidate(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn grants_the_freed_lock_to_the_candidate(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let mut own = listener(conn, keys).await;
     let AcquireReply::Acquired { token: first, .. } =
         acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap()
@@ -121,10 +115,7 @@ async fn grants_the_freed_lock_to_the_candidate(
 
 /// While another client listens on the channel, the freeing release frees the lock and
 /// publishes: the clients race, and this client's waiters pass nobody over.
-async fn another_listening_client_gets_a_release(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn another_listening_client_gets_a_release(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let _own = listener(conn, keys).await;
     let mut other = listener(conn, keys).await;
     acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
@@ -141,15 +132,10 @@ async fn another_listening_client_gets_a_release(
 
 /// A candidate whose acquisition was cancelled first (`cancel.lua` marked it) is never
 /// granted: the lock is freed and published.
-async fn a_cancelled_candidate_is_never_granted(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn a_cancelled_candidate_is_never_granted(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let mut own = listener(conn, keys).await;
     acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
-    undo(conn, keys, "h2", "h2", CancelKind::Acquire)
-        .await
-        .unwrap();
+    cancelled_by(conn, keys, "h2", "h2", CancelKind::Acquire).await;
     let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
     if reply != (HandoffReply::Released { remaining: 0 }) {
         return Err(format!("a cancelled candidate got the lock: {reply:?}"));
@@ -165,9 +151,9 @@ async fn a_cancelled_candidate_is_never_granted(
 /// lock, and `release.lua` replays it as a release; once the candidate's hold ended, the copy
 /// answers a plain release. A release with entries left hands nothing on.
 async fn copies_replay_and_entries_left_hand_nothing_on(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
     reenter(conn, keys, "h1", "in1", OP_TTL).await.unwrap();
     let reply = hand_off(conn, keys, "h1", "out1", "h2").await?;
@@ -182,9 +168,7 @@ async fn copies_replay_and_entries_left_hand_nothing_on(
     if again != (HandoffReply::HandedOff { token, room: None }) {
         return Err(format!("a re-sent copy answered {again:?}"));
     }
-    let plain = release(conn, keys, "h1", "op1", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let plain = released_by(conn, keys, "h1", "op1").await;
     if plain != (OwnerReply::Done { remaining: 0 }) {
         return Err(format!("release.lua replayed {plain:?}"));
     }
@@ -203,9 +187,7 @@ async fn copies_replay_and_entries_left_hand_nothing_on(
     if replay != (AcquireReply::Acquired { token, count: 1 }) {
         return Err(format!("the candidate's own attempt: {replay:?}"));
     }
-    release(conn, keys, "h2", "op2", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    released_by(conn, keys, "h2", "op2").await;
     let after = hand_off(conn, keys, "h1", "op1", "h2").await?;
     if after != (HandoffReply::Released { remaining: 0 }) {
         return Err(format!("a copy after the grant ended: {after:?}"));
@@ -219,7 +201,7 @@ async fn copies_replay_and_entries_left_hand_nothing_on(
 contract_checks! {
     /// Each handoff control is caught by its check: a grant past another listening client,
     /// and a grant to a cancelled candidate.
-    the_handoff_keeps_its_contract, the_handoff_checks_catch_their_controls, free_keys;
+    the_handoff_keeps_its_contract, the_handoff_checks_catch_their_controls, lock_keys;
     grants_the_freed_lock_to_the_candidate => [],
     another_listening_client_gets_a_release => [Control::HandoffIgnoresOtherClients],
     a_cancelled_candidate_is_never_granted => [Control::HandoffIgnoresCancel],

@@ -7,15 +7,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::{sem_acquire, SemAcquireReply};
 use crate::protocol::contract_tests::{
-    assert_nothing_left, for_each_hold_expiry, hold_field_expiry, released_by, setup, LEASE, OP_TTL,
+    assert_nothing_left, cancelled_by, hold_field_expiry, hold_test, released_by, rw_keys,
+    sem_keys, Conn, LEASE, OP_TTL,
 };
 use crate::protocol::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
-use crate::protocol::{cancel, reenter, CancelKind, CancelReply, OwnerReply, PubSub};
+use crate::protocol::{reenter, CancelKind, CancelReply, OwnerReply, PubSub};
 use crate::protocol::{EnterReply, LockKeys};
 use crate::FencingToken;
 
@@ -24,20 +24,7 @@ const LABEL: &str = "order:8812";
 /// A lease that runs out during a test.
 const SHORT: Duration = Duration::from_millis(60);
 
-fn sem_keys() -> LockKeys {
-    LockKeys::semaphore(b"t:", b"pool")
-}
-
-fn rw_keys() -> LockKeys {
-    LockKeys::rwlock(b"t:", b"catalogue")
-}
-
-async fn take(
-    conn: &mut MultiplexedConnection,
-    holder: &str,
-    lease: Duration,
-    label: Option<&str>,
-) -> FencingToken {
+async fn take(conn: &mut Conn, holder: &str, lease: Duration, label: Option<&str>) -> FencingToken {
     let reply = sem_acquire(
         conn,
         &sem_keys(),
@@ -60,12 +47,7 @@ async fn take(
     }
 }
 
-async fn hold(
-    conn: &mut MultiplexedConnection,
-    holder: &str,
-    mode: RwMode,
-    label: Option<&str>,
-) -> FencingToken {
+async fn hold(conn: &mut Conn, holder: &str, mode: RwMode, label: Option<&str>) -> FencingToken {
     let reply = rw_acquire(
         conn,
         &rw_keys(),
@@ -88,7 +70,7 @@ async fn hold(
 }
 
 /// Releases every one of `holders` (each with one entry) and checks that nothing is left.
-async fn leave_all(conn: &mut MultiplexedConnection, keys: &LockKeys, holders: &[&str]) {
+async fn leave_all(conn: &mut Conn, keys: &LockKeys, holders: &[&str]) {
     for holder in holders {
         let reply = released_by(conn, keys, holder, &format!("{holder}-out")).await;
         assert_eq!(reply, OwnerReply::Done { remaining: 0 }, "{holder}");
@@ -97,20 +79,18 @@ async fn leave_all(conn: &mut MultiplexedConnection, keys: &LockKeys, holders: &
 }
 
 /// Undoes `holder`'s acquisition, which ran: its hold ends.
-async fn undo(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
+async fn undo(conn: &mut Conn, keys: &LockKeys, holder: &str) {
     let kind = CancelKind::Acquire;
-    let reply = cancel(conn, keys, holder, holder, kind, OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let reply = cancelled_by(conn, keys, holder, holder, kind).await;
     assert_eq!(reply, CancelReply::Undone { remaining: 0 });
 }
 
-async fn fields(conn: &mut MultiplexedConnection, keys: &LockKeys) -> HashMap<String, String> {
+async fn fields(conn: &mut Conn, keys: &LockKeys) -> HashMap<String, String> {
     conn.hgetall(&keys.lock).await.unwrap()
 }
 
 /// Panics when any field or value of the hash still mentions the label.
-async fn assert_label_gone(conn: &mut MultiplexedConnection, keys: &LockKeys, after: &str) {
+async fn assert_label_gone(conn: &mut Conn, keys: &LockKeys, after: &str) {
     let hash = fields(conn, keys).await;
     assert!(
         !hash
@@ -120,15 +100,11 @@ async fn assert_label_gone(conn: &mut MultiplexedConnection, keys: &LockKeys, af
     );
 }
 
-/// Without a label a hold's field is `<permits>:<token>` and nothing else is written; with one
-/// it is `<permits>:<token>:<label>`, still one field, and a replay of the acquisition keeps it
-/// and answers the hold's own token.
-#[tokio::test]
-async fn a_semaphore_label_is_kept_in_its_holds_field_only_when_given() {
-    let test = "a_semaphore_label_is_kept_in_its_holds_field_only_when_given";
-    for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = setup().await;
-        let keys = sem_keys();
+hold_test! {
+    /// Without a label a hold's field is `<permits>:<token>` and nothing else is written; with one
+    /// it is `<permits>:<token>:<label>`, still one field, and a replay of the acquisition keeps it
+    /// and answers the hold's own token.
+    async fn a_semaphore_label_is_kept_in_its_holds_field_only_when_given(_server, conn, keys = sem_keys()) {
         let plain = take(&mut conn, "plain", LEASE, None).await;
         let before = fields(&mut conn, &keys).await;
         assert_eq!(before.get("plain"), Some(&format!("1:{plain}")));
@@ -168,20 +144,15 @@ async fn a_semaphore_label_is_kept_in_its_holds_field_only_when_given() {
             );
         }
         leave_all(&mut conn, &keys, &["plain", "tagged"]).await;
-    })
-    .await;
+    }
 }
 
-/// The label ends with its hold whichever way the hold ends: its release, an operator's
-/// release (`Admin::release_hold`: the same script under an operator's op id), a cancel of its
-/// acquisition, and its lease running out (dropped by the next script on the lease zset, by
-/// the server with field expiry). Other holds keep theirs.
-#[tokio::test]
-async fn a_semaphore_label_ends_with_its_hold_on_every_path() {
-    let test = "a_semaphore_label_ends_with_its_hold_on_every_path";
-    for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = setup().await;
-        let keys = sem_keys();
+hold_test! {
+    /// The label ends with its hold whichever way the hold ends: its release, an operator's
+    /// release (`Admin::release_hold`: the same script under an operator's op id), a cancel of its
+    /// acquisition, and its lease running out (dropped by the next script on the lease zset, by
+    /// the server with field expiry). Other holds keep theirs.
+    async fn a_semaphore_label_ends_with_its_hold_on_every_path(_server, conn, keys = sem_keys()) {
         let keeper = take(&mut conn, "keeper", LEASE, Some("keeper-1")).await;
 
         take(&mut conn, "released", LEASE, Some(LABEL)).await;
@@ -208,19 +179,14 @@ async fn a_semaphore_label_ends_with_its_hold_on_every_path() {
         let hash = fields(&mut conn, &keys).await;
         assert_eq!(hash.get("keeper"), Some(&format!("1:{keeper}:keeper-1")));
         leave_all(&mut conn, &keys, &["keeper", "next"]).await;
-    })
-    .await;
+    }
 }
 
-/// A read-write lock's label is kept by a writer that downgrades (same holder, one permit) and
-/// by a hold entered again, whose re-entry answers the hold's token, not the digits at the end
-/// of the label; unlabelled readers write no more than before; everything ends with the holds.
-#[tokio::test]
-async fn a_read_write_label_survives_a_downgrade_and_a_reentry_and_ends_with_the_hold() {
-    let test = "a_read_write_label_survives_a_downgrade_and_a_reentry_and_ends_with_the_hold";
-    for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = setup().await;
-        let keys = rw_keys();
+hold_test! {
+    /// A read-write lock's label is kept by a writer that downgrades (same holder, one permit) and
+    /// by a hold entered again, whose re-entry answers the hold's token, not the digits at the end
+    /// of the label; unlabelled readers write no more than before; everything ends with the holds.
+    async fn a_read_write_label_survives_a_downgrade_and_a_reentry_and_ends_with_the_hold(_server, conn, keys = rw_keys()) {
         let ps = PubSub::Classic;
         let writer = hold(&mut conn, "w", RwMode::Write, Some(LABEL)).await;
         let hash = fields(&mut conn, &keys).await;
@@ -264,6 +230,5 @@ async fn a_read_write_label_survives_a_downgrade_and_a_reentry_and_ends_with_the
         hold(&mut conn, "undone", RwMode::Read, Some(LABEL)).await;
         undo(&mut conn, &keys, "undone").await;
         assert_nothing_left(&mut conn, &keys).await;
-    })
-    .await;
+    }
 }

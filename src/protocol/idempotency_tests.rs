@@ -3,10 +3,9 @@
 //! answered, what a dead or failed runner's key becomes, that a key is never run for another
 //! fingerprint, and that a result is stored fenced by its token.
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::contract_checks;
+use super::contract_tests::{contract_checks, Checked, Conn};
 use super::run_record_tests::{finish, hold_ends, try_begin, won, GIVE_UP, RUN_AGAIN};
 use super::*;
 
@@ -18,7 +17,7 @@ fn free_keys() -> LockKeys {
 }
 
 async fn begin(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     token: FencingToken,
@@ -31,7 +30,7 @@ async fn begin(
 
 /// `idem_finish.lua` ending the run of `holder` with `token` as `end` says, storing `result`.
 async fn store(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     token: FencingToken,
@@ -42,7 +41,7 @@ async fn store(
     finish::<KeyResult>(conn, keys, runner, FINGERPRINT, (0, end), Some(result)).await
 }
 
-async fn read(conn: &mut MultiplexedConnection, keys: &LockKeys) -> KeyRead {
+async fn read(conn: &mut Conn, keys: &LockKeys) -> KeyRead {
     idem_read(conn, keys, KeyReadMode::Read).await.unwrap()
 }
 
@@ -225,10 +224,7 @@ async fn foreign_data_is_a_typed_error_and_stays_untouched() {
 }
 
 /// Only the key's lock holder, with its token, begins a run; a refused begin writes nothing.
-async fn only_the_holder_begins(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn only_the_holder_begins(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let holder = won(conn, keys, "holder").await;
     let stranger = FencingToken::new(holder.get() + 1).unwrap();
     let reply = begin(conn, keys, "stranger", stranger, RUN_AGAIN).await;
@@ -243,10 +239,7 @@ async fn only_the_holder_begins(
 
 /// A runner whose key was taken over cannot store its result over the newer runner's: an
 /// older run never overwrites the record.
-async fn a_taken_over_runner_cannot_store(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn a_taken_over_runner_cannot_store(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let old = won(conn, keys, "old").await;
     begin(conn, keys, "old", old, RUN_AGAIN).await;
     hold_ends(conn, keys).await;
@@ -270,10 +263,7 @@ async fn a_taken_over_runner_cannot_store(
 }
 
 /// A key whose result is stored is never run again, by any caller, whatever its policy.
-async fn a_done_key_is_never_run_again(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn a_done_key_is_never_run_again(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let first = won(conn, keys, "first").await;
     begin(conn, keys, "first", first, RUN_AGAIN).await;
     store(conn, keys, "first", first, RunEnd::Done, b"paid")
@@ -289,10 +279,7 @@ async fn a_done_key_is_never_run_again(
 
 /// A key used again with another fingerprint never runs that request, in any state of the
 /// first one, and changes nothing.
-async fn a_reused_key_never_runs(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn a_reused_key_never_runs(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let first = won(conn, keys, "first").await;
     begin(conn, keys, "first", first, RUN_AGAIN).await;
     store(conn, keys, "first", first, RunEnd::Failed, b"")

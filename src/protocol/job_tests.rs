@@ -4,12 +4,11 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-use super::contract_tests::{contract_checks, LEASE};
+use super::contract_tests::{contract_checks, Checked, Conn, LEASE};
 use super::run_record_tests::{finish, hold_ends, try_begin, won, GIVE_UP, RUN_AGAIN};
 use super::*;
 
@@ -18,14 +17,14 @@ const PERIOD: Duration = Duration::from_secs(10);
 const TICK: u64 = 1_800_000_000_000;
 
 /// A server of its own, a connection to it, and the keys of a job nobody ran.
-async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
+async fn setup() -> (RedisServer, Conn, LockKeys) {
     let (server, conn, _lock) = super::contract_tests::setup().await;
     (server, conn, free_keys())
 }
 
 /// `job_begin.lua` for `holder` with `token`, for the tick `tick_ms`.
 async fn try_begin_tick(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     (holder, token): (&str, FencingToken),
     tick_ms: u64,
@@ -36,7 +35,7 @@ async fn try_begin_tick(
 }
 
 async fn begin(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     token: FencingToken,
@@ -50,7 +49,7 @@ async fn begin(
 
 /// `job_finish.lua` recording the tick `tick_ms` of `runner`, begun at `started_ms`, done.
 async fn finish_done(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     runner: (&str, FencingToken),
     tick_ms: u64,
@@ -266,10 +265,7 @@ async fn a_record_with_a_newer_token_than_the_holders_is_left_alone() {
 }
 
 /// Only the job's lock holder, with its own token, begins a tick; anyone else changes nothing.
-async fn only_the_holder_begins(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn only_the_holder_begins(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let token = won(conn, keys, "holder").await;
     let other = FencingToken::new(token.get() + 1).unwrap();
     for (holder, token) in [("intruder", token), ("holder", other)] {
@@ -285,10 +281,7 @@ async fn only_the_holder_begins(
 }
 
 /// A runner whose tick was taken over cannot record it done over the newer runner.
-async fn a_taken_over_runner_cannot_finish(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn a_taken_over_runner_cannot_finish(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let old = won(conn, keys, "old").await;
     begin(conn, keys, "old", old, TICK, RUN_AGAIN).await;
     hold_ends(conn, keys).await;
@@ -305,10 +298,7 @@ async fn a_taken_over_runner_cannot_finish(
 }
 
 /// A tick recorded done is never begun again, by any instance, whatever its policy.
-async fn a_done_tick_is_never_run_again(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn a_done_tick_is_never_run_again(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let first = won(conn, keys, "first").await;
     begin(conn, keys, "first", first, TICK, RUN_AGAIN).await;
     finish_done(conn, keys, ("first", first), TICK, 0)
@@ -323,10 +313,7 @@ async fn a_done_tick_is_never_run_again(
 }
 
 /// A tick half a period or more older than the newest one begun is never begun.
-async fn an_older_tick_is_never_begun(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn an_older_tick_is_never_begun(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let newer = won(conn, keys, "newer").await;
     begin(conn, keys, "newer", newer, TICK + 10_000, GIVE_UP).await;
     finish_done(conn, keys, ("newer", newer), TICK + 10_000, 0)
@@ -343,10 +330,7 @@ async fn an_older_tick_is_never_begun(
 /// A run that failed and left its tick to a retry is taken over by the next caller for the
 /// same tick, under either death policy, with a newer token; the failed runner's late finish
 /// is then refused. A tick recorded done after a failure is never run again.
-async fn a_failed_tick_is_run_again(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn a_failed_tick_is_run_again(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let failed = won(conn, keys, "failed").await;
     begin(conn, keys, "failed", failed, TICK, GIVE_UP).await;
     let recorded = finish::<Tick>(

@@ -3,36 +3,26 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::undo;
+use super::contract_tests::{
+    cancelled_by, contract_checks, lock_keys, released_by, setup, undo, Checked, Conn, LEASE,
+    OP_TTL,
+};
 use super::*;
 use crate::base::error::Superseded;
 
-use super::contract_tests::{contract_checks, released_by, setup, LEASE, OP_TTL};
-
-async fn count(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> Option<u64> {
+async fn count(conn: &mut Conn, keys: &LockKeys, holder: &str) -> Option<u64> {
     conn.hget(&keys.lock, holder).await.unwrap()
 }
 
 /// `holder`'s re-entry as operation `op`, answered.
-async fn entered_by(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    holder: &str,
-    op: &str,
-) -> EnterReply {
+async fn entered_by(conn: &mut Conn, keys: &LockKeys, holder: &str, op: &str) -> EnterReply {
     reenter(conn, keys, holder, op, OP_TTL).await.unwrap()
 }
 
 /// The token of a fresh acquisition by `holder`; panics when the lock was not free.
-async fn acquired(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    holder: &str,
-    lease: Duration,
-) -> FencingToken {
+async fn acquired(conn: &mut Conn, keys: &LockKeys, holder: &str, lease: Duration) -> FencingToken {
     match acquire(conn, keys, holder, lease, OP_TTL).await.unwrap() {
         AcquireReply::Acquired { token, .. } => token,
         other => panic!("{holder} did not get a free lock: {other:?}"),
@@ -65,7 +55,7 @@ async fn a_replayed_acquire_returns_the_same_token_and_count() {
 #[tokio::test]
 async fn a_label_is_kept_with_its_hold_and_only_there() {
     let (_server, mut conn, keys) = setup().await;
-    let label = |conn: &mut MultiplexedConnection| {
+    let label = |conn: &mut Conn| {
         let mut conn = conn.clone();
         let lock = keys.lock.clone();
         async move {
@@ -93,9 +83,7 @@ async fn a_label_is_kept_with_its_hold_and_only_there() {
     assert!(matches!(busy, AcquireReply::Held { .. }), "{busy:?}");
     assert_eq!(label(&mut conn).await.as_deref(), Some("req-1"));
     for op in ["h1:x1", "h1:x2"] {
-        release(&mut conn, &keys, "h1", op, OP_TTL, PubSub::Classic)
-            .await
-            .unwrap();
+        released_by(&mut conn, &keys, "h1", op).await;
     }
     let left: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!left, "the label left with the hold");
@@ -192,9 +180,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
 
     // An acquisition that ran: the lock is freed.
     acquire(&mut conn, &keys, "a", LEASE, OP_TTL).await.unwrap();
-    let undone = undo(&mut conn, &keys, "a", "a", CancelKind::Acquire)
-        .await
-        .unwrap();
+    let undone = cancelled_by(&mut conn, &keys, "a", "a", CancelKind::Acquire).await;
     assert_eq!(undone, CancelReply::Undone { remaining: 0 });
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists);
@@ -208,9 +194,7 @@ async fn cancel_undoes_exactly_the_cancelled_operation() {
 
     // An acquisition cancelled before it ran never runs.
     assert_eq!(
-        undo(&mut conn, &keys, "b", "b", CancelKind::Acquire)
-            .await
-            .unwrap(),
+        cancelled_by(&mut conn, &keys, "b", "b", CancelKind::Acquire).await,
         CancelReply::NotRun
     );
     assert_eq!(
@@ -307,16 +291,7 @@ async fn a_lost_fence_counter_is_replaced_by_the_clock_floor() {
             token.get()
         );
         last = token.get();
-        release(
-            &mut conn,
-            &keys,
-            holder,
-            &format!("rel-{holder}"),
-            OP_TTL,
-            PubSub::Classic,
-        )
-        .await
-        .unwrap();
+        released_by(&mut conn, &keys, holder, &format!("rel-{holder}")).await;
     }
 }
 
@@ -418,7 +393,7 @@ async fn a_late_duplicate_acquire_after_the_hold_ended_does_nothing() {
     // A copy exists only of an acquisition sent more than once, and every send after one whose
     // outcome was unknown is recorded: the acquisitions here are such re-sends, and the late
     // copy is the first send (unrecorded), arriving last.
-    let recorded = async |conn: &mut MultiplexedConnection, holder: &str, lease: Duration| {
+    let recorded = async |conn: &mut Conn, holder: &str, lease: Duration| {
         acquire_labelled(conn, &keys, holder, lease, OP_TTL, None, true)
             .await
             .unwrap()
@@ -730,10 +705,7 @@ mod reentry {
     /// `tostring(token + 1)` rounds back to it.
     const ROUND_TOKEN: u64 = 1_796_447_178_797_000;
 
-    async fn reentry_returns_the_holders_own_token(
-        conn: &mut MultiplexedConnection,
-        keys: &LockKeys,
-    ) -> Result<(), String> {
+    async fn reentry_returns_the_holders_own_token(conn: &mut Conn, keys: &LockKeys) -> Checked {
         acquired(conn, keys, "h", LEASE).await;
         // The token the lock holds, set to one whose successor prints as itself.
         let _: () = conn
@@ -759,15 +731,11 @@ mod reentry {
         Ok(())
     }
 
-    fn free_keys() -> LockKeys {
-        LockKeys::new(b"t:", b"res")
-    }
-
     contract_checks! {
         /// The control that bumps the token on re-entry is caught on every token, the ones
         /// ending in 00 included, which the client-side check of `tests/lock/basics.rs` met
         /// only by the clock.
-        the_reentry_contract_check_holds, the_reentry_control_is_caught, free_keys;
+        the_reentry_contract_check_holds, the_reentry_control_is_caught, lock_keys;
         reentry_returns_the_holders_own_token => [Control::ReentryBumpsToken],
     }
 }

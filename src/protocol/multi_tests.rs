@@ -1,15 +1,14 @@
 //! Contracts of `acquire_all.lua` and `release_all.lua`, call by call, against a real
 //! redis-server: all or nothing, replays, cancels of single members, shared fence counters.
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-use super::contract_tests::{undo, LEASE, OP_TTL};
+use super::contract_tests::{cancelled_by, released_by, Conn, LEASE, OP_TTL};
 use super::*;
 
-async fn setup(names: &[&[u8]]) -> (RedisServer, MultiplexedConnection, Vec<LockKeys>) {
+async fn setup(names: &[&[u8]]) -> (RedisServer, Conn, Vec<LockKeys>) {
     let (server, conn, _) = super::contract_tests::setup().await;
     let keys = names.iter().map(|n| LockKeys::new(b"t:", n)).collect();
     (server, conn, keys)
@@ -19,11 +18,7 @@ fn members<'a>(keys: &'a [LockKeys], holders: &[&'a str]) -> Vec<(&'a LockKeys, 
     keys.iter().zip(holders.iter().copied()).collect()
 }
 
-async fn holder_count(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    holder: &str,
-) -> Option<u64> {
+async fn holder_count(conn: &mut Conn, keys: &LockKeys, holder: &str) -> Option<u64> {
     conn.hget(&keys.lock, holder).await.unwrap()
 }
 
@@ -66,9 +61,7 @@ async fn all_members_or_none_and_a_replay_returns_the_same_tokens() {
 
     // Members are ordinary locks: release.lua frees one; release_all the rest, replayable.
     assert_eq!(
-        release(&mut conn, &keys[0], "h1", "r1", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap(),
+        released_by(&mut conn, &keys[0], "h1", "r1").await,
         OwnerReply::Done { remaining: 0 }
     );
     let rest = [(&keys[1], "h2", "r2"), (&keys[2], "h3", "r3")];
@@ -79,9 +72,7 @@ async fn all_members_or_none_and_a_replay_returns_the_same_tokens() {
         released
     );
     assert_eq!(
-        release(&mut conn, &keys[2], "h3", "r3", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap(),
+        released_by(&mut conn, &keys[2], "h3", "r3").await,
         OwnerReply::Done { remaining: 0 }
     );
     // A late copy of the set's acquire, after its hold ended, does nothing.
@@ -108,9 +99,7 @@ async fn cancelling_one_member_before_the_script_runs_makes_it_a_no_op() {
     let (_server, mut conn, keys) = setup(&[b"a", b"b"]).await;
     let set = members(&keys, &["h1", "h2"]);
     // The cancel of member 2 arrives first (its drop guard ran before the script).
-    let undone = undo(&mut conn, &keys[1], "h2", "h2", CancelKind::Acquire)
-        .await
-        .unwrap();
+    let undone = cancelled_by(&mut conn, &keys[1], "h2", "h2", CancelKind::Acquire).await;
     assert_eq!(undone, CancelReply::NotRun);
     assert_eq!(
         acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
@@ -134,9 +123,7 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
         AcquireAllReply::Acquired { .. }
     ));
     assert!(matches!(
-        undo(&mut conn, &keys[0], "h1", "h1", CancelKind::Acquire)
-            .await
-            .unwrap(),
+        cancelled_by(&mut conn, &keys[0], "h1", "h1", CancelKind::Acquire).await,
         CancelReply::Undone { remaining: 0 }
     ));
     // Half undone: a re-sent copy of the script must not take the set again.
@@ -147,9 +134,7 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
         AcquireAllReply::Cancelled
     );
     assert!(matches!(
-        undo(&mut conn, &keys[1], "h2", "h2", CancelKind::Acquire)
-            .await
-            .unwrap(),
+        cancelled_by(&mut conn, &keys[1], "h2", "h2", CancelKind::Acquire).await,
         CancelReply::Undone { remaining: 0 }
     ));
     for k in &keys {
@@ -178,9 +163,7 @@ async fn members_sharing_a_fence_counter_get_distinct_increasing_tokens() {
     let counter: u64 = conn.get(&keys[0].fence).await.unwrap();
     assert_eq!(counter, tokens[1].get());
     // A single acquire in that bucket afterwards is higher still.
-    release(&mut conn, &keys[0], "h1", "r1", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    released_by(&mut conn, &keys[0], "h1", "r1").await;
     let AcquireReply::Acquired { token, .. } = acquire(&mut conn, &keys[0], "s", LEASE, OP_TTL)
         .await
         .unwrap()

@@ -2,9 +2,7 @@
 //! with `fenced_write.lua`): a claim refuses every older token, a shared read only an older
 //! one than the newest write or claim; both fence every older writer.
 
-use redis::aio::MultiplexedConnection;
-
-use super::contract_tests::{contract_checks, OP_TTL};
+use super::contract_tests::{contract_checks, Checked, Conn, OP_TTL};
 use super::*;
 use crate::base::error::Superseded;
 
@@ -16,7 +14,7 @@ fn resource() -> ResourceKeys {
     ResourceKeys::new(b"t:", b"catalog")
 }
 
-async fn write(conn: &mut MultiplexedConnection, token: u64, op: &str) -> WriteReply {
+async fn write(conn: &mut Conn, token: u64, op: &str) -> WriteReply {
     fenced_write(
         conn,
         &resource(),
@@ -30,14 +28,14 @@ async fn write(conn: &mut MultiplexedConnection, token: u64, op: &str) -> WriteR
     .unwrap()
 }
 
-async fn read(conn: &mut MultiplexedConnection, token: u64, mode: ReadMode) -> ReadReply {
+async fn read(conn: &mut Conn, token: u64, mode: ReadMode) -> ReadReply {
     fenced_read(conn, &resource(), t(token), Read::Get, mode, Duration::ZERO)
         .await
         .unwrap()
 }
 
 /// What a read that was let through must have read: the value the writer `token` wrote.
-fn read_value(reply: &ReadReply, written_by: u64) -> Result<(), String> {
+fn read_value(reply: &ReadReply, written_by: u64) -> Checked {
     match reply {
         ReadReply::Read(redis::Value::BulkString(value))
             if *value == written_by.to_string().into_bytes() =>
@@ -52,10 +50,7 @@ fn read_value(reply: &ReadReply, written_by: u64) -> Result<(), String> {
 
 /// Readers of one hold (tokens 7 and 9, after writer 5) read in any order, again and again,
 /// and neither is refused: the newer reader's read does not refuse the older one.
-async fn readers_never_refuse_each_other(
-    conn: &mut MultiplexedConnection,
-    _: &LockKeys,
-) -> Result<(), String> {
+async fn readers_never_refuse_each_other(conn: &mut Conn, _: &LockKeys) -> Checked {
     write(conn, 5, "w5").await;
     for reader in [7, 9, 7, 9, 7] {
         read_value(&read(conn, reader, ReadMode::Shared).await, 5)
@@ -66,10 +61,7 @@ async fn readers_never_refuse_each_other(
 
 /// After a shared read by reader 9, a writer with an older token (6, or 8 between the
 /// readers) is refused, naming the reader's token; a newer writer (10) is accepted.
-async fn a_shared_read_fences_older_writers(
-    conn: &mut MultiplexedConnection,
-    _: &LockKeys,
-) -> Result<(), String> {
+async fn a_shared_read_fences_older_writers(conn: &mut Conn, _: &LockKeys) -> Checked {
     write(conn, 5, "w5").await;
     read(conn, 7, ReadMode::Shared).await;
     read(conn, 9, ReadMode::Shared).await;
@@ -90,10 +82,7 @@ async fn a_shared_read_fences_older_writers(
 
 /// Once a newer holder wrote (10) or claimed (12), a reader whose hold began before is
 /// refused, naming that token: what it would read is not its view.
-async fn a_newer_write_or_claim_refuses_older_readers(
-    conn: &mut MultiplexedConnection,
-    _: &LockKeys,
-) -> Result<(), String> {
+async fn a_newer_write_or_claim_refuses_older_readers(conn: &mut Conn, _: &LockKeys) -> Checked {
     write(conn, 5, "w5").await;
     read(conn, 9, ReadMode::Shared).await;
     write(conn, 10, "w10").await;
@@ -117,10 +106,7 @@ async fn a_newer_write_or_claim_refuses_older_readers(
 
 /// A claim refuses every older token, a reader's included: a claiming read by 8 after a
 /// shared read by 9 is refused (a claim is a holder alone in its critical section).
-async fn a_claim_is_refused_below_a_shared_read(
-    conn: &mut MultiplexedConnection,
-    _: &LockKeys,
-) -> Result<(), String> {
+async fn a_claim_is_refused_below_a_shared_read(conn: &mut Conn, _: &LockKeys) -> Checked {
     read(conn, 9, ReadMode::Shared).await;
     match read(conn, 8, ReadMode::Claim).await {
         ReadReply::Stale {

@@ -3,10 +3,9 @@
 //! accepted call sets the expiry of its data and marks together, and once the marks are gone a
 //! token issued before the retention began is refused.
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::{contract_checks, OP_TTL};
+use super::contract_tests::{contract_checks, Checked, Conn, OP_TTL};
 use super::*;
 use crate::base::error::Superseded;
 
@@ -18,18 +17,13 @@ fn resource() -> ResourceKeys {
 
 /// A token as one issued `ago` before the server's now (tokens are at least their issue time
 /// in microseconds).
-async fn issued(conn: &mut MultiplexedConnection, ago: Duration) -> FencingToken {
+async fn issued(conn: &mut Conn, ago: Duration) -> FencingToken {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
     let now = secs * 1_000_000 + micros;
     FencingToken::new(now - u64::try_from(ago.as_micros()).unwrap()).unwrap()
 }
 
-async fn write(
-    conn: &mut MultiplexedConnection,
-    token: FencingToken,
-    op: &str,
-    retention: Duration,
-) -> WriteReply {
+async fn write(conn: &mut Conn, token: FencingToken, op: &str, retention: Duration) -> WriteReply {
     fenced_write(
         conn,
         &resource(),
@@ -44,7 +38,7 @@ async fn write(
 }
 
 async fn claim(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     token: FencingToken,
     mode: ReadMode,
     retention: Duration,
@@ -54,7 +48,7 @@ async fn claim(
         .unwrap()
 }
 
-async fn ttls(conn: &mut MultiplexedConnection) -> [i64; 3] {
+async fn ttls(conn: &mut Conn) -> [i64; 3] {
     let keys = resource();
     let mut out = [0; 3];
     for (slot, key) in out.iter_mut().zip([&keys.data, &keys.mark, &keys.shared]) {
@@ -64,7 +58,7 @@ async fn ttls(conn: &mut MultiplexedConnection) -> [i64; 3] {
 }
 
 /// The marks expire: deleted, as their expiry would.
-async fn marks_expire(conn: &mut MultiplexedConnection) {
+async fn marks_expire(conn: &mut Conn) {
     let keys = resource();
     let _: () = conn
         .del(&[&keys.data, &keys.mark, &keys.shared])
@@ -108,9 +102,9 @@ async fn every_accepted_call_keeps_data_and_marks_for_the_retention_together() {
 /// floor, `Expired`), and one issued within it is accepted; while a mark lives, the marks
 /// decide as without a retention.
 async fn a_token_older_than_the_retention_is_refused_once_the_marks_expired(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     _keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     let stale = issued(conn, RETENTION + Duration::from_secs(5)).await;
     let newer = issued(conn, RETENTION + Duration::from_secs(4)).await;
     // The newer holder wrote when its token was fresh: its mark is there.

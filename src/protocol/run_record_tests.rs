@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, ToRedisArgs};
 
-use super::contract_tests::{LEASE, OP_TTL};
+use super::contract_tests::{Conn, LEASE, OP_TTL};
 use super::*;
 
 /// How long the tests' records are kept after each write.
@@ -17,11 +16,7 @@ pub(super) const GIVE_UP: RunnerDeathArg = RunnerDeathArg::GiveUp;
 pub(super) const RUN_AGAIN: RunnerDeathArg = RunnerDeathArg::RunAgain;
 
 /// Takes the free lock of `keys` for `holder`.
-pub(super) async fn won(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    holder: &str,
-) -> FencingToken {
+pub(super) async fn won(conn: &mut Conn, keys: &LockKeys, holder: &str) -> FencingToken {
     match acquire(conn, keys, holder, LEASE, OP_TTL).await.unwrap() {
         AcquireReply::Acquired { token, .. } => token,
         other => panic!("the free lock answered {other:?}"),
@@ -29,13 +24,13 @@ pub(super) async fn won(
 }
 
 /// Frees the lock of `keys` as a lost hold would (the lease ran out, the process died).
-pub(super) async fn hold_ends(conn: &mut MultiplexedConnection, keys: &LockKeys) {
+pub(super) async fn hold_ends(conn: &mut Conn, keys: &LockKeys) {
     let _: () = conn.del(&keys.lock).await.unwrap();
 }
 
 /// `K`'s begin for `holder` with `token` and the kind's `own` arguments.
 pub(super) async fn try_begin<K: RunKind>(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     (holder, token): (&str, FencingToken),
     own: impl ToRedisArgs,
@@ -52,7 +47,7 @@ pub(super) async fn try_begin<K: RunKind>(
 /// `K`'s finish for `holder` with `token`, the kind's `own` arguments and the `result` a key
 /// stores, of a run begun at `started_ms`.
 pub(super) async fn finish<K: RunKind>(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     (holder, token): (&str, FencingToken),
     own: impl ToRedisArgs,

@@ -5,20 +5,15 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::batch::{read_outcome, Grouped, ReadOperation};
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_write, LEASE,
-    OP_TTL,
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, hold_test,
+    rw_keys, rw_write, Checked, Conn, LEASE, OP_TTL,
 };
 use super::rwlock::RwAcquireReply;
 use super::*;
-
-fn rw_keys() -> LockKeys {
-    LockKeys::rwlock(b"t:", b"shelf")
-}
 
 /// A read of `holder` as the group commit builds it; `recorded`: a send that records.
 fn reading(keys: &LockKeys, holder: &str, label: Option<&str>, recorded: bool) -> ReadOperation {
@@ -36,7 +31,7 @@ fn reading(keys: &LockKeys, holder: &str, label: Option<&str>, recorded: bool) -
 
 /// The reads of `holders` in one call, each answered; `recorded` for every one.
 async fn read_together(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holders: &[&str],
     recorded: bool,
@@ -59,7 +54,7 @@ async fn read_together(
         .collect()
 }
 
-async fn leave(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
+async fn leave(conn: &mut Conn, keys: &LockKeys, holder: &str) {
     super::contract_tests::leave(conn, keys, holder, &format!("{holder}:out")).await;
 }
 
@@ -79,10 +74,7 @@ fn tokens(what: &str, replies: &[RwAcquireReply]) -> Result<Vec<u64>, String> {
 /// writer's; a read already held is a replay with its own token, next to a fresh one whose
 /// token continues the count; a late copy of a released read does nothing; and a writer is
 /// then refused, as after the same reads sent one by one.
-async fn grouped_reads_hold_as_reads_alone_do(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn grouped_reads_hold_as_reads_alone_do(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let RwAcquireReply::Acquired { token: written } = rw_write(conn, keys, "w", false).await else {
         return Err("a writer on a free lock".into());
     };
@@ -123,10 +115,7 @@ async fn grouped_reads_hold_as_reads_alone_do(
 
 /// Reads that share a call while a writer holds the lock, or waits for it, are all busy, with
 /// the wait of a read alone; once the writer is done they all get in.
-async fn grouped_reads_wait_for_a_writer_together(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn grouped_reads_wait_for_a_writer_together(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let RwAcquireReply::Acquired { .. } = rw_write(conn, keys, "w", false).await else {
         return Err("a writer on a free lock".into());
     };
@@ -169,9 +158,9 @@ async fn grouped_reads_wait_for_a_writer_together(
 /// A recorded read (a re-send) leaves its op record, so a late copy of it that arrives after
 /// its hold ended does nothing, as for a read alone.
 async fn a_recorded_grouped_read_stops_its_late_copies(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     tokens(
         "recorded reads",
         &read_together(conn, keys, &["a", "b"], true).await?,
@@ -293,13 +282,10 @@ async fn a_refused_call_writes_nothing() {
     assert_eq!(written, 0);
 }
 
-/// The reads of a call expire with their lease like reads alone: a crashed grouped reader's
-/// hold ends by itself and lets a writer in.
-#[tokio::test]
-async fn grouped_reads_end_with_their_lease() {
-    for_each_hold_expiry("grouped_reads_end_with_their_lease", async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = rw_keys();
+hold_test! {
+    /// The reads of a call expire with their lease like reads alone: a crashed grouped reader's
+    /// hold ends by itself and lets a writer in.
+    async fn grouped_reads_end_with_their_lease(_server, conn, keys = rw_keys()) {
         let short = Duration::from_millis(60);
         let reads: Vec<ReadOperation> = ["a", "b"]
             .iter()
@@ -332,13 +318,12 @@ async fn grouped_reads_end_with_their_lease() {
             matches!(reply, RwAcquireReply::Acquired { .. }),
             "{reply:?}"
         );
-    })
-    .await;
+    }
 }
 
 /// The hold deadline of `holder` (server ms), as the lock keeps it: its field's expiry, or its
 /// score in the lease zset.
-async fn deadline_of(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> i64 {
+async fn deadline_of(conn: &mut Conn, keys: &LockKeys, holder: &str) -> i64 {
     if hold_field_expiry() {
         let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
             .arg(&keys.lock)
@@ -356,7 +341,7 @@ async fn deadline_of(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: 
 }
 
 /// Asserts that the lock's keys still expire: the hash, and on the lease-zset path the zset.
-async fn assert_keys_expire(conn: &mut MultiplexedConnection, keys: &LockKeys) {
+async fn assert_keys_expire(conn: &mut Conn, keys: &LockKeys) {
     let hash: i64 = conn.pttl(&keys.lock).await.unwrap();
     assert!(hash > 0, "the hash expires: {hash}");
     if !hold_field_expiry() {
@@ -366,7 +351,7 @@ async fn assert_keys_expire(conn: &mut MultiplexedConnection, keys: &LockKeys) {
 }
 
 /// One read alone (`rw_acquire.lua`), which must hold: its token.
-async fn read_alone(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> u64 {
+async fn read_alone(conn: &mut Conn, keys: &LockKeys, holder: &str) -> u64 {
     let reply = reading(keys, holder, None, false)
         .run_alone(conn)
         .await
@@ -379,11 +364,7 @@ async fn read_alone(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &
 }
 
 /// The reads `(holder, recorded)` in one call, each answered.
-async fn reads_of(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    reads: &[(&str, bool)],
-) -> Vec<RwAcquireReply> {
+async fn reads_of(conn: &mut Conn, keys: &LockKeys, reads: &[(&str, bool)]) -> Vec<RwAcquireReply> {
     let reads: Vec<ReadOperation> = reads
         .iter()
         .map(|(holder, recorded)| reading(keys, holder, None, *recorded))

@@ -6,13 +6,11 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::undo;
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_take,
-    rw_write, LEASE, OP_TTL,
+    assert_nothing_left, cancelled_by, contract_checks, hold_field_expiry, hold_test, released_by,
+    rw_keys, rw_take, rw_write, Checked, Conn, LEASE, OP_TTL,
 };
 use super::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use super::*;
@@ -20,11 +18,7 @@ use super::*;
 /// A lease that runs out during a check.
 const SHORT: Duration = Duration::from_millis(60);
 
-fn rw_keys() -> LockKeys {
-    LockKeys::rwlock(b"t:", b"catalogue")
-}
-
-async fn read(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> RwAcquireReply {
+async fn read(conn: &mut Conn, keys: &LockKeys, holder: &str) -> RwAcquireReply {
     rw_take(conn, keys, holder, RwMode::Read, LEASE, false).await
 }
 
@@ -35,22 +29,19 @@ fn token_of(what: &str, reply: RwAcquireReply) -> Result<FencingToken, String> {
     }
 }
 
-fn busy(what: &str, reply: RwAcquireReply) -> Result<(), String> {
+fn busy(what: &str, reply: RwAcquireReply) -> Checked {
     match reply {
         RwAcquireReply::Busy { .. } => Ok(()),
         other => Err(format!("{what}: expected busy, got {other:?}")),
     }
 }
 
-async fn leave(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
+async fn leave(conn: &mut Conn, keys: &LockKeys, holder: &str) {
     super::contract_tests::leave(conn, keys, holder, &format!("{holder}-r")).await;
 }
 
 /// Readers hold together; a writer is refused while any reader holds, and holds alone.
-async fn readers_share_and_writers_exclude(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn readers_share_and_writers_exclude(conn: &mut Conn, keys: &LockKeys) -> Checked {
     token_of("first reader", read(conn, keys, "r1").await)?;
     token_of("second reader", read(conn, keys, "r2").await)?;
     busy(
@@ -72,19 +63,14 @@ async fn readers_share_and_writers_exclude(
 }
 
 /// A writer that waits keeps new readers out; once it gives up (its cancel), they enter.
-async fn a_waiting_writer_stops_new_readers(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn a_waiting_writer_stops_new_readers(conn: &mut Conn, keys: &LockKeys) -> Checked {
     token_of("the reader inside", read(conn, keys, "inside").await)?;
     busy("the writer", rw_write(conn, keys, "w", true).await)?;
     busy(
         "a new reader behind the waiting writer",
         read(conn, keys, "late").await,
     )?;
-    let undone = undo(conn, keys, "w", "w", CancelKind::Acquire)
-        .await
-        .unwrap();
+    let undone = cancelled_by(conn, keys, "w", "w", CancelKind::Acquire).await;
     if undone != CancelReply::NotRun {
         return Err(format!("the waiting writer's cancel answered {undone:?}"));
     }
@@ -98,9 +84,9 @@ async fn a_waiting_writer_stops_new_readers(
 /// The writer's and readers' tokens place every read between two writes, and a downgrade
 /// keeps the writer's token while it lets readers in and keeps writers out.
 async fn a_downgrade_lets_readers_in_and_keeps_writers_out(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     let w1 = token_of("the first writer", rw_write(conn, keys, "w1", false).await)?;
     busy("a reader during the write", read(conn, keys, "r").await)?;
     let reply = rw_downgrade(conn, keys, "w1", PubSub::Classic)
@@ -127,10 +113,7 @@ async fn a_downgrade_lets_readers_in_and_keeps_writers_out(
 }
 
 /// A crashed reader's share ends with its lease; so does a dead writer's waiting mark.
-async fn crashed_holds_and_marks_end_by_themselves(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn crashed_holds_and_marks_end_by_themselves(conn: &mut Conn, keys: &LockKeys) -> Checked {
     token_of(
         "a reader",
         rw_take(conn, keys, "crashed", RwMode::Read, SHORT, false).await,
@@ -166,13 +149,10 @@ contract_checks! {
     crashed_holds_and_marks_end_by_themselves => [],
 }
 
-/// A re-sent acquisition replays its hold; a release leaves nothing behind, waiting marks
-/// included; foreign data is a typed error.
-#[tokio::test]
-async fn replays_apply_once_and_nothing_stays_behind() {
-    for_each_hold_expiry("replays_apply_once_and_nothing_stays_behind", async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = rw_keys();
+hold_test! {
+    /// A re-sent acquisition replays its hold; a release leaves nothing behind, waiting marks
+    /// included; foreign data is a typed error.
+    async fn replays_apply_once_and_nothing_stays_behind(_server, conn, keys = rw_keys()) {
         let first = token_of("write", rw_write(&mut conn, &keys, "w", true).await).unwrap();
         let again = token_of("re-sent write", rw_write(&mut conn, &keys, "w", true).await).unwrap();
         assert_eq!(first, again);
@@ -224,18 +204,14 @@ async fn replays_apply_once_and_nothing_stays_behind() {
             counter,
             "the fence counter was written by the earlier holds"
         );
-    })
-    .await;
+    }
 }
 
-/// A hold entered again through its guard keeps its token and is left entry by entry; a
-/// re-sent re-entry or release applies once; a cancelled re-entry is undone once, or
-/// forestalled; a hold whose lease passed is not entered again.
-#[tokio::test]
-async fn a_hold_entered_again_is_left_entry_by_entry() {
-    for_each_hold_expiry("a_hold_entered_again_is_left_entry_by_entry", async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = rw_keys();
+hold_test! {
+    /// A hold entered again through its guard keeps its token and is left entry by entry; a
+    /// re-sent re-entry or release applies once; a cancelled re-entry is undone once, or
+    /// forestalled; a hold whose lease passed is not entered again.
+    async fn a_hold_entered_again_is_left_entry_by_entry(_server, conn, keys = rw_keys()) {
         let ps = PubSub::Classic;
         let token = token_of("write", rw_write(&mut conn, &keys, "w", false).await).unwrap();
         for _ in 0..2 {
@@ -244,17 +220,11 @@ async fn a_hold_entered_again_is_left_entry_by_entry() {
         }
         let third = reenter(&mut conn, &keys, "w", "e2", OP_TTL).await.unwrap();
         assert_eq!(third, EnterReply::Entered { token, count: 3 });
-        let undone = cancel(&mut conn, &keys, "w", "e2", CancelKind::Reenter, OP_TTL, ps)
-            .await
-            .unwrap();
+        let undone = cancelled_by(&mut conn, &keys, "w", "e2", CancelKind::Reenter).await;
         assert_eq!(undone, CancelReply::Undone { remaining: 2 });
-        let twice = cancel(&mut conn, &keys, "w", "e2", CancelKind::Reenter, OP_TTL, ps)
-            .await
-            .unwrap();
+        let twice = cancelled_by(&mut conn, &keys, "w", "e2", CancelKind::Reenter).await;
         assert_eq!(twice, CancelReply::NotRun);
-        let early = cancel(&mut conn, &keys, "w", "e3", CancelKind::Reenter, OP_TTL, ps)
-            .await
-            .unwrap();
+        let early = cancelled_by(&mut conn, &keys, "w", "e3", CancelKind::Reenter).await;
         assert_eq!(early, CancelReply::NotRun);
         assert_eq!(
             reenter(&mut conn, &keys, "w", "e3", OP_TTL).await.unwrap(),
@@ -295,14 +265,13 @@ async fn a_hold_entered_again_is_left_entry_by_entry() {
                 .unwrap(),
             EnterReply::NotHeld
         );
-    })
-    .await;
+    }
 }
 
 /// A hold's deadline, in server ms, kept whichever way the lock keeps them; with field
 /// expiry, also each of `fields` (-1: none, -2: no such field).
 async fn deadlines(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     fields: &[&str],
@@ -324,15 +293,11 @@ async fn deadlines(
     (at[0], at[1..].to_vec())
 }
 
-/// A downgrade and a re-entry change a hold's permits or entries but never its deadline: with
-/// field expiry, where rewriting a field clears its expiry, the hold's field keeps its
-/// deadline and the entries field gets the same one.
-#[tokio::test]
-async fn a_downgrade_and_a_reentry_keep_the_holds_deadline() {
-    let test = "a_downgrade_and_a_reentry_keep_the_holds_deadline";
-    for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = rw_keys();
+hold_test! {
+    /// A downgrade and a re-entry change a hold's permits or entries but never its deadline: with
+    /// field expiry, where rewriting a field clears its expiry, the hold's field keeps its
+    /// deadline and the entries field gets the same one.
+    async fn a_downgrade_and_a_reentry_keep_the_holds_deadline(_server, conn, keys = rw_keys()) {
         let token = token_of("write", rw_write(&mut conn, &keys, "w", false).await).unwrap();
         let (before, _) = deadlines(&mut conn, &keys, "w", &[]).await;
         let entered = reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
@@ -357,25 +322,18 @@ async fn a_downgrade_and_a_reentry_keep_the_holds_deadline() {
         )
         .unwrap();
         for op in ["r1", "r2"] {
-            release(&mut conn, &keys, "w", op, OP_TTL, PubSub::Classic)
-                .await
-                .unwrap();
+            released_by(&mut conn, &keys, "w", op).await;
         }
         leave(&mut conn, &keys, "r").await;
         assert_nothing_left(&mut conn, &keys).await;
-    })
-    .await;
+    }
 }
 
-/// A writer's mark outlives its next attempt: it lasts until the earliest deadline among the
-/// holds plus the writer's lease, however short that lease, so readers stay out while the
-/// writer waits for the reader inside; a writer's try leaves no mark at all.
-#[tokio::test]
-async fn a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_none() {
-    let test = "a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_none";
-    for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = rw_keys();
+hold_test! {
+    /// A writer's mark outlives its next attempt: it lasts until the earliest deadline among the
+    /// holds plus the writer's lease, however short that lease, so readers stay out while the
+    /// writer waits for the reader inside; a writer's try leaves no mark at all.
+    async fn a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_none(_server, conn, keys = rw_keys()) {
         token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
         busy(
             "a writer's try",
@@ -398,24 +356,17 @@ async fn a_waiting_writers_mark_lasts_until_its_next_attempt_and_a_try_leaves_no
             read(&mut conn, &keys, "r2").await,
         )
         .unwrap();
-    })
-    .await;
+    }
 }
 
-/// Undoing a re-entry that leaves the hold's first entry keeps the hold: it still excludes,
-/// and its one release ends it.
-#[tokio::test]
-async fn undoing_a_reentry_keeps_the_first_entry() {
-    for_each_hold_expiry("undoing_a_reentry_keeps_the_first_entry", async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = rw_keys();
-        let ps = PubSub::Classic;
+hold_test! {
+    /// Undoing a re-entry that leaves the hold's first entry keeps the hold: it still excludes,
+    /// and its one release ends it.
+    async fn undoing_a_reentry_keeps_the_first_entry(_server, conn, keys = rw_keys()) {
         let token = token_of("write", rw_write(&mut conn, &keys, "w", false).await).unwrap();
         let entered = reenter(&mut conn, &keys, "w", "e1", OP_TTL).await.unwrap();
         assert_eq!(entered, EnterReply::Entered { token, count: 2 });
-        let undone = cancel(&mut conn, &keys, "w", "e1", CancelKind::Reenter, OP_TTL, ps)
-            .await
-            .unwrap();
+        let undone = cancelled_by(&mut conn, &keys, "w", "e1", CancelKind::Reenter).await;
         assert_eq!(undone, CancelReply::Undone { remaining: 1 });
         busy(
             "a reader while the write's first entry holds",
@@ -428,17 +379,13 @@ async fn undoing_a_reentry_keeps_the_first_entry() {
             read(&mut conn, &keys, "r").await,
         )
         .unwrap();
-    })
-    .await;
+    }
 }
 
-/// A renewal moves a re-entered hold's whole deadline, its entries included: after the first
-/// lease would have passed, the hold still has both entries.
-#[tokio::test]
-async fn a_renewal_keeps_a_reentered_holds_entries() {
-    for_each_hold_expiry("a_renewal_keeps_a_reentered_holds_entries", async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = rw_keys();
+hold_test! {
+    /// A renewal moves a re-entered hold's whole deadline, its entries included: after the first
+    /// lease would have passed, the hold still has both entries.
+    async fn a_renewal_keeps_a_reentered_holds_entries(_server, conn, keys = rw_keys()) {
         let ps = PubSub::Classic;
         token_of(
             "a short write",
@@ -464,17 +411,13 @@ async fn a_renewal_keeps_a_reentered_holds_entries() {
             .unwrap();
         assert_eq!(last, OwnerReply::Done { remaining: 0 });
         assert_nothing_left(&mut conn, &keys).await;
-    })
-    .await;
+    }
 }
 
-/// A hold whose lease passed leaves nothing of its own, its entries included, once a script
-/// has dropped it; a late downgrade of it is told it holds nothing.
-#[tokio::test]
-async fn an_expired_hold_leaves_nothing_of_its_own() {
-    for_each_hold_expiry("an_expired_hold_leaves_nothing_of_its_own", async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = rw_keys();
+hold_test! {
+    /// A hold whose lease passed leaves nothing of its own, its entries included, once a script
+    /// has dropped it; a late downgrade of it is told it holds nothing.
+    async fn an_expired_hold_leaves_nothing_of_its_own(_server, conn, keys = rw_keys()) {
         token_of(
             "a short read",
             rw_take(&mut conn, &keys, "short", RwMode::Read, SHORT, false).await,
@@ -520,67 +463,53 @@ async fn an_expired_hold_leaves_nothing_of_its_own() {
                 .unwrap(),
             OwnerReply::NotHeld
         );
-    })
-    .await;
+    }
 }
 
-/// A dead writer's mark stops keeping readers out once it passes, even while the marks' key
-/// lives on for another writer's later mark.
-#[tokio::test]
-async fn a_dead_writers_mark_ends_while_another_writers_lives() {
-    for_each_hold_expiry(
-        "a_dead_writers_mark_ends_while_another_writers_lives",
-        async || {
-            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-            let keys = rw_keys();
-            token_of(
-                "a short read",
-                rw_take(&mut conn, &keys, "inside", RwMode::Read, SHORT, false).await,
-            )
-            .unwrap();
-            busy(
-                "a writer that then dies",
-                rw_take(&mut conn, &keys, "dead", RwMode::Write, SHORT, true).await,
-            )
-            .unwrap();
-            busy(
-                "a writer that waits on",
-                rw_write(&mut conn, &keys, "alive", true).await,
-            )
-            .unwrap();
-            tokio::time::sleep(SHORT * 3).await;
-            token_of(
-                "the live writer after the read's lease",
-                rw_write(&mut conn, &keys, "alive", true).await,
-            )
-            .unwrap();
-            leave(&mut conn, &keys, "alive").await;
-            token_of(
-                "a reader once the dead writer's mark passed",
-                read(&mut conn, &keys, "late").await,
-            )
-            .unwrap();
-        },
-    )
-    .await;
+hold_test! {
+    /// A dead writer's mark stops keeping readers out once it passes, even while the marks' key
+    /// lives on for another writer's later mark.
+    async fn a_dead_writers_mark_ends_while_another_writers_lives(_server, conn, keys = rw_keys()) {
+        token_of(
+            "a short read",
+            rw_take(&mut conn, &keys, "inside", RwMode::Read, SHORT, false).await,
+        )
+        .unwrap();
+        busy(
+            "a writer that then dies",
+            rw_take(&mut conn, &keys, "dead", RwMode::Write, SHORT, true).await,
+        )
+        .unwrap();
+        busy(
+            "a writer that waits on",
+            rw_write(&mut conn, &keys, "alive", true).await,
+        )
+        .unwrap();
+        tokio::time::sleep(SHORT * 3).await;
+        token_of(
+            "the live writer after the read's lease",
+            rw_write(&mut conn, &keys, "alive", true).await,
+        )
+        .unwrap();
+        leave(&mut conn, &keys, "alive").await;
+        token_of(
+            "a reader once the dead writer's mark passed",
+            read(&mut conn, &keys, "late").await,
+        )
+        .unwrap();
+    }
 }
 
-/// Waiting readers are told when a waiting writer gives up (its mark no longer keeps them
-/// out), and, with the lease zset, when an attempt dropped an expired hold.
-#[tokio::test]
-async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends() {
-    let test = "readers_are_told_when_a_writer_gives_up_or_a_lease_ends";
-    for_each_hold_expiry(test, async || {
+hold_test! {
+    /// Waiting readers are told when a waiting writer gives up (its mark no longer keeps them
+    /// out), and, with the lease zset, when an attempt dropped an expired hold.
+    async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends(server, conn, keys = rw_keys()) {
         use super::semaphore_tests::{next_message, subscriber};
-        let (server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = rw_keys();
         let channel = keys.lock.clone();
         token_of("the reader inside", read(&mut conn, &keys, "inside").await).unwrap();
         busy("the writer", rw_write(&mut conn, &keys, "w", true).await).unwrap();
         let mut sub = subscriber(&server, std::slice::from_ref(&channel)).await;
-        let undone = undo(&mut conn, &keys, "w", "w", CancelKind::Acquire)
-            .await
-            .unwrap();
+        let undone = cancelled_by(&mut conn, &keys, "w", "w", CancelKind::Acquire).await;
         assert_eq!(undone, CancelReply::NotRun);
         assert_eq!(
             next_message(&mut sub).await,
@@ -607,21 +536,16 @@ async fn readers_are_told_when_a_writer_gives_up_or_a_lease_ends() {
                 "an attempt dropped the crashed reader's hold"
             );
         }
-    })
-    .await;
+    }
 }
 
-/// A reader's release that leaves other readers holding publishes nothing on either channel
-/// (no waiter can use it: a writer waits for no hold at all, a reader for a writer's hold or
-/// mark); the last reader's release tells both sides. With field expiry the script does not
-/// know the holds left, and publishes every release.
-#[tokio::test]
-async fn only_the_release_that_leaves_no_hold_wakes_waiters() {
-    let test = "only_the_release_that_leaves_no_hold_wakes_waiters";
-    for_each_hold_expiry(test, async || {
+hold_test! {
+    /// A reader's release that leaves other readers holding publishes nothing on either channel
+    /// (no waiter can use it: a writer waits for no hold at all, a reader for a writer's hold or
+    /// mark); the last reader's release tells both sides. With field expiry the script does not
+    /// know the holds left, and publishes every release.
+    async fn only_the_release_that_leaves_no_hold_wakes_waiters(server, conn, keys = rw_keys()) {
         use futures_util::StreamExt;
-        let (server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = rw_keys();
         let writers = keys.rw_writers().unwrap();
         token_of("the first reader", read(&mut conn, &keys, "a").await).unwrap();
         token_of("the second reader", read(&mut conn, &keys, "b").await).unwrap();
@@ -650,6 +574,5 @@ async fn only_the_release_that_leaves_no_hold_wakes_waiters() {
             received.push(message.get_payload::<String>().unwrap());
         }
         assert_eq!(received, expected);
-    })
-    .await;
+    }
 }

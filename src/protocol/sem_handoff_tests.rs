@@ -8,12 +8,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::undo;
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, hold_field_expiry, LEASE, OP_TTL,
+    assert_nothing_left, cancelled_by, contract_checks, hold_field_expiry, released_by, sem_keys,
+    Checked, Conn, LEASE, OP_TTL,
 };
 use super::handoff_tests::{listener, published};
 use super::semaphore_tests::{take_sent, token_of};
@@ -21,14 +20,10 @@ use super::*;
 
 const CANDIDATE_LEASE: Duration = Duration::from_secs(20);
 
-fn sem_keys() -> LockKeys {
-    LockKeys::semaphore(b"t:", b"pool")
-}
-
 /// `holder` takes `permits` of the semaphore's 3 (its acquisition's only send, or a
 /// `recorded` one).
 async fn take(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     permits: u32,
@@ -40,7 +35,7 @@ async fn take(
 
 /// `holder`'s release by `op`, offering `to` its `permits`.
 async fn hand_off(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     op: &str,
@@ -60,10 +55,7 @@ async fn hand_off(
 
 /// The holds' fields (holder id -> value), and the permits held as the layout counts them
 /// (`~used` on the lease zset, which must equal the fields' sum).
-async fn holds(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(HashMap<String, String>, u32), String> {
+async fn holds(conn: &mut Conn, keys: &LockKeys) -> Result<(HashMap<String, String>, u32), String> {
     let hash: HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
     let holds: HashMap<String, String> = hash
         .iter()
@@ -83,10 +75,7 @@ async fn holds(
 /// With one listener (the releasing client's own subscription), the release that ends the
 /// hold grants the candidate its permits: a greater token, its label and lease, the room left,
 /// no message; the releaser's record carries the release's mark.
-async fn grants_the_permits_to_the_candidate(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn grants_the_permits_to_the_candidate(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let mut own = listener(conn, keys).await;
     take(conn, keys, "other", 1, false).await?;
     let first = take(conn, keys, "h1", 2, false).await?;
@@ -133,10 +122,7 @@ async fn grants_the_permits_to_the_candidate(
 
 /// While another client listens on the channel, the release gives the permits back and
 /// publishes: the clients race, and this client's waiters pass nobody over.
-async fn another_listening_client_gets_a_release(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn another_listening_client_gets_a_release(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let _own = listener(conn, keys).await;
     let mut other = listener(conn, keys).await;
     take(conn, keys, "h1", 2, false).await?;
@@ -153,15 +139,10 @@ async fn another_listening_client_gets_a_release(
 
 /// A candidate whose acquisition was cancelled first (`sem_cancel.lua` marked it) is never
 /// granted: the permits come back and the release is published.
-async fn a_cancelled_candidate_is_never_granted(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn a_cancelled_candidate_is_never_granted(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let mut own = listener(conn, keys).await;
     take(conn, keys, "h1", 2, false).await?;
-    undo(conn, keys, "h2", "h2", CancelKind::Acquire)
-        .await
-        .unwrap();
+    cancelled_by(conn, keys, "h2", "h2", CancelKind::Acquire).await;
     let reply = hand_off(conn, keys, "h1", "op1", "h2", 1).await?;
     if reply != (HandoffReply::Released { remaining: 0 }) {
         return Err(format!("a cancelled candidate got permits: {reply:?}"));
@@ -177,9 +158,9 @@ async fn a_cancelled_candidate_is_never_granted(
 /// copy of its own acquisition ran), is not granted: the permits come back, the release is
 /// published, and no hold is counted twice.
 async fn a_candidate_that_does_not_fit_or_holds_is_not_granted(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     let mut own = listener(conn, keys).await;
     take(conn, keys, "h1", 1, false).await?;
     take(conn, keys, "other", 2, false).await?;
@@ -189,9 +170,7 @@ async fn a_candidate_that_does_not_fit_or_holds_is_not_granted(
             "2 free of 3 was handed to a request for 2: {reply:?}"
         ));
     }
-    release(conn, keys, "other", "op2", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    released_by(conn, keys, "other", "op2").await;
     take(conn, keys, "h3", 1, false).await?;
     let straggler = take(conn, keys, "h4", 1, false).await?;
     let reply = hand_off(conn, keys, "h3", "op3", "h4", 1).await?;
@@ -210,9 +189,9 @@ async fn a_candidate_that_does_not_fit_or_holds_is_not_granted(
 /// `sem_release.lua` replays it as a release; once the candidate's hold ended, the copy answers
 /// a plain release. A release with entries left hands nothing on; a non-holder's is refused.
 async fn copies_replay_and_entries_left_hand_nothing_on(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     take(conn, keys, "h1", 2, false).await?;
     reenter(conn, keys, "h1", "in1", OP_TTL).await.unwrap();
     let reply = hand_off(conn, keys, "h1", "out1", "h2", 2).await?;
@@ -229,9 +208,7 @@ async fn copies_replay_and_entries_left_hand_nothing_on(
             "a re-sent copy answered {again:?}, not {granted:?}"
         ));
     }
-    let plain = release(conn, keys, "h1", "op1", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let plain = released_by(conn, keys, "h1", "op1").await;
     if plain != (OwnerReply::Done { remaining: 0 }) {
         return Err(format!("sem_release.lua replayed {plain:?}"));
     }
@@ -242,9 +219,7 @@ async fn copies_replay_and_entries_left_hand_nothing_on(
             "the candidate's own attempt: {replay:?}, not {token:?}"
         ));
     }
-    release(conn, keys, "h2", "op2", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    released_by(conn, keys, "h2", "op2").await;
     let after = hand_off(conn, keys, "h1", "op1", "h2", 2).await?;
     if after != (HandoffReply::Released { remaining: 0 }) {
         return Err(format!("a copy after the grant ended: {after:?}"));

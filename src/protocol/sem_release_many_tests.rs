@@ -7,23 +7,18 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::batch::{hold_release_outcome, Grouped, HoldRelease};
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_take, LEASE,
-    OP_TTL,
+    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_keys,
+    rw_take, Checked, Conn, LEASE, OP_TTL,
 };
 use super::rwlock::{RwAcquireReply, RwMode};
 use super::*;
 
-fn rw_keys() -> LockKeys {
-    LockKeys::rwlock(b"t:", b"ledger")
-}
-
 async fn take(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     mode: RwMode,
@@ -32,11 +27,7 @@ async fn take(
     rw_take(conn, keys, holder, mode, LEASE, wait).await
 }
 
-async fn read(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-    holder: &str,
-) -> Result<(), String> {
+async fn read(conn: &mut Conn, keys: &LockKeys, holder: &str) -> Checked {
     match take(conn, keys, holder, RwMode::Read, false).await {
         RwAcquireReply::Acquired { .. } => Ok(()),
         other => Err(format!("{holder} did not read: {other:?}")),
@@ -45,7 +36,7 @@ async fn read(
 
 /// The releases `(holder, op id)` in one call, each answered.
 async fn release_together(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     releases: &[(&str, &str)],
 ) -> Result<Vec<OwnerReply>, String> {
@@ -64,7 +55,7 @@ async fn release_together(
 }
 
 /// A subscriber on the server `conn` talks to (a check gets only the connection).
-async fn subscriber_of(conn: &mut MultiplexedConnection) -> redis::aio::PubSub {
+async fn subscriber_of(conn: &mut Conn) -> redis::aio::PubSub {
     let (_, port): (String, u16) = redis::cmd("CONFIG")
         .arg("GET")
         .arg("port")
@@ -84,9 +75,9 @@ const DONE: OwnerReply = OwnerReply::Done { remaining: 0 };
 /// hold left and gets in once it is released; a re-sent release replays, and a holder with no
 /// hold is told so, next to a release that ends one.
 async fn grouped_releases_end_holds_as_releases_alone_do(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     for holder in ["a", "b", "c"] {
         read(conn, keys, holder).await?;
     }
@@ -126,9 +117,9 @@ async fn grouped_releases_end_holds_as_releases_alone_do(
 /// Two releases of one hold entered twice, in one call, apply in order: the first leaves an
 /// entry, the second ends the hold.
 async fn releases_of_one_reentered_hold_apply_in_order(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     read(conn, keys, "h").await?;
     match reenter(conn, keys, "h", "h:in", OP_TTL).await.unwrap() {
         EnterReply::Entered { count: 2, .. } => {}
@@ -145,9 +136,9 @@ async fn releases_of_one_reentered_hold_apply_in_order(
 /// Releases that end every hold wake the waiting writer and readers (both channels); with
 /// holds left on the lease-zset path they publish nothing, as releases alone.
 async fn grouped_releases_wake_waiters_as_releases_alone_do(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
-) -> Result<(), String> {
+) -> Checked {
     let writers = keys.rw_writers().unwrap();
     for holder in ["a", "b", "c"] {
         read(conn, keys, holder).await?;
@@ -298,7 +289,7 @@ type Fields = std::collections::HashMap<String, String>;
 
 /// A hold of `holder` on `keys`: one permit of a semaphore of three, or a read of a read-write
 /// lock.
-async fn hold(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
+async fn hold(conn: &mut Conn, keys: &LockKeys, holder: &str) {
     if keys.rw_writers().is_some() {
         return read(conn, keys, holder).await.unwrap();
     }
@@ -325,7 +316,7 @@ async fn hold(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) {
 }
 
 /// Asserts that the lock's keys still expire: the hash, and on the lease-zset path the zset.
-async fn assert_keys_expire(conn: &mut MultiplexedConnection, keys: &LockKeys) {
+async fn assert_keys_expire(conn: &mut Conn, keys: &LockKeys) {
     let hash: i64 = conn.pttl(&keys.lock).await.unwrap();
     assert!(hash > 0, "the hash expires: {hash}");
     if !hold_field_expiry() {
@@ -336,7 +327,7 @@ async fn assert_keys_expire(conn: &mut MultiplexedConnection, keys: &LockKeys) {
 
 /// The hold deadline of `holder` (server ms; -2: none), as the lock keeps it: its field's
 /// expiry, or its score in the lease zset.
-async fn deadline_of(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: &str) -> i64 {
+async fn deadline_of(conn: &mut Conn, keys: &LockKeys, holder: &str) -> i64 {
     if hold_field_expiry() {
         let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
             .arg(&keys.lock)
@@ -354,7 +345,7 @@ async fn deadline_of(conn: &mut MultiplexedConnection, keys: &LockKeys, holder: 
 }
 
 /// A subscriber to the lock's channels: its hash's, and a read-write lock's waiting writers'.
-async fn subscribed(conn: &mut MultiplexedConnection, keys: &LockKeys) -> redis::aio::PubSub {
+async fn subscribed(conn: &mut Conn, keys: &LockKeys) -> redis::aio::PubSub {
     let mut sub = subscriber_of(conn).await;
     sub.subscribe(&keys.lock).await.unwrap();
     if let Some(writers) = keys.rw_writers() {
@@ -366,7 +357,7 @@ async fn subscribed(conn: &mut MultiplexedConnection, keys: &LockKeys) -> redis:
 /// What `sub` received as (channel, payload), up to a probe published now on the hash's
 /// channel: everything published before it.
 async fn messages_before_probe(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     sub: &mut redis::aio::PubSub,
     keys: &LockKeys,
 ) -> Vec<(String, String)> {

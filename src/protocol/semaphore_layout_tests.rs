@@ -4,6 +4,7 @@
 //! kept, and nothing left after the last release.
 
 use super::*;
+use crate::protocol::contract_tests::{hold_test, released_by};
 
 /// The layout DESIGN.md gives: the hash with the limit, the sum, the keys' expiry and one
 /// field per hold, the zset of deadlines; both keys expire one lease after the hold's
@@ -26,19 +27,13 @@ async fn a_hold_is_laid_out_as_documented_and_leaves_nothing_behind() {
         let pttl: i64 = conn.pttl(&key).await.unwrap();
         assert!(pttl > lease && pttl <= 2 * lease, "{pttl}");
     }
-    let reply = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let reply = released_by(&mut conn, &keys, "h", "r").await;
     assert_eq!(reply, OwnerReply::Done { remaining: 0 });
     assert_nothing_left(&mut conn, &keys).await;
 }
 
 /// Each field's own expiry, in server ms (-1: none, -2: no such field).
-async fn field_deadlines(
-    conn: &mut MultiplexedConnection,
-    key: &[u8],
-    fields: &[&str],
-) -> Vec<i64> {
+async fn field_deadlines(conn: &mut Conn, key: &[u8], fields: &[&str]) -> Vec<i64> {
     redis::cmd("HPEXPIRETIME")
         .arg(key)
         .arg("FIELDS")
@@ -50,7 +45,7 @@ async fn field_deadlines(
 }
 
 /// The server clock in ms.
-async fn server_ms(conn: &mut MultiplexedConnection) -> i64 {
+async fn server_ms(conn: &mut Conn) -> i64 {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
     secs * 1000 + micros / 1000
 }
@@ -115,9 +110,7 @@ async fn a_hold_with_field_expiry_is_laid_out_as_documented_and_leaves_nothing_b
     );
     let renewed = field_deadlines(&mut conn, &keys.lock, &["h"]).await;
     assert!(renewed[0] > deadlines[0], "{renewed:?} after {deadlines:?}");
-    let reply = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let reply = released_by(&mut conn, &keys, "h", "r").await;
     assert_eq!(reply, OwnerReply::Done { remaining: 0 });
     assert_nothing_left(&mut conn, &keys).await;
 }
@@ -156,9 +149,7 @@ async fn the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashe
             .await;
         tokio::time::sleep(SHORT + Duration::from_millis(5)).await;
         let counted: usize = conn.hlen(&keys.lock).await.unwrap();
-        let reply = release(&mut conn, &keys, &alive, &op, OP_TTL, PubSub::Classic)
-            .await
-            .unwrap();
+        let reply = released_by(&mut conn, &keys, &alive, &op).await;
         assert_eq!(reply, OwnerReply::Done { remaining: 0 });
         assert_nothing_left(&mut conn, &keys).await;
         // `~limit`, `~expiry`, the live hold and the expired one not yet reclaimed.
@@ -214,9 +205,7 @@ async fn a_semaphore_keeps_the_way_it_was_created_with() {
         let zset: usize = conn.zcard(keys.sem_leases()).await.unwrap();
         assert_eq!(zset, if created_with_fields { 0 } else { 2 });
         for (holder, op) in [("first", "r1"), ("second", "r2")] {
-            let reply = release(&mut conn, &keys, holder, op, OP_TTL, PubSub::Classic)
-                .await
-                .unwrap();
+            let reply = released_by(&mut conn, &keys, holder, op).await;
             assert_eq!(reply, OwnerReply::Done { remaining: 0 });
         }
         assert_nothing_left(&mut conn, &keys).await;
@@ -286,77 +275,59 @@ async fn a_field_expiry_request_gets_the_lease_zset_where_the_server_cannot_keep
         deadline.is_some(),
         "the hold's deadline is in the lease zset"
     );
-    let reply = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let reply = released_by(&mut conn, &keys, "h", "r").await;
     assert_eq!(reply, OwnerReply::Done { remaining: 0 });
     assert_nothing_left(&mut conn, &keys).await;
 }
 
-/// A hold whose field was removed in Redis (an operator's HDEL) is not renewed: its holder
-/// learns that it lost it.
-#[tokio::test]
-async fn a_hold_whose_field_was_removed_is_not_renewed() {
-    for_each_hold_expiry(
-        "a_hold_whose_field_was_removed_is_not_renewed",
-        async || {
-            let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
-            let keys = sem_keys();
-            token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
-            token_of(take(&mut conn, &keys, "b", 1, LEASE).await).unwrap();
-            let _: () = conn.hdel(&keys.lock, "a").await.unwrap();
-            assert_eq!(
-                renew(&mut conn, &[(&keys, "a"), (&keys, "b")], LEASE)
-                    .await
-                    .unwrap(),
-                [false, true]
-            );
-        },
-    )
-    .await;
+hold_test! {
+    /// A hold whose field was removed in Redis (an operator's HDEL) is not renewed: its holder
+    /// learns that it lost it.
+    async fn a_hold_whose_field_was_removed_is_not_renewed(_server, conn, keys = sem_keys()) {
+        token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
+        token_of(take(&mut conn, &keys, "b", 1, LEASE).await).unwrap();
+        let _: () = conn.hdel(&keys.lock, "a").await.unwrap();
+        assert_eq!(
+            renew(&mut conn, &[(&keys, "a"), (&keys, "b")], LEASE)
+                .await
+                .unwrap(),
+            [false, true]
+        );
+    }
 }
 
-/// The keys expire no earlier than the latest hold's deadline: a shorter hold granted later
-/// does not bring their expiry forward, nor does the release of the longest hold (the keys
-/// then outlive the holds left by at most its lease). An operator's new limit finds the
-/// semaphore idle once those holds' leases passed, and nothing is left.
-#[tokio::test]
-async fn the_keys_outlive_every_hold_and_go_with_the_last() {
-    for_each_hold_expiry(
-        "the_keys_outlive_every_hold_and_go_with_the_last",
-        async || {
-            use crate::protocol::semaphore::sem_limit;
-            let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
-            let keys = sem_keys();
-            token_of(take(&mut conn, &keys, "long", 1, LEASE).await).unwrap();
-            token_of(take(&mut conn, &keys, "short", 1, SHORT).await).unwrap();
-            let mut keys_now = vec![keys.lock.clone()];
-            if !crate::protocol::contract_tests::hold_field_expiry() {
-                keys_now.push(keys.sem_leases());
-            }
-            for key in &keys_now {
-                let pttl: i64 = conn.pttl(key).await.unwrap();
-                assert!(
-                    pttl > SHORT.as_millis() as i64,
-                    "{pttl} after the short hold"
-                );
-            }
-            let reply = release(&mut conn, &keys, "long", "r", OP_TTL, PubSub::Classic)
-                .await
-                .unwrap();
-            assert_eq!(reply, OwnerReply::Done { remaining: 0 });
-            tokio::time::sleep(SHORT * 2).await;
-            assert_eq!(
-                sem_limit(&mut conn, &keys, 5, PubSub::Classic)
-                    .await
-                    .unwrap(),
-                None,
-                "a new limit once the hold left has expired"
+hold_test! {
+    /// The keys expire no earlier than the latest hold's deadline: a shorter hold granted later
+    /// does not bring their expiry forward, nor does the release of the longest hold (the keys
+    /// then outlive the holds left by at most its lease). An operator's new limit finds the
+    /// semaphore idle once those holds' leases passed, and nothing is left.
+    async fn the_keys_outlive_every_hold_and_go_with_the_last(_server, conn, keys = sem_keys()) {
+        use crate::protocol::semaphore::sem_limit;
+        token_of(take(&mut conn, &keys, "long", 1, LEASE).await).unwrap();
+        token_of(take(&mut conn, &keys, "short", 1, SHORT).await).unwrap();
+        let mut keys_now = vec![keys.lock.clone()];
+        if !crate::protocol::contract_tests::hold_field_expiry() {
+            keys_now.push(keys.sem_leases());
+        }
+        for key in &keys_now {
+            let pttl: i64 = conn.pttl(key).await.unwrap();
+            assert!(
+                pttl > SHORT.as_millis() as i64,
+                "{pttl} after the short hold"
             );
-            assert_nothing_left(&mut conn, &keys).await;
-        },
-    )
-    .await;
+        }
+        let reply = released_by(&mut conn, &keys, "long", "r").await;
+        assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+        tokio::time::sleep(SHORT * 2).await;
+        assert_eq!(
+            sem_limit(&mut conn, &keys, 5, PubSub::Classic)
+                .await
+                .unwrap(),
+            None,
+            "a new limit once the hold left has expired"
+        );
+        assert_nothing_left(&mut conn, &keys).await;
+    }
 }
 
 /// With the lease zset, the keys' expiry moves only when a deadline passes `~until`, and
@@ -366,7 +337,7 @@ async fn the_keys_outlive_every_hold_and_go_with_the_last() {
 async fn the_keys_expiry_moves_once_per_lease() {
     let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
     let keys = sem_keys();
-    let until = async |conn: &mut MultiplexedConnection| -> i64 {
+    let until = async |conn: &mut Conn| -> i64 {
         let text: String = conn.hget(&keys.lock, "~until").await.unwrap();
         text.parse().unwrap()
     };

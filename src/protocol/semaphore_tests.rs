@@ -5,12 +5,11 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::contract_tests::undo;
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, LEASE, OP_TTL,
+    assert_nothing_left, cancelled_by, contract_checks, hold_field_expiry, hold_test, released_by,
+    sem_keys, Checked, Conn, LEASE, OP_TTL,
 };
 use super::semaphore::{sem_acquire, SemAcquireReply};
 use super::*;
@@ -27,12 +26,8 @@ const LIMIT: u32 = 3;
 /// A lease that runs out during a check.
 const SHORT: Duration = Duration::from_millis(60);
 
-fn sem_keys() -> LockKeys {
-    LockKeys::semaphore(b"t:", b"pool")
-}
-
 async fn take(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     permits: u32,
@@ -44,7 +39,7 @@ async fn take(
 /// [`take`] by a send that `recorded` its acquisition (one sent after a send of unknown
 /// outcome: only such an acquisition can have a late copy).
 pub(super) async fn take_sent(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     permits: u32,
@@ -72,7 +67,7 @@ pub(super) async fn take_sent(
 /// [`take`] by a fair-handoff client, on a semaphore of 4 permits; `wait`: the caller will wait
 /// (a busy attempt queues it).
 async fn take_fair(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
     permits: u32,
@@ -107,7 +102,7 @@ pub(super) fn token_of(reply: SemAcquireReply) -> Result<FencingToken, String> {
 /// The permits held: the sum over the holds' fields (`None`: no hash). Also checks the
 /// layout of the way in scope: with field expiry the hash says so and keeps no `~used`; with
 /// the lease zset `~used` equals the sum.
-async fn used(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Option<u32> {
+async fn used(conn: &mut Conn, keys: &LockKeys) -> Option<u32> {
     let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
     if hash.is_empty() {
         return None;
@@ -131,10 +126,7 @@ async fn used(conn: &mut MultiplexedConnection, keys: &LockKeys) -> Option<u32> 
 }
 
 /// However the requests interleave, the holds never have more permits than the limit.
-async fn never_more_than_the_limit(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn never_more_than_the_limit(conn: &mut Conn, keys: &LockKeys) -> Checked {
     token_of(take(conn, keys, "a", 2, LEASE).await)?;
     match take(conn, keys, "b", 2, LEASE).await {
         SemAcquireReply::Busy {
@@ -156,19 +148,14 @@ async fn never_more_than_the_limit(
 }
 
 /// A hold whose lease passed gives its permits back at the next script, without a release.
-async fn an_expired_hold_gives_its_permits_back(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn an_expired_hold_gives_its_permits_back(conn: &mut Conn, keys: &LockKeys) -> Checked {
     token_of(take(conn, keys, "crashed", 2, SHORT).await)?;
     token_of(take(conn, keys, "alive", 1, LEASE).await)?;
     tokio::time::sleep(SHORT * 2).await;
     token_of(take(conn, keys, "next", 2, LEASE).await)
         .map_err(|e| format!("after the crashed hold's lease: {e}"))?;
     let stale: Option<String> = conn.hget(&keys.lock, "crashed").await.unwrap();
-    let release = release(conn, keys, "crashed", "r1", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let release = released_by(conn, keys, "crashed", "r1").await;
     match (stale, release, used(conn, keys).await) {
         (None, OwnerReply::NotHeld, Some(3)) => Ok(()),
         other => Err(format!(
@@ -179,10 +166,7 @@ async fn an_expired_hold_gives_its_permits_back(
 
 /// A re-sent acquisition is answered from the hold it made, a re-sent release from its mark;
 /// each applies once, and a copy of the acquisition arriving after the release does nothing.
-async fn resent_requests_apply_once(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn resent_requests_apply_once(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let first = token_of(take(conn, keys, "a", 2, LEASE).await)?;
     let again = token_of(take(conn, keys, "a", 2, LEASE).await)
         .map_err(|e| format!("the re-sent acquisition: {e}"))?;
@@ -193,16 +177,12 @@ async fn resent_requests_apply_once(
         ));
     }
     for attempt in 0..2 {
-        let reply = release(conn, keys, "a", "r1", OP_TTL, PubSub::Classic)
-            .await
-            .unwrap();
+        let reply = released_by(conn, keys, "a", "r1").await;
         if reply != (OwnerReply::Done { remaining: 0 }) {
             return Err(format!("release copy {attempt} answered {reply:?}"));
         }
     }
-    let other_op = release(conn, keys, "a", "r2", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    let other_op = released_by(conn, keys, "a", "r2").await;
     let late = take(conn, keys, "a", 2, LEASE).await;
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     match (other_op, late, exists) {
@@ -215,10 +195,7 @@ async fn resent_requests_apply_once(
 
 /// Renewal sets a live hold's deadline again, refuses a stranger, and never revives a hold
 /// whose lease passed (its permits may have been counted free already).
-async fn renewal_is_owner_checked_and_never_revives(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
+async fn renewal_is_owner_checked_and_never_revives(conn: &mut Conn, keys: &LockKeys) -> Checked {
     token_of(take(conn, keys, "short", 1, SHORT).await)?;
     token_of(take(conn, keys, "long", 1, LEASE).await)?;
     tokio::time::sleep(SHORT * 2).await;
@@ -244,11 +221,8 @@ async fn renewal_is_owner_checked_and_never_revives(
 /// In fair mode the oldest queued request is protected: a small one that would fit is refused
 /// while it would leave the head short; the head then gets in; an entry whose waiter died
 /// stops protecting, and a waiter's cancel takes its entry out.
-async fn the_queue_head_is_protected(
-    conn: &mut MultiplexedConnection,
-    keys: &LockKeys,
-) -> Result<(), String> {
-    let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, wait, lease| {
+async fn the_queue_head_is_protected(conn: &mut Conn, keys: &LockKeys) -> Checked {
+    let ask = async |conn: &mut Conn, holder: &str, permits, wait, lease| {
         take_fair(conn, keys, holder, permits, wait, lease).await
     };
     token_of(ask(conn, "held", 3, false, LEASE).await)?;
@@ -266,17 +240,13 @@ async fn the_queue_head_is_protected(
             ))
         }
     }
-    release(conn, keys, "held", "r1", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    released_by(conn, keys, "held", "r1").await;
     match ask(conn, "small", 1, false, LEASE).await {
         SemAcquireReply::Busy { .. } => {}
         other => return Err(format!("with all 4 free, the small request got {other:?}")),
     }
     token_of(ask(conn, "big", 4, true, LEASE).await).map_err(|e| format!("the queue head: {e}"))?;
-    release(conn, keys, "big", "r2", OP_TTL, PubSub::Classic)
-        .await
-        .unwrap();
+    released_by(conn, keys, "big", "r2").await;
     // A head whose waiter died (its entry's deadline passed) protects nobody.
     token_of(ask(conn, "held-again", 3, false, SHORT).await)?;
     let _ = ask(conn, "dead", 4, true, SHORT).await;
@@ -285,17 +255,10 @@ async fn the_queue_head_is_protected(
         .map_err(|e| format!("after the dead head's entry ended: {e}"))?;
     // A waiter that gives up takes its entry out.
     let _ = ask(conn, "quitter", 4, true, LEASE).await;
-    undo(conn, keys, "quitter", "quitter", CancelKind::Acquire)
-        .await
-        .unwrap();
+    cancelled_by(conn, keys, "quitter", "quitter", CancelKind::Acquire).await;
     token_of(ask(conn, "small2", 1, false, LEASE).await)
         .map_err(|e| format!("after the waiter gave up: {e}"))
         .map(|_| ())
-}
-
-/// The keys every check starts from.
-fn free_keys() -> LockKeys {
-    sem_keys()
 }
 
 contract_checks! {
@@ -305,7 +268,7 @@ contract_checks! {
     /// holds, which `SemKeepsExpiredHolds` and `SemRenewRevivesExpired` break only on the zset.
     the_semaphore_contract_checks_hold,
     the_semaphore_scripts_negative_controls_are_caught,
-    free_keys, per_hold_expiry;
+    sem_keys, per_hold_expiry;
     never_more_than_the_limit => [Control::SemAcquireIgnoresLimit],
     an_expired_hold_gives_its_permits_back => [Control::SemKeepsExpiredHolds],
     resent_requests_apply_once => [Control::SemResendNotRecognised],
@@ -313,22 +276,74 @@ contract_checks! {
     the_queue_head_is_protected => [Control::SemIgnoresQueueHead],
 }
 
-/// A recorded limit wins over the caller's; a request above it is refused, not queued.
-#[tokio::test]
-async fn the_recorded_limit_wins_and_a_request_above_it_is_refused() {
-    for_each_hold_expiry(
-        "the_recorded_limit_wins_and_a_request_above_it_is_refused",
-        async || {
-            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-            let keys = sem_keys();
-            token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
-            let _: () = conn.hset(&keys.lock, "~limit", 2).await.unwrap();
-            let wider = sem_acquire(
+hold_test! {
+    /// A recorded limit wins over the caller's; a request above it is refused, not queued.
+    async fn the_recorded_limit_wins_and_a_request_above_it_is_refused(_server, conn, keys = sem_keys()) {
+        token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
+        let _: () = conn.hset(&keys.lock, "~limit", 2).await.unwrap();
+        let wider = sem_acquire(
+            &mut conn,
+            &keys,
+            "b",
+            1,
+            10,
+            LEASE,
+            OP_TTL,
+            PubSub::Classic,
+            None,
+            hold_field_expiry(),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(
+                wider,
+                SemAcquireReply::Acquired {
+                    limit: 2,
+                    free: 0,
+                    ..
+                }
+            ),
+            "{wider:?}"
+        );
+        let over = take(&mut conn, &keys, "c", 3, LEASE).await;
+        assert_eq!(over, SemAcquireReply::OverLimit { limit: 2 });
+    }
+}
+
+hold_test! {
+    /// Cancelling undoes a hold that ran, once; cancelling first makes the late request a no-op.
+    async fn a_cancel_undoes_a_hold_or_forestalls_it(_server, conn, keys = sem_keys()) {
+        token_of(take(&mut conn, &keys, "ran", 2, LEASE).await).unwrap();
+        let undone = cancelled_by(&mut conn, &keys, "ran", "ran", CancelKind::Acquire).await;
+        assert_eq!(undone, CancelReply::Undone { remaining: 0 });
+        let again = cancelled_by(&mut conn, &keys, "ran", "ran", CancelKind::Acquire).await;
+        assert_eq!(again, CancelReply::NotRun);
+        let early = cancelled_by(&mut conn, &keys, "early", "early", CancelKind::Acquire).await;
+        assert_eq!(early, CancelReply::NotRun);
+        assert_eq!(
+            take(&mut conn, &keys, "early", 1, LEASE).await,
+            SemAcquireReply::Cancelled
+        );
+        let exists: bool = conn.exists(&keys.lock).await.unwrap();
+        assert!(!exists, "nothing held after both cancels");
+    }
+}
+
+hold_test! {
+    /// Foreign data under a semaphore key fails every script with a typed error, and nothing is
+    /// written: not the fence counter, not an op record.
+    async fn foreign_data_is_refused_and_nothing_is_written(_server, conn, keys = sem_keys()) {
+        for key in [keys.lock.clone(), keys.sem_leases()] {
+            let _: () = conn.set(&key, "foreign").await.unwrap();
+            let err = sem_acquire(
                 &mut conn,
                 &keys,
-                "b",
+                "h",
                 1,
-                10,
+                LIMIT,
                 LEASE,
                 OP_TTL,
                 PubSub::Classic,
@@ -338,191 +353,80 @@ async fn the_recorded_limit_wins_and_a_request_above_it_is_refused() {
                 false,
             )
             .await
-            .unwrap();
-            assert!(
-                matches!(
-                    wider,
-                    SemAcquireReply::Acquired {
-                        limit: 2,
-                        free: 0,
-                        ..
-                    }
-                ),
-                "{wider:?}"
-            );
-            let over = take(&mut conn, &keys, "c", 3, LEASE).await;
-            assert_eq!(over, SemAcquireReply::OverLimit { limit: 2 });
-        },
-    )
-    .await;
-}
-
-/// Cancelling undoes a hold that ran, once; cancelling first makes the late request a no-op.
-#[tokio::test]
-async fn a_cancel_undoes_a_hold_or_forestalls_it() {
-    for_each_hold_expiry("a_cancel_undoes_a_hold_or_forestalls_it", async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = sem_keys();
-        let ps = PubSub::Classic;
-        token_of(take(&mut conn, &keys, "ran", 2, LEASE).await).unwrap();
-        let undone = cancel(
-            &mut conn,
-            &keys,
-            "ran",
-            "ran",
-            CancelKind::Acquire,
-            OP_TTL,
-            ps,
-        )
-        .await
-        .unwrap();
-        assert_eq!(undone, CancelReply::Undone { remaining: 0 });
-        let again = cancel(
-            &mut conn,
-            &keys,
-            "ran",
-            "ran",
-            CancelKind::Acquire,
-            OP_TTL,
-            ps,
-        )
-        .await
-        .unwrap();
-        assert_eq!(again, CancelReply::NotRun);
-        let early = cancel(
-            &mut conn,
-            &keys,
-            "early",
-            "early",
-            CancelKind::Acquire,
-            OP_TTL,
-            ps,
-        )
-        .await
-        .unwrap();
-        assert_eq!(early, CancelReply::NotRun);
-        assert_eq!(
-            take(&mut conn, &keys, "early", 1, LEASE).await,
-            SemAcquireReply::Cancelled
-        );
-        let exists: bool = conn.exists(&keys.lock).await.unwrap();
-        assert!(!exists, "nothing held after both cancels");
-    })
-    .await;
-}
-
-/// Foreign data under a semaphore key fails every script with a typed error, and nothing is
-/// written: not the fence counter, not an op record.
-#[tokio::test]
-async fn foreign_data_is_refused_and_nothing_is_written() {
-    for_each_hold_expiry(
-        "foreign_data_is_refused_and_nothing_is_written",
-        async || {
-            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-            let keys = sem_keys();
-            for key in [keys.lock.clone(), keys.sem_leases()] {
-                let _: () = conn.set(&key, "foreign").await.unwrap();
-                let err = sem_acquire(
-                    &mut conn,
-                    &keys,
-                    "h",
-                    1,
-                    LIMIT,
-                    LEASE,
-                    OP_TTL,
-                    PubSub::Classic,
-                    None,
-                    hold_field_expiry(),
-                    None,
-                    false,
-                )
+            .unwrap_err();
+            assert!(err.is_wrong_type(), "{err:?}");
+            let err = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
                 .await
                 .unwrap_err();
-                assert!(err.is_wrong_type(), "{err:?}");
-                let err = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
-                    .await
-                    .unwrap_err();
-                assert!(err.is_wrong_type(), "{err:?}");
-                assert_eq!(
-                    renew(&mut conn, &[(&keys, "h")], LEASE).await.unwrap(),
-                    [false]
-                );
-                let _: () = conn.del(&key).await.unwrap();
-            }
-            let written: usize = conn
-                .exists(&[keys.fence.clone(), keys.op("h"), keys.op("r")])
+            assert!(err.is_wrong_type(), "{err:?}");
+            assert_eq!(
+                renew(&mut conn, &[(&keys, "h")], LEASE).await.unwrap(),
+                [false]
+            );
+            let _: () = conn.del(&key).await.unwrap();
+        }
+        let written: usize = conn
+            .exists(&[keys.fence.clone(), keys.op("h"), keys.op("r")])
+            .await
+            .unwrap();
+        assert_eq!(written, 0);
+    }
+}
+
+hold_test! {
+    /// An operator's new limit governs a semaphore in use at once (a raised one lets a waiter in,
+    /// and tells it); an idle semaphore records nothing.
+    async fn an_operator_changes_the_limit_of_a_semaphore_in_use(_server, conn, keys = sem_keys()) {
+        use super::semaphore::sem_limit;
+        assert_eq!(
+            sem_limit(&mut conn, &keys, 5, PubSub::Classic)
                 .await
-                .unwrap();
-            assert_eq!(written, 0);
-        },
-    )
-    .await;
+                .unwrap(),
+            None
+        );
+        let exists: bool = conn.exists(&keys.lock).await.unwrap();
+        assert!(!exists, "an idle semaphore's limit is not recorded");
+        token_of(take(&mut conn, &keys, "a", 3, LEASE).await).unwrap();
+        assert!(matches!(
+            take(&mut conn, &keys, "b", 2, LEASE).await,
+            SemAcquireReply::Busy { .. }
+        ));
+        assert_eq!(
+            sem_limit(&mut conn, &keys, 5, PubSub::Classic)
+                .await
+                .unwrap(),
+            Some(3)
+        );
+        let reply = take(&mut conn, &keys, "b", 2, LEASE).await;
+        assert!(
+            matches!(
+                reply,
+                SemAcquireReply::Acquired {
+                    limit: 5,
+                    free: 0,
+                    ..
+                }
+            ),
+            "{reply:?}"
+        );
+        // Lowered under what is held: nothing is revoked, nothing new fits.
+        assert_eq!(
+            sem_limit(&mut conn, &keys, 1, PubSub::Classic)
+                .await
+                .unwrap(),
+            Some(5)
+        );
+        assert!(matches!(
+            take(&mut conn, &keys, "c", 1, LEASE).await,
+            SemAcquireReply::Busy { .. }
+        ));
+        assert_eq!(used(&mut conn, &keys).await, Some(5));
+    }
 }
 
-/// An operator's new limit governs a semaphore in use at once (a raised one lets a waiter in,
-/// and tells it); an idle semaphore records nothing.
-#[tokio::test]
-async fn an_operator_changes_the_limit_of_a_semaphore_in_use() {
-    for_each_hold_expiry(
-        "an_operator_changes_the_limit_of_a_semaphore_in_use",
-        async || {
-            use super::semaphore::sem_limit;
-            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-            let keys = sem_keys();
-            assert_eq!(
-                sem_limit(&mut conn, &keys, 5, PubSub::Classic)
-                    .await
-                    .unwrap(),
-                None
-            );
-            let exists: bool = conn.exists(&keys.lock).await.unwrap();
-            assert!(!exists, "an idle semaphore's limit is not recorded");
-            token_of(take(&mut conn, &keys, "a", 3, LEASE).await).unwrap();
-            assert!(matches!(
-                take(&mut conn, &keys, "b", 2, LEASE).await,
-                SemAcquireReply::Busy { .. }
-            ));
-            assert_eq!(
-                sem_limit(&mut conn, &keys, 5, PubSub::Classic)
-                    .await
-                    .unwrap(),
-                Some(3)
-            );
-            let reply = take(&mut conn, &keys, "b", 2, LEASE).await;
-            assert!(
-                matches!(
-                    reply,
-                    SemAcquireReply::Acquired {
-                        limit: 5,
-                        free: 0,
-                        ..
-                    }
-                ),
-                "{reply:?}"
-            );
-            // Lowered under what is held: nothing is revoked, nothing new fits.
-            assert_eq!(
-                sem_limit(&mut conn, &keys, 1, PubSub::Classic)
-                    .await
-                    .unwrap(),
-                Some(5)
-            );
-            assert!(matches!(
-                take(&mut conn, &keys, "c", 1, LEASE).await,
-                SemAcquireReply::Busy { .. }
-            ));
-            assert_eq!(used(&mut conn, &keys).await, Some(5));
-        },
-    )
-    .await;
-}
-
-/// A busy reply says how long until the earliest deadline among the holds, not a later one.
-#[tokio::test]
-async fn a_busy_reply_waits_until_the_earliest_deadline() {
-    for_each_hold_expiry("a_busy_reply_waits_until_the_earliest_deadline", async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = sem_keys();
+hold_test! {
+    /// A busy reply says how long until the earliest deadline among the holds, not a later one.
+    async fn a_busy_reply_waits_until_the_earliest_deadline(_server, conn, keys = sem_keys()) {
         token_of(take(&mut conn, &keys, "long", 2, LEASE).await).unwrap();
         token_of(take(&mut conn, &keys, "short", 1, SHORT).await).unwrap();
         let reply = take(&mut conn, &keys, "c", 1, LEASE).await;
@@ -530,8 +434,7 @@ async fn a_busy_reply_waits_until_the_earliest_deadline() {
             matches!(reply, SemAcquireReply::Busy { wait: Some(wait), free: 0, .. } if wait <= SHORT),
             "{reply:?}"
         );
-    })
-    .await;
+    }
 }
 
 /// A subscriber to `channels` on `server`, on a connection of its own.
@@ -557,114 +460,83 @@ pub(super) async fn next_message(sub: &mut redis::aio::PubSub) -> Option<Vec<u8>
         .map(|msg| msg.get_channel_name().as_bytes().to_vec())
 }
 
-/// A hold whose lease passed is not held for any script, even before another one dropped
-/// it: its release is told it holds nothing, an operator's new limit finds the semaphore
-/// idle, and a late copy of its acquisition (its op record says it ran) takes nothing.
-#[tokio::test]
-async fn a_hold_whose_lease_passed_is_gone_for_every_script() {
-    for_each_hold_expiry(
-        "a_hold_whose_lease_passed_is_gone_for_every_script",
-        async || {
-            use super::semaphore::sem_limit;
-            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-            let keys = sem_keys();
-            // a's acquisition was re-sent: the copy below is its first send, arriving late.
-            token_of(take_sent(&mut conn, &keys, "a", 1, SHORT, true).await).unwrap();
-            token_of(take(&mut conn, &keys, "b", 1, SHORT).await).unwrap();
-            // A live hold keeps the semaphore's keys alive past the two short leases.
-            token_of(take(&mut conn, &keys, "keeper", 1, LEASE).await).unwrap();
-            tokio::time::sleep(SHORT * 2).await;
-            let late = take(&mut conn, &keys, "a", 1, LEASE).await;
-            assert_eq!(
-                late,
-                SemAcquireReply::Cancelled,
-                "a late copy of a's acquisition"
-            );
-            let reply = release(&mut conn, &keys, "b", "r", OP_TTL, PubSub::Classic)
-                .await
-                .unwrap();
-            assert_eq!(reply, OwnerReply::NotHeld, "b's release after its lease");
-            assert_eq!(used(&mut conn, &keys).await, Some(1), "the keeper's permit");
-            let reply = release(&mut conn, &keys, "keeper", "rk", OP_TTL, PubSub::Classic)
-                .await
-                .unwrap();
-            assert_eq!(reply, OwnerReply::Done { remaining: 0 });
-            assert_nothing_left(&mut conn, &keys).await;
-            token_of(take(&mut conn, &keys, "c", 1, SHORT).await).unwrap();
-            tokio::time::sleep(SHORT * 2).await;
-            let limit = sem_limit(&mut conn, &keys, 5, PubSub::Classic)
-                .await
-                .unwrap();
-            assert_eq!(limit, None, "a new limit after the last hold's lease");
-            assert_nothing_left(&mut conn, &keys).await;
-        },
-    )
-    .await;
+hold_test! {
+    /// A hold whose lease passed is not held for any script, even before another one dropped
+    /// it: its release is told it holds nothing, an operator's new limit finds the semaphore
+    /// idle, and a late copy of its acquisition (its op record says it ran) takes nothing.
+    async fn a_hold_whose_lease_passed_is_gone_for_every_script(_server, conn, keys = sem_keys()) {
+        use super::semaphore::sem_limit;
+        // a's acquisition was re-sent: the copy below is its first send, arriving late.
+        token_of(take_sent(&mut conn, &keys, "a", 1, SHORT, true).await).unwrap();
+        token_of(take(&mut conn, &keys, "b", 1, SHORT).await).unwrap();
+        // A live hold keeps the semaphore's keys alive past the two short leases.
+        token_of(take(&mut conn, &keys, "keeper", 1, LEASE).await).unwrap();
+        tokio::time::sleep(SHORT * 2).await;
+        let late = take(&mut conn, &keys, "a", 1, LEASE).await;
+        assert_eq!(
+            late,
+            SemAcquireReply::Cancelled,
+            "a late copy of a's acquisition"
+        );
+        let reply = released_by(&mut conn, &keys, "b", "r").await;
+        assert_eq!(reply, OwnerReply::NotHeld, "b's release after its lease");
+        assert_eq!(used(&mut conn, &keys).await, Some(1), "the keeper's permit");
+        let reply = released_by(&mut conn, &keys, "keeper", "rk").await;
+        assert_eq!(reply, OwnerReply::Done { remaining: 0 });
+        assert_nothing_left(&mut conn, &keys).await;
+        token_of(take(&mut conn, &keys, "c", 1, SHORT).await).unwrap();
+        tokio::time::sleep(SHORT * 2).await;
+        let limit = sem_limit(&mut conn, &keys, 5, PubSub::Classic)
+            .await
+            .unwrap();
+        assert_eq!(limit, None, "a new limit after the last hold's lease");
+        assert_nothing_left(&mut conn, &keys).await;
+    }
 }
 
-/// Tokens keep increasing from the slot's fence counter even when it runs ahead of the
-/// clock (the floor the clock gives does not hide a counter that was not written back).
-#[tokio::test]
-async fn tokens_follow_a_fence_counter_ahead_of_the_clock() {
-    for_each_hold_expiry(
-        "tokens_follow_a_fence_counter_ahead_of_the_clock",
-        async || {
-            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-            let keys = sem_keys();
-            let ahead: u64 = 4_000_000_000_000_000;
-            let _: () = conn.set(&keys.fence, ahead).await.unwrap();
-            let first = token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
-            let second = token_of(take(&mut conn, &keys, "b", 1, LEASE).await).unwrap();
-            assert_eq!(first.get(), ahead + 1);
-            assert_eq!(second.get(), ahead + 2);
-        },
-    )
-    .await;
+hold_test! {
+    /// Tokens keep increasing from the slot's fence counter even when it runs ahead of the
+    /// clock (the floor the clock gives does not hide a counter that was not written back).
+    async fn tokens_follow_a_fence_counter_ahead_of_the_clock(_server, conn, keys = sem_keys()) {
+        let ahead: u64 = 4_000_000_000_000_000;
+        let _: () = conn.set(&keys.fence, ahead).await.unwrap();
+        let first = token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
+        let second = token_of(take(&mut conn, &keys, "b", 1, LEASE).await).unwrap();
+        assert_eq!(first.get(), ahead + 1);
+        assert_eq!(second.get(), ahead + 2);
+    }
 }
 
-/// In fair mode a waiter keeps its place in the queue across its attempts: the one that
-/// queued first stays the head, and a later one is held back for it.
-#[tokio::test]
-async fn a_waiter_keeps_its_place_in_the_queue_across_attempts() {
-    for_each_hold_expiry(
-        "a_waiter_keeps_its_place_in_the_queue_across_attempts",
-        async || {
-            let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-            let keys = sem_keys();
-            let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, wait| {
-                take_fair(conn, &keys, holder, permits, wait, LEASE).await
-            };
-            token_of(ask(&mut conn, "held", 3, false).await).unwrap();
-            for holder in ["first", "second", "first"] {
-                let reply = ask(&mut conn, holder, 3, true).await;
-                assert!(
-                    matches!(reply, SemAcquireReply::Busy { .. }),
-                    "{holder}: {reply:?}"
-                );
-            }
-            release(&mut conn, &keys, "held", "r", OP_TTL, PubSub::Classic)
-                .await
-                .unwrap();
-            let second = ask(&mut conn, "second", 3, true).await;
+hold_test! {
+    /// In fair mode a waiter keeps its place in the queue across its attempts: the one that
+    /// queued first stays the head, and a later one is held back for it.
+    async fn a_waiter_keeps_its_place_in_the_queue_across_attempts(_server, conn, keys = sem_keys()) {
+        let ask = async |conn: &mut Conn, holder: &str, permits, wait| {
+            take_fair(conn, &keys, holder, permits, wait, LEASE).await
+        };
+        token_of(ask(&mut conn, "held", 3, false).await).unwrap();
+        for holder in ["first", "second", "first"] {
+            let reply = ask(&mut conn, holder, 3, true).await;
             assert!(
-                matches!(second, SemAcquireReply::Busy { .. }),
-                "the second waiter ahead of the first: {second:?}"
+                matches!(reply, SemAcquireReply::Busy { .. }),
+                "{holder}: {reply:?}"
             );
-            token_of(ask(&mut conn, "first", 3, true).await).unwrap();
-        },
-    )
-    .await;
+        }
+        released_by(&mut conn, &keys, "held", "r").await;
+        let second = ask(&mut conn, "second", 3, true).await;
+        assert!(
+            matches!(second, SemAcquireReply::Busy { .. }),
+            "the second waiter ahead of the first: {second:?}"
+        );
+        token_of(ask(&mut conn, "first", 3, true).await).unwrap();
+    }
 }
 
-/// A waiter whose entry passed (it died) stops protecting its place even while the queue
-/// lives on for a later waiter: that one becomes the head and gets in.
-#[tokio::test]
-async fn a_dead_waiters_entry_ends_while_a_later_waiters_lives() {
-    let test = "a_dead_waiters_entry_ends_while_a_later_waiters_lives";
-    for_each_hold_expiry(test, async || {
-        let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-        let keys = sem_keys();
-        let ask = async |conn: &mut MultiplexedConnection, holder: &str, permits, lease| {
+hold_test! {
+    /// A waiter whose entry passed (it died) stops protecting its place even while the queue
+    /// lives on for a later waiter: that one becomes the head and gets in.
+    async fn a_dead_waiters_entry_ends_while_a_later_waiters_lives(_server, conn, keys = sem_keys()) {
+        let ask = async |conn: &mut Conn, holder: &str, permits, lease| {
             take_fair(conn, &keys, holder, permits, true, lease).await
         };
         token_of(ask(&mut conn, "held", 2, LEASE).await).unwrap();
@@ -680,6 +552,5 @@ async fn a_dead_waiters_entry_ends_while_a_later_waiters_lives() {
         token_of(ask(&mut conn, "alive", 2, LEASE).await)
             .map_err(|e| format!("the live waiter behind a dead one: {e}"))
             .unwrap();
-    })
-    .await;
+    }
 }
