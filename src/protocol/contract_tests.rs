@@ -71,16 +71,36 @@ pub(super) fn rw_keys() -> LockKeys {
     LockKeys::rwlock(b"t:", b"catalogue")
 }
 
+/// The keys of the election `scheduler`.
+pub(super) fn election_keys() -> LockKeys {
+    LockKeys::election(b"t:", b"scheduler")
+}
+
+/// The keys of the job `report`.
+pub(super) fn job_keys() -> LockKeys {
+    LockKeys::job(b"t:", b"report")
+}
+
+/// The keys of the idempotency key `payments:key-1`.
+pub(super) fn idempotency_keys() -> LockKeys {
+    LockKeys::idempotency(b"t:", b"payments:key-1")
+}
+
 /// A server of its own, a connection to it, and the keys of the lock `res` on it
 /// ([`lock_keys`]).
 pub(super) async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {
+    setup_for(lock_keys()).await
+}
+
+/// A server of its own, a connection to it, and `keys`.
+pub(super) async fn setup_for(keys: LockKeys) -> (RedisServer, MultiplexedConnection, LockKeys) {
     let server = RedisServer::start().unwrap();
     let conn = server
         .client()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    (server, conn, lock_keys())
+    (server, conn, keys)
 }
 
 /// A read-write lock's acquisition by `holder` (`rw_acquire.lua`) with the deadlines kept as

@@ -6,18 +6,14 @@ use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-use super::contract_tests::{contract_checks, undo, Checked, Conn, LEASE, OP_TTL};
+use super::contract_tests::{
+    contract_checks, election_keys, setup_for, undo, Checked, Conn, LEASE, OP_TTL,
+};
 use super::*;
 
-/// A server of its own, a connection to it, and the keys of a free election.
-async fn setup() -> (RedisServer, Conn, LockKeys) {
-    let (server, conn, _lock) = super::contract_tests::setup().await;
-    (server, conn, LockKeys::election(b"t:", b"scheduler"))
-}
-
-/// [`setup`], with the election held by `leader` that recorded `meta`.
+/// A server of its own with the election held by `leader` that recorded `meta`.
 async fn led_by(leader: &str, meta: &[u8]) -> (RedisServer, Conn, LockKeys, FencingToken) {
-    let (server, mut conn, keys) = setup().await;
+    let (server, mut conn, keys) = setup_for(election_keys()).await;
     let AcquireReply::Acquired { token, .. } = acquire(&mut conn, &keys, leader, LEASE, OP_TTL)
         .await
         .unwrap()
@@ -83,7 +79,7 @@ async fn announce_records_metadata_for_the_holder_of_that_term_only() {
 
 #[tokio::test]
 async fn leader_reads_nobody_a_winner_not_yet_announced_and_the_leader() {
-    let (_server, mut conn, keys) = setup().await;
+    let (_server, mut conn, keys) = setup_for(election_keys()).await;
     let free = leader(&mut conn, &keys).await.unwrap();
     assert_eq!(
         free,
@@ -270,15 +266,10 @@ async fn a_record_naming_no_holder_is_nobody(conn: &mut Conn, keys: &LockKeys) -
     }
 }
 
-/// The keys every check starts from.
-fn free_keys() -> LockKeys {
-    LockKeys::election(b"t:", b"scheduler")
-}
-
 contract_checks! {
     /// Each election control breaks exactly the contract check that names it (which holds on
     /// the production scripts: [`the_election_contract_checks_hold`]), each on a fresh server.
-    the_election_contract_checks_hold, the_election_scripts_negative_controls_are_caught, free_keys;
+    the_election_contract_checks_hold, the_election_scripts_negative_controls_are_caught, election_keys;
     a_late_announcement_leaves_the_new_leader_alone => [Control::AnnounceWithoutOwnerCheck],
     an_announcement_tells_the_followers => [Control::AnnounceDoesNotPublish],
     a_record_naming_no_holder_is_nobody => [Control::LeaderTrustsRecord],

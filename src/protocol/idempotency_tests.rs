@@ -5,16 +5,11 @@
 
 use redis::AsyncCommands;
 
-use super::contract_tests::{contract_checks, Checked, Conn};
+use super::contract_tests::{contract_checks, idempotency_keys, setup_for, Checked, Conn};
 use super::run_record_tests::{finish, hold_ends, try_begin, won, GIVE_UP, RUN_AGAIN};
 use super::*;
 
 const FINGERPRINT: &[u8] = b"charge acct-9 500";
-
-/// The keys of a key nobody ran.
-fn free_keys() -> LockKeys {
-    LockKeys::idempotency(b"t:", b"payments:key-1")
-}
 
 async fn begin(
     conn: &mut Conn,
@@ -36,9 +31,24 @@ async fn store(
     token: FencingToken,
     end: RunEnd,
     result: &[u8],
-) -> Result<FinishReply, Error> {
+) -> FinishReply {
     let runner = (holder, token);
-    finish::<KeyResult>(conn, keys, runner, FINGERPRINT, (0, end), Some(result)).await
+    finish::<KeyResult>(conn, keys, runner, FINGERPRINT, (0, end), Some(result))
+        .await
+        .unwrap()
+}
+
+/// `holder` wins the key's lock and begins its run, `on_death` saying what a dead runner's
+/// run becomes; its token.
+async fn begun(
+    conn: &mut Conn,
+    keys: &LockKeys,
+    holder: &str,
+    on_death: RunnerDeathArg,
+) -> FencingToken {
+    let token = won(conn, keys, holder).await;
+    begin(conn, keys, holder, token, on_death).await;
+    token
 }
 
 async fn read(conn: &mut Conn, keys: &LockKeys) -> KeyRead {
@@ -47,8 +57,7 @@ async fn read(conn: &mut Conn, keys: &LockKeys) -> KeyRead {
 
 #[tokio::test]
 async fn a_run_begins_stores_its_result_and_answers_duplicates() {
-    let (_server, mut conn, _) = super::contract_tests::setup().await;
-    let keys = free_keys();
+    let (_server, mut conn, keys) = setup_for(idempotency_keys()).await;
     assert_eq!(
         read(&mut conn, &keys).await,
         KeyRead {
@@ -88,16 +97,12 @@ async fn a_run_begins_stores_its_result_and_answers_duplicates() {
     // A result of any bytes, stored once; a re-sent finish answers the first one's time.
     let result = b"\x00ok\xff\r\n".to_vec();
     let FinishReply::Done { finished_ms } =
-        store(&mut conn, &keys, "a", token, RunEnd::Done, &result)
-            .await
-            .unwrap()
+        store(&mut conn, &keys, "a", token, RunEnd::Done, &result).await
     else {
         panic!("the runner's finish was refused");
     };
     assert_eq!(
-        store(&mut conn, &keys, "a", token, RunEnd::Done, &result)
-            .await
-            .unwrap(),
+        store(&mut conn, &keys, "a", token, RunEnd::Done, &result).await,
         FinishReply::Done { finished_ms }
     );
     hold_ends(&mut conn, &keys).await;
@@ -121,14 +126,10 @@ async fn a_run_begins_stores_its_result_and_answers_duplicates() {
 
 #[tokio::test]
 async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
-    let (_server, mut conn, _) = super::contract_tests::setup().await;
-    let keys = free_keys();
+    let (_server, mut conn, keys) = setup_for(idempotency_keys()).await;
     // Retryable: the record says failed, the next caller takes over whatever the policy.
-    let first = won(&mut conn, &keys, "first").await;
-    begin(&mut conn, &keys, "first", first, GIVE_UP).await;
-    store(&mut conn, &keys, "first", first, RunEnd::Failed, b"")
-        .await
-        .unwrap();
+    let first = begun(&mut conn, &keys, "first", GIVE_UP).await;
+    store(&mut conn, &keys, "first", first, RunEnd::Failed, b"").await;
     let failed = read(&mut conn, &keys).await.record.unwrap();
     assert!(failed.failed_ms.is_some() && failed.finished_ms.is_none());
     hold_ends(&mut conn, &keys).await;
@@ -149,8 +150,7 @@ async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
         RunEnd::Final,
         b"declined",
     )
-    .await
-    .unwrap();
+    .await;
     let stored = read(&mut conn, &keys).await.record.unwrap();
     assert!(stored.own.is_final_failure && stored.failed_ms.is_none());
     assert_eq!(stored.own.result, b"declined");
@@ -158,10 +158,8 @@ async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
 
 #[tokio::test]
 async fn a_dead_runners_key_is_run_again_or_given_up_by_policy() {
-    let (_server, mut conn, _) = super::contract_tests::setup().await;
-    let keys = free_keys();
-    let dead = won(&mut conn, &keys, "dead").await;
-    begin(&mut conn, &keys, "dead", dead, RUN_AGAIN).await;
+    let (_server, mut conn, keys) = setup_for(idempotency_keys()).await;
+    let dead = begun(&mut conn, &keys, "dead", RUN_AGAIN).await;
     hold_ends(&mut conn, &keys).await;
     let careful = won(&mut conn, &keys, "careful").await;
     match begin(&mut conn, &keys, "careful", careful, GIVE_UP).await {
@@ -181,10 +179,8 @@ async fn a_dead_runners_key_is_run_again_or_given_up_by_policy() {
 
 #[tokio::test]
 async fn forget_deletes_only_a_record_nobody_holds() {
-    let (_server, mut conn, _) = super::contract_tests::setup().await;
-    let keys = free_keys();
-    let token = won(&mut conn, &keys, "a").await;
-    begin(&mut conn, &keys, "a", token, RUN_AGAIN).await;
+    let (_server, mut conn, keys) = setup_for(idempotency_keys()).await;
+    let token = begun(&mut conn, &keys, "a", RUN_AGAIN).await;
     let held = idem_read(&mut conn, &keys, KeyReadMode::Forget)
         .await
         .unwrap();
@@ -203,17 +199,24 @@ async fn forget_deletes_only_a_record_nobody_holds() {
 
 #[tokio::test]
 async fn foreign_data_is_a_typed_error_and_stays_untouched() {
-    let (_server, mut conn, _) = super::contract_tests::setup().await;
-    let keys = free_keys();
+    let (_server, mut conn, keys) = setup_for(idempotency_keys()).await;
     let _: () = conn.set(keys.idem_record(), "not ours").await.unwrap();
     let token = won(&mut conn, &keys, "a").await;
     let err = try_begin::<KeyResult>(&mut conn, &keys, ("a", token), FINGERPRINT, RUN_AGAIN)
         .await
         .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
-    let err = store(&mut conn, &keys, "a", token, RunEnd::Done, b"x")
-        .await
-        .unwrap_err();
+    let done = (0, RunEnd::Done);
+    let err = finish::<KeyResult>(
+        &mut conn,
+        &keys,
+        ("a", token),
+        FINGERPRINT,
+        done,
+        Some(b"x"),
+    )
+    .await
+    .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
     let err = idem_read(&mut conn, &keys, KeyReadMode::Forget)
         .await
@@ -240,15 +243,12 @@ async fn only_the_holder_begins(conn: &mut Conn, keys: &LockKeys) -> Checked {
 /// A runner whose key was taken over cannot store its result over the newer runner's: an
 /// older run never overwrites the record.
 async fn a_taken_over_runner_cannot_store(conn: &mut Conn, keys: &LockKeys) -> Checked {
-    let old = won(conn, keys, "old").await;
-    begin(conn, keys, "old", old, RUN_AGAIN).await;
+    let old = begun(conn, keys, "old", RUN_AGAIN).await;
     hold_ends(conn, keys).await;
-    let new = won(conn, keys, "new").await;
-    begin(conn, keys, "new", new, RUN_AGAIN).await;
-    store(conn, keys, "new", new, RunEnd::Done, b"new")
-        .await
-        .unwrap();
-    let late = store(conn, keys, "old", old, RunEnd::Done, b"old").await;
+    let new = begun(conn, keys, "new", RUN_AGAIN).await;
+    store(conn, keys, "new", new, RunEnd::Done, b"new").await;
+    let done = (0, RunEnd::Done);
+    let late = finish::<KeyResult>(conn, keys, ("old", old), FINGERPRINT, done, Some(b"old")).await;
     let record = read(conn, keys).await.record.unwrap();
     match late {
         Ok(FinishReply::TakenOver { token })
@@ -264,11 +264,8 @@ async fn a_taken_over_runner_cannot_store(conn: &mut Conn, keys: &LockKeys) -> C
 
 /// A key whose result is stored is never run again, by any caller, whatever its policy.
 async fn a_done_key_is_never_run_again(conn: &mut Conn, keys: &LockKeys) -> Checked {
-    let first = won(conn, keys, "first").await;
-    begin(conn, keys, "first", first, RUN_AGAIN).await;
-    store(conn, keys, "first", first, RunEnd::Done, b"paid")
-        .await
-        .unwrap();
+    let first = begun(conn, keys, "first", RUN_AGAIN).await;
+    store(conn, keys, "first", first, RunEnd::Done, b"paid").await;
     hold_ends(conn, keys).await;
     let second = won(conn, keys, "second").await;
     match begin(conn, keys, "second", second, RUN_AGAIN).await {
@@ -280,11 +277,8 @@ async fn a_done_key_is_never_run_again(conn: &mut Conn, keys: &LockKeys) -> Chec
 /// A key used again with another fingerprint never runs that request, in any state of the
 /// first one, and changes nothing.
 async fn a_reused_key_never_runs(conn: &mut Conn, keys: &LockKeys) -> Checked {
-    let first = won(conn, keys, "first").await;
-    begin(conn, keys, "first", first, RUN_AGAIN).await;
-    store(conn, keys, "first", first, RunEnd::Failed, b"")
-        .await
-        .unwrap();
+    let first = begun(conn, keys, "first", RUN_AGAIN).await;
+    store(conn, keys, "first", first, RunEnd::Failed, b"").await;
     hold_ends(conn, keys).await;
     let other = won(conn, keys, "other").await;
     let other_fingerprint = b"refund acct-9 500";
@@ -306,7 +300,7 @@ contract_checks! {
     /// server.
     the_idempotency_contract_checks_hold,
     the_idempotency_scripts_negative_controls_are_caught,
-    free_keys;
+    idempotency_keys;
     only_the_holder_begins => [Control::KeyBeginWithoutOwnerCheck],
     a_taken_over_runner_cannot_store => [Control::KeyResultWithoutFence],
     a_done_key_is_never_run_again => [Control::KeyRerunsDone],

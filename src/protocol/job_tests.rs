@@ -6,21 +6,13 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 
-use fencelock_testing::RedisServer;
-
-use super::contract_tests::{contract_checks, Checked, Conn, LEASE};
+use super::contract_tests::{contract_checks, job_keys, setup_for, Checked, Conn, LEASE};
 use super::run_record_tests::{finish, hold_ends, try_begin, won, GIVE_UP, RUN_AGAIN};
 use super::*;
 
 const PERIOD: Duration = Duration::from_secs(10);
 /// A tick as an instance saw it (ms since the epoch).
 const TICK: u64 = 1_800_000_000_000;
-
-/// A server of its own, a connection to it, and the keys of a job nobody ran.
-async fn setup() -> (RedisServer, Conn, LockKeys) {
-    let (server, conn, _lock) = super::contract_tests::setup().await;
-    (server, conn, free_keys())
-}
 
 /// `job_begin.lua` for `holder` with `token`, for the tick `tick_ms`.
 async fn try_begin_tick(
@@ -72,7 +64,7 @@ fn begun(reply: &BeginReply<Tick>) -> bool {
 
 #[tokio::test]
 async fn a_run_begins_finishes_and_reads_back() {
-    let (_server, mut conn, keys) = setup().await;
+    let (_server, mut conn, keys) = setup_for(job_keys()).await;
     let empty = job_read(&mut conn, &keys).await.unwrap();
     assert_eq!(
         empty,
@@ -153,7 +145,7 @@ async fn a_run_begins_finishes_and_reads_back() {
 
 #[tokio::test]
 async fn views_less_than_half_a_period_apart_are_one_tick() {
-    let (_server, mut conn, keys) = setup().await;
+    let (_server, mut conn, keys) = setup_for(job_keys()).await;
     let half = u64::try_from(PERIOD.as_millis()).unwrap() / 2;
     let first = won(&mut conn, &keys, "a").await;
     assert!(begun(
@@ -181,7 +173,7 @@ async fn views_less_than_half_a_period_apart_are_one_tick() {
 
 #[tokio::test]
 async fn a_dead_runners_tick_is_given_up_or_taken_over_as_the_policy_says() {
-    let (_server, mut conn, keys) = setup().await;
+    let (_server, mut conn, keys) = setup_for(job_keys()).await;
     let dead = won(&mut conn, &keys, "dead").await;
     let BeginReply::Begun { started_ms, .. } =
         begin(&mut conn, &keys, "dead", dead, TICK, GIVE_UP).await
@@ -214,7 +206,7 @@ async fn a_dead_runners_tick_is_given_up_or_taken_over_as_the_policy_says() {
 
 #[tokio::test]
 async fn a_finish_whose_record_expired_records_the_tick_again() {
-    let (_server, mut conn, keys) = setup().await;
+    let (_server, mut conn, keys) = setup_for(job_keys()).await;
     let token = won(&mut conn, &keys, "a").await;
     let BeginReply::Begun { started_ms, .. } =
         begin(&mut conn, &keys, "a", token, TICK, GIVE_UP).await
@@ -236,7 +228,7 @@ async fn a_finish_whose_record_expired_records_the_tick_again() {
 async fn a_record_with_a_newer_token_than_the_holders_is_left_alone() {
     // The fence counter went back (restored from an old backup, say): the holder's token is
     // older than the record's. Nothing of the record is overwritten.
-    let (_server, mut conn, keys) = setup().await;
+    let (_server, mut conn, keys) = setup_for(job_keys()).await;
     let token = won(&mut conn, &keys, "holder").await;
     let newer = token.get() + 1_000;
     let record: [(&str, String); 4] = [
@@ -369,15 +361,10 @@ async fn a_failed_tick_is_run_again(conn: &mut Conn, keys: &LockKeys) -> Checked
     Ok(())
 }
 
-/// The keys every check starts from.
-fn free_keys() -> LockKeys {
-    LockKeys::job(b"t:", b"report")
-}
-
 contract_checks! {
     /// Each job control breaks exactly the contract check that names it (which holds on the
     /// production scripts: [`the_job_contract_checks_hold`]), each on a fresh server.
-    the_job_contract_checks_hold, the_job_scripts_negative_controls_are_caught, free_keys;
+    the_job_contract_checks_hold, the_job_scripts_negative_controls_are_caught, job_keys;
     only_the_holder_begins => [Control::JobBeginWithoutOwnerCheck],
     a_taken_over_runner_cannot_finish => [Control::JobFinishWithoutFence],
     a_done_tick_is_never_run_again => [Control::JobRerunsDoneTick],

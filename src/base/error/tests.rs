@@ -109,22 +109,23 @@ fn every_server_code_has_one_class_and_the_policies_follow_from_it() {
     );
     // The codes alone, as they come inside a reply (a pipeline's or a transaction's
     // errors): the same classes.
-    for (code, class) in [
-        ("LOADING", ErrorClass::NotReady),
-        ("TRYAGAIN", ErrorClass::NotReady),
-        ("NOSCRIPT", ErrorClass::NotReady),
-        ("READONLY", ErrorClass::NotPrimary),
-        ("MASTERDOWN", ErrorClass::NotPrimary),
-        ("CLUSTERDOWN", ErrorClass::NotPrimary),
-        ("MOVED", ErrorClass::Redirected),
-        ("ASK", ErrorClass::Redirected),
-        ("NOPERM", ErrorClass::PermissionDenied),
-        ("WRONGPASS", ErrorClass::AuthRefused),
-        ("NOAUTH", ErrorClass::AuthRefused),
-        ("ERR", ErrorClass::Other),
-        ("EXECABORT", ErrorClass::Other),
+    for (class, codes) in [
+        (
+            ErrorClass::NotReady,
+            &["LOADING", "TRYAGAIN", "NOSCRIPT"][..],
+        ),
+        (
+            ErrorClass::NotPrimary,
+            &["READONLY", "MASTERDOWN", "CLUSTERDOWN"],
+        ),
+        (ErrorClass::Redirected, &["MOVED", "ASK"]),
+        (ErrorClass::PermissionDenied, &["NOPERM"]),
+        (ErrorClass::AuthRefused, &["WRONGPASS", "NOAUTH"]),
+        (ErrorClass::Other, &["ERR", "EXECABORT"]),
     ] {
-        assert_eq!(ErrorClass::of_code(code), class, "{code}");
+        for code in codes {
+            assert_eq!(ErrorClass::of_code(code), class, "{code}");
+        }
     }
     // Transient: may or may not have run, or did not run for a reason that passes.
     for class in [

@@ -141,18 +141,7 @@ async fn a_subscribe_lost_with_the_connection_is_sent_again() {
 /// goes through, not tried once and forgotten.
 #[tokio::test(start_paused = true)]
 async fn a_moved_channel_is_subscribed_again_through_a_lost_connection() {
-    let link = Arc::new(Recorder::default());
-    let waiters = linked(&link);
-    let head = head(&waiters, CHANNEL).await;
-    head.observed_lease(Some(LONG_LEASE));
-    link.failures.store(2, Ordering::Release);
-    waiters.clone().on_subscription_lost(CHANNEL);
-    assert_eq!(head.wait(after(2.0)).await, Wake::Try);
-    assert!(
-        is_subscribed(&waiters, CHANNEL).await,
-        "the waiters stay without a subscription"
-    );
-    assert_eq!(link.count("subscribe"), 4);
+    subscribed_again_through(|link| link.failures.store(2, Ordering::Release), 2.0, 4).await;
 }
 
 /// A re-subscription redirected while a slot move completes (the node that handed the slot
@@ -162,18 +151,25 @@ async fn a_moved_channel_is_subscribed_again_through_a_lost_connection() {
 /// timer (found on a cluster under load: a waiter stranded behind a released lock).
 #[tokio::test(start_paused = true)]
 async fn a_redirected_re_subscription_is_sent_again_until_it_lands() {
+    subscribed_again_through(|link| link.redirects.store(3, Ordering::Release), 5.0, 5).await;
+}
+
+/// A head's channel whose subscription was lost (its slot moved), with `trouble` set on the
+/// link before: the new SUBSCRIBE lands within `secs` and wakes the head, after `subscribes`
+/// SUBSCRIBEs in all.
+async fn subscribed_again_through(trouble: impl FnOnce(&Recorder), secs: f64, subscribes: usize) {
     let link = Arc::new(Recorder::default());
     let waiters = linked(&link);
     let head = head(&waiters, CHANNEL).await;
     head.observed_lease(Some(LONG_LEASE));
-    link.redirects.store(3, Ordering::Release);
+    trouble(&link);
     waiters.clone().on_subscription_lost(CHANNEL);
-    assert_eq!(head.wait(after(5.0)).await, Wake::Try);
+    assert_eq!(head.wait(after(secs)).await, Wake::Try);
     assert!(
         is_subscribed(&waiters, CHANNEL).await,
         "the waiters stay without a subscription"
     );
-    assert_eq!(link.count("subscribe"), 5);
+    assert_eq!(link.count("subscribe"), subscribes);
 }
 
 /// A newcomer whose first SUBSCRIBE is redirected (a slot move completing) still joins the

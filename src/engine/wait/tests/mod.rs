@@ -36,6 +36,14 @@ pub(super) async fn head(waiters: &Arc<Waiters>, channel: &[u8]) -> WaitEntry {
     head
 }
 
+/// A queue on [`CHANNEL`] with an answered head and a second waiter behind it.
+async fn head_and_next() -> (Arc<Waiters>, WaitEntry, WaitEntry) {
+    let waiters = subscribed_to(&[CHANNEL]);
+    let first = head(&waiters, CHANNEL).await;
+    let second = waiters.enter(CHANNEL, None).await.unwrap();
+    (waiters, first, second)
+}
+
 pub(super) async fn is_subscribed(waiters: &Arc<Waiters>, channel: &[u8]) -> bool {
     // Let the spawned unsubscribe decision run first.
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -44,17 +52,13 @@ pub(super) async fn is_subscribed(waiters: &Arc<Waiters>, channel: &[u8]) -> boo
 
 #[tokio::test]
 async fn only_the_first_waiter_asks_redis_on_entering() {
-    let waiters = subscribed_to(&[CHANNEL]);
-    let _first = head(&waiters, CHANNEL).await;
-    let second = waiters.enter(CHANNEL, None).await.unwrap();
+    let (_waiters, _first, second) = head_and_next().await;
     assert_eq!(second.wait(in_secs(0.3)).await, Wake::Deadline);
 }
 
 #[tokio::test]
 async fn a_head_that_leaves_with_an_unused_wake_hands_it_on() {
-    let waiters = subscribed_to(&[CHANNEL]);
-    let first = head(&waiters, CHANNEL).await;
-    let second = waiters.enter(CHANNEL, None).await.unwrap();
+    let (waiters, first, second) = head_and_next().await;
     first.observed_lease(Some(LONG_LEASE));
     waiters.on_message(CHANNEL, b"released");
     drop(first); // cancelled before it used the wake
@@ -63,9 +67,7 @@ async fn a_head_that_leaves_with_an_unused_wake_hands_it_on() {
 
 #[tokio::test]
 async fn a_waiter_that_tried_and_gave_up_hands_its_wake_on() {
-    let waiters = subscribed_to(&[CHANNEL]);
-    let first = head(&waiters, CHANNEL).await;
-    let second = waiters.enter(CHANNEL, None).await.unwrap();
+    let (_waiters, first, second) = head_and_next().await;
     first.observed_lease(Some(LONG_LEASE));
     first.hand_on(); // a multi-lock whose other member was busy
     drop(first);
@@ -74,9 +76,7 @@ async fn a_waiter_that_tried_and_gave_up_hands_its_wake_on() {
 
 #[tokio::test]
 async fn a_winner_holds_the_next_waiter_for_its_lease() {
-    let waiters = subscribed_to(&[CHANNEL]);
-    let first = head(&waiters, CHANNEL).await;
-    let second = waiters.enter(CHANNEL, None).await.unwrap();
+    let (waiters, first, second) = head_and_next().await;
     // A release message that arrived while the head was in Redis winning the lock: the
     // lock is the head's now, so the wake must not pass to the next waiter.
     waiters.on_message(CHANNEL, b"released");
@@ -86,9 +86,7 @@ async fn a_winner_holds_the_next_waiter_for_its_lease() {
 
 #[tokio::test]
 async fn a_new_head_rearms_its_timer_from_the_winners_lease() {
-    let waiters = subscribed_to(&[CHANNEL]);
-    let first = head(&waiters, CHANNEL).await;
-    let second = waiters.enter(CHANNEL, None).await.unwrap();
+    let (_waiters, first, second) = head_and_next().await;
     // Not the head and no deadline: parked with no timer at all.
     let parked = tokio::spawn(async move {
         let wake = second.wait(None).await;
