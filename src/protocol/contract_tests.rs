@@ -56,34 +56,32 @@ pub(super) async fn assert_nothing_left(conn: &mut MultiplexedConnection, keys: 
     assert_eq!(left, 0, "nothing left behind, entries included");
 }
 
-/// The keys of the lock `res`.
-pub(super) fn lock_keys() -> LockKeys {
-    LockKeys::new(b"t:", b"res")
+/// Declares the functions that lay out the keys of the object a family's tests work on
+/// (functions, so that a table of checks can name them), each under the prefix `t:`.
+macro_rules! object_keys {
+    ($($(#[$doc:meta])* $name:ident => $layout:ident($object:literal);)+) => {
+        $(
+            $(#[$doc])*
+            pub(super) fn $name() -> LockKeys {
+                LockKeys::$layout(b"t:", $object)
+            }
+        )+
+    };
 }
 
-/// The keys of the semaphore `pool`.
-pub(super) fn sem_keys() -> LockKeys {
-    LockKeys::semaphore(b"t:", b"pool")
-}
-
-/// The keys of the read-write lock `catalogue`.
-pub(super) fn rw_keys() -> LockKeys {
-    LockKeys::rwlock(b"t:", b"catalogue")
-}
-
-/// The keys of the election `scheduler`.
-pub(super) fn election_keys() -> LockKeys {
-    LockKeys::election(b"t:", b"scheduler")
-}
-
-/// The keys of the job `report`.
-pub(super) fn job_keys() -> LockKeys {
-    LockKeys::job(b"t:", b"report")
-}
-
-/// The keys of the idempotency key `payments:key-1`.
-pub(super) fn idempotency_keys() -> LockKeys {
-    LockKeys::idempotency(b"t:", b"payments:key-1")
+object_keys! {
+    /// The keys of the lock `res`.
+    lock_keys => new(b"res");
+    /// The keys of the semaphore `pool`.
+    sem_keys => semaphore(b"pool");
+    /// The keys of the read-write lock `catalogue`.
+    rw_keys => rwlock(b"catalogue");
+    /// The keys of the election `scheduler`.
+    election_keys => election(b"scheduler");
+    /// The keys of the job `report`.
+    job_keys => job(b"report");
+    /// The keys of the idempotency key `payments:key-1`.
+    idempotency_keys => idempotency(b"payments:key-1");
 }
 
 /// A server of its own, a connection to it, and the keys of the lock `res` on it
@@ -238,6 +236,7 @@ pub(super) async fn assert_controls_caught(
 ///     /// The doc of the second test.
 ///     holds_test, caught_test, keys_fn[, per_hold_expiry];
 ///     check => [Control::Name, ...],
+///     shared_check(arg, ...) => [Control::Name, ...],
 ///     ...
 /// }
 /// ```
@@ -245,19 +244,20 @@ pub(super) async fn assert_controls_caught(
 /// `holds_test`: every check holds on the production scripts; `caught_test` (builds with
 /// negative controls only): each control listed after a check is caught by that check; each on
 /// a fresh server with the keys `keys_fn()` lays out. A check is an `async fn(&mut
-/// MultiplexedConnection, &LockKeys) -> Result<(), String>`. With `per_hold_expiry`, the
-/// checks run once per way of keeping hold deadlines ([`for_each_hold_expiry`]); the controls
-/// run on the lease zset.
+/// MultiplexedConnection, &LockKeys) -> Result<(), String>`, or, given arguments, an `async
+/// fn` that takes them before those two (a scenario several families share, told which one
+/// runs it). With `per_hold_expiry`, the checks run once per way of keeping hold deadlines
+/// ([`for_each_hold_expiry`]); the controls run on the lease zset.
 macro_rules! contract_checks {
     (
         $(#[$caught_doc:meta])*
         $holds:ident, $caught:ident, $keys:expr $(, $run:ident)?;
-        $($check:ident => [$($control:path),* $(,)?]),+ $(,)?
+        $($check:ident $(($($arg:expr),+))? => [$($control:path),* $(,)?]),+ $(,)?
     ) => {
         #[tokio::test]
         async fn $holds() {
             let checks: &[(&str, $crate::protocol::contract_tests::Check)] =
-                &[$((stringify!($check), |c, k| Box::pin($check(c, k)))),+];
+                &[$((stringify!($check), |c, k| Box::pin($check($($($arg,)+)? c, k)))),+];
             contract_checks!(@run $($run)? $holds, {
                 $crate::protocol::contract_tests::assert_checks_hold(checks, $keys).await;
             });
@@ -269,13 +269,23 @@ macro_rules! contract_checks {
         async fn $caught() {
             #[allow(unused_imports)]
             use $crate::protocol::controls::Control;
-            let controls: &[$crate::protocol::controls::Control] = &[$($($control,)*)+];
-            let checks: &[(&str, $crate::protocol::contract_tests::Check)] =
-                &[$($({
-                    let _ = $control;
-                    (stringify!($check), |c, k| Box::pin($check(c, k)))
-                },)*)+];
-            $crate::protocol::contract_tests::assert_controls_caught(controls, checks, $keys)
+            let table: &[(
+                &str,
+                $crate::protocol::contract_tests::Check,
+                &[$crate::protocol::controls::Control],
+            )] = &[$((
+                stringify!($check),
+                |c, k| Box::pin($check($($($arg,)+)? c, k)),
+                &[$($control),*],
+            )),+];
+            // One row a control, with the check that names it.
+            let (controls, checks): (Vec<_>, Vec<_>) = table
+                .iter()
+                .flat_map(|(name, check, controls)| {
+                    controls.iter().map(move |control| (*control, (*name, *check)))
+                })
+                .unzip();
+            $crate::protocol::contract_tests::assert_controls_caught(&controls, &checks, $keys)
                 .await;
         }
     };

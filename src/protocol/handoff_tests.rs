@@ -11,8 +11,10 @@ use redis::aio::PubSub as PubSubConn;
 use redis::AsyncCommands;
 
 use super::contract_tests::{
-    cancelled_by, contract_checks, lock_keys, released_by, Checked, Conn, LEASE, OP_TTL,
+    assert_nothing_left, cancelled_by, contract_checks, lock_keys, released_by, setup_for, Checked,
+    Conn, LEASE, OP_TTL,
 };
+use super::sem_handoff_tests;
 use super::*;
 
 fn candidate(holder: &str) -> Candidate<'_> {
@@ -53,17 +55,122 @@ async fn hand_off(
     op: &str,
     to: &str,
 ) -> Result<HandoffReply, String> {
-    release_handing_off(
-        conn,
-        keys,
-        holder,
-        op,
-        OP_TTL,
-        PubSub::Classic,
-        candidate(to),
-    )
-    .await
-    .map_err(|e| e.to_string())
+    let candidate = candidate(to);
+    release_handing_off(conn, keys, holder, op, OP_TTL, PubSub::Classic, candidate)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The hold a handing-off release ends: the lock's, or a semaphore hold of 2 of its 3 permits
+/// (`sem_handoff_tests.rs`). The scenarios both share take it first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hold {
+    Lock,
+    Permits,
+}
+
+impl Hold {
+    /// `holder` takes the hold; its token.
+    async fn take(
+        self,
+        conn: &mut Conn,
+        keys: &LockKeys,
+        holder: &str,
+    ) -> Result<FencingToken, String> {
+        match self {
+            Hold::Lock => match acquire(conn, keys, holder, LEASE, OP_TTL).await.unwrap() {
+                AcquireReply::Acquired { token, .. } => Ok(token),
+                other => Err(format!(
+                    "{holder}'s acquisition of the free lock: {other:?}"
+                )),
+            },
+            Hold::Permits => sem_handoff_tests::take(conn, keys, holder, 2, false).await,
+        }
+    }
+
+    /// `holder`'s release by `op`, offering `to` what the hold had (the lock, or its 2 permits).
+    async fn hand_off(
+        self,
+        conn: &mut Conn,
+        keys: &LockKeys,
+        (holder, op): (&str, &str),
+        to: &str,
+    ) -> Result<HandoffReply, String> {
+        match self {
+            Hold::Lock => hand_off(conn, keys, holder, op, to).await,
+            Hold::Permits => sem_handoff_tests::hand_off(conn, keys, holder, op, to, 2).await,
+        }
+    }
+
+    /// Checks that nothing is held any more: the lock's hash is gone (`Err` if not), or nothing
+    /// of the semaphore is left (asserted).
+    async fn nothing_held(self, conn: &mut Conn, keys: &LockKeys) -> Checked {
+        match self {
+            Hold::Lock => {
+                let exists: bool = conn.exists(&keys.lock).await.unwrap();
+                match exists {
+                    true => Err("the lock was not freed".into()),
+                    false => Ok(()),
+                }
+            }
+            Hold::Permits => {
+                assert_nothing_left(conn, keys).await;
+                Ok(())
+            }
+        }
+    }
+
+    /// Checks the candidate's own recorded attempt, after its grant of `token`: it replays the
+    /// grant. For the lock, a late copy of the releaser's own acquisition first finds the
+    /// releaser's mark.
+    async fn candidate_replays(
+        self,
+        conn: &mut Conn,
+        keys: &LockKeys,
+        token: FencingToken,
+    ) -> Checked {
+        if self == Hold::Permits {
+            let replay = sem_handoff_tests::take(conn, keys, "h2", 2, true).await?;
+            return match replay == token {
+                true => Ok(()),
+                false => Err(format!(
+                    "the candidate's own attempt: {replay:?}, not {token:?}"
+                )),
+            };
+        }
+        let late = acquire_labelled(conn, keys, "h1", LEASE, OP_TTL, None, true)
+            .await
+            .unwrap();
+        if late != AcquireReply::Cancelled {
+            return Err(format!(
+                "a late copy of the releaser's acquisition: {late:?}"
+            ));
+        }
+        let replay = acquire_labelled(conn, keys, "h2", LEASE, OP_TTL, None, true)
+            .await
+            .unwrap();
+        match replay == (AcquireReply::Acquired { token, count: 1 }) {
+            true => Ok(()),
+            false => Err(format!("the candidate's own attempt: {replay:?}")),
+        }
+    }
+}
+
+/// Checks that the releaser's record carries the release `op1`'s mark and that no release was
+/// published on `own`, the releasing client's subscription: what a grant leaves.
+pub(super) async fn marked_and_not_published(
+    conn: &mut Conn,
+    keys: &LockKeys,
+    own: &mut PubSubConn,
+) -> Checked {
+    let mark: Option<String> = conn.get(keys.op("h1")).await.unwrap();
+    if mark.as_deref() != Some("r:op1") {
+        return Err(format!("the releaser's record is {mark:?}"));
+    }
+    if published(own).await {
+        return Err("a handoff published a release".into());
+    }
+    Ok(())
 }
 
 async fn token_of(conn: &mut Conn, keys: &LockKeys) -> Result<u64, String> {
@@ -103,99 +210,110 @@ async fn grants_the_freed_lock_to_the_candidate(conn: &mut Conn, keys: &LockKeys
     if !(10_000..=20_000).contains(&pttl) {
         return Err(format!("the candidate's lease is not set: {pttl} ms"));
     }
-    let mark: Option<String> = conn.get(keys.op("h1")).await.unwrap();
-    if mark.as_deref() != Some("r:op1") {
-        return Err(format!("the releaser's record is {mark:?}"));
-    }
-    if published(&mut own).await {
-        return Err("a handoff published a release".into());
-    }
-    Ok(())
+    marked_and_not_published(conn, keys, &mut own).await
 }
 
-/// While another client listens on the channel, the freeing release frees the lock and
-/// publishes: the clients race, and this client's waiters pass nobody over.
-async fn another_listening_client_gets_a_release(conn: &mut Conn, keys: &LockKeys) -> Checked {
-    let _own = listener(conn, keys).await;
-    let mut other = listener(conn, keys).await;
-    acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
-    let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
-    if reply != (HandoffReply::Released { remaining: 0 }) {
-        return Err(format!("handed on past another client: {reply:?}"));
-    }
-    let exists: bool = conn.exists(&keys.lock).await.unwrap();
-    if exists || !published(&mut other).await {
-        return Err("the lock was not freed and published".into());
-    }
-    Ok(())
-}
-
-/// A candidate whose acquisition was cancelled first (`cancel.lua` marked it) is never
-/// granted: the lock is freed and published.
-async fn a_cancelled_candidate_is_never_granted(conn: &mut Conn, keys: &LockKeys) -> Checked {
-    let mut own = listener(conn, keys).await;
-    acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
-    cancelled_by(conn, keys, "h2", "h2", CancelKind::Acquire).await;
-    let reply = hand_off(conn, keys, "h1", "op1", "h2").await?;
-    if reply != (HandoffReply::Released { remaining: 0 }) {
-        return Err(format!("a cancelled candidate got the lock: {reply:?}"));
-    }
-    let exists: bool = conn.exists(&keys.lock).await.unwrap();
-    if exists || !published(&mut own).await {
-        return Err("the lock was not freed and published".into());
-    }
-    Ok(())
-}
-
-/// A re-sent copy of a handing-off release replays the grant while the candidate holds the
-/// lock, and `release.lua` replays it as a release; once the candidate's hold ended, the copy
-/// answers a plain release. A release with entries left hands nothing on.
-async fn copies_replay_and_entries_left_hand_nothing_on(
+/// While another client listens on the channel, the release that ends the hold frees what it
+/// held and publishes: the clients race, and this client's waiters pass nobody over.
+pub(super) async fn another_listening_client_gets_a_release(
+    hold: Hold,
     conn: &mut Conn,
     keys: &LockKeys,
 ) -> Checked {
-    acquire(conn, keys, "h1", LEASE, OP_TTL).await.unwrap();
+    let _own = listener(conn, keys).await;
+    let mut other = listener(conn, keys).await;
+    hold.take(conn, keys, "h1").await?;
+    freed_and_published(
+        hold,
+        conn,
+        keys,
+        &mut other,
+        "handed on past another client",
+    )
+    .await
+}
+
+/// A candidate whose acquisition was cancelled first (`cancel.lua` or `sem_cancel.lua` marked
+/// it) is never granted: what the hold had is freed and the release is published.
+pub(super) async fn a_cancelled_candidate_is_never_granted(
+    hold: Hold,
+    conn: &mut Conn,
+    keys: &LockKeys,
+) -> Checked {
+    let mut own = listener(conn, keys).await;
+    hold.take(conn, keys, "h1").await?;
+    cancelled_by(conn, keys, "h2", "h2", CancelKind::Acquire).await;
+    freed_and_published(
+        hold,
+        conn,
+        keys,
+        &mut own,
+        "a cancelled candidate was granted",
+    )
+    .await
+}
+
+/// Checks that `h1`'s release `op1`, offering `h2`, is a plain one: it frees the hold, `heard`
+/// hears it, and nothing is held after it. `granted` says what a grant would have broken.
+async fn freed_and_published(
+    hold: Hold,
+    conn: &mut Conn,
+    keys: &LockKeys,
+    heard: &mut PubSubConn,
+    granted: &str,
+) -> Checked {
+    let reply = hold.hand_off(conn, keys, ("h1", "op1"), "h2").await?;
+    if reply != (HandoffReply::Released { remaining: 0 }) {
+        return Err(format!("{granted}: {reply:?}"));
+    }
+    if !published(heard).await {
+        return Err("the release was not published".into());
+    }
+    hold.nothing_held(conn, keys).await
+}
+
+/// A re-sent copy of a handing-off release replays the grant while the candidate holds, and
+/// the plain release script replays it as a release; once the candidate's hold ended, the copy
+/// answers a plain release. A release with entries left hands nothing on; a non-holder's is
+/// refused, and nothing stays behind.
+pub(super) async fn copies_replay_and_entries_left_hand_nothing_on(
+    hold: Hold,
+    conn: &mut Conn,
+    keys: &LockKeys,
+) -> Checked {
+    hold.take(conn, keys, "h1").await?;
     reenter(conn, keys, "h1", "in1", OP_TTL).await.unwrap();
-    let reply = hand_off(conn, keys, "h1", "out1", "h2").await?;
+    let reply = hold.hand_off(conn, keys, ("h1", "out1"), "h2").await?;
     if reply != (HandoffReply::Released { remaining: 1 }) {
         return Err(format!("an inner release: {reply:?}"));
     }
-    let HandoffReply::HandedOff { token, .. } = hand_off(conn, keys, "h1", "op1", "h2").await?
-    else {
-        return Err("the outer release did not hand off".into());
+    let granted = hold.hand_off(conn, keys, ("h1", "op1"), "h2").await?;
+    let HandoffReply::HandedOff { token, room } = granted else {
+        return Err(format!("the outer release did not hand off: {granted:?}"));
     };
-    let again = hand_off(conn, keys, "h1", "op1", "h2").await?;
-    if again != (HandoffReply::HandedOff { token, room: None }) {
-        return Err(format!("a re-sent copy answered {again:?}"));
+    if hold == Hold::Lock && room.is_some() {
+        return Err(format!("a lock's grant counted permits: {granted:?}"));
+    }
+    let again = hold.hand_off(conn, keys, ("h1", "op1"), "h2").await?;
+    if again != granted {
+        return Err(format!(
+            "a re-sent copy answered {again:?}, not {granted:?}"
+        ));
     }
     let plain = released_by(conn, keys, "h1", "op1").await;
     if plain != (OwnerReply::Done { remaining: 0 }) {
-        return Err(format!("release.lua replayed {plain:?}"));
+        return Err(format!("the plain release replayed {plain:?}"));
     }
-    // A late copy of the releaser's acquisition finds the mark; the candidate's replays.
-    let late = acquire_labelled(conn, keys, "h1", LEASE, OP_TTL, None, true)
-        .await
-        .unwrap();
-    if late != AcquireReply::Cancelled {
-        return Err(format!(
-            "a late copy of the releaser's acquisition: {late:?}"
-        ));
-    }
-    let replay = acquire_labelled(conn, keys, "h2", LEASE, OP_TTL, None, true)
-        .await
-        .unwrap();
-    if replay != (AcquireReply::Acquired { token, count: 1 }) {
-        return Err(format!("the candidate's own attempt: {replay:?}"));
-    }
+    hold.candidate_replays(conn, keys, token).await?;
     released_by(conn, keys, "h2", "op2").await;
-    let after = hand_off(conn, keys, "h1", "op1", "h2").await?;
+    let after = hold.hand_off(conn, keys, ("h1", "op1"), "h2").await?;
     if after != (HandoffReply::Released { remaining: 0 }) {
         return Err(format!("a copy after the grant ended: {after:?}"));
     }
-    if hand_off(conn, keys, "h9", "op9", "h2").await? != HandoffReply::NotHeld {
+    if hold.hand_off(conn, keys, ("h9", "op9"), "h2").await? != HandoffReply::NotHeld {
         return Err("a non-holder's release was taken".into());
     }
-    Ok(())
+    hold.nothing_held(conn, keys).await
 }
 
 contract_checks! {
@@ -203,17 +321,24 @@ contract_checks! {
     /// and a grant to a cancelled candidate.
     the_handoff_keeps_its_contract, the_handoff_checks_catch_their_controls, lock_keys;
     grants_the_freed_lock_to_the_candidate => [],
-    another_listening_client_gets_a_release => [Control::HandoffIgnoresOtherClients],
-    a_cancelled_candidate_is_never_granted => [Control::HandoffIgnoresCancel],
-    copies_replay_and_entries_left_hand_nothing_on => [],
+    another_listening_client_gets_a_release(Hold::Lock) => [Control::HandoffIgnoresOtherClients],
+    a_cancelled_candidate_is_never_granted(Hold::Lock) => [Control::HandoffIgnoresCancel],
+    copies_replay_and_entries_left_hand_nothing_on(Hold::Lock) => [],
 }
 
 /// A key of another type is refused before anything is written.
 #[tokio::test]
 async fn a_wrong_type_lock_key_is_refused_and_left_alone() {
-    let (_server, mut conn, keys) = super::contract_tests::setup().await;
+    a_wrong_type_key_is_refused_and_left_alone(Hold::Lock, lock_keys()).await;
+}
+
+/// A `keys.lock` of another type fails `hold`'s handing-off release with a typed error, and
+/// nothing is written.
+pub(super) async fn a_wrong_type_key_is_refused_and_left_alone(hold: Hold, keys: LockKeys) {
+    let (_server, mut conn, keys) = setup_for(keys).await;
     let _: () = conn.set(&keys.lock, "x").await.unwrap();
-    let err = hand_off(&mut conn, &keys, "h1", "op1", "h2")
+    let err = hold
+        .hand_off(&mut conn, &keys, ("h1", "op1"), "h2")
         .await
         .unwrap_err();
     assert!(err.contains("not a fencelock hash"), "{err}");

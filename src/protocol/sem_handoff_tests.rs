@@ -11,10 +11,13 @@ use std::time::Duration;
 use redis::AsyncCommands;
 
 use super::contract_tests::{
-    assert_nothing_left, cancelled_by, contract_checks, hold_field_expiry, released_by, sem_keys,
-    Checked, Conn, LEASE, OP_TTL,
+    contract_checks, hold_field_expiry, released_by, sem_keys, Checked, Conn, LEASE, OP_TTL,
 };
-use super::handoff_tests::{listener, published};
+use super::handoff_tests::{
+    a_cancelled_candidate_is_never_granted, a_wrong_type_key_is_refused_and_left_alone,
+    another_listening_client_gets_a_release, copies_replay_and_entries_left_hand_nothing_on,
+    listener, marked_and_not_published, published, Hold,
+};
 use super::semaphore_tests::{take_sent, token_of};
 use super::*;
 
@@ -22,7 +25,7 @@ const CANDIDATE_LEASE: Duration = Duration::from_secs(20);
 
 /// `holder` takes `permits` of the semaphore's 3 (its acquisition's only send, or a
 /// `recorded` one).
-async fn take(
+pub(super) async fn take(
     conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
@@ -34,7 +37,7 @@ async fn take(
 }
 
 /// `holder`'s release by `op`, offering `to` its `permits`.
-async fn hand_off(
+pub(super) async fn hand_off(
     conn: &mut Conn,
     keys: &LockKeys,
     holder: &str,
@@ -110,48 +113,7 @@ async fn grants_the_permits_to_the_candidate(conn: &mut Conn, keys: &LockKeys) -
     if !(10_000..=20_000).contains(&left) {
         return Err(format!("the candidate's lease is not set: {left} ms left"));
     }
-    let mark: Option<String> = conn.get(keys.op("h1")).await.unwrap();
-    if mark.as_deref() != Some("r:op1") {
-        return Err(format!("the releaser's record is {mark:?}"));
-    }
-    if published(&mut own).await {
-        return Err("a handoff published a release".into());
-    }
-    Ok(())
-}
-
-/// While another client listens on the channel, the release gives the permits back and
-/// publishes: the clients race, and this client's waiters pass nobody over.
-async fn another_listening_client_gets_a_release(conn: &mut Conn, keys: &LockKeys) -> Checked {
-    let _own = listener(conn, keys).await;
-    let mut other = listener(conn, keys).await;
-    take(conn, keys, "h1", 2, false).await?;
-    let reply = hand_off(conn, keys, "h1", "op1", "h2", 1).await?;
-    if reply != (HandoffReply::Released { remaining: 0 }) {
-        return Err(format!("handed on past another client: {reply:?}"));
-    }
-    if !published(&mut other).await {
-        return Err("the release was not published".into());
-    }
-    assert_nothing_left(conn, keys).await;
-    Ok(())
-}
-
-/// A candidate whose acquisition was cancelled first (`sem_cancel.lua` marked it) is never
-/// granted: the permits come back and the release is published.
-async fn a_cancelled_candidate_is_never_granted(conn: &mut Conn, keys: &LockKeys) -> Checked {
-    let mut own = listener(conn, keys).await;
-    take(conn, keys, "h1", 2, false).await?;
-    cancelled_by(conn, keys, "h2", "h2", CancelKind::Acquire).await;
-    let reply = hand_off(conn, keys, "h1", "op1", "h2", 1).await?;
-    if reply != (HandoffReply::Released { remaining: 0 }) {
-        return Err(format!("a cancelled candidate got permits: {reply:?}"));
-    }
-    if !published(&mut own).await {
-        return Err("the release was not published".into());
-    }
-    assert_nothing_left(conn, keys).await;
-    Ok(())
+    marked_and_not_published(conn, keys, &mut own).await
 }
 
 /// A candidate the freed permits are not enough for, or one that already holds (a straggling
@@ -185,52 +147,6 @@ async fn a_candidate_that_does_not_fit_or_holds_is_not_granted(
     Ok(())
 }
 
-/// A re-sent copy of a handing-off release replays the grant while the candidate holds, and
-/// `sem_release.lua` replays it as a release; once the candidate's hold ended, the copy answers
-/// a plain release. A release with entries left hands nothing on; a non-holder's is refused.
-async fn copies_replay_and_entries_left_hand_nothing_on(
-    conn: &mut Conn,
-    keys: &LockKeys,
-) -> Checked {
-    take(conn, keys, "h1", 2, false).await?;
-    reenter(conn, keys, "h1", "in1", OP_TTL).await.unwrap();
-    let reply = hand_off(conn, keys, "h1", "out1", "h2", 2).await?;
-    if reply != (HandoffReply::Released { remaining: 1 }) {
-        return Err(format!("an inner release: {reply:?}"));
-    }
-    let granted = hand_off(conn, keys, "h1", "op1", "h2", 2).await?;
-    let HandoffReply::HandedOff { token, .. } = granted else {
-        return Err(format!("the outer release did not hand off: {granted:?}"));
-    };
-    let again = hand_off(conn, keys, "h1", "op1", "h2", 2).await?;
-    if again != granted {
-        return Err(format!(
-            "a re-sent copy answered {again:?}, not {granted:?}"
-        ));
-    }
-    let plain = released_by(conn, keys, "h1", "op1").await;
-    if plain != (OwnerReply::Done { remaining: 0 }) {
-        return Err(format!("sem_release.lua replayed {plain:?}"));
-    }
-    // The candidate's own recorded attempt replays the grant, with the grant's token.
-    let replay = take(conn, keys, "h2", 2, true).await?;
-    if replay != token {
-        return Err(format!(
-            "the candidate's own attempt: {replay:?}, not {token:?}"
-        ));
-    }
-    released_by(conn, keys, "h2", "op2").await;
-    let after = hand_off(conn, keys, "h1", "op1", "h2", 2).await?;
-    if after != (HandoffReply::Released { remaining: 0 }) {
-        return Err(format!("a copy after the grant ended: {after:?}"));
-    }
-    if hand_off(conn, keys, "h9", "op9", "h2", 1).await? != HandoffReply::NotHeld {
-        return Err("a non-holder's release was taken".into());
-    }
-    assert_nothing_left(conn, keys).await;
-    Ok(())
-}
-
 contract_checks! {
     /// Each control is caught by its check: a grant past another listening client, to a
     /// cancelled candidate, and beyond the limit (or twice to a holding candidate).
@@ -238,24 +154,15 @@ contract_checks! {
     the_semaphore_handoff_checks_catch_their_controls,
     sem_keys, per_hold_expiry;
     grants_the_permits_to_the_candidate => [],
-    another_listening_client_gets_a_release => [Control::SemHandoffIgnoresOtherClients],
-    a_cancelled_candidate_is_never_granted => [Control::SemHandoffIgnoresCancel],
+    another_listening_client_gets_a_release(Hold::Permits)
+        => [Control::SemHandoffIgnoresOtherClients],
+    a_cancelled_candidate_is_never_granted(Hold::Permits) => [Control::SemHandoffIgnoresCancel],
     a_candidate_that_does_not_fit_or_holds_is_not_granted => [Control::SemHandoffIgnoresRoom],
-    copies_replay_and_entries_left_hand_nothing_on => [],
+    copies_replay_and_entries_left_hand_nothing_on(Hold::Permits) => [],
 }
 
 /// A key of another type is refused before anything is written.
 #[tokio::test]
 async fn a_wrong_type_semaphore_key_is_refused_and_left_alone() {
-    let (_server, mut conn, _) = super::contract_tests::setup().await;
-    let keys = sem_keys();
-    let _: () = conn.set(&keys.lock, "x").await.unwrap();
-    let err = hand_off(&mut conn, &keys, "h1", "op1", "h2", 1)
-        .await
-        .unwrap_err();
-    assert!(err.contains("not a fencelock hash"), "{err}");
-    let value: String = conn.get(&keys.lock).await.unwrap();
-    assert_eq!(value, "x");
-    let written: bool = conn.exists(keys.op("h1")).await.unwrap();
-    assert!(!written);
+    a_wrong_type_key_is_refused_and_left_alone(Hold::Permits, sem_keys()).await;
 }
