@@ -56,6 +56,62 @@ pub(super) async fn assert_nothing_left(conn: &mut MultiplexedConnection, keys: 
     assert_eq!(left, 0, "nothing left behind, entries included");
 }
 
+/// A lock's hash, as its fields.
+pub(super) type Fields = std::collections::HashMap<String, String>;
+
+/// The hold deadline of `holder` (server ms; -2: none), as the lock keeps it: its field's
+/// expiry, or its score in the lease zset.
+pub(super) async fn deadline_of(conn: &mut Conn, keys: &LockKeys, holder: &str) -> i64 {
+    if hold_field_expiry() {
+        let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
+            .arg(&keys.lock)
+            .arg("FIELDS")
+            .arg(1)
+            .arg(holder)
+            .query_async(conn)
+            .await
+            .unwrap();
+        at[0]
+    } else {
+        let at: Option<f64> = conn.zscore(keys.sem_leases(), holder).await.unwrap();
+        at.map_or(-2, |at| at as i64)
+    }
+}
+
+/// Asserts that the lock's keys still expire: the hash, and on the lease-zset path the zset.
+pub(super) async fn assert_keys_expire(conn: &mut Conn, keys: &LockKeys) {
+    let hash: i64 = conn.pttl(&keys.lock).await.unwrap();
+    assert!(hash > 0, "the hash expires: {hash}");
+    if !hold_field_expiry() {
+        let leases: i64 = conn.pttl(keys.sem_leases()).await.unwrap();
+        assert!(leases > 0, "the lease zset expires: {leases}");
+    }
+}
+
+/// Asserts that on the lease-zset path the hash's `~used` counts `used` permits (`when` says
+/// at which point); with field expiry there is no such count.
+pub(super) fn assert_used(hash: &Fields, used: &str, when: &str) {
+    if !hold_field_expiry() {
+        assert_eq!(
+            hash.get("~used").map(String::as_str),
+            Some(used),
+            "{when}: {hash:?}"
+        );
+    }
+}
+
+/// Asserts that `outcome` is the `WRONGTYPE` the server raised at a `redis.call` of a script
+/// run alone: typed by its code, or on Redis 6.2, which reports an error raised in a script as
+/// "ERR Error running script ...: WRONGTYPE ...", named in that text.
+pub(super) fn assert_raised_wrongtype<T: std::fmt::Debug>(outcome: &Result<T, Error>) {
+    let raised = match outcome {
+        Err(Error::WrongType { detail }) => detail.contains("wrong kind"),
+        Err(other) => other.to_string().contains("WRONGTYPE"),
+        Ok(_) => false,
+    };
+    assert!(raised, "expected the server's WRONGTYPE: {outcome:?}");
+}
+
 /// Declares the functions that lay out the keys of the object a family's tests work on
 /// (functions, so that a table of checks can name them), each under the prefix `t:`.
 macro_rules! object_keys {

@@ -9,8 +9,9 @@ use redis::AsyncCommands;
 
 use super::batch::{read_outcome, Grouped, ReadOperation};
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, hold_test,
-    rw_keys, rw_write, Checked, Conn, LEASE, OP_TTL,
+    assert_keys_expire, assert_nothing_left, assert_raised_wrongtype, assert_used, contract_checks,
+    deadline_of, hold_field_expiry, hold_test, rw_keys, rw_write, Checked, Conn, Fields, LEASE,
+    OP_TTL,
 };
 use super::rwlock::RwAcquireReply;
 use super::*;
@@ -321,35 +322,6 @@ hold_test! {
     }
 }
 
-/// The hold deadline of `holder` (server ms), as the lock keeps it: its field's expiry, or its
-/// score in the lease zset.
-async fn deadline_of(conn: &mut Conn, keys: &LockKeys, holder: &str) -> i64 {
-    if hold_field_expiry() {
-        let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
-            .arg(&keys.lock)
-            .arg("FIELDS")
-            .arg(1)
-            .arg(holder)
-            .query_async(conn)
-            .await
-            .unwrap();
-        at[0]
-    } else {
-        let at: Option<f64> = conn.zscore(keys.sem_leases(), holder).await.unwrap();
-        at.map_or(-2, |at| at as i64)
-    }
-}
-
-/// Asserts that the lock's keys still expire: the hash, and on the lease-zset path the zset.
-async fn assert_keys_expire(conn: &mut Conn, keys: &LockKeys) {
-    let hash: i64 = conn.pttl(&keys.lock).await.unwrap();
-    assert!(hash > 0, "the hash expires: {hash}");
-    if !hold_field_expiry() {
-        let leases: i64 = conn.pttl(keys.sem_leases()).await.unwrap();
-        assert!(leases > 0, "the lease zset expires: {leases}");
-    }
-}
-
 /// One read alone (`rw_acquire.lua`), which must hold: its token.
 async fn read_alone(conn: &mut Conn, keys: &LockKeys, holder: &str) -> u64 {
     let reply = reading(keys, holder, None, false)
@@ -384,21 +356,6 @@ fn held(token: u64) -> RwAcquireReply {
     }
 }
 
-/// A lock's hash, as its fields.
-type Fields = std::collections::HashMap<String, String>;
-
-/// Asserts that `outcome` is the `WRONGTYPE` the server raised at a `redis.call` of a script
-/// run alone: typed by its code, or on Redis 6.2, which reports an error raised in a script as
-/// "ERR Error running script ...: WRONGTYPE ...", named in that text.
-fn assert_raised_wrongtype(outcome: &Result<redis::Value, Error>) {
-    let raised = match outcome {
-        Err(Error::WrongType { detail }) => detail.contains("wrong kind"),
-        Err(other) => other.to_string().contains("WRONGTYPE"),
-        Ok(_) => false,
-    };
-    assert!(raised, "expected the server's WRONGTYPE: {outcome:?}");
-}
-
 /// No read of the call can raise on a key of its own: the reads' op records are read with one
 /// `MGET`, which reads a key of another type as absent, where `rw_acquire.lua` alone raises
 /// `WRONGTYPE` at its `GET` of the record and changes nothing (the one difference the header
@@ -407,22 +364,20 @@ fn assert_raised_wrongtype(outcome: &Result<redis::Value, Error>) {
 /// once, and a first send writes nothing over the foreign value. Re-sent (recorded), every
 /// read replays with its token, no token is issued, and the foreign value is still there (a
 /// replay records only where no record is).
-async fn a_foreign_record_reads_as_absent() {
-    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-    let keys = rw_keys();
-    let tc = read_alone(&mut conn, &keys, "c").await;
-    let ta = read_alone(&mut conn, &keys, "a").await;
+async fn a_foreign_record_reads_as_absent(conn: &mut Conn, keys: &LockKeys) {
+    let tc = read_alone(conn, keys, "c").await;
+    let ta = read_alone(conn, keys, "a").await;
     let _: () = conn.hset(keys.op("x"), "f", "foreign").await.unwrap();
     let foreign = Fields::from([("f".to_owned(), "foreign".to_owned())]);
     let before: Fields = conn.hgetall(&keys.lock).await.unwrap();
 
-    let alone = reading(&keys, "x", None, false).run_alone(&mut conn).await;
+    let alone = reading(keys, "x", None, false).run_alone(conn).await;
     assert_raised_wrongtype(&alone);
     let after_alone: Fields = conn.hgetall(&keys.lock).await.unwrap();
     assert_eq!(after_alone, before, "the read alone changed the lock");
 
     let group = [("a", true), ("x", false), ("b", false)];
-    let first = reads_of(&mut conn, &keys, &group).await;
+    let first = reads_of(conn, keys, &group).await;
     let got = tokens("a replay and two fresh reads", &first).unwrap();
     let (tx, tb) = (got[1], got[2]);
     assert_eq!(got[0], ta, "{first:?}");
@@ -434,9 +389,7 @@ async fn a_foreign_record_reads_as_absent() {
     for (holder, token) in [("a", ta), ("b", tb), ("c", tc), ("x", tx)] {
         assert_eq!(hash.get(holder), Some(&format!("1:{token}")), "{hash:?}");
     }
-    if !hold_field_expiry() {
-        assert_eq!(hash.get("~used").map(String::as_str), Some("4"), "{hash:?}");
-    }
+    assert_used(&hash, "4", "after the call");
     let record: Fields = conn.hgetall(keys.op("x")).await.unwrap();
     assert_eq!(
         record, foreign,
@@ -446,7 +399,7 @@ async fn a_foreign_record_reads_as_absent() {
     assert_eq!(counter, tb);
 
     let resent = [("a", true), ("x", true), ("b", true)];
-    let again = reads_of(&mut conn, &keys, &resent).await;
+    let again = reads_of(conn, keys, &resent).await;
     assert_eq!(again, [held(ta), held(tx), held(tb)]);
     let after: u64 = conn.get(&keys.fence).await.unwrap();
     assert_eq!(after, counter, "a replay issued a token");
@@ -456,17 +409,15 @@ async fn a_foreign_record_reads_as_absent() {
     assert_eq!(record, foreign, "a replay wrote over the foreign value");
     let records: Vec<Option<String>> = conn.mget(&[keys.op("a"), keys.op("b")]).await.unwrap();
     assert_eq!(records, [Some("a".to_owned()), Some("a".to_owned())]);
-    assert_keys_expire(&mut conn, &keys).await;
+    assert_keys_expire(conn, keys).await;
 }
 
-/// [`a_foreign_record_reads_as_absent`], on each way of keeping hold deadlines the server has.
-#[tokio::test]
-async fn a_read_whose_record_key_holds_another_type_reads_it_as_absent() {
-    for_each_hold_expiry(
-        "a_read_whose_record_key_holds_another_type_reads_it_as_absent",
-        a_foreign_record_reads_as_absent,
-    )
-    .await;
+hold_test! {
+    /// [`a_foreign_record_reads_as_absent`], on each way of keeping hold deadlines the server
+    /// has.
+    async fn a_read_whose_record_key_holds_another_type_reads_it_as_absent(_server, conn, keys = rw_keys()) {
+        a_foreign_record_reads_as_absent(&mut conn, &keys).await;
+    }
 }
 
 /// A group of reads holds only reads, so there is no inner release here: the mixed group of a
@@ -475,15 +426,13 @@ async fn a_read_whose_record_key_holds_another_type_reads_it_as_absent() {
 /// recorded send leaves its record), the new reader holds with the next token of the slot,
 /// the third reader's hold is untouched, and the keys still expire. The group re-sent replays
 /// both, with no new token and no change to the holds.
-async fn a_replay_beside_a_new_reader_and_a_holder() {
-    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-    let keys = rw_keys();
-    let tc = read_alone(&mut conn, &keys, "c").await;
-    let ta = read_alone(&mut conn, &keys, "a").await;
-    let a_until = deadline_of(&mut conn, &keys, "a").await;
-    let c_until = deadline_of(&mut conn, &keys, "c").await;
+async fn a_replay_beside_a_new_reader_and_a_holder(conn: &mut Conn, keys: &LockKeys) {
+    let tc = read_alone(conn, keys, "c").await;
+    let ta = read_alone(conn, keys, "a").await;
+    let a_until = deadline_of(conn, keys, "a").await;
+    let c_until = deadline_of(conn, keys, "c").await;
 
-    let first = reads_of(&mut conn, &keys, &[("a", true), ("b", false)]).await;
+    let first = reads_of(conn, keys, &[("a", true), ("b", false)]).await;
     let got = tokens("a replay and a fresh read", &first).unwrap();
     let tb = got[1];
     assert_eq!(got[0], ta, "the replay's token: {first:?}");
@@ -495,21 +444,19 @@ async fn a_replay_beside_a_new_reader_and_a_holder() {
     for (holder, token) in [("a", ta), ("b", tb), ("c", tc)] {
         assert_eq!(hash.get(holder), Some(&format!("1:{token}")), "{hash:?}");
     }
-    if !hold_field_expiry() {
-        assert_eq!(hash.get("~used").map(String::as_str), Some("3"), "{hash:?}");
-    }
+    assert_used(&hash, "3", "after the call");
     assert_eq!(
-        deadline_of(&mut conn, &keys, "a").await,
+        deadline_of(conn, keys, "a").await,
         a_until,
         "a's lease moved"
     );
     assert_eq!(
-        deadline_of(&mut conn, &keys, "c").await,
+        deadline_of(conn, keys, "c").await,
         c_until,
         "c's lease moved"
     );
     assert!(
-        deadline_of(&mut conn, &keys, "b").await > 0,
+        deadline_of(conn, keys, "b").await > 0,
         "b's hold has a deadline"
     );
     let records: Vec<Option<String>> = conn.mget(&[keys.op("a"), keys.op("b")]).await.unwrap();
@@ -518,26 +465,23 @@ async fn a_replay_beside_a_new_reader_and_a_holder() {
         [Some("a".to_owned()), None],
         "a recorded send's record only"
     );
-    assert_keys_expire(&mut conn, &keys).await;
+    assert_keys_expire(conn, keys).await;
     let counter: u64 = conn.get(&keys.fence).await.unwrap();
     assert_eq!(counter, tb);
 
-    let again = reads_of(&mut conn, &keys, &[("a", true), ("b", true)]).await;
+    let again = reads_of(conn, keys, &[("a", true), ("b", true)]).await;
     assert_eq!(again, [held(ta), held(tb)]);
     let after: u64 = conn.get(&keys.fence).await.unwrap();
     assert_eq!(after, counter, "a replay issued a token");
     let rehash: Fields = conn.hgetall(&keys.lock).await.unwrap();
     assert_eq!(rehash, hash, "a replay changed the holds");
-    assert_keys_expire(&mut conn, &keys).await;
+    assert_keys_expire(conn, keys).await;
 }
 
-/// [`a_replay_beside_a_new_reader_and_a_holder`], on each way of keeping hold deadlines the
-/// server has.
-#[tokio::test]
-async fn a_replayed_read_and_a_new_reader_share_a_call_beside_a_holder() {
-    for_each_hold_expiry(
-        "a_replayed_read_and_a_new_reader_share_a_call_beside_a_holder",
-        a_replay_beside_a_new_reader_and_a_holder,
-    )
-    .await;
+hold_test! {
+    /// [`a_replay_beside_a_new_reader_and_a_holder`], on each way of keeping hold deadlines the
+    /// server has.
+    async fn a_replayed_read_and_a_new_reader_share_a_call_beside_a_holder(_server, conn, keys = rw_keys()) {
+        a_replay_beside_a_new_reader_and_a_holder(&mut conn, &keys).await;
+    }
 }

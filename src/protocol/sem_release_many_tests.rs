@@ -11,8 +11,9 @@ use redis::AsyncCommands;
 
 use super::batch::{hold_release_outcome, Grouped, HoldRelease};
 use super::contract_tests::{
-    assert_nothing_left, contract_checks, for_each_hold_expiry, hold_field_expiry, rw_keys,
-    rw_take, Checked, Conn, LEASE, OP_TTL,
+    assert_keys_expire, assert_nothing_left, assert_raised_wrongtype, assert_used, contract_checks,
+    deadline_of, hold_field_expiry, hold_test, rw_keys, rw_take, sem_keys, Checked, Conn, Fields,
+    LEASE, OP_TTL,
 };
 use super::rwlock::{RwAcquireReply, RwMode};
 use super::*;
@@ -192,28 +193,9 @@ contract_checks! {
 #[tokio::test]
 async fn a_semaphores_holds_release_together() {
     let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-    let keys = LockKeys::semaphore(b"t:", b"pool");
+    let keys = sem_keys();
     for holder in ["a", "b"] {
-        let reply = semaphore::sem_acquire(
-            &mut conn,
-            &keys,
-            holder,
-            1,
-            3,
-            LEASE,
-            OP_TTL,
-            PubSub::Classic,
-            None,
-            hold_field_expiry(),
-            None,
-            false,
-        )
-        .await
-        .unwrap();
-        assert!(
-            matches!(reply, semaphore::SemAcquireReply::Acquired { .. }),
-            "{reply:?}"
-        );
+        hold(&mut conn, &keys, holder).await;
     }
     let replies = release_together(&mut conn, &keys, &[("a", "a:out"), ("b", "b:out")])
         .await
@@ -285,8 +267,6 @@ async fn a_refused_release_call_writes_nothing() {
     assert_eq!(written, 0);
 }
 
-type Fields = std::collections::HashMap<String, String>;
-
 /// A hold of `holder` on `keys`: one permit of a semaphore of three, or a read of a read-write
 /// lock.
 async fn hold(conn: &mut Conn, keys: &LockKeys, holder: &str) {
@@ -313,35 +293,6 @@ async fn hold(conn: &mut Conn, keys: &LockKeys, holder: &str) {
         matches!(reply, semaphore::SemAcquireReply::Acquired { .. }),
         "{holder} takes a permit: {reply:?}"
     );
-}
-
-/// Asserts that the lock's keys still expire: the hash, and on the lease-zset path the zset.
-async fn assert_keys_expire(conn: &mut Conn, keys: &LockKeys) {
-    let hash: i64 = conn.pttl(&keys.lock).await.unwrap();
-    assert!(hash > 0, "the hash expires: {hash}");
-    if !hold_field_expiry() {
-        let leases: i64 = conn.pttl(keys.sem_leases()).await.unwrap();
-        assert!(leases > 0, "the lease zset expires: {leases}");
-    }
-}
-
-/// The hold deadline of `holder` (server ms; -2: none), as the lock keeps it: its field's
-/// expiry, or its score in the lease zset.
-async fn deadline_of(conn: &mut Conn, keys: &LockKeys, holder: &str) -> i64 {
-    if hold_field_expiry() {
-        let at: Vec<i64> = redis::cmd("HPEXPIRETIME")
-            .arg(&keys.lock)
-            .arg("FIELDS")
-            .arg(1)
-            .arg(holder)
-            .query_async(conn)
-            .await
-            .unwrap();
-        at[0]
-    } else {
-        let at: Option<f64> = conn.zscore(keys.sem_leases(), holder).await.unwrap();
-        at.map_or(-2, |at| at as i64)
-    }
 }
 
 /// A subscriber to the lock's channels: its hash's, and a read-write lock's waiting writers'.
@@ -389,6 +340,25 @@ fn wake_up(keys: &LockKeys, holds_left: bool) -> Vec<(String, String)> {
     }
 }
 
+/// Asserts that the `send` ("first" or "re-sent") of a call published what its releases alone
+/// publish the first time, and nothing re-sent.
+async fn assert_published_as_alone(
+    conn: &mut Conn,
+    sub: &mut redis::aio::PubSub,
+    keys: &LockKeys,
+    send: &str,
+) {
+    let expected = match send {
+        "first" => wake_up(keys, true),
+        _ => vec![],
+    };
+    assert_eq!(
+        messages_before_probe(conn, sub, keys).await,
+        expected,
+        "{send}: what was published"
+    );
+}
+
 /// No release of the call can raise on a key of its own: the releases' records are read with
 /// one `MGET`, which reads a key of another type as absent, where `sem_release.lua` alone
 /// raises `WRONGTYPE` at its `GET` of the op record and changes nothing (DESIGN section 7.3;
@@ -397,33 +367,25 @@ fn wake_up(keys: &LockKeys, holds_left: bool) -> Vec<(String, String)> {
 /// it was (a release that ends a hold writes only its holder's mark). The other release of
 /// the call applies once, the third hold is untouched, what is published is what the
 /// releases alone publish, and the same call re-sent replays both from their marks.
-async fn a_foreign_record_reads_as_absent(keys: LockKeys) {
-    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
+async fn a_foreign_record_reads_as_absent(conn: &mut Conn, keys: &LockKeys) {
     for holder in ["a", "b", "c"] {
-        hold(&mut conn, &keys, holder).await;
+        hold(conn, keys, holder).await;
     }
     let _: () = conn.hset(keys.op("b:out"), "f", "foreign").await.unwrap();
     let foreign = Fields::from([("f".to_owned(), "foreign".to_owned())]);
     let before: Fields = conn.hgetall(&keys.lock).await.unwrap();
 
-    let alone = release(&mut conn, &keys, "b", "b:out", OP_TTL, PubSub::Classic).await;
-    // Typed by its code; Redis 6.2 reports an error raised in a script as "ERR Error running
-    // script ...: WRONGTYPE ...".
-    let raised = match &alone {
-        Err(Error::WrongType { detail }) => detail.contains("wrong kind"),
-        Err(other) => other.to_string().contains("WRONGTYPE"),
-        Ok(_) => false,
-    };
-    assert!(raised, "the release alone: {alone:?}");
+    let alone = release(conn, keys, "b", "b:out", OP_TTL, PubSub::Classic).await;
+    assert_raised_wrongtype(&alone);
     let after_alone: Fields = conn.hgetall(&keys.lock).await.unwrap();
     assert_eq!(after_alone, before, "the release alone changed the holds");
     let marked: usize = conn.exists(keys.op("b")).await.unwrap();
     assert_eq!(marked, 0, "the release alone marked its holder's record");
 
-    let mut sub = subscribed(&mut conn, &keys).await;
+    let mut sub = subscribed(conn, keys).await;
     let group = [("a", "a:out"), ("b", "b:out")];
     for send in ["first", "re-sent"] {
-        let replies = release_together(&mut conn, &keys, &group).await.unwrap();
+        let replies = release_together(conn, keys, &group).await.unwrap();
         assert_eq!(replies, [DONE, DONE], "{send}");
         let hash: Fields = conn.hgetall(&keys.lock).await.unwrap();
         assert!(
@@ -431,13 +393,7 @@ async fn a_foreign_record_reads_as_absent(keys: LockKeys) {
             "{send}: {hash:?}"
         );
         assert_eq!(hash.get("c"), before.get("c"), "{send}: c's hold");
-        if !hold_field_expiry() {
-            assert_eq!(
-                hash.get("~used").map(String::as_str),
-                Some("1"),
-                "{send}: {hash:?}"
-            );
-        }
+        assert_used(&hash, "1", send);
         let record: Fields = conn.hgetall(keys.op("b:out")).await.unwrap();
         assert_eq!(record, foreign, "{send}: the foreign value");
         let marks: Vec<Option<String>> = conn.mget(&[keys.op("a"), keys.op("b")]).await.unwrap();
@@ -446,43 +402,25 @@ async fn a_foreign_record_reads_as_absent(keys: LockKeys) {
             [Some("r:a:out".to_owned()), Some("r:b:out".to_owned())],
             "{send}: the holders' marks"
         );
-        assert_keys_expire(&mut conn, &keys).await;
-        let expected = match send {
-            "first" => wake_up(&keys, true),
-            _ => vec![],
-        };
-        assert_eq!(
-            messages_before_probe(&mut conn, &mut sub, &keys).await,
-            expected,
-            "{send}: what was published"
-        );
+        assert_keys_expire(conn, keys).await;
+        assert_published_as_alone(conn, &mut sub, keys, send).await;
     }
 }
 
-/// [`a_foreign_record_reads_as_absent`] for a semaphore's holds, on each way of keeping hold
-/// deadlines the server has.
-#[tokio::test]
-async fn a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_semaphore() {
-    for_each_hold_expiry(
-        "a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_semaphore",
-        async || {
-            a_foreign_record_reads_as_absent(LockKeys::semaphore(b"t:", b"pool")).await;
-        },
-    )
-    .await;
+hold_test! {
+    /// [`a_foreign_record_reads_as_absent`] for a semaphore's holds, on each way of keeping hold
+    /// deadlines the server has.
+    async fn a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_semaphore(_server, conn, keys = sem_keys()) {
+        a_foreign_record_reads_as_absent(&mut conn, &keys).await;
+    }
 }
 
-/// [`a_foreign_record_reads_as_absent`] for a read-write lock's reads, on each way of keeping hold
-/// deadlines the server has.
-#[tokio::test]
-async fn a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_rwlock() {
-    for_each_hold_expiry(
-        "a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_rwlock",
-        async || {
-            a_foreign_record_reads_as_absent(rw_keys()).await;
-        },
-    )
-    .await;
+hold_test! {
+    /// [`a_foreign_record_reads_as_absent`] for a read-write lock's reads, on each way of keeping hold
+    /// deadlines the server has.
+    async fn a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_rwlock(_server, conn, keys = rw_keys()) {
+        a_foreign_record_reads_as_absent(&mut conn, &keys).await;
+    }
 }
 
 /// In one call, A's inner release of its re-entered hold leaves A one entry (its field, token
@@ -492,29 +430,25 @@ async fn a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_r
 /// lock's reader release that leaves holds wakes nobody on the lease-zset path, and both
 /// channels with field expiry). Re-sent, the call replays both replies from their records,
 /// takes no entry twice and publishes nothing.
-async fn an_inner_and_a_final_release(keys: LockKeys) {
-    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
+async fn an_inner_and_a_final_release(conn: &mut Conn, keys: &LockKeys) {
     for holder in ["A", "B", "C"] {
-        hold(&mut conn, &keys, holder).await;
+        hold(conn, keys, holder).await;
     }
-    match reenter(&mut conn, &keys, "A", "A:in", OP_TTL)
-        .await
-        .unwrap()
-    {
+    match reenter(conn, keys, "A", "A:in", OP_TTL).await.unwrap() {
         EnterReply::Entered { count: 2, .. } => {}
         other => panic!("A enters its hold again: {other:?}"),
     }
     let before: Fields = conn.hgetall(&keys.lock).await.unwrap();
     assert_eq!(before.get("~entries:A").map(String::as_str), Some("2"));
     let (a_until, c_until) = (
-        deadline_of(&mut conn, &keys, "A").await,
-        deadline_of(&mut conn, &keys, "C").await,
+        deadline_of(conn, keys, "A").await,
+        deadline_of(conn, keys, "C").await,
     );
 
-    let mut sub = subscribed(&mut conn, &keys).await;
+    let mut sub = subscribed(conn, keys).await;
     let group = [("A", "A:out1"), ("B", "B:out")];
     for send in ["first", "re-sent"] {
-        let replies = release_together(&mut conn, &keys, &group).await.unwrap();
+        let replies = release_together(conn, keys, &group).await.unwrap();
         assert_eq!(
             replies,
             [OwnerReply::Done { remaining: 1 }, DONE],
@@ -531,29 +465,19 @@ async fn an_inner_and_a_final_release(keys: LockKeys) {
             "{send}: B's hold: {hash:?}"
         );
         assert_eq!(hash.get("C"), before.get("C"), "{send}: C's hold: {hash:?}");
-        if !hold_field_expiry() {
-            assert_eq!(
-                hash.get("~used").map(String::as_str),
-                Some("2"),
-                "{send}: {hash:?}"
-            );
-        }
+        assert_used(&hash, "2", send);
         assert_eq!(
-            deadline_of(&mut conn, &keys, "A").await,
+            deadline_of(conn, keys, "A").await,
             a_until,
             "{send}: A's lease"
         );
         assert_eq!(
-            deadline_of(&mut conn, &keys, "C").await,
+            deadline_of(conn, keys, "C").await,
             c_until,
             "{send}: C's lease"
         );
-        assert_eq!(
-            deadline_of(&mut conn, &keys, "B").await,
-            -2,
-            "{send}: B's lease"
-        );
-        assert_keys_expire(&mut conn, &keys).await;
+        assert_eq!(deadline_of(conn, keys, "B").await, -2, "{send}: B's lease");
+        assert_keys_expire(conn, keys).await;
         let records: Vec<Option<String>> = conn
             .mget(&[keys.op("A:out1"), keys.op("B:out"), keys.op("B")])
             .await
@@ -563,40 +487,22 @@ async fn an_inner_and_a_final_release(keys: LockKeys) {
             [Some("1".to_owned()), None, Some("r:B:out".to_owned())],
             "{send}: the inner release's record, the final release's mark"
         );
-        let expected = match send {
-            "first" => wake_up(&keys, true),
-            _ => vec![],
-        };
-        assert_eq!(
-            messages_before_probe(&mut conn, &mut sub, &keys).await,
-            expected,
-            "{send}: what was published"
-        );
+        assert_published_as_alone(conn, &mut sub, keys, send).await;
     }
 }
 
-/// [`an_inner_and_a_final_release`] for a semaphore's holds, on each way of keeping hold
-/// deadlines the server has.
-#[tokio::test]
-async fn an_inner_release_and_a_final_release_share_a_call_in_a_semaphore() {
-    for_each_hold_expiry(
-        "an_inner_release_and_a_final_release_share_a_call_in_a_semaphore",
-        async || {
-            an_inner_and_a_final_release(LockKeys::semaphore(b"t:", b"pool")).await;
-        },
-    )
-    .await;
+hold_test! {
+    /// [`an_inner_and_a_final_release`] for a semaphore's holds, on each way of keeping hold
+    /// deadlines the server has.
+    async fn an_inner_release_and_a_final_release_share_a_call_in_a_semaphore(_server, conn, keys = sem_keys()) {
+        an_inner_and_a_final_release(&mut conn, &keys).await;
+    }
 }
 
-/// [`an_inner_and_a_final_release`] for a read-write lock's reads, on each way of keeping hold
-/// deadlines the server has.
-#[tokio::test]
-async fn an_inner_release_and_a_final_release_share_a_call_in_a_rwlock() {
-    for_each_hold_expiry(
-        "an_inner_release_and_a_final_release_share_a_call_in_a_rwlock",
-        async || {
-            an_inner_and_a_final_release(rw_keys()).await;
-        },
-    )
-    .await;
+hold_test! {
+    /// [`an_inner_and_a_final_release`] for a read-write lock's reads, on each way of keeping hold
+    /// deadlines the server has.
+    async fn an_inner_release_and_a_final_release_share_a_call_in_a_rwlock(_server, conn, keys = rw_keys()) {
+        an_inner_and_a_final_release(&mut conn, &keys).await;
+    }
 }
