@@ -7,7 +7,8 @@
 use redis::AsyncCommands;
 
 use super::contract_tests::{
-    contract_checks, hold_field_expiry, lock_keys, released_by, setup, Checked, Conn, LEASE, OP_TTL,
+    contract_checks, hold_field_expiry, lock_keys, released_by, rw_keys, sem_keys, setup, Checked,
+    Conn, LEASE, OP_TTL,
 };
 use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
 use super::semaphore::{sem_acquire, SemAcquireReply};
@@ -106,76 +107,73 @@ async fn a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send(
     late_lock_copy(conn, keys, Some(fair_waiter())).await
 }
 
-/// As for a lock, a semaphore's permits.
-async fn a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send(
-    conn: &mut Conn,
-    _keys: &LockKeys,
-) -> Checked {
-    let pool = LockKeys::semaphore(b"t:", b"pool");
-    let field_expiry = hold_field_expiry();
-    let sem = async |conn: &mut Conn, lease, recorded| {
-        let (pubsub, fair) = (PubSub::Classic, None);
-        sem_acquire(
-            conn,
-            &pool,
-            "s",
-            1,
-            3,
-            lease,
-            OP_TTL,
-            pubsub,
-            fair,
-            field_expiry,
-            None,
-            recorded,
-        )
-        .await
-        .map_err(|e| e.to_string())
-    };
-    let resent = sem(conn, SHORT, true).await?;
-    if !matches!(resent, SemAcquireReply::Acquired { .. }) {
-        return Err(format!("the re-send answered {resent:?}"));
-    }
-    tokio::time::sleep(PAST).await;
-    let late = sem(conn, LEASE, false).await?;
-    if late != SemAcquireReply::Cancelled {
-        return Err(format!("the late first send answered {late:?}"));
-    }
-    Ok(())
+/// What a send of an acquisition answered, as far as a late copy's check tells replies apart.
+#[derive(Debug, PartialEq)]
+enum Sent {
+    Acquired,
+    Cancelled,
+    Other(String),
 }
 
-/// As for a lock, a read-write lock's write hold.
-async fn a_late_first_send_of_a_writer_finds_the_record_of_its_re_send(
+/// The holds other than the lock's whose acquisition records a re-send: a semaphore's permit
+/// (`sem_acquire.lua`) and a read-write lock's write (`rw_acquire.lua`), each on its own keys.
+#[derive(Clone, Copy)]
+enum Hold {
+    Permit,
+    Write,
+}
+
+impl Hold {
+    /// A send of the acquisition with `lease`; `recorded`: it is a re-send.
+    async fn send(self, conn: &mut Conn, lease: Duration, recorded: bool) -> Result<Sent, String> {
+        let expiry = hold_field_expiry();
+        let (pubsub, fair) = (PubSub::Classic, None);
+        let sent = match self {
+            Hold::Permit => {
+                let keys = sem_keys();
+                let reply = sem_acquire(
+                    conn, &keys, "s", 1, 3, lease, OP_TTL, pubsub, fair, expiry, None, recorded,
+                )
+                .await;
+                match reply {
+                    Ok(SemAcquireReply::Acquired { .. }) => Ok(Sent::Acquired),
+                    Ok(SemAcquireReply::Cancelled) => Ok(Sent::Cancelled),
+                    other => other.map(|reply| Sent::Other(format!("{reply:?}"))),
+                }
+            }
+            Hold::Write => {
+                let keys = rw_keys();
+                let (mode, wait) = (RwMode::Write, false);
+                let reply = rw_acquire(
+                    conn, &keys, "w", mode, lease, wait, OP_TTL, pubsub, expiry, None, recorded,
+                )
+                .await;
+                match reply {
+                    Ok(RwAcquireReply::Acquired { .. }) => Ok(Sent::Acquired),
+                    Ok(RwAcquireReply::Cancelled) => Ok(Sent::Cancelled),
+                    other => other.map(|reply| Sent::Other(format!("{reply:?}"))),
+                }
+            }
+        };
+        sent.map_err(|e| e.to_string())
+    }
+}
+
+/// As for a lock, a semaphore's permits and a read-write lock's write hold: the re-send that
+/// acquires records it, and the first send, arriving after that hold expired, is a late copy
+/// and is cancelled.
+async fn a_late_first_send_finds_the_record_of_its_re_send(
+    hold: Hold,
     conn: &mut Conn,
     _keys: &LockKeys,
 ) -> Checked {
-    let catalogue = LockKeys::rwlock(b"t:", b"catalogue");
-    let field_expiry = hold_field_expiry();
-    let write = async |conn: &mut Conn, lease, recorded| {
-        let (mode, wait, pubsub) = (RwMode::Write, false, PubSub::Classic);
-        rw_acquire(
-            conn,
-            &catalogue,
-            "w",
-            mode,
-            lease,
-            wait,
-            OP_TTL,
-            pubsub,
-            field_expiry,
-            None,
-            recorded,
-        )
-        .await
-        .map_err(|e| e.to_string())
-    };
-    let resent = write(conn, SHORT, true).await?;
-    if !matches!(resent, RwAcquireReply::Acquired { .. }) {
+    let resent = hold.send(conn, SHORT, true).await?;
+    if resent != Sent::Acquired {
         return Err(format!("the re-send answered {resent:?}"));
     }
     tokio::time::sleep(PAST).await;
-    let late = write(conn, LEASE, false).await?;
-    if late != RwAcquireReply::Cancelled {
+    let late = hold.send(conn, LEASE, false).await?;
+    if late != Sent::Cancelled {
         return Err(format!("the late first send answered {late:?}"));
     }
     Ok(())
@@ -190,8 +188,8 @@ contract_checks! {
     a_late_first_send_of_a_lock_finds_the_record_of_its_re_send => [Control::ResendLeavesNoRecord],
     a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send =>
         [Control::FairResendLeavesNoRecord],
-    a_late_first_send_of_a_semaphore_finds_the_record_of_its_re_send =>
+    a_late_first_send_finds_the_record_of_its_re_send(Hold::Permit) =>
         [Control::SemResendLeavesNoRecord],
-    a_late_first_send_of_a_writer_finds_the_record_of_its_re_send =>
+    a_late_first_send_finds_the_record_of_its_re_send(Hold::Write) =>
         [Control::RwResendLeavesNoRecord],
 }

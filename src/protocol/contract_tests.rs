@@ -313,7 +313,10 @@ macro_rules! contract_checks {
         #[tokio::test]
         async fn $holds() {
             let checks: &[(&str, $crate::protocol::contract_tests::Check)] =
-                &[$((stringify!($check), |c, k| Box::pin($check($($($arg,)+)? c, k)))),+];
+                &[$((
+                    stringify!($check $(($($arg),+))?),
+                    |c, k| Box::pin($check($($($arg,)+)? c, k)),
+                )),+];
             contract_checks!(@run $($run)? $holds, {
                 $crate::protocol::contract_tests::assert_checks_hold(checks, $keys).await;
             });
@@ -330,7 +333,7 @@ macro_rules! contract_checks {
                 $crate::protocol::contract_tests::Check,
                 &[$crate::protocol::controls::Control],
             )] = &[$((
-                stringify!($check),
+                stringify!($check $(($($arg),+))?),
                 |c, k| Box::pin($check($($($arg,)+)? c, k)),
                 &[$($control),*],
             )),+];
