@@ -7,11 +7,11 @@
 use redis::AsyncCommands;
 
 use super::contract_tests::{
-    contract_checks, hold_field_expiry, lock_keys, released_by, rw_keys, sem_keys, setup, Checked,
-    Conn, LEASE, OP_TTL,
+    contract_checks, hold_field_expiry, lock_keys, released_by, rw_keys, sem_keys, sem_take, setup,
+    Checked, Conn, LEASE, OP_TTL,
 };
 use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
-use super::semaphore::{sem_acquire, SemAcquireReply};
+use super::semaphore::SemAcquireReply;
 use super::*;
 
 /// A fair-mode waiter's attempt.
@@ -131,10 +131,7 @@ impl Hold {
         let sent = match self {
             Hold::Permit => {
                 let keys = sem_keys();
-                let reply = sem_acquire(
-                    conn, &keys, "s", 1, 3, lease, OP_TTL, pubsub, fair, expiry, None, recorded,
-                )
-                .await;
+                let reply = sem_take(conn, &keys, "s", (1, 3), lease, fair, recorded).await;
                 match reply {
                     Ok(SemAcquireReply::Acquired { .. }) => Ok(Sent::Acquired),
                     Ok(SemAcquireReply::Cancelled) => Ok(Sent::Cancelled),

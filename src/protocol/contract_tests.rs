@@ -10,6 +10,7 @@ use redis::AsyncCommands;
 use fencelock_testing::RedisServer;
 
 use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
+use super::semaphore::{sem_acquire, SemAcquireReply};
 use super::{cancel, release, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub};
 use crate::base::error::Error;
 
@@ -184,6 +185,27 @@ pub(super) async fn rw_take(
     )
     .await
     .unwrap()
+}
+
+/// A semaphore acquisition (`sem_acquire.lua`) by `holder` of `permits.0` of a limit of
+/// `permits.1`, with the deadlines kept as the scope says ([`hold_field_expiry`]), unlabelled;
+/// `fair`: a fair-handoff client that will wait (`Some(true)`) or not; `recorded`: a send
+/// after one of unknown outcome (only such an acquisition can have a late copy).
+pub(super) async fn sem_take(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    holder: &str,
+    (permits, limit): (u32, u32),
+    lease: Duration,
+    fair: Option<bool>,
+    recorded: bool,
+) -> Result<SemAcquireReply, Error> {
+    let expiry = hold_field_expiry();
+    let ps = PubSub::Classic;
+    sem_acquire(
+        conn, keys, holder, permits, limit, lease, OP_TTL, ps, fair, expiry, None, recorded,
+    )
+    .await
 }
 
 /// `holder`'s release as operation `op`, answered.

@@ -12,8 +12,8 @@ use redis::AsyncCommands;
 use super::batch::{hold_release_outcome, Grouped, HoldRelease};
 use super::contract_tests::{
     assert_keys_expire, assert_nothing_left, assert_raised_wrongtype, assert_used, contract_checks,
-    deadline_of, hold_field_expiry, hold_test, rw_keys, rw_take, sem_keys, Checked, Conn, Fields,
-    LEASE, OP_TTL,
+    deadline_of, hold_field_expiry, hold_test, rw_keys, rw_take, sem_keys, sem_take, Checked, Conn,
+    Fields, LEASE, OP_TTL,
 };
 use super::rwlock::{RwAcquireReply, RwMode};
 use super::*;
@@ -273,22 +273,9 @@ async fn hold(conn: &mut Conn, keys: &LockKeys, holder: &str) {
     if keys.rw_writers().is_some() {
         return read(conn, keys, holder).await.unwrap();
     }
-    let reply = semaphore::sem_acquire(
-        conn,
-        keys,
-        holder,
-        1,
-        3,
-        LEASE,
-        OP_TTL,
-        PubSub::Classic,
-        None,
-        hold_field_expiry(),
-        None,
-        false,
-    )
-    .await
-    .unwrap();
+    let reply = sem_take(conn, keys, holder, (1, 3), LEASE, None, false)
+        .await
+        .unwrap();
     assert!(
         matches!(reply, semaphore::SemAcquireReply::Acquired { .. }),
         "{holder} takes a permit: {reply:?}"

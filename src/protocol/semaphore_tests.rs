@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 
 use super::contract_tests::{
     assert_nothing_left, cancelled_by, contract_checks, hold_field_expiry, hold_test, released_by,
-    sem_keys, Checked, Conn, LEASE, OP_TTL,
+    sem_keys, sem_take, Checked, Conn, LEASE, OP_TTL,
 };
 use super::semaphore::{sem_acquire, SemAcquireReply};
 use super::*;
@@ -46,22 +46,9 @@ pub(super) async fn take_sent(
     lease: Duration,
     recorded: bool,
 ) -> SemAcquireReply {
-    sem_acquire(
-        conn,
-        keys,
-        holder,
-        permits,
-        LIMIT,
-        lease,
-        OP_TTL,
-        PubSub::Classic,
-        None,
-        hold_field_expiry(),
-        None,
-        recorded,
-    )
-    .await
-    .unwrap()
+    sem_take(conn, keys, holder, (permits, LIMIT), lease, None, recorded)
+        .await
+        .unwrap()
 }
 
 /// [`take`] by a fair-handoff client, on a semaphore of 4 permits; `wait`: the caller will wait
@@ -74,22 +61,9 @@ async fn take_fair(
     wait: bool,
     lease: Duration,
 ) -> SemAcquireReply {
-    sem_acquire(
-        conn,
-        keys,
-        holder,
-        permits,
-        4,
-        lease,
-        OP_TTL,
-        PubSub::Classic,
-        Some(wait),
-        hold_field_expiry(),
-        None,
-        false,
-    )
-    .await
-    .unwrap()
+    sem_take(conn, keys, holder, (permits, 4), lease, Some(wait), false)
+        .await
+        .unwrap()
 }
 
 pub(super) fn token_of(reply: SemAcquireReply) -> Result<FencingToken, String> {
@@ -281,22 +255,9 @@ hold_test! {
     async fn the_recorded_limit_wins_and_a_request_above_it_is_refused(_server, conn, keys = sem_keys()) {
         token_of(take(&mut conn, &keys, "a", 1, LEASE).await).unwrap();
         let _: () = conn.hset(&keys.lock, "~limit", 2).await.unwrap();
-        let wider = sem_acquire(
-            &mut conn,
-            &keys,
-            "b",
-            1,
-            10,
-            LEASE,
-            OP_TTL,
-            PubSub::Classic,
-            None,
-            hold_field_expiry(),
-            None,
-            false,
-        )
-        .await
-        .unwrap();
+        let wider = sem_take(&mut conn, &keys, "b", (1, 10), LEASE, None, false)
+            .await
+            .unwrap();
         assert!(
             matches!(
                 wider,
@@ -338,22 +299,9 @@ hold_test! {
     async fn foreign_data_is_refused_and_nothing_is_written(_server, conn, keys = sem_keys()) {
         for key in [keys.lock.clone(), keys.sem_leases()] {
             let _: () = conn.set(&key, "foreign").await.unwrap();
-            let err = sem_acquire(
-                &mut conn,
-                &keys,
-                "h",
-                1,
-                LIMIT,
-                LEASE,
-                OP_TTL,
-                PubSub::Classic,
-                None,
-                hold_field_expiry(),
-                None,
-                false,
-            )
-            .await
-            .unwrap_err();
+            let err = sem_take(&mut conn, &keys, "h", (1, LIMIT), LEASE, None, false)
+                .await
+                .unwrap_err();
             assert!(err.is_wrong_type(), "{err:?}");
             let err = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
                 .await
