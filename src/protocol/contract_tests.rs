@@ -187,6 +187,24 @@ pub(super) async fn rw_take(
     .unwrap()
 }
 
+/// Runs `script` on `keys` and `args` as given, past the bindings (for a call they never
+/// make), and expects the server to refuse it: its error.
+pub(super) async fn refused_as_called(
+    conn: &mut MultiplexedConnection,
+    script: &redis::Script,
+    keys: &[Vec<u8>],
+    args: &[&str],
+) -> redis::RedisError {
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(key);
+    }
+    for arg in args {
+        call.arg(*arg);
+    }
+    call.invoke_async::<redis::Value>(conn).await.unwrap_err()
+}
+
 /// A semaphore acquisition (`sem_acquire.lua`) by `holder` of `permits.0` of a limit of
 /// `permits.1`, with the deadlines kept as the scope says ([`hold_field_expiry`]), unlabelled;
 /// `fair`: a fair-handoff client that will wait (`Some(true)`) or not; `recorded`: a send

@@ -2,7 +2,7 @@
 //! with `fenced_write.lua`): a claim refuses every older token, a shared read only an older
 //! one than the newest write or claim; both fence every older writer.
 
-use super::contract_tests::{contract_checks, Checked, Conn, OP_TTL};
+use super::contract_tests::{contract_checks, refused_as_called, Checked, Conn, OP_TTL};
 use super::*;
 use crate::base::error::Superseded;
 
@@ -135,19 +135,15 @@ contract_checks! {
 async fn an_unknown_read_mode_is_refused() {
     let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = resource();
-    let err = scripts()
-        .fenced_read
-        .key(&keys.data)
-        .key(&keys.mark)
-        .key(&keys.shared)
-        .arg(5)
-        .arg("get")
-        .arg("")
-        .arg("borrow")
-        .invoke_async::<redis::Value>(&mut conn)
-        .await
-        .map_err(Error::from_reply)
-        .unwrap_err();
+    let err = Error::from_reply(
+        refused_as_called(
+            &mut conn,
+            &scripts().fenced_read,
+            &[keys.data.clone(), keys.mark.clone(), keys.shared.clone()],
+            &["5", "get", "", "borrow"],
+        )
+        .await,
+    );
     assert!(
         matches!(&err, Error::Protocol(detail) if detail.contains("read mode")),
         "{err:?}"

@@ -5,7 +5,7 @@
 
 use redis::AsyncCommands;
 
-use super::contract_tests::{contract_checks, Checked, Conn, OP_TTL};
+use super::contract_tests::{contract_checks, refused_as_called, Checked, Conn, OP_TTL};
 use super::*;
 use crate::base::error::Superseded;
 
@@ -166,21 +166,20 @@ contract_checks! {
 async fn a_bad_retention_argument_is_refused() {
     let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = resource();
-    let err = scripts()
-        .fenced_write
-        .key(&keys.data)
-        .key(&keys.mark)
-        .key(keys.op("w"))
-        .key(&keys.shared)
-        .arg(5)
-        .arg(10_000)
-        .arg("set")
-        .arg("soon")
-        .arg("v")
-        .invoke_async::<redis::Value>(&mut conn)
-        .await
-        .map_err(Error::from_reply)
-        .unwrap_err();
+    let err = Error::from_reply(
+        refused_as_called(
+            &mut conn,
+            &scripts().fenced_write,
+            &[
+                keys.data.clone(),
+                keys.mark.clone(),
+                keys.op("w"),
+                keys.shared.clone(),
+            ],
+            &["5", "10000", "set", "soon", "v"],
+        )
+        .await,
+    );
     assert!(
         matches!(&err, Error::Protocol(detail) if detail.contains("retention")),
         "{err:?}"

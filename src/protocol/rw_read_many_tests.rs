@@ -10,8 +10,8 @@ use redis::AsyncCommands;
 use super::batch::{read_outcome, Grouped, ReadOperation};
 use super::contract_tests::{
     assert_keys_expire, assert_nothing_left, assert_raised_wrongtype, assert_used, contract_checks,
-    deadline_of, hold_field_expiry, hold_test, rw_keys, rw_write, Checked, Conn, Fields, LEASE,
-    OP_TTL,
+    deadline_of, hold_field_expiry, hold_test, refused_as_called, rw_keys, rw_write, setup_for,
+    Checked, Conn, Fields, LEASE, OP_TTL,
 };
 use super::rwlock::RwAcquireReply;
 use super::*;
@@ -194,8 +194,7 @@ contract_checks! {
 /// A labelled read keeps its label in its own field, next to a read without one.
 #[tokio::test]
 async fn a_grouped_read_keeps_its_own_label() {
-    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-    let keys = rw_keys();
+    let (_server, mut conn, keys) = setup_for(rw_keys()).await;
     let reads = [
         reading(&keys, "plain", None, false),
         reading(&keys, "tagged", Some("req:7"), false),
@@ -220,8 +219,7 @@ async fn a_grouped_read_keeps_its_own_label() {
 /// call) is answered as its first: one hold, one token, one permit.
 #[tokio::test]
 async fn a_holder_given_twice_is_answered_as_its_first() {
-    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-    let keys = rw_keys();
+    let (_server, mut conn, keys) = setup_for(rw_keys()).await;
     let twice = read_together(&mut conn, &keys, &["a", "b", "a"], true)
         .await
         .unwrap();
@@ -238,27 +236,21 @@ async fn a_holder_given_twice_is_answered_as_its_first() {
 /// whole, and nothing is written.
 #[tokio::test]
 async fn a_refused_call_writes_nothing() {
-    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-    let keys = rw_keys();
+    let (_server, mut conn, keys) = setup_for(rw_keys()).await;
     // Two reads announced, one given.
-    let err = scripts()
-        .rw_read_many
-        .key(&keys.lock)
-        .key(keys.sem_leases())
-        .key(keys.rw_writers().unwrap())
-        .key(&keys.fence)
-        .key(keys.op("a"))
-        .arg(2)
-        .arg(30_000)
-        .arg(10_000)
-        .arg("classic")
-        .arg("zset")
-        .arg("a")
-        .arg("1")
-        .arg("")
-        .invoke_async::<redis::Value>(&mut conn)
-        .await
-        .unwrap_err();
+    let err = refused_as_called(
+        &mut conn,
+        &scripts().rw_read_many,
+        &[
+            keys.lock.clone(),
+            keys.sem_leases(),
+            keys.rw_writers().unwrap(),
+            keys.fence.clone(),
+            keys.op("a"),
+        ],
+        &["2", "30000", "10000", "classic", "zset", "a", "1", ""],
+    )
+    .await;
     assert!(err.to_string().contains("FENCELOCK_BADARG"), "{err}");
     assert_nothing_left(&mut conn, &keys).await;
     let records: usize = conn.exists(keys.op("a")).await.unwrap();

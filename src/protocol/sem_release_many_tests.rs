@@ -12,8 +12,8 @@ use redis::AsyncCommands;
 use super::batch::{hold_release_outcome, Grouped, HoldRelease};
 use super::contract_tests::{
     assert_keys_expire, assert_nothing_left, assert_raised_wrongtype, assert_used, contract_checks,
-    deadline_of, hold_field_expiry, hold_test, rw_keys, rw_take, sem_keys, sem_take, Checked, Conn,
-    Fields, LEASE, OP_TTL,
+    deadline_of, hold_field_expiry, hold_test, refused_as_called, rw_keys, rw_take, sem_keys,
+    sem_take, setup_for, Checked, Conn, Fields, LEASE, OP_TTL,
 };
 use super::rwlock::{RwAcquireReply, RwMode};
 use super::*;
@@ -208,8 +208,7 @@ async fn a_semaphores_holds_release_together() {
 /// call) is answered as its first: the hold ends once.
 #[tokio::test]
 async fn an_op_id_given_twice_is_answered_as_its_first() {
-    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-    let keys = rw_keys();
+    let (_server, mut conn, keys) = setup_for(rw_keys()).await;
     read(&mut conn, &keys, "a").await.unwrap();
     read(&mut conn, &keys, "b").await.unwrap();
     let replies = release_together(&mut conn, &keys, &[("a", "op"), ("b", "op-b"), ("a", "op")])
@@ -223,26 +222,22 @@ async fn an_op_id_given_twice_is_answered_as_its_first() {
 /// a whole, and nothing is written.
 #[tokio::test]
 async fn a_refused_release_call_writes_nothing() {
-    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-    let keys = rw_keys();
+    let (_server, mut conn, keys) = setup_for(rw_keys()).await;
     read(&mut conn, &keys, "a").await.unwrap();
     // Two releases announced, one given.
-    let err = scripts()
-        .sem_release_many
-        .key(&keys.lock)
-        .key(keys.sem_leases())
-        .key(keys.rw_writers().unwrap())
-        .key(keys.op("op"))
-        .key(keys.op("a"))
-        .arg(2)
-        .arg(10_000)
-        .arg("classic")
-        .arg(3)
-        .arg("a")
-        .arg("op")
-        .invoke_async::<redis::Value>(&mut conn)
-        .await
-        .unwrap_err();
+    let err = refused_as_called(
+        &mut conn,
+        &scripts().sem_release_many,
+        &[
+            keys.lock.clone(),
+            keys.sem_leases(),
+            keys.rw_writers().unwrap(),
+            keys.op("op"),
+            keys.op("a"),
+        ],
+        &["2", "10000", "classic", "3", "a", "op"],
+    )
+    .await;
     assert!(err.to_string().contains("FENCELOCK_BADARG"), "{err}");
     let still: bool = conn.hexists(&keys.lock, "a").await.unwrap();
     assert!(still, "the hold is untouched");
