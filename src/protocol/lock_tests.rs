@@ -6,9 +6,10 @@ use std::time::Duration;
 use redis::AsyncCommands;
 
 use super::contract_tests::{
-    cancelled_by, contract_checks, lock_keys, refused_as_called, released_by, setup, undo, Checked,
-    Conn, LEASE, OP_TTL,
+    cancelled_by, contract_checks, lock_keys, released_by, setup, undo, Checked, Conn, LEASE,
+    OP_TTL,
 };
+use super::resource_tests::refused_write;
 use super::*;
 use crate::base::error::Superseded;
 
@@ -610,20 +611,13 @@ async fn malformed_arguments_are_refused_as_protocol_errors_and_write_nothing() 
     let (_server, mut conn, _) = setup().await;
     let keys = ResourceKeys::new(b"t:", b"balance");
     for (token, delta) in [("12abc", "1"), ("0", "1"), ("5", "one")] {
-        let err = Error::from_reply(
-            refused_as_called(
-                &mut conn,
-                &scripts().fenced_write,
-                &[
-                    keys.data.clone(),
-                    keys.mark.clone(),
-                    keys.op("op-bad"),
-                    keys.shared.clone(),
-                ],
-                &[token, "10000", "incrby", delta],
-            )
-            .await,
-        );
+        let err = refused_write(
+            &mut conn,
+            &keys,
+            "op-bad",
+            &[token, "10000", "incrby", delta],
+        )
+        .await;
         assert!(
             matches!(&err, Error::Protocol(detail) if !detail.is_empty()),
             "token {token}, delta {delta}: {err:?}"

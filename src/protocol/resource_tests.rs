@@ -14,6 +14,23 @@ fn resource() -> ResourceKeys {
     ResourceKeys::new(b"t:", b"catalog")
 }
 
+/// `fenced_write.lua` on `keys` with the op id `op` and `args` as given, past the bindings,
+/// which it must refuse: the error, typed.
+pub(super) async fn refused_write(
+    conn: &mut Conn,
+    keys: &ResourceKeys,
+    op: &str,
+    args: &[&str],
+) -> Error {
+    let keys = [
+        keys.data.clone(),
+        keys.mark.clone(),
+        keys.op(op),
+        keys.shared.clone(),
+    ];
+    Error::from_reply(refused_as_called(conn, &scripts().fenced_write, &keys, args).await)
+}
+
 async fn write(conn: &mut Conn, token: u64, op: &str) -> WriteReply {
     fenced_write(
         conn,
@@ -45,6 +62,18 @@ fn read_value(reply: &ReadReply, written_by: u64) -> Checked {
         other => Err(format!(
             "expected the value of writer {written_by}, got {other:?}"
         )),
+    }
+}
+
+/// Checks that a read was refused as stale, superseded `by` the token `latest` (`what` says
+/// which read).
+fn refused_by(reply: ReadReply, by: Superseded, latest: u64, what: &str) -> Checked {
+    match reply {
+        ReadReply::Stale {
+            latest: newest,
+            by: why,
+        } if why == by && newest == t(latest) => Ok(()),
+        other => Err(format!("{what}: {other:?}")),
     }
 }
 
@@ -86,35 +115,35 @@ async fn a_newer_write_or_claim_refuses_older_readers(conn: &mut Conn, _: &LockK
     write(conn, 5, "w5").await;
     read(conn, 9, ReadMode::Shared).await;
     write(conn, 10, "w10").await;
-    match read(conn, 9, ReadMode::Shared).await {
-        ReadReply::Stale {
-            latest,
-            by: Superseded::WroteOrClaimed,
-        } if latest == t(10) => {}
-        other => return Err(format!("reader 9 after writer 10: {other:?}")),
-    }
+    let reply = read(conn, 9, ReadMode::Shared).await;
+    refused_by(
+        reply,
+        Superseded::WroteOrClaimed,
+        10,
+        "reader 9 after writer 10",
+    )?;
     read_value(&read(conn, 11, ReadMode::Shared).await, 10)?;
     read_value(&read(conn, 12, ReadMode::Claim).await, 10)?;
-    match read(conn, 11, ReadMode::Shared).await {
-        ReadReply::Stale {
-            latest,
-            by: Superseded::WroteOrClaimed,
-        } if latest == t(12) => Ok(()),
-        other => Err(format!("reader 11 after a claim by 12: {other:?}")),
-    }
+    let reply = read(conn, 11, ReadMode::Shared).await;
+    refused_by(
+        reply,
+        Superseded::WroteOrClaimed,
+        12,
+        "reader 11 after a claim by 12",
+    )
 }
 
 /// A claim refuses every older token, a reader's included: a claiming read by 8 after a
 /// shared read by 9 is refused (a claim is a holder alone in its critical section).
 async fn a_claim_is_refused_below_a_shared_read(conn: &mut Conn, _: &LockKeys) -> Checked {
     read(conn, 9, ReadMode::Shared).await;
-    match read(conn, 8, ReadMode::Claim).await {
-        ReadReply::Stale {
-            latest,
-            by: Superseded::SharedRead,
-        } if latest == t(9) => Ok(()),
-        other => Err(format!("a claim by 8 after reader 9: {other:?}")),
-    }
+    let reply = read(conn, 8, ReadMode::Claim).await;
+    refused_by(
+        reply,
+        Superseded::SharedRead,
+        9,
+        "a claim by 8 after reader 9",
+    )
 }
 
 contract_checks! {

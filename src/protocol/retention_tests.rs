@@ -5,7 +5,8 @@
 
 use redis::AsyncCommands;
 
-use super::contract_tests::{contract_checks, refused_as_called, Checked, Conn, OP_TTL};
+use super::contract_tests::{contract_checks, Checked, Conn, OP_TTL};
+use super::resource_tests::refused_write;
 use super::*;
 use crate::base::error::Superseded;
 
@@ -166,20 +167,7 @@ contract_checks! {
 async fn a_bad_retention_argument_is_refused() {
     let (_server, mut conn, _) = super::contract_tests::setup().await;
     let keys = resource();
-    let err = Error::from_reply(
-        refused_as_called(
-            &mut conn,
-            &scripts().fenced_write,
-            &[
-                keys.data.clone(),
-                keys.mark.clone(),
-                keys.op("w"),
-                keys.shared.clone(),
-            ],
-            &["5", "10000", "set", "soon", "v"],
-        )
-        .await,
-    );
+    let err = refused_write(&mut conn, &keys, "w", &["5", "10000", "set", "soon", "v"]).await;
     assert!(
         matches!(&err, Error::Protocol(detail) if detail.contains("retention")),
         "{err:?}"
