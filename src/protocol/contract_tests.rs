@@ -187,6 +187,18 @@ pub(super) async fn rw_take(
     .unwrap()
 }
 
+/// A server of its own with `keys`, for `test`, which needs hash-field expiry: `None` on a
+/// server without it (the test is skipped, and says so).
+pub(super) async fn setup_with_field_expiry(
+    test: &str,
+    keys: LockKeys,
+) -> Option<(RedisServer, MultiplexedConnection, LockKeys)> {
+    if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
+        return None;
+    }
+    Some(setup_for(keys).await)
+}
+
 /// Runs `script` on `keys` and `args` as given, past the bindings (for a call they never
 /// make), and expects the server to refuse it: its error.
 pub(super) async fn refused_as_called(

@@ -192,8 +192,7 @@ contract_checks! {
 /// A semaphore's holds (no waiting writers' key) release together too.
 #[tokio::test]
 async fn a_semaphores_holds_release_together() {
-    let (_server, mut conn, _lock) = super::contract_tests::setup().await;
-    let keys = sem_keys();
+    let (_server, mut conn, keys) = setup_for(sem_keys()).await;
     for holder in ["a", "b"] {
         hold(&mut conn, &keys, holder).await;
     }

@@ -4,15 +4,14 @@
 //! kept, and nothing left after the last release.
 
 use super::*;
-use crate::protocol::contract_tests::{hold_test, released_by};
+use crate::protocol::contract_tests::{hold_test, released_by, setup_for, setup_with_field_expiry};
 
 /// The layout DESIGN.md gives: the hash with the limit, the sum, the keys' expiry and one
 /// field per hold, the zset of deadlines; both keys expire one lease after the hold's
 /// deadline, as `~until` says; nothing left after the release.
 #[tokio::test]
 async fn a_hold_is_laid_out_as_documented_and_leaves_nothing_behind() {
-    let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
-    let keys = sem_keys();
+    let (_server, mut conn, keys) = setup_for(sem_keys()).await;
     let token = token_of(take(&mut conn, &keys, "h", 2, LEASE).await).unwrap();
     let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
     assert_eq!(hash.get("~limit").map(String::as_str), Some("3"));
@@ -56,11 +55,9 @@ async fn server_ms(conn: &mut Conn) -> i64 {
 #[tokio::test]
 async fn a_hold_with_field_expiry_is_laid_out_as_documented_and_leaves_nothing_behind() {
     let test = "a_hold_with_field_expiry_is_laid_out_as_documented_and_leaves_nothing_behind";
-    if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
+    let Some((_server, mut conn, keys)) = setup_with_field_expiry(test, sem_keys()).await else {
         return;
-    }
-    let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
-    let keys = sem_keys();
+    };
     let (token, short) = crate::protocol::contract_tests::HOLD_FIELD_EXPIRY_SCOPE
         .scope(true, async {
             let token = token_of(take(&mut conn, &keys, "h", 2, LEASE).await).unwrap();
@@ -121,10 +118,9 @@ async fn a_hold_with_field_expiry_is_laid_out_as_documented_and_leaves_nothing_b
 #[tokio::test]
 async fn the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashed_hold() {
     let test = "the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashed_hold";
-    if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
+    let Some((_server, mut conn, keys)) = setup_with_field_expiry(test, sem_keys()).await else {
         return;
-    }
-    let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
+    };
     // One active expiry cycle a second: a field expired a few ms ago is usually still there.
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -133,7 +129,6 @@ async fn the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashe
         .query_async(&mut conn)
         .await
         .unwrap();
-    let keys = sem_keys();
     let mut judged = 0;
     for round in 0..10 {
         let (crashed, alive, op) = (
@@ -161,39 +156,37 @@ async fn the_last_release_deletes_a_field_expiry_hash_that_still_counts_a_crashe
     );
 }
 
+/// [`take`] of `permits` with the default lease by a client that keeps hold deadlines as
+/// field expiry (`fields`) or in the lease zset.
+async fn take_keeping(
+    fields: bool,
+    conn: &mut Conn,
+    keys: &LockKeys,
+    holder: &str,
+    permits: u32,
+) -> SemAcquireReply {
+    let scope = &crate::protocol::contract_tests::HOLD_FIELD_EXPIRY_SCOPE;
+    scope
+        .scope(fields, take(conn, keys, holder, permits, LEASE))
+        .await
+}
+
 /// A semaphore keeps the way it was created with, whatever later clients ask for: a lease-zset
 /// semaphore joined by a field-expiry client keeps its zset and `~used`, and the reverse keeps
 /// field expiry; the permits are counted right either way.
 #[tokio::test]
 async fn a_semaphore_keeps_the_way_it_was_created_with() {
     let test = "a_semaphore_keeps_the_way_it_was_created_with";
-    if !fencelock_testing::requires(fencelock_testing::Feature::HashFieldExpiry, test) {
+    let Some((_server, mut conn, keys)) = setup_with_field_expiry(test, sem_keys()).await else {
         return;
-    }
-    let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
-    let keys = sem_keys();
+    };
     let scope = &crate::protocol::contract_tests::HOLD_FIELD_EXPIRY_SCOPE;
     for created_with_fields in [false, true] {
-        let first = scope
-            .scope(
-                created_with_fields,
-                take(&mut conn, &keys, "first", 1, LEASE),
-            )
-            .await;
+        let first = take_keeping(created_with_fields, &mut conn, &keys, "first", 1).await;
         token_of(first).unwrap();
-        let second = scope
-            .scope(
-                !created_with_fields,
-                take(&mut conn, &keys, "second", 1, LEASE),
-            )
-            .await;
+        let second = take_keeping(!created_with_fields, &mut conn, &keys, "second", 1).await;
         token_of(second).unwrap();
-        let third = scope
-            .scope(
-                !created_with_fields,
-                take(&mut conn, &keys, "third", 2, LEASE),
-            )
-            .await;
+        let third = take_keeping(!created_with_fields, &mut conn, &keys, "third", 2).await;
         assert!(
             matches!(third, SemAcquireReply::Busy { free: 1, .. }),
             "{third:?}"
@@ -335,8 +328,7 @@ hold_test! {
 /// (and both keys' expiry) alone, and a longer hold moves it again.
 #[tokio::test]
 async fn the_keys_expiry_moves_once_per_lease() {
-    let (_server, mut conn, _lock) = crate::protocol::contract_tests::setup().await;
-    let keys = sem_keys();
+    let (_server, mut conn, keys) = setup_for(sem_keys()).await;
     let until = async |conn: &mut Conn| -> i64 {
         let text: String = conn.hget(&keys.lock, "~until").await.unwrap();
         text.parse().unwrap()
