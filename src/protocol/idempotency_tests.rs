@@ -14,11 +14,10 @@ const FINGERPRINT: &[u8] = b"charge acct-9 500";
 async fn begin(
     conn: &mut Conn,
     keys: &LockKeys,
-    holder: &str,
-    token: FencingToken,
+    runner: (&str, FencingToken),
     on_death: RunnerDeathArg,
 ) -> BeginReply<KeyResult> {
-    try_begin(conn, keys, (holder, token), FINGERPRINT, on_death)
+    try_begin(conn, keys, runner, FINGERPRINT, on_death)
         .await
         .unwrap()
 }
@@ -47,8 +46,20 @@ async fn begun(
     on_death: RunnerDeathArg,
 ) -> FencingToken {
     let token = won(conn, keys, holder).await;
-    begin(conn, keys, holder, token, on_death).await;
+    begin(conn, keys, (holder, token), on_death).await;
     token
+}
+
+/// Asserts that a begin took the run over from the runner with token `from` (`what` says
+/// which begin).
+fn assert_took_over(reply: BeginReply<KeyResult>, from: FencingToken, what: &str) {
+    match reply {
+        BeginReply::Begun {
+            took_over: Some(old),
+            ..
+        } => assert_eq!(old, from, "{what}"),
+        other => panic!("{what} got {other:?}"),
+    }
 }
 
 async fn read(conn: &mut Conn, keys: &LockKeys) -> KeyRead {
@@ -70,13 +81,13 @@ async fn a_run_begins_stores_its_result_and_answers_duplicates() {
     let BeginReply::Begun {
         took_over: None,
         started_ms,
-    } = begin(&mut conn, &keys, "a", token, RUN_AGAIN).await
+    } = begin(&mut conn, &keys, ("a", token), RUN_AGAIN).await
     else {
         panic!("a free key did not begin");
     };
     // A re-sent begin is the same begin.
     assert_eq!(
-        begin(&mut conn, &keys, "a", token, RUN_AGAIN).await,
+        begin(&mut conn, &keys, ("a", token), RUN_AGAIN).await,
         BeginReply::Begun {
             took_over: None,
             started_ms
@@ -116,7 +127,7 @@ async fn a_run_begins_stores_its_result_and_answers_duplicates() {
     // A duplicate is answered with the stored result, whatever its policy.
     for (holder, policy) in [("dup-1", RUN_AGAIN), ("dup-2", GIVE_UP)] {
         let dup = won(&mut conn, &keys, holder).await;
-        match begin(&mut conn, &keys, holder, dup, policy).await {
+        match begin(&mut conn, &keys, (holder, dup), policy).await {
             BeginReply::Done(record) => assert_eq!(record, done),
             other => panic!("a duplicate of a done key got {other:?}"),
         }
@@ -134,13 +145,8 @@ async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
     assert!(failed.failed_ms.is_some() && failed.finished_ms.is_none());
     hold_ends(&mut conn, &keys).await;
     let second = won(&mut conn, &keys, "second").await;
-    match begin(&mut conn, &keys, "second", second, GIVE_UP).await {
-        BeginReply::Begun {
-            took_over: Some(old),
-            ..
-        } => assert_eq!(old, first),
-        other => panic!("the retry of a failed run got {other:?}"),
-    }
+    let reply = begin(&mut conn, &keys, ("second", second), GIVE_UP).await;
+    assert_took_over(reply, first, "the retry of a failed run");
     // Final: stored like a result, marked.
     store(
         &mut conn,
@@ -162,19 +168,14 @@ async fn a_dead_runners_key_is_run_again_or_given_up_by_policy() {
     let dead = begun(&mut conn, &keys, "dead", RUN_AGAIN).await;
     hold_ends(&mut conn, &keys).await;
     let careful = won(&mut conn, &keys, "careful").await;
-    match begin(&mut conn, &keys, "careful", careful, GIVE_UP).await {
+    match begin(&mut conn, &keys, ("careful", careful), GIVE_UP).await {
         BeginReply::Abandoned(record) => assert_eq!(record.token, dead),
         other => panic!("a dead runner's key under GiveUp got {other:?}"),
     }
     hold_ends(&mut conn, &keys).await;
     let eager = won(&mut conn, &keys, "eager").await;
-    match begin(&mut conn, &keys, "eager", eager, RUN_AGAIN).await {
-        BeginReply::Begun {
-            took_over: Some(old),
-            ..
-        } => assert_eq!(old, dead),
-        other => panic!("a dead runner's key under RunAgain got {other:?}"),
-    }
+    let reply = begin(&mut conn, &keys, ("eager", eager), RUN_AGAIN).await;
+    assert_took_over(reply, dead, "a dead runner's key under RunAgain");
 }
 
 #[tokio::test]
@@ -230,7 +231,7 @@ async fn foreign_data_is_a_typed_error_and_stays_untouched() {
 async fn only_the_holder_begins(conn: &mut Conn, keys: &LockKeys) -> Checked {
     let holder = won(conn, keys, "holder").await;
     let stranger = FencingToken::new(holder.get() + 1).unwrap();
-    let reply = begin(conn, keys, "stranger", stranger, RUN_AGAIN).await;
+    let reply = begin(conn, keys, ("stranger", stranger), RUN_AGAIN).await;
     if reply != BeginReply::NotHeld {
         return Err(format!("a caller without the lock got {reply:?}"));
     }
@@ -268,7 +269,7 @@ async fn a_done_key_is_never_run_again(conn: &mut Conn, keys: &LockKeys) -> Chec
     store(conn, keys, "first", first, RunEnd::Done, b"paid").await;
     hold_ends(conn, keys).await;
     let second = won(conn, keys, "second").await;
-    match begin(conn, keys, "second", second, RUN_AGAIN).await {
+    match begin(conn, keys, ("second", second), RUN_AGAIN).await {
         BeginReply::Done(record) if record.token == first && record.own.result == b"paid" => Ok(()),
         other => Err(format!("a duplicate of the done key got {other:?}")),
     }

@@ -58,6 +58,18 @@ async fn finish_done(
     .await
 }
 
+/// `holder` wins the job's lock and begins the tick `TICK`, giving a dead runner's tick up:
+/// its token and the tick's start.
+async fn begun_tick(conn: &mut Conn, keys: &LockKeys, holder: &str) -> (FencingToken, u64) {
+    let token = won(conn, keys, holder).await;
+    let BeginReply::Begun { started_ms, .. } =
+        begin(conn, keys, holder, token, TICK, GIVE_UP).await
+    else {
+        panic!("a free tick was not begun")
+    };
+    (token, started_ms)
+}
+
 fn begun(reply: &BeginReply<Tick>) -> bool {
     matches!(reply, BeginReply::Begun { .. })
 }
@@ -65,9 +77,8 @@ fn begun(reply: &BeginReply<Tick>) -> bool {
 #[tokio::test]
 async fn a_run_begins_finishes_and_reads_back() {
     let (_server, mut conn, keys) = setup_for(job_keys()).await;
-    let empty = job_read(&mut conn, &keys).await.unwrap();
     assert_eq!(
-        empty,
+        job_read(&mut conn, &keys).await.unwrap(),
         JobRead {
             record: None,
             lock_token: None,
@@ -174,12 +185,7 @@ async fn views_less_than_half_a_period_apart_are_one_tick() {
 #[tokio::test]
 async fn a_dead_runners_tick_is_given_up_or_taken_over_as_the_policy_says() {
     let (_server, mut conn, keys) = setup_for(job_keys()).await;
-    let dead = won(&mut conn, &keys, "dead").await;
-    let BeginReply::Begun { started_ms, .. } =
-        begin(&mut conn, &keys, "dead", dead, TICK, GIVE_UP).await
-    else {
-        panic!("a free tick was not begun")
-    };
+    let (dead, started_ms) = begun_tick(&mut conn, &keys, "dead").await;
     hold_ends(&mut conn, &keys).await;
 
     let next = won(&mut conn, &keys, "next").await;
@@ -207,12 +213,7 @@ async fn a_dead_runners_tick_is_given_up_or_taken_over_as_the_policy_says() {
 #[tokio::test]
 async fn a_finish_whose_record_expired_records_the_tick_again() {
     let (_server, mut conn, keys) = setup_for(job_keys()).await;
-    let token = won(&mut conn, &keys, "a").await;
-    let BeginReply::Begun { started_ms, .. } =
-        begin(&mut conn, &keys, "a", token, TICK, GIVE_UP).await
-    else {
-        panic!("a free tick was not begun")
-    };
+    let (token, started_ms) = begun_tick(&mut conn, &keys, "a").await;
     let _: () = conn.del(keys.job_record()).await.unwrap();
     let done = finish_done(&mut conn, &keys, ("a", token), TICK, started_ms).await;
     assert!(matches!(done.unwrap(), FinishReply::Done { .. }));

@@ -18,6 +18,20 @@ fn members<'a>(keys: &'a [LockKeys], holders: &[&'a str]) -> Vec<(&'a LockKeys, 
     keys.iter().zip(holders.iter().copied()).collect()
 }
 
+/// The set `members`' acquisition (`acquire_all.lua`) with the default lease, answered.
+async fn take_all(conn: &mut Conn, members: &[(&LockKeys, &str)]) -> AcquireAllReply {
+    acquire_all(conn, members, LEASE, OP_TTL, None)
+        .await
+        .unwrap()
+}
+
+/// Asserts that none of the locks of `keys` is held.
+async fn assert_all_free(conn: &mut Conn, keys: &[LockKeys]) {
+    for k in keys {
+        assert!(!conn.exists::<_, bool>(&k.lock).await.unwrap());
+    }
+}
+
 async fn holder_count(conn: &mut Conn, keys: &LockKeys, holder: &str) -> Option<u64> {
     conn.hget(&keys.lock, holder).await.unwrap()
 }
@@ -26,9 +40,7 @@ async fn holder_count(conn: &mut Conn, keys: &LockKeys, holder: &str) -> Option<
 async fn all_members_or_none_and_a_replay_returns_the_same_tokens() {
     let (_server, mut conn, keys) = setup(&[b"a", b"b", b"c"]).await;
     let set = members(&keys, &["h1", "h2", "h3"]);
-    let first = acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
-        .await
-        .unwrap();
+    let first = take_all(&mut conn, &set).await;
     let AcquireAllReply::Acquired { tokens } = &first else {
         panic!("{first:?}")
     };
@@ -36,20 +48,12 @@ async fn all_members_or_none_and_a_replay_returns_the_same_tokens() {
     for (k, h) in &set {
         assert_eq!(holder_count(&mut conn, k, h).await, Some(1));
     }
-    assert_eq!(
-        acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
-            .await
-            .unwrap(),
-        first
-    );
+    assert_eq!(take_all(&mut conn, &set).await, first);
 
     // A second set overlapping in one member ("b", the second) takes nothing.
     let keys2 = vec![LockKeys::new(b"t:", b"x"), keys[1].clone()];
     let other = members(&keys2, &["g1", "g2"]);
-    match acquire_all(&mut conn, &other, LEASE, OP_TTL, None)
-        .await
-        .unwrap()
-    {
+    match take_all(&mut conn, &other).await {
         AcquireAllReply::Held {
             index: 1,
             pttl: Some(pttl),
@@ -76,15 +80,8 @@ async fn all_members_or_none_and_a_replay_returns_the_same_tokens() {
         OwnerReply::Done { remaining: 0 }
     );
     // A late copy of the set's acquire, after its hold ended, does nothing.
-    assert_eq!(
-        acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
-            .await
-            .unwrap(),
-        AcquireAllReply::Cancelled
-    );
-    for k in &keys {
-        assert!(!conn.exists::<_, bool>(&k.lock).await.unwrap());
-    }
+    assert_eq!(take_all(&mut conn, &set).await, AcquireAllReply::Cancelled);
+    assert_all_free(&mut conn, &keys).await;
     // Not held: -1 for that member, nothing touched.
     assert_eq!(
         release_all(&mut conn, &[(&keys[0], "h1", "r9")], OP_TTL)
@@ -101,15 +98,8 @@ async fn cancelling_one_member_before_the_script_runs_makes_it_a_no_op() {
     // The cancel of member 2 arrives first (its drop guard ran before the script).
     let undone = cancelled_by(&mut conn, &keys[1], "h2", "h2", CancelKind::Acquire).await;
     assert_eq!(undone, CancelReply::NotRun);
-    assert_eq!(
-        acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
-            .await
-            .unwrap(),
-        AcquireAllReply::Cancelled
-    );
-    for k in &keys {
-        assert!(!conn.exists::<_, bool>(&k.lock).await.unwrap());
-    }
+    assert_eq!(take_all(&mut conn, &set).await, AcquireAllReply::Cancelled);
+    assert_all_free(&mut conn, &keys).await;
 }
 
 #[tokio::test]
@@ -117,9 +107,7 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
     let (_server, mut conn, keys) = setup(&[b"a", b"b"]).await;
     let set = members(&keys, &["h1", "h2"]);
     assert!(matches!(
-        acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
-            .await
-            .unwrap(),
+        take_all(&mut conn, &set).await,
         AcquireAllReply::Acquired { .. }
     ));
     assert!(matches!(
@@ -127,19 +115,12 @@ async fn cancelling_every_member_after_the_script_frees_them_all() {
         CancelReply::Undone { remaining: 0 }
     ));
     // Half undone: a re-sent copy of the script must not take the set again.
-    assert_eq!(
-        acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
-            .await
-            .unwrap(),
-        AcquireAllReply::Cancelled
-    );
+    assert_eq!(take_all(&mut conn, &set).await, AcquireAllReply::Cancelled);
     assert!(matches!(
         cancelled_by(&mut conn, &keys[1], "h2", "h2", CancelKind::Acquire).await,
         CancelReply::Undone { remaining: 0 }
     ));
-    for k in &keys {
-        assert!(!conn.exists::<_, bool>(&k.lock).await.unwrap());
-    }
+    assert_all_free(&mut conn, &keys).await;
 }
 
 #[tokio::test]
@@ -153,10 +134,7 @@ async fn members_sharing_a_fence_counter_get_distinct_increasing_tokens() {
     let (_server, mut conn, keys) = setup(&[b"n0", twin.as_bytes(), b"other"]).await;
     assert_eq!(keys[0].fence, keys[1].fence);
     let set = members(&keys, &["h1", "h2", "h3"]);
-    let AcquireAllReply::Acquired { tokens } = acquire_all(&mut conn, &set, LEASE, OP_TTL, None)
-        .await
-        .unwrap()
-    else {
+    let AcquireAllReply::Acquired { tokens } = take_all(&mut conn, &set).await else {
         panic!("free set not acquired")
     };
     assert!(tokens[1] > tokens[0]);
