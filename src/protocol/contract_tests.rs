@@ -79,6 +79,19 @@ pub(super) async fn deadline_of(conn: &mut Conn, keys: &LockKeys, holder: &str) 
     }
 }
 
+/// Asserts that `holder`'s hold deadline is still `until` ([`deadline_of`]; `when` says at
+/// which point).
+pub(super) async fn assert_deadline(
+    conn: &mut Conn,
+    keys: &LockKeys,
+    holder: &str,
+    until: i64,
+    when: &str,
+) {
+    let deadline = deadline_of(conn, keys, holder).await;
+    assert_eq!(deadline, until, "{when}: {holder}'s lease");
+}
+
 /// Asserts that the lock's keys still expire: the hash, and on the lease-zset path the zset.
 pub(super) async fn assert_keys_expire(conn: &mut Conn, keys: &LockKeys) {
     let hash: i64 = conn.pttl(&keys.lock).await.unwrap();
@@ -197,6 +210,33 @@ pub(super) async fn setup_with_field_expiry(
         return None;
     }
     Some(setup_for(keys).await)
+}
+
+/// `ops` in one call of their grouped script, each answered as `answer` reads its reply.
+pub(super) async fn run_together<G: super::batch::Grouped, R>(
+    conn: &mut MultiplexedConnection,
+    ops: &[G],
+    answer: fn(redis::Value) -> Result<R, Error>,
+) -> Result<Vec<R>, String> {
+    let refs: Vec<&G> = ops.iter().collect();
+    let outcomes = G::run_together(conn, &refs)
+        .await
+        .map_err(|err| format!("the call failed: {err}"))?;
+    outcomes
+        .into_iter()
+        .map(|outcome| outcome.and_then(answer).map_err(|err| err.to_string()))
+        .collect()
+}
+
+/// The keys a read-write lock's grouped scripts take: its hash, its lease zset and its waiting
+/// writers' zset, then `more`.
+pub(super) fn grouped_keys(keys: &LockKeys, more: [Vec<u8>; 2]) -> Vec<Vec<u8>> {
+    let writers = keys.rw_writers().unwrap();
+    [
+        vec![keys.lock.clone(), keys.sem_leases(), writers],
+        more.to_vec(),
+    ]
+    .concat()
 }
 
 /// Runs `script` on `keys` and `args` as given, past the bindings (for a call they never

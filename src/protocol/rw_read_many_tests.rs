@@ -9,9 +9,9 @@ use redis::AsyncCommands;
 
 use super::batch::{read_outcome, Grouped, ReadOperation};
 use super::contract_tests::{
-    assert_keys_expire, assert_nothing_left, assert_raised_wrongtype, assert_used, contract_checks,
-    deadline_of, hold_field_expiry, hold_test, refused_as_called, rw_keys, rw_write, setup_for,
-    Checked, Conn, Fields, LEASE, OP_TTL,
+    assert_deadline, assert_keys_expire, assert_nothing_left, assert_raised_wrongtype, assert_used,
+    contract_checks, deadline_of, grouped_keys, hold_field_expiry, hold_test, refused_as_called,
+    run_together, rw_keys, rw_write, setup_for, Checked, Conn, Fields, LEASE, OP_TTL,
 };
 use super::rwlock::RwAcquireReply;
 use super::*;
@@ -41,18 +41,7 @@ async fn read_together(
         .iter()
         .map(|holder| reading(keys, holder, None, recorded))
         .collect();
-    let refs: Vec<&ReadOperation> = reads.iter().collect();
-    let outcomes = ReadOperation::run_together(conn, &refs)
-        .await
-        .map_err(|err| format!("the call failed: {err}"))?;
-    outcomes
-        .into_iter()
-        .map(|outcome| {
-            outcome
-                .and_then(read_outcome)
-                .map_err(|err| err.to_string())
-        })
-        .collect()
+    run_together(conn, &reads, read_outcome).await
 }
 
 async fn leave(conn: &mut Conn, keys: &LockKeys, holder: &str) {
@@ -241,13 +230,7 @@ async fn a_refused_call_writes_nothing() {
     let err = refused_as_called(
         &mut conn,
         &scripts().rw_read_many,
-        &[
-            keys.lock.clone(),
-            keys.sem_leases(),
-            keys.rw_writers().unwrap(),
-            keys.fence.clone(),
-            keys.op("a"),
-        ],
+        &grouped_keys(&keys, [keys.fence.clone(), keys.op("a")]),
         &["2", "30000", "10000", "classic", "zset", "a", "1", ""],
     )
     .await;
@@ -437,16 +420,8 @@ async fn a_replay_beside_a_new_reader_and_a_holder(conn: &mut Conn, keys: &LockK
         assert_eq!(hash.get(holder), Some(&format!("1:{token}")), "{hash:?}");
     }
     assert_used(&hash, "3", "after the call");
-    assert_eq!(
-        deadline_of(conn, keys, "a").await,
-        a_until,
-        "a's lease moved"
-    );
-    assert_eq!(
-        deadline_of(conn, keys, "c").await,
-        c_until,
-        "c's lease moved"
-    );
+    assert_deadline(conn, keys, "a", a_until, "after the call").await;
+    assert_deadline(conn, keys, "c", c_until, "after the call").await;
     assert!(
         deadline_of(conn, keys, "b").await > 0,
         "b's hold has a deadline"

@@ -9,11 +9,12 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::AsyncCommands;
 
-use super::batch::{hold_release_outcome, Grouped, HoldRelease};
+use super::batch::{hold_release_outcome, HoldRelease};
 use super::contract_tests::{
-    assert_keys_expire, assert_nothing_left, assert_raised_wrongtype, assert_used, contract_checks,
-    deadline_of, hold_field_expiry, hold_test, refused_as_called, rw_keys, rw_take, sem_keys,
-    sem_take, setup_for, Checked, Conn, Fields, LEASE, OP_TTL,
+    assert_deadline, assert_keys_expire, assert_nothing_left, assert_raised_wrongtype, assert_used,
+    contract_checks, deadline_of, grouped_keys, hold_field_expiry, hold_test, refused_as_called,
+    run_together, rw_keys, rw_take, sem_keys, sem_take, setup_for, Checked, Conn, Fields, LEASE,
+    OP_TTL,
 };
 use super::rwlock::{RwAcquireReply, RwMode};
 use super::*;
@@ -45,14 +46,7 @@ async fn release_together(
         .iter()
         .map(|(holder, op)| HoldRelease::new(keys, holder, op, OP_TTL, PubSub::Classic))
         .collect();
-    let refs: Vec<&HoldRelease> = ops.iter().collect();
-    let outcomes = HoldRelease::run_together(conn, &refs)
-        .await
-        .map_err(|err| format!("the call failed: {err}"))?;
-    outcomes
-        .into_iter()
-        .map(|o| o.and_then(hold_release_outcome).map_err(|e| e.to_string()))
-        .collect()
+    run_together(conn, &ops, hold_release_outcome).await
 }
 
 /// A subscriber on the server `conn` talks to (a check gets only the connection).
@@ -227,13 +221,7 @@ async fn a_refused_release_call_writes_nothing() {
     let err = refused_as_called(
         &mut conn,
         &scripts().sem_release_many,
-        &[
-            keys.lock.clone(),
-            keys.sem_leases(),
-            keys.rw_writers().unwrap(),
-            keys.op("op"),
-            keys.op("a"),
-        ],
+        &grouped_keys(&keys, [keys.op("op"), keys.op("a")]),
         &["2", "10000", "classic", "3", "a", "op"],
     )
     .await;
@@ -259,6 +247,26 @@ async fn a_refused_release_call_writes_nothing() {
         .await
         .unwrap();
     assert_eq!(written, 0);
+}
+
+/// Declares the two tests of `scenario`: on a semaphore's holds and on a read-write lock's
+/// reads, each once per way of keeping hold deadlines the server has.
+macro_rules! on_both_kinds {
+    ($scenario:ident => $in_a_semaphore:ident, $in_a_rwlock:ident) => {
+        hold_test! {
+            #[doc = concat!("[`", stringify!($scenario), "`] for a semaphore's holds.")]
+            async fn $in_a_semaphore(_server, conn, keys = sem_keys()) {
+                $scenario(&mut conn, &keys).await;
+            }
+        }
+
+        hold_test! {
+            #[doc = concat!("[`", stringify!($scenario), "`] for a read-write lock's reads.")]
+            async fn $in_a_rwlock(_server, conn, keys = rw_keys()) {
+                $scenario(&mut conn, &keys).await;
+            }
+        }
+    };
 }
 
 /// A hold of `holder` on `keys`: one permit of a semaphore of three, or a read of a read-write
@@ -388,21 +396,9 @@ async fn a_foreign_record_reads_as_absent(conn: &mut Conn, keys: &LockKeys) {
     }
 }
 
-hold_test! {
-    /// [`a_foreign_record_reads_as_absent`] for a semaphore's holds, on each way of keeping hold
-    /// deadlines the server has.
-    async fn a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_semaphore(_server, conn, keys = sem_keys()) {
-        a_foreign_record_reads_as_absent(&mut conn, &keys).await;
-    }
-}
-
-hold_test! {
-    /// [`a_foreign_record_reads_as_absent`] for a read-write lock's reads, on each way of keeping hold
-    /// deadlines the server has.
-    async fn a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_rwlock(_server, conn, keys = rw_keys()) {
-        a_foreign_record_reads_as_absent(&mut conn, &keys).await;
-    }
-}
+on_both_kinds!(a_foreign_record_reads_as_absent =>
+    a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_semaphore,
+    a_release_whose_record_key_holds_another_type_reads_it_as_absent_in_a_rwlock);
 
 /// In one call, A's inner release of its re-entered hold leaves A one entry (its field, token
 /// and deadline kept, its entries field gone) while B's release of its only entry ends B's
@@ -447,16 +443,8 @@ async fn an_inner_and_a_final_release(conn: &mut Conn, keys: &LockKeys) {
         );
         assert_eq!(hash.get("C"), before.get("C"), "{send}: C's hold: {hash:?}");
         assert_used(&hash, "2", send);
-        assert_eq!(
-            deadline_of(conn, keys, "A").await,
-            a_until,
-            "{send}: A's lease"
-        );
-        assert_eq!(
-            deadline_of(conn, keys, "C").await,
-            c_until,
-            "{send}: C's lease"
-        );
+        assert_deadline(conn, keys, "A", a_until, send).await;
+        assert_deadline(conn, keys, "C", c_until, send).await;
         assert_eq!(deadline_of(conn, keys, "B").await, -2, "{send}: B's lease");
         assert_keys_expire(conn, keys).await;
         let records: Vec<Option<String>> = conn
@@ -472,18 +460,6 @@ async fn an_inner_and_a_final_release(conn: &mut Conn, keys: &LockKeys) {
     }
 }
 
-hold_test! {
-    /// [`an_inner_and_a_final_release`] for a semaphore's holds, on each way of keeping hold
-    /// deadlines the server has.
-    async fn an_inner_release_and_a_final_release_share_a_call_in_a_semaphore(_server, conn, keys = sem_keys()) {
-        an_inner_and_a_final_release(&mut conn, &keys).await;
-    }
-}
-
-hold_test! {
-    /// [`an_inner_and_a_final_release`] for a read-write lock's reads, on each way of keeping hold
-    /// deadlines the server has.
-    async fn an_inner_release_and_a_final_release_share_a_call_in_a_rwlock(_server, conn, keys = rw_keys()) {
-        an_inner_and_a_final_release(&mut conn, &keys).await;
-    }
-}
+on_both_kinds!(an_inner_and_a_final_release =>
+    an_inner_release_and_a_final_release_share_a_call_in_a_semaphore,
+    an_inner_release_and_a_final_release_share_a_call_in_a_rwlock);
