@@ -328,6 +328,28 @@ pub(super) async fn cancelled_by(
     undo(conn, keys, holder, op, kind).await.unwrap()
 }
 
+/// Asserts that the cancel of the operation `ran` (holder, op id) of `kind` undoes it once,
+/// leaving `remaining` entries, and finds nothing to undo when sent again; and that the cancel
+/// of `early`, which has not run, finds nothing either (and forestalls it).
+pub(super) async fn assert_undone_once(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    kind: CancelKind,
+    (ran, remaining): ((&str, &str), u64),
+    early: (&str, &str),
+) {
+    let undone = cancelled_by(conn, keys, ran.0, ran.1, kind).await;
+    assert_eq!(undone, CancelReply::Undone { remaining });
+    let again = cancelled_by(conn, keys, ran.0, ran.1, kind).await;
+    assert_eq!(again, CancelReply::NotRun, "the cancel sent again");
+    let first = cancelled_by(conn, keys, early.0, early.1, kind).await;
+    assert_eq!(
+        first,
+        CancelReply::NotRun,
+        "the cancel before its operation"
+    );
+}
+
 /// A writer's acquisition by `holder` with the default lease; `wait`: it queues its mark.
 pub(super) async fn rw_write(
     conn: &mut MultiplexedConnection,

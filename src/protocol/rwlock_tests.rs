@@ -9,8 +9,8 @@ use std::time::Duration;
 use redis::AsyncCommands;
 
 use super::contract_tests::{
-    assert_nothing_left, cancelled_by, contract_checks, hold_field_expiry, hold_test, released_by,
-    rw_keys, rw_take, rw_write, Checked, Conn, LEASE, OP_TTL,
+    assert_nothing_left, assert_undone_once, cancelled_by, contract_checks, hold_field_expiry,
+    hold_test, released_by, rw_keys, rw_take, rw_write, Checked, Conn, LEASE, OP_TTL,
 };
 use super::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
 use super::*;
@@ -220,12 +220,8 @@ hold_test! {
         }
         let third = reenter(&mut conn, &keys, "w", "e2", OP_TTL).await.unwrap();
         assert_eq!(third, EnterReply::Entered { token, count: 3 });
-        let undone = cancelled_by(&mut conn, &keys, "w", "e2", CancelKind::Reenter).await;
-        assert_eq!(undone, CancelReply::Undone { remaining: 2 });
-        let twice = cancelled_by(&mut conn, &keys, "w", "e2", CancelKind::Reenter).await;
-        assert_eq!(twice, CancelReply::NotRun);
-        let early = cancelled_by(&mut conn, &keys, "w", "e3", CancelKind::Reenter).await;
-        assert_eq!(early, CancelReply::NotRun);
+        let (ran, early) = (("w", "e2"), ("w", "e3"));
+        assert_undone_once(&mut conn, &keys, CancelKind::Reenter, (ran, 2), early).await;
         assert_eq!(
             reenter(&mut conn, &keys, "w", "e3", OP_TTL).await.unwrap(),
             EnterReply::Cancelled

@@ -8,8 +8,8 @@ use std::time::Duration;
 use redis::AsyncCommands;
 
 use super::contract_tests::{
-    assert_nothing_left, cancelled_by, contract_checks, hold_field_expiry, hold_test, released_by,
-    sem_keys, sem_take, Checked, Conn, LEASE, OP_TTL,
+    assert_nothing_left, assert_undone_once, cancelled_by, contract_checks, hold_field_expiry,
+    hold_test, released_by, sem_keys, sem_take, Checked, Conn, LEASE, OP_TTL,
 };
 use super::semaphore::{sem_acquire, SemAcquireReply};
 use super::*;
@@ -278,12 +278,8 @@ hold_test! {
     /// Cancelling undoes a hold that ran, once; cancelling first makes the late request a no-op.
     async fn a_cancel_undoes_a_hold_or_forestalls_it(_server, conn, keys = sem_keys()) {
         token_of(take(&mut conn, &keys, "ran", 2, LEASE).await).unwrap();
-        let undone = cancelled_by(&mut conn, &keys, "ran", "ran", CancelKind::Acquire).await;
-        assert_eq!(undone, CancelReply::Undone { remaining: 0 });
-        let again = cancelled_by(&mut conn, &keys, "ran", "ran", CancelKind::Acquire).await;
-        assert_eq!(again, CancelReply::NotRun);
-        let early = cancelled_by(&mut conn, &keys, "early", "early", CancelKind::Acquire).await;
-        assert_eq!(early, CancelReply::NotRun);
+        let (ran, early) = (("ran", "ran"), ("early", "early"));
+        assert_undone_once(&mut conn, &keys, CancelKind::Acquire, (ran, 0), early).await;
         assert_eq!(
             take(&mut conn, &keys, "early", 1, LEASE).await,
             SemAcquireReply::Cancelled
