@@ -33,6 +33,31 @@ async fn fair_acquire(
         .unwrap()
 }
 
+/// The fair acquisition of the waiter `1` of `client` ([`waiter`]), which must be refused: the
+/// error.
+async fn fair_refused(conn: &mut Conn, keys: &LockKeys, client: &str) -> Error {
+    let holder = format!("{client}:1");
+    acquire_fair(
+        conn,
+        keys,
+        &holder,
+        LEASE,
+        OP_TTL,
+        waiter(client),
+        None,
+        false,
+    )
+    .await
+    .unwrap_err()
+}
+
+/// The lock taken by the client `ca`, with `cb` and then `cc` queued behind it.
+async fn held_by_ca_with_cb_and_cc_queued(conn: &mut Conn, keys: &LockKeys) {
+    token_of(fair_acquire(conn, keys, "ca:1", waiter("ca")).await);
+    fair_acquire(conn, keys, "cb:1", waiter("cb")).await;
+    fair_acquire(conn, keys, "cc:1", waiter("cc")).await;
+}
+
 async fn fair_release(
     conn: &mut Conn,
     keys: &LockKeys,
@@ -185,9 +210,7 @@ async fn a_release_reserves_the_lock_for_the_first_queued_client_only() {
 #[tokio::test]
 async fn a_winner_leaves_the_queue_and_an_unclaimed_reservation_ends_with_its_grace() {
     let (_server, mut conn, keys) = setup().await;
-    token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
-    fair_acquire(&mut conn, &keys, "cb:1", waiter("cb")).await;
-    fair_acquire(&mut conn, &keys, "cc:1", waiter("cc")).await;
+    held_by_ca_with_cb_and_cc_queued(&mut conn, &keys).await;
     // Reserved for cb, which never comes (crashed): after the grace anyone may take it.
     let grace = Duration::from_millis(20);
     fair_release(&mut conn, &keys, "ca:1", "ca:2", grace, None).await;
@@ -211,9 +234,7 @@ async fn a_winner_leaves_the_queue_and_an_unclaimed_reservation_ends_with_its_gr
 #[tokio::test]
 async fn a_release_with_more_local_waiters_queues_its_client_again_behind_the_others() {
     let (_server, mut conn, keys) = setup().await;
-    token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
-    fair_acquire(&mut conn, &keys, "cb:1", waiter("cb")).await;
-    fair_acquire(&mut conn, &keys, "cc:1", waiter("cc")).await;
+    held_by_ca_with_cb_and_cc_queued(&mut conn, &keys).await;
     let requeue = Some(("ca", Duration::from_secs(10)));
     let released = fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE, requeue).await;
     assert_eq!(released, OwnerReply::Done { remaining: 0 });
@@ -325,18 +346,7 @@ async fn a_foreign_queue_key_is_refused_before_anything_is_written() {
     let (_server, mut conn, keys) = setup().await;
     let _: () = conn.set(keys.queue(), "foreign").await.unwrap();
     // Free lock: the winner's ZREM would fail; nothing is taken.
-    let err = acquire_fair(
-        &mut conn,
-        &keys,
-        "ca:1",
-        LEASE,
-        OP_TTL,
-        waiter("ca"),
-        None,
-        false,
-    )
-    .await
-    .unwrap_err();
+    let err = fair_refused(&mut conn, &keys, "ca").await;
     assert!(err.is_wrong_type(), "{err}");
     for key in [keys.lock.clone(), keys.fence.clone(), keys.op("ca:1")] {
         let exists: bool = conn.exists(&key).await.unwrap();
@@ -346,18 +356,7 @@ async fn a_foreign_queue_key_is_refused_before_anything_is_written() {
     let _: () = conn.del(keys.queue()).await.unwrap();
     token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
     let _: () = conn.set(keys.queue(), "foreign").await.unwrap();
-    let err = acquire_fair(
-        &mut conn,
-        &keys,
-        "cb:1",
-        LEASE,
-        OP_TTL,
-        waiter("cb"),
-        None,
-        false,
-    )
-    .await
-    .unwrap_err();
+    let err = fair_refused(&mut conn, &keys, "cb").await;
     assert!(err.is_wrong_type(), "{err}");
     let err = release_fair(
         &mut conn,
