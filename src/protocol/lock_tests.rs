@@ -95,11 +95,7 @@ async fn a_label_is_kept_with_its_hold_and_only_there() {
 #[tokio::test]
 async fn a_replayed_reentry_or_release_applies_once() {
     let (_server, mut conn, keys) = setup().await;
-    let AcquireReply::Acquired { token, .. } =
-        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap()
-    else {
-        panic!("free lock not acquired")
-    };
+    let token = acquired(&mut conn, &keys, "h", LEASE).await;
     let entered = entered_by(&mut conn, &keys, "h", "op-enter").await;
     assert_eq!(entered, EnterReply::Entered { token, count: 2 });
     assert_eq!(entered_by(&mut conn, &keys, "h", "op-enter").await, entered);
@@ -116,12 +112,7 @@ async fn a_replayed_reentry_or_release_applies_once() {
     let last = released_by(&mut conn, &keys, "h", "op-rel-2").await;
     assert_eq!(last, OwnerReply::Done { remaining: 0 });
     // A new holder takes over; the old release replayed late must neither fail nor touch it.
-    let AcquireReply::Acquired { token: next, .. } = acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
-        .await
-        .unwrap()
-    else {
-        panic!("released lock not free")
-    };
+    let next = acquired(&mut conn, &keys, "h2", LEASE).await;
     assert!(next > token);
     assert_eq!(released_by(&mut conn, &keys, "h", "op-rel-2").await, last);
     assert_eq!(count(&mut conn, &keys, "h2").await, Some(1));
@@ -249,11 +240,7 @@ async fn tokens_are_exact_past_the_time_floor() {
     // A counter far above the clock floor keeps counting by one, exactly.
     let high = 9_007_199_254_740_000_u64;
     let _: () = conn.set(&keys.fence, high).await.unwrap();
-    let AcquireReply::Acquired { token, .. } =
-        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap()
-    else {
-        panic!()
-    };
+    let token = acquired(&mut conn, &keys, "h", LEASE).await;
     assert_eq!(token.get(), high + 1);
     released_by(&mut conn, &keys, "h", "op").await;
     // At 2^53 the acquire refuses instead of issuing an inexact token, and changes nothing.
@@ -317,32 +304,26 @@ async fn a_lease_is_what_was_asked_and_ends_with_a_silent_holder() {
     assert!(next > first);
 }
 
+/// `fenced_write.lua` adding `delta` to the resource `keys` as the operation `op` of the holder
+/// of `token`, kept for no retention.
+async fn incr_by(
+    conn: &mut Conn,
+    keys: &ResourceKeys,
+    (token, op): (u64, &str),
+    delta: i64,
+) -> Result<WriteReply, Error> {
+    let token = FencingToken::new(token).unwrap();
+    let write = Write::IncrBy(delta);
+    fenced_write(conn, keys, token, op, OP_TTL, write, Duration::ZERO).await
+}
+
 #[tokio::test]
 async fn a_replayed_fenced_write_applies_once_and_a_stale_one_never() {
     let (_server, mut conn, _) = setup().await;
     let keys = ResourceKeys::new(b"t:", b"balance");
-    let t = |raw| FencingToken::new(raw).unwrap();
-    let first = fenced_write(
-        &mut conn,
-        &keys,
-        t(7),
-        "w1",
-        OP_TTL,
-        Write::IncrBy(100),
-        Duration::ZERO,
-    )
-    .await;
+    let first = incr_by(&mut conn, &keys, (7, "w1"), 100).await;
     assert_eq!(first.unwrap(), WriteReply::Accepted(100));
-    let replay = fenced_write(
-        &mut conn,
-        &keys,
-        t(7),
-        "w1",
-        OP_TTL,
-        Write::IncrBy(100),
-        Duration::ZERO,
-    )
-    .await;
+    let replay = incr_by(&mut conn, &keys, (7, "w1"), 100).await;
     assert_eq!(
         replay.unwrap(),
         WriteReply::Accepted(100),
@@ -351,31 +332,13 @@ async fn a_replayed_fenced_write_applies_once_and_a_stale_one_never() {
     let value: i64 = conn.get(&keys.data).await.unwrap();
     assert_eq!(value, 100);
 
-    let newer = fenced_write(
-        &mut conn,
-        &keys,
-        t(9),
-        "w2",
-        OP_TTL,
-        Write::IncrBy(-1),
-        Duration::ZERO,
-    )
-    .await;
+    let newer = incr_by(&mut conn, &keys, (9, "w2"), -1).await;
     assert_eq!(newer.unwrap(), WriteReply::Accepted(99));
-    let stale = fenced_write(
-        &mut conn,
-        &keys,
-        t(8),
-        "w3",
-        OP_TTL,
-        Write::IncrBy(-50),
-        Duration::ZERO,
-    )
-    .await;
+    let stale = incr_by(&mut conn, &keys, (8, "w3"), -50).await;
     assert_eq!(
         stale.unwrap(),
         WriteReply::Stale {
-            latest: t(9),
+            latest: FencingToken::new(9).unwrap(),
             by: Superseded::WroteOrClaimed
         }
     );
@@ -429,11 +392,7 @@ async fn force_release_evicts_any_holder_and_puts_a_lost_counter_back_to_its_tok
     let exists: bool = conn.exists(&keys.fence).await.unwrap();
     assert!(!exists, "a free lock's force release writes nothing");
 
-    let AcquireReply::Acquired { token, .. } =
-        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap()
-    else {
-        panic!("free lock not acquired")
-    };
+    let token = acquired(&mut conn, &keys, "h", LEASE).await;
     entered_by(&mut conn, &keys, "h", "op-enter").await;
     let _: () = conn.del(&keys.fence).await.unwrap();
 
@@ -463,23 +422,14 @@ async fn force_release_evicts_any_holder_and_puts_a_lost_counter_back_to_its_tok
         released_by(&mut conn, &keys, "h", "op-rel").await,
         OwnerReply::NotHeld
     );
-    let AcquireReply::Acquired { token: next, .. } = acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
-        .await
-        .unwrap()
-    else {
-        panic!("lock not free after the force release")
-    };
+    let next = acquired(&mut conn, &keys, "h2", LEASE).await;
     assert!(next > token);
 }
 
 #[tokio::test]
 async fn force_release_never_lowers_the_counter_and_refuses_foreign_data() {
     let (_server, mut conn, keys) = setup().await;
-    let AcquireReply::Acquired { token, .. } =
-        acquire(&mut conn, &keys, "h", LEASE, OP_TTL).await.unwrap()
-    else {
-        panic!("free lock not acquired")
-    };
+    let token = acquired(&mut conn, &keys, "h", LEASE).await;
     // Another lock of the bucket issued a higher token since.
     let higher = token.get() + 1000;
     let _: () = conn.set(&keys.fence, higher).await.unwrap();
