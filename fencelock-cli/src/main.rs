@@ -35,7 +35,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fencelock::admin::{Admin, ForceRelease, HoldKind, HoldRelease, Status};
+use fencelock::admin::{format_duration, Admin, ForceRelease, HoldKind, HoldRelease, Status};
 use fencelock::{Error, FencingToken};
 use serde_json::{json, Value};
 
@@ -314,7 +314,7 @@ async fn list(cli: &Cli, admin: &Admin, held_longer: Option<Duration>) -> Result
         locks.retain(|lock| lock.held_for.is_some_and(|held| held > min));
         let none = format!(
             "no lock is held longer than {} under prefix {:?}",
-            humantime::format_duration(min),
+            format_duration(min),
             cli.prefix
         );
         print_all(cli, &locks, lock_json, &none);
@@ -518,8 +518,9 @@ async fn watch(
         );
     } else {
         println!(
-            "watching {} (polling every {interval:?}): {current}",
-            current.display_name()
+            "watching {} (polling every {}): {current}",
+            current.display_name(),
+            format_duration(interval)
         );
     }
     let deadline = duration.map(|d| tokio::time::Instant::now() + d);

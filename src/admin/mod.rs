@@ -472,16 +472,50 @@ pub(super) fn held_for(now: SystemTime, token: FencingToken) -> Option<Duration>
         .ok()
 }
 
-/// `1.234s`, `250ms`, `2m05s`: a lease for humans.
-pub(super) fn format_duration(d: Duration) -> String {
+/// A duration for humans, as every admin listing and the `fencelock` command print one: in the
+/// largest unit that fits, with the smaller ones after it down to a precision that still
+/// matters at that size: `250ms`, `1.500s`, `2m05s`, `1h`, `1h30m`, `23h59m42s`, `2d3h`. Below a
+/// minute milliseconds count (a lease, a latency); from a minute on whole seconds, and from a
+/// day on whole hours (a hold held for days is stuck, whatever its minutes). A unit that is zero
+/// at the end is left out (`5m`, `1h`, `2d`), one in the middle is kept (`1h00m05s`), so a
+/// time that is not round never reads as one.
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::admin::format_duration;
+///
+/// assert_eq!(format_duration(Duration::from_secs(86_382)), "23h59m42s");
+/// assert_eq!(format_duration(Duration::from_millis(1500)), "1.500s");
+/// ```
+pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
-        format!("{ms}ms")
-    } else if ms < 60_000 {
-        format!("{}.{:03}s", ms / 1000, ms % 1000)
-    } else {
-        format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1000)
+        return format!("{ms}ms");
     }
+    if ms < 60_000 {
+        return format!("{}.{:03}s", ms / 1000, ms % 1000);
+    }
+    let secs = ms / 1000;
+    let (days, hours) = (secs / 86_400, secs % 86_400 / 3600);
+    let (minutes, seconds) = (secs % 3600 / 60, secs % 60);
+    if days > 0 {
+        // Hours after days need no padding: a day has 24 of them, `2d3h` is unambiguous.
+        return match hours {
+            0 => format!("{days}d"),
+            _ => format!("{days}d{hours}h"),
+        };
+    }
+    let (lead, rest) = match hours {
+        0 => ((minutes, 'm'), vec![(seconds, 's')]),
+        _ => ((hours, 'h'), vec![(minutes, 'm'), (seconds, 's')]),
+    };
+    // The leading unit as is, each smaller one in two digits, the zero ones at the end left out.
+    let shown = rest.iter().rposition(|(n, _)| *n != 0).map_or(0, |i| i + 1);
+    let mut out = format!("{}{}", lead.0, lead.1);
+    for (n, unit) in &rest[..shown] {
+        out.push_str(&format!("{n:02}{unit}"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -641,11 +675,22 @@ mod tests {
             (999, "999ms"),
             (1000, "1.000s"),
             (1234, "1.234s"),
+            (1500, "1.500s"),
             (59_999, "59.999s"),
-            (60_000, "1m00s"),
+            (60_000, "1m"),
+            (60_999, "1m"),
             (125_000, "2m05s"),
+            (3_599_000, "59m59s"),
+            (3_600_000, "1h"),
+            (5_400_000, "1h30m"),
+            (3_605_000, "1h00m05s"),
+            (86_382_000, "23h59m42s"),
+            (86_400_000, "1d"),
+            (183_600_000, "2d3h"),
+            (183_659_000, "2d3h"),
+            (864_000_000, "10d"),
         ] {
-            assert_eq!(format_duration(Duration::from_millis(ms)), shown);
+            assert_eq!(format_duration(Duration::from_millis(ms)), shown, "{ms} ms");
         }
     }
 

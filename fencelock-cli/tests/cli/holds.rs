@@ -55,18 +55,19 @@ async fn long_holds_are_shown_listed_and_failed_by_the_doctor() {
     );
     let all = json(&fencelock(&url, &["list", "--json"]).await.stdout);
     assert_eq!(all.as_array().map(Vec::len), Some(2), "{all}");
-    let none = fencelock(&url, &["list", "--held-longer", "1h"]).await;
+    // Durations read in the units that fit: 25 hours is a day and an hour.
+    let none = fencelock(&url, &["list", "--held-longer", "25h"]).await;
     assert!(
-        none.stdout.contains("no lock is held longer than 1h"),
+        none.stdout.contains("no lock is held longer than 1d1h "),
         "{none:?}"
     );
 
     let plain = fencelock(&url, &["doctor", "--pings", "1"]).await;
     assert_eq!(plain.code, 0, "{plain:?}");
-    let relaxed = fencelock(&url, &["doctor", "--pings", "1", "--max-hold", "1h"]).await;
+    let relaxed = fencelock(&url, &["doctor", "--pings", "1", "--max-hold", "90m"]).await;
     assert_eq!(relaxed.code, 0, "{relaxed:?}");
     assert!(
-        relaxed.stdout.contains("no hold is older than 60m00s"),
+        relaxed.stdout.contains("no hold is older than 1h30m"),
         "{relaxed:?}"
     );
     fresh.release().await.unwrap();

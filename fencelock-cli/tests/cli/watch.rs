@@ -11,6 +11,7 @@ async fn watch_prints_acquisition_reentry_exit_and_release() {
 
     let (mut watch, header) = Watcher::start(&url, &["orders", "--count", "4"]).await;
     assert!(header.starts_with("watching orders "), "{header}");
+    assert!(header.contains(" (polling every 100ms): "), "{header}");
     assert!(header.ends_with("orders  free"), "{header}");
 
     let guard = lock.acquire().await.unwrap();
