@@ -1,15 +1,21 @@
 //! What each scheduled job did last: every job under the prefix with a tick record.
 
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use super::{format_duration, item, run_state, Admin};
+use super::{format_duration, format_utc, item, run_state, Admin};
 use crate::protocol::keys::Listing;
 use crate::protocol::{self, LockKeys};
 use crate::{Error, TickRecord};
 
 /// One scheduled job's newest tick, as [`Job::last_tick`](crate::Job::last_tick) reads it,
 /// and whether its runner still holds the job.
+///
+/// Displayed as one line, times in UTC (as `fencelock jobs` prints it):
+///
+/// ```text
+/// report  tick 2026-12-07 06:00:00.000 UTC  done  runner 5f0c2e9a:3  token 1796623200004017  client billing-2  ran 1.204s (finished 2026-12-07 06:00:01.412 UTC)  kept 23h59m42s
+/// ```
 ///
 /// ```no_run
 /// # async fn demo(admin: fencelock::admin::Admin) -> Result<(), fencelock::Error> {
@@ -58,19 +64,13 @@ impl JobInfo {
     }
 }
 
-/// Milliseconds since the Unix epoch, for display.
-fn epoch_ms(time: SystemTime) -> u128 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis())
-}
-
 impl fmt::Display for JobInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "{}  tick {}  {}  runner {}  token {}",
             self.display_name(),
-            epoch_ms(self.last.tick()),
+            format_utc(self.last.tick()),
             self.state(),
             self.last.runner(),
             self.last.token()
@@ -80,7 +80,7 @@ impl fmt::Display for JobInfo {
         let finished = self.last.finished();
         let ran = finished.and_then(|end| end.duration_since(self.last.started()).ok());
         if let (Some(finished), Some(ran)) = (finished, ran) {
-            let (ran, finished) = (format_duration(ran), epoch_ms(finished));
+            let (ran, finished) = (format_duration(ran), format_utc(finished));
             write!(f, "  ran {ran} (finished {finished})")?;
         }
         let kept = self.retained_for.map(format_duration);

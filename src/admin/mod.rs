@@ -518,6 +518,28 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
+/// A point in time for humans, in UTC to the millisecond: `2026-12-07 06:00:00.000 UTC`
+/// (a time before the Unix epoch shows as the epoch). By hand (days to a civil date, Howard
+/// Hinnant's `civil_from_days`): the library has no date-time dependency, and one for a
+/// listing's column is not worth it.
+pub(super) fn format_utc(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (secs, ms) = (since.as_secs(), since.subsec_millis());
+    let (days, of_day) = (secs / 86_400, secs % 86_400);
+    let (h, m, s) = (of_day / 3600, of_day % 3600 / 60, of_day % 60);
+    // Days since 0000-03-01 in 400-year eras of 146 097 days: March-first years put the leap
+    // day at a year's end.
+    let z = days + 719_468;
+    let (era, doe) = (z / 146_097, z % 146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = era * 400 + yoe + u64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}.{ms:03} UTC")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -692,6 +714,24 @@ mod tests {
         ] {
             assert_eq!(format_duration(Duration::from_millis(ms)), shown, "{ms} ms");
         }
+    }
+
+    #[test]
+    fn times_read_as_utc_dates() {
+        let at = |secs: u64, ms: u64| {
+            format_utc(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(ms))
+        };
+        assert_eq!(at(0, 0), "1970-01-01 00:00:00.000 UTC");
+        assert_eq!(at(1_800_000_000, 0), "2027-01-15 08:00:00.000 UTC");
+        assert_eq!(at(1_796_623_200, 5), "2026-12-07 06:00:00.005 UTC");
+        // Leap days: a year divisible by 400 has one, by 100 only not.
+        assert_eq!(at(951_782_400, 0), "2000-02-29 00:00:00.000 UTC");
+        assert_eq!(at(951_868_800, 0), "2000-03-01 00:00:00.000 UTC");
+        assert_eq!(at(4_107_456_000, 0), "2100-02-28 00:00:00.000 UTC");
+        assert_eq!(at(4_107_542_400, 0), "2100-03-01 00:00:00.000 UTC");
+        assert_eq!(at(4_102_444_799, 999), "2099-12-31 23:59:59.999 UTC");
+        let before = UNIX_EPOCH - Duration::from_secs(1);
+        assert_eq!(format_utc(before), "1970-01-01 00:00:00.000 UTC");
     }
 
     #[test]

@@ -425,9 +425,17 @@ async fn a_jobs_record_shows_its_retention_and_when_it_finished() {
     let finished = info.last.finished().expect("finished");
     let ms = finished.duration_since(UNIX_EPOCH).unwrap().as_millis();
     let line = info.to_string();
-    assert!(line.contains(&format!(" (finished {ms})  kept ")), "{line}");
+    // Times read in UTC: the finish's time of day is its milliseconds' within their day.
+    let of_day = ms % 86_400_000;
+    let (h, m) = (of_day / 3_600_000, of_day / 60_000 % 60);
+    let (s, ms) = (of_day / 1000 % 60, of_day % 1000);
+    let clock = format!(" {h:02}:{m:02}:{s:02}.{ms:03} UTC)  kept ");
     assert!(
-        line.starts_with("report  tick 1800000000000  done  runner "),
+        line.contains(" (finished 20") && line.contains(&clock),
+        "{line}"
+    );
+    assert!(
+        line.starts_with("report  tick 2027-01-15 08:00:00.000 UTC  done  runner "),
         "{line}"
     );
 }

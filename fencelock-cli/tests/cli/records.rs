@@ -43,13 +43,18 @@ async fn jobs_show_the_last_tick_of_each_job_as_text_and_json() {
     assert!(lines[0].contains("running"), "{text:?}");
     assert!(lines[1].starts_with("report "), "{text:?}");
     for part in [
-        "tick 1800000000000",
-        "done",
+        "tick 2027-01-15 08:00:00.000 UTC  done",
         &format!("token {token}"),
         "kept ",
     ] {
         assert!(lines[1].contains(part), "{part}: {text:?}");
     }
+    // The run's end is a time too, never milliseconds since the epoch.
+    let finished = lines[1].split("(finished ").nth(1).unwrap_or("");
+    assert!(
+        finished.starts_with("20") && finished.contains(" UTC)"),
+        "{text:?}"
+    );
 
     let machine = fencelock(&url, &["jobs", "--json"]).await;
     let jobs = json(&machine.stdout);
