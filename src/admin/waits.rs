@@ -11,6 +11,14 @@ use crate::protocol::keys::{after_tag, waiter_of, WAIT_MARKER};
 use crate::Error;
 
 /// One acquisition waiting at the head of its client's queue, as [`Admin::waits`] reads it.
+///
+/// Displayed as one line (as `fencelock waits` prints it), each key named as the commands
+/// name it: a lock by its name, as `list` shows it, a semaphore or read-write lock by its kind
+/// and name:
+///
+/// ```text
+/// checkout-7f9c (5f0c2e9a:12) waits for account:b since 12.340s  label order-8812  holding account:a, semaphore pool
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WaitInfo {
@@ -35,7 +43,8 @@ pub struct WaitInfo {
 
 impl WaitInfo {
     /// The awaited key without its prefix and slot tag: `lock:NAME`, `sem:NAME`,
-    /// `rw-writers:NAME`...
+    /// `rw-writers:NAME`... (`--json`'s `waits_for`; the text names a lock by its name alone,
+    /// the others by kind and name: `account:42`, `semaphore pool`).
     pub fn display_waits_for(&self) -> String {
         display_key(&self.waits_for)
     }
@@ -48,9 +57,9 @@ impl WaitInfo {
         }
     }
 
-    /// `WHO waits for KEY`, as a wait's line and a deadlock's steps begin.
+    /// `WHO waits for WHAT`, as a wait's line and a deadlock's steps begin.
     fn who_waits(&self) -> String {
-        format!("{} waits for {}", self.who(), self.display_waits_for())
+        format!("{} waits for {}", self.who(), named(&self.waits_for))
     }
 }
 
@@ -59,13 +68,39 @@ fn display_key(key: &[u8]) -> String {
     display_bytes(after_tag(key).unwrap_or(key))
 }
 
+/// What a key a task waits for or holds is, named as the commands name it: a lock by its name
+/// alone (`account:42`, as `list` shows it), the rest by their kind and name (`semaphore pool`,
+/// `read-write lock config`, `election scheduler`, `job report`, `idempotency key
+/// orders:8812`); a key of no kind known here as what follows its slot tag.
+fn named(key: &[u8]) -> String {
+    const KINDS: [(&[u8], &str); 7] = [
+        (b"lock:", ""),
+        (b"sem:", "semaphore "),
+        (b"rw:", "read-write lock "),
+        (b"rw-writers:", "read-write lock "),
+        (b"leader:", "election "),
+        (b"job:", "job "),
+        (b"idem:", "idempotency key "),
+    ];
+    let Some(tagged) = after_tag(key) else {
+        return display_key(key);
+    };
+    KINDS
+        .iter()
+        .find_map(|(marker, kind)| {
+            let name = tagged.strip_prefix(*marker)?;
+            Some(format!("{kind}{}", display_bytes(name)))
+        })
+        .unwrap_or_else(|| display_key(key))
+}
+
 impl fmt::Display for WaitInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let since = format_duration(self.waited_for);
         write!(f, "{} since {since}", self.who_waits())?;
         item(f, "label", self.label.as_ref(), "")?;
         if !self.holds.is_empty() {
-            let holds: Vec<String> = self.holds.iter().map(|k| display_key(k)).collect();
+            let holds: Vec<String> = self.holds.iter().map(|k| named(k)).collect();
             write!(f, "  holding {}", holds.join(", "))?;
         }
         Ok(())
@@ -340,6 +375,27 @@ mod tests {
             waited_for: Duration::ZERO,
             holds: holds.iter().map(|k| k.as_bytes().to_vec()).collect(),
         }
+    }
+
+    #[test]
+    fn keys_are_named_as_their_commands_name_them() {
+        use crate::protocol::keys::LockKeys;
+        let name = b"account:b}x";
+        assert_eq!(named(&LockKeys::new(b"p:", name).lock), "account:b}x");
+        let semaphore = LockKeys::semaphore(b"p:", b"pool").lock;
+        assert_eq!(named(&semaphore), "semaphore pool");
+        let rwlock = LockKeys::rwlock(b"p:", b"config");
+        assert_eq!(named(&rwlock.lock), "read-write lock config");
+        let writers = rwlock.rw_writers().unwrap();
+        assert_eq!(named(&writers), "read-write lock config");
+        let election = LockKeys::election(b"p:", b"scheduler").lock;
+        assert_eq!(named(&election), "election scheduler");
+        assert_eq!(named(&LockKeys::job(b"p:", b"report").lock), "job report");
+        let key = LockKeys::idempotency(b"p:", b"orders:8812").lock;
+        assert_eq!(named(&key), "idempotency key orders:8812");
+        assert_eq!(named(b"p:{ab}other:x"), "other:x");
+        assert_eq!(named(b"untagged"), "untagged");
+        assert_eq!(named(&LockKeys::new(b"p:", b"\xff").lock), "\\xff");
     }
 
     #[test]

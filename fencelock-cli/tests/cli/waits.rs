@@ -50,6 +50,22 @@ async fn waits_and_the_doctor_report_a_possible_deadlock() {
     assert_eq!(waits.code, 0, "{waits:?}");
     let lines: Vec<&str> = waits.stdout.lines().collect();
     assert_eq!(lines.len(), 3, "two waits and one cycle: {waits:?}");
+    // Locks are named as `list` names them: their name alone, never their key's `lock:`.
+    assert!(
+        !waits.stdout.contains("lock:A") && !waits.stdout.contains("lock:B"),
+        "{waits:?}"
+    );
+    for line in &lines[..2] {
+        let (named, held) = match line.contains("payments-1") {
+            true => ("waits for B since ", "holding A"),
+            false => ("waits for A since ", "holding B"),
+        };
+        assert!(line.contains(named) && line.ends_with(held), "{waits:?}");
+    }
+    assert!(
+        lines[2].contains(" waits for A held by ") && lines[2].contains(" waits for B held by "),
+        "{waits:?}"
+    );
     assert!(
         lines[2].starts_with("possible deadlock: ")
             && lines[2].contains("payments-1")
