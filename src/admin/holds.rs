@@ -38,8 +38,30 @@ pub struct HoldEntry {
 }
 
 impl fmt::Display for HoldEntry {
+    /// `HOLDER  permits N  token T  held D  lease D  client C  label L`, as a semaphore lists
+    /// its holds (a read-write lock's lines leave the permits out: see [`RwLockInfo`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}  permits {}", self.holder, self.permits)?;
+        self.details(f)
+    }
+}
+
+impl HoldEntry {
+    /// A read-write lock's hold for its line: the holder and the rest, no permits (a reader
+    /// holds 1 and a writer a billion only by the layout, which an operator need not know).
+    fn share(&self) -> impl fmt::Display + '_ {
+        struct Share<'a>(&'a HoldEntry);
+        impl fmt::Display for Share<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0.holder)?;
+                self.0.details(f)
+            }
+        }
+        Share(self)
+    }
+
+    /// What follows the holder and its permits on a hold's line.
+    fn details(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         item(f, "token", self.token, "")?;
         item(f, "held", self.held_for.map(format_duration), "")?;
         item(f, "lease", self.lease_left.map(format_duration), "expired")?;
@@ -78,6 +100,16 @@ impl fmt::Display for SemaphoreInfo {
 }
 
 /// A read-write lock in use, as [`Admin::rwlocks`] reads it.
+///
+/// Displayed as `fencelock rwlocks` prints it: a head line, then one line a hold, a reader or
+/// writer without a permit count (that is how the layout counts them, not what they are):
+///
+/// ```text
+/// config  2 readers  writer no  1 waiting writers  (deadlines in a lease zset)
+///   reader 5f0c2e9a:7  token 1796623200004017  held 2.310s  lease 27.690s  client api-1  label req-17
+///   reader 9b1d44c0:3  token 1796623201113022  held 1.201s  lease 28.799s  client api-2
+///   waiting writer 77aa01f3:9
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RwLockInfo {
@@ -99,8 +131,10 @@ impl fmt::Display for RwLockInfo {
         let (name, readers) = (self.display_name(), self.readers.len());
         let waiting = self.waiting_writers.len();
         let head = format!("{name}  {readers} readers  writer {writer}  {waiting} waiting writers");
-        let writer = self.writer.iter().map(|writer| format!("writer {writer}"));
-        let readers = self.readers.iter().map(|reader| format!("reader {reader}"));
+        let writer = self.writer.iter();
+        let writer = writer.map(|writer| format!("writer {}", writer.share()));
+        let readers = self.readers.iter();
+        let readers = readers.map(|reader| format!("reader {}", reader.share()));
         let waiting = self.waiting_writers.iter();
         let waiting = waiting.map(|waiting| format!("waiting writer {waiting}"));
         listing(f, head, self.expiry, writer.chain(readers).chain(waiting))

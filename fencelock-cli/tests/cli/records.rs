@@ -181,9 +181,19 @@ async fn semaphores_and_rwlocks_are_listed_and_a_stuck_hold_released() {
     assert_eq!(label(two.holder_id()), "export-7731");
     assert!(label(one.holder_id()).is_null());
 
+    // A reader is a reader: no permit count on its line (JSON keeps `permits`).
+    let text = fencelock(&url, &["rwlocks"]).await;
+    let reader = format!(
+        "\n  reader {}  token {}  held ",
+        read.holder_id(),
+        read.token()
+    );
+    assert!(text.stdout.contains(&reader), "{text:?}");
+    assert!(!text.stdout.contains("permits"), "{text:?}");
     let json = fencelock(&url, &["--json", "rwlocks"]).await;
     let value: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(value[0]["name"], "catalogue");
+    assert_eq!(value[0]["readers"][0]["permits"], 1);
     assert_eq!(value[0]["readers"][0]["holder"], read.holder_id());
     assert_eq!(value[0]["readers"][0]["token"], read.token().get());
     assert!(value[0]["readers"][0]["label"].is_null());
@@ -323,9 +333,10 @@ async fn one_semaphore_or_read_write_lock_is_shown_with_how_it_keeps_deadlines()
     let doc = client.rwlock("doc").unwrap();
     let write = doc.with_label("rebuild:5").unwrap().write().await.unwrap();
     let text = fencelock(&url, &["show", "doc", "--rwlock"]).await;
-    let writer = format!("writer {}", write.holder_id());
+    let writer = format!("writer {}  token ", write.holder_id());
     let line = text.stdout.lines().find(|l| l.contains(&writer));
     assert!(line.unwrap().ends_with("  label rebuild:5"), "{text:?}");
+    assert!(!text.stdout.contains("permits"), "{text:?}");
     let json = fencelock(&url, &["--json", "show", "doc", "--rwlock"]).await;
     let value: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(value["writer"]["holder"], write.holder_id());
