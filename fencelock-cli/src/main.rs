@@ -355,7 +355,14 @@ async fn elections(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
 
 async fn jobs(cli: &Cli, admin: &Admin) -> Result<u8, Error> {
     let jobs = admin.jobs().await?;
-    let none = format!("no scheduled job has run under prefix {:?}", cli.prefix);
+    // Nothing of a job outlives its tick record (its lock is gone by then too), so an empty
+    // list cannot tell jobs that never ran from records that expired: say both.
+    let none = format!(
+        "no scheduled job has a tick record under prefix {:?}: none has run there, or the \
+         records of those that ran have expired (each is kept for its job's retention, \
+         JobOptions::with_retention)",
+        cli.prefix
+    );
     print_all(cli, &jobs, job_json, &none);
     Ok(0)
 }
