@@ -386,9 +386,15 @@ impl Admin {
     /// held longer than `max` (by the server's clock, from each hold's token: see
     /// [`LockInfo::held_for`](super::LockInfo::held_for)): FAIL naming the longest ones (a
     /// stuck holder: a task that never left its critical section, a process hung with its
-    /// watchdog still renewing), OK otherwise. Elections are left out: a leader is meant to
-    /// lead for long. Jobs and idempotency keys hold for at most their `at_most_for`. For
-    /// `fencelock doctor --max-hold 5m`, which a cron job or a probe runs to alert.
+    /// watchdog still renewing) with their holders as `list` names them, OK otherwise:
+    ///
+    /// ```text
+    /// FAIL max-hold         1 hold(s) older than 5m: lock stuck held by 5f0c2e9a:3 (client checkout-7f9c, label order-8812) for 1h12m05s
+    /// ```
+    ///
+    /// Elections are left out: a leader is meant to lead for long. Jobs and idempotency keys
+    /// hold for at most their `at_most_for`. For `fencelock doctor --max-hold 5m`, which a cron
+    /// job or a probe runs to alert.
     ///
     /// # Errors
     /// As [`Admin::locks`], [`Admin::semaphores`] and [`Admin::rwlocks`].
@@ -399,9 +405,11 @@ impl Admin {
         let mut long: Vec<(Duration, String)> = Vec::new();
         for lock in self.locks().await? {
             if let Some(held) = lock.held_for.filter(|held| *held > max) {
-                let holder = lock.holders.first().map_or("?", |h| h.id.as_str());
-                let name = lock.display_name();
-                long.push((held, format!("lock {name} (holder {holder})")));
+                let holder = lock.holders.first();
+                let id = holder.map_or("?", |h| h.id.as_str());
+                let client = holder.and_then(|h| h.client_name.as_deref());
+                let by = held_by(id, client, lock.label.as_deref());
+                long.push((held, format!("lock {} {by}", lock.display_name())));
             }
         }
         let semaphores = self.semaphores().await?.into_iter();
@@ -409,7 +417,7 @@ impl Admin {
         let rwlocks = self.rwlocks().await?.into_iter().map(|rw| {
             let name = rw.display_name();
             (
-                "rwlock",
+                "read-write lock",
                 name,
                 rw.writer.into_iter().chain(rw.readers).collect(),
             )
@@ -417,7 +425,9 @@ impl Admin {
         for (kind, name, holds) in semaphores.chain(rwlocks) {
             for hold in holds {
                 if let Some(held) = hold.held_for.filter(|held| *held > max) {
-                    long.push((held, format!("{kind} {name} (holder {})", hold.holder)));
+                    let (client, label) = (hold.client_name.as_deref(), hold.label.as_deref());
+                    let by = held_by(&hold.holder, client, label);
+                    long.push((held, format!("{kind} {name} {by}")));
                 }
             }
         }
@@ -429,7 +439,7 @@ impl Admin {
         let shown: Vec<String> = long
             .iter()
             .take(5)
-            .map(|(held, what)| format!("{what} held {}", format_duration(*held)))
+            .map(|(held, what)| format!("{what} for {}", format_duration(*held)))
             .collect();
         let more = match long.len() - shown.len() {
             0 => String::new(),
@@ -450,5 +460,37 @@ impl Admin {
                  it (fenced storage refuses its token once the next holder writes)",
             ),
         ))
+    }
+}
+
+/// `held by ID (client NAME, label LABEL)`: who holds a hold, as `list` names a holder (the
+/// parts it has; the id alone when it has neither).
+fn held_by(id: &str, client: Option<&str>, label: Option<&str>) -> String {
+    let client = client.map(|client| format!("client {client}"));
+    let label = label.map(|label| format!("label {label}"));
+    let known: Vec<String> = client.into_iter().chain(label).collect();
+    if known.is_empty() {
+        format!("held by {id}")
+    } else {
+        format!("held by {id} ({})", known.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_by;
+
+    #[test]
+    fn a_holder_is_named_by_id_client_and_label_as_far_as_known() {
+        let id = "5f0c2e9a:3";
+        assert_eq!(
+            held_by(id, Some("checkout-7f9c"), Some("order-8812")),
+            "held by 5f0c2e9a:3 (client checkout-7f9c, label order-8812)"
+        );
+        let client = held_by(id, Some("checkout-7f9c"), None);
+        assert_eq!(client, "held by 5f0c2e9a:3 (client checkout-7f9c)");
+        let label = held_by(id, None, Some("order-8812"));
+        assert_eq!(label, "held by 5f0c2e9a:3 (label order-8812)");
+        assert_eq!(held_by(id, None, None), "held by 5f0c2e9a:3");
     }
 }

@@ -74,12 +74,13 @@ async fn long_holds_are_shown_listed_and_failed_by_the_doctor() {
     let fresh = client.lock("fresh").unwrap().acquire().await.unwrap();
     let strict = fencelock(&url, &["doctor", "--pings", "1", "--max-hold", "4s"]).await;
     assert_eq!(strict.code, 5, "{strict:?}");
-    assert!(
-        strict
-            .stdout
-            .contains("1 hold(s) older than 4.000s: lock stuck"),
-        "{strict:?}"
+    // The stuck hold named as `list` names it: holder id, client name, label.
+    let stuck_by = format!(
+        "1 hold(s) older than 4.000s: lock stuck held by {} (client checkout-7f9c, label \
+         order-8812) for ",
+        stuck.holder_id()
     );
+    assert!(strict.stdout.contains(&stuck_by), "{strict:?}");
     assert!(!strict.stdout.contains("fresh"), "{strict:?}");
 
     // Kept for 10 s by the watchdog: at least 10 s held, while the lease stays short.
