@@ -21,8 +21,12 @@
 //! fencelock key NAMESPACE KEY              one idempotency key: its record and stored result
 //! fencelock forget NAMESPACE KEY [--yes]   delete a key's record nobody holds: its next run
 //!                                          runs the request as new
-//! fencelock doctor [--pings N] [--strict] [--max-hold 5m]  the server settings that break
-//!                                          locks; with --max-hold, holds older than that
+//! fencelock waits [--deadlock-after 30s]  who waits for what, then the wait-for cycles whose
+//!                                          waits all lasted that long (default 30s)
+//! fencelock doctor [--pings N] [--strict] [--max-hold 5m] [--deadlock-after 30s]  the server
+//!                                          settings that break locks; with --max-hold, holds
+//!                                          older than that; always, the wait-for cycles older
+//!                                          than --deadlock-after (default 30s)
 //! ```
 //!
 //! The work is done by `fencelock::admin`; this file parses arguments, prints and chooses the
@@ -62,6 +66,14 @@ Exit codes:
   6  release refused: not confirmed, or the lock changed hands since it was shown; forget
      refused: not confirmed, or a run holds the key
   7  any other error (a redis error reply, foreign data at a lock key)";
+
+/// How long every wait of a wait-for cycle must have lasted before `waits` reports it and the
+/// doctor fails on it, unless `--deadlock-after` says otherwise: one value for both, so `waits`
+/// shows exactly the cycles the doctor would fail on. A real deadlock lasts until someone acts,
+/// so the bound only keeps out cycles that end by themselves: an acquisition with a timeout
+/// giving up, or a dead holder's lease running out. 30 s is the default lease: a cycle older
+/// than that is one the watchdogs keep renewing, which no lease will end.
+const DEADLOCK_AFTER: &str = "30s";
 
 const USAGE: u8 = 2;
 const UNREACHABLE: u8 = 3;
@@ -177,11 +189,13 @@ enum Command {
         holder: Option<String>,
     },
     /// Who waits for what right now: each acquisition waiting at the head of its client's
-    /// queue (the key, its label, how long, what its task holds), then the wait-for cycles
-    /// among them (possible deadlocks)
+    /// queue for a second or more (what it waits for, its label, how long, what its task
+    /// holds), then the wait-for cycles among them whose waits all lasted --deadlock-after
+    /// (possible deadlocks)
     Waits {
-        /// Report a cycle only when every wait in it has lasted this long (500ms, 30s, 5m)
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+        /// Report a cycle only when every wait in it has lasted this long (500ms, 30s, 5m); the
+        /// doctor's default too
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = DEADLOCK_AFTER)]
         deadlock_after: Duration,
     },
     /// Every idempotency key with a record under the prefix (SCAN, never KEYS), of NAMESPACE
@@ -224,8 +238,9 @@ enum Command {
         /// 1h): a stuck holder, for a cron job or a probe to alert on
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         max_hold: Option<Duration>,
-        /// FAIL on a wait-for cycle (a possible deadlock) whose waits all lasted this long
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+        /// FAIL on a wait-for cycle (a possible deadlock) whose waits all lasted this long; the
+        /// default of waits too
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = DEADLOCK_AFTER)]
         deadlock_after: Duration,
     },
 }

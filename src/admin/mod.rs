@@ -26,8 +26,10 @@
 //! `list`, `elections`, `jobs`, `semaphores`, `rwlocks`, `set-limit NAME N`, `show NAME`,
 //! `watch NAME [--count N] [--for DURATION]`, `release NAME --force [--yes] [--token T]`,
 //! `release NAME --force (--semaphore | --rwlock) --holder ID [--yes]`, `keys [NAMESPACE]`,
-//! `key NAMESPACE KEY`, `forget NAMESPACE KEY [--yes]` and
-//! `doctor [--pings N] [--strict] [--max-hold DURATION]`; `list` takes `--held-longer DURATION`.
+//! `key NAMESPACE KEY`, `forget NAMESPACE KEY [--yes]`, `waits [--deadlock-after DURATION]` and
+//! `doctor [--pings N] [--strict] [--max-hold DURATION] [--deadlock-after DURATION]`; `list`
+//! takes `--held-longer DURATION`. `waits` reports a wait-for cycle, and the doctor fails on
+//! one, only once every wait in it has lasted `--deadlock-after` (30 s by default for both).
 //! Its exit codes:
 //!
 //! | code | meaning |

@@ -98,7 +98,32 @@ async fn waits_and_the_doctor_report_a_possible_deadlock() {
             .contains("OK   deadlock         no wait-for cycle"),
         "the default waits 30 s: {patient:?}"
     );
+    // `waits` takes the doctor's default: the same young cycle is not reported yet, its waits
+    // are.
+    let young = fencelock(&url, &["waits"]).await;
+    assert_eq!(young.code, 0, "{young:?}");
+    assert_eq!(
+        young.stdout.lines().count(),
+        2,
+        "the default waits 30 s: {young:?}"
+    );
+    assert!(!young.stdout.contains("possible deadlock"), "{young:?}");
     for task in tasks {
         task.abort();
+    }
+}
+
+/// `waits` and `doctor` report a cycle after the same time unless told otherwise.
+#[tokio::test]
+async fn waits_and_the_doctor_share_one_deadlock_threshold() {
+    for cmd in ["waits", "doctor"] {
+        let help = finish(command(&[cmd, "--help"]).spawn().unwrap()).await;
+        // The flag's own lines: up to the next option.
+        let after = help.stdout.split("--deadlock-after <DURATION>").nth(1);
+        let own = after.unwrap_or("").lines();
+        let flag: String = own
+            .take_while(|l| !l.trim_start().starts_with('-'))
+            .collect();
+        assert!(flag.contains("[default: 30s]"), "{cmd}: {help:?}");
     }
 }
