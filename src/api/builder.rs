@@ -44,6 +44,24 @@ pub struct LockClientBuilder {
     control: Option<Control>,
 }
 
+/// Writes the builder's setters that store one value in one field of the client's
+/// configuration, each from its doc and `fn name(arg: Type) => field;` (the argument stored as
+/// it is) or `fn name(arg: Type) => field = value;` (`value` made from the argument).
+macro_rules! config_setters {
+    ($(
+        $(#[$attr:meta])*
+        fn $name:ident($arg:ident: $ty:ty) => $field:ident $(= $value:expr)?;
+    )*) => {$(
+        $(#[$attr])*
+        pub fn $name(mut self, $arg: $ty) -> Self {
+            self.config.$field = config_setters!(@value $arg $(, $value)?);
+            self
+        }
+    )*};
+    (@value $arg:ident) => { $arg };
+    (@value $arg:ident, $value:expr) => { $value };
+}
+
 impl LockClientBuilder {
     pub(crate) fn new(url: impl Into<String>) -> Self {
         LockClientBuilder::with_target(Target::Standalone(url.into()))
@@ -60,113 +78,192 @@ impl LockClientBuilder {
         }
     }
 
-    /// Prefix of every key and channel this client touches (default `fencelock:`). It must not
-    /// contain `{` or `}`: fencelock places its own hash tag after it. Clients that share locks
-    /// must use the same prefix.
-    pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
-        self.config.prefix = prefix.as_ref().to_vec();
-        self
-    }
+    config_setters! {
+        /// Prefix of every key and channel this client touches (default `fencelock:`). It must not
+        /// contain `{` or `}`: fencelock places its own hash tag after it. Clients that share locks
+        /// must use the same prefix.
+        fn prefix(prefix: impl AsRef<[u8]>) => prefix = prefix.as_ref().to_vec();
 
-    /// Lease of locks that are acquired without one of their own (default 30 s). Such locks are
-    /// kept alive by the client's watchdog, which renews them every third of this lease for as
-    /// long as their guards live; a lock with its own lease ([`Lock::with_lease`](crate::Lock::with_lease))
-    /// is not renewed and ends when its lease does.
-    pub fn default_lease(mut self, lease: Duration) -> Self {
-        self.config.default_lease = lease;
-        self
-    }
+        /// Lease of locks that are acquired without one of their own (default 30 s). Such locks
+        /// are kept alive by the client's watchdog, which renews them every third of this lease
+        /// for as long as their guards live; a lock with its own lease
+        /// ([`Lock::with_lease`](crate::Lock::with_lease)) is not renewed and ends when its
+        /// lease does.
+        fn default_lease(lease: Duration) => default_lease;
 
-    /// How long one request waits for its reply before it counts as failed (default 1 s;
-    /// redis-rs' own default is 500 ms). A timed-out request may still run on the server, which
-    /// is why every mutating request is retried with its operation id, never as a new operation.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.config.response_timeout = timeout;
-        self
-    }
+        /// How long one request waits for its reply before it counts as failed (default 1 s;
+        /// redis-rs' own default is 500 ms). A timed-out request may still run on the server,
+        /// which is why every mutating request is retried with its operation id, never as a new
+        /// operation.
+        fn response_timeout(timeout: Duration) => response_timeout;
 
-    /// How long one connection attempt may take (default 1 s).
-    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connection_timeout = timeout;
-        self
-    }
+        /// How long one connection attempt may take (default 1 s).
+        fn connection_timeout(timeout: Duration) => connection_timeout;
 
-    /// How long an operation whose outcome is unknown (timeout, dropped connection) is retried
-    /// with the same operation id before the error is returned (default 3 s). Must be shorter
-    /// than half the operation-record lifetime.
-    pub fn retry_window(mut self, window: Duration) -> Self {
-        self.config.retry_window = window;
-        self
-    }
+        /// How long an operation whose outcome is unknown (timeout, dropped connection) is retried
+        /// with the same operation id before the error is returned (default 3 s). Must be shorter
+        /// than half the operation-record lifetime.
+        fn retry_window(window: Duration) => retry_window;
 
-    /// How long Redis keeps the record of an applied re-entry or release, so that a re-sent
-    /// request replays instead of applying twice (default 10 s). Memory on the server is about
-    /// 100 bytes times releases per second times this.
-    pub fn op_record_ttl(mut self, ttl: Duration) -> Self {
-        self.config.op_record_ttl = ttl;
-        self
-    }
+        /// How long Redis keeps the record of an applied re-entry or release, so that a re-sent
+        /// request replays instead of applying twice (default 10 s). Memory on the server is about
+        /// 100 bytes times releases per second times this.
+        fn op_record_ttl(ttl: Duration) => op_record_ttl;
 
-    /// How many locks one renewal script call renews at most (default 100, at most 1000). The
-    /// watchdog renews every held lock of the client once per third of the default lease,
-    /// with `ceil(held / renew_batch)` script calls; on a cluster, where one call cannot span
-    /// hash slots, with that many calls per slot that holds locks.
-    pub fn renew_batch(mut self, locks: usize) -> Self {
-        self.config.renew_batch = locks;
-        self
-    }
+        /// How many locks one renewal script call renews at most (default 100, at most 1000). The
+        /// watchdog renews every held lock of the client once per third of the default lease,
+        /// with `ceil(held / renew_batch)` script calls; on a cluster, where one call cannot span
+        /// hash slots, with that many calls per slot that holds locks.
+        fn renew_batch(locks: usize) => renew_batch;
 
-    /// How many reads of one read-write lock, or releases of holds of one semaphore or
-    /// read-write lock, one script call of this client carries at most (at most 1000; default
-    /// 64; 1: each goes alone, pipelined with the others).
-    ///
-    /// A read or release goes at once when no call of its kind for the same lock is on the
-    /// wire; those that arrive while one is ride the next call together
-    /// (`rw_read_many.lua`, `sem_release_many.lua`), which does the work they share once: the
-    /// clock, the hash of holders, the check for writers, one write of all the grants, one
-    /// wake-up. Each keeps its own reply, error, retry and undo. 64 readers of one lock on
-    /// four clients reach 0.54 of the raw limit this way against 0.33 one by one
-    /// (BENCHMARKS.md, W10). The price: a read that meets a call in flight for its lock
-    /// waits for that call to return (at most one round trip) before its own goes.
-    /// DESIGN.md §7.3 has the details.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), fencelock::Error> {
-    /// // Every read and release by its own script call.
-    /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
-    ///     .hold_batch(1)
-    ///     .connect()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn hold_batch(mut self, operations: usize) -> Self {
-        self.config.hold_batch = operations;
-        self
-    }
+        /// How many reads of one read-write lock, or releases of holds of one semaphore or
+        /// read-write lock, one script call of this client carries at most (at most 1000; default
+        /// 64; 1: each goes alone, pipelined with the others).
+        ///
+        /// A read or release goes at once when no call of its kind for the same lock is on the
+        /// wire; those that arrive while one is ride the next call together
+        /// (`rw_read_many.lua`, `sem_release_many.lua`), which does the work they share once: the
+        /// clock, the hash of holders, the check for writers, one write of all the grants, one
+        /// wake-up. Each keeps its own reply, error, retry and undo. 64 readers of one lock on
+        /// four clients reach 0.54 of the raw limit this way against 0.33 one by one
+        /// (BENCHMARKS.md, W10). The price: a read that meets a call in flight for its lock
+        /// waits for that call to return (at most one round trip) before its own goes.
+        /// DESIGN.md §7.3 has the details.
+        ///
+        /// ```no_run
+        /// # async fn demo() -> Result<(), fencelock::Error> {
+        /// // Every read and release by its own script call.
+        /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
+        ///     .hold_batch(1)
+        ///     .connect()
+        ///     .await?;
+        /// # Ok(()) }
+        /// ```
+        fn hold_batch(operations: usize) => hold_batch;
 
-    /// Trusts the CA certificates in `pem` (PEM, one or more) for a `rediss://` server, instead
-    /// of the system's root certificates: for a Redis whose certificate is signed by a private
-    /// CA. Feature `tls`.
-    ///
-    /// Without it, a `rediss://` server must present a certificate that chains to a root the
-    /// system trusts; one that does not is refused during `connect` with [`Error::Redis`]
-    /// (`is_connection()`, nothing sent). Connecting with TLS installs rustls' *ring* provider
-    /// as the process' default, unless the process installed one before.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), fencelock::Error> {
-    /// let ca = std::fs::read("/etc/redis/ca.crt").expect("CA file");
-    /// let client = fencelock::LockClient::builder("rediss://redis.internal:6380/")
-    ///     .tls_root_ca(ca)
-    ///     .connect()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.config.tls_root_ca = Some(pem.into());
-        self
+        /// Trusts the CA certificates in `pem` (PEM, one or more) for a `rediss://` server, instead
+        /// of the system's root certificates: for a Redis whose certificate is signed by a private
+        /// CA. Feature `tls`.
+        ///
+        /// Without it, a `rediss://` server must present a certificate that chains to a root the
+        /// system trusts; one that does not is refused during `connect` with [`Error::Redis`]
+        /// (`is_connection()`, nothing sent). Connecting with TLS installs rustls' *ring* provider
+        /// as the process' default, unless the process installed one before.
+        ///
+        /// ```no_run
+        /// # async fn demo() -> Result<(), fencelock::Error> {
+        /// let ca = std::fs::read("/etc/redis/ca.crt").expect("CA file");
+        /// let client = fencelock::LockClient::builder("rediss://redis.internal:6380/")
+        ///     .tls_root_ca(ca)
+        ///     .connect()
+        ///     .await?;
+        /// # Ok(()) }
+        /// ```
+        #[cfg(feature = "tls")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+        fn tls_root_ca(pem: impl Into<Vec<u8>>) => tls_root_ca = Some(pem.into());
+
+        /// Opt-in **fair handoff across clients**: a lock released while other clients wait goes
+        /// to the client that has waited longest, instead of to whichever process reaches Redis
+        /// first after the release message (usually the releasing one, which is awake).
+        ///
+        /// Turn it on when the longest wait across processes must stay bounded: in the benchmark
+        /// of 4 processes × 4 tasks on one lock (BENCHMARKS.md, W4) the default mode's longest wait
+        /// was 12.7× the mean, this mode's 4.3×, at about 17 % fewer acquisitions per second.
+        ///
+        /// A waiting client whose attempt finds the lock held joins the lock's queue in Redis (one
+        /// entry per client: only the head of a client's local FIFO queue ever goes to Redis). The
+        /// release that frees the lock leaves it *reserved* for the first queued client for at
+        /// most `grace`; that client's first waiter claims it with a fresh token, and everyone
+        /// else sees the lock held meanwhile. A client whose last waiter gives up (timeout,
+        /// cancellation) leaves the queue and passes such a reservation on; a reserved client that
+        /// crashed costs at most `grace` (plus the waiters' random 0–20 ms timer jitter), after
+        /// which the lock is free for anyone. Choose `grace` well above the time a live process
+        /// needs to answer a release message (tens of ms on a busy host); 100 ms to 1 s is
+        /// typical.
+        ///
+        /// The mode is per client (the queue holds client ids), and **every client of a lock must
+        /// use the same mode**: a default-mode client's release ignores the queue (nothing
+        /// unsafe happens: holders still exclude each other and tokens still increase, but the
+        /// order is a race again). [`try_acquire`](crate::Lock::try_acquire) never queues. The
+        /// default mode is untouched by this option: it runs other scripts. See "Fair handoff" in
+        /// DESIGN.md.
+        ///
+        /// `connect` fails with [`Error::InvalidConfig`] for a grace outside 1 ms..=60 s or not a
+        /// whole number of milliseconds. Multi-locks are single-lock only in this mode:
+        /// [`LockClient::multi_lock`](crate::LockClient::multi_lock) refuses them with
+        /// [`Error::InvalidLockSet`].
+        ///
+        /// ```no_run
+        /// # async fn demo() -> Result<(), fencelock::Error> {
+        /// use std::time::Duration;
+        /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
+        ///     .fair_handoff(Duration::from_millis(250))
+        ///     .connect()
+        ///     .await?;
+        /// # Ok(()) }
+        /// ```
+        fn fair_handoff(grace: Duration) => fair_grace = Some(grace);
+
+        /// How the semaphores and read-write locks this client creates keep each hold's lease
+        /// deadline (default [`HoldExpiry::Auto`]: hash-field expiry where the server has it).
+        /// A semaphore keeps the way it was created with while it exists, whichever client
+        /// touches it, so clients with different settings share it correctly.
+        /// [`LockClient::hold_expiry`](crate::LockClient::hold_expiry) says which way a client
+        /// chose.
+        ///
+        /// `connect` fails with [`Error::UnsupportedServer`] for [`HoldExpiry::FieldExpiry`] on a
+        /// server without hash-field expiry (Redis before 7.4, Valkey before 9.0).
+        fn hold_expiry(expiry: HoldExpiry) => hold_expiry;
+
+        /// The name operators see for this client's holds (`fencelock list`, `show`, the admin
+        /// API): the service and instance, say `checkout-7f9c`. Default: the host name and the
+        /// process id (`web-3:41872`). Registered once at connect under
+        /// `prefix{tag}client:<client id>` and kept there while the client lives (refreshed
+        /// twice a day, expiring a day after its client is gone); no acquisition sends it.
+        /// 1 to 256 bytes of UTF-8 without control characters, or `connect` fails with
+        /// [`Error::InvalidConfig`].
+        ///
+        /// ```no_run
+        /// # async fn demo() -> Result<(), fencelock::Error> {
+        /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
+        ///     .client_name("checkout-7f9c")
+        ///     .connect()
+        ///     .await?;
+        /// assert_eq!(client.name(), "checkout-7f9c");
+        /// # Ok(()) }
+        /// ```
+        fn client_name(name: impl Into<String>) => client_name = name.into();
+
+        /// Report every hold of this client that is held `max_hold` or longer, once per hold: a
+        /// WARN event `fencelock.long_hold` (lock, holder, token, the acquisition's
+        /// [label](crate::Lock::with_label), time held) and the counter
+        /// `fencelock_long_holds_total` (feature `metrics`). For a stuck task or a forgotten guard
+        /// that the watchdog would otherwise keep alive forever. Checked on the client, by the
+        /// watchdog, every third of the default lease (10 s by default), so a report comes up to
+        /// that much after the bound; holds with a lease of their own are checked too, and no
+        /// server call is added. Default: no bound.
+        ///
+        /// ```no_run
+        /// # async fn demo() -> Result<(), fencelock::Error> {
+        /// use std::time::Duration;
+        /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
+        ///     .max_hold(Duration::from_secs(300))
+        ///     .connect()
+        ///     .await?;
+        /// # Ok(()) }
+        /// ```
+        fn max_hold(max_hold: Duration) => max_hold = Some(max_hold);
+
+        /// Whether this client's waiting acquisitions record their waits for operators (default
+        /// `true`): the head of each local queue writes one small record once its wait has lasted
+        /// a second (refreshed only when it could expire before the next attempt, deleted when
+        /// the wait ends), in the background, so `fencelock waits` and the possible-deadlock
+        /// report (`doctor`,
+        /// [`Admin::possible_deadlocks`](crate::admin::Admin::possible_deadlocks)) see it. Off, a
+        /// contended acquisition sends only its attempts, and this client's waits are invisible to
+        /// both. The uncontended path never records.
+        fn record_waits(record: bool) => record_waits;
     }
 
     /// Every acquisition of this client's locks (unless a lock sets its own with
@@ -192,122 +289,6 @@ impl LockClientBuilder {
             timeout,
             on_shortfall: OnShortfall::Fail,
         });
-        self
-    }
-
-    /// Opt-in **fair handoff across clients**: a lock released while other clients wait goes
-    /// to the client that has waited longest, instead of to whichever process reaches Redis
-    /// first after the release message (usually the releasing one, which is awake).
-    ///
-    /// Turn it on when the longest wait across processes must stay bounded: in the benchmark
-    /// of 4 processes × 4 tasks on one lock (BENCHMARKS.md, W4) the default mode's longest wait
-    /// was 12.7× the mean, this mode's 4.3×, at about 17 % fewer acquisitions per second.
-    ///
-    /// A waiting client whose attempt finds the lock held joins the lock's queue in Redis (one
-    /// entry per client: only the head of a client's local FIFO queue ever goes to Redis). The
-    /// release that frees the lock leaves it *reserved* for the first queued client for at
-    /// most `grace`; that client's first waiter claims it with a fresh token, and everyone
-    /// else sees the lock held meanwhile. A client whose last waiter gives up (timeout,
-    /// cancellation) leaves the queue and passes such a reservation on; a reserved client that
-    /// crashed costs at most `grace` (plus the waiters' random 0–20 ms timer jitter), after
-    /// which the lock is free for anyone. Choose `grace` well above the time a live process needs to
-    /// answer a release message (tens of ms on a busy host); 100 ms to 1 s is typical.
-    ///
-    /// The mode is per client (the queue holds client ids), and **every client of a lock must
-    /// use the same mode**: a default-mode client's release ignores the queue (nothing
-    /// unsafe happens: holders still exclude each other and tokens still increase, but the
-    /// order is a race again). [`try_acquire`](crate::Lock::try_acquire) never queues. The
-    /// default mode is untouched by this option: it runs other scripts. See "Fair handoff" in
-    /// DESIGN.md.
-    ///
-    /// `connect` fails with [`Error::InvalidConfig`] for a grace outside 1 ms..=60 s or not a
-    /// whole number of milliseconds. Multi-locks are single-lock only in this mode:
-    /// [`LockClient::multi_lock`](crate::LockClient::multi_lock) refuses them with
-    /// [`Error::InvalidLockSet`].
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), fencelock::Error> {
-    /// use std::time::Duration;
-    /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
-    ///     .fair_handoff(Duration::from_millis(250))
-    ///     .connect()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn fair_handoff(mut self, grace: Duration) -> Self {
-        self.config.fair_grace = Some(grace);
-        self
-    }
-
-    /// How the semaphores and read-write locks this client creates keep each hold's lease
-    /// deadline (default [`HoldExpiry::Auto`]: hash-field expiry where the server has it).
-    /// A semaphore keeps the way it was created with while it exists, whichever client
-    /// touches it, so clients with different settings share it correctly.
-    /// [`LockClient::hold_expiry`](crate::LockClient::hold_expiry) says which way a client
-    /// chose.
-    ///
-    /// `connect` fails with [`Error::UnsupportedServer`] for [`HoldExpiry::FieldExpiry`] on a
-    /// server without hash-field expiry (Redis before 7.4, Valkey before 9.0).
-    pub fn hold_expiry(mut self, expiry: HoldExpiry) -> Self {
-        self.config.hold_expiry = expiry;
-        self
-    }
-
-    /// The name operators see for this client's holds (`fencelock list`, `show`, the admin
-    /// API): the service and instance, say `checkout-7f9c`. Default: the host name and the
-    /// process id (`web-3:41872`). Registered once at connect under
-    /// `prefix{tag}client:<client id>` and kept there while the client lives (refreshed
-    /// twice a day, expiring a day after its client is gone); no acquisition sends it.
-    /// 1 to 256 bytes of UTF-8 without control characters, or `connect` fails with
-    /// [`Error::InvalidConfig`].
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), fencelock::Error> {
-    /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
-    ///     .client_name("checkout-7f9c")
-    ///     .connect()
-    ///     .await?;
-    /// assert_eq!(client.name(), "checkout-7f9c");
-    /// # Ok(()) }
-    /// ```
-    pub fn client_name(mut self, name: impl Into<String>) -> Self {
-        self.config.client_name = name.into();
-        self
-    }
-
-    /// Report every hold of this client that is held `max_hold` or longer, once per hold: a
-    /// WARN event `fencelock.long_hold` (lock, holder, token, the acquisition's
-    /// [label](crate::Lock::with_label), time held) and the counter
-    /// `fencelock_long_holds_total` (feature `metrics`). For a stuck task or a forgotten guard
-    /// that the watchdog would otherwise keep alive forever. Checked on the client, by the
-    /// watchdog, every third of the default lease (10 s by default), so a report comes up to
-    /// that much after the bound; holds with a lease of their own are checked too, and no
-    /// server call is added. Default: no bound.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), fencelock::Error> {
-    /// use std::time::Duration;
-    /// let client = fencelock::LockClient::builder("redis://127.0.0.1:7000/")
-    ///     .max_hold(Duration::from_secs(300))
-    ///     .connect()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.config.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Whether this client's waiting acquisitions record their waits for operators (default
-    /// `true`): the head of each local queue writes one small record once its wait has lasted
-    /// a second (refreshed only when it could expire before the next attempt, deleted when
-    /// the wait ends), in the background, so `fencelock waits` and the possible-deadlock
-    /// report (`doctor`,
-    /// [`Admin::possible_deadlocks`](crate::admin::Admin::possible_deadlocks)) see it. Off, a
-    /// contended acquisition sends only its attempts, and this client's waits are invisible to
-    /// both. The uncontended path never records.
-    pub fn record_waits(mut self, record: bool) -> Self {
-        self.config.record_waits = record;
         self
     }
 
