@@ -243,39 +243,26 @@ impl Request<'_> {
         let sent_at = Instant::now();
         self.pending.arm();
         let sends = self.pending.sends();
+        // A closure is not generic over the connection type, so one per connection kind.
+        macro_rules! call {
+            () => {
+                |mut conn| {
+                    let recorded = sends.send(&conn);
+                    async move {
+                        protocol::acquire_attempt(
+                            &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
+                        )
+                        .await
+                    }
+                }
+            };
+        }
         let (reply, acks) = match handle.options.replica_ack {
-            None => {
-                let reply = engine
-                    .retrying_within(window, |mut conn| {
-                        let recorded = sends.send(&conn);
-                        async move {
-                            protocol::acquire_attempt(
-                                &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
-                            )
-                            .await
-                        }
-                    })
-                    .await?;
-                (reply, None)
-            }
+            None => (engine.retrying_within(window, call!()).await?, None),
             // Boxed, so that the replicated path's state does not enlarge every acquire future.
             Some(ack) => {
-                Box::pin(engine.acquire_acknowledged(
-                    ack,
-                    keys,
-                    window,
-                    |mut conn| {
-                        let recorded = sends.send(&conn);
-                        async move {
-                            protocol::acquire_attempt(
-                                &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
-                            )
-                            .await
-                        }
-                    },
-                    |reply| matches!(reply, AcquireReply::Acquired { .. }),
-                ))
-                .await?
+                let acquired = |reply: &_| matches!(reply, AcquireReply::Acquired { .. });
+                Box::pin(engine.acquire_acknowledged(ack, keys, window, call!(), acquired)).await?
             }
         };
         if let Some(shortfall) = handle.options.shortfall(acks) {

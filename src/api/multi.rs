@@ -64,15 +64,9 @@ pub struct MultiLock {
 
 impl std::fmt::Debug for MultiLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = self.names().map(String::from_utf8_lossy).collect();
         f.debug_struct("MultiLock")
-            .field(
-                "names",
-                &self
-                    .members
-                    .iter()
-                    .map(|m| String::from_utf8_lossy(m.name()))
-                    .collect::<Vec<_>>(),
-            )
+            .field("names", &names)
             .field("lease", &self.options().lease)
             .field("label", &self.options().label)
             .finish_non_exhaustive()
@@ -311,10 +305,9 @@ impl MultiLock {
                         entry.acquired(self.lease());
                         return Ok(guard);
                     }
-                    Attempt::Busy {
-                        index: busy,
-                        pttl: p,
-                    } if busy == index => entry.observed_lease(p),
+                    Attempt::Busy { index: busy, pttl } if busy == index => {
+                        entry.observed_lease(pttl);
+                    }
                     Attempt::Busy {
                         index: busy,
                         pttl: p,
@@ -322,8 +315,7 @@ impl MultiLock {
                         // This member may be free now: the next local waiter for it should
                         // not sleep until its timer because we move to another queue.
                         entry.hand_on();
-                        index = busy;
-                        pttl = p;
+                        (index, pttl) = (busy, p);
                         break;
                     }
                 }
@@ -660,13 +652,11 @@ impl MultiGuard {
         if plan == Plan::Ordered {
             // Where one script cannot reach every member: one release per member. A member
             // left unreleased by a cancelled future is released by its guard's drop.
-            let mut first_err = None;
+            let mut released = Vec::with_capacity(guards.len());
             for guard in guards {
-                if let Err(err) = guard.release().await {
-                    first_err.get_or_insert(err);
-                }
+                released.push(guard.release().await);
             }
-            return first_err.map_or(Ok(()), Err);
+            return first_error(released);
         }
         let parts: Vec<_> = guards.iter_mut().map(LockGuard::begin_release).collect();
         let members: Vec<(&LockKeys, &str, &str)> = parts
@@ -683,14 +673,14 @@ impl MultiGuard {
                 async move { protocol::release_all(&mut conn, members, ttl).await }
             })
             .await?;
-        let mut first_err = None;
-        for (guard, reply) in guards.into_iter().zip(replies) {
-            if let Err(err) = guard.finish_release("set", Ok(reply)) {
-                first_err.get_or_insert(err);
-            }
-        }
-        first_err.map_or(Ok(()), Err)
+        let members = guards.into_iter().zip(replies);
+        first_error(members.map(|(guard, reply)| guard.finish_release("set", Ok(reply))))
     }
+}
+
+/// The first error of every member's release, after all of them ran.
+fn first_error(released: impl IntoIterator<Item = Result<(), Error>>) -> Result<(), Error> {
+    released.into_iter().fold(Ok(()), Result::and)
 }
 
 impl LockClient {
@@ -708,40 +698,35 @@ impl LockClient {
         I: IntoIterator<Item = N>,
         N: AsRef<[u8]>,
     {
+        let invalid = |reason: String| Err(Error::InvalidLockSet { reason });
         if self.fair_handoff().is_some() {
             // release_all.lua and acquire_all.lua know nothing of the fair queue: a set
             // released there would free its members past the waiting clients.
-            return Err(Error::InvalidLockSet {
-                reason: "multi-locks are not available on a client with fair_handoff \
-                         (fair handoff is single-lock only)"
+            return invalid(
+                "multi-locks are not available on a client with fair_handoff \
+                 (fair handoff is single-lock only)"
                     .into(),
-            });
+            );
         }
         let mut members = Vec::new();
         for name in names {
             if members.len() == MAX_MULTI_LOCKS {
-                return Err(Error::InvalidLockSet {
-                    reason: format!("a multi-lock takes at most {MAX_MULTI_LOCKS} locks"),
-                });
+                return invalid(format!(
+                    "a multi-lock takes at most {MAX_MULTI_LOCKS} locks"
+                ));
             }
             members.push(self.lock(name)?);
         }
         if members.is_empty() {
-            return Err(Error::InvalidLockSet {
-                reason: "a multi-lock needs at least one lock name".into(),
-            });
+            return invalid("a multi-lock needs at least one lock name".into());
         }
         members.sort_by(|a, b| a.keys().lock.cmp(&b.keys().lock));
-        if let Some(pair) = members
+        let twice = members
             .windows(2)
-            .find(|pair| pair[0].keys().lock == pair[1].keys().lock)
-        {
-            return Err(Error::InvalidLockSet {
-                reason: format!(
-                    "the lock {:?} is named twice",
-                    String::from_utf8_lossy(pair[0].name())
-                ),
-            });
+            .find(|pair| pair[0].keys().lock == pair[1].keys().lock);
+        if let Some(pair) = twice {
+            let name = String::from_utf8_lossy(pair[0].name());
+            return invalid(format!("the lock {name:?} is named twice"));
         }
         Ok(MultiLock {
             client: self.clone(),
