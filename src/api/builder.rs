@@ -44,24 +44,6 @@ pub struct LockClientBuilder {
     control: Option<Control>,
 }
 
-/// Writes the builder's setters that store one value in one field of the client's
-/// configuration, each from its doc and `fn name(arg: Type) => field;` (the argument stored as
-/// it is) or `fn name(arg: Type) => field = value;` (`value` made from the argument).
-macro_rules! config_setters {
-    ($(
-        $(#[$attr:meta])*
-        fn $name:ident($arg:ident: $ty:ty) => $field:ident $(= $value:expr)?;
-    )*) => {$(
-        $(#[$attr])*
-        pub fn $name(mut self, $arg: $ty) -> Self {
-            self.config.$field = config_setters!(@value $arg $(, $value)?);
-            self
-        }
-    )*};
-    (@value $arg:ident) => { $arg };
-    (@value $arg:ident, $value:expr) => { $value };
-}
-
 impl LockClientBuilder {
     pub(crate) fn new(url: impl Into<String>) -> Self {
         LockClientBuilder::with_target(Target::Standalone(url.into()))
@@ -78,43 +60,43 @@ impl LockClientBuilder {
         }
     }
 
-    config_setters! {
+    setters! {
         /// Prefix of every key and channel this client touches (default `fencelock:`). It must not
         /// contain `{` or `}`: fencelock places its own hash tag after it. Clients that share locks
         /// must use the same prefix.
-        fn prefix(prefix: impl AsRef<[u8]>) => prefix = prefix.as_ref().to_vec();
+        fn prefix(prefix: impl AsRef<[u8]>) -> Self => config.prefix = prefix.as_ref().to_vec();
 
         /// Lease of locks that are acquired without one of their own (default 30 s). Such locks
         /// are kept alive by the client's watchdog, which renews them every third of this lease
         /// for as long as their guards live; a lock with its own lease
         /// ([`Lock::with_lease`](crate::Lock::with_lease)) is not renewed and ends when its
         /// lease does.
-        fn default_lease(lease: Duration) => default_lease;
+        fn default_lease(lease: Duration) -> Self => config.default_lease;
 
         /// How long one request waits for its reply before it counts as failed (default 1 s;
         /// redis-rs' own default is 500 ms). A timed-out request may still run on the server,
         /// which is why every mutating request is retried with its operation id, never as a new
         /// operation.
-        fn response_timeout(timeout: Duration) => response_timeout;
+        fn response_timeout(timeout: Duration) -> Self => config.response_timeout;
 
         /// How long one connection attempt may take (default 1 s).
-        fn connection_timeout(timeout: Duration) => connection_timeout;
+        fn connection_timeout(timeout: Duration) -> Self => config.connection_timeout;
 
         /// How long an operation whose outcome is unknown (timeout, dropped connection) is retried
         /// with the same operation id before the error is returned (default 3 s). Must be shorter
         /// than half the operation-record lifetime.
-        fn retry_window(window: Duration) => retry_window;
+        fn retry_window(window: Duration) -> Self => config.retry_window;
 
         /// How long Redis keeps the record of an applied re-entry or release, so that a re-sent
         /// request replays instead of applying twice (default 10 s). Memory on the server is about
         /// 100 bytes times releases per second times this.
-        fn op_record_ttl(ttl: Duration) => op_record_ttl;
+        fn op_record_ttl(ttl: Duration) -> Self => config.op_record_ttl;
 
         /// How many locks one renewal script call renews at most (default 100, at most 1000). The
         /// watchdog renews every held lock of the client once per third of the default lease,
         /// with `ceil(held / renew_batch)` script calls; on a cluster, where one call cannot span
         /// hash slots, with that many calls per slot that holds locks.
-        fn renew_batch(locks: usize) => renew_batch;
+        fn renew_batch(locks: usize) -> Self => config.renew_batch;
 
         /// How many reads of one read-write lock, or releases of holds of one semaphore or
         /// read-write lock, one script call of this client carries at most (at most 1000; default
@@ -139,7 +121,7 @@ impl LockClientBuilder {
         ///     .await?;
         /// # Ok(()) }
         /// ```
-        fn hold_batch(operations: usize) => hold_batch;
+        fn hold_batch(operations: usize) -> Self => config.hold_batch;
 
         /// Trusts the CA certificates in `pem` (PEM, one or more) for a `rediss://` server, instead
         /// of the system's root certificates: for a Redis whose certificate is signed by a private
@@ -161,7 +143,7 @@ impl LockClientBuilder {
         /// ```
         #[cfg(feature = "tls")]
         #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-        fn tls_root_ca(pem: impl Into<Vec<u8>>) => tls_root_ca = Some(pem.into());
+        fn tls_root_ca(pem: impl Into<Vec<u8>>) -> Self => config.tls_root_ca = Some(pem.into());
 
         /// Opt-in **fair handoff across clients**: a lock released while other clients wait goes
         /// to the client that has waited longest, instead of to whichever process reaches Redis
@@ -203,7 +185,7 @@ impl LockClientBuilder {
         ///     .await?;
         /// # Ok(()) }
         /// ```
-        fn fair_handoff(grace: Duration) => fair_grace = Some(grace);
+        fn fair_handoff(grace: Duration) -> Self => config.fair_grace = Some(grace);
 
         /// How the semaphores and read-write locks this client creates keep each hold's lease
         /// deadline (default [`HoldExpiry::Auto`]: hash-field expiry where the server has it).
@@ -214,7 +196,7 @@ impl LockClientBuilder {
         ///
         /// `connect` fails with [`Error::UnsupportedServer`] for [`HoldExpiry::FieldExpiry`] on a
         /// server without hash-field expiry (Redis before 7.4, Valkey before 9.0).
-        fn hold_expiry(expiry: HoldExpiry) => hold_expiry;
+        fn hold_expiry(expiry: HoldExpiry) -> Self => config.hold_expiry;
 
         /// The name operators see for this client's holds (`fencelock list`, `show`, the admin
         /// API): the service and instance, say `checkout-7f9c`. Default: the host name and the
@@ -233,7 +215,7 @@ impl LockClientBuilder {
         /// assert_eq!(client.name(), "checkout-7f9c");
         /// # Ok(()) }
         /// ```
-        fn client_name(name: impl Into<String>) => client_name = name.into();
+        fn client_name(name: impl Into<String>) -> Self => config.client_name = name.into();
 
         /// Report every hold of this client that is held `max_hold` or longer, once per hold: a
         /// WARN event `fencelock.long_hold` (lock, holder, token, the acquisition's
@@ -253,7 +235,7 @@ impl LockClientBuilder {
         ///     .await?;
         /// # Ok(()) }
         /// ```
-        fn max_hold(max_hold: Duration) => max_hold = Some(max_hold);
+        fn max_hold(max_hold: Duration) -> Self => config.max_hold = Some(max_hold);
 
         /// Whether this client's waiting acquisitions record their waits for operators (default
         /// `true`): the head of each local queue writes one small record once its wait has lasted
@@ -263,7 +245,7 @@ impl LockClientBuilder {
         /// [`Admin::possible_deadlocks`](crate::admin::Admin::possible_deadlocks)) see it. Off, a
         /// contended acquisition sends only its attempts, and this client's waits are invisible to
         /// both. The uncontended path never records.
-        fn record_waits(record: bool) => record_waits;
+        fn record_waits(record: bool) -> Self => config.record_waits;
     }
 
     /// Every acquisition of this client's locks (unless a lock sets its own with

@@ -4,6 +4,25 @@
 //! the acquisition request, the acquire calls) is `handle.rs`, and what everything shares (ids,
 //! connection, waiting, renewal, undo) is the engine's.
 
+/// Writes setters that store one value in one field (`field` or `field.inner`) and return
+/// `self`, each from its doc and attributes and `fn name(arg: Type) -> Self => field;` (the
+/// argument stored as it is) or `fn name(arg: Type) -> Self => field = value;` (`value` made
+/// from the argument).
+macro_rules! setters {
+    ($(
+        $(#[$attr:meta])*
+        fn $name:ident($arg:ident: $ty:ty) -> $ret:ty => $($field:ident).+ $(= $value:expr)?;
+    )*) => {$(
+        $(#[$attr])*
+        pub fn $name(mut self, $arg: $ty) -> $ret {
+            self.$($field).+ = setters!(@value $arg $(, $value)?);
+            self
+        }
+    )*};
+    (@value $arg:ident) => { $arg };
+    (@value $arg:ident, $value:expr) => { $value };
+}
+
 pub(crate) mod builder;
 pub(crate) mod client;
 pub(crate) mod election;

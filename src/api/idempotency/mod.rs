@@ -20,14 +20,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::client::LockClient;
-use super::job::run::{self, Began, Started};
+use super::job::run::{self, Began, RunHold, Started};
 #[cfg(doc)]
 use super::job::OnRunnerDeath;
 use super::lock::Lock;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
-use crate::engine::holder::Holder;
 use crate::protocol::keys::{validate_name, MAX_NAME_LEN};
 use crate::protocol::{self, KeyReadMode, KeyResult, LockKeys, RunEnd};
 
@@ -147,8 +146,7 @@ impl LockClient {
 #[derive(Clone)]
 pub struct KeyRun {
     key: Arc<[u8]>,
-    took_over: Option<FencingToken>,
-    holder: Arc<Holder>,
+    run: RunHold,
 }
 
 impl std::fmt::Debug for KeyRun {
@@ -156,7 +154,7 @@ impl std::fmt::Debug for KeyRun {
         f.debug_struct("KeyRun")
             .field("key", &String::from_utf8_lossy(&self.key))
             .field("token", &self.token())
-            .field("took_over", &self.took_over)
+            .field("took_over", &self.run.took_over)
             .finish()
     }
 }
@@ -358,8 +356,7 @@ impl Idempotency {
             Ok(Began::Run(run)) => {
                 let view = KeyRun {
                     key: key.into(),
-                    took_over: run.took_over,
-                    holder: run.guard.holder().clone(),
+                    run: run.hold.clone(),
                 };
                 return Ok(KeyBegun::Run(ActiveKeyRun {
                     idempotency: self.clone(),
@@ -469,10 +466,9 @@ impl ActiveKeyRun {
             (Ok(result), None) => (RunEnd::Done, &result[..]),
             (Err(Failure::Final { result, .. }), None) => (RunEnd::Final, &result[..]),
         };
-        let started_ms = run.started_ms;
         let report = |err| idempotency.report_error(&view.key, err);
         let finish = run.finish::<KeyResult>(&fingerprint[..], end, Some(result), report);
-        let (guard, finished_ms) = finish.await?;
+        let (guard, run_ms) = finish.await?;
         // A failed release (the hold had ended, Redis is away) changes nothing: the record
         // is what answers duplicates.
         let _ = guard.release().await;
@@ -494,10 +490,10 @@ impl ActiveKeyRun {
             namespace = %String::from_utf8_lossy(&idempotency.namespace),
             key = %String::from_utf8_lossy(&view.key),
             outcome = label,
-            runner = view.holder.id.as_str(),
+            runner = view.run.holder.id.as_str(),
             token = view.token().get(),
-            took_over = view.took_over.map(FencingToken::get),
-            run_ms = finished_ms.saturating_sub(started_ms),
+            took_over = view.run.took_over.map(FencingToken::get),
+            run_ms,
             "idempotency key ran"
         );
         Ok(outcome)

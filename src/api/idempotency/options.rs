@@ -6,12 +6,11 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use super::{Idempotency, Processed};
+use crate::api::job::run::{check_span, MAX_SPAN};
 use crate::api::job::OnRunnerDeath;
-use crate::base::durations::{validate_lease, whole_millis_in, OutOfRange};
+use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 
-/// The longest retention accepted: ten years. Longer is a unit mistake.
-const MAX_RETENTION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 /// The longest a duplicate may wait for a run in progress: one day.
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// The default retention of a key's record: one day, as payment APIs keep their keys.
@@ -51,34 +50,27 @@ impl IdempotencyOptions {
         }
     }
 
-    /// How long a key's record (and so its stored result) is kept after its last write: a
-    /// duplicate that comes later runs the request again. At least `at_most_for`, at most ten
-    /// years; default one day.
-    #[must_use]
-    pub fn with_retention(mut self, retention: Duration) -> IdempotencyOptions {
-        self.retention = retention;
-        self
-    }
+    setters! {
+        /// How long a key's record (and so its stored result) is kept after its last write: a
+        /// duplicate that comes later runs the request again. At least `at_most_for`, at most ten
+        /// years; default one day.
+        #[must_use]
+        fn with_retention(retention: Duration) -> IdempotencyOptions => retention;
 
-    /// A duplicate that finds its key's run in progress waits up to `wait` for that run's
-    /// outcome (woken by its release, not by polling) and answers with the stored result, or
-    /// runs the request itself if that run failed or died. Default zero: answer
-    /// [`Processed::InProgress`] at once. At most one day.
-    #[must_use]
-    pub fn wait_for_outcome(mut self, wait: Duration) -> IdempotencyOptions {
-        self.wait = wait;
-        self
-    }
+        /// A duplicate that finds its key's run in progress waits up to `wait` for that run's
+        /// outcome (woken by its release, not by polling) and answers with the stored result, or
+        /// runs the request itself if that run failed or died. Default zero: answer
+        /// [`Processed::InProgress`] at once. At most one day.
+        #[must_use]
+        fn wait_for_outcome(wait: Duration) -> IdempotencyOptions => wait;
 
-    /// What happens to a key whose runner lost its hold before finishing: it crashed, froze
-    /// past `at_most_for`, or its [`Idempotency::run`] was dropped mid-run. Default
-    /// [`OnRunnerDeath::RunAgain`]: the next duplicate runs the request with a newer token
-    /// (fence its writes). [`OnRunnerDeath::GiveUp`] answers [`Processed::Abandoned`] instead,
-    /// for requests whose half-done run must be looked at by hand.
-    #[must_use]
-    pub fn on_runner_death(mut self, policy: OnRunnerDeath) -> IdempotencyOptions {
-        self.on_runner_death = policy;
-        self
+        /// What happens to a key whose runner lost its hold before finishing: it crashed, froze
+        /// past `at_most_for`, or its [`Idempotency::run`] was dropped mid-run. Default
+        /// [`OnRunnerDeath::RunAgain`]: the next duplicate runs the request with a newer token
+        /// (fence its writes). [`OnRunnerDeath::GiveUp`] answers [`Processed::Abandoned`] instead,
+        /// for requests whose half-done run must be looked at by hand.
+        #[must_use]
+        fn on_runner_death(policy: OnRunnerDeath) -> IdempotencyOptions => on_runner_death;
     }
 
     /// The hold's cap given to [`IdempotencyOptions::new`].
@@ -104,18 +96,11 @@ impl IdempotencyOptions {
     pub(super) fn validate(&self) -> Result<(), Error> {
         let invalid = |reason: String| Err(Error::InvalidIdempotency { reason });
         validate_lease(self.at_most_for)?;
-        let span = |what: &str, d: Duration, max: Duration| match whole_millis_in(
-            d,
-            Duration::ZERO,
-            max,
-        ) {
-            Ok(_) => Ok(()),
-            Err(OutOfRange::TooLong) => invalid(format!("the {what} {d:?} is over {max:?}")),
-            Err(_) => invalid(format!(
-                "the {what} {d:?} is not a whole number of milliseconds"
-            )),
+        let span = |what, d, max: Duration| {
+            check_span(what, d, Duration::ZERO, (max, &format!("{max:?}")))
+                .map_err(|reason| Error::InvalidIdempotency { reason })
         };
-        span("retention", self.retention, MAX_RETENTION)?;
+        span("retention", self.retention, MAX_SPAN)?;
         span("outcome wait", self.wait, MAX_WAIT)?;
         if self.retention < self.at_most_for {
             return invalid(format!(

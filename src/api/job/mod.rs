@@ -17,7 +17,6 @@ pub use outcome::{JobOutcome, TickRecord};
 pub use ticks::Ticks;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::client::LockClient;
@@ -25,10 +24,9 @@ use super::lock::Lock;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
-use crate::engine::holder::Holder;
 use crate::protocol::keys::validate_name;
 use crate::protocol::{self, LockKeys, RunEnd, Tick};
-use run::{Began, Started};
+use run::{Began, RunHold, Started};
 
 /// The latest tick accepted: 2^53 ms after the Unix epoch, the last millisecond a Lua number
 /// holds exactly (about the year 287 396).
@@ -124,17 +122,16 @@ impl LockClient {
 #[derive(Clone)]
 pub struct JobRun {
     tick: SystemTime,
-    took_over: Option<FencingToken>,
-    holder: Arc<Holder>,
+    run: RunHold,
 }
 
 impl std::fmt::Debug for JobRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobRun")
-            .field("job", &String::from_utf8_lossy(&self.holder.name))
+            .field("job", &String::from_utf8_lossy(&self.run.holder.name))
             .field("token", &self.token())
             .field("tick", &self.tick)
-            .field("took_over", &self.took_over)
+            .field("took_over", &self.run.took_over)
             .finish()
     }
 }
@@ -383,8 +380,7 @@ impl Job {
             Ok(Began::Run(run)) => {
                 let view = JobRun {
                     tick,
-                    took_over: run.took_over,
-                    holder: run.guard.holder().clone(),
+                    run: run.hold.clone(),
                 };
                 return Ok(Begun::Run(ActiveRun {
                     job: self.clone(),
@@ -480,9 +476,8 @@ impl ActiveRun {
             tick_ms,
             started_at,
         } = self;
-        let started_ms = run.started_ms;
         let report = |err| job.report_error(tick_ms, err);
-        let (guard, finished_ms) = run.finish::<Tick>(tick_ms, end, None, report).await?;
+        let (guard, run_ms) = run.finish::<Tick>(tick_ms, end, None, report).await?;
         let label = match end {
             RunEnd::Failed => metrics::JOB_RAN_FAILED,
             RunEnd::Done | RunEnd::Final => metrics::JOB_RAN,
@@ -493,10 +488,10 @@ impl ActiveRun {
             job = %String::from_utf8_lossy(job.name()),
             tick_ms,
             outcome = label,
-            runner = view.holder.id.as_str(),
+            runner = view.run.holder.id.as_str(),
             token = view.token().get(),
-            took_over = view.took_over.map(FencingToken::get),
-            run_ms = finished_ms.saturating_sub(started_ms),
+            took_over = view.run.took_over.map(FencingToken::get),
+            run_ms,
             "job tick ran"
         );
         let keep = match end {
@@ -550,7 +545,7 @@ fn round_up_to_millis(d: Duration) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::options::MAX_SPAN;
+    use super::run::MAX_SPAN;
     use super::*;
 
     fn options() -> JobOptions {

@@ -3,13 +3,11 @@
 
 use std::time::Duration;
 
+use super::run::{check_span, MAX_SPAN};
 #[cfg(doc)]
 use super::{Job, JobOutcome, JobRun};
-use crate::base::durations::{validate_lease, whole_millis_in, OutOfRange};
+use crate::base::durations::validate_lease;
 use crate::base::error::Error;
-
-/// The longest period or retention accepted: ten years. Longer is a unit mistake.
-pub(super) const MAX_SPAN: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
 /// What happens to a tick whose runner lost its hold before finishing: it crashed, froze past
 /// `at_most_for`, or its [`Job::run_exclusive`] was cancelled mid-job.
@@ -103,40 +101,30 @@ impl JobOptions {
         }
     }
 
-    /// Keeps the job held after a run until `at_least_for` after it began, so no instance can
-    /// start a run (of any tick) in that time. The tick record already keeps a finished tick
-    /// from running again; this adds a minimum spacing between runs, for schedules whose
-    /// ticks may come closer than the clock skew. At most `at_most_for`, and shorter than the
-    /// period (a longer hold would skip the next tick). Default zero.
-    #[must_use]
-    pub fn at_least_for(mut self, at_least_for: Duration) -> JobOptions {
-        self.at_least_for = at_least_for;
-        self
-    }
+    setters! {
+        /// Keeps the job held after a run until `at_least_for` after it began, so no instance can
+        /// start a run (of any tick) in that time. The tick record already keeps a finished tick
+        /// from running again; this adds a minimum spacing between runs, for schedules whose
+        /// ticks may come closer than the clock skew. At most `at_most_for`, and shorter than the
+        /// period (a longer hold would skip the next tick). Default zero.
+        #[must_use]
+        fn at_least_for(at_least_for: Duration) -> JobOptions => at_least_for;
 
-    /// How long the tick record is kept after its last write. It must outlive the latest an
-    /// instance may call for a tick: a call for a tick whose record has expired is not
-    /// recognised as a repeat. At least the period and `at_most_for`; default twice the
-    /// larger of the two (at most ten years).
-    #[must_use]
-    pub fn with_retention(mut self, retention: Duration) -> JobOptions {
-        self.retention = Some(retention);
-        self
-    }
+        /// How long the tick record is kept after its last write. It must outlive the latest an
+        /// instance may call for a tick: a call for a tick whose record has expired is not
+        /// recognised as a repeat. At least the period and `at_most_for`; default twice the
+        /// larger of the two (at most ten years).
+        #[must_use]
+        fn with_retention(retention: Duration) -> JobOptions => retention = Some(retention);
 
-    /// What happens to a tick whose runner died mid-job; default [`OnRunnerDeath::GiveUp`].
-    #[must_use]
-    pub fn on_runner_death(mut self, policy: OnRunnerDeath) -> JobOptions {
-        self.on_runner_death = policy;
-        self
-    }
+        /// What happens to a tick whose runner died mid-job; default [`OnRunnerDeath::GiveUp`].
+        #[must_use]
+        fn on_runner_death(policy: OnRunnerDeath) -> JobOptions => on_runner_death;
 
-    /// What [`Job::run_fallible`] does with a tick whose job returned an error; default
-    /// [`OnFailure::Retry`].
-    #[must_use]
-    pub fn on_failure(mut self, policy: OnFailure) -> JobOptions {
-        self.on_failure = policy;
-        self
+        /// What [`Job::run_fallible`] does with a tick whose job returned an error; default
+        /// [`OnFailure::Retry`].
+        #[must_use]
+        fn on_failure(policy: OnFailure) -> JobOptions => on_failure;
     }
 
     /// The period given to [`JobOptions::new`].
@@ -174,14 +162,9 @@ impl JobOptions {
 
     pub(super) fn validate(&self) -> Result<(), Error> {
         let invalid = |reason: String| Err(Error::InvalidJob { reason });
-        let span = |what: &str, d: Duration, min: Duration| match whole_millis_in(d, min, MAX_SPAN)
-        {
-            Ok(_) => Ok(()),
-            Err(OutOfRange::TooShort) => invalid(format!("the {what} {d:?} is under {min:?}")),
-            Err(OutOfRange::TooLong) => invalid(format!("the {what} {d:?} is over ten years")),
-            Err(OutOfRange::NotWholeMillis) => invalid(format!(
-                "the {what} {d:?} is not a whole number of milliseconds"
-            )),
+        let span = |what, d, min| {
+            let limits = (MAX_SPAN, "ten years");
+            check_span(what, d, min, limits).map_err(|reason| Error::InvalidJob { reason })
         };
         span("period", self.period, Duration::from_millis(2))?;
         validate_lease(self.at_most_for)?;

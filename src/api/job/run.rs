@@ -4,32 +4,65 @@
 //! takeover as an error, and what a finish's reply leaves to the run. Each kind passes its own
 //! arguments (`own`) and keeps its own answers; this is everything else.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::ToRedisArgs;
 
 use super::OnRunnerDeath;
 use crate::api::guard::LockGuard;
+use crate::base::durations::{whole_millis_in, OutOfRange};
 use crate::base::error::{Error, Superseded};
 use crate::base::metrics;
 use crate::base::token::FencingToken;
+use crate::engine::holder::Holder;
 use crate::protocol::{
     self, BeginReply, FinishReply, Record, RunArgs, RunEnd, RunKind, RunnerDeathArg,
 };
+
+/// The longest span a job or key accepts (a period, a retention): ten years. Longer is a unit
+/// mistake.
+pub(crate) const MAX_SPAN: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+
+/// Checks that `d`, the `what` of a job or key, is a whole number of milliseconds within
+/// `min..=max` (`max` named `max_name`); the reason why not otherwise.
+pub(crate) fn check_span(
+    what: &str,
+    d: Duration,
+    min: Duration,
+    (max, max_name): (Duration, &str),
+) -> Result<(), String> {
+    match whole_millis_in(d, min, max) {
+        Ok(_) => Ok(()),
+        Err(OutOfRange::TooShort) => Err(format!("the {what} {d:?} is under {min:?}")),
+        Err(OutOfRange::TooLong) => Err(format!("the {what} {d:?} is over {max_name}")),
+        Err(OutOfRange::NotWholeMillis) => Err(format!(
+            "the {what} {d:?} is not a whole number of milliseconds"
+        )),
+    }
+}
 
 /// A record's server time, ms since the Unix epoch.
 pub(crate) fn from_millis(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-/// A run this call has begun: its hold, the token of the runner it took over from (whose hold
-/// had ended before it finished, or whose run failed), the server time of its begin, and the
-/// retention its record is written with.
+/// A run this call has begun: its guard, its hold as its view keeps it, the server time of its
+/// begin, and the retention its record is written with.
 pub(crate) struct Started {
     pub(crate) guard: LockGuard,
-    pub(crate) took_over: Option<FencingToken>,
-    pub(crate) started_ms: u64,
+    pub(crate) hold: RunHold,
+    started_ms: u64,
     retention: Duration,
+}
+
+/// A run's hold as its view ([`JobRun`](crate::JobRun), [`KeyRun`](crate::KeyRun)) keeps it:
+/// the holder, and the token of the runner it took over from (whose hold had ended before it
+/// finished, or whose run failed).
+#[derive(Clone)]
+pub(crate) struct RunHold {
+    pub(crate) holder: Arc<Holder>,
+    pub(crate) took_over: Option<FencingToken>,
 }
 
 /// What a begin found: a run to do, or the record that answers instead.
@@ -86,12 +119,13 @@ pub(crate) async fn begin<K: RunKind>(
             took_over,
             started_ms,
         }) => {
+            let hold = RunHold { holder, took_over };
             return Ok(Began::Run(Started {
                 guard,
-                took_over,
+                hold,
                 started_ms,
                 retention,
-            }))
+            }));
         }
         Ok(BeginReply::Done(record)) => Ok(Began::Done(record)),
         Ok(BeginReply::Abandoned(record)) => Ok(Began::Abandoned(record)),
@@ -108,11 +142,11 @@ pub(crate) async fn begin<K: RunKind>(
 
 impl Started {
     /// Records the run's end, fenced by its token (`K`'s finish script, with `own` the kind's
-    /// arguments and `result` what a key stores): the guard back and the server time of the
-    /// end; or the error, passed through `report`, when a newer runner had taken the record
-    /// over (a stale write, refused), or when the finish went unanswered. Then whether it
-    /// landed is unknown, so the hold is kept until its lease ends rather than let another
-    /// caller run the same work again at once.
+    /// arguments and `result` what a key stores): the guard back and how long the run took by
+    /// the server's clock, in ms; or the error, passed through `report`, when a newer runner
+    /// had taken the record over (a stale write, refused), or when the finish went unanswered.
+    /// Then whether it landed is unknown, so the hold is kept until its lease ends rather than
+    /// let another caller run the same work again at once.
     pub(crate) async fn finish<K: RunKind>(
         self,
         own: impl ToRedisArgs + Copy,
@@ -135,7 +169,9 @@ impl Started {
             })
             .await;
         match reply {
-            Ok(FinishReply::Done { finished_ms }) => Ok((self.guard, finished_ms)),
+            Ok(FinishReply::Done { finished_ms }) => {
+                Ok((self.guard, finished_ms.saturating_sub(started_ms)))
+            }
             Ok(FinishReply::TakenOver { token: latest }) => {
                 metrics::stale_write_rejected();
                 Err(report(taken_over(holder.token, latest)))
@@ -149,15 +185,14 @@ impl Started {
 }
 
 /// Writes the accessors every run's view has ([`JobRun`](crate::JobRun),
-/// [`KeyRun`](crate::KeyRun)), inside its `impl`: the type has `holder: Arc<Holder>` (the
-/// run's hold) and `took_over: Option<FencingToken>`.
+/// [`KeyRun`](crate::KeyRun)), inside its `impl`: the type has `run: RunHold`.
 macro_rules! run_view_accessors {
     () => {
         /// This run's fencing token: strictly greater than every earlier run's of its job or
         /// key (and of every other name in its slot bucket). Pass it to every write the run
         /// makes.
         pub fn token(&self) -> FencingToken {
-            self.holder.token
+            self.run.holder.token
         }
 
         /// `Some(token)` when this run takes over from a runner (with that token) that lost
@@ -165,20 +200,20 @@ macro_rules! run_view_accessors {
         /// ([`OnRunnerDeath::RunAgain`](crate::OnRunnerDeath::RunAgain)), or whose run failed
         /// and left the work to a retry: its writes may be half done.
         pub fn took_over(&self) -> Option<FencingToken> {
-            self.took_over
+            self.run.took_over
         }
 
         /// Whether the run still holds its job or key as far as this process knows:
         /// `at_most_for` has not passed since it began. A belief, not a proof; fence the
         /// writes with [`Self::token`].
         pub fn is_valid(&self) -> bool {
-            self.holder.is_valid()
+            self.run.holder.is_valid()
         }
 
         /// When the hold ends by this process' monotonic clock (`at_most_for` after the
         /// acquiring request was sent).
         pub fn valid_until(&self) -> Instant {
-            self.holder.deadline()
+            self.run.holder.deadline()
         }
 
         /// Resolves when the hold has ended (`at_most_for` passed): from then on another
@@ -188,7 +223,7 @@ macro_rules! run_view_accessors {
         /// # Cancel safety
         /// Cancel safe: it only waits and changes nothing.
         pub async fn lost(&self) {
-            self.holder.lost().await;
+            self.run.holder.lost().await;
         }
     };
 }
