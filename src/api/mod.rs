@@ -23,6 +23,20 @@ macro_rules! setters {
     (@value $arg:ident, $value:expr) => { $value };
 }
 
+/// Writes getters that return a copy of one field each, from its doc and
+/// `fn name(&self) -> Type => field;`.
+macro_rules! getters {
+    ($(
+        $(#[$attr:meta])*
+        fn $name:ident(&self) -> $ret:ty => $field:ident;
+    )*) => {$(
+        $(#[$attr])*
+        pub fn $name(&self) -> $ret {
+            self.$field
+        }
+    )*};
+}
+
 pub(crate) mod builder;
 pub(crate) mod client;
 pub(crate) mod election;

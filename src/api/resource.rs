@@ -12,6 +12,7 @@ use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::protocol::keys::validate_name;
 use crate::protocol::{self, Read, ReadMode, ReadReply, ResourceKeys, Write, WriteReply};
+use crate::transport::Conn;
 
 /// A resource stored in Redis whose writes are fenced: a write carrying a token older than the
 /// newest token the resource has accepted is refused with [`Error::StaleToken`] and writes
@@ -372,7 +373,7 @@ impl FencedResource {
     /// # Cancel safety
     /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
     pub async fn peek(&self) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.client.engine.conn().get(&self.keys.data).await?)
+        Ok(self.conn().get(&self.keys.data).await?)
     }
 
     /// The integer value, read without a token (see [`FencedResource::peek`]).
@@ -380,7 +381,7 @@ impl FencedResource {
     /// # Cancel safety
     /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
     pub async fn peek_i64(&self) -> Result<Option<i64>, Error> {
-        Ok(self.client.engine.conn().get(&self.keys.data).await?)
+        Ok(self.conn().get(&self.keys.data).await?)
     }
 
     /// One hash field, read without a token (see [`FencedResource::peek`]).
@@ -388,12 +389,7 @@ impl FencedResource {
     /// # Cancel safety
     /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
     pub async fn peek_field(&self, field: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self
-            .client
-            .engine
-            .conn()
-            .hget(&self.keys.data, field.as_ref())
-            .await?)
+        Ok(self.conn().hget(&self.keys.data, field.as_ref()).await?)
     }
 
     /// The list, read without a token (see [`FencedResource::peek`]).
@@ -401,12 +397,7 @@ impl FencedResource {
     /// # Cancel safety
     /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
     pub async fn peek_items(&self) -> Result<Vec<Vec<u8>>, Error> {
-        Ok(self
-            .client
-            .engine
-            .conn()
-            .lrange(&self.keys.data, 0, -1)
-            .await?)
+        Ok(self.conn().lrange(&self.keys.data, 0, -1).await?)
     }
 
     /// The highest token the resource has accepted (by a write, a claim or a shared read), if
@@ -415,17 +406,18 @@ impl FencedResource {
     /// # Cancel safety
     /// Cancel safe: one read, no write; a dropped call leaves the server as it was.
     pub async fn high_water_mark(&self) -> Result<Option<FencingToken>, Error> {
-        let marks: Vec<Option<u64>> = self
-            .client
-            .engine
-            .conn()
-            .mget(&[&self.keys.mark, &self.keys.shared])
-            .await?;
+        let keys = [&self.keys.mark, &self.keys.shared];
+        let marks: Vec<Option<u64>> = self.conn().mget(&keys).await?;
         Ok(marks
             .into_iter()
             .flatten()
             .max()
             .and_then(FencingToken::new))
+    }
+
+    /// The shared connection, for the unfenced reads (`peek*`, the high-water mark).
+    fn conn(&self) -> Conn {
+        self.client.engine.conn()
     }
 
     async fn read_as<T: FromRedisValue>(

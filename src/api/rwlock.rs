@@ -139,9 +139,7 @@ impl RwLock {
     /// not.
     pub async fn try_read(&self) -> Result<Option<ReadGuard>, Error> {
         let permit = self.handle.try_acquire(READ, "try_read").await?;
-        Ok(permit.map(|permit| ReadGuard {
-            guard: permit.guard,
-        }))
+        Ok(permit.map(|p| ReadGuard { guard: p.guard }))
     }
 
     /// Takes the write hold if nobody holds the lock; `Ok(None)` otherwise. A try never marks
@@ -154,9 +152,7 @@ impl RwLock {
     /// Cancel safe, as [`RwLock::try_read`].
     pub async fn try_write(&self) -> Result<Option<WriteGuard>, Error> {
         let permit = self.handle.try_acquire(WRITE, "try_write").await?;
-        Ok(permit.map(|permit| WriteGuard {
-            guard: permit.guard,
-        }))
+        Ok(permit.map(|p| WriteGuard { guard: p.guard }))
     }
 
     /// Takes a read hold, waiting (pub/sub, no polling) while a writer holds the lock or waits
@@ -196,9 +192,8 @@ impl RwLock {
     /// Cancel safe, as [`RwLock::read`].
     pub async fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard, Error> {
         let permit = self.handle.acquire(READ, "read_timeout", Some(timeout));
-        Ok(ReadGuard {
-            guard: permit.await?.guard,
-        })
+        let guard = permit.await?.guard;
+        Ok(ReadGuard { guard })
     }
 
     /// [`RwLock::write`], waiting at most `timeout` ([`Error::Timeout`] then; the mark that
@@ -211,9 +206,8 @@ impl RwLock {
     /// Cancel safe, as [`RwLock::write`].
     pub async fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard, Error> {
         let permit = self.handle.acquire(WRITE, "write_timeout", Some(timeout));
-        Ok(WriteGuard {
-            guard: permit.await?.guard,
-        })
+        let guard = permit.await?.guard;
+        Ok(WriteGuard { guard })
     }
 }
 
@@ -285,9 +279,8 @@ impl ReadGuard {
     /// # Cancel safety
     /// Cancel safe: a dropped call's entry is undone in the background whether it ran or not.
     pub async fn reenter(&self) -> Result<ReadGuard, Error> {
-        Ok(ReadGuard {
-            guard: self.guard.reenter().await?,
-        })
+        let guard = self.guard.reenter().await?;
+        Ok(ReadGuard { guard })
     }
 
     /// Releases the read hold; a waiting writer goes to Redis when the last reader left.
@@ -320,9 +313,8 @@ impl WriteGuard {
     /// # Cancel safety
     /// Cancel safe, as [`ReadGuard::reenter`].
     pub async fn reenter(&self) -> Result<WriteGuard, Error> {
-        Ok(WriteGuard {
-            guard: self.guard.reenter().await?,
-        })
+        let guard = self.guard.reenter().await?;
+        Ok(WriteGuard { guard })
     }
 
     /// Turns the write hold into a read hold in one step: no other writer can get in between,

@@ -76,6 +76,8 @@ use crate::{Error, IdempotencyOptions, JobOptions};
 /// `fn name(receiver, arg: Type, ...) -> Return;`, optionally `= block`, `= wrap`,
 /// `= block wrap` or `= lost`, and preceded by `[path]` when its async counterpart is a
 /// method of `path` (a type the async value dereferences to); its docs are added to the link.
+/// `fn name | twin(...) -> Return;` declares two methods of the same signature, such as a
+/// fenced read in its claiming and its shared form.
 macro_rules! blocking {
     ($(
         $(#[$attr:meta])*
@@ -102,6 +104,19 @@ macro_rules! blocking {
         }
     )+};
     (@methods $async:path;) => {};
+    (
+        @methods $async:path;
+        $(#[$doc:meta])* $([$see:path])?
+        fn $fname:ident | $twin:ident $params:tt -> $ret:ty $(= $($how:ident)+)?;
+        $($rest:tt)*
+    ) => {
+        blocking!(
+            @methods $async;
+            $(#[$doc])* $([$see])? fn $fname $params -> $ret $(= $($how)+)?;
+            $(#[$doc])* $([$see])? fn $twin $params -> $ret $(= $($how)+)?;
+            $($rest)*
+        );
+    };
     (
         @methods $async:path;
         $(#[$doc:meta])* $([$see:path])?
@@ -132,10 +147,7 @@ macro_rules! blocking {
     (@body $how:tt $fname:ident (&mut $s:ident $(, $arg:ident: $ty:ty)* $(,)?)) => {
         blocking!(@call $how $s.$fname($($arg),*))
     };
-    (@body $how:tt $fname:ident (&$s:ident $(, $arg:ident: $ty:ty)* $(,)?)) => {
-        blocking!(@call $how $s.$fname($($arg),*))
-    };
-    (@body $how:tt $fname:ident ($s:ident $(, $arg:ident: $ty:ty)* $(,)?)) => {
+    (@body $how:tt $fname:ident ($(&)? $s:ident $(, $arg:ident: $ty:ty)* $(,)?)) => {
         blocking!(@call $how $s.$fname($($arg),*))
     };
     (@call [] $s:ident.$fname:ident($($arg:ident),*)) => {

@@ -41,22 +41,14 @@ blocking! {
         fn push(&self, token: FencingToken, items: &[&[u8]]) -> Result<u64, Error> = block;
         fn delete(&self, token: FencingToken) -> Result<(), Error> = block;
         fn claim(&self, token: FencingToken) -> Result<(), Error> = block;
-        fn get(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> = block;
-        fn get_i64(&self, token: FencingToken) -> Result<Option<i64>, Error> = block;
-        fn get_field(
+        fn get | get_shared(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> = block;
+        fn get_i64 | get_i64_shared(&self, token: FencingToken) -> Result<Option<i64>, Error> = block;
+        fn get_field | get_field_shared(
             &self,
             token: FencingToken,
             field: impl AsRef<[u8]>,
         ) -> Result<Option<Vec<u8>>, Error> = block;
-        fn items(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> = block;
-        fn get_shared(&self, token: FencingToken) -> Result<Option<Vec<u8>>, Error> = block;
-        fn get_i64_shared(&self, token: FencingToken) -> Result<Option<i64>, Error> = block;
-        fn get_field_shared(
-            &self,
-            token: FencingToken,
-            field: impl AsRef<[u8]>,
-        ) -> Result<Option<Vec<u8>>, Error> = block;
-        fn items_shared(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> = block;
+        fn items | items_shared(&self, token: FencingToken) -> Result<Vec<Vec<u8>>, Error> = block;
         fn peek(&self) -> Result<Option<Vec<u8>>, Error> = block;
         fn peek_i64(&self) -> Result<Option<i64>, Error> = block;
         fn peek_field(&self, field: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> = block;

@@ -73,24 +73,18 @@ impl IdempotencyOptions {
         fn on_runner_death(policy: OnRunnerDeath) -> IdempotencyOptions => on_runner_death;
     }
 
-    /// The hold's cap given to [`IdempotencyOptions::new`].
-    pub fn at_most_for(&self) -> Duration {
-        self.at_most_for
-    }
+    getters! {
+        /// The hold's cap given to [`IdempotencyOptions::new`].
+        fn at_most_for(&self) -> Duration => at_most_for;
 
-    /// How long a record is kept after its last write.
-    pub fn retention(&self) -> Duration {
-        self.retention
-    }
+        /// How long a record is kept after its last write.
+        fn retention(&self) -> Duration => retention;
 
-    /// How long a duplicate waits for a run in progress.
-    pub fn outcome_wait(&self) -> Duration {
-        self.wait
-    }
+        /// How long a duplicate waits for a run in progress.
+        fn outcome_wait(&self) -> Duration => wait;
 
-    /// The policy for a dead runner's key.
-    pub fn runner_death_policy(&self) -> OnRunnerDeath {
-        self.on_runner_death
+        /// The policy for a dead runner's key.
+        fn runner_death_policy(&self) -> OnRunnerDeath => on_runner_death;
     }
 
     pub(super) fn validate(&self) -> Result<(), Error> {

@@ -127,19 +127,21 @@ impl JobOptions {
         fn on_failure(policy: OnFailure) -> JobOptions => on_failure;
     }
 
-    /// The period given to [`JobOptions::new`].
-    pub fn period(&self) -> Duration {
-        self.period
-    }
+    getters! {
+        /// The period given to [`JobOptions::new`].
+        fn period(&self) -> Duration => period;
 
-    /// The hold's cap given to [`JobOptions::new`].
-    pub fn at_most_for(&self) -> Duration {
-        self.at_most_for
-    }
+        /// The hold's cap given to [`JobOptions::new`].
+        fn at_most_for(&self) -> Duration => at_most_for;
 
-    /// The minimum hold after a run's start ([`JobOptions::at_least_for`]).
-    pub fn minimum_hold(&self) -> Duration {
-        self.at_least_for
+        /// The minimum hold after a run's start ([`JobOptions::at_least_for`]).
+        fn minimum_hold(&self) -> Duration => at_least_for;
+
+        /// The policy for a tick whose job returned an error ([`Job::run_fallible`]).
+        fn failure_policy(&self) -> OnFailure => on_failure;
+
+        /// The policy for a dead runner's tick.
+        fn runner_death_policy(&self) -> OnRunnerDeath => on_runner_death;
     }
 
     /// How long the tick record is kept after its last write.
@@ -148,16 +150,6 @@ impl JobOptions {
         // years is usable without a retention of its own.
         self.retention
             .unwrap_or_else(|| (2 * self.period.max(self.at_most_for)).min(MAX_SPAN))
-    }
-
-    /// The policy for a tick whose job returned an error ([`Job::run_fallible`]).
-    pub fn failure_policy(&self) -> OnFailure {
-        self.on_failure
-    }
-
-    /// The policy for a dead runner's tick.
-    pub fn runner_death_policy(&self) -> OnRunnerDeath {
-        self.on_runner_death
     }
 
     pub(super) fn validate(&self) -> Result<(), Error> {

@@ -240,30 +240,24 @@ macro_rules! record_accessors {
             &self.runner
         }
 
-        /// The runner's fencing token: strictly greater than every earlier run's of its job
-        /// or key.
-        pub fn token(&self) -> FencingToken {
-            self.token
-        }
+        getters! {
+            /// The runner's fencing token: strictly greater than every earlier run's of its job
+            /// or key.
+            fn token(&self) -> FencingToken => token;
 
-        /// When the run began, by the Redis server's clock.
-        pub fn started(&self) -> SystemTime {
-            self.started
-        }
+            /// When the run began, by the Redis server's clock.
+            fn started(&self) -> SystemTime => started;
 
-        /// When the run finished (for a key: its result was stored), by the Redis server's
-        /// clock; `None` while it runs, after its runner lost its hold before finishing, or
-        /// after it failed.
-        pub fn finished(&self) -> Option<SystemTime> {
-            self.finished
-        }
+            /// When the run finished (for a key: its result was stored), by the Redis server's
+            /// clock; `None` while it runs, after its runner lost its hold before finishing, or
+            /// after it failed.
+            fn finished(&self) -> Option<SystemTime> => finished;
 
-        /// When the run failed and left the work to a retry, by the Redis server's clock
-        /// ([`Job::run_fallible`](crate::Job::run_fallible) under
-        /// [`OnFailure::Retry`](crate::OnFailure::Retry),
-        /// [`Failure::Retry`](crate::Failure::Retry)); `None` otherwise.
-        pub fn failed(&self) -> Option<SystemTime> {
-            self.failed
+            /// When the run failed and left the work to a retry, by the Redis server's clock
+            /// ([`Job::run_fallible`](crate::Job::run_fallible) under
+            /// [`OnFailure::Retry`](crate::OnFailure::Retry),
+            /// [`Failure::Retry`](crate::Failure::Retry)); `None` otherwise.
+            fn failed(&self) -> Option<SystemTime> => failed;
         }
     };
 }
