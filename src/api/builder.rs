@@ -339,62 +339,57 @@ impl LockClientBuilder {
         validate_prefix(&self.config.prefix)?;
         validate_lease(self.config.default_lease)?;
         let c = &self.config;
+        let invalid = |reason: &str| {
+            Err(Error::InvalidConfig {
+                reason: reason.into(),
+            })
+        };
         if c.response_timeout.is_zero() || c.connection_timeout.is_zero() {
-            return Err(Error::InvalidConfig {
-                reason: "timeouts must be above zero".into(),
-            });
+            return invalid("timeouts must be above zero");
         }
         if c.op_record_ttl < Duration::from_millis(1) || c.retry_window * 2 > c.op_record_ttl {
-            return Err(Error::InvalidConfig {
-                reason: "the retry window must be at most half the operation-record lifetime, \
-                         or a late retry could apply twice"
-                    .into(),
-            });
+            return invalid(
+                "the retry window must be at most half the operation-record lifetime, or a late \
+                 retry could apply twice",
+            );
         }
+        // rustls skips what is not a certificate, so garbage would silently leave an empty
+        // trust store and fail later as an unknown issuer.
         #[cfg(feature = "tls")]
         if let Some(pem) = &c.tls_root_ca {
-            // rustls skips what is not a certificate, so garbage would silently leave an
-            // empty trust store and fail later as an unknown issuer.
             if !pem
                 .windows(CERT_PEM_HEADER.len())
                 .any(|w| w == CERT_PEM_HEADER)
             {
-                return Err(Error::InvalidConfig {
-                    reason: "the TLS root CA holds no PEM certificate".into(),
-                });
+                return invalid("the TLS root CA holds no PEM certificate");
             }
         }
         validate_tag("client name", &c.client_name)?;
         if c.max_hold.is_some_and(|max| max.is_zero()) {
-            return Err(Error::InvalidConfig {
-                reason: "max_hold must be above zero".into(),
-            });
+            return invalid("max_hold must be above zero");
         }
         for (name, cap) in [("hold_batch", c.hold_batch), ("renew_batch", c.renew_batch)] {
             if !(1..=1000).contains(&cap) {
-                return Err(Error::InvalidConfig {
-                    reason: format!("{name} must be between 1 and 1000"),
-                });
+                return invalid(&format!("{name} must be between 1 and 1000"));
             }
         }
-        if let Some(grace) = c.fair_grace {
-            whole_millis_in(grace, Duration::from_millis(1), Duration::from_secs(60)).map_err(
-                |_| Error::InvalidConfig {
-                    reason: "the fair-handoff grace must be a whole number of milliseconds \
-                             between 1 ms and 60 s"
-                        .into(),
-                },
-            )?;
+        let grace_ok = |grace| {
+            whole_millis_in(grace, Duration::from_millis(1), Duration::from_secs(60)).is_ok()
+        };
+        if !c.fair_grace.is_none_or(grace_ok) {
+            return invalid(
+                "the fair-handoff grace must be a whole number of milliseconds between 1 ms and \
+                 60 s",
+            );
         }
         if let Some(ack) = c.replica_ack {
             ReplicaAck::new(ack.replicas, ack.timeout, ack.on_shortfall)?;
         }
         if self.node_auth.is_some() && !matches!(self.target, Target::Sentinel { .. }) {
-            return Err(Error::InvalidConfig {
-                reason: "sentinel_node_auth is for Sentinel clients; a server or a cluster takes \
-                         its credentials from its URL"
-                    .into(),
-            });
+            return invalid(
+                "sentinel_node_auth is for Sentinel clients; a server or a cluster takes its \
+                 credentials from its URL",
+            );
         }
         LockClient::connect_with(
             &self.target,

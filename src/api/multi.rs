@@ -339,10 +339,9 @@ impl MultiLock {
         if let Some(shortfall) = self.options().shortfall(acks) {
             // Still armed: a failed or cancelled rollback is finished by the drop guards.
             taking.roll_back(self.members.len()).await?;
-            taking.pending.iter_mut().for_each(PendingOp::disarm);
             return Err(shortfall);
         }
-        taking.pending.iter_mut().for_each(PendingOp::disarm);
+        taking.disarm(self.members.len());
         Ok(Attempt::Won(self.guard(
             taking.holders,
             tokens,
@@ -441,11 +440,11 @@ impl<'a> Taking<'a> {
         match reply {
             AcquireAllReply::Acquired { tokens } => Ok(Attempt::Won((tokens, acks))),
             AcquireAllReply::Held { index, pttl } => {
-                self.pending.iter_mut().for_each(PendingOp::disarm);
+                self.disarm(self.pending.len());
                 Ok(Attempt::Busy { index, pttl })
             }
             AcquireAllReply::Cancelled => {
-                self.pending.iter_mut().for_each(PendingOp::disarm);
+                self.disarm(self.pending.len());
                 Err(Error::Cancelled)
             }
         }
@@ -498,9 +497,6 @@ impl<'a> Taking<'a> {
                     // Undo the members taken so far (and this one, should it have run) before
                     // the caller sees the error; if that fails too, the drop guards finish it.
                     self.roll_back(index + 1).await?;
-                    self.pending[..=index]
-                        .iter_mut()
-                        .for_each(PendingOp::disarm);
                     return Err(err);
                 }
             };
@@ -509,7 +505,6 @@ impl<'a> Taking<'a> {
                 AcquireReply::Held { pttl } => {
                     self.pending[index].busy();
                     self.roll_back(index).await?;
-                    self.pending[..index].iter_mut().for_each(PendingOp::disarm);
                     if let Some(session) = session {
                         session.finish();
                     }
@@ -534,13 +529,20 @@ impl<'a> Taking<'a> {
     }
 
     /// Undoes the acquisitions of the first `count` members (`cancel.lua` each, which frees
-    /// the lock and wakes its waiters).
-    async fn roll_back(&self, count: usize) -> Result<(), Error> {
+    /// the lock and wakes its waiters), then disarms their undo. An error leaves them armed:
+    /// their drops finish the rollback.
+    async fn roll_back(&mut self, count: usize) -> Result<(), Error> {
         let members = self.set.members.iter().zip(&self.holders);
         for (member, holder) in members.take(count) {
             member.handle.roll_back(holder).await?;
         }
+        self.disarm(count);
         Ok(())
+    }
+
+    /// The first `count` members' acquisitions are settled: nothing to undo on a drop.
+    fn disarm(&mut self, count: usize) {
+        self.pending[..count].iter_mut().for_each(PendingOp::disarm);
     }
 }
 
