@@ -26,15 +26,8 @@ blocking! {
         fn with_lease(&self, lease: Duration) -> Result<Election, Error> = wrap;
         fn with_label(&self, label: impl AsRef<str>) -> Result<Election, Error> = wrap;
         fn label(&self) -> Option<&str>;
-        fn try_campaign(&self, metadata: &[u8]) -> Result<Option<LeaderGuard>, Error> = block wrap;
         /// Until this candidate leads.
-        fn campaign(&self, metadata: &[u8]) -> Result<LeaderGuard, Error> = block wrap;
-        /// At most `timeout`.
-        fn campaign_timeout(
-            &self,
-            metadata: &[u8],
-            timeout: Duration,
-        ) -> Result<LeaderGuard, Error> = block wrap;
+        fn try_campaign | campaign | campaign_timeout(&self, metadata: &[u8]) -> LeaderGuard;
         fn leader(&self) -> Result<Option<Leader>, Error> = block;
         /// Until the follower is set up.
         fn observe(&self) -> Result<Observer, Error> = block wrap;

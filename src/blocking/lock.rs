@@ -34,11 +34,8 @@ blocking! {
         fn on_replica_shortfall(&self, policy: OnShortfall) -> Lock = wrap;
         /// [`crate::Lock::with_replica_ack`] has an example.
         fn replica_ack(&self) -> Option<(u32, Duration)>;
-        fn try_acquire(&self) -> Result<Option<LockGuard>, Error> = block wrap;
         /// As long as it takes.
-        fn acquire(&self) -> Result<LockGuard, Error> = block wrap;
-        /// At most `timeout`.
-        fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard, Error> = block wrap;
+        fn try_acquire | acquire | acquire_timeout(&self) -> LockGuard;
     }
 
     /// A blocking [`crate::LockGuard`]: proof of holding, released on [`LockGuard::release`]

@@ -77,7 +77,9 @@ use crate::{Error, IdempotencyOptions, JobOptions};
 /// `= block wrap` or `= lost`, and preceded by `[path]` when its async counterpart is a
 /// method of `path` (a type the async value dereferences to); its docs are added to the link.
 /// `fn name | twin(...) -> Return;` declares two methods of the same signature, such as a
-/// fenced read in its claiming and its shared form.
+/// fenced read in its claiming and its shared form; `fn try | wait | timed(&self, ...) -> Guard;`
+/// the three acquisitions of a guard (its docs go to the waiting one), as `try_acquire`,
+/// `acquire` and `acquire_timeout`.
 macro_rules! blocking {
     ($(
         $(#[$attr:meta])*
@@ -104,6 +106,22 @@ macro_rules! blocking {
         }
     )+};
     (@methods $async:path;) => {};
+    (
+        @methods $async:path;
+        $(#[$doc:meta])*
+        fn $try:ident | $wait:ident | $timed:ident(&self $(, $arg:ident: $ty:ty)*) -> $guard:ty;
+        $($rest:tt)*
+    ) => {
+        blocking!(
+            @methods $async;
+            fn $try(&self $(, $arg: $ty)*) -> Result<Option<$guard>, Error> = block wrap;
+            $(#[$doc])*
+            fn $wait(&self $(, $arg: $ty)*) -> Result<$guard, Error> = block wrap;
+            /// At most `timeout`.
+            fn $timed(&self $(, $arg: $ty)*, timeout: Duration) -> Result<$guard, Error> = block wrap;
+            $($rest)*
+        );
+    };
     (
         @methods $async:path;
         $(#[$doc:meta])* $([$see:path])?

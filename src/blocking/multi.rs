@@ -47,11 +47,8 @@ blocking! {
             timeout: Duration,
         ) -> Result<MultiLock, Error> = wrap;
         fn on_replica_shortfall(&self, policy: OnShortfall) -> MultiLock = wrap;
-        fn try_acquire(&self) -> Result<Option<MultiGuard>, Error> = block wrap;
         /// As long as it takes, holding nothing while it waits.
-        fn acquire(&self) -> Result<MultiGuard, Error> = block wrap;
-        /// At most `timeout`.
-        fn acquire_timeout(&self, timeout: Duration) -> Result<MultiGuard, Error> = block wrap;
+        fn try_acquire | acquire | acquire_timeout(&self) -> MultiGuard;
     }
 
     /// A blocking [`crate::MultiGuard`]: every member of a [`MultiLock`] held, with one

@@ -25,16 +25,10 @@ blocking! {
         fn name(&self) -> &[u8];
         fn with_lease(&self, lease: Duration) -> Result<RwLock, Error> = wrap;
         fn with_label(&self, label: impl AsRef<str>) -> Result<RwLock, Error> = wrap;
-        fn try_read(&self) -> Result<Option<ReadGuard>, Error> = block wrap;
-        fn try_write(&self) -> Result<Option<WriteGuard>, Error> = block wrap;
         /// As long as it takes.
-        fn read(&self) -> Result<ReadGuard, Error> = block wrap;
+        fn try_read | read | read_timeout(&self) -> ReadGuard;
         /// As long as it takes.
-        fn write(&self) -> Result<WriteGuard, Error> = block wrap;
-        /// At most `timeout`.
-        fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard, Error> = block wrap;
-        /// At most `timeout`.
-        fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard, Error> = block wrap;
+        fn try_write | write | write_timeout(&self) -> WriteGuard;
     }
 
     /// A blocking [`crate::ReadGuard`], released on [`ReadGuard::release`] or, in the

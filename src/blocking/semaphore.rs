@@ -24,15 +24,8 @@ blocking! {
         fn limit(&self) -> u32;
         fn with_lease(&self, lease: Duration) -> Result<Semaphore, Error> = wrap;
         fn with_label(&self, label: impl AsRef<str>) -> Result<Semaphore, Error> = wrap;
-        fn try_acquire(&self, permits: u32) -> Result<Option<SemaphorePermit>, Error> = block wrap;
         /// As long as it takes.
-        fn acquire(&self, permits: u32) -> Result<SemaphorePermit, Error> = block wrap;
-        /// At most `timeout`.
-        fn acquire_timeout(
-            &self,
-            permits: u32,
-            timeout: Duration,
-        ) -> Result<SemaphorePermit, Error> = block wrap;
+        fn try_acquire | acquire | acquire_timeout(&self, permits: u32) -> SemaphorePermit;
     }
 
     /// A blocking [`crate::SemaphorePermit`]: permits held, given back on
