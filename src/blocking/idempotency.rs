@@ -1,6 +1,6 @@
 //! The blocking idempotency keys.
 
-use crate::api::idempotency::KeyBegun;
+use crate::api::job::run::Begun;
 use crate::{Error, Failure, IdempotencyOptions, KeyRun, Processed, RunRecord};
 
 blocking! {
@@ -46,9 +46,9 @@ impl Idempotency {
             .runtime
             .block_on(self.inner.begin(key.as_ref(), fingerprint.as_ref()))?;
         match begun {
-            KeyBegun::Answered(answer) => Ok(answer),
-            KeyBegun::Run(active) => {
-                let output = run(active.view());
+            Begun::Answered(answer) => Ok(answer),
+            Begun::Run(active) => {
+                let output = run(active.view.clone());
                 self.runtime.block_on(active.finish(output))
             }
         }

@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use crate::api::job::Begun;
+use crate::api::job::run::Begun;
 use crate::protocol::RunEnd;
 use crate::{Error, JobOptions, JobOutcome, JobRun, TickRecord};
 
@@ -50,13 +50,7 @@ impl Job {
         tick: SystemTime,
         job: impl FnOnce(JobRun) -> T,
     ) -> Result<JobOutcome<T>, Error> {
-        match self.runtime.block_on(self.inner.begin(tick))? {
-            Begun::Skipped(skip) => Ok(skip),
-            Begun::Run(run) => {
-                let output = job(run.view());
-                self.runtime.block_on(run.finish(output, RunEnd::Done))
-            }
-        }
+        self.run_ending(tick, job, |_| RunEnd::Done)
     }
 
     /// See [`crate::Job::run_fallible`]; `job` runs on the calling thread, as in
@@ -70,12 +64,23 @@ impl Job {
         tick: SystemTime,
         job: impl FnOnce(JobRun) -> Result<T, E>,
     ) -> Result<JobOutcome<Result<T, E>>, Error> {
+        self.run_ending(tick, job, |output| self.inner.ended_as(output.is_ok()))
+    }
+
+    /// Runs `job` for `tick` on the calling thread, recording its end as `end` says of its
+    /// output.
+    fn run_ending<T>(
+        &self,
+        tick: SystemTime,
+        job: impl FnOnce(JobRun) -> T,
+        end: impl FnOnce(&T) -> RunEnd,
+    ) -> Result<JobOutcome<T>, Error> {
         match self.runtime.block_on(self.inner.begin(tick))? {
-            Begun::Skipped(skip) => Ok(skip),
+            Begun::Answered(skip) => Ok(skip),
             Begun::Run(run) => {
-                let output = job(run.view());
-                let ended = self.inner.ended_as(output.is_ok());
-                self.runtime.block_on(run.finish(output, ended))
+                let output = job(run.view.clone());
+                let end = end(&output);
+                self.runtime.block_on(run.finish(output, end))
             }
         }
     }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::client::LockClient;
-use super::job::run::{self, Began, RunHold, Started};
+use super::job::run::{self, Began, Begun, RunHold, Started};
 #[cfg(doc)]
 use super::job::OnRunnerDeath;
 use super::lock::Lock;
@@ -168,18 +168,13 @@ impl KeyRun {
     run::run_view_accessors!();
 }
 
-/// A run this call has begun: the key's hold and what its finish needs.
+/// A run this call has begun: the key's hold, the run as the request sees it, and what its
+/// finish needs.
 pub(crate) struct ActiveKeyRun {
     idempotency: Idempotency,
     run: Started,
-    view: KeyRun,
+    pub(crate) view: KeyRun,
     fingerprint: Vec<u8>,
-}
-
-/// What [`Idempotency::begin`] found: a run to do, or the answer without running.
-pub(crate) enum KeyBegun<E> {
-    Run(ActiveKeyRun),
-    Answered(Processed<E>),
 }
 
 impl Idempotency {
@@ -247,9 +242,9 @@ impl Idempotency {
         Fut: Future<Output = Result<Vec<u8>, Failure<E>>>,
     {
         match self.begin(key.as_ref(), fingerprint.as_ref()).await? {
-            KeyBegun::Answered(answer) => Ok(answer),
-            KeyBegun::Run(active) => {
-                let output = run(active.view()).await;
+            Begun::Answered(answer) => Ok(answer),
+            Begun::Run(active) => {
+                let output = run(active.view.clone()).await;
                 active.finish(output).await
             }
         }
@@ -308,7 +303,7 @@ impl Idempotency {
         &self,
         key: &[u8],
         fingerprint: &[u8],
-    ) -> Result<KeyBegun<E>, Error> {
+    ) -> Result<Begun<ActiveKeyRun, Processed<E>>, Error> {
         let lock = self.lock_for(key)?;
         if fingerprint.is_empty() || fingerprint.len() > MAX_FINGERPRINT_LEN {
             return Err(Error::InvalidIdempotency {
@@ -358,7 +353,7 @@ impl Idempotency {
                     key: key.into(),
                     run: run.hold.clone(),
                 };
-                return Ok(KeyBegun::Run(ActiveKeyRun {
+                return Ok(Begun::Run(ActiveKeyRun {
                     idempotency: self.clone(),
                     run,
                     view,
@@ -402,7 +397,7 @@ impl Idempotency {
         &self,
         key: &[u8],
         answer: Result<Processed<E>, Error>,
-    ) -> Result<KeyBegun<E>, Error> {
+    ) -> Result<Begun<ActiveKeyRun, Processed<E>>, Error> {
         let answer = answer.map_err(|err| self.report_error(key, err))?;
         let label = answer.label();
         metrics::idempotent(label);
@@ -415,7 +410,7 @@ impl Idempotency {
             runner_token = answer.record().map(|record| record.token().get()),
             "idempotency key answered without running"
         );
-        Ok(KeyBegun::Answered(answer))
+        Ok(Begun::Answered(answer))
     }
 
     fn report_error(&self, key: &[u8], err: Error) -> Error {
@@ -438,11 +433,6 @@ impl Idempotency {
 }
 
 impl ActiveKeyRun {
-    /// The run as the request sees it.
-    pub(crate) fn view(&self) -> KeyRun {
-        self.view.clone()
-    }
-
     /// Stores what the run returned (or leaves the key to a retry), fenced by the token, and
     /// releases the key.
     pub(crate) async fn finish<E>(

@@ -26,7 +26,7 @@ use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::protocol::keys::validate_name;
 use crate::protocol::{self, LockKeys, RunEnd, Tick};
-use run::{Began, RunHold, Started};
+use run::{Began, Begun, RunHold, Started};
 
 /// The latest tick accepted: 2^53 ms after the Unix epoch, the last millisecond a Lua number
 /// holds exactly (about the year 287 396).
@@ -145,19 +145,14 @@ impl JobRun {
     }
 }
 
-/// A tick this instance has begun: the job's lock and what its finish needs.
+/// A tick this instance has begun: the job's lock, the run as the job sees it, and what its
+/// finish needs.
 pub(crate) struct ActiveRun {
     job: Job,
     run: Started,
-    view: JobRun,
+    pub(crate) view: JobRun,
     tick_ms: u64,
     started_at: Instant,
-}
-
-/// What [`Job::begin`] found: a run to do, or the skip to answer.
-pub(crate) enum Begun<T> {
-    Run(ActiveRun),
-    Skipped(JobOutcome<T>),
 }
 
 impl Job {
@@ -326,9 +321,9 @@ impl Job {
         Fut: Future<Output = T>,
     {
         match self.begin(tick).await? {
-            Begun::Skipped(skip) => Ok(skip),
+            Begun::Answered(skip) => Ok(skip),
             Begun::Run(run) => {
-                let output = job(run.view()).await;
+                let output = job(run.view.clone()).await;
                 let end = end(&output);
                 run.finish(output, end).await
             }
@@ -365,7 +360,10 @@ impl Job {
     }
 
     /// Takes the job's lock and records the tick as this instance's, or finds why not.
-    pub(crate) async fn begin<T>(&self, tick: SystemTime) -> Result<Begun<T>, Error> {
+    pub(crate) async fn begin<T>(
+        &self,
+        tick: SystemTime,
+    ) -> Result<Begun<ActiveRun, JobOutcome<T>>, Error> {
         let tick_ms = tick_millis(tick)?;
         let started_at = Instant::now();
         let Some(guard) = self.lock.try_acquire().await? else {
@@ -430,7 +428,7 @@ impl Job {
         &self,
         tick_ms: u64,
         skip: Result<JobOutcome<T>, Error>,
-    ) -> Result<Begun<T>, Error> {
+    ) -> Result<Begun<ActiveRun, JobOutcome<T>>, Error> {
         let skip = skip.map_err(|err| self.report_error(tick_ms, err))?;
         metrics::job(skip.label());
         tracing::debug!(
@@ -442,7 +440,7 @@ impl Job {
             runner_token = skip.record().map(|record| record.token().get()),
             "job tick skipped"
         );
-        Ok(Begun::Skipped(skip))
+        Ok(Begun::Answered(skip))
     }
 
     fn report_error(&self, tick_ms: u64, err: Error) -> Error {
@@ -460,11 +458,6 @@ impl Job {
 }
 
 impl ActiveRun {
-    /// The run as the job sees it.
-    pub(crate) fn view(&self) -> JobRun {
-        self.view.clone()
-    }
-
     /// Records the tick done or failed (fenced by the token), and the run with the job's
     /// `output`. Done: keeps the job held until `at_least_for` after the start, or releases
     /// it. Failed: releases it at once, so the tick's retry need not wait.

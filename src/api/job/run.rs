@@ -65,6 +65,13 @@ pub(crate) struct RunHold {
     pub(crate) took_over: Option<FencingToken>,
 }
 
+/// What a job's or key's begin found for its caller: a run to do (`R`, the run with what its
+/// finish needs), or the answer without running (`A`, the outcome of a skip or a duplicate).
+pub(crate) enum Begun<R, A> {
+    Run(R),
+    Answered(A),
+}
+
 /// What a begin found: a run to do, or the record that answers instead.
 pub(crate) enum Began<K> {
     Run(Started),
