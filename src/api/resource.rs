@@ -12,7 +12,6 @@ use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::protocol::keys::validate_name;
 use crate::protocol::{self, Read, ReadMode, ReadReply, ResourceKeys, Write, WriteReply};
-use crate::transport::Conn;
 
 /// A resource stored in Redis whose writes are fenced: a write carrying a token older than the
 /// newest token the resource has accepted is refused with [`Error::StaleToken`] and writes
@@ -416,7 +415,7 @@ impl FencedResource {
     }
 
     /// The shared connection, for the unfenced reads (`peek*`, the high-water mark).
-    fn conn(&self) -> Conn {
+    fn conn(&self) -> impl AsyncCommands {
         self.client.engine.conn()
     }
 
