@@ -153,9 +153,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn with_lease(&self, lease: Duration) -> Result<Election, Error> {
-        Ok(Election {
-            lock: self.lock.with_lease(lease)?,
-        })
+        self.lock.with_lease(lease).map(|lock| Election { lock })
     }
 
     /// A handle to the same election whose leaders' holds carry `label`: what operators see
@@ -175,9 +173,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn with_label(&self, label: impl AsRef<str>) -> Result<Election, Error> {
-        Ok(Election {
-            lock: self.lock.with_label(label)?,
-        })
+        self.lock.with_label(label).map(|lock| Election { lock })
     }
 
     /// The label this handle's leaders carry ([`Election::with_label`]).

@@ -182,16 +182,9 @@ impl LockGuard {
     pub async fn reenter(&self) -> Result<LockGuard, Error> {
         let engine = &self.holder.engine;
         let op = engine.next_id();
-        let mut pending = PendingOp::of_kind(
-            self.holder.kind,
-            engine,
-            &self.holder.keys,
-            &self.holder.id,
-            &op,
-            CancelKind::Reenter,
-        );
-        let ttl = engine.config.op_record_ttl;
         let (kind, keys, holder) = (self.holder.kind, &self.holder.keys, &self.holder.id);
+        let mut pending = PendingOp::of_kind(kind, engine, keys, holder, &op, CancelKind::Reenter);
+        let ttl = engine.config.op_record_ttl;
         pending.arm();
         let reply = engine
             .retrying(|conn| kind.reenter(conn, keys, holder, &op, ttl))

@@ -342,12 +342,8 @@ impl MultiLock {
             return Err(shortfall);
         }
         taking.disarm(self.members.len());
-        Ok(Attempt::Won(self.guard(
-            taking.holders,
-            tokens,
-            sent_at,
-            acks,
-        )))
+        let guard = self.guard(taking.holders, tokens, sent_at, acks);
+        Ok(Attempt::Won(guard))
     }
 
     fn guard(

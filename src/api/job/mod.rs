@@ -178,10 +178,10 @@ impl Job {
     /// # Ok(()) }
     /// ```
     pub fn with_label(&self, label: impl AsRef<str>) -> Result<Job, Error> {
+        let lock = self.lock.with_label(label)?;
         Ok(Job {
-            client: self.client.clone(),
-            lock: self.lock.with_label(label)?,
-            options: self.options.clone(),
+            lock,
+            ..self.clone()
         })
     }
 
