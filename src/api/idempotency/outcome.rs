@@ -180,15 +180,11 @@ impl<E> Processed<E> {
     /// The metric and event label of this outcome.
     pub(super) fn label(&self) -> &'static str {
         match self {
-            Processed::Ran { output: Ok(_), .. } => metrics::KEY_RAN,
-            Processed::Ran {
-                output: Err(Failure::Final { .. }),
-                ..
-            } => metrics::KEY_RAN_FINAL,
-            Processed::Ran {
-                output: Err(Failure::Retry(_)),
-                ..
-            } => metrics::KEY_RAN_FAILED,
+            Processed::Ran { output, .. } => match output {
+                Ok(_) => metrics::KEY_RAN,
+                Err(Failure::Final { .. }) => metrics::KEY_RAN_FINAL,
+                Err(Failure::Retry(_)) => metrics::KEY_RAN_FAILED,
+            },
             Processed::Completed(_) => metrics::KEY_COMPLETED,
             Processed::InProgress(_) => metrics::KEY_IN_PROGRESS,
             Processed::Abandoned(_) => metrics::KEY_ABANDONED,
