@@ -631,3 +631,43 @@ async fn leadership_changes_are_reported_with_the_term() {
     assert_eq!(events[0].field("term"), term.get().to_string());
     assert_eq!(events[1].field("term"), term.get().to_string());
 }
+
+/// A key reused for another request is the client's mistake, answered (a 422 in an HTTP
+/// service): its event stays at DEBUG, as the observability table says, so that ordinary
+/// refusals are no warnings; a run that failed is still a warning.
+#[tokio::test]
+async fn a_reused_idempotency_key_is_logged_at_debug_not_as_a_warning() {
+    let capture = Capture::default();
+    let _subscriber = capture.install();
+    let fx = Fixture::start();
+    let client = LockClient::connect(&fx.server.url()).await.unwrap();
+    let keys = client
+        .idempotency(
+            "orders",
+            fencelock::IdempotencyOptions::new(Duration::from_secs(10)),
+        )
+        .unwrap();
+    let run = |request: &'static str| {
+        keys.run("order-1", request, |_run| async {
+            Ok::<_, fencelock::Failure<()>>(b"done".to_vec())
+        })
+    };
+    assert!(run("amount=5").await.unwrap().ran());
+    let reused = run("amount=500").await.unwrap_err();
+    assert!(
+        matches!(reused, fencelock::Error::KeyReused { .. }),
+        "{reused}"
+    );
+
+    let events = capture.named("fencelock.idempotent");
+    let refusal = events
+        .iter()
+        .find(|e| e.field("outcome") == "key_reused")
+        .unwrap_or_else(|| panic!("no key_reused event: {events:?}"));
+    assert_eq!(refusal.level, tracing::Level::DEBUG, "{refusal:?}");
+    assert_eq!(refusal.field("key"), "order-1");
+    assert!(
+        events.iter().all(|e| e.level != tracing::Level::WARN),
+        "{events:?}"
+    );
+}

@@ -414,20 +414,25 @@ impl Idempotency {
     }
 
     fn report_error(&self, key: &[u8], err: Error) -> Error {
-        let label = if matches!(err, Error::KeyReused { .. }) {
-            metrics::KEY_REUSED
+        let namespace = String::from_utf8_lossy(&self.namespace);
+        let key = String::from_utf8_lossy(key);
+        if matches!(err, Error::KeyReused { .. }) {
+            // The client's mistake, answered (a 422), not the service's: at WARN, every
+            // ordinary refusal would be a warning in a production log.
+            metrics::idempotent(metrics::KEY_REUSED);
+            tracing::debug!(
+                name: "fencelock.idempotent",
+                %namespace, %key, outcome = metrics::KEY_REUSED, error = %err,
+                "idempotency key reused for another request: refused"
+            );
         } else {
-            metrics::ERROR
-        };
-        metrics::idempotent(label);
-        tracing::warn!(
-            name: "fencelock.idempotent",
-            namespace = %String::from_utf8_lossy(&self.namespace),
-            key = %String::from_utf8_lossy(key),
-            outcome = label,
-            error = %err,
-            "idempotency key run failed"
-        );
+            metrics::idempotent(metrics::ERROR);
+            tracing::warn!(
+                name: "fencelock.idempotent",
+                %namespace, %key, outcome = metrics::ERROR, error = %err,
+                "idempotency key run failed"
+            );
+        }
         err
     }
 }

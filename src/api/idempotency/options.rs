@@ -68,7 +68,8 @@ impl IdempotencyOptions {
         /// past `at_most_for`, or its [`Idempotency::run`] was dropped mid-run. Default
         /// [`OnRunnerDeath::RunAgain`]: the next duplicate runs the request with a newer token
         /// (fence its writes). [`OnRunnerDeath::GiveUp`] answers [`Processed::Abandoned`] instead,
-        /// for requests whose half-done run must be looked at by hand.
+        /// for requests whose half-done run must be looked at by hand. (Jobs default to
+        /// `GiveUp`: [`OnRunnerDeath`] says why the two differ.)
         #[must_use]
         fn on_runner_death(policy: OnRunnerDeath) -> IdempotencyOptions => on_runner_death;
     }

@@ -41,18 +41,22 @@ const MAX_TICK_MS: u64 = 1 << 53;
 ///
 /// ```no_run
 /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
-/// use std::time::{Duration, SystemTime};
+/// use std::time::Duration;
 /// use fencelock::JobOptions;
 /// let report = client.job(
 ///     "nightly-report",
 ///     JobOptions::new(Duration::from_secs(24 * 3600), Duration::from_secs(600)),
 /// )?;
-/// let tick = SystemTime::now(); // the instant the scheduler fired for
-/// let outcome = report.run_exclusive(tick, |run| async move {
-///     println!("running with token {}", run.token()); // fence the job's writes with it
-/// }).await?;
-/// println!("ran here: {}", outcome.ran());
-/// # Ok(()) }
+/// // Midnight UTC, named alike on every instance: never `SystemTime::now()` at wake-up.
+/// let mut ticks = report.ticks();
+/// loop {
+///     let tick = ticks.next().await; // the instant this tick was scheduled for
+///     let outcome = report.run_exclusive(tick, |run| async move {
+///         println!("running with token {}", run.token()); // fence the job's writes with it
+///     }).await?;
+///     println!("ran here: {}", outcome.ran());
+/// }
+/// # }
 /// ```
 #[derive(Clone)]
 pub struct Job {
@@ -113,7 +117,8 @@ impl LockClient {
 /// ```no_run
 /// # async fn demo(job: fencelock::Job, client: fencelock::LockClient) -> Result<(), fencelock::Error> {
 /// let ledger = client.resource("ledger")?;
-/// job.run_exclusive(std::time::SystemTime::now(), |run| async move {
+/// let tick = job.ticks().next().await; // the scheduled instant, the same on every instance
+/// job.run_exclusive(tick, |run| async move {
 ///     // Refused with StaleToken once a newer run wrote: a frozen runner cannot write late.
 ///     ledger.incr_by(run.token(), 1).await
 /// }).await?;

@@ -9,18 +9,35 @@ use super::{Job, JobOutcome, JobRun};
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 
-/// What happens to a tick whose runner lost its hold before finishing: it crashed, froze past
-/// `at_most_for`, or its [`Job::run_exclusive`] was cancelled mid-job.
+/// What happens to a run whose runner lost its hold before finishing: it crashed, froze past
+/// `at_most_for`, or its call was cancelled mid-run. Jobs ([`JobOptions::on_runner_death`])
+/// and idempotency keys ([`IdempotencyOptions::on_runner_death`]) both take it.
 ///
-/// Either way the tick record still names that runner as running once its lease is over, and
-/// an instance that calls [`Job::run_exclusive`] for the same tick after that decides by this
-/// policy. The runner's own late finish is refused once another runner took the tick over
-/// ([`Error::StaleToken`]).
+/// Either way the record still names that runner as running once its lease is over, and the
+/// next call for the same tick or key decides by this policy. The runner's own late finish is
+/// refused once another runner took over ([`Error::StaleToken`]).
+///
+/// **The default differs, on purpose.** A job gives up ([`OnRunnerDeath::GiveUp`], which
+/// [`OnRunnerDeath::default`] is): nobody is waiting for a tick's answer, the next tick
+/// usually catches up, and a half-done scheduled run (a batch, a report) is safer left than
+/// repeated. An idempotency key runs again ([`OnRunnerDeath::RunAgain`], set by
+/// [`IdempotencyOptions::new`]): a client is waiting to retry its request, and giving up would
+/// answer it [`Processed::Abandoned`] until the record expires, although a run fenced by its
+/// token is safe to repeat. Choose the other where those reasons do not hold.
 ///
 /// ```
-/// use fencelock::OnRunnerDeath;
+/// use std::time::Duration;
+/// use fencelock::{IdempotencyOptions, JobOptions, OnRunnerDeath};
 /// assert_eq!(OnRunnerDeath::default(), OnRunnerDeath::GiveUp);
+/// let job = JobOptions::new(Duration::from_secs(3600), Duration::from_secs(600));
+/// assert_eq!(job.runner_death_policy(), OnRunnerDeath::GiveUp);
+/// let key = IdempotencyOptions::new(Duration::from_secs(30));
+/// assert_eq!(key.runner_death_policy(), OnRunnerDeath::RunAgain);
 /// ```
+///
+/// [`IdempotencyOptions::on_runner_death`]: crate::IdempotencyOptions::on_runner_death
+/// [`IdempotencyOptions::new`]: crate::IdempotencyOptions::new
+/// [`Processed::Abandoned`]: crate::Processed::Abandoned
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum OnRunnerDeath {
@@ -117,7 +134,8 @@ impl JobOptions {
         #[must_use]
         fn with_retention(retention: Duration) -> JobOptions => retention = Some(retention);
 
-        /// What happens to a tick whose runner died mid-job; default [`OnRunnerDeath::GiveUp`].
+        /// What happens to a tick whose runner died mid-job; default [`OnRunnerDeath::GiveUp`]
+        /// for jobs (idempotency keys default to `RunAgain`: [`OnRunnerDeath`] says why).
         #[must_use]
         fn on_runner_death(policy: OnRunnerDeath) -> JobOptions => on_runner_death;
 

@@ -57,7 +57,8 @@ impl TickRecord {
 /// ```no_run
 /// # async fn demo(job: fencelock::Job) -> Result<(), fencelock::Error> {
 /// use fencelock::JobOutcome;
-/// match job.run_exclusive(std::time::SystemTime::now(), |_run| async { 42 }).await? {
+/// let tick = job.ticks().next().await; // the scheduled instant, the same on every instance
+/// match job.run_exclusive(tick, |_run| async { 42 }).await? {
 ///     JobOutcome::Ran { token, output } => println!("ran with token {token}: {output}"),
 ///     JobOutcome::SkippedRunning { record } => println!("another instance runs it: {record:?}"),
 ///     JobOutcome::SkippedDone { record } => println!("already done by {}", record.runner()),
