@@ -123,6 +123,7 @@ impl<E> Failure<E> {
 /// ```
 #[derive(Debug)]
 #[must_use = "the outcome says whether the request ran, and what to answer"]
+#[non_exhaustive]
 pub enum Processed<E> {
     /// This call ran the request with fencing token `token`. `output` is what its closure
     /// returned: `Ok` (stored as the key's result), [`Failure::Final`] (stored, marked as a
