@@ -187,6 +187,7 @@ pub(crate) fn key_json(key: &KeyInfo) -> Value {
         "result": record.result().map(String::from_utf8_lossy),
         "fingerprint": String::from_utf8_lossy(record.fingerprint()),
         "runner_client_name": key.runner_client_name,
+        "runner_label": key.runner_label,
         "runner_holds": key.runner_holds,
         "retained_ms": key.retained_for.map(millis),
     });

@@ -42,6 +42,10 @@ pub struct KeyInfo {
     /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)); `None`
     /// when that client registered none that is still kept.
     pub runner_client_name: Option<String>,
+    /// The label of the runner's hold of the key
+    /// ([`Idempotency::with_label`](crate::Idempotency::with_label): say, the request's method
+    /// and path), while it holds the key and gave one.
+    pub runner_label: Option<String>,
 }
 
 impl KeyInfo {
@@ -83,6 +87,7 @@ impl fmt::Display for KeyInfo {
             format_duration(self.age)
         )?;
         item(f, "client", self.runner_client_name.as_ref(), "")?;
+        item(f, "label", self.runner_label.as_ref(), "")?;
         if let Some(result) = self.record.result() {
             let kind = if self.record.is_final_failure() {
                 "final failure"
@@ -218,11 +223,15 @@ impl Admin {
             KeyReadMode::Read => self.ttl(&redis_key).await?,
             KeyReadMode::Forget => None,
         };
+        let runner_holds = read.lock_token == Some(record.token());
+        let runner = runner_holds.then_some(record.runner());
+        let runner_label = self.hold_label(&keys.lock, runner).await;
         let info = KeyInfo {
             namespace: namespace.to_vec(),
             key: key.to_vec(),
             redis_key,
-            runner_holds: read.lock_token == Some(record.token()),
+            runner_holds,
+            runner_label,
             age: now.duration_since(record.started()).unwrap_or_default(),
             record,
             retained_for,

@@ -23,6 +23,8 @@ blocking! {
     #[derive(Clone)]
     pub struct Idempotency(crate::Idempotency) {
         fn namespace(&self) -> &[u8];
+        fn with_label(&self, label: impl AsRef<str>) -> Result<Idempotency, Error> = wrap;
+        fn label(&self) -> Option<&str>;
         fn options(&self) -> &IdempotencyOptions;
         fn record(&self, key: impl AsRef<[u8]>) -> Result<Option<RunRecord>, Error> = block;
     }

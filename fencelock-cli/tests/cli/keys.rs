@@ -25,7 +25,12 @@ async fn keys_are_listed_shown_and_forgotten() {
         panic!("{paid:?}")
     };
     // A key whose run is still going, in another namespace.
-    let refunds = client.idempotency("refunds", options).unwrap();
+    // Labelled with the request: shown next to the running key while its run holds it.
+    let refunds = client
+        .idempotency("refunds", options)
+        .unwrap()
+        .with_label("POST /refunds")
+        .unwrap();
     let (began_tx, began_rx) = tokio::sync::oneshot::channel();
     let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(async move {
@@ -51,6 +56,16 @@ async fn keys_are_listed_shown_and_forgotten() {
     );
     assert!(lines[1].starts_with("refunds:ref-"), "{text:?}");
     assert!(lines[1].contains("running"), "{text:?}");
+    assert!(lines[1].contains("  label POST /refunds"), "{text:?}");
+    assert!(
+        !lines[0].contains("label"),
+        "a finished run holds no label: {text:?}"
+    );
+    let running_json = json(&fencelock(&url, &["keys", "refunds", "--json"]).await.stdout);
+    assert_eq!(
+        running_json[0]["runner_label"], "POST /refunds",
+        "{running_json}"
+    );
     assert!(
         lines[1].contains(&format!("token {running_token}")),
         "{text:?}"

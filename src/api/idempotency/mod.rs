@@ -24,6 +24,7 @@ use super::job::run::{self, Began, Begun, RunHold, Started};
 #[cfg(doc)]
 use super::job::OnRunnerDeath;
 use super::lock::Lock;
+use crate::base::config::checked_label;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
@@ -66,6 +67,8 @@ pub struct Idempotency {
     client: LockClient,
     namespace: Arc<[u8]>,
     options: IdempotencyOptions,
+    /// What every run's hold of its key carries ([`Idempotency::with_label`]).
+    label: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Idempotency {
@@ -122,6 +125,7 @@ impl LockClient {
             client: self.clone(),
             namespace: namespace.into(),
             options,
+            label: None,
         })
     }
 }
@@ -181,6 +185,36 @@ impl Idempotency {
     /// The namespace, as given to [`LockClient::idempotency`].
     pub fn namespace(&self) -> &[u8] {
         &self.namespace
+    }
+
+    /// A handle to the same namespace whose runs' holds carry `label`: what operators see
+    /// next to a running key (`fencelock keys`, the admin API's
+    /// [`KeyInfo::runner_label`](crate::admin::KeyInfo::runner_label)), such as the request
+    /// (`POST /payments`) or the deployment serving it. Stored with the run's hold of the
+    /// key's lock by its own acquisition ([`Lock::with_label`](crate::Lock::with_label)), and
+    /// gone when the hold ends; the key's record does not keep it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a label that is empty, over 256 bytes, or has control
+    /// characters.
+    ///
+    /// ```no_run
+    /// # async fn demo(payments: fencelock::Idempotency) -> Result<(), fencelock::Error> {
+    /// let labelled = payments.with_label("POST /payments")?;
+    /// assert_eq!(labelled.label(), Some("POST /payments"));
+    /// assert!(payments.with_label("two\nlines").unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_label(&self, label: impl AsRef<str>) -> Result<Idempotency, Error> {
+        Ok(Idempotency {
+            label: Some(checked_label(label.as_ref())?),
+            ..self.clone()
+        })
+    }
+
+    /// The label this handle's runs carry ([`Idempotency::with_label`]).
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// The options, as given to [`LockClient::idempotency`].
@@ -290,7 +324,12 @@ impl Idempotency {
             ));
         }
         let keys = LockKeys::idempotency(&self.client.engine.config.prefix, &name);
-        Lock::new(self.client.clone(), name.into(), keys).with_lease(self.options.at_most_for)
+        let lock = Lock::new(self.client.clone(), name.into(), keys)
+            .with_lease(self.options.at_most_for)?;
+        match &self.label {
+            Some(label) => lock.with_label(label),
+            None => Ok(lock),
+        }
     }
 
     /// Takes the key's lock and records the run as this call's, or finds why not.
