@@ -549,13 +549,13 @@ impl<'a> Request<'a> {
         let reply = engine
             .retrying_within(window, |mut conn| {
                 let acquire = HoldAcquire {
-                    keys,
-                    holder,
+                    keys: Cow::Borrowed(keys),
+                    holder: Cow::Borrowed(holder),
                     lease,
                     op_ttl,
                     pubsub: conn.pubsub(),
                     field_expiry,
-                    label,
+                    label: label.map(Cow::Borrowed),
                     recorded: sends.send(&conn),
                 };
                 async move {

@@ -216,7 +216,7 @@ impl super::Engine {
         conn: &mut Conn,
         read: &HoldAcquire<'_>,
     ) -> Result<RwAcquireReply, Error> {
-        let route = self.route(read.keys);
+        let route = self.route(&read.keys);
         // Boxed: inline, the group commit's state would make every acquire future that much
         // larger (a waiting acquisition carries it).
         let reply = Box::pin(self.reads.run(conn, route, ReadOperation::from(read))).await?;

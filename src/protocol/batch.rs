@@ -7,6 +7,7 @@
 //! by the same function either way ([`read_outcome`], [`hold_release_outcome`]). Which
 //! operations ride together, and when, is the engine's business (`engine::batch`).
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::hash::Hash;
 use std::time::Duration;
@@ -48,18 +49,10 @@ pub(crate) trait Grouped: Send + Sync + 'static {
 }
 
 /// One read acquisition of a read-write lock (`rw_acquire.lua`, mode "r"), with everything it
-/// sends; reads of the same lock with the same lease may share a call (`rw_read_many.lua`).
+/// sends, owned; reads of the same lock with the same lease may share a call
+/// (`rw_read_many.lua`).
 #[derive(Debug, Clone)]
-pub(crate) struct ReadOperation {
-    keys: LockKeys,
-    holder: String,
-    lease: Duration,
-    op_ttl: Duration,
-    pubsub: PubSub,
-    field_expiry: bool,
-    label: Option<String>,
-    recorded: bool,
-}
+pub(crate) struct ReadOperation(HoldAcquire<'static>);
 
 impl ReadOperation {
     /// As [`HoldAcquire::rw_acquire`] with [`RwMode::Read`], its parts as arguments.
@@ -86,35 +79,24 @@ impl ReadOperation {
             recorded,
         ))
     }
-
-    /// The acquisition it sends.
-    fn acquisition(&self) -> HoldAcquire<'_> {
-        HoldAcquire {
-            keys: &self.keys,
-            holder: &self.holder,
-            lease: self.lease,
-            op_ttl: self.op_ttl,
-            pubsub: self.pubsub,
-            field_expiry: self.field_expiry,
-            label: self.label.as_deref(),
-            recorded: self.recorded,
-        }
-    }
 }
 
 impl From<&HoldAcquire<'_>> for ReadOperation {
     /// As [`HoldAcquire::rw_acquire`] with [`RwMode::Read`].
     fn from(read: &HoldAcquire<'_>) -> ReadOperation {
-        ReadOperation {
-            keys: read.keys.clone(),
-            holder: read.holder.to_owned(),
+        ReadOperation(HoldAcquire {
+            keys: Cow::Owned(read.keys.clone().into_owned()),
+            holder: Cow::Owned(read.holder.clone().into_owned()),
+            label: read
+                .label
+                .clone()
+                .map(|label| Cow::Owned(label.into_owned())),
             lease: read.lease,
             op_ttl: read.op_ttl,
             pubsub: read.pubsub,
             field_expiry: read.field_expiry,
-            label: read.label.map(str::to_owned),
             recorded: read.recorded,
-        }
+        })
     }
 }
 
@@ -123,15 +105,11 @@ impl Grouped for ReadOperation {
     type Group = (Vec<u8>, u64);
 
     fn group(&self) -> Self::Group {
-        (self.keys.lock.clone(), millis(self.lease))
+        (self.0.keys.lock.clone(), millis(self.0.lease))
     }
 
     async fn run_alone<C: ConnectionLike + Send>(&self, conn: &mut C) -> Result<Value, Error> {
-        invoke_as(
-            conn,
-            &self.acquisition().rw_acquire_call(RwMode::Read, false)?,
-        )
-        .await
+        invoke_as(conn, &self.0.rw_acquire_call(RwMode::Read, false)?).await
     }
 
     /// By `rw_read_many.lua`, each read answered as `rw_acquire.lua` answers it alone.
@@ -139,7 +117,7 @@ impl Grouped for ReadOperation {
         conn: &mut C,
         reads: &[&ReadOperation],
     ) -> Result<Vec<Result<Value, Error>>, redis::RedisError> {
-        let first = reads[0];
+        let first = &reads[0].0;
         let keys = &first.keys;
         let writers = keys.rw_writers().unwrap_or_default();
         let mut call = scripts().rw_read_many.key(&keys.lock);
@@ -152,9 +130,10 @@ impl Grouped for ReadOperation {
             .arg(first.pubsub.script_arg())
             .arg(expiry_arg(first.field_expiry));
         for read in reads {
-            debug_assert!(read.group() == first.group());
+            debug_assert!(read.group() == reads[0].group());
+            let read = &read.0;
             call.key(keys.op(&read.holder))
-                .arg(&read.holder)
+                .arg(read.holder.as_ref())
                 .arg(flag(read.recorded))
                 .arg(read.label.as_deref().unwrap_or(""));
         }

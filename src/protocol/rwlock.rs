@@ -52,7 +52,7 @@ impl HoldAcquire<'_> {
         mode: RwMode,
         wait: bool,
     ) -> Result<redis::ScriptInvocation<'static>, Error> {
-        let keys = self.keys;
+        let keys = &self.keys;
         let writers = keys.rw_writers().ok_or_else(|| {
             Error::Protocol("rw_acquire.lua called with keys of another kind".into())
         })?;
@@ -60,8 +60,8 @@ impl HoldAcquire<'_> {
         call.key(keys.sem_leases())
             .key(writers)
             .key(&keys.fence)
-            .key(keys.op(self.holder))
-            .arg(self.holder)
+            .key(keys.op(&self.holder))
+            .arg(self.holder.as_ref())
             .arg(match mode {
                 RwMode::Read => "r",
                 RwMode::Write => "w",
@@ -72,7 +72,7 @@ impl HoldAcquire<'_> {
             .arg(self.pubsub.script_arg())
             .arg(expiry_arg(self.field_expiry))
             .arg(flag(self.recorded))
-            .arg(self.label);
+            .arg(self.label.as_deref());
         Ok(call)
     }
 }

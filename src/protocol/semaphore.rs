@@ -5,11 +5,15 @@
 //! for the keys of such a hold, so that the engine's guards, pending operations and watchdog
 //! serve these holds unchanged.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{flag, invoke, millis, pttl_from, scripts, token_from, unexpected, LockKeys, PubSub};
+use super::{
+    flag, invoke, millis, permits_from, pttl_from, scripts, token_from, unexpected, LockKeys,
+    PubSub,
+};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -40,12 +44,13 @@ pub(crate) enum SemAcquireReply {
 
 /// What every acquisition of a hold with a lease of its own sends, a semaphore's
 /// ([`HoldAcquire::sem_acquire`]) or a read-write lock's ([`HoldAcquire::rw_acquire`]): built
-/// per send.
-#[derive(Debug, Clone, Copy)]
+/// per send, borrowing its parts, or owning them to wait in a queue
+/// ([`super::batch::ReadOperation`]).
+#[derive(Debug, Clone)]
 pub(crate) struct HoldAcquire<'a> {
-    pub(crate) keys: &'a LockKeys,
+    pub(crate) keys: Cow<'a, LockKeys>,
     /// The holder id, also the acquisition's operation id.
-    pub(crate) holder: &'a str,
+    pub(crate) holder: Cow<'a, str>,
     pub(crate) lease: Duration,
     pub(crate) op_ttl: Duration,
     pub(crate) pubsub: PubSub,
@@ -53,7 +58,7 @@ pub(crate) struct HoldAcquire<'a> {
     /// an existing semaphore or read-write lock keeps its own way).
     pub(crate) field_expiry: bool,
     /// Stored in the hold's field, when given.
-    pub(crate) label: Option<&'a str>,
+    pub(crate) label: Option<Cow<'a, str>>,
     /// This send leaves an op record (as `acquire.lua`'s,
     /// [`crate::engine::pending::Sends`]).
     pub(crate) recorded: bool,
@@ -71,15 +76,15 @@ impl HoldAcquire<'_> {
         limit: u32,
         fair: Option<bool>,
     ) -> Result<SemAcquireReply, Error> {
-        let keys = self.keys;
+        let keys = &self.keys;
         let mut call = scripts().sem_acquire.key(&keys.lock);
         call.key(keys.sem_leases())
             .key(&keys.fence)
-            .key(keys.op(self.holder));
+            .key(keys.op(&self.holder));
         if fair.is_some() {
             call.key(keys.queue()).key(keys.sem_waiting());
         }
-        call.arg(self.holder)
+        call.arg(self.holder.as_ref())
             .arg(permits)
             .arg(limit)
             .arg(millis(self.lease))
@@ -88,12 +93,9 @@ impl HoldAcquire<'_> {
             .arg(flag(fair == Some(true)))
             .arg(expiry_arg(self.field_expiry))
             .arg(flag(self.recorded))
-            .arg(self.label);
+            .arg(self.label.as_deref());
         let reply = invoke(conn, &call).await?;
-        let permits_from = |raw: i64| {
-            u32::try_from(raw.max(0))
-                .map_err(|_| Error::Protocol(format!("sem_acquire.lua answered {raw} permits")))
-        };
+        let permits_from = |raw: i64| permits_from("sem_acquire", raw.max(0));
         match reply.as_slice() {
             [1, token, permits, limit, free] => Ok(SemAcquireReply::Acquired {
                 token: token_from(*token)?,
@@ -130,13 +132,13 @@ impl<'a> HoldAcquire<'a> {
         recorded: bool,
     ) -> Self {
         HoldAcquire {
-            keys,
-            holder,
+            keys: Cow::Borrowed(keys),
+            holder: Cow::Borrowed(holder),
             lease,
             op_ttl,
             pubsub,
             field_expiry,
-            label,
+            label: label.map(Cow::Borrowed),
             recorded,
         }
     }
