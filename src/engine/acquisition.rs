@@ -111,11 +111,14 @@ pub(crate) fn timed_out<T>(
     outcome: Result<Result<T, Error>, tokio::time::error::Elapsed>,
     started: Instant,
 ) -> Result<T, Error> {
-    outcome.unwrap_or_else(|_elapsed| {
-        Err(Error::Timeout {
-            waited: started.elapsed(),
-        })
-    })
+    outcome.unwrap_or_else(|_elapsed| Err(timeout_since(started)))
+}
+
+/// [`Error::Timeout`] of an acquisition that started at `started`.
+fn timeout_since(started: Instant) -> Error {
+    Error::Timeout {
+        waited: started.elapsed(),
+    }
 }
 
 async fn acquire_within<T: Attempts>(
@@ -138,9 +141,7 @@ async fn acquire_within<T: Attempts>(
         }
     }
     if deadline.is_some_and(|d| wait::now() >= d) {
-        return Err(Error::Timeout {
-            waited: started.elapsed(),
-        });
+        return Err(timeout_since(started));
     }
     // Boxed: the waiting state is large, and inline it would make every acquire future (moved
     // a few times on its way to being polled) that much larger, also uncontended.
@@ -182,11 +183,7 @@ async fn wait_and_acquire<T: Attempts>(
     // What was won, and whether room is left for the next waiter of this client.
     let (held, hand_on) = loop {
         match entry.wait(deadline).await {
-            Wake::Deadline => {
-                return Err(Error::Timeout {
-                    waited: started.elapsed(),
-                });
-            }
+            Wake::Deadline => return Err(timeout_since(started)),
             Wake::HandedOff(grant) => {
                 if let Some(held) = attempts.handed_off(grant) {
                     // Permits are left after the grant: the next waiter of this client may

@@ -7,7 +7,9 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::lock::release_call;
-use super::{count_from, invoke, millis, scripts, token_from, unexpected, LockKeys, PubSub};
+use super::{
+    count_from, invoke, millis, permits_from, scripts, token_from, unexpected, LockKeys, PubSub,
+};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -84,10 +86,7 @@ pub(crate) async fn release_handing_off<C: ConnectionLike>(
 /// The reply of `handoff.lua` or `sem_handoff.lua` (whose grant also tells the semaphore's
 /// room).
 fn handoff_reply(script: &str, reply: &[i64]) -> Result<HandoffReply, Error> {
-    let permits = |raw: i64| {
-        u32::try_from(raw)
-            .map_err(|_| Error::Protocol(format!("{script}.lua answered {raw} permits")))
-    };
+    let permits = |raw: i64| permits_from(script, raw);
     match reply {
         [1, remaining] => Ok(HandoffReply::Released {
             remaining: count_from(*remaining)?,

@@ -137,11 +137,7 @@ pub(crate) async fn wait_replicas<C: ConnectionLike>(
 /// expiry): the holder's token, and when held, the time left of its lease (`None`: no expiry).
 fn lock_state(token: i64, pttl: i64) -> (Option<FencingToken>, Option<Option<Duration>>) {
     let lock_token = u64::try_from(token).ok().and_then(FencingToken::new);
-    let lease_left = match pttl {
-        -2 => None,
-        -1 => Some(None),
-        left => Some(u64::try_from(left).ok().map(Duration::from_millis)),
-    };
+    let lease_left = (pttl != -2).then(|| pttl_from(pttl));
     (lock_token, lease_left)
 }
 
@@ -194,6 +190,11 @@ fn token_from(raw: i64) -> Result<FencingToken, Error> {
         .ok()
         .and_then(FencingToken::new)
         .ok_or_else(|| Error::Protocol(format!("invalid fencing token {raw}")))
+}
+
+/// A number of permits (a semaphore's limit, free or held ones) in a reply of `script`.
+fn permits_from(script: &str, raw: i64) -> Result<u32, Error> {
+    u32::try_from(raw).map_err(|_| Error::Protocol(format!("{script}.lua answered {raw} permits")))
 }
 
 fn count_from(raw: i64) -> Result<u64, Error> {

@@ -55,16 +55,8 @@ impl ServerInfo {
     /// Reads a `HELLO` reply: a map with `server` and `version` (RESP3), or the same pairs
     /// as a flat array (RESP2).
     pub(crate) fn from_hello(reply: &Value) -> ServerInfo {
-        let pairs: Vec<(&Value, &Value)> = match reply {
-            Value::Map(entries) => entries.iter().map(|(k, v)| (k, v)).collect(),
-            Value::Array(items) => items
-                .chunks_exact(2)
-                .map(|pair| (&pair[0], &pair[1]))
-                .collect(),
-            _ => Vec::new(),
-        };
         let field = |wanted: &str| -> Option<String> {
-            pairs.iter().find_map(|(key, value)| {
+            reply.as_map_iter()?.find_map(|(key, value)| {
                 let key = redis::from_redis_value_ref::<String>(key).ok()?;
                 (key == wanted)
                     .then(|| redis::from_redis_value_ref::<String>(value).ok())
