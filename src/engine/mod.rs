@@ -173,12 +173,10 @@ impl Engine {
             }
         };
         let acks = AckConnections::new(route, &config);
-        waiters.set_connection(match subscriptions {
-            Some(subscriptions) => Connections {
-                commands: conn.clone(),
-                subscriptions,
-            },
-            None => Connections::shared(conn.clone()),
+        // One connection for both, but on a cluster.
+        waiters.set_connection(Connections {
+            commands: conn.clone(),
+            subscriptions: subscriptions.unwrap_or_else(|| conn.clone()),
         });
         let id = uuid::Uuid::new_v4().simple().to_string();
         let reads = Batcher::new(

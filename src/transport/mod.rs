@@ -102,16 +102,6 @@ pub(crate) struct Connections {
     pub(crate) subscriptions: Conn,
 }
 
-impl Connections {
-    /// One connection for both.
-    pub(crate) fn shared(conn: Conn) -> Connections {
-        Connections {
-            commands: conn.clone(),
-            subscriptions: conn,
-        }
-    }
-}
-
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
