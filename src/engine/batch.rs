@@ -26,7 +26,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use redis::Value;
@@ -38,7 +37,7 @@ use crate::protocol::batch::{self, Grouped, HoldRelease, ReadOperation};
 use crate::protocol::controls::{self, Control};
 use crate::protocol::rwlock::RwAcquireReply;
 use crate::protocol::semaphore::HoldAcquire;
-use crate::protocol::{LockKeys, OwnerReply, PubSub};
+use crate::protocol::OwnerReply;
 use crate::transport::Conn;
 
 /// Where a call goes: the whole server, or one hash slot of a cluster.
@@ -228,14 +227,9 @@ impl super::Engine {
     pub(crate) async fn hold_release_grouped(
         &self,
         conn: &mut Conn,
-        keys: &LockKeys,
-        holder: &str,
-        op_id: &str,
-        op_ttl: Duration,
-        pubsub: PubSub,
+        release: HoldRelease,
     ) -> Result<OwnerReply, Error> {
-        let release = HoldRelease::new(keys, holder, op_id, op_ttl, pubsub);
-        let route = self.route(keys);
+        let route = self.route(&release.keys);
         let reply = Box::pin(self.hold_releases.run(conn, route, release)).await?;
         batch::hold_release_outcome(reply)
     }

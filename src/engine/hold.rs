@@ -14,6 +14,7 @@ use super::holder::Holder;
 use super::Engine;
 use crate::base::config::fair_queue_life;
 use crate::base::error::Error;
+use crate::protocol::batch::HoldRelease;
 use crate::protocol::{
     self, CancelKind, CancelReply, Candidate, EnterReply, HandoffReply, LockKeys, OwnerReply,
     PubSub,
@@ -97,8 +98,8 @@ impl HoldKind {
             // Alone, a hold's release rides the group commit with the releases of holds of the
             // same lock.
             (HoldKind::Leased { .. }, _) => {
-                let grouped = engine.hold_release_grouped(&mut conn, keys, id, op, ttl, pubsub);
-                grouped.await
+                let release = HoldRelease::new(keys, id, op, ttl, pubsub);
+                engine.hold_release_grouped(&mut conn, release).await
             }
         };
         reply.map(|reply| match reply {

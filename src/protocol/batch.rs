@@ -146,7 +146,7 @@ impl Grouped for ReadOperation {
 /// it sends; releases of holds of the same lock may share a call (`sem_release_many.lua`).
 #[derive(Debug, Clone)]
 pub(crate) struct HoldRelease {
-    keys: LockKeys,
+    pub(crate) keys: LockKeys,
     holder: String,
     op_id: String,
     op_ttl: Duration,
