@@ -122,19 +122,17 @@ impl ServerInfo {
 
     /// The tested servers, in words: "Redis 6.2, 7.0, 8.2; Valkey 9.1".
     pub(crate) fn tested_matrix() -> String {
-        let mut out = String::new();
-        for flavour in [ServerFlavour::Redis, ServerFlavour::Valkey] {
+        let tested = |flavour: ServerFlavour| {
             let versions: Vec<String> = TESTED
                 .iter()
                 .filter(|(f, _)| *f == flavour)
                 .map(|(_, (major, minor, _))| format!("{major}.{minor}"))
                 .collect();
-            if !out.is_empty() {
-                out.push_str("; ");
-            }
-            out.push_str(&format!("{flavour:?} {}", versions.join(", ")));
-        }
-        out
+            format!("{flavour:?} {}", versions.join(", "))
+        };
+        [ServerFlavour::Redis, ServerFlavour::Valkey]
+            .map(tested)
+            .join("; ")
     }
 }
 
