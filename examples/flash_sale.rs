@@ -1717,11 +1717,13 @@ mod tests {
     #[test]
     fn stale_refusals_are_recognised_through_the_box() {
         let token = |raw| FencingToken::new(raw).unwrap();
-        let stale = fencelock::Error::StaleToken {
+        // A stale refusal as fenced SQL storage reports one.
+        let stale = fencelock::sql::FenceOutcome::Stale {
             presented: token(3),
             latest: token(5),
-            by: fencelock::Superseded::WroteOrClaimed,
-        };
+        }
+        .into_result()
+        .unwrap_err();
         let refused = *refusal(true, stale).downcast::<Refused>().unwrap();
         assert_eq!(
             (refused.write, refused.presented, refused.latest),

@@ -367,11 +367,13 @@ impl FenceOutcome {
         match self {
             FenceOutcome::Applied => Ok(true),
             FenceOutcome::Missing | FenceOutcome::NotMatched => Ok(false),
-            FenceOutcome::Stale { presented, latest } => Err(Error::StaleToken {
+            // Unnamed: only the caller knows which row it wrote.
+            FenceOutcome::Stale { presented, latest } => Err(Error::stale(
+                b"",
                 presented,
                 latest,
-                by: Superseded::WroteOrClaimed,
-            }),
+                Superseded::WroteOrClaimed,
+            )),
         }
     }
 }

@@ -101,6 +101,7 @@ pub use waits::{PossibleDeadlock, WaitInfo};
 pub use watch::{LockEvent, Watch};
 
 use crate::base::config::DEFAULT_PREFIX;
+pub(super) use crate::base::error::display_bytes;
 use crate::protocol::keys::{validate_name, validate_prefix, Listing, LockKeys};
 use crate::{Error, FencingToken};
 
@@ -403,24 +404,6 @@ pub(super) fn glob_escape(raw: &[u8]) -> Vec<u8> {
             out.push(b'\\');
         }
         out.push(b);
-    }
-    out
-}
-
-/// Bytes for humans: UTF-8 as is (control characters escaped), anything else as `\xNN`.
-pub(super) fn display_bytes(bytes: &[u8]) -> String {
-    let mut out = String::new();
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            if c.is_control() || c == '\\' {
-                out.extend(c.escape_default());
-            } else {
-                out.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
     }
     out
 }

@@ -278,6 +278,7 @@ impl Election {
         };
         timed_out(
             tokio::time::timeout_at((started + timeout).into(), campaign).await,
+            self.name(),
             started,
         )
     }
@@ -586,6 +587,11 @@ impl std::fmt::Debug for Observer {
 }
 
 impl Observer {
+    /// The name of the election observed, for errors.
+    pub(crate) fn election_name(&self) -> &[u8] {
+        self.election.name()
+    }
+
     /// The leader as last reported (by [`Election::observe`] or [`Observer::changed`]).
     pub fn current(&self) -> Option<&Leader> {
         self.current.as_ref()

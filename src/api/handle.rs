@@ -308,6 +308,7 @@ impl Handle {
         // the lock.
         let fair = self.client.fair_handoff().filter(|_| ask == Ask::Lock);
         let how = Waiting {
+            name: &self.name,
             waiters: &engine.waiters,
             channel: &channel,
             fair: fair.map(|grace| FairExit {

@@ -235,6 +235,7 @@ impl MultiLock {
             let within = self.acquire_within(Some(deadline), started);
             timed_out(
                 tokio::time::timeout_at(deadline.into(), within).await,
+                &self.joined_names(),
                 started,
             )
         };
@@ -262,15 +263,18 @@ impl MultiLock {
         outcome
     }
 
+    /// The members' names, joined with ", ", as a timeout names what it waited for.
+    fn joined_names(&self) -> Vec<u8> {
+        self.names().collect::<Vec<_>>().join(&b", "[..])
+    }
+
     async fn acquire_within(
         &self,
         deadline: Option<Instant>,
         started: Instant,
     ) -> Result<MultiGuard, Error> {
         let waiters = &self.client.engine.waiters;
-        let timeout = || Error::Timeout {
-            waited: started.elapsed(),
-        };
+        let timeout = || Error::timeout(&self.joined_names(), started);
         // Fast path unless local waiters queue for a member: then queue behind them.
         let queued = self
             .members

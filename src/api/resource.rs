@@ -448,11 +448,7 @@ impl FencedResource {
                 .await?;
         match reply {
             ReadReply::Read(value) => Ok(value),
-            ReadReply::Stale { latest, by } => Err(Error::StaleToken {
-                presented: token,
-                latest,
-                by,
-            }),
+            ReadReply::Stale { latest, by } => Err(Error::stale(&self.name, token, latest, by)),
         }
     }
 
@@ -481,11 +477,7 @@ impl FencedResource {
                     by = %by,
                     "fenced write refused: a newer token got there first"
                 );
-                Err(Error::StaleToken {
-                    presented: token,
-                    latest,
-                    by,
-                })
+                Err(Error::stale(&self.name, token, latest, by))
             }
         }
     }

@@ -13,9 +13,9 @@ use super::token::FencingToken;
 /// ```
 /// use fencelock::Error;
 ///
-/// let err = Error::Timeout { waited: std::time::Duration::from_millis(250) };
-/// assert!(err.is_timeout());
-/// assert!(!err.is_not_held());
+/// let err = Error::NotHeld;
+/// assert!(err.is_not_held());
+/// assert!(!err.is_timeout());
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -43,10 +43,17 @@ pub enum Error {
         reason: String,
     },
 
-    /// The deadline of an acquire passed while the lock was held by someone else.
-    #[error("lock still held by another holder after waiting {waited:?}")]
+    /// The deadline of a call passed before what it waited for came: an acquire's lock
+    /// (semaphore's permits, read-write lock's side, election's term) stayed held by others,
+    /// or an observer saw no change of leader.
+    #[error("timed out after {waited:?} waiting for {name}")]
+    #[non_exhaustive]
     Timeout {
-        /// How long the acquire waited.
+        /// What the call waited for: the lock's (semaphore's, read-write lock's, election's)
+        /// name, or a multi-lock's names, readable (control characters and bytes that are not
+        /// UTF-8 escaped).
+        name: String,
+        /// How long the call waited.
         waited: Duration,
     },
 
@@ -67,8 +74,16 @@ pub enum Error {
     /// lock (or its job tick, or its shared hold) was taken over while it still believed it
     /// held it. `by` says what the newer token did: wrote or claimed the resource, read it as
     /// a reader, or took the job's tick over. Nothing was written (or read).
-    #[error("stale fencing token {presented}: {by} with token {latest}")]
+    #[error(
+        "stale fencing token {presented}{}: {by} with token {latest}",
+        for_named(resource)
+    )]
+    #[non_exhaustive]
     StaleToken {
+        /// What refused it, readable: the fenced resource's name, the job's name, or the
+        /// idempotency key as `namespace:key`; empty for a SQL row (`fencelock::sql`), which
+        /// only the caller can name.
+        resource: String,
         /// The token the refused operation carried.
         presented: FencingToken,
         /// The newer token: the highest the resource has accepted, or the job's runner.
@@ -166,12 +181,17 @@ pub enum Error {
     /// An idempotency key was used before for another request: the fingerprint recorded with
     /// it differs from the one given. Nothing ran and nothing changed.
     #[error(
-        "idempotency key {} was used for another request (its recorded fingerprint differs)",
-        String::from_utf8_lossy(key)
+        "idempotency key {key} of {namespace} was used for another request (its recorded \
+         fingerprint differs)"
     )]
+    #[non_exhaustive]
     KeyReused {
-        /// The key, as given to the run.
-        key: Vec<u8>,
+        /// The key as given to the run, readable (control characters and bytes that are not
+        /// UTF-8 escaped).
+        key: String,
+        /// Its namespace ([`LockClient::idempotency`](crate::LockClient::idempotency)),
+        /// readable.
+        namespace: String,
     },
 
     /// A run returned a result longer than an idempotency record stores. The run happened;
@@ -223,9 +243,10 @@ impl From<redis::RedisError> for Error {
 ///
 /// ```
 /// use fencelock::{Error, FencingToken, Superseded};
-/// let t = |raw| FencingToken::new(raw).unwrap();
-/// let err = Error::StaleToken { presented: t(5), latest: t(7), by: Superseded::WroteOrClaimed };
-/// assert_eq!(err.to_string(), "stale fencing token 5: a newer holder wrote or claimed the resource with token 7");
+/// assert_eq!(
+///     Superseded::WroteOrClaimed.to_string(),
+///     "a newer holder wrote or claimed the resource",
+/// );
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -263,7 +284,59 @@ impl fmt::Display for Superseded {
     }
 }
 
+/// `" for <name>"`, or nothing for an unnamed resource, in an error's text.
+fn for_named(name: &str) -> String {
+    if name.is_empty() {
+        String::new()
+    } else {
+        format!(" for {name}")
+    }
+}
+
+/// Bytes as readable text, for names in errors and listings: UTF-8 as is, control characters
+/// and backslashes escaped as Rust does, other bytes as `\xNN`, so that no name can forge a
+/// line or hide in a terminal.
+pub(crate) fn display_bytes(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() || c == '\\' {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
 impl Error {
+    /// [`Error::Timeout`] of a call for `name` that started at `started`.
+    pub(crate) fn timeout(name: &[u8], started: std::time::Instant) -> Error {
+        Error::Timeout {
+            name: display_bytes(name),
+            waited: started.elapsed(),
+        }
+    }
+
+    /// [`Error::StaleToken`] of an operation on `resource` with token `presented`.
+    pub(crate) fn stale(
+        resource: &[u8],
+        presented: FencingToken,
+        latest: FencingToken,
+        by: Superseded,
+    ) -> Error {
+        Error::StaleToken {
+            resource: display_bytes(resource),
+            presented,
+            latest,
+            by,
+        }
+    }
+
     /// The error of a request to one of fencelock's own keys (a script call, an inspection
     /// read): as [`From`], and the scripts' own error replies typed. `WRONGTYPE` (and the
     /// scripts' `FENCELOCK_WRONGTYPE`) says foreign data sits at one of our keys.

@@ -89,10 +89,6 @@ impl Observer {
         let started = Instant::now();
         self.runtime
             .block_on_timeout(timeout, self.inner.changed())
-            .unwrap_or_else(|| {
-                Err(Error::Timeout {
-                    waited: started.elapsed(),
-                })
-            })
+            .unwrap_or_else(|| Err(Error::timeout(self.inner.election_name(), started)))
     }
 }

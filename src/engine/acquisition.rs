@@ -62,6 +62,8 @@ pub(crate) trait Attempts {
 
 /// What waiting needs besides the attempts: where a lock's acquisition and a hold's differ.
 pub(crate) struct Waiting<'a> {
+    /// What the acquisition is for (its lock's name), as its timeout names it.
+    pub(crate) name: &'a [u8],
     /// The client's waiters.
     pub(crate) waiters: &'a Arc<Waiters>,
     /// The channel the acquisition waits on, and so the local queue it joins.
@@ -98,9 +100,11 @@ pub(crate) async fn acquire_loop<T: Attempts>(
     let Some(deadline) = deadline else {
         return acquire_within(how, None, started, &mut attempts).await;
     };
+    let name = how.name;
     let within = acquire_within(how, Some(deadline), started, &mut attempts);
     timed_out(
         tokio::time::timeout_at(deadline.into(), within).await,
+        name,
         started,
     )
 }
@@ -109,16 +113,10 @@ pub(crate) async fn acquire_loop<T: Attempts>(
 /// (`tokio::time::timeout_at`): [`Error::Timeout`] when the deadline came first.
 pub(crate) fn timed_out<T>(
     outcome: Result<Result<T, Error>, tokio::time::error::Elapsed>,
+    name: &[u8],
     started: Instant,
 ) -> Result<T, Error> {
-    outcome.unwrap_or_else(|_elapsed| Err(timeout_since(started)))
-}
-
-/// [`Error::Timeout`] of an acquisition that started at `started`.
-fn timeout_since(started: Instant) -> Error {
-    Error::Timeout {
-        waited: started.elapsed(),
-    }
+    outcome.unwrap_or_else(|_elapsed| Err(Error::timeout(name, started)))
 }
 
 async fn acquire_within<T: Attempts>(
@@ -141,7 +139,7 @@ async fn acquire_within<T: Attempts>(
         }
     }
     if deadline.is_some_and(|d| wait::now() >= d) {
-        return Err(timeout_since(started));
+        return Err(Error::timeout(how.name, started));
     }
     // Boxed: the waiting state is large, and inline it would make every acquire future (moved
     // a few times on its way to being polled) that much larger, also uncontended.
@@ -183,7 +181,7 @@ async fn wait_and_acquire<T: Attempts>(
     // What was won, and whether room is left for the next waiter of this client.
     let (held, hand_on) = loop {
         match entry.wait(deadline).await {
-            Wake::Deadline => return Err(timeout_since(started)),
+            Wake::Deadline => return Err(Error::timeout(how.name, started)),
             Wake::HandedOff(grant) => {
                 if let Some(held) = attempts.handed_off(grant) {
                     // Permits are left after the grant: the next waiter of this client may

@@ -296,6 +296,7 @@ async fn acquire_timeout_gives_up_and_leaves_nothing() {
         .await
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
+    assert!(err.to_string().ends_with(" waiting for timeout"), "{err}");
     let key = fx.keys("fencelock:{*}sem:timeout").pop();
     assert_eq!(used_in(&mut fx.raw(), key), 1);
     held.release().await.unwrap();

@@ -30,6 +30,10 @@ on_topologies! {
             .await
             .unwrap_err();
         assert!(err.is_timeout(), "{err}");
+        // It names what it waited for.
+        assert!(matches!(&err, Error::Timeout { name, .. } if name == "res"), "{err:?}");
+        assert!(err.to_string().starts_with("timed out after "), "{err}");
+        assert!(err.to_string().ends_with(" waiting for res"), "{err}");
         let first_token = guard.token();
         guard.release().await.unwrap();
         let next = b.lock("res").unwrap().try_acquire().await.unwrap().unwrap();

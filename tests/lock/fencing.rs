@@ -21,12 +21,21 @@ async fn newer_and_equal_tokens_write_older_ones_are_refused_with_both_tokens() 
     stock.set(token(10), "4").await.unwrap();
     assert_eq!(stock.incr_by(token(11), -1).await.unwrap(), 3);
     let err = stock.set(token(10), "999").await.unwrap_err();
+    // The refusal names the resource, in its fields and its text.
+    assert_eq!(
+        err.to_string(),
+        "stale fencing token 10 for stock:sku-1: a newer holder wrote or claimed the resource \
+         with token 11"
+    );
     match err {
         Error::StaleToken {
+            resource,
             presented,
             latest,
             by,
+            ..
         } => {
+            assert_eq!(resource, "stock:sku-1");
             assert_eq!((presented.get(), latest.get()), (10, 11));
             assert_eq!(by, fencelock::Superseded::WroteOrClaimed);
         }

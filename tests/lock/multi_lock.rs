@@ -146,6 +146,12 @@ async fn a_busy_member_leaves_no_other_member_held() {
             .await
             .unwrap_err();
         assert!(err.is_timeout(), "{path:?}: {err}");
+        // It names the set's members, in the set's order.
+        let waited_for = err.to_string();
+        assert!(
+            waited_for.ends_with("waiting for m:1, m:2, m:3, m:4"),
+            "{waited_for}"
+        );
         for name in ["m:1", "m:3", "m:4"] {
             assert!(fx.lock_state(name).is_none(), "{path:?}: {name} left held");
         }

@@ -57,7 +57,14 @@ on_topologies_multi_thread! {
 
         // Another request under the same key: refused, nothing runs, the record stays.
         let err = elsewhere.run("k1", "refund acct-9 500", never_runs).await.unwrap_err();
-        assert!(matches!(&err, Error::KeyReused { key } if key == b"k1"), "{err}");
+        assert!(
+            matches!(&err, Error::KeyReused { key, namespace, .. }
+                if key == "k1" && namespace == "payments"),
+            "{err}"
+        );
+        // Named readably in its text too (and in its Debug: strings, not byte arrays).
+        assert!(err.to_string().starts_with("idempotency key k1 of payments was used"), "{err}");
+        assert!(format!("{err:?}").contains(r#"key: "k1""#), "{err:?}");
         assert_eq!(elsewhere.record("k1").await.unwrap(), Some(record));
 
         // The same key in another namespace is another key.

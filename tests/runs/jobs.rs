@@ -137,8 +137,9 @@ on_topologies_multi_thread! {
         assert_eq!(took_over, Some(first));
         let late = within(HANDOFF, "the overrunning job ends", overrunning).await.unwrap();
         match late {
-            Err(Error::StaleToken { presented, latest, by }) => {
+            Err(Error::StaleToken { resource, presented, latest, by, .. }) => {
                 assert_eq!((presented, latest, by), (first, token, fencelock::Superseded::TookOver));
+                assert_eq!(resource.as_bytes(), next_job.name(), "the refusal names the job");
             }
             other => panic!("the overrun run's finish: {other:?}"),
         }

@@ -25,7 +25,7 @@ use super::job::run::{self, Began, Begun, RunHold, Started};
 use super::job::OnRunnerDeath;
 use super::lock::Lock;
 use crate::base::config::checked_label;
-use crate::base::error::Error;
+use crate::base::error::{display_bytes, Error};
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::protocol::keys::{validate_name, MAX_NAME_LEN};
@@ -401,7 +401,7 @@ impl Idempotency {
             }
             Ok(Began::Done(record)) => Ok(Processed::Completed(record.into())),
             Ok(Began::Abandoned(record)) => Ok(Processed::Abandoned(record.into())),
-            Ok(Began::Refused(_)) => Err(Error::KeyReused { key: key.into() }),
+            Ok(Began::Refused(_)) => Err(self.reused(key)),
             Err(err) => Err(err),
         };
         self.report_answer(key, answer)
@@ -420,7 +420,7 @@ impl Idempotency {
             return Ok(read.lock_token.map(|_| Processed::InProgress(None)));
         };
         if record.own.fingerprint != fingerprint {
-            return Err(Error::KeyReused { key: key.into() });
+            return Err(self.reused(key));
         }
         if record.finished_ms.is_some() {
             return Ok(Some(Processed::Completed(record.into())));
@@ -450,6 +450,14 @@ impl Idempotency {
             "idempotency key answered without running"
         );
         Ok(Begun::Answered(answer))
+    }
+
+    /// [`Error::KeyReused`] for `key` of this namespace.
+    fn reused(&self, key: &[u8]) -> Error {
+        Error::KeyReused {
+            key: display_bytes(key),
+            namespace: display_bytes(&self.namespace),
+        }
     }
 
     fn report_error(&self, key: &[u8], err: Error) -> Error {

@@ -84,14 +84,10 @@ pub(crate) enum Began<K> {
     Refused(Record<K>),
 }
 
-/// The error of a run with token `presented` whose record a newer runner (token `latest`)
-/// has taken over.
-fn taken_over(presented: FencingToken, latest: FencingToken) -> Error {
-    Error::StaleToken {
-        presented,
-        latest,
-        by: Superseded::TookOver,
-    }
+/// The error of a run of `name` (a job, an idempotency key) with token `presented` whose
+/// record a newer runner (token `latest`) has taken over.
+fn taken_over(name: &[u8], presented: FencingToken, latest: FencingToken) -> Error {
+    Error::stale(name, presented, latest, Superseded::TookOver)
 }
 
 /// Records the run of `guard`'s holder in the record next to its lock, or finds why not
@@ -138,7 +134,9 @@ pub(crate) async fn begin<K: RunKind>(
         Ok(BeginReply::Abandoned(record)) => Ok(Began::Abandoned(record)),
         Ok(BeginReply::Refused(record)) => Ok(Began::Refused(record)),
         Ok(BeginReply::NotHeld) => Err(Error::NotHeld),
-        Ok(BeginReply::Newer(record)) => Err(taken_over(holder.token, record.token)),
+        Ok(BeginReply::Newer(record)) => {
+            Err(taken_over(guard.lock_name(), holder.token, record.token))
+        }
         Err(err) => Err(err),
     };
     // Nothing to run: let go at once (a failed release is finished in the background, and
@@ -181,7 +179,8 @@ impl Started {
             }
             Ok(FinishReply::TakenOver { token: latest }) => {
                 metrics::stale_write_rejected();
-                Err(report(taken_over(holder.token, latest)))
+                let name = self.guard.lock_name();
+                Err(report(taken_over(name, holder.token, latest)))
             }
             Err(err) => {
                 self.guard.keep_until_lease_ends();

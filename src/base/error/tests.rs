@@ -196,11 +196,18 @@ fn each_predicate_answers_for_its_own_errors_only() {
         ("invalid", Error::InvalidJob { reason: reason() }),
         ("invalid", Error::InvalidPermits { reason: reason() }),
         ("invalid", Error::InvalidIdempotency { reason: reason() }),
-        ("", Error::KeyReused { key: b"k".to_vec() }),
+        (
+            "",
+            Error::KeyReused {
+                key: "k".into(),
+                namespace: "n".into(),
+            },
+        ),
         ("", Error::ResultTooLarge { len: 2, max: 1 }),
         (
             "timeout",
             Error::Timeout {
+                name: "x".into(),
                 waited: Duration::ZERO,
             },
         ),
@@ -209,6 +216,7 @@ fn each_predicate_answers_for_its_own_errors_only() {
         (
             "stale",
             Error::StaleToken {
+                resource: "x".into(),
                 presented: token(1),
                 latest: token(2),
                 by: Superseded::WroteOrClaimed,

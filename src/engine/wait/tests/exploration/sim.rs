@@ -610,6 +610,7 @@ pub(super) async fn acquire(
 ) -> Outcome {
     let client = attempts.client;
     let how = Waiting {
+        name: &keys.lock,
         waiters,
         channel: &keys.lock,
         fair: shape.fair.then(|| FairExit {
