@@ -10,9 +10,10 @@ use super::contract_tests::{
     contract_checks, hold_field_expiry, lock_keys, released_by, rw_keys, sem_keys, sem_take, setup,
     Checked, Conn, LEASE, OP_TTL,
 };
-use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
+use super::rwlock::{RwAcquireReply, RwMode};
 use super::semaphore::SemAcquireReply;
 use super::*;
+use crate::protocol::semaphore::HoldAcquire;
 
 /// A fair-mode waiter's attempt.
 fn fair_waiter() -> FairAttempt<'static> {
@@ -141,10 +142,10 @@ impl Hold {
             Hold::Write => {
                 let keys = rw_keys();
                 let (mode, wait) = (RwMode::Write, false);
-                let reply = rw_acquire(
-                    conn, &keys, "w", mode, lease, wait, OP_TTL, pubsub, expiry, None, recorded,
-                )
-                .await;
+                let reply =
+                    HoldAcquire::of(&keys, "w", lease, OP_TTL, pubsub, expiry, None, recorded)
+                        .rw_acquire(conn, mode, wait)
+                        .await;
                 match reply {
                     Ok(RwAcquireReply::Acquired { .. }) => Ok(Sent::Acquired),
                     Ok(RwAcquireReply::Cancelled) => Ok(Sent::Cancelled),

@@ -54,32 +54,7 @@ pub(crate) trait Grouped: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub(crate) struct ReadOperation(HoldAcquire<'static>);
 
-impl ReadOperation {
-    /// As [`HoldAcquire::rw_acquire`] with [`RwMode::Read`], its parts as arguments.
-    #[cfg(test)]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        keys: &LockKeys,
-        holder: &str,
-        lease: Duration,
-        op_ttl: Duration,
-        pubsub: PubSub,
-        field_expiry: bool,
-        label: Option<&str>,
-        recorded: bool,
-    ) -> ReadOperation {
-        ReadOperation::from(&HoldAcquire::of(
-            keys,
-            holder,
-            lease,
-            op_ttl,
-            pubsub,
-            field_expiry,
-            label,
-            recorded,
-        ))
-    }
-}
+impl ReadOperation {}
 
 impl From<&HoldAcquire<'_>> for ReadOperation {
     /// As [`HoldAcquire::rw_acquire`] with [`RwMode::Read`].

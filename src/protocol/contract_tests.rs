@@ -9,10 +9,11 @@ use redis::AsyncCommands;
 
 use fencelock_testing::RedisServer;
 
-use super::rwlock::{rw_acquire, RwAcquireReply, RwMode};
-use super::semaphore::{sem_acquire, SemAcquireReply};
+use super::rwlock::{RwAcquireReply, RwMode};
+use super::semaphore::SemAcquireReply;
 use super::{cancel, release, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub};
 use crate::base::error::Error;
+use crate::protocol::semaphore::HoldAcquire;
 
 /// A connection to the server under test.
 pub(super) type Conn = MultiplexedConnection;
@@ -183,19 +184,17 @@ pub(super) async fn rw_take(
     wait: bool,
 ) -> RwAcquireReply {
     let expiry = hold_field_expiry();
-    rw_acquire(
-        conn,
+    HoldAcquire::of(
         keys,
         holder,
-        mode,
         lease,
-        wait,
         OP_TTL,
         PubSub::Classic,
         expiry,
         None,
         false,
     )
+    .rw_acquire(conn, mode, wait)
     .await
     .unwrap()
 }
@@ -272,10 +271,9 @@ pub(super) async fn sem_take(
 ) -> Result<SemAcquireReply, Error> {
     let expiry = hold_field_expiry();
     let ps = PubSub::Classic;
-    sem_acquire(
-        conn, keys, holder, permits, limit, lease, OP_TTL, ps, fair, expiry, None, recorded,
-    )
-    .await
+    HoldAcquire::of(keys, holder, lease, OP_TTL, ps, expiry, None, recorded)
+        .sem_acquire(conn, permits, limit, fair)
+        .await
 }
 
 /// `holder`'s release as operation `op`, answered.

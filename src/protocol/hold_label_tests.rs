@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 
-use super::{sem_acquire, SemAcquireReply};
+use super::SemAcquireReply;
 use crate::protocol::contract_tests::{
     assert_nothing_left, cancelled_by, hold_field_expiry, hold_test, released_by, rw_keys,
     sem_keys, Conn, LEASE, OP_TTL,
 };
-use crate::protocol::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
+use crate::protocol::rwlock::{rw_downgrade, RwAcquireReply, RwMode};
+use crate::protocol::semaphore::HoldAcquire;
 use crate::protocol::{reenter, CancelKind, CancelReply, OwnerReply, PubSub};
 use crate::protocol::{EnterReply, LockKeys};
 use crate::FencingToken;
@@ -25,20 +26,17 @@ const LABEL: &str = "order:8812";
 const SHORT: Duration = Duration::from_millis(60);
 
 async fn take(conn: &mut Conn, holder: &str, lease: Duration, label: Option<&str>) -> FencingToken {
-    let reply = sem_acquire(
-        conn,
+    let reply = HoldAcquire::of(
         &sem_keys(),
         holder,
-        1,
-        3,
         lease,
         OP_TTL,
         PubSub::Classic,
-        None,
         hold_field_expiry(),
         label,
         false,
     )
+    .sem_acquire(conn, 1, 3, None)
     .await
     .unwrap();
     match reply {
@@ -48,19 +46,17 @@ async fn take(conn: &mut Conn, holder: &str, lease: Duration, label: Option<&str
 }
 
 async fn hold(conn: &mut Conn, holder: &str, mode: RwMode, label: Option<&str>) -> FencingToken {
-    let reply = rw_acquire(
-        conn,
+    let reply = HoldAcquire::of(
         &rw_keys(),
         holder,
-        mode,
         LEASE,
-        false,
         OP_TTL,
         PubSub::Classic,
         hold_field_expiry(),
         label,
         false,
     )
+    .rw_acquire(conn, mode, false)
     .await
     .unwrap();
     match reply {

@@ -15,10 +15,11 @@ use super::contract_tests::{
 };
 use super::rwlock::RwAcquireReply;
 use super::*;
+use crate::protocol::semaphore::HoldAcquire;
 
 /// A read of `holder` as the group commit builds it; `recorded`: a send that records.
 fn reading(keys: &LockKeys, holder: &str, label: Option<&str>, recorded: bool) -> ReadOperation {
-    ReadOperation::new(
+    ReadOperation::from(&HoldAcquire::of(
         keys,
         holder,
         LEASE,
@@ -27,7 +28,7 @@ fn reading(keys: &LockKeys, holder: &str, label: Option<&str>, recorded: bool) -
         hold_field_expiry(),
         label,
         recorded,
-    )
+    ))
 }
 
 /// The reads of `holders` in one call, each answered; `recorded` for every one.
@@ -266,16 +267,7 @@ hold_test! {
         let reads: Vec<ReadOperation> = ["a", "b"]
             .iter()
             .map(|h| {
-                ReadOperation::new(
-                    &keys,
-                    h,
-                    short,
-                    OP_TTL,
-                    PubSub::Classic,
-                    hold_field_expiry(),
-                    None,
-                    false,
-                )
+                ReadOperation::from(&HoldAcquire::of(&keys, h, short, OP_TTL, PubSub::Classic, hold_field_expiry(), None, false))
             })
             .collect();
         let outcomes = ReadOperation::run_together(&mut conn, &[&reads[0], &reads[1]])

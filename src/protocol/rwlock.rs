@@ -77,35 +77,6 @@ impl HoldAcquire<'_> {
     }
 }
 
-/// [`HoldAcquire::rw_acquire`] with its parts as arguments.
-#[cfg(test)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn rw_acquire<C: ConnectionLike>(
-    conn: &mut C,
-    keys: &LockKeys,
-    holder: &str,
-    mode: RwMode,
-    lease: Duration,
-    wait: bool,
-    op_ttl: Duration,
-    pubsub: PubSub,
-    field_expiry: bool,
-    label: Option<&str>,
-    recorded: bool,
-) -> Result<RwAcquireReply, Error> {
-    let acquire = HoldAcquire::of(
-        keys,
-        holder,
-        lease,
-        op_ttl,
-        pubsub,
-        field_expiry,
-        label,
-        recorded,
-    );
-    acquire.rw_acquire(conn, mode, wait).await
-}
-
 /// `rw_acquire.lua`'s reply (also each of `rw_read_many.lua`'s), typed.
 pub(crate) fn rw_acquire_reply(reply: &[i64]) -> Result<RwAcquireReply, Error> {
     match reply {

@@ -12,8 +12,9 @@ use super::contract_tests::{
     assert_nothing_left, assert_undone_once, cancelled_by, contract_checks, hold_field_expiry,
     hold_test, released_by, rw_keys, rw_take, rw_write, Checked, Conn, LEASE, OP_TTL,
 };
-use super::rwlock::{rw_acquire, rw_downgrade, RwAcquireReply, RwMode};
+use super::rwlock::{rw_downgrade, RwAcquireReply, RwMode};
 use super::*;
+use crate::protocol::semaphore::HoldAcquire;
 
 /// A lease that runs out during a check.
 const SHORT: Duration = Duration::from_millis(60);
@@ -183,19 +184,8 @@ hold_test! {
             .unwrap();
         assert_eq!(left, 0);
         let _: () = conn.set(&writers, "foreign").await.unwrap();
-        let err = rw_acquire(
-            &mut conn,
-            &keys,
-            "x",
-            RwMode::Read,
-            LEASE,
-            false,
-            OP_TTL,
-            PubSub::Classic,
-            hold_field_expiry(),
-            None,
-            false,
-        )
+        let err = HoldAcquire::of(&keys, "x", LEASE, OP_TTL, PubSub::Classic, hold_field_expiry(), None, false)
+.rw_acquire(&mut conn, RwMode::Read, false)
         .await
         .unwrap_err();
         assert!(err.is_wrong_type(), "{err:?}");

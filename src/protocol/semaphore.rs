@@ -144,36 +144,6 @@ impl<'a> HoldAcquire<'a> {
     }
 }
 
-/// [`HoldAcquire::sem_acquire`] with its parts as arguments.
-#[cfg(test)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn sem_acquire<C: ConnectionLike>(
-    conn: &mut C,
-    keys: &LockKeys,
-    holder: &str,
-    permits: u32,
-    limit: u32,
-    lease: Duration,
-    op_ttl: Duration,
-    pubsub: PubSub,
-    fair: Option<bool>,
-    field_expiry: bool,
-    label: Option<&str>,
-    recorded: bool,
-) -> Result<SemAcquireReply, Error> {
-    let acquire = HoldAcquire::of(
-        keys,
-        holder,
-        lease,
-        op_ttl,
-        pubsub,
-        field_expiry,
-        label,
-        recorded,
-    );
-    acquire.sem_acquire(conn, permits, limit, fair).await
-}
-
 /// An operator sets the recorded limit of a semaphore in use (`sem_limit.lua`); the limit it
 /// had, or `None` when the semaphore is not in use (nothing recorded).
 pub(crate) async fn sem_limit<C: ConnectionLike>(

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::protocol::contract_tests::{hold_test, released_by, setup_for, setup_with_field_expiry};
+use crate::protocol::semaphore::HoldAcquire;
 
 /// The layout DESIGN.md gives: the hash with the limit, the sum, the keys' expiry and one
 /// field per hold, the zset of deadlines; both keys expire one lease after the hold's
@@ -243,20 +244,17 @@ async fn a_field_expiry_request_gets_the_lease_zset_where_the_server_cannot_keep
         .await
         .unwrap();
     let keys = sem_keys();
-    let reply = sem_acquire(
-        &mut conn,
+    let reply = HoldAcquire::of(
         &keys,
         "h",
-        2,
-        LIMIT,
         LEASE,
         OP_TTL,
         PubSub::Classic,
-        None,
         true,
         None,
         false,
     )
+    .sem_acquire(&mut conn, 2, LIMIT, None)
     .await
     .unwrap();
     token_of(reply).unwrap();

@@ -11,7 +11,7 @@ use super::contract_tests::{
     assert_nothing_left, assert_undone_once, cancelled_by, contract_checks, hold_field_expiry,
     hold_test, released_by, sem_keys, sem_take, Checked, Conn, LEASE, OP_TTL,
 };
-use super::semaphore::{sem_acquire, SemAcquireReply};
+use super::semaphore::SemAcquireReply;
 use super::*;
 
 /// The layout of a semaphore's keys, both ways of keeping deadlines.
