@@ -169,6 +169,52 @@ const BARE_FENCED_RELEASE: &str = "if redis.call('HGET', KEYS[1], ARGV[1]) then
 end
 return {-1}";
 
+/// The shape of Redisson's fenced lock (`RFencedLock`), the peer with fencelock's data model
+/// (a hash of holder -> re-entry count, a token from `INCR`): written here from the command
+/// sequence of RedissonFencedLock's lock script and RedissonLock's unlock script, not copied.
+/// Its headers name KEYS and ARGV as our scripts' do, so [`contract`] reads them the same way.
+const REDISSON_ACQUIRE: &str =
+    "-- KEYS[1]  lock hash        fields: <holder name> -> re-entry count
+-- KEYS[2]  fence counter    string: the last token handed out
+-- ARGV[1]  lease in ms
+-- ARGV[2]  holder id        Redisson's holder name, <client id>:<thread id>
+-- Free or already ours: a token, one more entry, the lease renewed. Held by another: its PTTL.
+local lock, holder = KEYS[1], ARGV[2]
+if redis.call('EXISTS', lock) == 0 or redis.call('HEXISTS', lock, holder) == 1 then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('HINCRBY', lock, holder, 1)
+  redis.call('PEXPIRE', lock, ARGV[1])
+  return {-1, token}
+end
+return {redis.call('PTTL', lock), -1}";
+const REDISSON_RELEASE: &str = "-- KEYS[1]  lock hash
+-- KEYS[2]  channel          where the freeing release is announced
+-- KEYS[3]  unlock latch     string, one per release request id: that request's answer
+-- ARGV[1]  message          what the channel is sent
+-- ARGV[2]  lease in ms
+-- ARGV[3]  holder id
+-- ARGV[4]  publish command  \"publish\" (\"spublish\" on a sharded cluster)
+-- ARGV[5]  latch lifetime in ms
+-- Answers 1 when the lock is freed, 0 when entries remain, nil when not held by this holder;
+-- a request answered before gets the same answer from its latch.
+local lock, latch, holder = KEYS[1], KEYS[3], ARGV[3]
+local answered = redis.call('GET', latch)
+if answered then
+  return tonumber(answered)
+end
+if redis.call('HEXISTS', lock, holder) == 0 then
+  return nil
+end
+if redis.call('HINCRBY', lock, holder, -1) > 0 then
+  redis.call('PEXPIRE', lock, ARGV[2])
+  redis.call('SET', latch, 0, 'PX', ARGV[5])
+  return 0
+end
+redis.call('DEL', lock)
+redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('SET', latch, 1, 'PX', ARGV[5])
+return 1";
+
 /// The physical limit's scripts: called with the same KEYS and ARGV as `acquire.lua` and
 /// `release.lua` (as their headers give them), doing the least work a lock can do (one write
 /// with expiry, one delete), padded with a comment to the byte size of ours.
@@ -190,6 +236,8 @@ pub enum RawKind {
     /// (no guard, holder, watchdog, retry or waiting): separates server-side script cost from
     /// client-side library cost.
     OurScripts,
+    /// The shape of Redisson's fenced lock ([`REDISSON_ACQUIRE`], [`REDISSON_RELEASE`]).
+    Redisson,
 }
 
 /// What one `KEYS[i]` or `ARGV[i]` of a script is, read from the script's header comment
@@ -211,6 +259,12 @@ enum Slot {
     /// Whether this send of an acquisition leaves an op record: "0", as fencelock's first
     /// send of every acquisition (only a send after one whose outcome was unknown records).
     RecordFlag,
+    /// The channel a freeing release publishes to (the Redisson shape's own key).
+    Channel,
+    /// What the Redisson shape publishes (Redisson's unlock message, "0").
+    Message,
+    /// The Redisson shape's publish command: "publish" on one server.
+    PublishCommand,
     /// An optional trailing argument (an acquisition's label) that an unlabelled call, like
     /// fencelock's default, leaves out.
     Omitted,
@@ -234,6 +288,12 @@ fn contract(script: &str, name: &str) -> (Vec<Slot>, Vec<Slot>) {
             ("fence counter", Slot::FenceKey),
             ("op record lifetime in ms", Slot::OpTtlMs),
             ("op record", Slot::OpKey),
+            // The Redisson shape's per-request answer is our op record in all but name.
+            ("unlock latch", Slot::OpKey),
+            ("latch lifetime in ms", Slot::OpTtlMs),
+            ("channel", Slot::Channel),
+            ("message", Slot::Message),
+            ("publish command", Slot::PublishCommand),
             ("acquire record", Slot::AcquireOpKey),
             ("op id", Slot::OpId),
             ("holder id", Slot::Holder),
@@ -247,18 +307,19 @@ fn contract(script: &str, name: &str) -> (Vec<Slot>, Vec<Slot>) {
         .map(|(_, slot)| slot)
         .unwrap_or_else(|| {
             panic!(
-                "lua/{name}: unknown KEYS/ARGV entry {role:?}; teach benches/common/mod.rs \
+                "{name}: unknown KEYS/ARGV entry {role:?}; teach benches/common/mod.rs \
                  (fn contract) what to pass for it"
             )
         });
         list.push(slot);
     }
-    assert!(!keys.is_empty(), "lua/{name}: no KEYS in the header");
+    assert!(!keys.is_empty(), "{name}: no KEYS in the header");
     (keys, args)
 }
 
 /// Raw redis-rs `EVALSHA` calls on a fencelock-like connection; one call is one round trip.
 pub struct Raw {
+    kind: RawKind,
     conn: ConnectionManager,
     acquire: Script,
     release: Script,
@@ -275,6 +336,8 @@ pub struct RawKeys {
     lock: String,
     fence: String,
     op_prefix: String,
+    /// The Redisson shape's channel, as long as the lock key.
+    channel: String,
 }
 
 /// The op-record lifetime fencelock uses by default.
@@ -297,13 +360,30 @@ impl Raw {
                 Script::new(OUR_RELEASE),
                 "rawscript:",
             ),
+            // As long as "fencelock:" too.
+            RawKind::Redisson => (
+                Script::new(REDISSON_ACQUIRE),
+                Script::new(REDISSON_RELEASE),
+                "redissonf:",
+            ),
         };
-        // Both kinds send exactly the KEYS and ARGV our scripts take.
-        let acquire_contract = contract(OUR_ACQUIRE_SOURCE, "acquire.lua");
-        let release_contract = contract(OUR_RELEASE_SOURCE, "release.lua");
-        assert_eq!(acquire_contract.1.first(), Some(&Slot::Holder));
-        assert_eq!(acquire_contract.1.get(1), Some(&Slot::LeaseMs));
+        let (acquire_contract, release_contract) = if kind == RawKind::Redisson {
+            (
+                contract(REDISSON_ACQUIRE, "the Redisson-shaped acquire"),
+                contract(REDISSON_RELEASE, "the Redisson-shaped release"),
+            )
+        } else {
+            // The limit sends exactly the KEYS and ARGV our scripts take.
+            let contracts = (
+                contract(OUR_ACQUIRE_SOURCE, "lua/acquire.lua"),
+                contract(OUR_RELEASE_SOURCE, "lua/release.lua"),
+            );
+            assert_eq!(contracts.0 .1.first(), Some(&Slot::Holder));
+            assert_eq!(contracts.0 .1.get(1), Some(&Slot::LeaseMs));
+            contracts
+        };
         Raw {
+            kind,
             conn: resp3_manager(url).await,
             acquire,
             release,
@@ -325,13 +405,16 @@ impl Raw {
     }
 
     /// Keys shaped like fencelock's (`prefix{tag}lock:name`, `prefix{tag}fence`,
-    /// `prefix{tag}op:<id>`); the two-character tag is about as long as fencelock's.
+    /// `prefix{tag}op:<id>`); the two-character tag is about as long as fencelock's. The
+    /// Redisson shape's channel (`prefix{tag}chan:name`) is as long as the lock key, and its
+    /// unlock latches are op records.
     pub fn keys(&self, name: &str) -> RawKeys {
         let base = format!("{}{{b7}}", self.prefix);
         RawKeys {
             lock: format!("{base}lock:{name}"),
             fence: format!("{base}fence"),
             op_prefix: format!("{base}op:"),
+            channel: format!("{base}chan:{name}"),
         }
     }
 
@@ -340,14 +423,14 @@ impl Raw {
     }
 
     /// One `EVALSHA` of `script` with the KEYS and ARGV its contract names.
-    async fn call(
+    async fn call<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         (keys, args): &(Vec<Slot>, Vec<Slot>),
         lock: &RawKeys,
         holder: &str,
         op: &str,
-    ) -> Vec<i64> {
+    ) -> T {
         let mut call = script.prepare_invoke();
         for slot in keys {
             match slot {
@@ -355,6 +438,7 @@ impl Raw {
                 Slot::FenceKey => call.key(&lock.fence),
                 Slot::OpKey => call.key(format!("{}{op}", lock.op_prefix)),
                 Slot::AcquireOpKey => call.key(format!("{}{holder}", lock.op_prefix)),
+                Slot::Channel => call.key(&lock.channel),
                 other => panic!("{other:?} is not a key"),
             };
         }
@@ -367,6 +451,9 @@ impl Raw {
                 Slot::PubSubMode => call.arg("classic"),
                 Slot::OpId => call.arg(op),
                 Slot::RecordFlag => call.arg("0"),
+                // Redisson's unlock message, on one server's PUBLISH.
+                Slot::Message => call.arg("0"),
+                Slot::PublishCommand => call.arg("publish"),
                 Slot::Omitted => continue,
                 other => panic!("{other:?} is not an argument"),
             };
@@ -379,7 +466,7 @@ impl Raw {
     /// One acquire-shaped `EVALSHA`; returns the holder id for the release.
     pub async fn acquire(&self, keys: &RawKeys) -> String {
         let holder = self.next_id();
-        let reply = self
+        let reply: Vec<i64> = self
             .call(
                 &self.acquire,
                 &self.acquire_contract,
@@ -388,14 +475,33 @@ impl Raw {
                 &holder,
             )
             .await;
-        assert_eq!(reply.first(), Some(&1), "raw acquire found the key held");
+        // The Redisson shape answers -1 (no PTTL to wait for) when it grants.
+        let granted = if self.kind == RawKind::Redisson {
+            -1
+        } else {
+            1
+        };
+        assert_eq!(
+            reply.first(),
+            Some(&granted),
+            "raw acquire found the key held"
+        );
         holder
     }
 
     /// One release-shaped `EVALSHA`.
     pub async fn release(&self, keys: &RawKeys, holder: &str) {
+        // A fresh request id: the Redisson shape's unlock latch, our op record.
         let op = self.next_id();
-        let reply = self
+        if self.kind == RawKind::Redisson {
+            // 1: the lock was freed (0 would be entries left, nil not held).
+            let reply: Option<i64> = self
+                .call(&self.release, &self.release_contract, keys, holder, &op)
+                .await;
+            assert_eq!(reply, Some(1), "raw release did not free the lock");
+            return;
+        }
+        let reply: Vec<i64> = self
             .call(&self.release, &self.release_contract, keys, holder, &op)
             .await;
         assert_eq!(reply.first(), Some(&1), "raw release was refused");
@@ -410,6 +516,8 @@ pub enum Kind {
     OursFair,
     Limit,
     OurScripts,
+    /// The shape of Redisson's fenced lock, its two scripts called raw (W1, W2, callgrind).
+    Redisson,
     Rslock,
     Distkit,
 }
@@ -421,6 +529,7 @@ impl Kind {
             Kind::OursFair => "fencelock (fair)",
             Kind::Limit => "limit (raw EVALSHA)",
             Kind::OurScripts => "our scripts, raw",
+            Kind::Redisson => "Redisson fenced lock (scripts) †",
             Kind::Rslock => "rslock 0.10 *",
             Kind::Distkit => "distkit 0.7 mutex *",
         }
@@ -432,6 +541,7 @@ impl Kind {
             Kind::OursFair => "ours_fair",
             Kind::Limit => "limit",
             Kind::OurScripts => "our_scripts",
+            Kind::Redisson => "redisson",
             Kind::Rslock => "rslock",
             Kind::Distkit => "distkit",
         }
@@ -443,6 +553,7 @@ impl Kind {
             Kind::OursFair,
             Kind::Limit,
             Kind::OurScripts,
+            Kind::Redisson,
             Kind::Rslock,
             Kind::Distkit,
         ]
@@ -455,9 +566,9 @@ impl Kind {
         matches!(self, Kind::Ours | Kind::OursFair)
     }
 
-    /// Whether the contender can wait for a held lock (the raw baselines cannot).
+    /// Whether the contender can wait for a held lock (the raw scripts cannot).
     pub fn can_wait(self) -> bool {
-        !matches!(self, Kind::Limit | Kind::OurScripts)
+        !matches!(self, Kind::Limit | Kind::OurScripts | Kind::Redisson)
     }
 }
 
@@ -470,6 +581,7 @@ pub struct Contenders {
     pub ours_fair: LockClient,
     pub limit: Arc<Raw>,
     pub scripts: Arc<Raw>,
+    pub redisson: Arc<Raw>,
     pub rslock: rslock::LockManager,
     pub distkit: ConnectionManager,
 }
@@ -485,6 +597,7 @@ impl Contenders {
                 .expect("fencelock connect (fair)"),
             limit: Arc::new(Raw::connect(url, RawKind::Limit).await),
             scripts: Arc::new(Raw::connect(url, RawKind::OurScripts).await),
+            redisson: Arc::new(Raw::connect(url, RawKind::Redisson).await),
             // rslock with one Redis server, its defaults otherwise (RESP2 multiplexed
             // connection, 3 tries per `lock`, retry delay random in 0..200 ms).
             rslock: rslock::LockManager::new(vec![url.to_owned()]),
@@ -504,6 +617,7 @@ impl Contenders {
             Kind::OursFair => Locker::Ours(self.ours_fair.lock(name).expect("lock name")),
             Kind::Limit => Locker::Raw(self.limit.clone(), self.limit.keys(name)),
             Kind::OurScripts => Locker::Raw(self.scripts.clone(), self.scripts.keys(name)),
+            Kind::Redisson => Locker::Raw(self.redisson.clone(), self.redisson.keys(name)),
             Kind::Rslock => Locker::Rslock(self.rslock.clone(), name.as_bytes().to_vec()),
             Kind::Distkit => {
                 let key = DistkitRedisKey::try_from(name.to_owned()).expect("distkit key");
