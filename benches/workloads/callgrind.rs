@@ -198,6 +198,7 @@ pub fn callgrind_section() -> (String, f64) {
         Kind::Limit,
         Kind::OurScripts,
         Kind::Ours,
+        Kind::Redisson,
         Kind::Rslock,
         Kind::Distkit,
     ] {

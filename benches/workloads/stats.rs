@@ -82,3 +82,11 @@ pub fn process_cpu() -> Duration {
 /// Peers lack these; the tables say so next to their numbers.
 pub const PEER_NOTE: &str = "\\* peers: no re-entry, no fencing tokens (and no cancel safety or \
                           idempotent retries).";
+
+/// What the Redisson row is, and what it lacks against fencelock.
+pub const REDISSON_NOTE: &str = "† the shape of Redisson's fenced lock: its two scripts \
+                              (a hash of holder -> re-entry count, a token from INCR, an unlock \
+                              latch per release request) called raw like ours, so it has \
+                              re-entry and fencing tokens but no clock floor under its tokens, \
+                              no replay of a re-sent acquisition and no type checks; a raw \
+                              baseline, it does not wait.";

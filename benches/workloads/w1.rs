@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::admin::Admin;
 use crate::common::{self, Contenders, Kind, Locker};
 use crate::measure::{monitored, per_unit};
-use crate::stats::{fmt_us, median, us, PEER_NOTE};
+use crate::stats::{fmt_us, median, us, PEER_NOTE, REDISSON_NOTE};
 use crate::{Cfg, Report};
 
 // ---------------------------------------------------------------------------------------------
@@ -21,6 +21,7 @@ pub async fn w1(cfg: &Cfg, report: &mut Report) {
         Kind::Ours,
         Kind::Limit,
         Kind::OurScripts,
+        Kind::Redisson,
         Kind::Rslock,
         Kind::Distkit,
     ];
@@ -140,14 +141,16 @@ pub async fn w1(cfg: &Cfg, report: &mut Report) {
     let vs_limit = paired(Kind::Ours, Kind::Limit);
     let vs_rslock = paired(Kind::Ours, Kind::Rslock);
     let vs_scripts = paired(Kind::Ours, Kind::OurScripts);
+    let vs_redisson = paired(Kind::Ours, Kind::Redisson);
     let _ = writeln!(
         text,
-        "\nfencelock / rslock (paired): {vs_limit_rs:.2}; fencelock / our scripts, raw (paired): \
+        "\nfencelock / rslock (paired): {vs_limit_rs:.2}; fencelock / Redisson fenced lock \
+         (paired): {vs_redisson:.2}; fencelock / our scripts, raw (paired): \
          {vs_scripts:.2}. {rounds} interleaved rounds of {block} \
          cycles (distkit {dk}). \"our scripts, raw\" calls lua/acquire.lua + lua/release.lua \
          directly through redis-rs on the same connection type: the gap between it and the \
          limit is server-side script work, the gap between fencelock and it is client-side \
-         library work.\n\n{PEER_NOTE}\n",
+         library work.\n\n{PEER_NOTE}\n\n{REDISSON_NOTE}\n",
         vs_limit_rs = vs_rslock,
         dk = block.div_ceil(6),
     );

@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::admin::Admin;
 use crate::common::{self, Contenders, Kind};
-use crate::stats::{median, process_cpu, us, PEER_NOTE};
+use crate::stats::{median, process_cpu, us, PEER_NOTE, REDISSON_NOTE};
 use crate::{Cfg, Report};
 
 // ---------------------------------------------------------------------------------------------
@@ -25,6 +25,7 @@ pub async fn w2(cfg: &Cfg, report: &mut Report) {
         Kind::Ours,
         Kind::Limit,
         Kind::OurScripts,
+        Kind::Redisson,
         Kind::Rslock,
         Kind::Distkit,
     ];
@@ -91,12 +92,22 @@ pub async fn w2(cfg: &Cfg, report: &mut Report) {
             median(&redis)
         );
     }
+    let redis_cpu = |kind: Kind| median(&cpu[&kind].iter().map(|c| c.1).collect::<Vec<_>>());
+    let _ = writeln!(
+        text,
+        "\nfencelock / Redisson fenced lock (paired): throughput {:.2}, Redis CPU per cycle \
+         {:.1} µs against {:.1} µs.",
+        paired_with(Kind::Ours, Kind::Redisson),
+        redis_cpu(Kind::Ours),
+        redis_cpu(Kind::Redisson)
+    );
     let _ = writeln!(
         text,
         "\n{rounds} interleaved rounds of {:.1} s per contender. The limit is the same 64 tasks \
          each sending acquire-shaped then release-shaped EVALSHAs on one multiplexed connection \
          (redis-rs pipelines them). With 64 requests in flight the two cores are \
-         saturated, so throughput is set by CPU per cycle (client + Redis).\n\n{PEER_NOTE}\n",
+         saturated, so throughput is set by CPU per cycle (client + Redis).\n\n{PEER_NOTE}\n\n\
+         {REDISSON_NOTE}\n",
         window.as_secs_f64()
     );
     report.section(text);
@@ -107,7 +118,6 @@ pub async fn w2(cfg: &Cfg, report: &mut Report) {
         format!("{vs_rslock:.2}×"),
         vs_rslock >= 1.0,
     );
-    let redis_cpu = |kind: Kind| median(&cpu[&kind].iter().map(|c| c.1).collect::<Vec<_>>());
     let (ours_cpu, rslock_cpu) = (redis_cpu(Kind::Ours), redis_cpu(Kind::Rslock));
     report.target(
         "C-W2 CPU",
