@@ -67,7 +67,7 @@ for i = 1, n do
   first_of[ops[i]] = first_of[ops[i]] or i
   records[2 * i - 1], records[2 * i] = op_record(i), acquire_record(i)
 end
-local sem, err = sem_open(KEYS[1], KEYS[2], holders, now_ms(), nil)
+local sem, err = sem_open(KEYS[1], KEYS[2], holders, now_ms(), nil, nil, true)
 if not sem then
   return err
 end

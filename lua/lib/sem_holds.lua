@@ -132,16 +132,26 @@ end
 --   expired  lease zset path: the holders whose deadline is at or before `now` (sem_purge)
 --   and, for one holder, its hold: `holder`; `held`, its field (false: none); `live`, whether
 --   it holds now; `entries` ("~entries:<holder id>", 1 without that field); for a list,
---   holds: per holder id, its hold (a table with the same fields)
+--   holds: per holder id, its hold (a table with the same fields). A list's entries are read
+--   only when `list_entries` asks (a grouped release ends a re-entered hold entry by entry;
+--   a grouped read never needs them, and reading them doubles its HMGET); without, every
+--   listed hold has `entries` 1
 -- A key of another type fails the call that reads it, caught here, so neither key costs a
 -- TYPE when both are right. With field expiry the zset is never read: its type is checked
 -- with TYPE, so a foreign key under its name is refused and never deleted (sem_settle).
-local function sem_open(hash, leases, holders, now, wanted, writers)
+local function sem_open(hash, leases, holders, now, wanted, writers, list_entries)
   local got
+  -- Where each holder's fields are in `got`: its hold's at 5 + stride * (k - 1), its entries'
+  -- right after (stride 2), if read.
+  local stride = 2
   if type(holders) == 'table' then
     local fields = {'~expiry', '~limit', '~used', '~until'}
+    stride = list_entries and 2 or 1
     for _, holder in ipairs(holders) do
-      fields[#fields + 1], fields[#fields + 2] = holder, '~entries:' .. holder
+      fields[#fields + 1] = holder
+      if list_entries then
+        fields[#fields + 1] = '~entries:' .. holder
+      end
     end
     got = redis.pcall('HMGET', hash, unpack(fields))
   elseif holders then
@@ -189,19 +199,24 @@ local function sem_open(hash, leases, holders, now, wanted, writers)
     state.marks = kind == 'zset'
   end
   -- A single holder's hold is the state itself, a listed holder's a table of its own in
-  -- `state.holds`. A hold is live when its field is there and its deadline is after `now` (on
-  -- the lease-zset path: it is not among the expired).
+  -- `state.holds`, but for the listed holders without a field: they share one hold that says
+  -- so (`absent`, which nothing writes to), rather than a grouped call of fresh operations
+  -- making a table per operation. A hold is live when its field is there and its deadline is
+  -- after `now` (on the lease-zset path: it is not among the expired).
   local list = type(holders) == 'table' and holders
+  local absent = list and {holder = false, held = false, live = false, entries = 1}
   state.holds = list and {}
   for k = 1, list and #list or (holders and 1 or 0) do
     local holder, hold = list and list[k] or holders, state
+    local at = 5 + stride * (k - 1)
+    local held = got[at] or false
     if list then
-      hold = state.holds[holder] or {}
+      hold = state.holds[holder] or (held and {} or absent)
       state.holds[holder] = hold
     end
-    if hold.holder ~= holder then
-      local held = got[3 + 2 * k] or false
-      hold.holder, hold.held, hold.entries, hold.live = holder, held, tonumber(got[4 + 2 * k]) or 1, held and true or false
+    if hold ~= absent and hold.holder ~= holder then
+      local entries = stride == 2 and tonumber(got[at + 1]) or 1
+      hold.holder, hold.held, hold.entries, hold.live = holder, held, entries, held and true or false
       if hold.live and FIELD_EXPIRY then
         hold.live = (sem_deadline(hash, leases, holder) or 0) > now
       end
