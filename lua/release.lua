@@ -11,12 +11,18 @@
 -- ARGV[3]  pub/sub mode: "sharded" publishes the release with SPUBLISH (Redis Cluster: the
 --          channel is the lock key, so it is in this script's slot); anything else: PUBLISH
 -- ARGV[4]  op id            this release's operation id (the id in KEYS[2])
+-- ARGV[5]  "0": the release's only send so far: no copy of it can have run, so KEYS[2] is
+--          not read (one call less on every uncontended release); anything else (a re-send,
+--          or a connection that re-sends by itself): KEYS[2] is read and replayed
 --
 -- Returns  {1, n}           released once; n entries remain (0: the hash was deleted and a
 --                           message was published on channel KEYS[1])
 --          {-1}             the holder does not hold the lock (expired, deleted, or taken over);
 --                           nothing changed, another holder's lock is never touched
 -- Errors   FENCELOCK_WRONGTYPE  the lock key holds a value this protocol did not write
+--
+-- Why a first send reads no record: KEYS[2] is written only by a send of this same operation,
+-- and a send after the first always says so; a cancel never writes a release's record.
 --
 -- One op record per hold: a release that leaves entries records its reply under its own op id
 -- (KEYS[2]); the release that frees the lock marks the holder's acquire record (KEYS[3]) with
@@ -27,4 +33,4 @@
 --
 -- All of it is lock_release() of lib/release.lua, which the loader prepends to this file;
 -- release_fair.lua, handoff.lua and release_all.lua release with it too.
-return lock_release(KEYS, ARGV)
+return lock_release(KEYS, ARGV, nil, nil, ARGV[5] == '0')

@@ -117,13 +117,6 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
             )]),
         ),
         (
-            "release: GET op record",
-            release(&[(
-                "local done = redis.call('GET', keys[2])",
-                "local done = false",
-            )]),
-        ),
-        (
             "release: HGET holder (type and owner check)",
             release(&[(
                 "count = redis.pcall('HGET', keys[1], argv[1])",
@@ -300,6 +293,8 @@ fn contract(script: &str, name: &str) -> (Vec<Slot>, Vec<Slot>) {
             ("lease in ms", Slot::LeaseMs),
             ("pub/sub mode", Slot::PubSubMode),
             ("\"1\": record this send", Slot::RecordFlag),
+            // release.lua's first-send flag: the raw cycle's release is its only send.
+            ("\"0\": the release's only send so far", Slot::RecordFlag),
             ("label", Slot::Omitted),
         ]
         .into_iter()

@@ -303,7 +303,7 @@ impl Admin {
         let mut conn = self.conn.clone();
         let pubsub = protocol::PubSub::Classic;
         let ttl = Duration::from_secs(10);
-        match protocol::release(&mut conn, &keys, holder, &op, ttl, pubsub).await? {
+        match protocol::release(&mut conn, &keys, holder, &op, ttl, pubsub, true).await? {
             OwnerReply::Done { .. } => Ok(HoldRelease::Released),
             OwnerReply::NotHeld => Ok(HoldRelease::NotHeld),
         }

@@ -9,7 +9,9 @@ use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::handoff::{Grant, Settled};
 use crate::engine::holder::{Holder, LostReason};
-use crate::engine::pending::PendingOp;
+use crate::engine::pending::{PendingOp, Sends};
+#[cfg(fencelock_negative_controls)]
+use crate::protocol::controls::Control;
 use crate::protocol::{CancelKind, Candidate, EnterReply, HandoffReply, OwnerReply, PubSub};
 
 /// Proof that this holder holds a lock, with the fencing token to present to storage.
@@ -367,10 +369,14 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
         None
     };
     let sent_at = Instant::now();
+    let sends = Sends::default();
     let reply = holder
         .engine
         .retrying(|conn| {
             let pubsub = conn.pubsub();
+            let resent = sends.send(&conn);
+            #[cfg(fencelock_negative_controls)]
+            let resent = resent && !holder.engine.broken(Control::ReleaseResentAsFirst);
             // The script counts the channel's listeners on the lock's own node: in a cluster
             // that is all of them only with sharded pub/sub.
             let candidate = offer
@@ -382,7 +388,7 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
                     label: offer.label.as_deref(),
                     permits: offer.permits,
                 });
-            kind.release(holder, conn, op, pubsub, candidate)
+            kind.release(holder, conn, op, pubsub, candidate, resent)
         })
         .await;
     // Dropped unsettled on an error: the waiter then asks Redis, which replays a grant.

@@ -276,14 +276,15 @@ pub(super) async fn sem_take(
         .await
 }
 
-/// `holder`'s release as operation `op`, answered.
+/// `holder`'s release as operation `op`, answered; sent as a re-send (the op record is read),
+/// so that the same call can replay an earlier one.
 pub(super) async fn released_by(
     conn: &mut MultiplexedConnection,
     keys: &LockKeys,
     holder: &str,
     op: &str,
 ) -> OwnerReply {
-    release(conn, keys, holder, op, OP_TTL, PubSub::Classic)
+    release(conn, keys, holder, op, OP_TTL, PubSub::Classic, true)
         .await
         .unwrap()
 }

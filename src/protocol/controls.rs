@@ -70,7 +70,7 @@ const RUN_DONE: &str = "return run.record(2, recorded)";
 /// The lines of `lib/release.lua` that read a release's own op record, that replay the mark
 /// the freeing release left on the holder's acquire record, and that publish the release
 /// (release.lua and handoff.lua run them).
-const RELEASE_RECORD: &str = "local done = redis.call('GET', keys[2])";
+const RELEASE_RECORD: &str = "local done = not first and redis.call('GET', keys[2])";
 const RELEASE_MARK: &str = "if redis.call('GET', keys[3]) == 'r:' .. argv[4] then";
 const RELEASE_PUBLISH: &str =
     "  redis.call(argv[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', keys[1], 'released')\n";
@@ -209,6 +209,9 @@ controls! {
     /// An acquisition that got a definite "busy" stops its undo even though an earlier send's
     /// outcome is unknown: that copy takes the lock after the caller gave up, for nobody.
     StragglerNotUndone => [],
+    /// The client sends every release as its first send (`release.lua` ARGV[5] = 0), re-sends
+    /// included: a re-sent release reads no op record and applies twice.
+    ReleaseResentAsFirst => [],
     /// The watchdog keeps renewing a holder whose guards are all gone.
     WatchdogIgnoresDrop => [],
     /// The holder's lease is measured from the reply instead of from the send.

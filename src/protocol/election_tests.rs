@@ -69,7 +69,7 @@ async fn announce_records_metadata_for_the_holder_of_that_term_only() {
 
     // After the release the field is gone with the hash, and a late announce cannot bring
     // it back.
-    let released = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic).await;
+    let released = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic, false).await;
     assert_eq!(released.unwrap(), OwnerReply::Done { remaining: 0 });
     let late = announce(&mut conn, &keys, "h", term, b"late", PubSub::Classic).await;
     assert_eq!(late.unwrap(), OwnerReply::NotHeld);
@@ -195,7 +195,7 @@ async fn the_lock_scripts_treat_a_leaders_hash_as_a_plain_lock() {
 
     // The release of a leader takes the metadata with the hash.
     let (_server, mut conn, keys, _) = led_by("h", b"meta").await;
-    let released = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic).await;
+    let released = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic, false).await;
     assert_eq!(released.unwrap(), OwnerReply::Done { remaining: 0 });
     let exists: bool = conn.exists(&keys.lock).await.unwrap();
     assert!(!exists, "the metadata outlived the release");

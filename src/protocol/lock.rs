@@ -235,6 +235,11 @@ pub(crate) async fn reenter<C: ConnectionLike>(
     }
 }
 
+/// One send of the release of one entry of `holder`'s hold as operation `op_id`:
+/// `release.lua` for a lock, `sem_release.lua` for a semaphore's or read-write lock's hold.
+/// `resent`: a copy of this release may have run before (an earlier send's outcome was not
+/// known, or the connection re-sends by itself), so the script reads the op record it would
+/// have left; a lock's first send skips that read (`release.lua` ARGV[5]).
 pub(crate) async fn release<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
@@ -242,13 +247,15 @@ pub(crate) async fn release<C: ConnectionLike>(
     op_id: &str,
     op_ttl: Duration,
     pubsub: PubSub,
+    resent: bool,
 ) -> Result<OwnerReply, Error> {
-    let (script, name) = match keys.has_hold_leases() {
-        false => (&scripts().release, "release"),
-        true => (&scripts().sem_release, "sem_release"),
-    };
-    let call = release_call(script, keys, holder, op_id, op_ttl, pubsub);
-    owner_reply(name, &invoke(conn, &call).await?)
+    if keys.has_hold_leases() {
+        let call = release_call(&scripts().sem_release, keys, holder, op_id, op_ttl, pubsub);
+        return owner_reply("sem_release", &invoke(conn, &call).await?);
+    }
+    let mut call = release_call(&scripts().release, keys, holder, op_id, op_ttl, pubsub);
+    call.arg(flag(resent));
+    owner_reply("release", &invoke(conn, &call).await?)
 }
 
 /// The call of `script` that releases one entry of `holder`'s hold as operation `op_id`:

@@ -101,7 +101,18 @@ async fn a_replayed_reentry_or_release_applies_once() {
     assert_eq!(entered_by(&mut conn, &keys, "h", "op-enter").await, entered);
     assert_eq!(count(&mut conn, &keys, "h").await, Some(2));
 
-    let released = released_by(&mut conn, &keys, "h", "op-rel-1").await;
+    // Each release goes out first as a first send (which reads no record), then re-sent.
+    let released = release(
+        &mut conn,
+        &keys,
+        "h",
+        "op-rel-1",
+        OP_TTL,
+        PubSub::Classic,
+        false,
+    )
+    .await
+    .unwrap();
     assert_eq!(released, OwnerReply::Done { remaining: 1 });
     assert_eq!(
         released_by(&mut conn, &keys, "h", "op-rel-1").await,
@@ -109,7 +120,17 @@ async fn a_replayed_reentry_or_release_applies_once() {
     );
     assert_eq!(count(&mut conn, &keys, "h").await, Some(1));
 
-    let last = released_by(&mut conn, &keys, "h", "op-rel-2").await;
+    let last = release(
+        &mut conn,
+        &keys,
+        "h",
+        "op-rel-2",
+        OP_TTL,
+        PubSub::Classic,
+        false,
+    )
+    .await
+    .unwrap();
     assert_eq!(last, OwnerReply::Done { remaining: 0 });
     // A new holder takes over; the old release replayed late must neither fail nor touch it.
     let next = acquired(&mut conn, &keys, "h2", LEASE).await;
@@ -511,12 +532,12 @@ async fn over_a_cluster_replays_apply_once_and_a_call_never_spans_slots() {
                 .unwrap(),
             entered
         );
-        let released = release(&mut conn, keys, "h", "rel", OP_TTL, pubsub)
+        let released = release(&mut conn, keys, "h", "rel", OP_TTL, pubsub, false)
             .await
             .unwrap();
         assert_eq!(released, OwnerReply::Done { remaining: 1 });
         assert_eq!(
-            release(&mut conn, keys, "h", "rel", OP_TTL, pubsub)
+            release(&mut conn, keys, "h", "rel", OP_TTL, pubsub, true)
                 .await
                 .unwrap(),
             released
@@ -524,7 +545,7 @@ async fn over_a_cluster_replays_apply_once_and_a_call_never_spans_slots() {
         let count: Option<u64> = conn.hget(&keys.lock, "h").await.unwrap();
         assert_eq!(count, Some(1));
         assert_eq!(
-            release(&mut conn, keys, "h", "last", OP_TTL, pubsub)
+            release(&mut conn, keys, "h", "last", OP_TTL, pubsub, false)
                 .await
                 .unwrap(),
             OwnerReply::Done { remaining: 0 }
@@ -594,7 +615,7 @@ async fn foreign_data_is_refused_by_the_first_read_and_left_alone() {
     let (_server, mut conn, keys) = setup().await;
     let _: () = conn.set(&keys.lock, "foreign").await.unwrap();
     let refused = [
-        release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+        release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic, false)
             .await
             .unwrap_err(),
         reenter(&mut conn, &keys, "h", "e", OP_TTL)

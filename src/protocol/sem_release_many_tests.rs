@@ -364,7 +364,7 @@ async fn a_foreign_record_reads_as_absent(conn: &mut Conn, keys: &LockKeys) {
     let foreign = Fields::from([("f".to_owned(), "foreign".to_owned())]);
     let before: Fields = conn.hgetall(&keys.lock).await.unwrap();
 
-    let alone = release(conn, keys, "b", "b:out", OP_TTL, PubSub::Classic).await;
+    let alone = release(conn, keys, "b", "b:out", OP_TTL, PubSub::Classic, false).await;
     assert_raised_wrongtype(&alone);
     let after_alone: Fields = conn.hgetall(&keys.lock).await.unwrap();
     assert_eq!(after_alone, before, "the release alone changed the holds");

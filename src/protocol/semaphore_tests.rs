@@ -299,7 +299,7 @@ hold_test! {
                 .await
                 .unwrap_err();
             assert!(err.is_wrong_type(), "{err:?}");
-            let err = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic)
+            let err = release(&mut conn, &keys, "h", "r", OP_TTL, PubSub::Classic, false)
                 .await
                 .unwrap_err();
             assert!(err.is_wrong_type(), "{err:?}");

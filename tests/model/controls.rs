@@ -132,6 +132,17 @@ fn retries_without_operation_ids_apply_twice() {
 }
 
 #[test]
+fn a_release_re_sent_as_a_first_send_applies_twice() {
+    caught(
+        Control::ReleaseResentAsFirst,
+        Property::RetriesApplyOnce,
+        |w| {
+            w.retried = 8;
+        },
+    );
+}
+
+#[test]
 fn extend_without_owner_check_breaks_mutual_exclusion() {
     caught(
         Control::ExtendWithoutOwnerCheck,
