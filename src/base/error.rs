@@ -395,22 +395,12 @@ fn io_error_in(err: &redis::RedisError) -> Option<&std::io::Error> {
 }
 
 /// A connection failure and where it was going: the message of [`Error::connecting`].
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("connecting to {to}: {cause}")]
 struct Unreachable {
     to: String,
+    #[source]
     cause: redis::RedisError,
-}
-
-impl fmt::Display for Unreachable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "connecting to {}: {}", self.to, self.cause)
-    }
-}
-
-impl std::error::Error for Unreachable {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.cause)
-    }
 }
 
 /// The server's words for an ACL refusal, wherever it sits in the error.
@@ -537,69 +527,59 @@ impl ErrorClass {
     }
 }
 
-impl Error {
+/// Declares the public predicates on [`Error`], one per line: what it asks, and the variants
+/// (with a guard, the errors) it is true of.
+macro_rules! predicates {
+    ($($(#[$doc:meta])* $name:ident: $pattern:pat $(if $guard:expr)?,)*) => {
+        impl Error {$(
+            $(#[$doc])*
+            pub fn $name(&self) -> bool {
+                matches!(self, $pattern $(if $guard)?)
+            }
+        )*}
+    };
+}
+
+predicates! {
     /// The Redis user lacks a permission fencelock needs (ACL `NOPERM`).
-    pub fn is_permission_denied(&self) -> bool {
-        matches!(self, Error::PermissionDenied { .. })
-    }
+    is_permission_denied: Error::PermissionDenied { .. },
 
     /// The deadline passed before the lock could be taken.
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout { .. })
-    }
+    is_timeout: Error::Timeout { .. },
 
     /// A fenced operation was refused because a newer token got there first (see
     /// [`Error::StaleToken`]).
-    pub fn is_stale_token(&self) -> bool {
-        matches!(self, Error::StaleToken { .. })
-    }
+    is_stale_token: Error::StaleToken { .. },
 
     /// The guard's holder does not hold the lock any more.
-    pub fn is_not_held(&self) -> bool {
-        matches!(self, Error::NotHeld)
-    }
+    is_not_held: Error::NotHeld,
 
     /// The input (name, lease, configuration, lock set, leader metadata, job options or tick,
     /// idempotency options, key or fingerprint) was rejected before anything was sent to Redis.
-    pub fn is_invalid_input(&self) -> bool {
-        matches!(
-            self,
-            Error::InvalidName { .. }
-                | Error::InvalidLease { .. }
-                | Error::InvalidConfig { .. }
-                | Error::InvalidLockSet { .. }
-                | Error::InvalidMetadata { .. }
-                | Error::InvalidJob { .. }
-                | Error::InvalidIdempotency { .. }
-                | Error::InvalidPermits { .. }
-        )
-    }
+    is_invalid_input: Error::InvalidName { .. }
+        | Error::InvalidLease { .. }
+        | Error::InvalidConfig { .. }
+        | Error::InvalidLockSet { .. }
+        | Error::InvalidMetadata { .. }
+        | Error::InvalidJob { .. }
+        | Error::InvalidIdempotency { .. }
+        | Error::InvalidPermits { .. },
 
     /// The server lacks something this client needs (refused at connect).
-    pub fn is_unsupported_server(&self) -> bool {
-        matches!(self, Error::UnsupportedServer { .. })
-    }
+    is_unsupported_server: Error::UnsupportedServer { .. },
 
     /// Fewer replicas than required acknowledged an acquisition in time (it was rolled back).
-    pub fn is_replication_timeout(&self) -> bool {
-        matches!(self, Error::ReplicationTimeout { .. })
-    }
+    is_replication_timeout: Error::ReplicationTimeout { .. },
 
     /// A lock key held data that fencelock did not write.
-    pub fn is_wrong_type(&self) -> bool {
-        matches!(self, Error::WrongType { .. })
-    }
+    is_wrong_type: Error::WrongType { .. },
 
     /// Redis could not be reached or the connection failed mid-request.
-    pub fn is_connection(&self) -> bool {
-        self.class() == Some(ErrorClass::ConnectionLost)
-    }
+    is_connection: Error::Redis(err) if ErrorClass::of(err) == ErrorClass::ConnectionLost,
 
     /// Redis refused the credentials (wrong user or password, or none given where one is
     /// required).
-    pub fn is_auth_refused(&self) -> bool {
-        self.class() == Some(ErrorClass::AuthRefused)
-    }
+    is_auth_refused: Error::Redis(err) if ErrorClass::of(err) == ErrorClass::AuthRefused,
 }
 
 #[cfg(test)]

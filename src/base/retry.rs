@@ -51,12 +51,7 @@ const MAX_RESEND_PAUSE: Duration = Duration::from_millis(250);
 /// Pauses that start at `first` and double up to `max`, each stretched by a random factor in
 /// `[1, 2)`. Never ends: the caller bounds it.
 pub(crate) fn backoff(first: Duration, max: Duration) -> ExponentialBackoff {
-    ExponentialBuilder::new()
-        .with_min_delay(first)
-        .with_max_delay(max)
-        .with_jitter()
-        .without_max_times()
-        .build()
+    jittered(first, max).build()
 }
 
 /// The pauses between re-sends of one request (as [`Resends`]: from the first re-send pause
@@ -64,13 +59,18 @@ pub(crate) fn backoff(first: Duration, max: Duration) -> ExponentialBackoff {
 /// waiters' re-subscription, which goes on as long as someone waits (a unit test gives the
 /// seed, so that its run replays).
 pub(crate) fn resend_pauses(seed: u64) -> ExponentialBackoff {
-    ExponentialBuilder::new()
-        .with_min_delay(FIRST_RESEND_PAUSE)
-        .with_max_delay(MAX_RESEND_PAUSE)
-        .with_jitter()
+    jittered(FIRST_RESEND_PAUSE, MAX_RESEND_PAUSE)
         .with_jitter_seed(seed)
-        .without_max_times()
         .build()
+}
+
+/// The one backoff of [`backoff`] and [`resend_pauses`], before its jitter is seeded.
+fn jittered(first: Duration, max: Duration) -> ExponentialBuilder {
+    ExponentialBuilder::new()
+        .with_min_delay(first)
+        .with_max_delay(max)
+        .with_jitter()
+        .without_max_times()
 }
 
 /// The window for the attempts of an acquirer that is already waiting for the lock: until the
@@ -108,21 +108,16 @@ impl Resends {
             pauses: backoff(FIRST_RESEND_PAUSE, MAX_RESEND_PAUSE),
         }
     }
-
-    /// How long to pause before the next attempt, or `None` when that attempt would start
-    /// after the window closed (then the last error stands).
-    pub(crate) fn next_pause(&mut self) -> Option<Duration> {
-        let pause = self.pauses.next()?;
-        (self.started.elapsed() + pause < self.window).then_some(pause)
-    }
 }
 
 impl Iterator for Resends {
     type Item = Duration;
 
-    /// [`Resends::next_pause`]: the pauses end when the window closes.
+    /// How long to pause before the next attempt, or `None` when that attempt would start
+    /// after the window closed (then the last error stands).
     fn next(&mut self) -> Option<Duration> {
-        self.next_pause()
+        let pause = self.pauses.next()?;
+        (self.started.elapsed() + pause < self.window).then_some(pause)
     }
 }
 
@@ -154,20 +149,20 @@ mod tests {
         // An open-ended window never closes.
         let mut resends = Resends::new(Duration::MAX);
         resends.started -= Duration::from_secs(3600);
-        assert!(resends.next_pause().is_some());
+        assert!(resends.next().is_some());
     }
 
     #[test]
     fn the_window_bounds_the_resends() {
         let mut resends = Resends::new(Duration::from_millis(100));
         let mut total = Duration::ZERO;
-        while let Some(pause) = resends.next_pause() {
+        while let Some(pause) = resends.next() {
             total += pause;
             // Time passes as if each pause had been slept.
             resends.started -= pause;
         }
         assert!(total < Duration::from_millis(100), "{total:?}");
         let mut closed = Resends::new(Duration::ZERO);
-        assert_eq!(closed.next_pause(), None);
+        assert_eq!(closed.next(), None);
     }
 }
