@@ -48,19 +48,14 @@ pub(crate) enum AckRoute {
 }
 
 impl AckRoute {
-    /// The node that must execute a script on `slot` now.
-    async fn node(&self, slot: u16) -> Result<Node, Error> {
-        match self {
-            AckRoute::Server(conn) => Ok(conn.primary()),
-            AckRoute::Cluster(cluster) => cluster.owner(slot).await,
-        }
-    }
-
-    /// The node an `ASK` redirection names (cluster only).
-    fn asked(&self, addr: String) -> Result<Node, Error> {
-        match self {
-            AckRoute::Cluster(cluster) => cluster.node(addr, 0),
-            AckRoute::Server(_) => Err(Error::Protocol(format!(
+    /// The node that must execute a script on `slot` now: its primary, or the node an `ASK`
+    /// redirection named (cluster only).
+    async fn node(&self, slot: u16, asked: Option<String>) -> Result<Node, Error> {
+        match (self, asked) {
+            (AckRoute::Server(conn), None) => Ok(conn.primary()),
+            (AckRoute::Cluster(cluster), None) => cluster.owner(slot).await,
+            (AckRoute::Cluster(cluster), Some(addr)) => cluster.node(addr, 0),
+            (AckRoute::Server(_), Some(addr)) => Err(Error::Protocol(format!(
                 "an ASK redirection to {addr} outside a cluster"
             ))),
         }
@@ -200,6 +195,7 @@ pub(crate) struct AckSession<'a> {
     poisoned: bool,
 }
 
+#[derive(Default)]
 struct Held {
     key: String,
     /// Dropped (closed) after any failure on it; a later script to the node opens another.
@@ -218,18 +214,15 @@ impl AckSession<'_> {
     /// This session's connection to `node`, opened (or taken from the pool) if needed. `fence`
     /// is a key of a slot the node owns, for [`Held::bump`].
     async fn connection(&mut self, node: &Node, fence: &[u8]) -> Result<&mut Held, Error> {
-        let index = match self.held.iter().position(|h| h.key == node.key) {
-            Some(index) => index,
-            None => {
-                self.held.push(Held {
-                    key: node.key.clone(),
-                    conn: None,
-                    wrote: false,
-                    bump: None,
-                });
-                self.held.len() - 1
-            }
-        };
+        let index = self.held.iter().position(|h| h.key == node.key);
+        let index = index.unwrap_or_else(|| {
+            let key = node.key.clone();
+            self.held.push(Held {
+                key,
+                ..Held::default()
+            });
+            self.held.len() - 1
+        });
         let held = &mut self.held[index];
         if held.conn.is_none() {
             held.conn = Some(self.pool.open(node).await?);
@@ -304,10 +297,7 @@ impl AckSession<'_> {
         let mut ask: Option<String> = None;
         loop {
             let asking = ask.is_some();
-            let node = match ask.take() {
-                Some(addr) => pool.route.asked(addr)?,
-                None => pool.route.node(keys.slot).await?,
-            };
+            let node = pool.route.node(keys.slot, ask.take()).await?;
             let err = match self.connection(&node, &keys.fence).await {
                 Err(err) => err,
                 Ok(held) => {

@@ -29,26 +29,24 @@ pub(crate) fn push_handler(
         let Some(listener) = listener.upgrade() else {
             return Err(());
         };
-        match push.kind {
-            PushKind::Message | PushKind::SMessage => {
-                if let Some(Value::BulkString(channel)) = push.data.first() {
-                    let payload = match push.data.get(1) {
-                        Some(Value::BulkString(payload)) => payload.as_slice(),
-                        _ => &[],
-                    };
-                    listener.on_message(channel, payload);
-                }
+        let channel = match push.data.first() {
+            Some(Value::BulkString(channel)) => Some(channel.as_slice()),
+            _ => None,
+        };
+        match (push.kind, channel) {
+            (PushKind::Message | PushKind::SMessage, Some(channel)) => {
+                let payload = match push.data.get(1) {
+                    Some(Value::BulkString(payload)) => payload.as_slice(),
+                    _ => &[],
+                };
+                listener.on_message(channel, payload);
             }
             // A release published while we were disconnected is lost for good: every
             // waiting head goes back to Redis instead of waiting out the lease.
-            PushKind::Disconnection => listener.on_disconnect(),
+            (PushKind::Disconnection, _) => listener.on_disconnect(),
             // The server drops a sharded subscription by itself when the channel's slot moves
             // to another node (resharding, failover): subscribe again, now at the new owner.
-            PushKind::SUnsubscribe => {
-                if let Some(Value::BulkString(channel)) = push.data.first() {
-                    listener.on_subscription_lost(channel);
-                }
-            }
+            (PushKind::SUnsubscribe, Some(channel)) => listener.on_subscription_lost(channel),
             _ => {}
         }
         Ok(())
