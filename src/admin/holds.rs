@@ -49,19 +49,15 @@ impl fmt::Display for HoldEntry {
 impl HoldEntry {
     /// A read-write lock's hold for its line: the holder and the rest, no permits (a reader
     /// holds 1 and a writer a billion only by the layout, which an operator need not know).
-    fn share(&self) -> impl fmt::Display + '_ {
-        struct Share<'a>(&'a HoldEntry);
-        impl fmt::Display for Share<'_> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}", self.0.holder)?;
-                self.0.details(f)
-            }
-        }
-        Share(self)
+    fn share(&self) -> String {
+        let mut line = self.holder.clone();
+        // Writing to a String cannot fail.
+        let _ = self.details(&mut line);
+        line
     }
 
     /// What follows the holder and its permits on a hold's line.
-    fn details(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    fn details(&self, f: &mut impl fmt::Write) -> fmt::Result {
         item(f, "token", self.token, "")?;
         item(f, "held", self.held_for.map(format_duration), "")?;
         item(f, "lease", self.lease_left.map(format_duration), "expired")?;
@@ -366,7 +362,7 @@ impl Admin {
         pipe.add_command(scored(&marks_key));
         type Scored = Vec<(String, f64)>;
         type Reply = (Vec<(Vec<u8>, Vec<u8>)>, Scored, (u64, u64), Scored);
-        let (fields, deadlines, time, marks): Reply = pipe
+        let (fields, mut deadlines, time, marks): Reply = pipe
             .query_async(&mut self.conn.clone())
             .await
             .map_err(Error::from_reply)?;
@@ -375,12 +371,13 @@ impl Admin {
         }
         let now_ms = (time.0 * 1000 + time.1 / 1000) as f64;
         let field = |name: &[u8]| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v);
-        let field_expiry = field(b"~expiry").is_some_and(|value| value == b"fields");
-        let mut deadlines = if field_expiry {
-            self.field_deadlines(&keys.lock, &fields).await?
-        } else {
-            deadlines
+        let expiry = match field(b"~expiry").map(Vec::as_slice) {
+            Some(b"fields") => HoldExpiry::FieldExpiry,
+            _ => HoldExpiry::LeaseZset,
         };
+        if expiry == HoldExpiry::FieldExpiry {
+            deadlines = self.field_deadlines(&keys.lock, &fields).await?;
+        }
         // Oldest lease first, and holders with the same deadline (to the millisecond) by
         // name: the zset's own order (score, then member), which the hash's field order read
         // with field expiry is not, so a listing reads the same both ways.
@@ -394,18 +391,18 @@ impl Admin {
             // label may hold colons of its own).
             let value = String::from_utf8_lossy(value);
             let mut parts = value.splitn(3, ':');
-            let permits = parts.next().unwrap_or("");
-            let token = parts.next().unwrap_or("").parse().ok();
+            let permits = parts.next().unwrap_or("").parse().unwrap_or(0);
+            let token = parts.next().and_then(|t| t.parse().ok());
             let token = token.and_then(FencingToken::new);
             let left = deadline - now_ms;
             holds.push(HoldEntry {
                 holder,
-                permits: permits.parse().unwrap_or(0),
+                permits,
                 held_for: token.and_then(|token| held_for(clock(time), token)),
                 token,
-                lease_left: (left > 0.0)
-                    .then(|| Duration::try_from_secs_f64(left / 1000.0).ok())
-                    .flatten(),
+                lease_left: Duration::try_from_secs_f64(left / 1000.0)
+                    .ok()
+                    .filter(|_| left > 0.0),
                 client_name: None,
                 label: parts.next().map(str::to_owned),
             });
@@ -430,11 +427,7 @@ impl Admin {
             limit: limit.unwrap_or(0),
             used,
             holds,
-            expiry: if field_expiry {
-                HoldExpiry::FieldExpiry
-            } else {
-                HoldExpiry::LeaseZset
-            },
+            expiry,
         };
         Ok(Some((read, waiting)))
     }

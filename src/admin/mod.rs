@@ -423,7 +423,7 @@ pub(super) fn run_state(finished: bool, failed: bool, runner_holds: bool) -> &'s
 /// One item of a listing's line: `  WORD VALUE` with a value, `  NONE` without one (nothing
 /// when `none` is empty).
 pub(super) fn item(
-    f: &mut fmt::Formatter<'_>,
+    f: &mut impl fmt::Write,
     word: &str,
     value: Option<impl fmt::Display>,
     none: &str,

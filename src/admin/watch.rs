@@ -21,29 +21,17 @@ pub struct Watch {
     /// Resolves a new holder's client name.
     admin: Admin,
     pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
-    /// Release messages not yet matched with a disappearance, in arrival order.
-    releases: VecDeque<ReleaseKind>,
+    /// The events of the release messages not yet matched with a disappearance, in arrival
+    /// order: each makes the event of the hold it ended (`holder` is `None` when it was never
+    /// seen).
+    releases: VecDeque<Ended>,
     current: LockInfo,
     pending: VecDeque<LockEvent>,
     interval: Duration,
 }
 
-/// How a hold ended, as the lock's channel told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReleaseKind {
-    Released,
-    Forced,
-}
-
-impl ReleaseKind {
-    /// The event of a hold that ended this way (`holder` is `None` when it was never seen).
-    fn event(self, holder: Option<HolderEntry>, token: Option<FencingToken>) -> LockEvent {
-        match self {
-            ReleaseKind::Released => LockEvent::Released { holder, token },
-            ReleaseKind::Forced => LockEvent::ForceReleased { holder, token },
-        }
-    }
-}
+/// How a hold ended, as the lock's channel told: the event's constructor.
+type Ended = fn(Option<HolderEntry>, Option<FencingToken>) -> LockEvent;
 
 /// One change of a watched lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,8 +157,12 @@ impl Watch {
                     _ => ReleaseMessage::Released,
                 };
                 self.releases.push_back(match message {
-                    ReleaseMessage::ForceReleased => ReleaseKind::Forced,
-                    ReleaseMessage::Released => ReleaseKind::Released,
+                    ReleaseMessage::ForceReleased => {
+                        |holder, token| LockEvent::ForceReleased { holder, token }
+                    }
+                    ReleaseMessage::Released => {
+                        |holder, token| LockEvent::Released { holder, token }
+                    }
                     // Published on elections' channels only (announce.lua), which a watch of a
                     // lock never subscribes to; a new holder, not a release: just look again.
                     ReleaseMessage::Elected => return Ok(true),
@@ -224,14 +216,14 @@ impl Watch {
         if let Some(holder) = before.holders.first().cloned() {
             let token = before.token;
             self.pending.push_back(match self.releases.pop_front() {
-                Some(kind) => kind.event(Some(holder), token),
+                Some(ended) => ended(Some(holder), token),
                 None => LockEvent::Expired { holder, token },
             });
         }
         // While someone holds, a leftover message may be the current holder's release that came
         // in just after the read; only a free lock proves the leftovers were unseen holds.
         if after.holders.is_empty() {
-            let unseen = self.releases.drain(..).map(|kind| kind.event(None, None));
+            let unseen = self.releases.drain(..).map(|ended| ended(None, None));
             self.pending.extend(unseen);
         }
         if let Some(holder) = after.holders.first() {
