@@ -141,11 +141,6 @@ async fn config(conn: &mut MultiplexedConnection, key: &str) -> Result<Option<St
     Ok(reply.get(key).cloned())
 }
 
-/// A numeric setting (`CONFIG GET key`); 0 when it is not set or not a number.
-async fn config_number(conn: &mut MultiplexedConnection, key: &str) -> Result<u64, RedisError> {
-    Ok(number(config(conn, key).await?.as_ref()))
-}
-
 /// A number as `INFO` or `CONFIG GET` gives it; 0 when it is missing or not a number.
 fn number(text: Option<&String>) -> u64 {
     text.and_then(|n| n.parse().ok()).unwrap_or(0)
@@ -190,18 +185,15 @@ async fn check_eviction(conn: &mut MultiplexedConnection) -> Result<Finding, Red
     let policy = config(conn, "maxmemory-policy")
         .await?
         .unwrap_or_else(|| "noeviction".into());
-    let maxmemory = config_number(conn, "maxmemory").await?;
-    let limit = if maxmemory == 0 {
-        "no maxmemory is set now, but the policy applies as soon as one is".to_owned()
-    } else {
-        format!("maxmemory is {maxmemory} bytes")
-    };
+    let maxmemory = number(config(conn, "maxmemory").await?.as_ref());
     // With a maxmemory the policy evicts under pressure now: a broken lock. Without one it
     // applies the moment one is set.
-    let status = if maxmemory == 0 {
-        Status::Warn
-    } else {
-        Status::Fail
+    let (status, limit) = match maxmemory {
+        0 => (
+            Status::Warn,
+            "no maxmemory is set now, but the policy applies as soon as one is".to_owned(),
+        ),
+        bytes => (Status::Fail, format!("maxmemory is {bytes} bytes")),
     };
     Ok(match EvictionRisk::of(&policy) {
         None => ok("noeviction: locks and fence counters are never evicted"),
@@ -245,7 +237,7 @@ async fn check_replication(conn: &mut MultiplexedConnection) -> Result<Finding, 
         ));
     }
     let replicas = number(replication.get("connected_slaves"));
-    let min_replicas = config_number(conn, "min-replicas-to-write").await?;
+    let min_replicas = number(config(conn, "min-replicas-to-write").await?.as_ref());
     Ok(if replicas == 0 {
         ok("primary without replicas: no failover can lose an acquisition")
     } else if min_replicas == 0 {
@@ -403,14 +395,16 @@ impl Admin {
     /// Cancel safe: reads only.
     pub async fn check_hold_ages(&self, max: Duration) -> Result<Check, Error> {
         let mut long: Vec<(Duration, String)> = Vec::new();
+        // A hold held `held`, `what` it is and who holds it, kept when it is older than `max`.
+        let mut note = |held: Option<Duration>, what: String| {
+            long.extend(held.filter(|held| *held > max).map(|held| (held, what)));
+        };
         for lock in self.locks().await? {
-            if let Some(held) = lock.held_for.filter(|held| *held > max) {
-                let holder = lock.holders.first();
-                let id = holder.map_or("?", |h| h.id.as_str());
-                let client = holder.and_then(|h| h.client_name.as_deref());
-                let by = held_by(id, client, lock.label.as_deref());
-                long.push((held, format!("lock {} {by}", lock.display_name())));
-            }
+            let holder = lock.holders.first();
+            let id = holder.map_or("?", |h| h.id.as_str());
+            let client = holder.and_then(|h| h.client_name.as_deref());
+            let by = held_by(id, client, lock.label.as_deref());
+            note(lock.held_for, format!("lock {} {by}", lock.display_name()));
         }
         let semaphores = self.semaphores().await?.into_iter();
         let semaphores = semaphores.map(|s| ("semaphore", s.display_name(), s.holds));
@@ -424,11 +418,9 @@ impl Admin {
         });
         for (kind, name, holds) in semaphores.chain(rwlocks) {
             for hold in holds {
-                if let Some(held) = hold.held_for.filter(|held| *held > max) {
-                    let (client, label) = (hold.client_name.as_deref(), hold.label.as_deref());
-                    let by = held_by(&hold.holder, client, label);
-                    long.push((held, format!("{kind} {name} {by}")));
-                }
+                let (client, label) = (hold.client_name.as_deref(), hold.label.as_deref());
+                let by = held_by(&hold.holder, client, label);
+                note(hold.held_for, format!("{kind} {name} {by}"));
             }
         }
         if long.is_empty() {
