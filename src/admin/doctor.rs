@@ -423,29 +423,23 @@ impl Admin {
                 note(hold.held_for, format!("{kind} {name} {by}"));
             }
         }
-        if long.is_empty() {
-            let finding = format!("no hold is older than {}", format_duration(max));
-            return Ok(Check::new("max-hold", ok(finding)));
-        }
         long.sort_by_key(|(held, _)| std::cmp::Reverse(*held));
-        let shown: Vec<String> = long
+        let mut shown: Vec<String> = long
             .iter()
             .take(5)
             .map(|(held, what)| format!("{what} for {}", format_duration(*held)))
             .collect();
-        let more = match long.len() - shown.len() {
-            0 => String::new(),
-            more => format!("; and {more} more"),
+        if long.len() > shown.len() {
+            shown.push(format!("and {} more", long.len() - shown.len()));
+        }
+        let (count, max) = (long.len(), format_duration(max));
+        let finding = match count {
+            0 => format!("no hold is older than {max}"),
+            _ => format!("{count} hold(s) older than {max}: {}", shown.join("; ")),
         };
-        let finding = format!(
-            "{} hold(s) older than {}: {}{more}",
-            long.len(),
-            format_duration(max),
-            shown.join("; "),
-        );
         Ok(Check::new(
             "max-hold",
-            Status::Fail.found(
+            Status::Fail.when(count > 0).found(
                 finding,
                 "find the holder's process (fencelock show NAME: the holder id starts with its \
                  client id) and end its critical section; fencelock release NAME --force evicts \

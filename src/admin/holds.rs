@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{clock, format_duration, held_for, item, Admin};
+use super::{clock, format_duration, held_for, item, Admin, Layout};
 use crate::protocol::keys::{Listing, LockKeys};
 use crate::protocol::{self, OwnerReply};
 use crate::{Error, FencingToken, HoldExpiry};
@@ -176,19 +176,11 @@ pub enum HoldKind {
 }
 
 impl HoldKind {
-    /// How the keys of a semaphore or read-write lock are laid out.
-    fn layout(self) -> fn(&[u8], &[u8]) -> LockKeys {
+    /// How the hashes of this kind are found, and how its keys are laid out.
+    fn layout(self) -> (Listing, Layout) {
         match self {
-            HoldKind::Semaphore => LockKeys::semaphore,
-            HoldKind::RwLock => LockKeys::rwlock,
-        }
-    }
-
-    /// How the hashes of this kind are found.
-    fn listing(self) -> Listing {
-        match self {
-            HoldKind::Semaphore => Listing::SEMAPHORES,
-            HoldKind::RwLock => Listing::RWLOCKS,
+            HoldKind::Semaphore => (Listing::SEMAPHORES, LockKeys::semaphore),
+            HoldKind::RwLock => (Listing::RWLOCKS, LockKeys::rwlock),
         }
     }
 }
@@ -293,7 +285,7 @@ impl Admin {
         name: impl AsRef<[u8]>,
         holder: &str,
     ) -> Result<HoldRelease, Error> {
-        let keys = self.keys_of(name.as_ref(), kind.layout())?;
+        let keys = self.keys_of(name.as_ref(), kind.layout().1)?;
         // An operator's op id: never a client's (those start with a client's UUID).
         let op = format!("operator:{}", uuid::Uuid::new_v4().simple());
         let mut conn = self.conn.clone();
@@ -341,7 +333,7 @@ impl Admin {
 
     /// Every semaphore or every read-write lock in use under the prefix, sorted by name.
     async fn all_holds(&self, kind: HoldKind) -> Result<Vec<HoldsRead>, Error> {
-        self.rows(kind.listing(), b"", async |name, _| {
+        self.rows(kind.layout().0, b"", async |name, _| {
             self.holds(kind, &name).await
         })
         .await
@@ -352,7 +344,7 @@ impl Admin {
     /// deadlines as field expiry (`~expiry` is `fields`) has them read by a second call, so a
     /// hold that ends between the two shows no lease left.
     async fn holds(&self, kind: HoldKind, name: &[u8]) -> Result<Option<HoldsRead>, Error> {
-        let keys = self.keys_of(name, kind.layout())?;
+        let keys = self.keys_of(name, kind.layout().1)?;
         let writers = keys.rw_writers();
         // A semaphore has no waiting writers: its lease zset stands in (same slot, ignored).
         let marks_key = writers.clone().unwrap_or_else(|| keys.sem_leases());

@@ -132,7 +132,7 @@ impl Admin {
     /// key).
     pub async fn idempotency_keys(&self, namespace: Option<&[u8]>) -> Result<Vec<KeyInfo>, Error> {
         let start = namespace.map_or_else(Vec::new, |namespace| [namespace, b":"].concat());
-        let now = Some(self.server_time().await?);
+        let now = self.server_time().await?;
         let mut found = self
             .rows(Listing::IDEMPOTENCY_RECORDS, &start, async |name, _| {
                 let Some(split) = name.iter().position(|b| *b == b':') else {
@@ -163,7 +163,7 @@ impl Admin {
         key: &[u8],
     ) -> Result<Option<KeyInfo>, Error> {
         let (mut info, _) = self
-            .read_key(namespace, key, None, KeyReadMode::Read)
+            .read_key(namespace, key, self.server_time().await?, KeyReadMode::Read)
             .await?;
         self.name_rows(info.as_mut_slice(), KeyInfo::runner).await?;
         Ok(info)
@@ -189,7 +189,8 @@ impl Admin {
         key: &[u8],
     ) -> Result<Forgotten, Error> {
         let mode = KeyReadMode::Forget;
-        let (info, held) = self.read_key(namespace, key, None, mode).await?;
+        let now = self.server_time().await?;
+        let (info, held) = self.read_key(namespace, key, now, mode).await?;
         Ok(match info {
             None => Forgotten::NoRecord,
             Some(info) if held => Forgotten::Held(Box::new(info)),
@@ -198,20 +199,15 @@ impl Admin {
     }
 
     /// One idempotency key's record as `idem_read.lua` reads it in `mode` (`None` without
-    /// one), and whether anyone holds the key, its age from the server time `now` (read first
-    /// when not given). A read (not a forget) adds the record's retention; the runner's client
-    /// name is left to the caller.
+    /// one), and whether anyone holds the key, its age from the server time `now`. A read (not
+    /// a forget) adds the record's retention; the runner's client name is left to the caller.
     async fn read_key(
         &self,
         namespace: &[u8],
         key: &[u8],
-        now: Option<SystemTime>,
+        now: SystemTime,
         mode: KeyReadMode,
     ) -> Result<(Option<KeyInfo>, bool), Error> {
-        let now = match now {
-            Some(now) => now,
-            None => self.server_time().await?,
-        };
         let keys = LockKeys::idempotency(&self.prefix, &[namespace, b":", key].concat());
         let read = protocol::idem_read(&mut self.conn.clone(), &keys, mode).await?;
         let held = read.lock_token.is_some();

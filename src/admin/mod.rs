@@ -112,6 +112,10 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Keys asked for per `SCAN` page.
 const SCAN_PAGE: usize = 1000;
 
+/// How the keys of one kind of name are laid out under a prefix: `LockKeys::new`,
+/// `LockKeys::semaphore`...
+pub(super) type Layout = fn(&[u8], &[u8]) -> LockKeys;
+
 /// An operator's connection to the Redis deployment the locks live on.
 ///
 /// ```no_run
@@ -217,11 +221,7 @@ impl Admin {
 
     /// The keys `layout` gives `name` under the prefix, once the name is found usable
     /// ([`Error::InvalidName`] otherwise).
-    pub(super) fn keys_of(
-        &self,
-        name: &[u8],
-        layout: fn(&[u8], &[u8]) -> LockKeys,
-    ) -> Result<LockKeys, Error> {
+    pub(super) fn keys_of(&self, name: &[u8], layout: Layout) -> Result<LockKeys, Error> {
         validate_name(name)?;
         Ok(layout(&self.prefix, name))
     }
