@@ -135,9 +135,8 @@ impl fmt::Display for PossibleDeadlock {
 
 /// The cycles of the wait-for graph among `waits` (an edge from a wait to every wait whose
 /// task holds the key it waits for), each in cycle order: the strongly connected components
-/// with more than one wait, and a wait for a key its own task holds. Tarjan's algorithm, by
-/// hand: the graph is small (one node per waiting head) and a graph crate for it is not worth
-/// a dependency.
+/// with more than one wait, and a wait for a key its own task holds. By hand: the graph is
+/// small (one node per waiting head) and a graph crate for it is not worth a dependency.
 fn cycles(waits: &[WaitInfo]) -> Vec<Vec<usize>> {
     let edges: Vec<Vec<usize>> = waits
         .iter()
@@ -156,62 +155,48 @@ fn cycles(waits: &[WaitInfo]) -> Vec<Vec<usize>> {
     found
 }
 
-/// The strongly connected components of a graph given as adjacency lists.
+/// The strongly connected components of a graph given as adjacency lists, each in index order,
+/// in the order Tarjan's algorithm finds them. Every component is the nodes that reach one
+/// node and are reached by it. In one depth-first search from every node not reached yet, in
+/// index order, a component's first member reached is an ancestor of the others, so it finishes
+/// last; Tarjan's algorithm lists each component as that member finishes.
 fn strongly_connected(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
-    struct State<'a> {
-        edges: &'a [Vec<usize>],
-        index: Vec<Option<usize>>,
-        low: Vec<usize>,
-        on_stack: Vec<bool>,
-        stack: Vec<usize>,
-        next: usize,
-        components: Vec<Vec<usize>>,
-    }
-    fn visit(s: &mut State<'_>, v: usize) {
-        s.index[v] = Some(s.next);
-        s.low[v] = s.next;
-        s.next += 1;
-        s.stack.push(v);
-        s.on_stack[v] = true;
-        for &w in &s.edges[v] {
-            match s.index[w] {
-                None => {
-                    visit(s, w);
-                    s.low[v] = s.low[v].min(s.low[w]);
-                }
-                Some(index) if s.on_stack[w] => s.low[v] = s.low[v].min(index),
-                Some(_) => {}
-            }
-        }
-        if Some(s.low[v]) == s.index[v] {
-            let mut component = Vec::new();
-            while let Some(w) = s.stack.pop() {
-                s.on_stack[w] = false;
-                component.push(w);
-                if w == v {
-                    break;
-                }
-            }
-            component.sort_unstable();
-            s.components.push(component);
-        }
-    }
     let n = edges.len();
-    let mut state = State {
-        edges,
-        index: vec![None; n],
-        low: vec![0; n],
-        on_stack: vec![false; n],
-        stack: Vec::new(),
-        next: 0,
-        components: Vec::new(),
-    };
+    // What each node reaches, itself included.
+    let reach: Vec<Vec<bool>> = (0..n)
+        .map(|v| {
+            let mut seen = vec![false; n];
+            depth_first(v, edges, &mut seen, &mut Vec::new());
+            seen
+        })
+        .collect();
+    let (mut seen, mut finished) = (vec![false; n], Vec::new());
     for v in 0..n {
-        if state.index[v].is_none() {
-            visit(&mut state, v);
+        if !seen[v] {
+            depth_first(v, edges, &mut seen, &mut finished);
         }
     }
-    state.components
+    // Latest finished first: each component is met first at the member it is listed by.
+    let mut components: Vec<Vec<usize>> = Vec::new();
+    for &v in finished.iter().rev() {
+        if !components.iter().any(|component| component.contains(&v)) {
+            components.push((0..n).filter(|&u| reach[v][u] && reach[u][v]).collect());
+        }
+    }
+    components.reverse();
+    components
+}
+
+/// Visits `v` and every node it reaches that is not `seen` yet, depth first along the edges in
+/// their order, adding each to `finished` once all it reaches is visited.
+fn depth_first(v: usize, edges: &[Vec<usize>], seen: &mut [bool], finished: &mut Vec<usize>) {
+    seen[v] = true;
+    for &w in &edges[v] {
+        if !seen[w] {
+            depth_first(w, edges, seen, finished);
+        }
+    }
+    finished.push(v);
 }
 
 /// The members of a strongly connected component in an order that follows its edges from its
