@@ -490,17 +490,14 @@ pub fn format_duration(d: Duration) -> String {
             _ => format!("{days}d{hours}h"),
         };
     }
-    let (lead, rest) = match hours {
-        0 => ((minutes, 'm'), vec![(seconds, 's')]),
-        _ => ((hours, 'h'), vec![(minutes, 'm'), (seconds, 's')]),
+    // The leading unit as is, each smaller one in two digits, the zero ones at the end left out:
+    // two digits are `00` only for a zero (the leading unit is below 60, never `00`).
+    let full = match hours {
+        0 => format!("{minutes}m{seconds:02}s"),
+        _ => format!("{hours}h{minutes:02}m{seconds:02}s"),
     };
-    // The leading unit as is, each smaller one in two digits, the zero ones at the end left out.
-    let shown = rest.iter().rposition(|(n, _)| *n != 0).map_or(0, |i| i + 1);
-    let mut out = format!("{}{}", lead.0, lead.1);
-    for (n, unit) in &rest[..shown] {
-        out.push_str(&format!("{n:02}{unit}"));
-    }
-    out
+    let full = full.strip_suffix("00s").unwrap_or(&full);
+    full.strip_suffix("00m").unwrap_or(full).to_owned()
 }
 
 /// A point in time for humans, in UTC to the millisecond: `2026-12-07 06:00:00.000 UTC`
