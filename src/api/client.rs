@@ -35,17 +35,10 @@ pub struct LockClient {
     pub(crate) engine: Arc<Engine>,
 }
 
-impl std::fmt::Debug for LockClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockClient")
-            .field("id", &self.engine.id)
-            .field(
-                "prefix",
-                &String::from_utf8_lossy(&self.engine.config.prefix),
-            )
-            .finish_non_exhaustive()
-    }
-}
+debug_struct!(LockClient(self) {
+    id: self.engine.id,
+    prefix: String::from_utf8_lossy(&self.engine.config.prefix),
+} ..);
 
 impl LockClient {
     /// Whether the server's `maxmemory-policy` may evict lock hashes or fence counters, and if

@@ -85,14 +85,10 @@ pub struct Election {
     lock: Lock,
 }
 
-impl std::fmt::Debug for Election {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Election")
-            .field("name", &String::from_utf8_lossy(self.name()))
-            .field("lease", &self.lease())
-            .finish_non_exhaustive()
-    }
-}
+debug_struct!(Election(self) {
+    name: String::from_utf8_lossy(self.name()),
+    lease: self.lease(),
+} ..);
 
 impl LockClient {
     /// A handle to the election called `name`. Names follow the lock-name rules (1 to
@@ -460,16 +456,12 @@ pub struct LeaderGuard {
     metadata: Vec<u8>,
 }
 
-impl std::fmt::Debug for LeaderGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LeaderGuard")
-            .field("election", &String::from_utf8_lossy(self.guard.lock_name()))
-            .field("id", &self.id())
-            .field("term", &self.term())
-            .field("valid", &self.is_valid())
-            .finish()
-    }
-}
+debug_struct!(LeaderGuard(self) {
+    election: String::from_utf8_lossy(self.guard.lock_name()),
+    id: self.id(),
+    term: self.term(),
+    valid: self.is_valid(),
+});
 
 impl LeaderGuard {
     /// This leader's term: strictly greater than the term of every earlier leader of this
@@ -577,14 +569,10 @@ pub struct Observer {
     unread_wake: bool,
 }
 
-impl std::fmt::Debug for Observer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Observer")
-            .field("election", &self.election)
-            .field("current", &self.current)
-            .finish_non_exhaustive()
-    }
-}
+debug_struct!(Observer(self) {
+    election: self.election,
+    current: self.current,
+} ..);
 
 impl Observer {
     /// The name of the election observed, for errors.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::rwlock::{ReadGuard, WriteGuard};
 use crate::base::durations::validate_lease;
 use crate::base::error::Error;
 use crate::base::metrics;
@@ -78,16 +79,13 @@ macro_rules! deref_to_guard {
 }
 pub(crate) use deref_to_guard;
 
-impl std::fmt::Debug for LockGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockGuard")
-            .field("lock", &String::from_utf8_lossy(&self.holder.name))
-            .field("holder", &self.holder.id)
-            .field("token", &self.holder.token)
-            .field("valid", &self.holder.is_valid())
-            .finish()
-    }
-}
+// A read or write guard shows what it is: the lock guard of its hold, under its own name.
+debug_struct!(LockGuard, ReadGuard, WriteGuard (self) {
+    lock: String::from_utf8_lossy(self.lock_name()),
+    holder: self.holder_id(),
+    token: self.token(),
+    valid: self.is_valid(),
+});
 
 impl LockGuard {
     pub(crate) fn new(holder: Arc<Holder>) -> LockGuard {

@@ -172,25 +172,6 @@ impl Handle {
         self.options.label.as_deref()
     }
 
-    /// A handle's `Debug`, under its type's name: its name, `limit` when it has one (a
-    /// semaphore's), its lease and its label.
-    pub(crate) fn debug(
-        &self,
-        f: &mut std::fmt::Formatter<'_>,
-        type_name: &str,
-        limit: Option<u32>,
-    ) -> std::fmt::Result {
-        let mut debug = f.debug_struct(type_name);
-        debug.field("name", &String::from_utf8_lossy(&self.name));
-        if let Some(limit) = limit {
-            debug.field("limit", &limit);
-        }
-        debug
-            .field("lease", &self.lease())
-            .field("label", &self.options.label)
-            .finish_non_exhaustive()
-    }
-
     /// The undo of `holder`'s acquisition of a hold of `kind`, disarmed. An acquisition's
     /// operation id is its holder id: holder ids are never reused, so the holder's presence
     /// in the hash is what makes a re-sent acquire a replay.

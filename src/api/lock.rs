@@ -37,11 +37,11 @@ pub struct Lock {
     pub(crate) handle: Handle,
 }
 
-impl std::fmt::Debug for Lock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.handle.debug(f, "Lock", None)
-    }
-}
+debug_struct!(Lock(self) {
+    name: String::from_utf8_lossy(&self.handle.name),
+    lease: self.handle.lease(),
+    label: self.handle.options.label,
+} ..);
 
 impl Lock {
     pub(crate) fn new(client: LockClient, name: Arc<[u8]>, keys: LockKeys) -> Lock {

@@ -37,6 +37,27 @@ macro_rules! getters {
     )*};
 }
 
+/// Writes `Debug` for each type named as a struct of the type's name with the fields given,
+/// each `field: value` with `$this` the value shown, and `..` after them for a type that shows
+/// only part of itself (`finish_non_exhaustive`).
+macro_rules! debug_struct {
+    ($ty:ident($this:ident) { $($field:ident: $value:expr),* $(,)? } $($more:tt)?) => {
+        impl std::fmt::Debug for $ty {
+            fn fmt(&$this, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let mut debug = f.debug_struct(stringify!($ty));
+                $(debug.field(stringify!($field), &$value);)*
+                debug_struct!(@finish debug $($more)?)
+            }
+        }
+    };
+    ($ty:ident, $($others:ident),+ ($this:ident) $($fields:tt)*) => {
+        debug_struct!($ty($this) $($fields)*);
+        debug_struct!($($others),+ ($this) $($fields)*);
+    };
+    (@finish $debug:ident) => { $debug.finish() };
+    (@finish $debug:ident ..) => { $debug.finish_non_exhaustive() };
+}
+
 pub(crate) mod builder;
 pub(crate) mod client;
 pub(crate) mod election;

@@ -62,16 +62,11 @@ pub struct MultiLock {
     force_ordered: bool,
 }
 
-impl std::fmt::Debug for MultiLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<_> = self.names().map(String::from_utf8_lossy).collect();
-        f.debug_struct("MultiLock")
-            .field("names", &names)
-            .field("lease", &self.options().lease)
-            .field("label", &self.options().label)
-            .finish_non_exhaustive()
-    }
-}
+debug_struct!(MultiLock(self) {
+    names: self.names().map(String::from_utf8_lossy).collect::<Vec<_>>(),
+    lease: self.options().lease,
+    label: self.options().label,
+} ..);
 
 /// Every member's token, and the acknowledgement of their replicas when the set asks for it.
 type Taken = (Vec<FencingToken>, Option<Acks>);
@@ -559,13 +554,7 @@ pub struct MultiGuard {
     plan: Plan,
 }
 
-impl std::fmt::Debug for MultiGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MultiGuard")
-            .field("guards", &self.guards)
-            .finish_non_exhaustive()
-    }
-}
+debug_struct!(MultiGuard(self) { guards: self.guards } ..);
 
 impl MultiGuard {
     /// The fencing token of the member called `name`, or `None` if the set has no such

@@ -57,14 +57,10 @@ pub struct FencedResource {
 /// The longest retention accepted: ten years. Longer is a unit mistake.
 const MAX_RETENTION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
-impl std::fmt::Debug for FencedResource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FencedResource")
-            .field("name", &String::from_utf8_lossy(&self.name))
-            .field("retention", &self.retention())
-            .finish_non_exhaustive()
-    }
-}
+debug_struct!(FencedResource(self) {
+    name: String::from_utf8_lossy(&self.name),
+    retention: self.retention(),
+} ..);
 
 /// The reads of a fenced resource with a token, each written once for both of its modes: as
 /// the holder of a hold nobody shares, which claims the resource (`$claim`), and as one of

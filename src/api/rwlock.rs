@@ -56,11 +56,11 @@ pub struct RwLock {
     handle: Handle,
 }
 
-impl std::fmt::Debug for RwLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.handle.debug(f, "RwLock", None)
-    }
-}
+debug_struct!(RwLock(self) {
+    name: String::from_utf8_lossy(&self.handle.name),
+    lease: self.handle.lease(),
+    label: self.handle.options.label,
+} ..);
 
 impl LockClient {
     /// A handle to the read-write lock called `name`. Read-write lock names are their own
@@ -235,28 +235,6 @@ pub struct WriteGuard {
 }
 
 deref_to_guard!(ReadGuard, WriteGuard);
-
-/// A read or write guard as its `Debug` shows it, under the type's `name`.
-fn debug_hold(name: &str, guard: &LockGuard, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-    f.debug_struct(name)
-        .field("lock", &String::from_utf8_lossy(guard.lock_name()))
-        .field("holder", &guard.holder_id())
-        .field("token", &guard.token())
-        .field("valid", &guard.is_valid())
-        .finish()
-}
-
-impl std::fmt::Debug for ReadGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        debug_hold("ReadGuard", &self.guard, f)
-    }
-}
-
-impl std::fmt::Debug for WriteGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        debug_hold("WriteGuard", &self.guard, f)
-    }
-}
 
 // `token` stays a method of each guard type (not only the guard's, through `Deref`): it says
 // what the token is for this side, and callers name it as a path (`ReadGuard::token`).

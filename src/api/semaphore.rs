@@ -46,11 +46,12 @@ pub struct Semaphore {
     limit: u32,
 }
 
-impl std::fmt::Debug for Semaphore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.handle.debug(f, "Semaphore", Some(self.limit))
-    }
-}
+debug_struct!(Semaphore(self) {
+    name: String::from_utf8_lossy(&self.handle.name),
+    limit: self.limit,
+    lease: self.handle.lease(),
+    label: self.handle.options.label,
+} ..);
 
 impl LockClient {
     /// A handle to the semaphore called `name` with `limit` permits in all (the limit an idle
@@ -244,18 +245,14 @@ pub struct SemaphorePermit {
     pub(super) limit: u32,
 }
 
-impl std::fmt::Debug for SemaphorePermit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SemaphorePermit")
-            .field("semaphore", &String::from_utf8_lossy(self.semaphore_name()))
-            .field("holder", &self.holder_id())
-            .field("permits", &self.permits)
-            .field("limit", &self.limit)
-            .field("token", &self.token())
-            .field("valid", &self.is_valid())
-            .finish()
-    }
-}
+debug_struct!(SemaphorePermit(self) {
+    semaphore: String::from_utf8_lossy(self.semaphore_name()),
+    holder: self.holder_id(),
+    permits: self.permits,
+    limit: self.limit,
+    token: self.token(),
+    valid: self.is_valid(),
+});
 
 deref_to_guard!(SemaphorePermit);
 

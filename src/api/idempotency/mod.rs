@@ -71,14 +71,10 @@ pub struct Idempotency {
     label: Option<Arc<str>>,
 }
 
-impl std::fmt::Debug for Idempotency {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Idempotency")
-            .field("namespace", &String::from_utf8_lossy(&self.namespace))
-            .field("options", &self.options)
-            .finish_non_exhaustive()
-    }
-}
+debug_struct!(Idempotency(self) {
+    namespace: String::from_utf8_lossy(&self.namespace),
+    options: self.options,
+} ..);
 
 impl LockClient {
     /// A handle to the idempotency keys of `namespace`, run as `options` say. Nothing is sent
@@ -153,15 +149,11 @@ pub struct KeyRun {
     run: RunHold,
 }
 
-impl std::fmt::Debug for KeyRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyRun")
-            .field("key", &String::from_utf8_lossy(&self.key))
-            .field("token", &self.token())
-            .field("took_over", &self.run.took_over)
-            .finish()
-    }
-}
+debug_struct!(KeyRun(self) {
+    key: String::from_utf8_lossy(&self.key),
+    token: self.token(),
+    took_over: self.run.took_over,
+});
 
 impl KeyRun {
     /// The key this run is for.

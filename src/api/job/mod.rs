@@ -65,14 +65,10 @@ pub struct Job {
     options: JobOptions,
 }
 
-impl std::fmt::Debug for Job {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job")
-            .field("name", &String::from_utf8_lossy(self.name()))
-            .field("options", &self.options)
-            .finish_non_exhaustive()
-    }
-}
+debug_struct!(Job(self) {
+    name: String::from_utf8_lossy(self.name()),
+    options: self.options,
+} ..);
 
 impl LockClient {
     /// A handle to the scheduled job called `name`, run as `options` say. Names follow the
@@ -130,16 +126,12 @@ pub struct JobRun {
     run: RunHold,
 }
 
-impl std::fmt::Debug for JobRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobRun")
-            .field("job", &String::from_utf8_lossy(&self.run.holder.name))
-            .field("token", &self.token())
-            .field("tick", &self.tick)
-            .field("took_over", &self.run.took_over)
-            .finish()
-    }
-}
+debug_struct!(JobRun(self) {
+    job: String::from_utf8_lossy(&self.run.holder.name),
+    token: self.token(),
+    tick: self.tick,
+    took_over: self.run.took_over,
+});
 
 impl JobRun {
     run::run_view_accessors!();
