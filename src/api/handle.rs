@@ -317,7 +317,7 @@ impl Handle {
     /// The acquisition is passed as a closure and its future made here: a future passed as an
     /// argument would be kept in this one's state next to the copy being awaited, doubling the
     /// size of every acquire future.
-    async fn traced<T: Acquired, F>(
+    async fn traced<T, F>(
         &self,
         ask: Ask,
         method: &'static str,
@@ -326,6 +326,8 @@ impl Handle {
     ) -> Result<T, Error>
     where
         F: Future<Output = Result<T, Error>>,
+        // What an acquire call returns: a hold, or (a try) maybe one.
+        for<'a> Option<&'a SemaphorePermit>: From<&'a T>,
     {
         let span = match ask {
             Ask::Lock => tracing::debug_span!("fencelock.acquire",
@@ -341,7 +343,7 @@ impl Handle {
         } else {
             acquisition.instrument(span.clone()).await
         };
-        let won = outcome.as_ref().map(Acquired::won);
+        let won = outcome.as_ref().map(Option::<&SemaphorePermit>::from);
         let ended = match won {
             Ok(Some(_)) => metrics::ACQUIRED,
             Ok(None) => metrics::BUSY,
@@ -649,22 +651,5 @@ impl Attempts for Request<'_> {
         let (permits, limit) = self.ask.room();
         let limit = grant.room.map_or(limit, |room| room.limit);
         Some(self.won(grant.token, grant.sent_at, None, (permits, limit)))
-    }
-}
-
-/// What an acquire call returns: a hold, or (a try) maybe one.
-trait Acquired {
-    fn won(&self) -> Option<&SemaphorePermit>;
-}
-
-impl Acquired for SemaphorePermit {
-    fn won(&self) -> Option<&SemaphorePermit> {
-        Some(self)
-    }
-}
-
-impl Acquired for Option<SemaphorePermit> {
-    fn won(&self) -> Option<&SemaphorePermit> {
-        self.as_ref()
     }
 }
