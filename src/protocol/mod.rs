@@ -181,7 +181,7 @@ fn flag(yes: bool) -> &'static str {
 
 /// Milliseconds for a script argument; callers validated that leases are whole, positive
 /// milliseconds well inside `u64`.
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -25,7 +25,7 @@ use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::protocol::keys::validate_name;
-use crate::protocol::{self, LockKeys, RunEnd, Tick};
+use crate::protocol::{self, millis, LockKeys, RunEnd, Tick};
 use run::{Began, Begun, RunHold, Started};
 
 /// The latest tick accepted: 2^53 ms after the Unix epoch, the last millisecond a Lua number
@@ -520,10 +520,6 @@ fn tick_millis(tick: SystemTime) -> Result<u64, Error> {
         .ok_or_else(|| Error::InvalidJob {
             reason: format!("the tick {tick:?} lies more than 2^53 ms after the Unix epoch"),
         })
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A lease for the rest of `at_least_for`: whole milliseconds, rounded up so the job is never
