@@ -431,17 +431,14 @@ impl FencedResource {
         read: Read<'_>,
         mode: ReadMode,
     ) -> Result<redis::Value, Error> {
-        let reply =
-            self.client
-                .engine
-                .retrying(|mut conn| {
-                    let keys = &self.keys;
-                    let retention = self.retention;
-                    async move {
-                        protocol::fenced_read(&mut conn, keys, token, read, mode, retention).await
-                    }
-                })
-                .await?;
+        let (keys, retention) = (&self.keys, self.retention);
+        let reply = self
+            .client
+            .engine
+            .retrying(|mut conn| async move {
+                protocol::fenced_read(&mut conn, keys, token, read, mode, retention).await
+            })
+            .await?;
         match reply {
             ReadReply::Read(value) => Ok(value),
             ReadReply::Stale { latest, by } => Err(Error::stale(&self.name, token, latest, by)),
@@ -449,16 +446,12 @@ impl FencedResource {
     }
 
     async fn write(&self, token: FencingToken, write: Write<'_>) -> Result<i64, Error> {
-        let op = self.client.engine.next_id();
-        let ttl = self.client.engine.config.op_record_ttl;
-        let reply = self
-            .client
-            .engine
-            .retrying(|mut conn| {
-                let (keys, op, retention) = (&self.keys, &op, self.retention);
-                async move {
-                    protocol::fenced_write(&mut conn, keys, token, op, ttl, write, retention).await
-                }
+        let engine = &self.client.engine;
+        let (op, ttl) = (engine.next_id(), engine.config.op_record_ttl);
+        let (keys, op, retention) = (&self.keys, &op, self.retention);
+        let reply = engine
+            .retrying(|mut conn| async move {
+                protocol::fenced_write(&mut conn, keys, token, op, ttl, write, retention).await
             })
             .await?;
         match reply {
