@@ -126,15 +126,6 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
-    pub(crate) fn new(client: LockClient, name: Arc<[u8]>, keys: LockKeys) -> Handle {
-        Handle {
-            client,
-            name,
-            keys: Arc::new(keys),
-            options: Options::default(),
-        }
-    }
-
     /// A handle to the hold `name` under the keys `layout` gives it after the client's prefix.
     ///
     /// # Errors
@@ -145,8 +136,12 @@ impl Handle {
         layout: fn(&[u8], &[u8]) -> LockKeys,
     ) -> Result<Handle, Error> {
         validate_name(name)?;
-        let keys = layout(&client.engine.config.prefix, name);
-        Ok(Handle::new(client.clone(), name.into(), keys))
+        Ok(Handle {
+            client: client.clone(),
+            name: name.into(),
+            keys: Arc::new(layout(&client.engine.config.prefix, name)),
+            options: Options::default(),
+        })
     }
 
     /// The same hold with other options.

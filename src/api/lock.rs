@@ -44,10 +44,6 @@ debug_struct!(Lock(self) {
 } ..);
 
 impl Lock {
-    pub(crate) fn new(client: LockClient, name: Arc<[u8]>, keys: LockKeys) -> Lock {
-        Lock::of(Handle::new(client, name, keys))
-    }
-
     /// The lock of `handle`, whose acquisitions wait for the replicas the client's
     /// [`replica_ack`](crate::LockClientBuilder::replica_ack) asks for.
     pub(crate) fn of(mut handle: Handle) -> Lock {

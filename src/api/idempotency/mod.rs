@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::client::LockClient;
+use super::handle::Handle;
 use super::job::run::{self, Began, Begun, RunHold, Started};
 #[cfg(doc)]
 use super::job::OnRunnerDeath;
@@ -315,9 +316,8 @@ impl Idempotency {
                 name.len() - 1
             ));
         }
-        let keys = LockKeys::idempotency(&self.client.engine.config.prefix, &name);
-        let lock = Lock::new(self.client.clone(), name.into(), keys)
-            .with_lease(self.options.at_most_for)?;
+        let handle = Handle::named(&self.client, &name, LockKeys::idempotency)?;
+        let lock = Lock::of(handle).with_lease(self.options.at_most_for)?;
         match &self.label {
             Some(label) => lock.with_label(label),
             None => Ok(lock),

@@ -20,11 +20,11 @@ use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::client::LockClient;
+use super::handle::Handle;
 use super::lock::Lock;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
-use crate::protocol::keys::validate_name;
 use crate::protocol::{self, millis, LockKeys, RunEnd, Tick};
 use run::{Began, Begun, RunHold, Started};
 
@@ -60,7 +60,6 @@ const MAX_TICK_MS: u64 = 1 << 53;
 /// ```
 #[derive(Clone)]
 pub struct Job {
-    client: LockClient,
     lock: Lock,
     options: JobOptions,
 }
@@ -94,16 +93,10 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn job(&self, name: impl AsRef<[u8]>, options: JobOptions) -> Result<Job, Error> {
-        let name = name.as_ref();
-        validate_name(name)?;
+        let handle = Handle::named(self, name.as_ref(), LockKeys::job)?;
         options.validate()?;
-        let keys = LockKeys::job(&self.engine.config.prefix, name);
-        let lock = Lock::new(self.clone(), name.into(), keys).with_lease(options.at_most_for)?;
-        Ok(Job {
-            client: self.clone(),
-            lock,
-            options,
-        })
+        let lock = Lock::of(handle).with_lease(options.at_most_for)?;
+        Ok(Job { lock, options })
     }
 }
 
@@ -350,8 +343,8 @@ impl Job {
 
     async fn read(&self) -> Result<protocol::JobRead, Error> {
         let keys = self.lock.keys();
-        self.client
-            .engine
+        let engine = self.lock.handle.engine();
+        engine
             .retrying(|mut conn| async move { protocol::job_read(&mut conn, keys).await })
             .await
     }
