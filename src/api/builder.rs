@@ -246,6 +246,18 @@ impl LockClientBuilder {
         /// contended acquisition sends only its attempts, and this client's waits are invisible to
         /// both. The uncontended path never records.
         fn record_waits(record: bool) -> Self => config.record_waits;
+
+        /// What acquisitions with [`replica_ack`](Self::replica_ack) do when too few replicas
+        /// confirm in time (default [`OnShortfall::Fail`]). Without `replica_ack` it has no
+        /// effect.
+        fn on_replica_shortfall(policy: OnShortfall) -> Self => on_shortfall;
+
+        /// TEST BUILDS ONLY (`--cfg fencelock_negative_controls`): makes this client use a
+        /// deliberately broken variant of the protocol, to prove that the property tests catch
+        /// it.
+        #[cfg(fencelock_negative_controls)]
+        #[doc(hidden)]
+        fn negative_control(control: Control) -> Self => control = Some(control);
     }
 
     /// Every acquisition of this client's locks (unless a lock sets its own with
@@ -271,13 +283,6 @@ impl LockClientBuilder {
             timeout,
             on_shortfall: OnShortfall::Fail,
         });
-        self
-    }
-
-    /// What acquisitions with [`replica_ack`](Self::replica_ack) do when too few replicas
-    /// confirm in time (default [`OnShortfall::Fail`]). Without `replica_ack` it has no effect.
-    pub fn on_replica_shortfall(mut self, policy: OnShortfall) -> Self {
-        self.on_shortfall = policy;
         self
     }
 
@@ -308,15 +313,6 @@ impl LockClientBuilder {
             username: username.map(str::to_owned),
             password: password.into(),
         });
-        self
-    }
-
-    /// TEST BUILDS ONLY (`--cfg fencelock_negative_controls`): makes this client use a
-    /// deliberately broken variant of the protocol, to prove that the property tests catch it.
-    #[cfg(fencelock_negative_controls)]
-    #[doc(hidden)]
-    pub fn negative_control(mut self, control: Control) -> Self {
-        self.control = Some(control);
         self
     }
 
