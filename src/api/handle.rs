@@ -19,6 +19,8 @@ use tracing::{Instrument, Span};
 
 use super::client::LockClient;
 use super::guard::LockGuard;
+use super::lock::Lock;
+use super::rwlock::RwLock;
 use super::semaphore::SemaphorePermit;
 use crate::base::config::checked_label;
 use crate::base::durations::validate_lease;
@@ -394,6 +396,14 @@ impl Handle {
         outcome
     }
 }
+
+// A lock's and a read-write lock's handle show what they are: a handle (a semaphore's also
+// shows its limit).
+debug_struct!(Lock, RwLock (self) {
+    name: String::from_utf8_lossy(self.name()),
+    lease: self.lease(),
+    label: self.label(),
+} ..);
 
 /// What an acquisition asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -37,12 +37,6 @@ pub struct Lock {
     pub(crate) handle: Handle,
 }
 
-debug_struct!(Lock(self) {
-    name: String::from_utf8_lossy(&self.handle.name),
-    lease: self.handle.lease(),
-    label: self.handle.options.label,
-} ..);
-
 impl Lock {
     /// The lock of `handle`, whose acquisitions wait for the replicas the client's
     /// [`replica_ack`](crate::LockClientBuilder::replica_ack) asks for.

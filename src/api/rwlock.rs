@@ -56,12 +56,6 @@ pub struct RwLock {
     handle: Handle,
 }
 
-debug_struct!(RwLock(self) {
-    name: String::from_utf8_lossy(&self.handle.name),
-    lease: self.handle.lease(),
-    label: self.handle.options.label,
-} ..);
-
 impl LockClient {
     /// A handle to the read-write lock called `name`. Read-write lock names are their own
     /// namespace: unrelated to a lock or a semaphore of the same name. Nothing is sent to Redis
