@@ -247,10 +247,58 @@ impl LockClientBuilder {
         /// both. The uncontended path never records.
         fn record_waits(record: bool) -> Self => config.record_waits;
 
+        /// Every acquisition of this client's locks (unless a lock sets its own with
+        /// [`Lock::with_replica_ack`](crate::Lock::with_replica_ack)) returns only after
+        /// `replicas` replicas confirmed it with `WAIT replicas timeout`. When fewer confirm
+        /// within `timeout` the acquisition is rolled back and fails with
+        /// [`Error::ReplicationTimeout`](crate::Error::ReplicationTimeout), or returns a guard
+        /// marked unreplicated if [`on_replica_shortfall`](Self::on_replica_shortfall) says so.
+        ///
+        /// The script and its `WAIT` run on a connection reserved for them (a small pool), never
+        /// on the shared one, so a slow replica delays only replicated acquisitions. That
+        /// connection goes to the primary that holds the lock: the server, the primary the
+        /// Sentinels name now, or on a cluster the primary that owns the lock's slot (`replicas`
+        /// counts replicas of that shard). Re-entries, extensions and watchdog renewals do not
+        /// wait. `WAIT` is not consensus: see "Replica acknowledgement" in DESIGN.md for what
+        /// this buys and what it does not.
+        ///
+        /// `connect` fails with [`Error::InvalidConfig`](crate::Error::InvalidConfig) for zero
+        /// replicas or a timeout outside 1 ms..=60 s (whole milliseconds).
+        fn replica_ack(replicas: u32, timeout: Duration) -> Self
+            => config.replica_ack = Some(ReplicaAck {
+                replicas,
+                timeout,
+                on_shortfall: OnShortfall::Fail,
+            });
+
         /// What acquisitions with [`replica_ack`](Self::replica_ack) do when too few replicas
         /// confirm in time (default [`OnShortfall::Fail`]). Without `replica_ack` it has no
         /// effect.
         fn on_replica_shortfall(policy: OnShortfall) -> Self => on_shortfall;
+
+        /// Sentinel clients only: authenticate to the primary (and, after a failover, to the
+        /// replica promoted in its place) as `username` (an ACL user; `None` for the `default`
+        /// user of `requirepass`) with `password`. The Sentinels' own credentials, if they need
+        /// any, go in their URLs (`redis://:password@host:port`); these are for the data nodes,
+        /// whose addresses the Sentinels hand out without credentials. The same credentials
+        /// serve the connections of [`replica_ack`](Self::replica_ack).
+        ///
+        /// ```no_run
+        /// # async fn demo() -> Result<(), fencelock::Error> {
+        /// let client = fencelock::LockClient::sentinel_builder(["redis://127.0.0.1:26380"], "mymaster")
+        ///     .sentinel_node_auth(Some("fencelock"), "s3cret")
+        ///     .connect()
+        ///     .await?;
+        /// # Ok(()) }
+        /// ```
+        ///
+        /// `connect` fails with [`Error::InvalidConfig`] on a client that is not a Sentinel
+        /// client (one server or a cluster take their credentials from their URLs).
+        fn sentinel_node_auth(username: Option<&str>, password: impl Into<String>) -> Self
+            => node_auth = Some(NodeAuth {
+                username: username.map(str::to_owned),
+                password: password.into(),
+            });
 
         /// TEST BUILDS ONLY (`--cfg fencelock_negative_controls`): makes this client use a
         /// deliberately broken variant of the protocol, to prove that the property tests catch
@@ -258,62 +306,6 @@ impl LockClientBuilder {
         #[cfg(fencelock_negative_controls)]
         #[doc(hidden)]
         fn negative_control(control: Control) -> Self => control = Some(control);
-    }
-
-    /// Every acquisition of this client's locks (unless a lock sets its own with
-    /// [`Lock::with_replica_ack`](crate::Lock::with_replica_ack)) returns only after `replicas`
-    /// replicas confirmed it with `WAIT replicas timeout`. When fewer confirm within `timeout`
-    /// the acquisition is rolled back and fails with
-    /// [`Error::ReplicationTimeout`](crate::Error::ReplicationTimeout), or returns a guard marked
-    /// unreplicated if [`on_replica_shortfall`](Self::on_replica_shortfall) says so.
-    ///
-    /// The script and its `WAIT` run on a connection reserved for them (a small pool), never on
-    /// the shared one, so a slow replica delays only replicated acquisitions. That connection
-    /// goes to the primary that holds the lock: the server, the primary the Sentinels name now,
-    /// or on a cluster the primary that owns the lock's slot (`replicas` counts replicas of that
-    /// shard). Re-entries,
-    /// extensions and watchdog renewals do not wait. `WAIT` is not consensus: see "Replica
-    /// acknowledgement" in DESIGN.md for what this buys and what it does not.
-    ///
-    /// `connect` fails with [`Error::InvalidConfig`](crate::Error::InvalidConfig) for zero
-    /// replicas or a timeout outside 1 ms..=60 s (whole milliseconds).
-    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.config.replica_ack = Some(ReplicaAck {
-            replicas,
-            timeout,
-            on_shortfall: OnShortfall::Fail,
-        });
-        self
-    }
-
-    /// Sentinel clients only: authenticate to the primary (and, after a failover, to the
-    /// replica promoted in its place) as `username` (an ACL user; `None` for the `default` user
-    /// of `requirepass`) with `password`. The Sentinels' own credentials, if they need any, go
-    /// in their URLs (`redis://:password@host:port`); these are for the data nodes, whose
-    /// addresses the Sentinels hand out without credentials. The same credentials serve the
-    /// connections of [`replica_ack`](Self::replica_ack).
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), fencelock::Error> {
-    /// let client = fencelock::LockClient::sentinel_builder(["redis://127.0.0.1:26380"], "mymaster")
-    ///     .sentinel_node_auth(Some("fencelock"), "s3cret")
-    ///     .connect()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// `connect` fails with [`Error::InvalidConfig`] on a client that is not a Sentinel client
-    /// (one server or a cluster take their credentials from their URLs).
-    pub fn sentinel_node_auth(
-        mut self,
-        username: Option<&str>,
-        password: impl Into<String>,
-    ) -> Self {
-        self.node_auth = Some(NodeAuth {
-            username: username.map(str::to_owned),
-            password: password.into(),
-        });
-        self
     }
 
     /// Checks the options, connects, and starts the client's background work.

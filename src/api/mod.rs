@@ -6,21 +6,21 @@
 
 /// Writes setters that store one value in one field (`field` or `field.inner`) and return
 /// `self`, each from its doc and attributes and `fn name(arg: Type) -> Self => field;` (the
-/// argument stored as it is) or `fn name(arg: Type) -> Self => field = value;` (`value` made
-/// from the argument).
+/// argument stored as it is) or `fn name(arg: Type, ...) -> Self => field = value;` (`value`
+/// made from the arguments).
 macro_rules! setters {
     ($(
         $(#[$attr:meta])*
-        fn $name:ident($arg:ident: $ty:ty) -> $ret:ty => $($field:ident).+ $(= $value:expr)?;
+        fn $name:ident($($arg:ident: $ty:ty),+) -> $ret:ty => $($field:ident).+ $(= $value:expr)?;
     )*) => {$(
         $(#[$attr])*
-        pub fn $name(mut self, $arg: $ty) -> $ret {
-            self.$($field).+ = setters!(@value $arg $(, $value)?);
+        pub fn $name(mut self, $($arg: $ty),+) -> $ret {
+            self.$($field).+ = setters!(@value [$($arg),+] $(, $value)?);
             self
         }
     )*};
-    (@value $arg:ident) => { $arg };
-    (@value $arg:ident, $value:expr) => { $value };
+    (@value [$arg:ident]) => { $arg };
+    (@value [$($arg:ident),+], $value:expr) => { $value };
 }
 
 /// Writes getters that return a copy of one field each, from its doc and
