@@ -64,10 +64,7 @@ elseif kind ~= 'del' then
   return redis.error_reply('FENCELOCK_BADARG unknown write kind ' .. tostring(kind))
 end
 
-local result = 0
-if kind == 'set' then
-  redis.call('SET', KEYS[1], ARGV[5])
-elseif kind == 'incrby' then
+if kind == 'incrby' then
   local delta = tonumber(ARGV[5])
   local current = tonumber(redis.call('GET', KEYS[1]) or '0')
   if not delta or delta % 1 ~= 0 then
@@ -76,13 +73,12 @@ elseif kind == 'incrby' then
   if current == nil then
     return redis.error_reply('FENCELOCK_WRONGTYPE resource does not hold an integer')
   end
-  result = redis.call('INCRBY', KEYS[1], ARGV[5])
-elseif kind == 'hset' then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 5))
-elseif kind == 'rpush' then
-  result = redis.call('RPUSH', KEYS[1], unpack(ARGV, 5))
-else
-  redis.call('DEL', KEYS[1])
+end
+-- The write is the kind's own command (Redis takes command names in any case) on the data,
+-- with the payload; its reply is the result only for incrby and rpush.
+local result = redis.call(kind, KEYS[1], unpack(ARGV, 5))
+if kind ~= 'incrby' and kind ~= 'rpush' then
+  result = 0
 end
 
 if token > exclusive then

@@ -12,7 +12,7 @@
 --
 -- A resource may be kept for a retention (FencedResource::with_retention): then every key of
 -- it expires together, that long after its last accepted call, and while it has no mark a
--- token issued before the retention began is refused (retention_floor, keep_for below).
+-- token issued before the retention began is refused (fence_check, keep_for below).
 --
 -- fence_mark(token_arg, mark_key, shared_key) parses the presented token and reads both
 -- marks. Returns token, exclusive mark, shared mark (0 where a mark is missing); or nil, an
@@ -48,43 +48,35 @@ local function fence_mark(token_arg, mark_key, shared_key)
   return token, mark, shared
 end
 
--- retention_floor(retention_arg, exclusive, shared): the newest token a resource kept for a
--- retention refuses while it has no mark at all. Its marks expire `retention` ms after its last
--- accepted call, so a resource without marks has seen no call for that long: every token that
--- wrote or claimed it since is gone with them, and a token issued before now - retention may be
--- older than one of those. Tokens carry their issue time as a floor (microseconds of server
--- TIME, lib/next_token.lua), so refusing every token up to server time minus the retention, in
--- microseconds, refuses every hold that began before the marks' last refresh. Returns that
--- floor (the scripts refuse tokens <= it); 0 when the resource has a
--- mark or no retention (retention_arg "0"); or nil, an error reply for a bad argument.
-local function retention_floor(retention_arg, exclusive, shared)
-  local retention = tonumber(retention_arg)
-  if not retention or retention < 0 or retention % 1 ~= 0 then
-    return nil, redis.error_reply('FENCELOCK_BADARG retention must be a whole number of ms')
-  end
-  if retention == 0 or exclusive > 0 or shared > 0 then
-    return 0
-  end
-  local now = redis.call('TIME')
-  return tonumber(now[1]) * 1000000 + tonumber(now[2]) - retention * 1000
-end
-
 -- fence_check(token, exclusive, shared, sharing, retention_arg): whether a call with `token`
 -- may act on a resource with these marks: nil when it may; else the refusal {0, latest, by}.
 -- An exclusive call (a write, a claim) is refused below either mark (latest: the higher; by 1
 -- when it is the shared one, else 0), a shared read (`sharing`) only below the exclusive mark
--- (by 0); a token at or below the retention's floor is refused with by 2 and latest the oldest
--- token accepted; a bad retention argument is answered FENCELOCK_BADARG.
+-- (by 0); a bad retention argument is answered FENCELOCK_BADARG.
+--
+-- The retention's floor: a resource kept for a retention (retention_arg not "0") refuses, while
+-- it has no mark at all, every token up to server time minus the retention, in microseconds
+-- (by 2, latest the oldest token accepted). Its marks expire `retention` ms after its last
+-- accepted call, so a resource without marks has seen no call for that long: every token that
+-- wrote or claimed it since is gone with them, and a token issued before now - retention may be
+-- older than one of those. Tokens carry their issue time as a floor (microseconds of server
+-- TIME, lib/next_token.lua), so that floor refuses every hold that began before the marks' last
+-- refresh.
 local function fence_check(token, exclusive, shared, sharing, retention_arg)
   local mark = sharing and exclusive or math.max(exclusive, shared)
   if token < mark then
     return {0, mark, (not sharing and shared > exclusive) and 1 or 0}
   end
-  local floor, floor_err = retention_floor(retention_arg, exclusive, shared)
-  if not floor then
-    return floor_err
+  local retention = tonumber(retention_arg)
+  if not retention or retention < 0 or retention % 1 ~= 0 then
+    return redis.error_reply('FENCELOCK_BADARG retention must be a whole number of ms')
   end
-  if floor > 0 and token <= floor then
+  if retention == 0 or exclusive > 0 or shared > 0 then
+    return nil
+  end
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2]) - retention * 1000
+  if token <= floor then
     return {0, floor + 1, 2}
   end
 end
