@@ -50,10 +50,7 @@
 return run_begin({
   lock = KEYS[1], key = KEYS[2], holder = ARGV[1], token = ARGV[2],
   field = 'fingerprint', value = ARGV[3], retention = ARGV[4], policy = ARGV[5],
-  what = 'idempotency record',
-  record = function(code, recorded)
-    return idem_record(KEYS[2], code, recorded)
-  end,
+  what = 'idempotency record', record = idem_record,
   -- Another request's record: refused before anything else.
   before = function(recorded)
     if redis.call('HGET', KEYS[2], 'fingerprint') ~= ARGV[3] then

@@ -37,7 +37,5 @@ return run_finish({
   field = 'fingerprint', value = ARGV[3], what = 'idempotency record',
   outcome = ARGV[6], ends = {done = 'finished', final = 'finished', failed = 'failed'},
   -- A stored result goes with "finished".
-  also = function()
-    redis.call('HSET', KEYS[1], 'result', ARGV[7], 'final', ARGV[6] == 'final' and '1' or '0')
-  end,
+  also = {'result', ARGV[7], 'final', ARGV[6] == 'final' and '1' or '0'},
 })

@@ -22,8 +22,8 @@
 --
 -- Uses run_read() (lib/run_record.lua) and idem_record() (lib/idem_record.lua), which the
 -- loader prepends to this file after lib/calls.lua and lib/clock.lua.
-return run_read(KEYS[1], KEYS[2], 'idempotency record', function(recorded, lock_token, pttl)
-  local reply = idem_record(KEYS[2], 1, recorded, lock_token, pttl)
+return run_read(KEYS[1], KEYS[2], 'idempotency record', function(key, code, recorded, lock_token, pttl)
+  local reply = idem_record(key, code, recorded, lock_token, pttl)
   if ARGV[1] == 'forget' and lock_token == 0 then
     redis.call('DEL', KEYS[2])
   end

@@ -48,16 +48,13 @@
 -- (`failed`) is taken over whatever that policy: it did not run the job to the end, and said
 -- so. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
--- Uses run_begin() and run_fields() (lib/run_record.lua), which the loader prepends to this
--- file after lib/calls.lua and lib/clock.lua.
-local function record(code, recorded)
-  return {code, tonumber(redis.call('HGET', KEYS[2], 'tick')), run_fields(KEYS[2], recorded)}
-end
+-- Uses run_begin() (lib/run_record.lua) and tick_record() (lib/tick_record.lua), which the
+-- loader prepends to this file after lib/calls.lua and lib/clock.lua.
 
 return run_begin({
   lock = KEYS[1], key = KEYS[2], holder = ARGV[1], token = ARGV[2],
   field = 'tick', value = ARGV[3], retention = ARGV[5], policy = ARGV[6],
-  what = 'tick record', record = record,
+  what = 'tick record', record = tick_record,
   -- A record of another tick: a newer one makes this tick past; an older one is replaced.
   after = function(recorded)
     -- Twice the distance against the period keeps the comparison in integers.
@@ -67,7 +64,7 @@ return run_begin({
       return 'new'
     end
     if distance <= -period then
-      return record(4, recorded)
+      return tick_record(KEYS[2], 4, recorded)
     end
   end,
 })

@@ -14,12 +14,6 @@
 --
 -- Commands: HGET, PTTL (the least-privilege ACL has no HGETALL).
 --
--- Uses run_read() and run_fields() (lib/run_record.lua), which the loader prepends to this
--- file after lib/calls.lua and lib/clock.lua.
-return run_read(KEYS[1], KEYS[2], 'tick record', function(recorded, lock_token, pttl)
-  return {
-    1,
-    tonumber(redis.call('HGET', KEYS[2], 'tick')),
-    run_fields(KEYS[2], recorded, lock_token, pttl),
-  }
-end)
+-- Uses run_read() (lib/run_record.lua) and tick_record() (lib/tick_record.lua), which the
+-- loader prepends to this file after lib/calls.lua and lib/clock.lua.
+return run_read(KEYS[1], KEYS[2], 'tick record', tick_record)

@@ -21,15 +21,15 @@
 -- them), `field` and `value` (the kind's own field and the caller's value of it), `retention`
 -- (ms the record is kept after this write), `policy` (for a run whose runner's hold ended
 -- before it finished: "run-again" takes it over, anything else gives it up), `what` (how
--- FENCELOCK_WRONGTYPE names the record), `record(code, recorded)` (the kind's reply naming the
--- record), and the kind's checks of an existing record: `before(recorded)`, made before the
+-- FENCELOCK_WRONGTYPE names the record), `record(key, code, recorded)` (the kind's reply naming
+-- the record: lib/idem_record.lua, lib/tick_record.lua), and the kind's checks of an existing record: `before(recorded)`, made before the
 -- tokens are compared, answers a reply or nil; `after(recorded)`, made after, answers nil (the
 -- same run goes on), 'new' (the record is another run's that this one replaces) or a reply.
 -- In that order it answers: {-1} when the caller does not hold the lock with its token; a
 -- fresh begin {1, 0, started} without a record; the kind's reply from `before`; {1, 0,
--- started} again for the token the record names (a re-sent begin); record(-2) for a newer
--- token; what `after` says; record(2) for a finished run; a takeover {1, old token, started}
--- of a failed run (whatever the policy) or of a running one under "run-again"; record(3)
+-- started} again for the token the record names (a re-sent begin); code -2 for a newer
+-- token; what `after` says; code 2 for a finished run; a takeover {1, old token, started}
+-- of a failed run (whatever the policy) or of a running one under "run-again"; code 3
 -- otherwise. A begin deletes the record and writes the kind's field, runner, token and started
 -- anew. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
@@ -37,15 +37,16 @@
 -- fenced by its token. `run` names `key`, `holder`, `token`, `field`, `value`, `retention` and
 -- `what` as run_begin's, `started` (the server time its begin recorded), `outcome` (the
 -- caller's), `ends` (the field the end goes to, "finished" or "failed", for each outcome the
--- kind takes) and, optionally, `also()` (writes the kind's further fields of a finished run
--- after the record's, before its expiry is set). Answers FENCELOCK_BADARG for an outcome not in `ends`
+-- kind takes) and, optionally, `also` (the kind's further fields of a finished run, written
+-- with the record's: a list of fields and values). Answers FENCELOCK_BADARG for an outcome not in `ends`
 -- (nothing changed); {-2, token} when the record carries a newer token (nothing changed); {1,
 -- at} with the time already in the end's field for this token (a re-sent finish; nothing
 -- changed); else deletes the record, writes it again from `run` with the end's field = server
 -- time `at`, and answers {1, at}. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
 --
--- run_read(lock, key, what, answer) is the read of job_read.lua and idem_read.lua: {0,
--- lock_token, pttl} without a record, else what answer(recorded, lock_token, pttl) returns;
+-- run_read(lock, key, what, record) is the read of job_read.lua and idem_read.lua: {0,
+-- lock_token, pttl} without a record, else what record(key, 1, recorded, lock_token, pttl)
+-- returns (the kind's reply naming the record, as run_begin's);
 -- lock_token is the lock hash's "~token" (0: the lock is free) and pttl the lock's PTTL.
 -- Commands: HGET, PTTL.
 --
@@ -70,6 +71,14 @@ local function run_fields(key, recorded, ...)
     ...
 end
 
+-- Writes the record anew from `run` (see run_begin) with the further fields and values given,
+-- and sets its expiry.
+local function run_write(run, ...)
+  redis.call('DEL', run.key)
+  redis.call('HSET', run.key, run.field, run.value, 'runner', run.holder, 'token', run.token, ...)
+  redis.call('PEXPIRE', run.key, run.retention)
+end
+
 local function run_begin(run)
   local held, held_err = run_field(run.lock, run.holder, 'lock key')
   if held == nil then
@@ -85,10 +94,7 @@ local function run_begin(run)
 
   local function begin(previous)
     local started = now_ms()
-    redis.call('DEL', run.key)
-    redis.call('HSET', run.key, run.field, run.value, 'runner', run.holder, 'token', run.token,
-      'started', started)
-    redis.call('PEXPIRE', run.key, run.retention)
+    run_write(run, 'started', started)
     return {1, previous, started}
   end
 
@@ -104,7 +110,7 @@ local function run_begin(run)
     return {1, 0, tonumber(redis.call('HGET', run.key, 'started'))}
   end
   if tonumber(recorded) > token then
-    return run.record(-2, recorded)
+    return run.record(run.key, -2, recorded)
   end
   local other = run.after and run.after(recorded)
   if other == 'new' then
@@ -113,12 +119,12 @@ local function run_begin(run)
     return other
   end
   if redis.call('HGET', run.key, 'finished') then
-    return run.record(2, recorded)
+    return run.record(run.key, 2, recorded)
   end
   if run.policy == 'run-again' or redis.call('HGET', run.key, 'failed') then
     return begin(tonumber(recorded))
   end
-  return run.record(3, recorded)
+  return run.record(run.key, 3, recorded)
 end
 
 local function run_finish(run)
@@ -142,17 +148,12 @@ local function run_finish(run)
     end
   end
   local at = now_ms()
-  redis.call('DEL', run.key)
-  redis.call('HSET', run.key, run.field, run.value, 'runner', run.holder, 'token', run.token,
-    'started', run.started, ended, at)
-  if run.also and ended == 'finished' then
-    run.also()
-  end
-  redis.call('PEXPIRE', run.key, run.retention)
+  local also = ended == 'finished' and run.also or {}
+  run_write(run, 'started', run.started, ended, at, unpack(also))
   return {1, at}
 end
 
-local function run_read(lock, key, what, answer)
+local function run_read(lock, key, what, record)
   local lock_token, lock_err = run_field(lock, '~token', 'lock key')
   if lock_token == nil then
     return lock_err
@@ -166,5 +167,5 @@ local function run_read(lock, key, what, answer)
   if not recorded then
     return {0, lock_token, pttl}
   end
-  return answer(recorded, lock_token, pttl)
+  return record(key, 1, recorded, lock_token, pttl)
 end

@@ -66,7 +66,7 @@ const SEM_NO_PURGE: &str = "{}";
 const RUN_OWNER_CHECK: &str =
     "if not held or redis.call('HGET', run.lock, '~token') ~= run.token then";
 /// The answer of `lib/run_record.lua`'s begin for a run that finished.
-const RUN_DONE: &str = "return run.record(2, recorded)";
+const RUN_DONE: &str = "return run.record(run.key, 2, recorded)";
 /// The lines of `lib/release.lua` that read a release's own op record, that replay the mark
 /// the freeing release left on the holder's acquire record, and that publish the release
 /// (release.lua and handoff.lua run them).
@@ -263,7 +263,7 @@ controls! {
     /// `job_begin.lua` runs a tick older than the newest one begun.
     JobRunsOlderTick => [(
         "job_begin",
-        "return record(4, recorded)",
+        "return tick_record(KEYS[2], 4, recorded)",
         "return 'new'",
     )],
     /// `job_begin.lua` ignores that a run failed and left its tick to a retry: the tick is

@@ -26,6 +26,7 @@ const RELEASE: &str = lua!("lib/release");
 const FAIR: &str = lua!("lib/fair");
 const FENCED: &[&str] = &[lua!("lib/fence_mark")];
 const RUNS: &[&str] = &[CALLS, CLOCK, lua!("lib/run_record")];
+const TICKS: &[&str] = &[CALLS, CLOCK, lua!("lib/run_record"), lua!("lib/tick_record")];
 const IDEM: &[&str] = &[
     CALLS,
     CLOCK,
@@ -83,9 +84,9 @@ scripts! {
     permissions: &[],
     announce: &[CALLS],
     leader: &[CALLS],
-    job_begin: RUNS,
+    job_begin: TICKS,
     job_finish: RUNS,
-    job_read: RUNS,
+    job_read: TICKS,
     idem_begin: IDEM,
     idem_finish: RUNS,
     idem_read: IDEM,
