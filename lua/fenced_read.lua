@@ -39,21 +39,14 @@
 -- would refuse r1's next read although nothing was written. No op record for either: raising
 -- a mark to the same token again changes nothing.
 --
--- Uses fence_mark(), fence_check(), data_check() and keep_for() from lib/fence_mark.lua,
--- which the loader prepends to this file.
-local token, exclusive, shared = fence_mark(ARGV[1], KEYS[2], KEYS[3])
+-- Uses fence_mark(), data_check() and keep_for() from lib/fence_mark.lua, which the loader
+-- prepends to this file.
+-- A shared read is refused only by a newer exclusive token; a claim by either mark.
+local token, exclusive, shared = fence_mark(ARGV[1], KEYS[2], KEYS[3], ARGV[4], ARGV[5])
 if not token then
   return exclusive
 end
 local sharing = ARGV[4] == 'shared'
-if not sharing and ARGV[4] ~= 'claim' then
-  return redis.error_reply('FENCELOCK_BADARG unknown read mode ' .. tostring(ARGV[4]))
-end
--- A shared read is refused only by a newer exclusive token; a claim by either mark.
-local refused = fence_check(token, exclusive, shared, sharing, ARGV[5])
-if refused then
-  return refused
-end
 
 -- Per kind: the type the data must have (or none), then the read.
 local kind = ARGV[2]
@@ -63,7 +56,7 @@ if kind ~= 'claim' then
   if not wanted then
     return redis.error_reply('FENCELOCK_BADARG unknown read kind ' .. tostring(kind))
   end
-  refused = data_check(KEYS[1], wanted)
+  local refused = data_check(KEYS[1], wanted)
   if refused then
     return refused
   end

@@ -36,27 +36,24 @@
 -- A write below the shared mark is refused because a reader with a newer token has read the
 -- resource: its hold began after this writer's ended (lib/fence_mark.lua).
 --
--- Uses fence_mark(), fence_check(), data_check() and keep_for() from lib/fence_mark.lua,
--- which the loader prepends to this file.
+-- Uses fence_mark(), data_check() and keep_for() from lib/fence_mark.lua, which the loader
+-- prepends to this file.
 local done = redis.call('GET', KEYS[3])
 if done then
   return {1, tonumber(done)}
 end
 
-local token, exclusive, shared = fence_mark(ARGV[1], KEYS[2], KEYS[4])
+-- A write is an exclusive call: refused below either mark.
+local token, exclusive, shared = fence_mark(ARGV[1], KEYS[2], KEYS[4], 'claim', ARGV[4])
 if not token then
   return exclusive
-end
-local refused = fence_check(token, exclusive, shared, false, ARGV[4])
-if refused then
-  return refused
 end
 
 local kind = ARGV[3]
 local wanted = (kind == 'set' or kind == 'incrby') and 'string' or kind == 'hset' and 'hash'
   or kind == 'rpush' and 'list'
 if wanted then
-  refused = data_check(KEYS[1], wanted, kind == 'incrby' and 'a number' or nil)
+  local refused = data_check(KEYS[1], wanted, kind == 'incrby' and 'a number' or nil)
   if refused then
     return refused
   end

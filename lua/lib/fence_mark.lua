@@ -12,11 +12,8 @@
 --
 -- A resource may be kept for a retention (FencedResource::with_retention): then every key of
 -- it expires together, that long after its last accepted call, and while it has no mark a
--- token issued before the retention began is refused (fence_check, keep_for below).
+-- token issued before the retention began is refused (fence_mark, keep_for below).
 --
--- fence_mark(token_arg, mark_key, shared_key) parses the presented token and reads both
--- marks. Returns token, exclusive mark, shared mark (0 where a mark is missing); or nil, an
--- error reply (nothing has been modified).
 -- read_mark(key, what): one GET under redis.pcall, so the type check rides on the read
 -- instead of costing a TYPE per mark on every fenced call.
 local function read_mark(key, what)
@@ -32,53 +29,57 @@ local function read_mark(key, what)
   return mark
 end
 
-local function fence_mark(token_arg, mark_key, shared_key)
+-- fence_mark(token_arg, mark_key, shared_key, mode, retention_arg): whether a call with the
+-- presented token may act on the resource. In this order: parses the token, reads both marks,
+-- checks the mode ("claim": an exclusive call, a write or a claim; "shared": a shared read;
+-- anything else is FENCELOCK_BADARG, "unknown read mode") and the retention argument (ms, "0":
+-- none; else FENCELOCK_BADARG), and judges the token. Returns token, exclusive mark, shared
+-- mark (0 where a mark is missing) when it may act; else nil and an error reply or the refusal
+-- {0, latest, by} (nothing has been modified). An exclusive call is refused below either mark
+-- (latest: the higher; by 1 when it is the shared one, else 0), a shared read only below the
+-- exclusive mark (by 0).
+--
+-- The retention's floor: a resource kept for a retention refuses, while it has no mark at all,
+-- every token up to server time minus the retention, in microseconds (by 2, latest the oldest
+-- token accepted). Its marks expire `retention` ms after its last accepted call, so a resource
+-- without marks has seen no call for that long: every token that wrote or claimed it since is
+-- gone with them, and a token issued before now - retention may be older than one of those.
+-- Tokens carry their issue time as a floor (microseconds of server TIME, lib/next_token.lua),
+-- so that floor refuses every hold that began before the marks' last refresh.
+local function fence_mark(token_arg, mark_key, shared_key, mode, retention_arg)
   local token = tonumber(token_arg)
   if not token or token < 1 or token >= 9007199254740992 or token % 1 ~= 0 then
     return nil, redis.error_reply('FENCELOCK_BADARG fencing token must be a positive integer below 2^53')
   end
-  local mark, err = read_mark(mark_key, 'high-water mark')
+  local exclusive, err = read_mark(mark_key, 'high-water mark')
   local shared
-  if mark then
+  if exclusive then
     shared, err = read_mark(shared_key, 'shared mark')
   end
   if not shared then
     return nil, err
   end
-  return token, mark, shared
-end
-
--- fence_check(token, exclusive, shared, sharing, retention_arg): whether a call with `token`
--- may act on a resource with these marks: nil when it may; else the refusal {0, latest, by}.
--- An exclusive call (a write, a claim) is refused below either mark (latest: the higher; by 1
--- when it is the shared one, else 0), a shared read (`sharing`) only below the exclusive mark
--- (by 0); a bad retention argument is answered FENCELOCK_BADARG.
---
--- The retention's floor: a resource kept for a retention (retention_arg not "0") refuses, while
--- it has no mark at all, every token up to server time minus the retention, in microseconds
--- (by 2, latest the oldest token accepted). Its marks expire `retention` ms after its last
--- accepted call, so a resource without marks has seen no call for that long: every token that
--- wrote or claimed it since is gone with them, and a token issued before now - retention may be
--- older than one of those. Tokens carry their issue time as a floor (microseconds of server
--- TIME, lib/next_token.lua), so that floor refuses every hold that began before the marks' last
--- refresh.
-local function fence_check(token, exclusive, shared, sharing, retention_arg)
+  local sharing = mode == 'shared'
+  if not sharing and mode ~= 'claim' then
+    return nil, redis.error_reply('FENCELOCK_BADARG unknown read mode ' .. tostring(mode))
+  end
   local mark = sharing and exclusive or math.max(exclusive, shared)
   if token < mark then
-    return {0, mark, (not sharing and shared > exclusive) and 1 or 0}
+    return nil, {0, mark, (not sharing and shared > exclusive) and 1 or 0}
   end
   local retention = tonumber(retention_arg)
   if not retention or retention < 0 or retention % 1 ~= 0 then
-    return redis.error_reply('FENCELOCK_BADARG retention must be a whole number of ms')
+    return nil, redis.error_reply('FENCELOCK_BADARG retention must be a whole number of ms')
   end
   if retention == 0 or exclusive > 0 or shared > 0 then
-    return nil
+    return token, exclusive, shared
   end
   local now = redis.call('TIME')
   local floor = tonumber(now[1]) * 1000000 + tonumber(now[2]) - retention * 1000
   if token <= floor then
-    return {0, floor + 1, 2}
+    return nil, {0, floor + 1, 2}
   end
+  return token, exclusive, shared
 end
 
 -- data_check(key, wanted, noun): the TYPE of a resource's data before a call that needs it to

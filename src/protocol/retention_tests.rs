@@ -1,5 +1,5 @@
 //! A fenced resource kept for a retention (`fenced_write.lua`, `fenced_read.lua` with
-//! `lib/fence_mark.lua`'s `fence_check` and `keep_for`) against a real redis-server: every
+//! `lib/fence_mark.lua`'s `fence_mark` and `keep_for`) against a real redis-server: every
 //! accepted call sets the expiry of its data and marks together, and once the marks are gone a
 //! token issued before the retention began is refused.
 
