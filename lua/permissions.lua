@@ -39,36 +39,29 @@ local run_probes = redis.acl_check_cmd == nil
 -- command or subcommand", "... can't access at least one of the keys ...", "... can't publish
 -- to the channel ..."; NOPERM covers the later wordings.
 local function acl_refusal(reply)
-  if type(reply) ~= 'table' or type(reply.err) ~= 'string' then
-    return false
-  end
-  return string.find(reply.err, "can't", 1, true) ~= nil
-      or string.find(reply.err, 'NOPERM', 1, true) ~= nil
+  local err = type(reply) == 'table' and type(reply.err) == 'string' and reply.err or ''
+  return string.find(err, "can't", 1, true) ~= nil or string.find(err, 'NOPERM', 1, true) ~= nil
 end
 
--- The answer names each refused command once, in first-refused order.
-local function refuse(command)
-  if not seen[command] then
-    seen[command] = true
-    table.insert(refused, command)
-  end
-end
-
--- Records `command` as refused when the user may not run it with these arguments.
+-- Records `command` as refused when the user may not run it with these arguments (the answer
+-- names each refused command once, in first-refused order). Returns whether it may, and, run
+-- as a probe, the command's reply.
 local function check(command, ...)
-  local allowed
+  local allowed, reply
   if run_probes then
-    allowed = not acl_refusal(redis.pcall(command, ...))
+    reply = redis.pcall(command, ...)
+    allowed = not acl_refusal(reply)
   else
     -- pcall: a command this server does not know (SPUBLISH before 7.0) is refused, not an
     -- error.
     local ok, answer = pcall(redis.acl_check_cmd, command, ...)
     allowed = ok and answer
   end
-  if not allowed then
-    refuse(command)
+  if not allowed and not seen[command] then
+    seen[command] = true
+    table.insert(refused, command)
   end
-  return allowed
+  return allowed, reply
 end
 
 -- Checks each probe {command, n, argument...}, run on KEYS[n] with those arguments, in order.
@@ -81,19 +74,15 @@ end
 local fence_before
 if run_probes then
   -- Undoing the probes needs DEL on the probe keys and the counter's old value: without them
-  -- nothing is written, and the refusals found so far are the answer.
-  local deletable = check('DEL', KEYS[1])
-  deletable = check('DEL', KEYS[3]) and deletable
-  deletable = check('DEL', KEYS[4]) and deletable
-  fence_before = redis.pcall('GET', KEYS[2])
-  if acl_refusal(fence_before) then
-    refuse('GET')
-    deletable = false
-  elseif type(fence_before) ~= 'string' then
+  -- (any refusal so far) nothing is written, and the refusals found are the answer.
+  check_all({{'DEL', 1}, {'DEL', 3}, {'DEL', 4}})
+  local readable
+  readable, fence_before = check('GET', KEYS[2])
+  if readable and type(fence_before) ~= 'string' then
     -- No counter yet: the probe's SET creates one, which must be deleted again.
-    deletable = check('DEL', KEYS[2]) and deletable
+    check('DEL', KEYS[2])
   end
-  if not deletable then
+  if #refused > 0 then
     return refused
   end
 end
