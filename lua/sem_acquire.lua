@@ -63,12 +63,10 @@ if not sem then
   return err
 end
 local fair = KEYS[5] ~= nil
-if fair then
-  local _, queue_err = sem_typed(KEYS[5], 'zset', 'semaphore queue key')
-  if not queue_err then
-    _, queue_err = sem_typed(KEYS[6], 'hash', 'semaphore queue key')
-  end
-  if queue_err then
+-- Fair mode: the queue (KEYS[5], a zset) and its entries (KEYS[6], a hash) are type-checked.
+for k = 5, fair and 6 or 4 do
+  local kind, queue_err = sem_typed(KEYS[k], k == 5 and 'zset' or 'hash', 'semaphore queue key')
+  if not kind then
     return queue_err
   end
 end

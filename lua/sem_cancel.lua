@@ -65,7 +65,4 @@ if permits + freed + unmarked > 0 then
   -- The waiting writers' key is a channel of its own; a semaphore's queue is not.
   sem_publish(KEYS[1], ARGV[3], (not KEYS[5]) and KEYS[4] or nil)
 end
-if permits == 0 then
-  return {0}
-end
-return {1, 0}
+return permits == 0 and {0} or {1, 0}

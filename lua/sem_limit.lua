@@ -14,7 +14,7 @@
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
 --
 -- The loader prepends lib/clock.lua and lib/sem_holds.lua to this file.
-local sem, err = sem_open(KEYS[1], KEYS[2], nil, now_ms(), nil)
+local sem, err = sem_open(KEYS[1], KEYS[2], {}, now_ms(), nil)
 if not sem then
   return err
 end

@@ -57,21 +57,20 @@ if not n or n < 1 or (f ~= 2 and f ~= 3) or #ARGV ~= 4 + 2 * n or #KEYS ~= f + 2
   return redis.error_reply('FENCELOCK_BADARG sem_release_many.lua: malformed list of releases')
 end
 local writers = f == 3 and KEYS[3] or nil
-local function op_record(i) return KEYS[f + 2 * i - 1] end
-local function acquire_record(i) return KEYS[f + 2 * i] end
 
--- Every holder's fields in sem_open's HMGET, every release's records in one MGET.
-local holders, ops, first_of, records = {}, {}, {}, {}
+-- Every holder's fields in sem_open's HMGET, every release's records in one MGET: release i's
+-- op record KEYS[f + 2 * i - 1] (read as marks[2 * i - 1]) and its holder's acquire record
+-- KEYS[f + 2 * i] (marks[2 * i]).
+local holders, ops, first_of = {}, {}, {}
 for i = 1, n do
   holders[i], ops[i] = ARGV[2 * i + 3], ARGV[2 * i + 4]
   first_of[ops[i]] = first_of[ops[i]] or i
-  records[2 * i - 1], records[2 * i] = op_record(i), acquire_record(i)
 end
 local sem, err = sem_open(KEYS[1], KEYS[2], holders, now_ms(), nil, nil, true)
 if not sem then
   return err
 end
-local marks = redis.call('MGET', unpack(records))
+local marks = redis.call('MGET', unpack(KEYS, f + 1, f + 2 * n))
 
 -- The releases one after another, each on its holder's hold as the ones before left it: the
 -- releases of one holder (a hold entered again through its guard) apply in order. Expired
@@ -82,11 +81,11 @@ for i = 1, n do
   -- An op id given again is answered as its first.
   local hold = sem.holds[holders[i]]
   replies[i] = replies[first_of[ops[i]]]
-    or sem_leave(KEYS[1], KEYS[2], sem, hold, marks[2 * i - 1], op_record(i), ARGV[2])
+    or sem_leave(KEYS[1], KEYS[2], sem, hold, marks[2 * i - 1], KEYS[f + 2 * i - 1], ARGV[2])
   if replies[i] then
     -- answered
   elseif hold.live then
-    ended[#ended + 1] = {holder = hold.holder, held = hold.held, op = ops[i], mark = acquire_record(i)}
+    ended[#ended + 1] = {holder = hold.holder, held = hold.held, op = ops[i], mark = KEYS[f + 2 * i]}
     hold.live = false
     replies[i] = {1, 0}
   else

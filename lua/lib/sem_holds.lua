@@ -84,10 +84,7 @@ local function sem_used(hash)
   end
   local used = 0
   for _, value in ipairs(redis.call('HVALS', hash)) do
-    local permits = string.match(value, '^(%d+):')
-    if permits then
-      used = used + tonumber(permits)
-    end
+    used = used + tonumber(string.match(value, '^(%d+):') or 0)
   end
   return used
 end
@@ -121,8 +118,8 @@ local function sem_typed(key, kind, what, reply)
 end
 
 -- Opens the semaphore at `hash` (with its lease zset `leases`) for a script, at server time
--- `now` (ms), for `holders`: one holder id (a single operation's), a list of them (a grouped
--- script's; one may repeat) or nil; with a read-write lock's waiting writers `writers`
+-- `now` (ms), for `holders`: one holder id (a single operation's) or a list of them (a grouped
+-- script's; one may repeat; empty: sem_limit.lua's, for no holder); with a read-write lock's waiting writers `writers`
 -- (optional: their type is checked, `marks` says whether the key exists). Sets FIELD_EXPIRY from the hash's "~expiry"; for a
 -- semaphore that does not exist yet `wanted` ("fields" or anything else) decides it, if this
 -- server runs HPEXPIRETIME (a cluster node not yet upgraded, or a user not granted it, gets
@@ -154,10 +151,8 @@ local function sem_open(hash, leases, holders, now, wanted, writers, list_entrie
       end
     end
     got = redis.pcall('HMGET', hash, unpack(fields))
-  elseif holders then
-    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used', '~until', holders, '~entries:' .. holders)
   else
-    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used', '~until')
+    got = redis.pcall('HMGET', hash, '~expiry', '~limit', '~used', '~until', holders, '~entries:' .. holders)
   end
   if got.err then
     return sem_typed(hash, 'hash', 'semaphore key', got)
@@ -171,22 +166,20 @@ local function sem_open(hash, leases, holders, now, wanted, writers, list_entrie
     FIELD_EXPIRY = false
   end
   RECORDED_LIMIT = tonumber(got[2])
-  -- The fields a single holder's hold adds are made here, so that none resizes the table.
-  local state = {
-    limit = RECORDED_LIMIT, expired = {}, holds = false, marks = false, holder = false, held = false, live = false,
-    entries = 1,
-  }
-  if FIELD_EXPIRY then
-    local _, err = sem_typed(leases, 'zset', 'semaphore lease key')
-    if err then
+  -- The lease zset's type: checked by its read on the lease-zset path, else by TYPE.
+  local expired = FIELD_EXPIRY and {} or redis.pcall('ZRANGEBYSCORE', leases, '-inf', int_text(now))
+  if FIELD_EXPIRY or expired.err then
+    local kind, err = sem_typed(leases, 'zset', 'semaphore lease key', expired.err and expired)
+    if not kind then
       return nil, err
     end
-  else
-    local expired = redis.pcall('ZRANGEBYSCORE', leases, '-inf', int_text(now))
-    if expired.err then
-      return sem_typed(leases, 'zset', 'semaphore lease key', expired)
-    end
-    state.expired = expired
+  end
+  -- The fields a single holder's hold adds are made here, so that none resizes the table.
+  local state = {
+    limit = RECORDED_LIMIT, expired = expired, holds = false, marks = false, holder = false, held = false,
+    live = false, entries = 1,
+  }
+  if not FIELD_EXPIRY then
     USED = tonumber(got[3]) or 0
     KEYS_UNTIL = tonumber(got[4]) or 0
     NOW = now
@@ -206,7 +199,7 @@ local function sem_open(hash, leases, holders, now, wanted, writers, list_entrie
   local list = type(holders) == 'table' and holders
   local absent = list and {holder = false, held = false, live = false, entries = 1}
   state.holds = list and {}
-  for k = 1, list and #list or (holders and 1 or 0) do
+  for k = 1, list and #list or 1 do
     local holder, hold = list and list[k] or holders, state
     local at = 5 + stride * (k - 1)
     local held = got[at] or false
@@ -258,10 +251,7 @@ end
 -- A hold's field value: "<permits>:<token>", then ":<label>" when `label` is given (the
 -- permits as int_text(): Lua's own number text takes the floating-point path).
 local function sem_hold_value(permits, token_text, label)
-  if label then
-    return int_text(permits) .. ':' .. token_text .. ':' .. label
-  end
-  return int_text(permits) .. ':' .. token_text
+  return int_text(permits) .. ':' .. token_text .. (label and ':' .. label or '')
 end
 
 -- A hold's permits (a number), token (decimal text) and label (nil without one) from its
@@ -335,6 +325,7 @@ end
 -- with field expiry it is judged by HLEN, which may still count a field the server has not
 -- reclaimed yet; such a hash goes at its own expiry.
 local function sem_settle(hash, leases)
+  local empty = USED <= 0
   if FIELD_EXPIRY then
     -- "~limit" and "~expiry" are the only fields of a hash without holds. HLEN also counts a
     -- field whose expiry passed but that the server has not reclaimed yet (a crashed
@@ -345,12 +336,9 @@ local function sem_settle(hash, leases)
     if fields > 2 and fields <= SETTLE_SCAN_FIELDS then
       fields = 2 + #sem_holders(hash)
     end
-    if fields <= 2 then
-      redis.call('DEL', hash, leases)
-    end
-    return
+    empty = fields <= 2
   end
-  if USED <= 0 then
+  if empty then
     redis.call('DEL', hash, leases)
   end
 end
