@@ -141,13 +141,12 @@ local function run_finish(run)
   if recorded and tonumber(recorded) > token then
     return {-2, tonumber(recorded)}
   end
-  if recorded and tonumber(recorded) == token then
-    local at = redis.call('HGET', run.key, ended)
-    if at then
-      return {1, tonumber(at)}
-    end
+  -- A re-sent finish: the end's field is already set for this token.
+  local at = recorded and tonumber(recorded) == token and redis.call('HGET', run.key, ended)
+  if at then
+    return {1, tonumber(at)}
   end
-  local at = now_ms()
+  at = now_ms()
   local also = ended == 'finished' and run.also or {}
   run_write(run, 'started', run.started, ended, at, unpack(also))
   return {1, at}

@@ -157,13 +157,10 @@ local function sem_open(hash, leases, holders, now, wanted, writers, list_entrie
   if got.err then
     return sem_typed(hash, 'hash', 'semaphore key', got)
   end
-  if got[1] then
-    FIELD_EXPIRY = got[1] == 'fields'
-  elseif wanted == 'fields' and redis.call('EXISTS', hash) == 0 then
+  FIELD_EXPIRY = got[1] == 'fields'
+  if not got[1] and wanted == 'fields' and redis.call('EXISTS', hash) == 0 then
     local probe = redis.pcall('HPEXPIRETIME', hash, 'FIELDS', 1, '~expiry')
     FIELD_EXPIRY = type(probe) == 'table' and probe.err == nil
-  else
-    FIELD_EXPIRY = false
   end
   RECORDED_LIMIT = tonumber(got[2])
   -- The lease zset's type: checked by its read on the lease-zset path, else by TYPE.
