@@ -22,9 +22,10 @@
 -- (ms the record is kept after this write), `policy` (for a run whose runner's hold ended
 -- before it finished: "run-again" takes it over, anything else gives it up), `what` (how
 -- FENCELOCK_WRONGTYPE names the record), `record(key, code, recorded)` (the kind's reply naming
--- the record: lib/idem_record.lua, lib/tick_record.lua), and the kind's checks of an existing record: `before(recorded)`, made before the
--- tokens are compared, answers a reply or nil; `after(recorded)`, made after, answers nil (the
--- same run goes on), 'new' (the record is another run's that this one replaces) or a reply.
+-- the record: lib/idem_record.lua, lib/tick_record.lua), and the kind's checks of an existing
+-- record: `before(recorded)`, made before the tokens are compared, answers a reply or nil;
+-- `after(recorded)`, made after, answers nil (the same run goes on), 'new' (the record is
+-- another run's that this one replaces) or a reply.
 -- In that order it answers: {-1} when the caller does not hold the lock with its token; a
 -- fresh begin {1, 0, started} without a record; the kind's reply from `before`; {1, 0,
 -- started} again for the token the record names (a re-sent begin); code -2 for a newer
@@ -38,8 +39,8 @@
 -- `what` as run_begin's, `started` (the server time its begin recorded), `outcome` (the
 -- caller's), `ends` (the field the end goes to, "finished" or "failed", for each outcome the
 -- kind takes) and, optionally, `also` (the kind's further fields of a finished run, written
--- with the record's: a list of fields and values). Answers FENCELOCK_BADARG for an outcome not in `ends`
--- (nothing changed); {-2, token} when the record carries a newer token (nothing changed); {1,
+-- with the record's: a list of fields and values). Answers FENCELOCK_BADARG for an outcome not
+-- in `ends` (nothing changed); {-2, token} when the record carries a newer token (nothing changed); {1,
 -- at} with the time already in the end's field for this token (a re-sent finish; nothing
 -- changed); else deletes the record, writes it again from `run` with the end's field = server
 -- time `at`, and answers {1, at}. Commands: HGET, HSET, DEL, PEXPIRE, TIME.
