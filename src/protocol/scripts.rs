@@ -25,14 +25,10 @@ const ACQUIRE: &str = lua!("lib/acquire");
 const RELEASE: &str = lua!("lib/release");
 const FAIR: &str = lua!("lib/fair");
 const FENCED: &[&str] = &[lua!("lib/fence_mark")];
-const RUNS: &[&str] = &[CALLS, CLOCK, lua!("lib/run_record")];
-const TICKS: &[&str] = &[CALLS, CLOCK, lua!("lib/run_record"), lua!("lib/tick_record")];
-const IDEM: &[&str] = &[
-    CALLS,
-    CLOCK,
-    lua!("lib/run_record"),
-    lua!("lib/idem_record"),
-];
+const RUN_RECORD: &str = lua!("lib/run_record");
+const RUNS: &[&str] = &[CALLS, CLOCK, RUN_RECORD];
+const TICKS: &[&str] = &[CALLS, CLOCK, RUN_RECORD, lua!("lib/tick_record")];
+const IDEM: &[&str] = &[CALLS, CLOCK, RUN_RECORD, lua!("lib/idem_record")];
 const SEM_HOLDS: &str = lua!("lib/sem_holds");
 const TAKE: &str = lua!("lib/sem_take");
 const GIVE: &str = lua!("lib/sem_give");
