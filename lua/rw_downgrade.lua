@@ -27,8 +27,8 @@ end
 local permits, token_text, label = sem_hold_parse(sem.held)
 if permits > 1 then
   -- The hold keeps its token, label and deadline with one permit. HSET clears a field's own
-  -- expiry: it is set again.
-  local deadline = sem_deadline(KEYS[1], KEYS[2], ARGV[1])
+  -- expiry: it is read first and set again (the zset's deadline stays as it is).
+  local deadline = FIELD_EXPIRY and sem_deadline(KEYS[1], KEYS[2], ARGV[1])
   redis.call('HSET', KEYS[1], ARGV[1], sem_hold_value(1, token_text, label))
   if FIELD_EXPIRY then
     redis.call('HPEXPIREAT', KEYS[1], deadline, 'FIELDS', 1, ARGV[1])
