@@ -1729,7 +1729,7 @@ mod tests {
             (refused.write, refused.presented, refused.latest),
             (true, 3, 5)
         );
-        assert!(refusal(false, fencelock::Error::NotHeld)
+        assert!(refusal(false, fencelock::Error::Cancelled)
             .downcast::<Refused>()
             .is_err());
         assert!(parse_order("c0-t01,17").is_ok());

@@ -112,7 +112,7 @@ async fn run() -> Result<Vec<String>, BoxError> {
         other => failures.push(format!("holder 1's late write was not refused: {other:?}")),
     }
     match guard.release().await {
-        Err(Error::NotHeld) => println!("holder 1's release: NotHeld (it knows it overlapped)"),
+        Err(err @ Error::NotHeld { .. }) => println!("holder 1's release: {err}"),
         other => failures.push(format!("holder 1's release said {other:?}")),
     }
     takeover.release().await?;

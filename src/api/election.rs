@@ -299,7 +299,7 @@ impl Election {
                     metadata: metadata.to_vec(),
                 })
             }
-            OwnerReply::NotHeld => Err(Error::NotHeld),
+            OwnerReply::NotHeld => Err(Error::not_held(&guard.holder().name)),
         }
     }
 

@@ -204,7 +204,7 @@ impl LockGuard {
             EnterReply::NotHeld => {
                 pending.disarm();
                 self.holder.mark_lost(LostReason::NotHeld);
-                Err(Error::NotHeld)
+                Err(Error::not_held(&self.holder.name))
             }
             EnterReply::Cancelled => {
                 pending.disarm();
@@ -351,7 +351,7 @@ pub(crate) fn owned(holder: &Holder, reply: OwnerReply) -> Result<(), Error> {
         OwnerReply::Done { .. } => Ok(()),
         OwnerReply::NotHeld => {
             holder.mark_lost(LostReason::NotHeld);
-            Err(Error::NotHeld)
+            Err(Error::not_held(&holder.name))
         }
     }
 }

@@ -24,7 +24,7 @@ use super::rwlock::RwLock;
 use super::semaphore::SemaphorePermit;
 use crate::base::config::checked_label;
 use crate::base::durations::validate_lease;
-use crate::base::error::Error;
+use crate::base::error::{display_bytes, Error};
 use crate::base::metrics;
 use crate::base::replica_ack::{Acks, OnShortfall, ReplicaAck};
 use crate::base::token::FencingToken;
@@ -105,16 +105,17 @@ impl Options {
         })
     }
 
-    /// The error of an acquisition whose replicas (`acks`) fell short under the policy that
+    /// The error of an acquisition of `name` whose replicas (`acks`) fell short under the policy that
     /// fails it (its caller rolls it back); `None`: the acquisition stands.
-    pub(crate) fn shortfall(&self, acks: Option<Acks>) -> Option<Error> {
+    pub(crate) fn shortfall(&self, name: &[u8], acks: Option<Acks>) -> Option<Error> {
         let (acks, ack) = (acks?, self.replica_ack?);
-        (!acks.enough() && ack.on_shortfall == OnShortfall::Fail).then_some(
+        (!acks.enough() && ack.on_shortfall == OnShortfall::Fail).then(|| {
             Error::ReplicationTimeout {
+                name: display_bytes(name),
                 acked: acks.acked,
                 required: acks.required,
-            },
-        )
+            }
+        })
     }
 }
 

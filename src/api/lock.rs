@@ -255,7 +255,7 @@ impl Request<'_> {
                 Box::pin(engine.acquire_acknowledged(ack, keys, window, call!(), acquired)).await?
             }
         };
-        if let Some(shortfall) = handle.options.shortfall(acks) {
+        if let Some(shortfall) = handle.options.shortfall(&handle.name, acks) {
             // Still armed: if this rollback fails or is cancelled, the pending op's drop
             // undoes the acquisition in the background instead.
             handle.roll_back(holder).await?;

@@ -335,7 +335,7 @@ impl MultiLock {
             Attempt::Won(won) => won,
             Attempt::Busy { index, pttl } => return Ok(Attempt::Busy { index, pttl }),
         };
-        if let Some(shortfall) = self.options().shortfall(acks) {
+        if let Some(shortfall) = self.options().shortfall(&self.joined_names(), acks) {
             // Still armed: a failed or cancelled rollback is finished by the drop guards.
             taking.roll_back(self.members.len()).await?;
             return Err(shortfall);

@@ -13,9 +13,15 @@ use super::token::FencingToken;
 /// ```
 /// use fencelock::Error;
 ///
-/// let err = Error::NotHeld;
-/// assert!(err.is_not_held());
-/// assert!(!err.is_timeout());
+/// fn what_happened(err: &Error) -> &'static str {
+///     match err {
+///         Error::NotHeld { .. } => "lost the lock before the work was done",
+///         err if err.is_timeout() => "gave up waiting",
+///         _ => "something else",
+///     }
+/// }
+/// assert_eq!(what_happened(&Error::Cancelled), "something else");
+/// assert!(!Error::Cancelled.is_not_held());
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -59,8 +65,13 @@ pub enum Error {
 
     /// This guard's holder no longer holds the lock: its lease ran out, the key was deleted, or
     /// another holder took over. Nothing was changed on the server.
-    #[error("the lock is not held by this holder any more (lease expired, deleted or taken over)")]
-    NotHeld,
+    #[error("{name} is not held by this holder any more (lease expired, deleted or taken over)")]
+    #[non_exhaustive]
+    NotHeld {
+        /// The lock's name (a semaphore's, read-write lock's, election's, job's or idempotency
+        /// key's lock), readable: control characters and bytes that are not UTF-8 escaped.
+        name: String,
+    },
 
     /// A key where the lock (or its fence counter) lives holds a value fencelock did not write,
     /// for example because someone ran `SET` on it. Nothing was changed.
@@ -121,9 +132,14 @@ pub enum Error {
     /// replicas than required within its timeout. The acquisition was rolled back before this
     /// error was returned: the lock is free (unless someone else took it since).
     #[error(
-        "acquisition reached {acked} of the {required} required replicas in time; rolled back"
+        "acquisition of {name} reached {acked} of the {required} required replicas in time; \
+         rolled back"
     )]
+    #[non_exhaustive]
     ReplicationTimeout {
+        /// The lock's name (a multi-lock's names, joined with ", "), readable as in
+        /// [`Error::NotHeld`].
+        name: String,
         /// Replicas that confirmed the acquisition.
         acked: u32,
         /// Replicas the acquisition required.
@@ -319,6 +335,13 @@ impl Error {
         Error::Timeout {
             name: display_bytes(name),
             waited: started.elapsed(),
+        }
+    }
+
+    /// [`Error::NotHeld`]: the hold of `name` is no longer this holder's.
+    pub(crate) fn not_held(name: &[u8]) -> Error {
+        Error::NotHeld {
+            name: display_bytes(name),
         }
     }
 
@@ -552,7 +575,7 @@ predicates! {
     is_stale_token: Error::StaleToken { .. },
 
     /// The guard's holder does not hold the lock any more.
-    is_not_held: Error::NotHeld,
+    is_not_held: Error::NotHeld { .. },
 
     /// The input (name, lease, configuration, lock set, leader metadata, job options or tick,
     /// idempotency options, key or fingerprint) was rejected before anything was sent to Redis.

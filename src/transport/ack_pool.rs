@@ -510,7 +510,7 @@ mod tests {
         assert_eq!(redirect(&server_error("ERR unknown command")), None);
         assert_eq!(redirect(&server_error("READONLY You can't write")), None);
         assert_eq!(redirect(&io_error(std::io::ErrorKind::BrokenPipe)), None);
-        assert_eq!(redirect(&Error::NotHeld), None);
+        assert_eq!(redirect(&Error::not_held(b"x")), None);
     }
 
     /// Asserts that `says` is `expected` of every one of `errors`.
@@ -548,7 +548,7 @@ mod tests {
             "WRONGTYPE Operation against a key holding the wrong kind of value",
             "MOVED 3999 127.0.0.1:7001",
         ];
-        let others = [Error::NotHeld, Error::Cancelled];
+        let others = [Error::not_held(b"x"), Error::Cancelled];
         assert_all(primary_may_have_moved, false, answered.map(server_error));
         assert_all(primary_may_have_moved, false, others);
     }
@@ -566,6 +566,6 @@ mod tests {
             "BUSY Redis is busy running a script",
         ];
         assert_all(outcome_unknown, false, answered.map(server_error));
-        assert_all(outcome_unknown, false, [Error::NotHeld]);
+        assert_all(outcome_unknown, false, [Error::not_held(b"x")]);
     }
 }

@@ -178,7 +178,14 @@ on_topologies! {
             .unwrap()
             .expect("expired lock is free");
         seen.push(second.token());
-        assert!(first.release().await.unwrap_err().is_not_held());
+        let err = first.release().await.unwrap_err();
+        assert!(err.is_not_held());
+        // The error names the lock it concerns.
+        assert!(
+            matches!(&err, fencelock::Error::NotHeld { name, .. } if name == "fenced"),
+            "{err:?}"
+        );
+        assert!(err.to_string().starts_with("fenced is not held"), "{err}");
 
         // Manual DEL of the lock hash.
         let key = fx.lock_key("fenced").unwrap();

@@ -286,7 +286,8 @@ fn blocking_replica_acknowledgement_succeeds_and_a_paused_replica_fails_it_leavi
             err,
             fencelock::Error::ReplicationTimeout {
                 acked: 0,
-                required: 1
+                required: 1,
+                ..
             }
         ),
         "{err:?}"

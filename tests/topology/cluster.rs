@@ -575,7 +575,8 @@ async fn multi_lock_works_across_slots_and_replica_ack_without_replicas_holds_no
             err,
             fencelock::Error::ReplicationTimeout {
                 acked: 0,
-                required: 1
+                required: 1,
+                ..
             }
         ),
         "{err:?}"
@@ -717,7 +718,8 @@ async fn replica_ack_waits_at_the_slot_primary_once_per_node_and_a_frozen_replic
                 err,
                 fencelock::Error::ReplicationTimeout {
                     acked: 0,
-                    required: 1
+                    required: 1,
+                    ..
                 }
             ),
             "{err:?}"

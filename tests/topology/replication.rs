@@ -114,6 +114,10 @@ async fn a_shortfall_rolls_the_acquisition_back_and_leaves_the_lock_free() {
         .unwrap();
     let err = lock.acquire().await.unwrap_err();
     assert!(err.is_replication_timeout(), "{err}");
+    assert!(
+        err.to_string().starts_with("acquisition of acked reached"),
+        "{err}"
+    );
     // The healthy replica normally makes it 1 of 2; on a loaded machine it may miss the
     // timeout too, which is a shortfall all the same.
     assert!(
@@ -121,7 +125,8 @@ async fn a_shortfall_rolls_the_acquisition_back_and_leaves_the_lock_free() {
             err,
             Error::ReplicationTimeout {
                 acked: 0 | 1,
-                required: 2
+                required: 2,
+                ..
             }
         ),
         "{err}"
@@ -150,7 +155,8 @@ async fn a_shortfall_rolls_the_acquisition_back_and_leaves_the_lock_free() {
             err,
             Error::ReplicationTimeout {
                 acked: 0,
-                required: 1
+                required: 1,
+                ..
             }
         ),
         "{err}"
@@ -321,7 +327,8 @@ async fn unusable_acknowledgement_settings_are_typed_errors() {
         err,
         Error::ReplicationTimeout {
             acked: 0,
-            required: 1
+            required: 1,
+            ..
         }
     ));
     assert!(fx.lock_state("cfg").is_none());
@@ -416,7 +423,8 @@ async fn a_wait_cut_off_by_a_lost_connection_is_a_shortfall() {
             err,
             Error::ReplicationTimeout {
                 acked: 0,
-                required: 1
+                required: 1,
+                ..
             }
         ),
         "{err:?}"

@@ -1007,7 +1007,8 @@ async fn replica_acknowledgement_needs_wait_in_the_acl_and_says_so() {
             err,
             fencelock::Error::ReplicationTimeout {
                 acked: 0,
-                required: 1
+                required: 1,
+                ..
             }
         ),
         "{err:?}"

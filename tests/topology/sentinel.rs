@@ -216,7 +216,8 @@ async fn a_killed_primary_is_replaced_and_holders_waiters_and_tokens_carry_on() 
             err,
             fencelock::Error::ReplicationTimeout {
                 acked: 0 | 1,
-                required: 2
+                required: 2,
+                ..
             }
         ),
         "{err:?}"

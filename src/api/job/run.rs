@@ -133,7 +133,7 @@ pub(crate) async fn begin<K: RunKind>(
         Ok(BeginReply::Done(record)) => Ok(Began::Done(record)),
         Ok(BeginReply::Abandoned(record)) => Ok(Began::Abandoned(record)),
         Ok(BeginReply::Refused(record)) => Ok(Began::Refused(record)),
-        Ok(BeginReply::NotHeld) => Err(Error::NotHeld),
+        Ok(BeginReply::NotHeld) => Err(Error::not_held(guard.lock_name())),
         Ok(BeginReply::Newer(record)) => {
             Err(taken_over(guard.lock_name(), holder.token, record.token))
         }

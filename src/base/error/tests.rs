@@ -42,7 +42,7 @@ fn every_connection_failure_is_an_io_error() {
     assert!(
         Error::Redis(redis::RedisError::from(std::io::Error::from(BrokenPipe))).is_connection()
     );
-    assert!(!Error::NotHeld.is_connection());
+    assert!(!Error::not_held(b"x").is_connection());
 }
 
 fn server_error(reply: &[u8]) -> redis::RedisError {
@@ -168,8 +168,8 @@ fn refusals_become_typed_errors_and_scripts_name_their_own() {
     ));
     let wrongpass = server_error(b"-WRONGPASS invalid username-password pair\r\n");
     assert!(Error::from(wrongpass).is_auth_refused());
-    assert!(!Error::NotHeld.is_auth_refused());
-    assert_eq!(Error::NotHeld.class(), None);
+    assert!(!Error::not_held(b"x").is_auth_refused());
+    assert_eq!(Error::not_held(b"x").class(), None);
     assert_eq!(Error::Protocol("x".into()).class(), None);
 }
 
@@ -211,7 +211,7 @@ fn each_predicate_answers_for_its_own_errors_only() {
                 waited: Duration::ZERO,
             },
         ),
-        ("not held", Error::NotHeld),
+        ("not held", Error::not_held(b"x")),
         ("wrong type", Error::WrongType { detail: reason() }),
         (
             "stale",
@@ -228,6 +228,7 @@ fn each_predicate_answers_for_its_own_errors_only() {
         (
             "replication",
             Error::ReplicationTimeout {
+                name: "x".into(),
                 acked: 0,
                 required: 1,
             },

@@ -26,7 +26,7 @@ fn s4_a_lock_deleted_or_expired_early_leaves_the_new_holder_alone() {
 
 fn assert_not_held<T: std::fmt::Debug>(ctx: &Ctx, what: &str, result: Result<T, Error>) {
     match result {
-        Err(Error::NotHeld) => {}
+        Err(Error::NotHeld { .. }) => {}
         other => panic!("{ctx}: {what} should fail with NotHeld, got {other:?}"),
     }
 }
