@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 use crate::base::error::Error;
 use crate::protocol::batch::{self, Grouped, HoldRelease, ReadOperation};
 #[cfg(fencelock_negative_controls)]
-use crate::protocol::controls::{self, Control};
+use crate::protocol::controls;
 use crate::protocol::rwlock::RwAcquireReply;
 use crate::protocol::semaphore::HoldAcquire;
 use crate::protocol::OwnerReply;
@@ -55,8 +55,6 @@ pub(crate) struct Batcher<Op: Grouped> {
     cap: usize,
     /// The queues with a call on the wire; absent: idle.
     busy: Mutex<HashMap<Queue<Op>, Vec<Queued<Op>>>>,
-    #[cfg(fencelock_negative_controls)]
-    control: Option<Control>,
 }
 
 /// An operation waiting for the next call of its queue.
@@ -66,19 +64,12 @@ struct Queued<Op> {
 }
 
 impl<Op: Grouped> Batcher<Op> {
-    pub(crate) fn new(
-        client: &str,
-        conn: &Conn,
-        cap: usize,
-        #[cfg(fencelock_negative_controls)] control: Option<Control>,
-    ) -> Arc<Self> {
+    pub(crate) fn new(client: &str, conn: &Conn, cap: usize) -> Arc<Self> {
         Arc::new(Batcher {
             client: client.to_owned(),
             conn: conn.clone(),
             cap: cap.max(1),
             busy: Mutex::new(HashMap::new()),
-            #[cfg(fencelock_negative_controls)]
-            control,
         })
     }
 
@@ -146,30 +137,23 @@ impl<Op: Grouped> Batcher<Op> {
     /// One call with `queued`: alone by its own script when it is one operation.
     async fn call(&self, queued: &[Queued<Op>]) -> Vec<Result<Value, Error>> {
         let mut conn = self.conn.clone();
-        let call = async {
-            if let [one] = queued {
-                return vec![one.op.run_alone(&mut conn).await];
-            }
-            tracing::debug!(
-                name: "fencelock.batch",
-                client = %self.client,
-                operations = queued.len(),
-                "operations of this client share one script call"
-            );
-            let ops: Vec<&Op> = queued.iter().map(|q| &q.op).collect();
-            match Op::run_together(&mut conn, &ops).await {
-                Ok(outcomes) => outcomes,
-                Err(err) => queued
-                    .iter()
-                    .map(|_| Err(Error::from_reply(err.clone())))
-                    .collect(),
-            }
-        };
-        #[cfg(fencelock_negative_controls)]
-        if let Some(control) = self.control {
-            return controls::scoped(control, call).await;
+        if let [one] = queued {
+            return vec![one.op.run_alone(&mut conn).await];
         }
-        call.await
+        tracing::debug!(
+            name: "fencelock.batch",
+            client = %self.client,
+            operations = queued.len(),
+            "operations of this client share one script call"
+        );
+        let ops: Vec<&Op> = queued.iter().map(|q| &q.op).collect();
+        match Op::run_together(&mut conn, &ops).await {
+            Ok(outcomes) => outcomes,
+            Err(err) => queued
+                .iter()
+                .map(|_| Err(Error::from_reply(err.clone())))
+                .collect(),
+        }
     }
 }
 
@@ -186,7 +170,15 @@ impl<Op: Grouped> Drop for Turn<'_, Op> {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(self.batcher.clone().flush(self.queue.clone(), calls));
+            let flush = self.batcher.clone().flush(self.queue.clone(), calls);
+            // In the negative control of the client whose call this was (a turn ends inside
+            // the call's scope, also when its caller drops it), as that call ran.
+            #[cfg(fencelock_negative_controls)]
+            if let Some(control) = controls::current() {
+                runtime.spawn(controls::scoped(control, flush));
+                return;
+            }
+            runtime.spawn(flush);
             return;
         }
         // No runtime to send from (a caller dropped outside one): the queued operations fail

@@ -151,25 +151,25 @@ impl Engine {
             }
         };
         let server = server::hello(&mut conn.clone()).await?;
+        let lacks = |lacks: &str| Error::UnsupportedServer {
+            server: server.to_string(),
+            lacks: lacks.into(),
+        };
         if matches!(target, Target::Cluster(_)) && !server.has_sharded_pubsub() {
-            return Err(Error::UnsupportedServer {
-                server: server.to_string(),
-                lacks: "sharded pub/sub (SPUBLISH, SSUBSCRIBE: Redis 7.0+, every Valkey), which \
-                        a cluster client needs to wake waiters on the node of a lock's slot"
-                    .into(),
-            });
+            return Err(lacks(
+                "sharded pub/sub (SPUBLISH, SSUBSCRIBE: Redis 7.0+, every Valkey), which a \
+                 cluster client needs to wake waiters on the node of a lock's slot",
+            ));
         }
         let field_expiry = match config.hold_expiry {
             HoldExpiry::LeaseZset => false,
             HoldExpiry::Auto => server.has_hash_field_expiry(),
             HoldExpiry::FieldExpiry if server.has_hash_field_expiry() => true,
             HoldExpiry::FieldExpiry => {
-                return Err(Error::UnsupportedServer {
-                    server: server.to_string(),
-                    lacks: "hash-field expiry (HPEXPIREAT: Redis 7.4+, Valkey 9.0+), which \
-                            HoldExpiry::FieldExpiry asks for"
-                        .into(),
-                })
+                return Err(lacks(
+                    "hash-field expiry (HPEXPIREAT: Redis 7.4+, Valkey 9.0+), which \
+                     HoldExpiry::FieldExpiry asks for",
+                ))
             }
         };
         let acks = AckConnections::new(route, &config);
@@ -179,24 +179,10 @@ impl Engine {
             subscriptions: subscriptions.unwrap_or_else(|| conn.clone()),
         });
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let reads = Batcher::new(
-            &id,
-            &conn,
-            config.hold_batch,
-            #[cfg(fencelock_negative_controls)]
-            control,
-        );
-        let hold_releases = Batcher::new(
-            &id,
-            &conn,
-            config.hold_batch,
-            #[cfg(fencelock_negative_controls)]
-            control,
-        );
         let engine = Arc::new(Engine {
+            reads: Batcher::new(&id, &conn, config.hold_batch),
+            hold_releases: Batcher::new(&id, &conn, config.hold_batch),
             conn,
-            reads,
-            hold_releases,
             config,
             waiters,
             watchdog: Watchdog::default(),
@@ -213,28 +199,14 @@ impl Engine {
         Ok(engine)
     }
 
-    /// [`register_name`](Self::register_name), with a failure only logged (the name is advice
-    /// for operators, never needed by a lock): whether it was registered.
-    pub(crate) async fn try_register_name(&self) -> bool {
-        match self.register_name().await {
-            Ok(()) => true,
-            Err(err) => {
-                tracing::debug!(
-                    name: "fencelock.name_registration_failed",
-                    error = %err,
-                    "could not register the client's name; retrying in the background"
-                );
-                false
-            }
-        }
-    }
-
     /// Registers this client's name for operators (`prefix{tag}client:<id>`, kept for
-    /// [`NAME_KEPT`]); one `SET` at connect and one per [`NAME_REFRESH`] after.
-    pub(crate) async fn register_name(&self) -> Result<(), Error> {
+    /// [`NAME_KEPT`]); one `SET` at connect and one per [`NAME_REFRESH`] after. A failure is
+    /// only logged (the name is advice for operators, never needed by a lock): whether it was
+    /// registered.
+    pub(crate) async fn try_register_name(&self) -> bool {
         let key = client_key(&self.config.prefix, &self.id);
         let name = self.config.client_name.as_str();
-        self.retrying(|mut conn| {
+        let set = self.retrying(|mut conn| {
             let key = &key;
             async move {
                 redis::cmd("SET")
@@ -246,8 +218,16 @@ impl Engine {
                     .await
                     .map_err(Error::from_reply)
             }
-        })
-        .await
+        });
+        let Err(err) = set.await else {
+            return true;
+        };
+        tracing::debug!(
+            name: "fencelock.name_registration_failed",
+            error = %err,
+            "could not register the client's name; retrying in the background"
+        );
+        false
     }
 
     /// A fresh id for a holder or an operation: unique across clients (random client id) and
