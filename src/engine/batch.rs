@@ -32,12 +32,11 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use crate::base::error::Error;
-use crate::protocol::batch::{self, Grouped, HoldRelease, ReadOperation};
+use crate::protocol::batch::{self, Grouped, ReadOperation};
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls;
 use crate::protocol::rwlock::RwAcquireReply;
 use crate::protocol::semaphore::HoldAcquire;
-use crate::protocol::OwnerReply;
 use crate::transport::Conn;
 
 /// Where a call goes: the whole server, or one hash slot of a cluster.
@@ -78,7 +77,12 @@ impl<Op: Grouped> Batcher<Op> {
     ///
     /// Cancel safe in the sense of a request on the wire: dropped, a queued operation still
     /// goes out with the next call, and an operation sent alone may still run.
-    async fn run(self: &Arc<Self>, conn: &mut Conn, route: Route, op: Op) -> Result<Value, Error> {
+    pub(super) async fn run(
+        self: &Arc<Self>,
+        conn: &mut Conn,
+        route: Route,
+        op: Op,
+    ) -> Result<Value, Error> {
         if self.cap == 1 {
             return op.run_alone(conn).await;
         }
@@ -207,22 +211,11 @@ impl super::Engine {
         conn: &mut Conn,
         read: &HoldAcquire<'_>,
     ) -> Result<RwAcquireReply, Error> {
-        let route = self.route(&read.keys);
+        let read = self
+            .reads
+            .run(conn, self.route(&read.keys), ReadOperation::from(read));
         // Boxed: inline, the group commit's state would make every acquire future that much
         // larger (a waiting acquisition carries it).
-        let reply = Box::pin(self.reads.run(conn, route, ReadOperation::from(read))).await?;
-        batch::read_outcome(reply)
-    }
-
-    /// `sem_release.lua` of a semaphore's or read-write lock's hold, through the group commit:
-    /// with the releases of holds of the same lock that meet it, by `sem_release_many.lua`.
-    pub(crate) async fn hold_release_grouped(
-        &self,
-        conn: &mut Conn,
-        release: HoldRelease,
-    ) -> Result<OwnerReply, Error> {
-        let route = self.route(&release.keys);
-        let reply = Box::pin(self.hold_releases.run(conn, route, release)).await?;
-        batch::hold_release_outcome(reply)
+        batch::read_outcome(Box::pin(read).await?)
     }
 }

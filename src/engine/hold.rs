@@ -14,7 +14,7 @@ use super::holder::Holder;
 use super::Engine;
 use crate::base::config::fair_queue_life;
 use crate::base::error::Error;
-use crate::protocol::batch::HoldRelease;
+use crate::protocol::batch::{self, HoldRelease};
 use crate::protocol::{
     self, CancelKind, CancelReply, Candidate, EnterReply, HandoffReply, LockKeys, OwnerReply,
     PubSub,
@@ -97,11 +97,17 @@ impl HoldKind {
             (HoldKind::PlainLock, None) => {
                 protocol::release(&mut conn, keys, id, op, ttl, pubsub, resent).await
             }
-            // Alone, a hold's release rides the group commit with the releases of holds of the
-            // same lock.
+            // Alone, a hold's release rides the group commit (`engine::batch`) with the releases
+            // of holds of the same lock, by `sem_release_many.lua`.
             (HoldKind::Leased { .. }, _) => {
                 let release = HoldRelease::new(keys, id, op, ttl, pubsub);
-                engine.hold_release_grouped(&mut conn, release).await
+                let release = engine
+                    .hold_releases
+                    .run(&mut conn, engine.route(keys), release);
+                // Boxed, as a grouped read is.
+                Box::pin(release)
+                    .await
+                    .and_then(batch::hold_release_outcome)
             }
         };
         reply.map(|reply| match reply {

@@ -271,7 +271,7 @@ impl Waiters {
             acquired_lease: None,
             fair,
         };
-        if let Err(err) = self.subscribe(channel).await {
+        if let Err(err) = self.subscribe(channel, false).await {
             // A connection lost while subscribing does not end the wait, nor does a slot move
             // (any other failure does), but it leaves no subscription: the old connection's is
             // gone with it, and the transport restores only those whose confirmation it read.
@@ -285,14 +285,22 @@ impl Waiters {
         Ok(entry)
     }
 
-    /// Subscribes to `channel` unless this client already is.
-    async fn subscribe(&self, channel: &[u8]) -> Result<(), Error> {
+    /// Subscribes to `channel` while someone of this client needs its messages (whether someone
+    /// does): unless this client already is or, `again`, whatever the record says.
+    async fn subscribe(&self, channel: &[u8], again: bool) -> Result<bool, Error> {
         let mut subscribed = self.subscribed.lock().await;
-        if !subscribed.contains(channel) {
-            self.send_subscribe(channel).await?;
-            subscribed.insert(channel.to_vec());
+        if !self.wants_messages(channel) {
+            return Ok(false);
         }
-        Ok(())
+        if again || !subscribed.contains(channel) {
+            let sent = self.send_subscribe(channel).await;
+            match sent {
+                Ok(()) => subscribed.insert(channel.to_vec()),
+                Err(_) => subscribed.remove(channel),
+            };
+            sent?;
+        }
+        Ok(true)
     }
 
     /// Sends `SUBSCRIBE channel` (no bookkeeping).
@@ -368,7 +376,7 @@ impl Waiters {
             channel: channel.to_vec(),
             slot,
         };
-        self.subscribe(channel).await?;
+        self.subscribe(channel, false).await?;
         Ok(entry)
     }
 
@@ -395,18 +403,7 @@ impl Waiters {
     fn subscribe_again(self: &Arc<Self>, channel: Vec<u8>) {
         self.spawn(|waiters| async move {
             let (waiters, channel) = (&waiters, &channel);
-            let attempt = || async move {
-                let mut subscribed = waiters.subscribed.lock().await;
-                if !waiters.wants_messages(channel) {
-                    return Ok(false);
-                }
-                let sent = waiters.send_subscribe(channel).await;
-                match sent {
-                    Ok(()) => subscribed.insert(channel.clone()),
-                    Err(_) => subscribed.remove(channel),
-                };
-                sent.map(|()| true)
-            };
+            let attempt = || waiters.subscribe(channel, true);
             let pauses = retry::resend_pauses(waiters.random());
             let again = |err: &Error| {
                 let transient = subscribing_again_may_succeed(err);
