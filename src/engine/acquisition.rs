@@ -96,17 +96,16 @@ pub(crate) async fn acquire_loop<T: Attempts>(
     deadline: Option<Instant>,
     mut attempts: T,
 ) -> Result<T::Held, Error> {
-    let started = Instant::now();
-    let Some(deadline) = deadline else {
-        return acquire_within(how, None, started, &mut attempts).await;
-    };
-    let name = how.name;
-    let within = acquire_within(how, Some(deadline), started, &mut attempts);
-    timed_out(
-        tokio::time::timeout_at(deadline.into(), within).await,
-        name,
-        started,
-    )
+    let (started, name) = (Instant::now(), how.name);
+    let within = acquire_within(how, deadline, started, &mut attempts);
+    match deadline {
+        Some(deadline) => timed_out(
+            tokio::time::timeout_at(deadline.into(), within).await,
+            name,
+            started,
+        ),
+        None => within.await,
+    }
 }
 
 /// The outcome of an acquisition that started at `started` and was bounded by a deadline
@@ -172,10 +171,8 @@ async fn wait_and_acquire<T: Attempts>(
     if let Some((first, remaining)) = first {
         first.settled();
         // The head of the queue: its busy first attempt is the wait operators see.
-        if entry.ahead() == 0 {
-            if let Some(record) = &mut record {
-                record.busy(remaining);
-            }
+        if let (0, Some(record)) = (entry.ahead(), &mut record) {
+            record.busy(remaining);
         }
     }
     // What was won, and whether room is left for the next waiter of this client.

@@ -228,11 +228,9 @@ impl Waiters {
 
     /// The connection that carries the subscriptions.
     fn subscriptions(&self) -> Result<Conn, Error> {
-        let connections = self
-            .conn
-            .get()
-            .ok_or_else(|| Error::Protocol("waiters used before the client connected".into()))?;
-        Ok(connections.subscriptions.clone())
+        let subscriptions = self.conn.get().map(|c| c.subscriptions.clone());
+        subscriptions
+            .ok_or_else(|| Error::Protocol("waiters used before the client connected".into()))
     }
 
     /// Joins the queue of `channel`, subscribing to its release messages first if this client
