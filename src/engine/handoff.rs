@@ -53,9 +53,8 @@ pub(crate) type Undo = Box<dyn FnOnce() + Send + Sync>;
 
 /// The undo of a lock acquisition through its pending operation: armed, then dropped, which
 /// spawns `cancel.lua` for exactly that acquisition.
-pub(crate) fn undo_by(pending: PendingOp) -> Undo {
+pub(crate) fn undo_by(mut pending: PendingOp) -> Undo {
     Box::new(move || {
-        let mut pending = pending;
         #[cfg(fencelock_negative_controls)]
         if pending.engine.broken(Control::HandoffGrantNotUndone) {
             return;

@@ -116,15 +116,13 @@ impl Engine {
     ) -> Result<Arc<Engine>, Error> {
         let waiters = Arc::new(Waiters::default());
         let listener: Weak<dyn PushListener> = Arc::downgrade(&waiters) as Weak<dyn PushListener>;
-        if !matches!(target, Target::Standalone(_)) {
-            // The cluster and Sentinel clients take TLS settings from their URLs only; redis-rs
-            // has no per-client root certificates for them.
-            #[cfg(feature = "tls")]
-            if config.tls_root_ca.is_some() {
-                return Err(Error::InvalidConfig {
-                    reason: "tls_root_ca is available for standalone URLs only".into(),
-                });
-            }
+        // The cluster and Sentinel clients take TLS settings from their URLs only; redis-rs has
+        // no per-client root certificates for them.
+        #[cfg(feature = "tls")]
+        if config.tls_root_ca.is_some() && !matches!(target, Target::Standalone(_)) {
+            return Err(Error::InvalidConfig {
+                reason: "tls_root_ca is available for standalone URLs only".into(),
+            });
         }
         let (conn, subscriptions, route) = match target {
             Target::Standalone(url) => {

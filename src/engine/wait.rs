@@ -577,10 +577,9 @@ impl Drop for ObserveEntry {
             return;
         };
         following.followers.retain(|s| !Arc::ptr_eq(s, &self.slot));
-        if following.followers.is_empty() {
-            if following.queue.is_empty() {
-                channels.remove(&self.channel);
-            }
+        // A channel with waiters stays (its last waiter unsubscribes).
+        if following.followers.is_empty() && following.queue.is_empty() {
+            channels.remove(&self.channel);
             drop(channels);
             self.waiters.unsubscribe_later(self.channel.clone());
         }
