@@ -454,7 +454,7 @@ impl<'a> Taking<'a> {
         // runs on the session's connection to its slot's primary, and once every member is
         // taken, one WAIT per node covers all the members written there.
         let mut session = match set.options().replica_ack {
-            Some(_) => Some(set.client.engine.ack_session().await?),
+            Some(_) => Some(set.client.engine.acks.session().await?),
             None => None,
         };
         for (index, member) in set.members.iter().enumerate() {

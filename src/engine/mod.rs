@@ -35,7 +35,7 @@ use crate::protocol::controls::{self, Control};
 use crate::protocol::keys::{client_key, LockKeys};
 use crate::protocol::server::{self, ServerInfo};
 use crate::protocol::{self, FairAttempt, PermissionsReply};
-use crate::transport::ack_pool::{AckConnections, AckRoute, AckSession};
+use crate::transport::ack_pool::{AckConnections, AckRoute};
 use crate::transport::slot_map::ClusterRoute;
 use crate::transport::{cluster, sentinel, standalone, Conn, Connections, PushListener};
 use batch::{Batcher, Route};
@@ -53,7 +53,8 @@ pub(crate) struct Engine {
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) watchdog: Watchdog,
     /// Connections reserved for replicated acquisitions (script + `WAIT`), per node, opened on
-    /// first use.
+    /// first use; a set of acquisitions acknowledged at once (a multi-lock's members) takes a
+    /// session of its own.
     pub(crate) acks: AckConnections,
     /// A random UUID v4: the first part of every holder and operation id of this client.
     pub(crate) id: String,
@@ -386,12 +387,6 @@ impl Engine {
         };
         session.finish();
         Ok((reply, acks))
-    }
-
-    /// A session of the acknowledgement pool, for a set of acquisitions acknowledged at
-    /// once (a multi-lock's members).
-    pub(crate) async fn ack_session(&self) -> Result<AckSession<'_>, Error> {
-        self.acks.session().await
     }
 
     /// [`Engine::retrying`] with another window: a waiting acquirer's

@@ -78,8 +78,7 @@ impl<'a> WaitRecord<'a> {
     pub(crate) fn busy(&mut self, remaining: Option<Duration>) {
         let engine = self.report.engine;
         let next_attempt = remaining.unwrap_or(engine.config.default_lease);
-        let now = Instant::now();
-        let due = (self.began + RECORD_AFTER).max(now);
+        let due = (self.began + RECORD_AFTER).max(Instant::now());
         if self
             .kept_until
             .is_some_and(|until| until >= due + next_attempt + SLACK / 2)
