@@ -143,9 +143,13 @@ async fn child_runs_its_program() {
         .connect()
         .await
         .unwrap();
+    // Test plumbing, not the system under test: a reply slowed by a loaded machine must not
+    // fail the check (redis-rs' default response timeout is 500 ms).
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
     let mut clock = redis::Client::open(url)
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .unwrap();
     let lock = client.lock(NAME).unwrap();

@@ -567,9 +567,13 @@ pub struct Control {
 
 impl Control {
     pub async fn connect(url: &str, channel: &str) -> Control {
+        // The channel is the test's plumbing, not the system under test: a reply slowed by a
+        // loaded machine must not fail the story, so it waits as long as the story's own
+        // deadline (redis-rs' default response timeout, 500 ms, failed it under load).
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(GENEROUS));
         let con = redis::Client::open(url)
             .expect("control url")
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .expect("control connection");
         Control {
