@@ -201,8 +201,12 @@ impl Handle {
             acks,
             self.options.label.clone(),
         );
+        // The guard first: the watchdog drops from its list every holder no guard holds, so a
+        // holder listed before its guard exists could be dropped by a renewal pass on another
+        // thread in between, and its lease would never be renewed.
+        let guard = LockGuard::new(holder.clone());
         self.engine().watchdog.watch(&holder);
-        LockGuard::new(holder)
+        guard
     }
 
     /// Undoes a plain lock's acquisition by `holder` (one whose replicas fell short):

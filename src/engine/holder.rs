@@ -239,13 +239,18 @@ impl Holder {
         }
     }
 
+    /// Whether a guard holds this holder (dropped or released ones aside).
+    pub(crate) fn guarded(&self) -> bool {
+        self.entries.load(Ordering::Acquire) > 0
+    }
+
     /// Whether the watchdog should keep this holder's lease alive.
     pub(crate) fn wants_renewal(&self) -> bool {
         #[cfg(fencelock_negative_controls)]
         if self.engine.broken(Control::WatchdogIgnoresDrop) {
             return !self.is_lost();
         }
-        self.entries.load(Ordering::Acquire) > 0 && !self.is_lost()
+        self.guarded() && !self.is_lost()
     }
 }
 

@@ -41,7 +41,13 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
+    /// Lists `holder` for renewal. Only once a guard holds it: a renewal pass drops every
+    /// holder that no guard holds, for good.
     pub(crate) fn watch(&self, holder: &Arc<Holder>) {
+        debug_assert!(
+            holder.guarded(),
+            "a holder is watched once a guard holds it"
+        );
         self.holders
             .lock()
             .insert(address(holder), Arc::downgrade(holder));
