@@ -11,9 +11,9 @@
 -- ARGV[3]  pub/sub mode: "sharded" publishes the release with SPUBLISH (Redis Cluster: the
 --          channel is the lock key, so it is in this script's slot); anything else: PUBLISH
 -- ARGV[4]  op id            this release's operation id (the id in KEYS[2])
--- ARGV[5]  "0": the release's only send so far: no copy of it can have run, so KEYS[2] is
---          not read (one call less on every uncontended release); anything else (a re-send,
---          or a connection that re-sends by itself): KEYS[2] is read and replayed
+-- ARGV[5]  "0": KEYS[2] is not read (one call less on an uncontended release): only for the
+--          first send of a release of a hold that was never re-entered; anything else: KEYS[2]
+--          is read and replayed
 --
 -- Returns  {1, n}           released once; n entries remain (0: the hash was deleted and a
 --                           message was published on channel KEYS[1])
@@ -21,8 +21,12 @@
 --                           nothing changed, another holder's lock is never touched
 -- Errors   FENCELOCK_WRONGTYPE  the lock key holds a value this protocol did not write
 --
--- Why a first send reads no record: KEYS[2] is written only by a send of this same operation,
--- and a send after the first always says so; a cancel never writes a release's record.
+-- Why such a send may skip the record: KEYS[2] is written only by a release that leaves
+-- entries, which a hold entered once never has, so no copy of its release can have written
+-- it; any copy of that release, earlier or later, finds the holder (and frees the lock) or,
+-- once the hold is gone, the mark "r:<op id>" below, and answers {1, 0}. A re-entered hold's
+-- release always reads it: a copy of it may have decremented (even a straggling first send
+-- that arrives after its re-send ran), and the record makes that copy a replay.
 --
 -- One op record per hold: a release that leaves entries records its reply under its own op id
 -- (KEYS[2]); the release that frees the lock marks the holder's acquire record (KEYS[3]) with

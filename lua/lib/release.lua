@@ -17,9 +17,8 @@
 -- {1, 0}. A re-sent copy of that release finds the mark and no holder, and answers {1, 0} and
 -- true (a replay of the mark: handoff.lua answers the grant it made, if it still holds).
 -- `count`, optional: the holder's field as the caller read it (false: absent), so that it is
--- not read again. `first`, optional: true when this is the release's only send so far, which
--- reads no op record: only a copy of the same release could have left one (release.lua's
--- ARGV[5]). Errors: FENCELOCK_WRONGTYPE when the lock key is not a hash, nothing written.
+-- not read again. `first`, optional: true when the op record need not be read (release.lua's
+-- ARGV[5], whose header says when). Errors: FENCELOCK_WRONGTYPE when the lock key is not a hash, nothing written.
 local function lock_release(keys, argv, free, count, first)
   local done = not first and redis.call('GET', keys[2])
   if done then

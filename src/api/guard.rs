@@ -1,5 +1,6 @@
 //! Proof of holding a lock.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -185,6 +186,9 @@ impl LockGuard {
         let (kind, keys, holder) = (self.holder.kind, &self.holder.keys, &self.holder.id);
         let mut pending = PendingOp::of_kind(kind, engine, keys, holder, &op, CancelKind::Reenter);
         let ttl = engine.config.op_record_ttl;
+        // Before the first send: from here on the server's count may exceed 1, and every
+        // release of this hold reads its op record (a copy of it may have decremented).
+        self.holder.reentered.store(true, Ordering::Release);
         pending.arm();
         let reply = engine
             .retrying(|conn| kind.reenter(conn, keys, holder, &op, ttl))
@@ -372,9 +376,15 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
         .engine
         .retrying(|conn| {
             let pubsub = conn.pubsub();
-            let resent = sends.send(&conn);
+            // A release's op record is written only when it leaves entries, so a hold never
+            // re-entered has none to find, and any copy of its release, earlier or later, finds
+            // the holder (and frees it) or the mark its freeing left: the first send of such a
+            // release skips the read. Every other send reads it: after a send of unknown
+            // outcome a copy may have run, and of a re-entered hold, a copy may have
+            // decremented (even a straggling first send, arriving after a re-send ran).
+            let read_record = sends.send(&conn) || holder.reentered.load(Ordering::Acquire);
             #[cfg(fencelock_negative_controls)]
-            let resent = resent && !holder.engine.broken(Control::ReleaseResentAsFirst);
+            let read_record = read_record && !holder.engine.broken(Control::ReleaseResentAsFirst);
             // The script counts the channel's listeners on the lock's own node: in a cluster
             // that is all of them only with sharded pub/sub.
             let candidate = offer
@@ -386,7 +396,7 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
                     label: offer.label.as_deref(),
                     permits: offer.permits,
                 });
-            kind.release(holder, conn, op, pubsub, candidate, resent)
+            kind.release(holder, conn, op, pubsub, candidate, read_record)
         })
         .await;
     // Dropped unsettled on an error: the waiter then asks Redis, which replays a grant.

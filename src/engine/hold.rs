@@ -66,8 +66,9 @@ impl HoldKind {
     /// One send of the release of one entry of `holder`'s hold, as operation `op`, on `conn`
     /// (whose pub/sub flavour is `pubsub`); when `candidate` is given (only to kinds that hand
     /// off, so never in fair mode), the freed hold is granted to it in the same call if it may
-    /// be, by the handoff script of the keys' layout. `resent`: a copy of this release may have
-    /// run before (`Sends::send`); a plain lock's first send skips reading its op record.
+    /// be, by the handoff script of the keys' layout. `read_record`: whether a plain lock's
+    /// release reads its op record (the caller decides, `api::guard`: always but on the first
+    /// send of a release of a hold never re-entered).
     pub(crate) async fn release(
         &self,
         holder: &Holder,
@@ -75,7 +76,7 @@ impl HoldKind {
         op: &str,
         pubsub: PubSub,
         candidate: Option<Candidate<'_>>,
-        resent: bool,
+        read_record: bool,
     ) -> Result<HandoffReply, Error> {
         let (engine, keys, id) = (&holder.engine, &holder.keys, holder.id.as_str());
         let ttl = engine.config.op_record_ttl;
@@ -95,7 +96,7 @@ impl HoldKind {
                 protocol::release_fair(&mut conn, keys, id, op, ttl, pubsub, grace, requeue).await
             }
             (HoldKind::PlainLock, None) => {
-                protocol::release(&mut conn, keys, id, op, ttl, pubsub, resent).await
+                protocol::release(&mut conn, keys, id, op, ttl, pubsub, read_record).await
             }
             // Alone, a hold's release rides the group commit (`engine::batch`) with the releases
             // of holds of the same lock, by `sem_release_many.lua`.

@@ -48,6 +48,10 @@ pub(crate) struct Holder {
     pub(crate) label: Option<Arc<str>>,
     /// Whether `fencelock.long_hold` was reported for this hold (once per hold).
     long_hold_reported: AtomicBool,
+    /// Whether a re-entry of this hold was ever sent. Until then the server's count for it has
+    /// never been above 1, so no copy of a release of it can have left an op record, and a
+    /// release's first send may skip reading one (`release.lua` ARGV[5]).
+    pub(crate) reentered: AtomicBool,
     /// Who acquired it (a guard may move to another task later; the report says "may").
     pub(crate) owner: Owner,
 }
@@ -139,6 +143,7 @@ impl Holder {
             acquired_at: Instant::now(),
             label,
             long_hold_reported: AtomicBool::new(false),
+            reentered: AtomicBool::new(false),
             owner: Owner::current(),
         })
     }

@@ -209,8 +209,9 @@ controls! {
     /// An acquisition that got a definite "busy" stops its undo even though an earlier send's
     /// outcome is unknown: that copy takes the lock after the caller gave up, for nobody.
     StragglerNotUndone => [],
-    /// The client sends every release as its first send (`release.lua` ARGV[5] = 0), re-sends
-    /// included: a re-sent release reads no op record and applies twice.
+    /// The client sends every release with `release.lua` ARGV[5] = 0, re-sends and releases of
+    /// re-entered holds included: a copy of such a release reads no op record and applies
+    /// twice.
     ReleaseResentAsFirst => [],
     /// The watchdog keeps renewing a holder whose guards are all gone.
     WatchdogIgnoresDrop => [],

@@ -237,9 +237,9 @@ pub(crate) async fn reenter<C: ConnectionLike>(
 
 /// One send of the release of one entry of `holder`'s hold as operation `op_id`:
 /// `release.lua` for a lock, `sem_release.lua` for a semaphore's or read-write lock's hold.
-/// `resent`: a copy of this release may have run before (an earlier send's outcome was not
-/// known, or the connection re-sends by itself), so the script reads the op record it would
-/// have left; a lock's first send skips that read (`release.lua` ARGV[5]).
+/// `read_record`: the script reads the op record a copy of this release would have left and
+/// replays it; `false` only where no copy can have left one (`release.lua` ARGV[5]: the first
+/// send of a release of a hold never re-entered).
 pub(crate) async fn release<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
@@ -247,14 +247,14 @@ pub(crate) async fn release<C: ConnectionLike>(
     op_id: &str,
     op_ttl: Duration,
     pubsub: PubSub,
-    resent: bool,
+    read_record: bool,
 ) -> Result<OwnerReply, Error> {
     if keys.has_hold_leases() {
         let call = release_call(&scripts().sem_release, keys, holder, op_id, op_ttl, pubsub);
         return owner_reply("sem_release", &invoke(conn, &call).await?);
     }
     let mut call = release_call(&scripts().release, keys, holder, op_id, op_ttl, pubsub);
-    call.arg(flag(resent));
+    call.arg(flag(read_record));
     owner_reply("release", &invoke(conn, &call).await?)
 }
 

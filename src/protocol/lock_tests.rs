@@ -101,18 +101,7 @@ async fn a_replayed_reentry_or_release_applies_once() {
     assert_eq!(entered_by(&mut conn, &keys, "h", "op-enter").await, entered);
     assert_eq!(count(&mut conn, &keys, "h").await, Some(2));
 
-    // Each release goes out first as a first send (which reads no record), then re-sent.
-    let released = release(
-        &mut conn,
-        &keys,
-        "h",
-        "op-rel-1",
-        OP_TTL,
-        PubSub::Classic,
-        false,
-    )
-    .await
-    .unwrap();
+    let released = released_by(&mut conn, &keys, "h", "op-rel-1").await;
     assert_eq!(released, OwnerReply::Done { remaining: 1 });
     assert_eq!(
         released_by(&mut conn, &keys, "h", "op-rel-1").await,
@@ -120,17 +109,7 @@ async fn a_replayed_reentry_or_release_applies_once() {
     );
     assert_eq!(count(&mut conn, &keys, "h").await, Some(1));
 
-    let last = release(
-        &mut conn,
-        &keys,
-        "h",
-        "op-rel-2",
-        OP_TTL,
-        PubSub::Classic,
-        false,
-    )
-    .await
-    .unwrap();
+    let last = released_by(&mut conn, &keys, "h", "op-rel-2").await;
     assert_eq!(last, OwnerReply::Done { remaining: 0 });
     // A new holder takes over; the old release replayed late must neither fail nor touch it.
     let next = acquired(&mut conn, &keys, "h2", LEASE).await;
@@ -157,6 +136,31 @@ async fn a_replayed_reentry_or_release_applies_once() {
         let ttl: i64 = conn.pttl(keys.op(record)).await.unwrap();
         assert!(ttl > 0 && ttl <= 10_000, "{record}: {ttl}");
     }
+}
+
+/// A release that skips its op record (`release.lua` ARGV[5] = 0, only for a hold never
+/// re-entered) is still applied once: its copies, a straggling first send included, find the
+/// mark of the release that freed the lock, as long as it lasts after a new holder took it.
+#[tokio::test]
+async fn a_release_of_a_hold_entered_once_needs_no_record_to_apply_once() {
+    let (_server, mut conn, keys) = setup().await;
+    acquired(&mut conn, &keys, "h", LEASE).await;
+    let unread = |conn: &mut Conn| {
+        let keys = keys.clone();
+        let mut conn = conn.clone();
+        async move {
+            release(&mut conn, &keys, "h", "rel", OP_TTL, PubSub::Classic, false)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(unread(&mut conn).await, OwnerReply::Done { remaining: 0 });
+    assert_eq!(unread(&mut conn).await, OwnerReply::Done { remaining: 0 });
+    acquired(&mut conn, &keys, "h2", LEASE).await;
+    assert_eq!(unread(&mut conn).await, OwnerReply::Done { remaining: 0 });
+    assert_eq!(count(&mut conn, &keys, "h2").await, Some(1));
+    let exists: bool = conn.exists(keys.op("rel")).await.unwrap();
+    assert!(!exists, "the release wrote a record of its own");
 }
 
 #[tokio::test]

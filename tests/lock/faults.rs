@@ -172,6 +172,45 @@ async fn a_reentry_and_a_release_whose_replies_were_lost_apply_once() {
     assert!(faulty.fx.lock_key("counted").is_none());
 }
 
+/// A release of a re-entered hold that ran on the server but whose caller stopped waiting (a
+/// timeout around it: the future is dropped) is finished by the guard's drop in the
+/// background, with the same operation: that send must replay the release's op record, not
+/// decrement again and free the lock under the other guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_release_that_ran_is_not_applied_again_by_the_guard_drop() {
+    let faulty = Faulty::start();
+    let client = faulty.client().await;
+    let lock = client.lock("dropped").unwrap();
+    let outer = lock.acquire().await.unwrap();
+    // Loads the scripts first: a first EVALSHA's NOSCRIPT answer would be lost in the blackhole.
+    outer.reenter().await.unwrap().release().await.unwrap();
+    let inner = outer.reenter().await.unwrap();
+    let holder = outer.holder_id().to_owned();
+    let count_is = |n: u64| {
+        let holder = holder.clone();
+        move |fx: &Fixture| fx.lock_state("dropped").map(|s| s.0) == Some(vec![(holder.clone(), n)])
+    };
+    assert!(count_is(2)(&faulty.fx));
+
+    // The release runs (2 -> 1) but its reply never comes back, and its caller gives up on
+    // it: the guard's drop sends the same release again, through the same blackhole (requests
+    // still reach Redis), so it runs before anything heals.
+    faulty.proxy.blackhole(Direction::Downstream);
+    let release = tokio::spawn(inner.release());
+    assert!(eventually(Duration::from_secs(5), || count_is(1)(&faulty.fx)).await);
+    release.abort();
+    assert!(release.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(count_is(1)(&faulty.fx), "the release was applied twice");
+    faulty.proxy.reset_all();
+    faulty.proxy.heal();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(count_is(1)(&faulty.fx), "the release was applied twice");
+    assert!(outer.is_valid());
+    outer.release().await.unwrap();
+    assert!(faulty.fx.lock_key("dropped").is_none());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_reply_that_arrives_after_the_lease_is_reported_lost_at_once() {
     let faulty = Faulty::start();
