@@ -295,12 +295,23 @@ impl WriteGuard {
     /// # Errors
     /// [`Error::NotHeld`] when the write hold had already ended (the guard is gone then, and
     /// nothing is held); [`Error::Redis`] when Redis could not be reached within the retry
-    /// window (the hold is released in the background).
+    /// window (the hold is released in the background); [`Error::InvalidPermits`] when another
+    /// guard of this write hold is alive (a [`reenter`](Self::reenter)): it still writes, so
+    /// no reader may enter. Nothing is sent then, and this guard is released as if dropped;
+    /// the other keeps the write hold.
     ///
     /// # Cancel safety
     /// Safe in effect: a dropped call releases the hold in the background, downgraded or not.
     pub async fn downgrade(self) -> Result<ReadGuard, Error> {
         let holder = self.guard.holder().clone();
+        if holder.guards() > 1 {
+            return Err(Error::InvalidPermits {
+                reason: format!(
+                    "{} guards share this write hold; a downgrade would let readers in beside                      the others, so it needs this guard to be the only one",
+                    holder.guards()
+                ),
+            });
+        }
         let reply = holder
             .engine
             .retrying(|mut conn| {

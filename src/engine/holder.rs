@@ -249,6 +249,11 @@ impl Holder {
         self.entries.load(Ordering::Acquire) > 0
     }
 
+    /// Guards of this holder alive and not being released.
+    pub(crate) fn guards(&self) -> usize {
+        self.entries.load(Ordering::Acquire)
+    }
+
     /// Whether the watchdog should keep this holder's lease alive.
     pub(crate) fn wants_renewal(&self) -> bool {
         #[cfg(fencelock_negative_controls)]

@@ -126,6 +126,24 @@ on_topologies_multi_thread! {
         next.release().await.unwrap();
     }
 
+    /// A write hold entered twice is not downgraded while the other guard is alive: that
+    /// guard still writes, so readers must stay out. The refused guard is released, and the
+    /// other keeps the write hold until it leaves.
+    async fn a_downgrade_is_refused_while_another_guard_writes(fx) {
+        let (a, b) = (fx.client().await, fx.client().await);
+        let write = a.rwlock("downgrade-nested").unwrap().write().await.unwrap();
+        let nested = write.reenter().await.unwrap();
+        let err = write.downgrade().await.unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        let reader = b.rwlock("downgrade-nested").unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(reader.try_read().await.unwrap().is_none(), "a reader entered beside a writer");
+        let read = nested.downgrade().await.unwrap();
+        let other = within(HANDOFF, "a reader after the downgrade", reader.read()).await.unwrap();
+        read.release().await.unwrap();
+        other.release().await.unwrap();
+    }
+
     /// Acquisitions of both kinds dropped at random points, with another holder of either
     /// kind letting go meanwhile: no share, write hold or waiting mark is left behind.
     async fn cancelled_acquisitions_never_leave_a_share_behind(fx) {
