@@ -71,7 +71,7 @@
 //! | `fencelock_rwlock_acquisitions_total` | counter | `mode` = `read` / `write`; `outcome` = `acquired` / `busy` / `timeout` / `error` | [`RwLock`](crate::RwLock) acquire calls, by side and outcome; releases count in `fencelock_releases_total` |
 //! | `fencelock_holds` | gauge | | holds of this client alive: acquired, and not yet released, dropped or given up (a re-entry is no new hold; locks, multi-lock members, semaphore permits and read-write lock holds) |
 //! | `fencelock_long_holds_total` | counter | | holds found held past the client's [`max_hold`](crate::LockClientBuilder::max_hold), each counted once (the label is in the `fencelock.long_hold` event, not a metric label: request ids are unbounded) |
-//! | `fencelock_releases_total` | counter | `outcome` = `released` / `exited` / `not_held` / `error` | releases, explicit and of dropped guards, by outcome (as the `fencelock.release` event) |
+//! | `fencelock_releases_total` | counter | `outcome` = `released` / `exited` / `not_held` / `error` | releases, explicit and of dropped guards, by outcome (as the `fencelock.release` event); an explicit release that failed goes on from the guard's drop and counts once, with the outcome it ends with |
 //!
 //! Three more gauges are read from the client rather than recorded, for an exporter to poll:
 //! [`LockClient::watched_locks`](crate::LockClient::watched_locks) (holds the watchdog keeps

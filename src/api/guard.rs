@@ -307,6 +307,13 @@ fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerRep
                 "released a lock that was no longer held"
             );
         }
+        // A failed explicit release (`release`, or `set`: a multi-lock's) goes on in the
+        // background as the same operation, from the guard's drop, which counts its outcome:
+        // counted here too, one release would count twice.
+        Err(err) if method != "drop" => {
+            event!(warn, outcome = metrics::ERROR, held_us = held_us(), error = %err,
+                "lock release failed; it goes on in the background");
+        }
         Err(err) => {
             metrics::release(metrics::ERROR);
             event!(warn, outcome = metrics::ERROR, held_us = held_us(), error = %err,

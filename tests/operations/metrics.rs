@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::common::{eventually, Fixture};
 use fencelock::LockClient;
+use fencelock_testing::{Direction, FaultProxy};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redis::Commands;
 
@@ -346,6 +347,40 @@ async fn leadership_changes_are_counted() {
         totals.counter("fencelock_leadership_changes_total{change=resigned}"),
         3
     );
+}
+
+/// A release that fails goes on from the guard's drop as the same operation; the two are one
+/// release, counted once, with the outcome it ends with.
+#[tokio::test]
+async fn a_failed_release_that_goes_on_in_the_background_counts_once() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recorder = metrics::set_default_local_recorder(&recorder);
+    let mut totals = Totals::default();
+    let fx = Fixture::start();
+    let proxy = FaultProxy::start(fx.server.addr()).unwrap();
+    let client = LockClient::builder(proxy.url())
+        .retry_window(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let guard = client.lock("cut-off").unwrap().acquire().await.unwrap();
+    proxy.blackhole(Direction::Both);
+    assert!(guard.release().await.is_err());
+    // The background release fails the same way, within its own retry window: counted then,
+    // and nothing more after it.
+    let errors = |totals: &mut Totals| {
+        totals.update(&snapshotter);
+        totals.counter("fencelock_releases_total{outcome=error}")
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while errors(&mut totals) == 0 && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    totals.update(&snapshotter);
+    assert_eq!(totals.counter("fencelock_releases_total{outcome=error}"), 1);
+    proxy.heal();
 }
 
 #[tokio::test]
