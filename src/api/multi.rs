@@ -438,10 +438,11 @@ impl<'a> Taking<'a> {
                 self.disarm(self.pending.len());
                 Ok(Attempt::Busy { index, pttl })
             }
-            AcquireAllReply::Cancelled => {
-                self.disarm(self.pending.len());
-                Err(Error::Cancelled)
-            }
+            // Armed still: a copy of this attempt may have taken every member before one of
+            // them was cancelled or ended (freed by an operator, evicted), and the script
+            // answers that without touching the members still held; the pending operations'
+            // drop undoes them (`cancel.lua` frees only what this holder id holds).
+            AcquireAllReply::Cancelled => Err(Error::Cancelled),
         }
     }
 

@@ -374,6 +374,43 @@ async fn an_ordered_set_undoes_the_member_whose_reply_was_lost() {
     assert!(fx.lock_state("lost:1").is_none() && fx.lock_state("lost:2").is_none());
 }
 
+/// A set taken in one script whose reply was lost, one member of which is freed from outside
+/// before the re-send: the re-send finds the other member still held but that one gone, and
+/// answers "cancelled" without touching anything; the member still held is undone, not left
+/// held for nobody until its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_answered_cancelled_undoes_the_members_it_still_holds() {
+    let faulty = Faulty::start();
+    let client = LockClient::builder(faulty.proxy.url())
+        .response_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let set = client.multi_lock(["gone:1", "gone:2"]).unwrap();
+    // Load the scripts first, so the lost request is the acquisition.
+    set.acquire().await.unwrap().release().await.unwrap();
+
+    let fx = &faulty.fx;
+    faulty.proxy.blackhole(Direction::Downstream);
+    let (outcome, ()) = tokio::join!(set.try_acquire(), async {
+        let ran = eventually(Duration::from_secs(5), || fx.lock_state("gone:2").is_some()).await;
+        assert!(ran, "the set's acquisition never reached Redis");
+        let _: () = fx.raw().del(fx.lock_key("gone:1").unwrap()).unwrap();
+        faulty.proxy.reset_all();
+        faulty.proxy.heal();
+    });
+    let err = outcome.unwrap_err();
+    assert!(matches!(err, fencelock::Error::Cancelled), "{err}");
+    assert!(
+        eventually(Duration::from_secs(10), || fx
+            .lock_state("gone:2")
+            .is_none())
+        .await,
+        "the member still held was left held: {:?}",
+        fx.lock_state("gone:2")
+    );
+}
+
 /// A request that keeps failing with a transient error is re-sent with a growing pause
 /// (5 ms doubling up to 250 ms), not in a tight loop: a server that answers READONLY (a
 /// primary demoted to a replica) gets a handful of re-sends within the retry window.
