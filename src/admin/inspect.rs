@@ -189,10 +189,11 @@ pub(super) async fn read_lock(
             let kind: String = redis::cmd("TYPE").arg(&key).query_async(conn).await?;
             if kind != "hash" && kind != "none" {
                 return Err(Error::WrongType {
+                    name: display_bytes(&name),
                     detail: format!("lock key holds a {kind}, not a fencelock hash"),
                 });
             }
-            return Err(Error::from_reply(err));
+            return Err(Error::from_reply(err).named(&name));
         }
     };
     let mut lock = LockInfo {
@@ -208,6 +209,7 @@ pub(super) async fn read_lock(
     for (field, value) in fields {
         let value = String::from_utf8_lossy(&value).into_owned();
         let wrong = |what: &str| Error::WrongType {
+            name: display_bytes(&lock.name),
             detail: format!("lock hash {what} is {value:?}, not a {what}"),
         };
         match &field[..] {
@@ -303,6 +305,7 @@ impl Admin {
         let fence = fence
             .map(|raw| {
                 raw.parse::<u64>().map_err(|_| Error::WrongType {
+                    name: display_bytes(name),
                     detail: format!("fence counter holds {raw:?}, not an integer"),
                 })
             })

@@ -290,7 +290,8 @@ impl Election {
                 let pubsub = conn.pubsub();
                 protocol::announce(&mut conn, keys, holder, term, metadata, pubsub).await
             })
-            .await?;
+            .await
+            .map_err(|err| err.named(self.lock.name()))?;
         match reply {
             OwnerReply::Done { .. } => {
                 report_leadership(guard.holder(), metrics::ELECTED);
@@ -335,6 +336,7 @@ impl Election {
         self.engine()
             .retrying(|mut conn| async move { protocol::leader(&mut conn, keys).await })
             .await
+            .map_err(|err| err.named(self.lock.name()))
     }
 
     /// Follows the election without campaigning: the returned [`Observer`] starts at the

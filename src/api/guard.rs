@@ -192,7 +192,8 @@ impl LockGuard {
         pending.arm();
         let reply = engine
             .retrying(|conn| kind.reenter(conn, keys, holder, &op, ttl))
-            .await?;
+            .await
+            .map_err(|err| err.named(&self.holder.name))?;
         match reply {
             EnterReply::Entered { token, .. } if token == self.holder.token => {
                 pending.disarm();
@@ -239,7 +240,8 @@ impl LockGuard {
                 let (keys, holder) = (&self.holder.keys, &self.holder.id);
                 self.holder.kind.extend(conn, keys, holder, lease)
             })
-            .await?;
+            .await
+            .map_err(|err| err.named(&self.holder.name))?;
         owned(&self.holder, reply)?;
         self.holder.lease_renewed(sent_at, lease);
         Ok(())
@@ -405,7 +407,8 @@ async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
                 });
             kind.release(holder, conn, op, pubsub, candidate, read_record)
         })
-        .await;
+        .await
+        .map_err(|err| err.named(&holder.name));
     // Dropped unsettled on an error: the waiter then asks Redis, which replays a grant.
     if let (Some(offer), Ok(reply)) = (offer, &reply) {
         if let HandoffReply::HandedOff { token, .. } = *reply {

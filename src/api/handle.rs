@@ -345,6 +345,7 @@ impl Handle {
         } else {
             acquisition.instrument(span.clone()).await
         };
+        let outcome = outcome.map_err(|err| err.named(&self.name));
         let won = outcome.as_ref().map(Option::<&SemaphorePermit>::from);
         let ended = match won {
             Ok(Some(_)) => metrics::ACQUIRED,

@@ -249,6 +249,7 @@ impl MultiLock {
             label = self.options().label.as_deref()
         );
         let outcome = acquisition.instrument(span.clone()).await;
+        let outcome = outcome.map_err(|err| err.named(&self.joined_names()));
         if let Err(err) = &outcome {
             let _entered = span.enter();
             if !err.is_timeout() {
@@ -664,7 +665,11 @@ impl MultiGuard {
                 let members = &members;
                 async move { protocol::release_all(&mut conn, members, ttl).await }
             })
-            .await?;
+            .await
+            .map_err(|err| {
+                let names: Vec<&[u8]> = guards.iter().map(|g| &*g.holder().name).collect();
+                err.named(&names.join(&b", "[..]))
+            })?;
         let members = guards.into_iter().zip(replies);
         first_error(members.map(|(guard, reply)| guard.finish_release("set", Ok(reply))))
     }

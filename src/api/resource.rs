@@ -438,7 +438,8 @@ impl FencedResource {
             .retrying(|mut conn| async move {
                 protocol::fenced_read(&mut conn, keys, token, read, mode, retention).await
             })
-            .await?;
+            .await
+            .map_err(|err| err.named(&self.name))?;
         match reply {
             ReadReply::Read(value) => Ok(value),
             ReadReply::Stale { latest, by } => Err(Error::stale(&self.name, token, latest, by)),
@@ -453,7 +454,8 @@ impl FencedResource {
             .retrying(|mut conn| async move {
                 protocol::fenced_write(&mut conn, keys, token, op, ttl, write, retention).await
             })
-            .await?;
+            .await
+            .map_err(|err| err.named(&self.name))?;
         match reply {
             WriteReply::Accepted(result) => Ok(result),
             WriteReply::Stale { latest, by } => {

@@ -319,7 +319,8 @@ impl WriteGuard {
                 let pubsub = conn.pubsub();
                 async move { rw_downgrade(&mut conn, keys, id, pubsub).await }
             })
-            .await?;
+            .await
+            .map_err(|err| err.named(&holder.name))?;
         owned(&holder, reply)?;
         Ok(ReadGuard { guard: self.guard })
     }

@@ -75,8 +75,13 @@ pub enum Error {
 
     /// A key where the lock (or its fence counter) lives holds a value fencelock did not write,
     /// for example because someone ran `SET` on it. Nothing was changed.
-    #[error("a key of this lock holds foreign data: {detail}")]
+    #[error("a key of {} holds foreign data: {detail}", or_this_lock(name))]
+    #[non_exhaustive]
     WrongType {
+        /// The name of the lock (semaphore, read-write lock, election, job, fenced resource, or
+        /// `namespace:key` of an idempotency key) whose key it is, readable as in
+        /// [`Error::NotHeld`]; empty where the call concerns no single name.
+        name: String,
         /// The server's description.
         detail: String,
     },
@@ -301,6 +306,14 @@ impl fmt::Display for Superseded {
 }
 
 /// `" for <name>"`, or nothing for an unnamed resource, in an error's text.
+fn or_this_lock(name: &str) -> &str {
+    if name.is_empty() {
+        "this lock"
+    } else {
+        name
+    }
+}
+
 fn for_named(name: &str) -> String {
     if name.is_empty() {
         String::new()
@@ -338,6 +351,21 @@ impl Error {
         }
     }
 
+    /// This error, naming `name` where it concerns a key of that name and names none yet
+    /// ([`Error::WrongType`] from a script's reply, which knows only the key).
+    pub(crate) fn named(self, name: &[u8]) -> Error {
+        match self {
+            Error::WrongType {
+                name: unnamed,
+                detail,
+            } if unnamed.is_empty() => Error::WrongType {
+                name: display_bytes(name),
+                detail,
+            },
+            other => other,
+        }
+    }
+
     /// [`Error::NotHeld`]: the hold of `name` is no longer this holder's.
     pub(crate) fn not_held(name: &[u8]) -> Error {
         Error::NotHeld {
@@ -366,7 +394,10 @@ impl Error {
     pub(crate) fn from_reply(err: redis::RedisError) -> Error {
         let detail = || err.detail().unwrap_or_default().to_owned();
         match err.code() {
-            Some("FENCELOCK_WRONGTYPE" | "WRONGTYPE") => Error::WrongType { detail: detail() },
+            Some("FENCELOCK_WRONGTYPE" | "WRONGTYPE") => Error::WrongType {
+                name: String::new(),
+                detail: detail(),
+            },
             Some("FENCELOCK_OVERFLOW") => Error::TokenOverflow { detail: detail() },
             Some("FENCELOCK_BADARG") => Error::Protocol(detail()),
             _ => Error::from(err),

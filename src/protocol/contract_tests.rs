@@ -120,7 +120,7 @@ pub(super) fn assert_used(hash: &Fields, used: &str, when: &str) {
 /// "ERR Error running script ...: WRONGTYPE ...", named in that text.
 pub(super) fn assert_raised_wrongtype<T: std::fmt::Debug>(outcome: &Result<T, Error>) {
     let raised = match outcome {
-        Err(Error::WrongType { detail }) => detail.contains("wrong kind"),
+        Err(Error::WrongType { detail, .. }) => detail.contains("wrong kind"),
         Err(other) => other.to_string().contains("WRONGTYPE"),
         Ok(_) => false,
     };

@@ -499,6 +499,16 @@ async fn a_foreign_value_at_a_lock_key_is_a_typed_error_and_stays_untouched() {
 
     let err = lock.try_acquire().await.unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
+    // The error names the lock whose key it is.
+    assert!(
+        matches!(&err, fencelock::Error::WrongType { name, .. } if name == "victim"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("a key of victim holds foreign data"),
+        "{err}"
+    );
     assert!(lock
         .acquire_timeout(Duration::from_secs(5))
         .await
@@ -512,7 +522,12 @@ async fn a_foreign_value_at_a_lock_key_is_a_typed_error_and_stays_untouched() {
     let guard = lock.acquire().await.unwrap();
     let _: () = fx.raw().del(&key).unwrap();
     let _: () = fx.raw().rpush(&key, "list").unwrap();
-    assert!(guard.reenter().await.unwrap_err().is_wrong_type());
+    let err = guard.reenter().await.unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("a key of victim holds foreign data"),
+        "{err}"
+    );
     assert!(guard
         .extend(Duration::from_secs(1))
         .await

@@ -300,6 +300,7 @@ impl Idempotency {
                 protocol::idem_read(&mut conn, keys, KeyReadMode::Read).await
             })
             .await
+            .map_err(|err| err.named(lock.name()))
     }
 
     /// The lock of `key` in this namespace.

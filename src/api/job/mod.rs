@@ -347,6 +347,7 @@ impl Job {
         engine
             .retrying(|mut conn| async move { protocol::job_read(&mut conn, keys).await })
             .await
+            .map_err(|err| err.named(self.lock.name()))
     }
 
     /// Takes the job's lock and records the tick as this instance's, or finds why not.

@@ -116,7 +116,8 @@ pub(crate) async fn begin<K: RunKind>(
         .retrying(|mut conn| async move {
             protocol::run_begin(&mut conn, keys, args, own, on_death).await
         })
-        .await;
+        .await
+        .map_err(|err| err.named(&holder.name));
     let found = match reply {
         Ok(BeginReply::Begun {
             took_over,
@@ -172,7 +173,8 @@ impl Started {
                 protocol::run_finish::<K, _>(&mut conn, keys, args, own, started_ms, end, result)
                     .await
             })
-            .await;
+            .await
+            .map_err(|err| err.named(&holder.name));
         match reply {
             Ok(FinishReply::Done { finished_ms }) => {
                 Ok((self.guard, finished_ms.saturating_sub(started_ms)))

@@ -212,7 +212,13 @@ fn each_predicate_answers_for_its_own_errors_only() {
             },
         ),
         ("not held", Error::not_held(b"x")),
-        ("wrong type", Error::WrongType { detail: reason() }),
+        (
+            "wrong type",
+            Error::WrongType {
+                name: "x".into(),
+                detail: reason(),
+            },
+        ),
         (
             "stale",
             Error::StaleToken {
