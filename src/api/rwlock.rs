@@ -307,7 +307,8 @@ impl WriteGuard {
         if holder.guards() > 1 {
             return Err(Error::InvalidPermits {
                 reason: format!(
-                    "{} guards share this write hold; a downgrade would let readers in beside                      the others, so it needs this guard to be the only one",
+                    "{} guards share this write hold; a downgrade would let readers in beside \
+                     the others, so it needs this guard to be the only one",
                     holder.guards()
                 ),
             });

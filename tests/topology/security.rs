@@ -574,9 +574,8 @@ async fn semaphores_and_read_write_locks_need_the_hold_commands_and_say_so() {
     b.release().await.unwrap();
     let doc = holds.rwlock("doc").unwrap();
     let write = doc.write().await.unwrap();
-    let nested = write.reenter().await.unwrap();
+    write.reenter().await.unwrap().release().await.unwrap();
     let read = write.downgrade().await.unwrap();
-    nested.release().await.unwrap();
     let other = doc.read().await.unwrap();
     read.release().await.unwrap();
     other.release().await.unwrap();
