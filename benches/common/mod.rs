@@ -293,8 +293,9 @@ fn contract(script: &str, name: &str) -> (Vec<Slot>, Vec<Slot>) {
             ("lease in ms", Slot::LeaseMs),
             ("pub/sub mode", Slot::PubSubMode),
             ("\"1\": record this send", Slot::RecordFlag),
-            // release.lua's first-send flag: the raw cycle's release is its only send.
-            ("\"0\": the release's only send so far", Slot::RecordFlag),
+            // release.lua's flag: the raw cycle's release is the first send of a release of
+            // a hold never re-entered, which skips its op record as fencelock's does.
+            ("\"0\": KEYS[2] is not read", Slot::RecordFlag),
             ("label", Slot::Omitted),
         ]
         .into_iter()
