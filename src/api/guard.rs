@@ -232,6 +232,7 @@ impl LockGuard {
     /// caller stopped waiting only keeps the lock a little longer than the guard reports.
     pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
         let lease = validate_lease(lease)?;
+        let sent = self.holder.lease_send();
         let sent_at = Instant::now();
         let reply = self
             .holder
@@ -243,7 +244,7 @@ impl LockGuard {
             .await
             .map_err(|err| err.named(&self.holder.name))?;
         owned(&self.holder, reply)?;
-        self.holder.lease_renewed(sent_at, lease);
+        self.holder.lease_renewed(sent_at, lease, sent);
         Ok(())
     }
 

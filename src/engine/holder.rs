@@ -1,6 +1,6 @@
 //! What one acquisition holds, shared by its guard and every nested re-entry guard.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,11 @@ pub(crate) struct Holder {
     pub(crate) replication: Option<Acks>,
     /// End of the lease by this process' monotonic clock: measured from when the request that
     /// set it was first sent (the server started the lease no earlier), minus a drift margin.
-    deadline: Mutex<Instant>,
+    /// With the number of the lease setting it came from (0: the acquisition), so that a reply
+    /// of an older setting never moves it later (`lease_renewed`).
+    deadline: Mutex<(Instant, u64)>,
+    /// Lease settings sent so far (watchdog renewals and extensions), numbered from 1.
+    lease_sends: AtomicU64,
     lost: AtomicBool,
     /// Guards of this holder that are alive and not being released. At zero the watchdog stops
     /// renewing, even while the last release is still in flight or failed.
@@ -135,7 +139,8 @@ impl Holder {
             kind,
             watched,
             replication,
-            deadline: Mutex::new(sent_at + validity(lease)),
+            deadline: Mutex::new((sent_at + validity(lease), 0)),
+            lease_sends: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             entries: AtomicUsize::new(0),
             changed: Notify::new(),
@@ -168,12 +173,30 @@ impl Holder {
     }
 
     pub(crate) fn deadline(&self) -> Instant {
-        *self.deadline.lock()
+        self.deadline.lock().0
     }
 
-    /// A renewal or extension first sent at `sent_at` succeeded.
-    pub(crate) fn lease_renewed(&self, sent_at: Instant, lease: Duration) {
-        *self.deadline.lock() = sent_at + validity(lease);
+    /// A lease setting (a renewal or an extension) is about to be sent: its number, for
+    /// [`Holder::lease_renewed`].
+    pub(crate) fn lease_send(&self) -> u64 {
+        self.lease_sends.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The lease setting number `sent` (from [`Holder::lease_send`]), first sent at `sent_at`,
+    /// succeeded. A renewal and an extension of one hold can be in flight together; the server
+    /// keeps the lease of the one it ran last, which on one connection is the one sent last,
+    /// while their replies may be handled in either order. So a reply of a setting sent before
+    /// the one applied can only bring the deadline closer, never push it later: the deadline
+    /// never ends after the server's lease.
+    pub(crate) fn lease_renewed(&self, sent_at: Instant, lease: Duration, sent: u64) {
+        let end = sent_at + validity(lease);
+        let mut deadline = self.deadline.lock();
+        if sent > deadline.1 {
+            *deadline = (end, sent);
+        } else {
+            deadline.0 = deadline.0.min(end);
+        }
+        drop(deadline);
         self.changed.notify_waiters();
     }
 
@@ -338,6 +361,38 @@ mod tests {
         let inner = guard.reenter().await.unwrap();
         drop(inner);
         assert_eq!(client.engine.watchdog.len(), 0);
+        guard.release().await.unwrap();
+    }
+
+    /// A renewal and an extension in flight together: the server keeps the lease of the one
+    /// sent last (one connection runs them in order), whichever reply is handled last; the
+    /// other's reply may only bring the deadline closer.
+    #[tokio::test]
+    async fn a_lease_setting_sent_earlier_never_pushes_the_deadline_later() {
+        let server = RedisServer::start().unwrap();
+        let client = client(&server).await;
+        let guard = client.lock("set twice").unwrap().acquire().await.unwrap();
+        let holder = guard.holder();
+        let now = Instant::now();
+        let (long, short) = (Duration::from_secs(30), Duration::from_secs(2));
+
+        // A renewal (long) sent, then an extension (short): the extension's reply first.
+        let (renewal, extension) = (holder.lease_send(), holder.lease_send());
+        holder.lease_renewed(now, short, extension);
+        holder.lease_renewed(now, long, renewal);
+        assert_eq!(holder.deadline(), now + validity(short));
+
+        // In the order sent, the later one's lease stands.
+        let (extension, renewal) = (holder.lease_send(), holder.lease_send());
+        holder.lease_renewed(now, short, extension);
+        holder.lease_renewed(now, long, renewal);
+        assert_eq!(holder.deadline(), now + validity(long));
+
+        // The earlier one's reply last, and shorter: the deadline comes closer.
+        let (renewal, extension) = (holder.lease_send(), holder.lease_send());
+        holder.lease_renewed(now, long, extension);
+        holder.lease_renewed(now, short, renewal);
+        assert_eq!(holder.deadline(), now + validity(short));
         guard.release().await.unwrap();
     }
 

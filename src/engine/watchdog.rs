@@ -205,6 +205,7 @@ async fn tick(engine: &Arc<Engine>) -> bool {
 /// Renews one batch of holders by one script call; `false` if the call failed.
 async fn renew(engine: Arc<Engine>, batch: Vec<Arc<Holder>>) -> bool {
     let lease = engine.config.default_lease;
+    let sends: Vec<u64> = batch.iter().map(|holder| holder.lease_send()).collect();
     let sent_at = Instant::now();
     let pairs: Vec<_> = batch.iter().map(|h| (&*h.keys, h.id.as_str())).collect();
     let mut conn = engine.conn();
@@ -232,9 +233,9 @@ async fn renew(engine: Arc<Engine>, batch: Vec<Arc<Holder>>) -> bool {
         outcome = "ok",
         "renewed leases"
     );
-    for (holder, renewed) in batch.iter().zip(renewed) {
+    for ((holder, renewed), sent) in batch.iter().zip(renewed).zip(sends) {
         if renewed {
-            holder.lease_renewed(sent_at, lease);
+            holder.lease_renewed(sent_at, lease, sent);
         } else {
             // Gone or taken over: renewing it again could only ever fail, and the holder must
             // stop trusting its lease now, not when it runs out. Off the list first, so
