@@ -60,6 +60,12 @@ impl Faulty {
     }
 }
 
+/// A check that `holder` alone holds lock `name`, entered `count` times.
+fn holds_alone(name: &'static str, holder: &str, count: u64) -> impl Fn(&Fixture) -> bool {
+    let held = Some(vec![(holder.to_owned(), count)]);
+    move |fx: &Fixture| fx.lock_state(name).map(|s| s.0) == held
+}
+
 /// A loopback port nothing listens on: the system hands out a free one, and it is freed again.
 fn a_closed_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
@@ -150,10 +156,7 @@ async fn a_reentry_and_a_release_whose_replies_were_lost_apply_once() {
     let outer = lock.acquire().await.unwrap();
     outer.reenter().await.unwrap().release().await.unwrap();
     let holder = outer.holder_id().to_owned();
-    let count_is = |n: u64| {
-        let holder = holder.clone();
-        move |fx: &Fixture| fx.lock_state("counted").map(|s| s.0) == Some(vec![(holder.clone(), n)])
-    };
+    let count_is = |n: u64| holds_alone("counted", &holder, n);
 
     let inner = faulty
         .lose_reply_of(count_is(2), outer.reenter())
@@ -186,10 +189,7 @@ async fn a_dropped_release_that_ran_is_not_applied_again_by_the_guard_drop() {
     outer.reenter().await.unwrap().release().await.unwrap();
     let inner = outer.reenter().await.unwrap();
     let holder = outer.holder_id().to_owned();
-    let count_is = |n: u64| {
-        let holder = holder.clone();
-        move |fx: &Fixture| fx.lock_state("dropped").map(|s| s.0) == Some(vec![(holder.clone(), n)])
-    };
+    let count_is = |n: u64| holds_alone("dropped", &holder, n);
     assert!(count_is(2)(&faulty.fx));
 
     // The release runs (2 -> 1) but its reply never comes back, and its caller gives up on
