@@ -20,8 +20,8 @@
 --          the key over; anything else gives it up
 --
 -- Returns  {1, 0, started}  begun: the record now names the caller and its fingerprint, with
---                           server time `started`; also for a re-sent begin (the record
---                           already names this token)
+--                           server time `started`; a re-sent begin (the record already names
+--                           this token) answers as its first send did, a takeover's included
 --          {1, old, started} begun by taking over from the runner with token `old`, whose
 --                           hold ended before it finished ("run-again"), or whose run failed
 --                           (whatever the policy)

@@ -23,7 +23,8 @@
 --          {1, old, started} begun by taking over the same tick from the runner with token
 --                           `old`, whose hold ended before it finished ("run-again"), or
 --                           whose run failed (whatever the policy)
---          {1, 0, started}  also for a re-sent begin: the record already names this token
+--          {1, old or 0, started}  also for a re-sent begin (the record already names this
+--                           token): as its first send answered, a takeover's included
 --          {2, tick, runner, token, started, finished, 0}  the same tick is done; nothing
 --                           changed
 --          {3, tick, runner, token, started, 0, 0}  the same tick's runner's hold ended before

@@ -6,8 +6,10 @@
 -- A run record is a hash next to a lock that names the newest run begun under that lock: the
 -- kind's own field first (a job's "tick", an idempotency key's "fingerprint"), then "runner"
 -- -> the holder id that runs or ran it, "token" -> that runner's fencing token, "started" ->
--- server time of the begin (ms), and once the run ended "finished" (it ran) or "failed" (it
--- left the record to a retry) -> server time of that end (ms). Every write replaces the whole
+-- server time of the begin (ms), "previous" -> the token of the run it took over (a takeover's
+-- begin only, so that a re-sent begin answers as its first send did), and once the run ended
+-- "finished" (it ran) or "failed" (it left the record to a retry) -> server time of that end
+-- (ms). Every write replaces the whole
 -- hash and sets its expiry to the retention the caller passes. Each script's header states its
 -- own contract in full; these functions are how the scripts carry it out.
 --
@@ -27,8 +29,9 @@
 -- `after(recorded)`, made after, answers nil (the same run goes on), 'new' (the record is
 -- another run's that this one replaces) or a reply.
 -- In that order it answers: {-1} when the caller does not hold the lock with its token; a
--- fresh begin {1, 0, started} without a record; the kind's reply from `before`; {1, 0,
--- started} again for the token the record names (a re-sent begin); code -2 for a newer
+-- fresh begin {1, 0, started} without a record; the kind's reply from `before`; for the token
+-- the record names (a re-sent begin) {1, previous or 0, started} again, as its first send
+-- answered (a takeover stays a takeover when its reply was lost); code -2 for a newer
 -- token; what `after` says; code 2 for a finished run; a takeover {1, old token, started}
 -- of a failed run (whatever the policy) or of a running one under "run-again"; code 3
 -- otherwise. A begin deletes the record and writes the kind's field, runner, token and started
@@ -95,7 +98,11 @@ local function run_begin(run)
 
   local function begin(previous)
     local started = now_ms()
-    run_write(run, 'started', started)
+    if previous > 0 then
+      run_write(run, 'started', started, 'previous', string.format('%d', previous))
+    else
+      run_write(run, 'started', started)
+    end
     return {1, previous, started}
   end
 
@@ -108,7 +115,8 @@ local function run_begin(run)
   end
   local token = tonumber(run.token)
   if tonumber(recorded) == token then
-    return {1, 0, tonumber(redis.call('HGET', run.key, 'started'))}
+    local previous = tonumber(redis.call('HGET', run.key, 'previous') or '0')
+    return {1, previous, tonumber(redis.call('HGET', run.key, 'started'))}
   end
   if tonumber(recorded) > token then
     return run.record(run.key, -2, recorded)

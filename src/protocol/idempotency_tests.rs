@@ -147,6 +147,8 @@ async fn a_final_failure_is_stored_and_a_retryable_one_runs_again() {
     let second = won(&mut conn, &keys, "second").await;
     let reply = begin(&mut conn, &keys, ("second", second), GIVE_UP).await;
     assert_took_over(reply, first, "the retry of a failed run");
+    let reply = begin(&mut conn, &keys, ("second", second), GIVE_UP).await;
+    assert_took_over(reply, first, "a re-sent retry of a failed run");
     // Final: stored like a result, marked.
     store(
         &mut conn,
@@ -176,6 +178,10 @@ async fn a_dead_runners_key_is_run_again_or_given_up_by_policy() {
     let eager = won(&mut conn, &keys, "eager").await;
     let reply = begin(&mut conn, &keys, ("eager", eager), RUN_AGAIN).await;
     assert_took_over(reply, dead, "a dead runner's key under RunAgain");
+    // A takeover whose reply was lost is re-sent: the re-send still says whose run it took
+    // over, so the new runner knows the dead one's writes may be half done.
+    let reply = begin(&mut conn, &keys, ("eager", eager), RUN_AGAIN).await;
+    assert_took_over(reply, dead, "a re-sent takeover");
 }
 
 #[tokio::test]
