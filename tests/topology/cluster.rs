@@ -356,6 +356,36 @@ async fn subscriptions_ride_a_connection_that_runs_no_script() {
     waiter.await.unwrap();
 }
 
+/// An operator's eviction on a cluster wakes the waiters at once, as a release does: they listen
+/// with `SSUBSCRIBE`, which a plain `PUBLISH` never reaches, and the holder's lease has a minute
+/// to run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_release_on_a_cluster_wakes_the_waiters() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "a_force_release_on_a_cluster_wakes_the_waiters",
+    ) {
+        return;
+    }
+    let cluster = RedisCluster::start().unwrap();
+    let client = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+    let lock = client.lock("stuck").unwrap().with_lease(LONG).unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let waiter = spawn_waiter(client.clone(), "stuck");
+    wait_for_subscriber(&cluster, "stuck", "while held").await;
+    let owner = cluster.primary_for_slot(key_slot_of_lock("stuck")).unwrap();
+    let admin = fencelock::admin::Admin::connect(&owner.url())
+        .await
+        .unwrap();
+    let evicted = admin.force_release("stuck", None).await.unwrap();
+    assert!(
+        matches!(evicted, fencelock::admin::ForceRelease::Evicted { token: Some(t), .. } if t == guard.token()),
+        "{evicted:?}"
+    );
+    let token = granted_after_release(waiter, Duration::from_secs(10)).await;
+    assert!(token > guard.token());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_failover_keeps_the_lock_the_token_and_the_waiter() {
     if !fencelock_testing::requires(
