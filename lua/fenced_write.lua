@@ -18,7 +18,8 @@
 --
 -- Returns  {1, result}      accepted (token >= both marks): the write was applied and the
 --                           exclusive mark is now max(mark, token); result is the new number
---                           for incrby, the new length for rpush, 0 otherwise; with a
+--                           for incrby (exact, as text), the new length for rpush, 0
+--                           otherwise (a replay answers it as text); with a
 --                           retention, data and marks now expire ARGV[4] ms from now
 --          {0, latest, by}  stale (token below a mark): nothing was written; latest is the
 --                           higher mark, by 1 when it is the shared mark (a newer reader
@@ -38,9 +39,11 @@
 --
 -- Uses fence_mark(), data_check() and keep_for() from lib/fence_mark.lua, which the loader
 -- prepends to this file.
+-- The recorded reply as text: an incrby's result may be past 2^53, where a Lua number is
+-- inexact.
 local done = redis.call('GET', KEYS[3])
 if done then
-  return {1, tonumber(done)}
+  return {1, done}
 end
 
 -- A write is an exclusive call: refused below either mark.
@@ -72,9 +75,12 @@ if kind == 'incrby' then
   end
 end
 -- The write is the kind's own command (Redis takes command names in any case) on the data,
--- with the payload; its reply is the result only for incrby and rpush.
+-- with the payload; its reply is the result only for incrby and rpush. INCRBY's reply reaches
+-- Lua as a double, inexact past 2^53: the number as stored is the exact one.
 local result = redis.call(kind, KEYS[1], unpack(ARGV, 5))
-if kind ~= 'incrby' and kind ~= 'rpush' then
+if kind == 'incrby' then
+  result = redis.call('GET', KEYS[1])
+elseif kind ~= 'rpush' then
   result = 0
 end
 

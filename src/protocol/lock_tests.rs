@@ -376,6 +376,24 @@ async fn a_replayed_fenced_write_applies_once_and_a_stale_one_never() {
     assert_eq!(mark, 9);
 }
 
+/// An increment past 2^53, where a Lua number is inexact, answers the exact new value, and so
+/// does its replay.
+#[tokio::test]
+async fn an_increment_past_two_to_the_53_answers_the_exact_value() {
+    let (_server, mut conn, _) = setup().await;
+    let keys = ResourceKeys::new(b"t:", b"wei");
+    let start: i64 = (1 << 53) + 1;
+    let _: () = conn.set(&keys.data, start).await.unwrap();
+    for (op, delta, expected) in [("w1", 1000, start + 1000), ("w1", 1000, start + 1000)] {
+        let reply = incr_by(&mut conn, &keys, (7, op), delta).await;
+        assert_eq!(reply.unwrap(), WriteReply::Accepted(expected), "{op}");
+    }
+    let top = incr_by(&mut conn, &keys, (7, "w2"), i64::MAX - start - 1000).await;
+    assert_eq!(top.unwrap(), WriteReply::Accepted(i64::MAX));
+    let value: i64 = conn.get(&keys.data).await.unwrap();
+    assert_eq!(value, i64::MAX);
+}
+
 #[tokio::test]
 async fn a_late_duplicate_acquire_after_the_hold_ended_does_nothing() {
     let (_server, mut conn, keys) = setup().await;
