@@ -99,7 +99,9 @@ fn handoff_reply(script: &str, reply: &[i64]) -> Result<HandoffReply, Error> {
             token: token_from(*token)?,
             room: Some(Room {
                 limit: permits(*limit)?,
-                free: permits(*free)?,
+                // Below zero when an operator lowered the limit under the permits held since
+                // the grant (a replay): no room.
+                free: permits((*free).max(0))?,
             }),
         }),
         [-1] => Ok(HandoffReply::NotHeld),

@@ -18,6 +18,7 @@ use super::handoff_tests::{
     another_listening_client_gets_a_release, copies_replay_and_entries_left_hand_nothing_on,
     listener, marked_and_not_published, published, Hold,
 };
+use super::semaphore::sem_limit;
 use super::semaphore_tests::{take_sent, token_of};
 use super::*;
 
@@ -113,7 +114,19 @@ async fn grants_the_permits_to_the_candidate(conn: &mut Conn, keys: &LockKeys) -
     if !(10_000..=20_000).contains(&left) {
         return Err(format!("the candidate's lease is not set: {left} ms left"));
     }
-    marked_and_not_published(conn, keys, &mut own).await
+    marked_and_not_published(conn, keys, &mut own).await?;
+    // An operator lowers the limit below the permits held; a re-sent copy of the handoff (its
+    // reply was lost) still replays the grant, with no room left.
+    let lowered = sem_limit(conn, keys, 1, PubSub::Classic).await;
+    lowered.map_err(|e| format!("lowering the limit: {e}"))?;
+    let replay = hand_off(conn, keys, "h1", "op1", "h2", 2).await?;
+    let room = Some(Room { limit: 1, free: 0 });
+    if replay != (HandoffReply::HandedOff { token, room }) {
+        return Err(format!(
+            "the handoff's replay under a lower limit: {replay:?}"
+        ));
+    }
+    Ok(())
 }
 
 /// A candidate the freed permits are not enough for, or one that already holds (a straggling
