@@ -19,7 +19,10 @@ local renewed = {}
 for i = 1, #ARGV - 1 do
   local hash, leases, holder = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
   renewed[i] = 0
-  local sem = sem_open(hash, leases, holder, now, nil)
+  local sem, err = sem_open(hash, leases, holder, now, nil)
+  if err and string.sub(err.err, 1, 19) ~= 'FENCELOCK_WRONGTYPE' then
+    return err
+  end
   if sem and sem.live then
     sem_set_deadline(hash, leases, holder, now + tonumber(ARGV[1]))
     renewed[i] = 1

@@ -271,6 +271,42 @@ async fn a_field_expiry_request_gets_the_lease_zset_where_the_server_cannot_keep
     assert_nothing_left(&mut conn, &keys).await;
 }
 
+/// A renewal its user may not run (an ACL refusal) fails the whole call, so that the watchdog
+/// retries, instead of answering the holds not held: the holds are live, and taking them for
+/// lost would end every guard on a permission change.
+#[tokio::test]
+async fn a_renewal_refused_by_the_acl_fails_instead_of_losing_the_holds() {
+    let (server, mut admin, _lock) = crate::protocol::contract_tests::setup().await;
+    let keys = sem_keys();
+    token_of(take(&mut admin, &keys, "a", 1, LEASE).await).unwrap();
+    let rule = [
+        "SETUSER", "nohmget", "on", ">pw", "~*", "&*", "+@all", "-hmget",
+    ];
+    let _: () = redis::cmd("ACL")
+        .arg(&rule)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("AUTH")
+        .arg("nohmget")
+        .arg("pw")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let refused = renew(&mut conn, &[(&keys, "a")], LEASE).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(
+        renew(&mut admin, &[(&keys, "a")], LEASE).await.unwrap(),
+        [true],
+        "the hold is live"
+    );
+}
+
 hold_test! {
     /// A hold whose field was removed in Redis (an operator's HDEL) is not renewed: its holder
     /// learns that it lost it.
