@@ -338,6 +338,14 @@ impl Shared {
             current.clone()
         };
         tracing::debug!(generation = next.number, "reconnecting");
+        // Told here, once per loss, whatever reported it: a release published until the new
+        // connection has subscribed is lost for good, so every waiting head goes back to Redis
+        // (its attempt runs on the new connection, subscribed first). redis-rs pushes
+        // `Disconnection` only for a stream that failed, never for a connection dropped after
+        // a request timed out (a half-open connection).
+        if let Some(listener) = self.listener.upgrade() {
+            listener.on_disconnect();
+        }
         // Connected in a task of its own, as the connection manager did: the channels are
         // subscribed again even when no request comes, so waiters keep hearing releases.
         // (Outside a runtime the next request starts it.)
@@ -418,7 +426,7 @@ impl Shared {
     }
 
     /// The push sender of the connection of `generation`: its loss starts a reconnect (if it is
-    /// still current), and every push goes on to the listener.
+    /// still current), and every other push goes on to the listener.
     fn push_sender(
         self: &Arc<Self>,
         generation: u64,
@@ -426,12 +434,13 @@ impl Shared {
         let forward = push_handler(self.listener.clone());
         let shared = Arc::downgrade(self);
         move |push: PushInfo| {
-            if push.kind == PushKind::Disconnection {
-                if let Some(shared) = shared.upgrade() {
-                    shared.lost(generation);
-                }
+            if push.kind != PushKind::Disconnection {
+                return forward(push);
             }
-            forward(push)
+            // Not forwarded: `lost` tells the listener, unless the loss was handled already.
+            let shared = shared.upgrade().ok_or(())?;
+            shared.lost(generation);
+            Ok(())
         }
     }
 }
@@ -650,7 +659,7 @@ mod tests {
     /// replaced by the request that timed out, and the next request goes on a new connection.
     #[tokio::test]
     async fn a_connection_that_stops_answering_is_replaced() {
-        let (_server, _, mut conn, mut raw) = setup().await;
+        let (_server, heard, mut conn, mut raw) = setup().await;
         let first = client_id(&mut conn).await.unwrap();
         let timeout = ClientConfig::default().response_timeout;
         let pause = timeout * 2;
@@ -666,6 +675,12 @@ mod tests {
             conn.generation(),
             1,
             "the request that timed out replaced it"
+        );
+        // Waiters hear of the loss although no `Disconnection` push comes for it: a release
+        // published before the new connection subscribes is lost.
+        assert_eq!(
+            heard.disconnects.load(std::sync::atomic::Ordering::SeqCst),
+            1
         );
         // Once the pause is over, requests go on the new connection.
         let second = client_id_once_back(&mut conn, Duration::from_millis(20))

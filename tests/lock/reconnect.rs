@@ -221,6 +221,52 @@ async fn a_release_missed_while_disconnected_does_not_strand_the_waiter() {
     acquired.release().await.unwrap();
 }
 
+/// A connection that stops answering (half-open: no error, no reply) is replaced after a
+/// request times out on it, and a release published meanwhile went to the old connection's
+/// subscription: the waiter must go back to Redis, not sleep out the holder's lease.
+#[tokio::test]
+async fn a_release_missed_on_a_connection_that_stopped_answering_does_not_strand_the_waiter() {
+    let fx = Fixture::start();
+    let proxy = FaultProxy::start(fx.server.addr()).unwrap();
+    let holder_client = fx.client().await;
+    let waiter_client = LockClient::builder(proxy.url())
+        .retry_window(SHORT_WINDOW)
+        .connect()
+        .await
+        .unwrap();
+    let guard = holder_client
+        .lock("half-open")
+        .unwrap()
+        .with_lease(Duration::from_secs(60))
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let waiter_lock = waiter_client.lock("half-open").unwrap();
+    let waiter =
+        tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
+    let key = fx.lock_key("half-open").unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || fx.subscribers(&key) == 1).await,
+        "the waiter never subscribed"
+    );
+
+    // Nothing comes back any more; a request of the waiter's client times out, which replaces
+    // the connection without any push saying so. The release is published meanwhile.
+    proxy.blackhole(fencelock_testing::Direction::Both);
+    let other = waiter_client.lock("other").unwrap().try_acquire().await;
+    assert!(other.is_err(), "{other:?}");
+    guard.release().await.unwrap();
+    proxy.heal();
+
+    let acquired = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter slept on although the release it missed freed the lock")
+        .unwrap()
+        .unwrap();
+    acquired.release().await.unwrap();
+}
+
 /// The retry window of the waiters that ride out outages longer than it.
 const SHORT_WINDOW: Duration = Duration::from_millis(500);
 
