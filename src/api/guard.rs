@@ -228,12 +228,15 @@ impl LockGuard {
     /// reached within the retry window.
     ///
     /// # Cancel safety
-    /// Cancel safe: an extension is an absolute re-set of the lease, so one that runs after its
-    /// caller stopped waiting only keeps the lock a little longer than the guard reports.
+    /// Cancel safe: an extension is an absolute re-set of the lease, which may run after its
+    /// caller stopped waiting (or after an error whose outcome is unknown). The guard then
+    /// counts the lease as ending at the earlier of its previous end and the extension's, so
+    /// that [`LockGuard::valid_until`] never passes the server's lease, which a shortening
+    /// extension that ran may have brought closer.
     pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
         let lease = validate_lease(lease)?;
-        let sent = self.holder.lease_send();
-        let sent_at = Instant::now();
+        // Dropped unanswered (an error, or this future dropped), it may have run.
+        let setting = self.holder.lease_setting(lease);
         let reply = self
             .holder
             .engine
@@ -243,8 +246,13 @@ impl LockGuard {
             })
             .await
             .map_err(|err| err.named(&self.holder.name))?;
-        owned(&self.holder, reply)?;
-        self.holder.lease_renewed(sent_at, lease, sent);
+        match owned(&self.holder, reply) {
+            Ok(()) => setting.ran(),
+            Err(err) => {
+                setting.refused();
+                return Err(err);
+            }
+        }
         Ok(())
     }
 

@@ -100,6 +100,43 @@ impl LostReason {
     }
 }
 
+/// A lease setting of one holder, sent and not answered yet. Answered, it is [`ran`] or
+/// [`refused`]; dropped unanswered (its call failed, or was dropped after sending), it may have
+/// run, so the deadline comes no later than its end ([`Holder::lease_set`]).
+///
+/// [`ran`]: LeaseSetting::ran
+/// [`refused`]: LeaseSetting::refused
+pub(crate) struct LeaseSetting<'a> {
+    holder: &'a Holder,
+    sent: u64,
+    sent_at: Instant,
+    lease: Duration,
+    settled: bool,
+}
+
+impl LeaseSetting<'_> {
+    /// The server set the lease.
+    pub(crate) fn ran(mut self) {
+        self.settled = true;
+        self.holder
+            .lease_set(self.sent_at, self.lease, self.sent, true);
+    }
+
+    /// The server answered that it set nothing (the hold is not held).
+    pub(crate) fn refused(mut self) {
+        self.settled = true;
+    }
+}
+
+impl Drop for LeaseSetting<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.holder
+                .lease_set(self.sent_at, self.lease, self.sent, false);
+        }
+    }
+}
+
 /// How much of a lease the holder may count on: 1 % plus 2 ms less than the lease, for clock
 /// rate differences between this process and the server and for timer granularity (the
 /// margin Redlock uses).
@@ -176,26 +213,35 @@ impl Holder {
         self.deadline.lock().0
     }
 
-    /// A lease setting (a renewal or an extension) is about to be sent: its number, for
-    /// [`Holder::lease_renewed`].
-    pub(crate) fn lease_send(&self) -> u64 {
-        self.lease_sends.fetch_add(1, Ordering::AcqRel) + 1
+    /// A lease setting (a renewal or an extension) of `lease` is about to be sent: numbered,
+    /// for the order of the replies ([`LeaseSetting::ran`]).
+    pub(crate) fn lease_setting(&self, lease: Duration) -> LeaseSetting<'_> {
+        LeaseSetting {
+            holder: self,
+            sent: self.lease_sends.fetch_add(1, Ordering::AcqRel) + 1,
+            sent_at: Instant::now(),
+            lease,
+            settled: false,
+        }
     }
 
-    /// The lease setting number `sent` (from [`Holder::lease_send`]), first sent at `sent_at`,
-    /// succeeded. A renewal and an extension of one hold can be in flight together; the server
-    /// keeps the lease of the one it ran last, which on one connection is the one sent last,
-    /// while their replies may be handled in either order. So a reply of a setting sent before
-    /// the one applied can only bring the deadline closer, never push it later: the deadline
-    /// never ends after the server's lease.
-    pub(crate) fn lease_renewed(&self, sent_at: Instant, lease: Duration, sent: u64) {
+    /// Moves the deadline for the lease setting number `sent`, first sent at `sent_at`, that
+    /// `ran` (else: may have run). A renewal and an extension of one hold can be in flight
+    /// together; the server keeps the lease of the one it ran last, which on one connection is
+    /// the one sent last, while their replies may be handled in either order. So a reply of a
+    /// setting sent before the one applied can only bring the deadline closer, never push it
+    /// later; and a setting that may have run (it can shorten the lease) brings the deadline
+    /// to its end if that is closer, and counts as applied for the order. Either way the
+    /// deadline never ends after the server's lease.
+    fn lease_set(&self, sent_at: Instant, lease: Duration, sent: u64, ran: bool) {
         let end = sent_at + validity(lease);
         let mut deadline = self.deadline.lock();
-        if sent > deadline.1 {
-            *deadline = (end, sent);
+        if ran && sent > deadline.1 {
+            deadline.0 = end;
         } else {
             deadline.0 = deadline.0.min(end);
         }
+        deadline.1 = deadline.1.max(sent);
         drop(deadline);
         self.changed.notify_waiters();
     }
@@ -376,23 +422,47 @@ mod tests {
         let now = Instant::now();
         let (long, short) = (Duration::from_secs(30), Duration::from_secs(2));
 
+        let setting = |lease| {
+            let mut setting = holder.lease_setting(lease);
+            setting.sent_at = now;
+            setting
+        };
+
         // A renewal (long) sent, then an extension (short): the extension's reply first.
-        let (renewal, extension) = (holder.lease_send(), holder.lease_send());
-        holder.lease_renewed(now, short, extension);
-        holder.lease_renewed(now, long, renewal);
+        let (renewal, extension) = (setting(long), setting(short));
+        extension.ran();
+        renewal.ran();
         assert_eq!(holder.deadline(), now + validity(short));
 
         // In the order sent, the later one's lease stands.
-        let (extension, renewal) = (holder.lease_send(), holder.lease_send());
-        holder.lease_renewed(now, short, extension);
-        holder.lease_renewed(now, long, renewal);
+        let (extension, renewal) = (setting(short), setting(long));
+        extension.ran();
+        renewal.ran();
         assert_eq!(holder.deadline(), now + validity(long));
 
         // The earlier one's reply last, and shorter: the deadline comes closer.
-        let (renewal, extension) = (holder.lease_send(), holder.lease_send());
-        holder.lease_renewed(now, long, extension);
-        holder.lease_renewed(now, short, renewal);
+        let (renewal, extension) = (setting(short), setting(long));
+        extension.ran();
+        renewal.ran();
         assert_eq!(holder.deadline(), now + validity(short));
+
+        // A longer lease set, then a shorter one whose reply was lost: it may have run, so the
+        // deadline comes to its end; and a reply of a setting sent before it, handled after,
+        // does not push the deadline past it.
+        let (earlier, lost) = (setting(long), setting(long));
+        lost.ran();
+        assert_eq!(holder.deadline(), now + validity(long));
+        let (before, unanswered) = (setting(long), setting(short));
+        drop(unanswered);
+        assert_eq!(holder.deadline(), now + validity(short));
+        before.ran();
+        earlier.ran();
+        assert_eq!(holder.deadline(), now + validity(short));
+        // A refused setting moves nothing; a later one that ran sets the lease again.
+        setting(long).refused();
+        assert_eq!(holder.deadline(), now + validity(short));
+        setting(long).ran();
+        assert_eq!(holder.deadline(), now + validity(long));
         guard.release().await.unwrap();
     }
 

@@ -205,8 +205,8 @@ async fn tick(engine: &Arc<Engine>) -> bool {
 /// Renews one batch of holders by one script call; `false` if the call failed.
 async fn renew(engine: Arc<Engine>, batch: Vec<Arc<Holder>>) -> bool {
     let lease = engine.config.default_lease;
-    let sends: Vec<u64> = batch.iter().map(|holder| holder.lease_send()).collect();
-    let sent_at = Instant::now();
+    // Dropped unanswered (the call failed: its outcome may be unknown), each may have run.
+    let settings: Vec<_> = batch.iter().map(|h| h.lease_setting(lease)).collect();
     let pairs: Vec<_> = batch.iter().map(|h| (&*h.keys, h.id.as_str())).collect();
     let mut conn = engine.conn();
     let renew = engine.controlled(protocol::renew(&mut conn, &pairs, lease));
@@ -233,10 +233,11 @@ async fn renew(engine: Arc<Engine>, batch: Vec<Arc<Holder>>) -> bool {
         outcome = "ok",
         "renewed leases"
     );
-    for ((holder, renewed), sent) in batch.iter().zip(renewed).zip(sends) {
+    for ((holder, renewed), setting) in batch.iter().zip(renewed).zip(settings) {
         if renewed {
-            holder.lease_renewed(sent_at, lease, sent);
+            setting.ran();
         } else {
+            setting.refused();
             // Gone or taken over: renewing it again could only ever fail, and the holder must
             // stop trusting its lease now, not when it runs out. Off the list first, so
             // whoever wakes on the lost signal sees it gone. A holder whose release overtook

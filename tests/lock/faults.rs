@@ -270,6 +270,47 @@ async fn a_partition_from_redis_ends_the_lease_and_fires_the_lost_signal() {
     next.release().await.unwrap();
 }
 
+/// An extension that shortens the lease and whose reply is lost may have run: the guard must
+/// not go on reporting the longer lease it had, which the server no longer keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shortening_extension_whose_reply_was_lost_shortens_the_guards_lease() {
+    let faulty = Faulty::start();
+    let client = LockClient::builder(faulty.proxy.url())
+        .response_timeout(Duration::from_millis(200))
+        .retry_window(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let long = Duration::from_secs(60);
+    let lock = client.lock("shortened").unwrap().with_lease(long).unwrap();
+    let guard = lock.acquire().await.unwrap();
+    // Loaded once, so that the lost send below is the script itself and runs.
+    guard.extend(long).await.unwrap();
+    faulty.proxy.blackhole(Direction::Downstream);
+    let short = Duration::from_secs(2);
+    assert!(guard.extend(short).await.is_err(), "no reply came back");
+    faulty.proxy.heal();
+    assert!(
+        guard.valid_until() <= std::time::Instant::now() + short,
+        "the guard still counts on the long lease"
+    );
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the lost signal fires by the shortened lease's end");
+    // The extension ran: the server's lease ends a moment later (the guard's deadline is
+    // counted from the send), not a minute later, and another client takes the lock.
+    let other = faulty.fx.client().await;
+    let next = other
+        .lock("shortened")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(5))
+        .await;
+    assert!(
+        next.is_ok(),
+        "the extension did not run after all: {next:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_deadline_holds_while_redis_does_not_answer() {
     let faulty = Faulty::start();
