@@ -8,11 +8,13 @@
 -- ARGV[1]  expected token   "" evicts any holder; a decimal token evicts only the holder of that
 --                           token (so an operator who looked at the lock first cannot evict a
 --                           holder that took it over in the meantime)
+-- ARGV[2]  pub/sub mode     "sharded" publishes with SPUBLISH (Redis Cluster, where waiters
+--                           listen on shard channels), anything else with PUBLISH
 --
 -- Returns  {1, token, fence, holder, count}
 --                           evicted: the hash is deleted, the counter is now
 --                           max(counter, token) = fence, and "force-released" was published on
---                           KEYS[1] (PUBLISH, and SPUBLISH where the server has it); holder and count are the evicted holder id ("" if the hash
+--                           KEYS[1] (as ARGV[2] says); holder and count are the evicted holder id ("" if the hash
 --                           had no holder field; "~reserved:<client id>" and 0 for a fair-handoff
 --                           reservation, which has no token either) and its re-entry count
 --          {0}              the lock is not held; nothing changed
@@ -78,10 +80,5 @@ if fence > last then
   redis.call('SET', KEYS[2], int_text(fence))
 end
 redis.call('DEL', KEYS[1])
--- The operator's connection reaches one node and does not know the deployment: waiters listen
--- with SUBSCRIBE on one server and with SSUBSCRIBE on a cluster, where a PUBLISH never reaches
--- them. So both: SPUBLISH through pcall, since Redis 6.2 has no such command (nor a user
--- without the permission); the eviction stands either way.
-redis.call('PUBLISH', KEYS[1], 'force-released')
-redis.pcall('SPUBLISH', KEYS[1], 'force-released')
+publish(ARGV[2], KEYS[1], 'force-released')
 return {1, token, fence, holder, count}

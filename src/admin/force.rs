@@ -67,7 +67,8 @@ impl Admin {
         expected: Option<FencingToken>,
     ) -> Result<ForceRelease, Error> {
         let keys = self.keys_of(name.as_ref(), LockKeys::new)?;
-        let reply = protocol::force_release(&mut self.conn.clone(), &keys, expected).await?;
+        let reply =
+            protocol::force_release(&mut self.conn.clone(), &keys, expected, self.pubsub).await?;
         Ok(match reply {
             ForceReleaseReply::Evicted {
                 token,

@@ -268,9 +268,10 @@ impl Admin {
     }
 
     /// Releases one hold of a semaphore or read-write lock by its holder id (a stuck reader,
-    /// a permit holder that hangs), with the holder's own release script: its permits are
-    /// freed and waiters woken, and every other hold is untouched. The holder learns at its
-    /// next renewal (`lost()`); its late release is refused.
+    /// a permit holder that hangs), with the holder's own release script, once per entry of a
+    /// re-entered hold: its permits are freed and waiters woken, and every other hold is
+    /// untouched. The holder learns at its next renewal (`lost()`); its late release is
+    /// refused.
     ///
     /// # Errors
     /// [`Error::InvalidName`] for an unusable name; [`Error::WrongType`] when the keys hold
@@ -286,14 +287,22 @@ impl Admin {
         holder: &str,
     ) -> Result<HoldRelease, Error> {
         let keys = self.keys_of(name.as_ref(), kind.layout().1)?;
-        // An operator's op id: never a client's (those start with a client's UUID).
-        let op = format!("operator:{}", uuid::Uuid::new_v4().simple());
+        // An operator's op ids: never a client's (those start with a client's UUID).
         let mut conn = self.conn.clone();
-        let pubsub = protocol::PubSub::Classic;
         let ttl = Duration::from_secs(10);
-        match protocol::release(&mut conn, &keys, holder, &op, ttl, pubsub, true).await? {
-            OwnerReply::Done { .. } => Ok(HoldRelease::Released),
-            OwnerReply::NotHeld => Ok(HoldRelease::NotHeld),
+        let mut released = false;
+        // One entry per release: a re-entered hold takes one run per entry, each with an op id
+        // of its own, until it ends.
+        loop {
+            let op = format!("operator:{}", uuid::Uuid::new_v4().simple());
+            let release = protocol::release(&mut conn, &keys, holder, &op, ttl, self.pubsub, true);
+            match release.await? {
+                OwnerReply::Done { remaining: 0 } => return Ok(HoldRelease::Released),
+                OwnerReply::Done { .. } => released = true,
+                // Its last entry left meanwhile (the holder released it, or its lease ended).
+                OwnerReply::NotHeld if released => return Ok(HoldRelease::Released),
+                OwnerReply::NotHeld => return Ok(HoldRelease::NotHeld),
+            }
         }
     }
     /// Changes the limit of a semaphore in use, atomically: every acquisition from now on is
@@ -322,13 +331,7 @@ impl Admin {
                 reason: "a semaphore needs at least one permit".into(),
             });
         }
-        protocol::semaphore::sem_limit(
-            &mut self.conn.clone(),
-            &keys,
-            limit,
-            protocol::PubSub::Classic,
-        )
-        .await
+        protocol::semaphore::sem_limit(&mut self.conn.clone(), &keys, limit, self.pubsub).await
     }
 
     /// Every semaphore or every read-write lock in use under the prefix, sorted by name.

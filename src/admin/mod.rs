@@ -103,6 +103,7 @@ pub use watch::{LockEvent, Watch};
 use crate::base::config::DEFAULT_PREFIX;
 pub(super) use crate::base::error::display_bytes;
 use crate::protocol::keys::{validate_name, validate_prefix, Listing, LockKeys};
+use crate::protocol::PubSub;
 use crate::{Error, FencingToken};
 
 /// How long connecting may take before the server counts as unreachable.
@@ -111,6 +112,28 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Keys asked for per `SCAN` page.
 const SCAN_PAGE: usize = 1000;
+
+/// How the services' waiters listen for releases on the server behind `conn`: on shard channels
+/// on a cluster node of Redis 7 or later (`HELLO`'s `mode` and `version`, which every server
+/// that speaks RESP3 answers), so that an operator's release wakes them; on classic channels
+/// anywhere else (no client of this crate waits on an older cluster: it refuses to connect), or
+/// when the server does not say.
+async fn pubsub_of(conn: &mut MultiplexedConnection) -> PubSub {
+    let hello: redis::RedisResult<std::collections::HashMap<String, redis::Value>> =
+        redis::cmd("HELLO").query_async(conn).await;
+    let Ok(hello) = hello else {
+        return PubSub::Classic;
+    };
+    let field = |name| {
+        let value = hello.get(name).cloned()?;
+        redis::from_redis_value::<String>(value).ok()
+    };
+    let major = field("version").and_then(|v| v.split('.').next()?.parse::<u32>().ok());
+    match (field("mode"), major) {
+        (Some(mode), Some(major)) if mode == "cluster" && major >= 7 => PubSub::Sharded,
+        _ => PubSub::Classic,
+    }
+}
 
 /// How the keys of one kind of name are laid out under a prefix: `LockKeys::new`,
 /// `LockKeys::semaphore`...
@@ -135,6 +158,8 @@ pub struct Admin {
     prefix: Vec<u8>,
     /// Whether the server accepted `HELLO 3`; without it only the doctor is of use.
     resp3: bool,
+    /// The channels the services' waiters listen on here: shard channels on a cluster node.
+    pubsub: PubSub,
 }
 
 impl fmt::Debug for Admin {
@@ -206,11 +231,13 @@ impl Admin {
             }
             Err(err) => return Err(connecting(err)),
         };
+        let pubsub = pubsub_of(&mut conn.clone()).await;
         Ok(Admin {
             client,
             conn,
             prefix,
             resp3,
+            pubsub,
         })
     }
 

@@ -182,7 +182,9 @@ async fn the_lock_scripts_treat_a_leaders_hash_as_a_plain_lock() {
     // A forced release names the holder, not the metadata field, however the hash orders
     // its fields.
     assert_eq!(
-        force_release(&mut conn, &keys, Some(term)).await.unwrap(),
+        force_release(&mut conn, &keys, Some(term), PubSub::Classic)
+            .await
+            .unwrap(),
         ForceReleaseReply::Evicted {
             token: Some(term),
             fence: term.get(),

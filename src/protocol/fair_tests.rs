@@ -327,7 +327,9 @@ async fn force_release_frees_a_reservation_and_reports_it() {
     let first = token_of(fair_acquire(&mut conn, &keys, "ca:1", waiter("ca")).await);
     fair_acquire(&mut conn, &keys, "cb:1", waiter("cb")).await;
     fair_release(&mut conn, &keys, "ca:1", "ca:2", GRACE, None).await;
-    let reply = force_release(&mut conn, &keys, None).await.unwrap();
+    let reply = force_release(&mut conn, &keys, None, PubSub::Classic)
+        .await
+        .unwrap();
     assert_eq!(
         reply,
         ForceReleaseReply::Evicted {

@@ -2,7 +2,7 @@
 
 use redis::aio::ConnectionLike;
 
-use super::{count_from, invoke_as, scripts, LockKeys};
+use super::{count_from, invoke_as, scripts, LockKeys, PubSub};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -25,15 +25,18 @@ pub(crate) enum ForceReleaseReply {
 }
 
 /// Evicts the holder of a lock (any holder, or only the one with `expected` token), raises the
-/// slot's fence counter to at least the evicted token and wakes waiters.
+/// slot's fence counter to at least the evicted token and wakes waiters (on the channels of
+/// `pubsub`).
 pub(crate) async fn force_release<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
     expected: Option<FencingToken>,
+    pubsub: PubSub,
 ) -> Result<ForceReleaseReply, Error> {
     let mut call = scripts().force_release.key(&keys.lock);
     call.key(&keys.fence)
-        .arg(expected.map(|t| t.get().to_string()).unwrap_or_default());
+        .arg(expected.map(|t| t.get().to_string()).unwrap_or_default())
+        .arg(pubsub.script_arg());
     let reply: Vec<redis::Value> = invoke_as(conn, &call).await?;
     use redis::Value::{BulkString, Int};
     match reply.as_slice() {

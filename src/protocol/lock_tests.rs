@@ -429,7 +429,9 @@ async fn a_late_duplicate_acquire_after_the_hold_ended_does_nothing() {
 async fn force_release_evicts_any_holder_and_puts_a_lost_counter_back_to_its_token() {
     let (_server, mut conn, keys) = setup().await;
     assert_eq!(
-        force_release(&mut conn, &keys, None).await.unwrap(),
+        force_release(&mut conn, &keys, None, PubSub::Classic)
+            .await
+            .unwrap(),
         ForceReleaseReply::NotHeld
     );
     let exists: bool = conn.exists(&keys.fence).await.unwrap();
@@ -442,13 +444,17 @@ async fn force_release_evicts_any_holder_and_puts_a_lost_counter_back_to_its_tok
     // Another token than the one held: nothing changes.
     let other = FencingToken::new(token.get() + 1).unwrap();
     assert_eq!(
-        force_release(&mut conn, &keys, Some(other)).await.unwrap(),
+        force_release(&mut conn, &keys, Some(other), PubSub::Classic)
+            .await
+            .unwrap(),
         ForceReleaseReply::OtherToken { token: Some(token) }
     );
     assert_eq!(count(&mut conn, &keys, "h").await, Some(2));
 
     assert_eq!(
-        force_release(&mut conn, &keys, Some(token)).await.unwrap(),
+        force_release(&mut conn, &keys, Some(token), PubSub::Classic)
+            .await
+            .unwrap(),
         ForceReleaseReply::Evicted {
             token: Some(token),
             fence: token.get(),
@@ -476,7 +482,10 @@ async fn force_release_never_lowers_the_counter_and_refuses_foreign_data() {
     // Another lock of the bucket issued a higher token since.
     let higher = token.get() + 1000;
     let _: () = conn.set(&keys.fence, higher).await.unwrap();
-    match force_release(&mut conn, &keys, None).await.unwrap() {
+    match force_release(&mut conn, &keys, None, PubSub::Classic)
+        .await
+        .unwrap()
+    {
         ForceReleaseReply::Evicted { fence, .. } => assert_eq!(fence, higher),
         other => panic!("{other:?}"),
     }
@@ -488,12 +497,16 @@ async fn force_release_never_lowers_the_counter_and_refuses_foreign_data() {
         .await
         .unwrap();
     let _: () = conn.set(&keys.fence, "garbage").await.unwrap();
-    let err = force_release(&mut conn, &keys, None).await.unwrap_err();
+    let err = force_release(&mut conn, &keys, None, PubSub::Classic)
+        .await
+        .unwrap_err();
     assert!(err.is_wrong_type(), "{err:?}");
     assert_eq!(count(&mut conn, &keys, "h2").await, Some(1));
 
     let _: () = conn.set(&keys.lock, "not a hash").await.unwrap();
-    let err = force_release(&mut conn, &keys, None).await.unwrap_err();
+    let err = force_release(&mut conn, &keys, None, PubSub::Classic)
+        .await
+        .unwrap_err();
     assert!(err.is_wrong_type(), "{err:?}");
     let value: String = conn.get(&keys.lock).await.unwrap();
     assert_eq!(value, "not a hash");

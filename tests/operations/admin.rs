@@ -917,12 +917,15 @@ async fn holds_of_a_semaphore_are_read_with_permits_tokens_and_leases_oldest_fir
         }
         drop(short);
 
-        // An operator's release frees one hold by its id, once; the holder learns it.
+        // An operator's release frees one hold by its id, once, however often it was entered;
+        // the holder learns it.
+        let nested = one.reenter().await.unwrap();
         let released = admin
             .release_hold(HoldKind::Semaphore, "pool", one.holder_id())
             .await
             .unwrap();
         assert_eq!(released, HoldRelease::Released);
+        assert!(nested.release().await.unwrap_err().is_not_held());
         let again = admin
             .release_hold(HoldKind::Semaphore, "pool", one.holder_id())
             .await

@@ -386,6 +386,57 @@ async fn a_force_release_on_a_cluster_wakes_the_waiters() {
     assert!(token > guard.token());
 }
 
+/// An operator's release of a stuck permit, and a raised limit, wake a cluster's semaphore
+/// waiters at once, as a force release wakes a lock's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_hold_release_and_limit_on_a_cluster_wake_the_waiters() {
+    if !fencelock_testing::requires(
+        fencelock_testing::Feature::ShardedPubSub,
+        "an_operators_hold_release_and_limit_on_a_cluster_wake_the_waiters",
+    ) {
+        return;
+    }
+    let cluster = RedisCluster::start().unwrap();
+    let client = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+    let owner = cluster.primary_for_slot(key_slot_of_lock("pool")).unwrap();
+    let admin = fencelock::admin::Admin::connect(&owner.url())
+        .await
+        .unwrap();
+    let pool = client
+        .semaphore("pool", 1)
+        .unwrap()
+        .with_lease(LONG)
+        .unwrap();
+    let stuck = pool.acquire(1).await.unwrap();
+    let waiter = |pool: fencelock::Semaphore| {
+        tokio::spawn(async move {
+            let permit = pool.acquire_timeout(1, WAITER_DEADLINE).await.unwrap();
+            permit.token()
+        })
+    };
+    let first = waiter(pool.clone());
+    wait_for_subscriber(&cluster, "pool", "behind the stuck permit").await;
+    let released = admin
+        .release_hold(
+            fencelock::admin::HoldKind::Semaphore,
+            "pool",
+            stuck.holder_id(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(released, fencelock::admin::HoldRelease::Released);
+    granted_after_release(first, Duration::from_secs(10)).await;
+
+    // The first waiter's permit is given back; one more holds the only permit, a waiter
+    // queues, and the operator raises the limit.
+    let holding = pool.acquire(1).await.unwrap();
+    let second = waiter(pool.clone());
+    wait_for_subscriber(&cluster, "pool", "behind the held permit").await;
+    assert_eq!(admin.set_semaphore_limit("pool", 2).await.unwrap(), Some(1));
+    granted_after_release(second, Duration::from_secs(10)).await;
+    drop(holding);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_failover_keeps_the_lock_the_token_and_the_waiter() {
     if !fencelock_testing::requires(
