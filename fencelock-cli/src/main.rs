@@ -165,6 +165,7 @@ enum Command {
     /// Evict the holder of a lock: delete it, raise its fence counter to the evicted token,
     /// wake the waiters. Fenced storage refuses the evicted holder's token once the next
     /// holder has claimed or written it
+    #[command(group = clap::ArgGroup::new("hold_kind").args(["semaphore", "rwlock"]))]
     Release {
         /// The lock name
         name: OsString,
@@ -184,8 +185,9 @@ enum Command {
         /// rwlocks)
         #[arg(long, requires = "holder")]
         rwlock: bool,
-        /// The holder id of the hold to release (with --semaphore or --rwlock)
-        #[arg(long)]
+        /// The holder id of the hold to release (with --semaphore or --rwlock; a lock is
+        /// released by its token, --token)
+        #[arg(long, requires = "hold_kind")]
         holder: Option<String>,
     },
     /// Who waits for what right now: each acquisition waiting at the head of its client's

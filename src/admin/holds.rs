@@ -271,7 +271,8 @@ impl Admin {
     /// a permit holder that hangs), with the holder's own release script, once per entry of a
     /// re-entered hold: its permits are freed and waiters woken, and every other hold is
     /// untouched. The holder learns at its next renewal (`lost()`); its late release is
-    /// refused.
+    /// refused. An id that no hold can have (one of the hash's own fields, `~...`) is not
+    /// held: nothing is sent.
     ///
     /// # Errors
     /// [`Error::InvalidName`] for an unusable name; [`Error::WrongType`] when the keys hold
@@ -287,6 +288,11 @@ impl Admin {
         holder: &str,
     ) -> Result<HoldRelease, Error> {
         let keys = self.keys_of(name.as_ref(), kind.layout().1)?;
+        // The hash's own fields (`~limit`, `~used`...) start with `~`, holder ids never: no
+        // hold has such an id, and the release script must not take a field for one.
+        if holder.starts_with('~') {
+            return Ok(HoldRelease::NotHeld);
+        }
         // An operator's op ids: never a client's (those start with a client's UUID).
         let mut conn = self.conn.clone();
         let ttl = Duration::from_secs(10);

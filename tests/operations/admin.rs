@@ -931,6 +931,12 @@ async fn holds_of_a_semaphore_are_read_with_permits_tokens_and_leases_oldest_fir
             .await
             .unwrap();
         assert_eq!(again, HoldRelease::NotHeld);
+        // The semaphore's own fields are no holds: nothing is touched.
+        for field in ["~limit", "~used", "~until", "~expiry"] {
+            let released = admin.release_hold(HoldKind::Semaphore, "pool", field).await;
+            assert_eq!(released.unwrap(), HoldRelease::NotHeld, "{field}");
+        }
+        assert_eq!(admin.semaphore("pool").await.unwrap().unwrap().limit, 5);
         // The same id under the other kind names another key: nothing there.
         let elsewhere = admin
             .release_hold(HoldKind::RwLock, "pool", two.holder_id())

@@ -165,3 +165,25 @@ async fn release_asks_first_and_an_answer_of_no_changes_nothing() {
     assert_eq!(fx.lock_state("orders"), None);
     assert!(guard.release().await.unwrap_err().is_not_held());
 }
+
+/// `--holder` names a hold of a semaphore or a read-write lock; without `--semaphore` or
+/// `--rwlock` it is refused as a usage error, and the lock's holder (whoever it is) is left
+/// alone rather than evicted.
+#[tokio::test]
+async fn a_holder_without_its_kind_is_refused_and_evicts_nothing() {
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let guard = client.lock("x").unwrap().acquire().await.unwrap();
+    let args = [
+        "release",
+        "x",
+        "--force",
+        "--holder",
+        "someone-else:7",
+        "--yes",
+    ];
+    let run = fencelock(&fx.server.url(), &args).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(guard.is_valid());
+    guard.release().await.unwrap();
+}
