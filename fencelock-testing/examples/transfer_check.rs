@@ -238,6 +238,8 @@ fn main() {
             for (task, transfers) in schedule.iter().enumerate() {
                 eprintln!("  task {task}: {transfers:?}");
             }
+            // `exit` runs no destructors: stop the server first.
+            drop(server);
             std::process::exit(1);
         }
         Err(TestError::Abort(why)) => panic!("aborted: {why}"),
