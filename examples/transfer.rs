@@ -1,7 +1,8 @@
 //! Account transfers with a multi-lock: 16 tasks move money between two accounts, half of them
 //! from Alice to Bob and half from Bob to Alice, at the same time. Each transfer locks *both*
 //! accounts as one (`LockClient::multi_lock`), reads both balances with the locks' fencing
-//! tokens (claiming them), and writes both with fenced increments.
+//! tokens (claiming them), and writes both with fenced increments: two writes, not one
+//! transaction (see `transfer` below for what that means when a lock is lost in between).
 //!
 //! ```text
 //! cargo run --example transfer
@@ -146,6 +147,10 @@ async fn transfer(client: &LockClient, from: &str, to: &str, amount: i64) -> Res
     to_balance.claim(to_token).await?;
     let moved = have >= amount;
     if moved {
+        // Two calls, not one transaction: a lock lost between them (a pause past the lease, an
+        // operator's eviction) leaves the debit applied and the credit refused, and this run
+        // then reports money lost. Money that must move in one step is written in one
+        // database transaction, each row fenced (examples/sql_fencing.rs).
         from_balance.incr_by(from_token, -amount).await?;
         to_balance.incr_by(to_token, amount).await?;
     }
