@@ -82,7 +82,9 @@ pub(crate) async fn forget(
     if !yes && !confirmed(&question) {
         return Ok(fail(REFUSED, "not confirmed; nothing changed"));
     }
-    match admin.forget_idempotency_key(namespace, key).await? {
+    // Only the run shown: one that took the key over while the operator read is kept.
+    let shown = Some(info.record.token());
+    match admin.forget_idempotency_key(namespace, key, shown).await? {
         Forgotten::Deleted(info) => {
             if cli.json {
                 println!("{}", json!({"forgotten": key_json(&info)}));
@@ -101,6 +103,15 @@ pub(crate) async fn forget(
             ),
         )),
         Forgotten::NoRecord => Ok(fail(NOT_FOUND, &no_record(namespace, key))),
+        Forgotten::OtherRun(info) => Ok(fail(
+            REFUSED,
+            &format!(
+                "{} is another run's now (token {}, not the one shown); nothing changed: look \
+                 again",
+                info.display_key(),
+                info.record.token()
+            ),
+        )),
         _ => Ok(fail(REFUSED, "nothing changed")),
     }
 }

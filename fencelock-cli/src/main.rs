@@ -64,7 +64,8 @@ Exit codes:
   5  doctor: at least one FAIL (a setting that breaks locks; with --max-hold, a hold older
      than that)
   6  release refused: not confirmed, or the lock changed hands since it was shown; forget
-     refused: not confirmed, or a run holds the key
+     refused: not confirmed, a run holds the key, or another run took it over since it was
+     shown
   7  any other error (a redis error reply, foreign data at a lock key)";
 
 /// How long every wait of a wait-for cycle must have lasted before `waits` reports it and the

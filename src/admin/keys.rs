@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use super::{display_bytes, format_duration, item, run_state, Admin};
 use crate::protocol::keys::Listing;
 use crate::protocol::{self, KeyReadMode, LockKeys};
-use crate::{Error, RunRecord};
+use crate::{Error, FencingToken, RunRecord};
 
 /// One idempotency key's record, as [`Idempotency::record`](crate::Idempotency::record) reads
 /// it, and whether its runner still holds the key.
@@ -112,6 +112,9 @@ pub enum Forgotten {
     /// A runner holds the key now: nothing was deleted (its finish would write the record
     /// again). Try once it has finished, or after its `at_most_for`.
     Held(Box<KeyInfo>),
+    /// The record is another run's than the one expected (a run took the key over since it
+    /// was looked at): nothing was deleted. Look again.
+    OtherRun(Box<KeyInfo>),
 }
 
 impl Admin {
@@ -178,6 +181,12 @@ impl Admin {
     /// fence counter, which only grows, so a late write of any earlier run is still refused by
     /// fenced storage once the next run has written.
     ///
+    /// With `expected`, the record is deleted only while it is still the run with that token
+    /// (the one an operator was shown, [`RunRecord::token`]); a run that took the key over
+    /// since (a retry that ran the request and stored its result) is kept:
+    /// [`Forgotten::OtherRun`]. Forgetting that one would let a duplicate run the request
+    /// again.
+    ///
     /// # Errors
     /// As [`Admin::idempotency_keys`].
     ///
@@ -187,13 +196,17 @@ impl Admin {
         &self,
         namespace: &[u8],
         key: &[u8],
+        expected: Option<FencingToken>,
     ) -> Result<Forgotten, Error> {
-        let mode = KeyReadMode::Forget;
+        let mode = KeyReadMode::Forget(expected);
         let now = self.server_time().await?;
         let (info, held) = self.read_key(namespace, key, now, mode).await?;
         Ok(match info {
             None => Forgotten::NoRecord,
             Some(info) if held => Forgotten::Held(Box::new(info)),
+            Some(info) if expected.is_some_and(|t| t != info.record.token()) => {
+                Forgotten::OtherRun(Box::new(info))
+            }
             Some(info) => Forgotten::Deleted(Box::new(info)),
         })
     }
@@ -217,7 +230,7 @@ impl Admin {
         let redis_key = keys.idem_record();
         let retained_for = match mode {
             KeyReadMode::Read => self.ttl(&redis_key).await?,
-            KeyReadMode::Forget => None,
+            KeyReadMode::Forget(_) => None,
         };
         let runner_holds = read.lock_token == Some(record.token());
         let runner = runner_holds.then_some(record.runner());

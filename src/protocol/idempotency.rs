@@ -13,6 +13,7 @@ use super::run_record::{run_read, Record, RunKind, RunRead};
 use super::scripts::Scripts;
 use super::LockKeys;
 use crate::base::error::Error;
+use crate::base::token::FencingToken;
 
 /// An idempotency key's own fields of its record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +67,9 @@ impl RunKind for KeyResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KeyReadMode {
     Read,
-    Forget,
+    /// Delete the record when nobody holds the key, and it is the run with this token's (any
+    /// run's: `None`).
+    Forget(Option<FencingToken>),
 }
 
 /// Reads an idempotency key's record and its lock's holder token (`idem_read.lua`); with
@@ -76,9 +79,11 @@ pub(crate) async fn idem_read<C: ConnectionLike>(
     keys: &LockKeys,
     mode: KeyReadMode,
 ) -> Result<KeyRead, Error> {
-    let mode = match mode {
-        KeyReadMode::Read => "read",
-        KeyReadMode::Forget => "forget",
-    };
-    run_read(conn, keys, Some(mode)).await
+    match mode {
+        KeyReadMode::Read => run_read(conn, keys, &["read".to_owned()]).await,
+        KeyReadMode::Forget(run) => {
+            let run = run.map(|t| t.get().to_string()).unwrap_or_default();
+            run_read(conn, keys, &["forget".to_owned(), run]).await
+        }
+    }
 }

@@ -188,7 +188,7 @@ async fn a_dead_runners_key_is_run_again_or_given_up_by_policy() {
 async fn forget_deletes_only_a_record_nobody_holds() {
     let (_server, mut conn, keys) = setup_for(idempotency_keys()).await;
     let token = begun(&mut conn, &keys, "a", RUN_AGAIN).await;
-    let held = idem_read(&mut conn, &keys, KeyReadMode::Forget)
+    let held = idem_read(&mut conn, &keys, KeyReadMode::Forget(None))
         .await
         .unwrap();
     assert_eq!(held.lock_token, Some(token));
@@ -197,7 +197,15 @@ async fn forget_deletes_only_a_record_nobody_holds() {
         "kept under a holder"
     );
     hold_ends(&mut conn, &keys).await;
-    let forgotten = idem_read(&mut conn, &keys, KeyReadMode::Forget)
+    // Meant for another run than the record's (one that took the key over since the caller
+    // looked): answered and kept.
+    let other = FencingToken::new(token.get() + 1000).unwrap();
+    let kept = idem_read(&mut conn, &keys, KeyReadMode::Forget(Some(other)))
+        .await
+        .unwrap();
+    assert_eq!(kept.record.map(|r| r.token), Some(token));
+    assert!(read(&mut conn, &keys).await.record.is_some(), "kept");
+    let forgotten = idem_read(&mut conn, &keys, KeyReadMode::Forget(Some(token)))
         .await
         .unwrap();
     assert_eq!(forgotten.record.map(|r| r.token), Some(token));
@@ -225,7 +233,7 @@ async fn foreign_data_is_a_typed_error_and_stays_untouched() {
     .await
     .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
-    let err = idem_read(&mut conn, &keys, KeyReadMode::Forget)
+    let err = idem_read(&mut conn, &keys, KeyReadMode::Forget(None))
         .await
         .unwrap_err();
     assert!(err.is_wrong_type(), "{err}");

@@ -60,5 +60,5 @@ pub(crate) async fn job_read<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
 ) -> Result<JobRead, Error> {
-    run_read(conn, keys, None).await
+    run_read(conn, keys, &[]).await
 }

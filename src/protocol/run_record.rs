@@ -225,13 +225,13 @@ pub(crate) struct RunRead<K> {
 pub(crate) async fn run_read<K: RunKind, C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
-    mode: Option<&str>,
+    args: &[String],
 ) -> Result<RunRead<K>, Error> {
     use redis::Value::Int;
     let [_, _, read] = K::scripts(scripts());
     let script = K::NAMES[2];
     let mut call = read.key(&keys.lock);
-    call.key(K::record_key(keys)).arg(mode);
+    call.key(K::record_key(keys)).arg(args);
     let reply: Vec<Value> = invoke_as(conn, &call).await?;
     let (record, token, pttl) = match &reply[..] {
         [Int(0), Int(token), Int(pttl)] => (None, token, pttl),

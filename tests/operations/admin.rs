@@ -1161,3 +1161,36 @@ async fn holds_of_a_hash_that_names_another_way_are_read_from_the_lease_zset() {
     let left = info.holds[0].lease_left.expect("a lease");
     assert!(left > Duration::from_secs(50), "{left:?}");
 }
+
+/// An operator forgets the run they were shown: a retry that took the key over meanwhile and
+/// stored its result is kept (forgetting it would let a duplicate run the request again).
+#[tokio::test]
+async fn forgetting_a_key_keeps_a_run_that_took_it_over_since_it_was_shown() {
+    use fencelock::admin::Forgotten;
+    use fencelock::{Failure, IdempotencyOptions};
+    let fx = Fixture::start();
+    let client = fx.client().await;
+    let admin = admin(&fx.server).await;
+    let options = IdempotencyOptions::new(Duration::from_secs(5));
+    let payments = client.idempotency("payments", options).unwrap();
+    let declined = async |_| Err::<Vec<u8>, _>(Failure::Retry("declined"));
+    assert!(payments.run("pay-9", b"fp", declined).await.unwrap().ran());
+    let shown = admin.idempotency_key(b"payments", b"pay-9").await.unwrap();
+    let shown = shown.unwrap().record.token();
+    let charged = async |_| Ok::<_, Failure<()>>(b"charged".to_vec());
+    assert!(payments.run("pay-9", b"fp", charged).await.unwrap().ran());
+
+    let forgotten = admin.forget_idempotency_key(b"payments", b"pay-9", Some(shown));
+    let forgotten = forgotten.await.unwrap();
+    assert!(matches!(forgotten, Forgotten::OtherRun(_)), "{forgotten:?}");
+    let kept = admin.idempotency_key(b"payments", b"pay-9").await.unwrap();
+    let now = kept.unwrap().record.token();
+    assert!(now > shown);
+    let forgotten = admin.forget_idempotency_key(b"payments", b"pay-9", Some(now));
+    assert!(matches!(forgotten.await.unwrap(), Forgotten::Deleted(_)));
+    assert!(admin
+        .idempotency_key(b"payments", b"pay-9")
+        .await
+        .unwrap()
+        .is_none());
+}
