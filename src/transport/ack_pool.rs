@@ -73,7 +73,9 @@ impl AckRoute {
     /// one ([`AckConnections::open`]).
     async fn reroute(&self, stamp: u64) {
         match self {
-            AckRoute::Server(conn) => conn.follow_failover(stamp).await,
+            AckRoute::Server(conn) => {
+                conn.follow_failover(stamp);
+            }
             AckRoute::Cluster(cluster) => {
                 if let Err(err) = cluster.refresh(stamp).await {
                     tracing::debug!(error = %err, "replica acknowledgement: slot map refresh failed");

@@ -223,7 +223,7 @@ impl ReconnectingConn {
         }
         .await;
         if moved(&outcome) {
-            self.follow_failover(generation.failovers).await;
+            self.follow_failover(generation.failovers);
         }
         outcome
     }
@@ -268,13 +268,31 @@ impl ReconnectingConn {
 
     /// Under Sentinel, after a request on a connection to the primary reached after `failovers`
     /// failovers failed in a way that says the primary may have moved: asks the Sentinels and
-    /// switches to the primary they name, if it is another one. Re-resolutions run one at a
-    /// time, and one that finds the switch made meanwhile does nothing.
-    pub(crate) async fn follow_failover(&self, failovers: u64) {
+    /// switches to the primary they name, if it is another one, in a task of its own (its
+    /// handle, for tests). Re-resolutions run one at a time: while one runs, this does nothing;
+    /// one that finds the switch made meanwhile does nothing either.
+    ///
+    /// Not awaited by the request: a lookup (the Sentinels' answer, the role check of the
+    /// primary they name, a connect) takes a second or more while the old primary is frozen or
+    /// gone, and requests that waited for it, each queued behind the others' lookups, outlasted
+    /// their retry windows by as much. The request goes on with its own re-sends, within its
+    /// window, and they reach the new primary once the switch is made.
+    pub(crate) fn follow_failover(&self, failovers: u64) -> Option<tokio::task::JoinHandle<()>> {
+        let sentinels = self.shared.sentinels.as_ref()?;
+        let switching = Arc::clone(&sentinels.switching).try_lock_owned().ok()?;
+        tokio::runtime::Handle::try_current().ok()?;
+        let conn = self.clone();
+        Some(tokio::spawn(async move {
+            let _switching = switching;
+            conn.switch_primary(failovers).await;
+        }))
+    }
+
+    /// The lookup of [`ReconnectingConn::follow_failover`], one at a time.
+    async fn switch_primary(&self, failovers: u64) {
         let Some(sentinels) = &self.shared.sentinels else {
             return;
         };
-        let _switching = sentinels.switching.lock().await;
         let current = self.current();
         if current.failovers != failovers {
             return; // someone else switched meanwhile

@@ -1,7 +1,7 @@
 //! The primary of a Sentinel-monitored group: where a [`ReconnectingConn`] goes, and where it
 //! goes after a failover ([`ReconnectingConn::follow_failover`]).
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{ProtocolVersion, RedisConnectionInfo, RedisResult};
@@ -18,7 +18,7 @@ pub(crate) struct Sentinels {
     master_name: String,
     node_info: SentinelNodeConnectionInfo,
     /// Re-resolutions run one at a time; the others wait and see its result.
-    pub(super) switching: tokio::sync::Mutex<()>,
+    pub(super) switching: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Sentinels {
@@ -57,7 +57,7 @@ pub(crate) async fn connect(
         sentinel: tokio::sync::Mutex::new(Sentinel::build(sentinels.to_vec())?),
         master_name: master_name.to_owned(),
         node_info: SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info),
-        switching: tokio::sync::Mutex::new(()),
+        switching: Arc::default(),
     };
     let client = group
         .primary()
@@ -69,13 +69,19 @@ pub(crate) async fn connect(
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     use fencelock_testing::RedisSentinels;
     use redis::aio::ConnectionLike;
 
     use super::*;
+
+    /// Waits for the lookup a `follow_failover` started, if it started one.
+    async fn wait_for(lookup: Option<tokio::task::JoinHandle<()>>) {
+        if let Some(lookup) = lookup {
+            lookup.await.expect("the lookup ran to its end");
+        }
+    }
 
     /// Counts the new primaries the connection announces.
     #[derive(Default)]
@@ -116,7 +122,7 @@ mod tests {
         assert_eq!(conn.get_db(), 0);
 
         // Nothing moved: the Sentinels name the same primary, which is kept.
-        conn.follow_failover(0).await;
+        wait_for(conn.follow_failover(0)).await;
         assert_eq!(conn.primary().stamp, 0);
         assert_eq!(switches.0.load(Ordering::SeqCst), 0);
 
@@ -125,7 +131,7 @@ mod tests {
             .wait_for_failover(old, Duration::from_secs(60))
             .expect("failover");
         // A request stamped with a generation that is not the current one leaves it alone.
-        conn.follow_failover(7).await;
+        wait_for(conn.follow_failover(7)).await;
         assert_eq!(conn.primary().stamp, 0);
         assert_eq!(port(&conn), Some(old.to_string()));
 
@@ -138,14 +144,14 @@ mod tests {
                 Instant::now() < until,
                 "the client never followed the failover"
             );
-            conn.follow_failover(0).await;
+            wait_for(conn.follow_failover(0)).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(conn.primary().stamp, 1);
         assert_eq!(port(&conn), Some(new.to_string()));
         assert_eq!(switches.0.load(Ordering::SeqCst), 1);
         // A request that failed on the old connection after the switch changes nothing.
-        conn.follow_failover(0).await;
+        wait_for(conn.follow_failover(0)).await;
         assert_eq!(conn.primary().stamp, 1);
         assert_eq!(switches.0.load(Ordering::SeqCst), 1);
     }

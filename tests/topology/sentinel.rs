@@ -521,3 +521,43 @@ async fn a_read_write_lock_behind_sentinel_orders_readers_and_writers() {
         .unwrap();
     read.release().await.unwrap();
 }
+
+/// While the primary is frozen (no error, no reply) calls fail within their retry window, also
+/// many at once: a request that meets a primary that may have moved does not wait for the
+/// Sentinels' answer, nor queue behind the lookups of the others (which, one after the other,
+/// each a role check of the frozen primary, once took five seconds for a half-second window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_against_a_frozen_primary_end_within_their_retry_window() {
+    const WINDOW: Duration = Duration::from_millis(500);
+    const RESPONSE_TIMEOUT: Duration = Duration::from_millis(200);
+    let set = RedisSentinels::start(1).expect("start sentinels");
+    let client = LockClient::sentinel_builder(set.sentinel_urls(), set.master_name())
+        .response_timeout(RESPONSE_TIMEOUT)
+        .retry_window(WINDOW)
+        .connect()
+        .await
+        .unwrap();
+    for name in 0..16 {
+        let lock = client.lock(format!("frozen:{name}")).unwrap();
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    let primary = set.primary().expect("primary").pid();
+    fencelock_testing::send_signal(primary, fencelock_testing::Signal::Stop).unwrap();
+    let calls = (0..16).map(|name| {
+        let lock = client.lock(format!("frozen:{name}")).unwrap();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let outcome = lock.try_acquire().await;
+            (outcome.is_err(), started.elapsed())
+        })
+    });
+    let outcomes = futures_util::future::join_all(calls).await;
+    fencelock_testing::send_signal(primary, fencelock_testing::Signal::Cont).unwrap();
+    for outcome in outcomes {
+        let (failed, took) = outcome.unwrap();
+        assert!(failed, "a call succeeded against a frozen primary");
+        // The bound is the window plus one response timeout and a re-send's pause; far above
+        // it for a loaded machine, and far below the queued lookups' five seconds.
+        assert!(took < WINDOW * 5, "{took:?}");
+    }
+}
