@@ -1,0 +1,5 @@
+//! The layer against a real axum server on a free loopback port, a real HTTP/1 client, and
+//! throwaway redis-server and PostgreSQL processes.
+
+mod semantics;
+mod support;

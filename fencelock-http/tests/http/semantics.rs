@@ -1,0 +1,310 @@
+//! The header's semantics, in one server process: replays, conflicts, refusals, failures.
+
+use std::time::Duration;
+
+use fencelock::IdempotencyOptions;
+use fencelock_http::IdempotencyLayer;
+use fencelock_testing::RedisServer;
+
+use crate::support::{client, eventually, keys, namespace, pay, post_to, TestServer};
+
+const HOLD: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn the_first_request_runs_and_its_duplicates_get_the_stored_response() {
+    let redis = RedisServer::start().unwrap();
+    let server = TestServer::start(IdempotencyLayer::new(keys(&redis, HOLD).await)).await;
+    let first = pay(server.addr, "k-1", "500", &[]).await;
+    assert_eq!(first.status, 200);
+    assert!(!first.replayed());
+    assert_eq!(first.headers["x-not-kept"], "first only");
+    for _ in 0..3 {
+        let again = pay(server.addr, "k-1", "500", &[]).await;
+        assert_eq!(again.answer(), first.answer());
+        assert!(again.replayed());
+        assert_eq!(again.headers["content-type"], "text/plain");
+        assert_eq!(again.headers["location"], "/payments/1");
+        assert!(
+            !again.headers.contains_key("x-not-kept"),
+            "only the kept headers are stored"
+        );
+    }
+    assert_eq!(server.calls.started(), 1);
+    // Another key is another request.
+    let other = pay(server.addr, "k-2", "500", &[]).await;
+    assert!(!other.replayed());
+    assert_eq!(server.calls.started(), 2);
+}
+
+#[tokio::test]
+async fn the_same_key_with_another_request_is_refused_without_calling_the_handler() {
+    let redis = RedisServer::start().unwrap();
+    let server = TestServer::start(IdempotencyLayer::new(keys(&redis, HOLD).await)).await;
+    assert_eq!(pay(server.addr, "k", "500", &[]).await.status, 200);
+    let other_body = pay(server.addr, "k", "501", &[]).await;
+    assert_eq!(other_body.status, 422);
+    assert!(
+        other_body.text().contains("another request"),
+        "{}",
+        other_body.text()
+    );
+    let other_path = post_to(
+        server.addr,
+        "/payments?to=9",
+        &[("idempotency-key", "\"k\"")],
+        "500",
+    )
+    .await;
+    assert_eq!(other_path.status, 422);
+    assert_eq!(server.calls.started(), 1);
+    // Also while the first still runs.
+    let slow = tokio::spawn(pay(server.addr, "s", "1", &[("x-delay-ms", "400")]));
+    assert!(eventually(HOLD, || server.calls.started() == 2).await);
+    assert_eq!(pay(server.addr, "s", "2", &[]).await.status, 422);
+    assert_eq!(slow.await.unwrap().status, 200);
+    assert_eq!(server.calls.started(), 2);
+}
+
+#[tokio::test]
+async fn a_concurrent_duplicate_gets_409_with_retry_after() {
+    let redis = RedisServer::start().unwrap();
+    let server = TestServer::start(IdempotencyLayer::new(keys(&redis, HOLD).await)).await;
+    let slow = tokio::spawn(pay(server.addr, "k", "1", &[("x-delay-ms", "500")]));
+    assert!(eventually(HOLD, || server.calls.started() == 1).await);
+    let busy = pay(server.addr, "k", "1", &[]).await;
+    assert_eq!(busy.status, 409);
+    assert_eq!(busy.headers["retry-after"], "1");
+    assert!(busy.text().contains("in progress"));
+    let first = slow.await.unwrap();
+    assert_eq!(first.status, 200);
+    let after = pay(server.addr, "k", "1", &[]).await;
+    assert_eq!(after.answer(), first.answer());
+    assert_eq!(server.calls.started(), 1);
+}
+
+#[tokio::test]
+async fn with_the_wait_option_a_concurrent_duplicate_gets_the_stored_response_once_it_is_stored() {
+    let redis = RedisServer::start().unwrap();
+    let options = IdempotencyOptions::new(HOLD).wait_for_outcome(Duration::from_secs(5));
+    let keys = client(&redis)
+        .await
+        .idempotency(namespace("wait"), options)
+        .unwrap();
+    let server = TestServer::start(IdempotencyLayer::new(keys)).await;
+    let calls = server.calls.clone();
+    let slow = tokio::spawn(pay(server.addr, "k", "1", &[("x-delay-ms", "400")]));
+    assert!(eventually(HOLD, || calls.started() == 1).await);
+    let waited = pay(server.addr, "k", "1", &[]).await;
+    // Never before the first finished: its handler had ended when the duplicate was answered.
+    assert_eq!(calls.ended.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(waited.replayed());
+    let first = slow.await.unwrap();
+    assert_eq!(waited.answer(), first.answer());
+    assert_eq!(calls.started(), 1);
+}
+
+#[tokio::test]
+async fn missing_and_malformed_keys_behave_as_documented() {
+    let redis = RedisServer::start().unwrap();
+    let idem = keys(&redis, HOLD).await;
+    let open = TestServer::start(IdempotencyLayer::new(idem.clone())).await;
+    // No key: passed through, every time.
+    for _ in 0..2 {
+        let reply = post_to(open.addr, "/payments", &[], "1").await;
+        assert_eq!(reply.status, 200);
+        assert!(
+            reply.text().ends_with("with token none"),
+            "{}",
+            reply.text()
+        );
+    }
+    assert_eq!(open.calls.started(), 2);
+    let long = format!("\"{}\"", "k".repeat(256));
+    for bad in ["\"\"", "bare-key", "\"open", "\"a\\nb\"", &long] {
+        let reply = post_to(open.addr, "/payments", &[("idempotency-key", bad)], "1").await;
+        assert_eq!(reply.status, 400, "{bad}");
+        assert_eq!(reply.headers["content-type"], "text/plain; charset=utf-8");
+        assert!(!reply.body.is_empty());
+    }
+    let two = [("idempotency-key", "\"a\""), ("idempotency-key", "\"b\"")];
+    assert_eq!(post_to(open.addr, "/payments", &two, "1").await.status, 400);
+    assert_eq!(open.calls.started(), 2);
+
+    let strict = TestServer::start(IdempotencyLayer::new(idem.clone()).require_key(true)).await;
+    let reply = post_to(strict.addr, "/payments", &[], "1").await;
+    assert_eq!(reply.status, 400);
+    assert!(reply.text().contains("required"));
+    assert_eq!(strict.calls.started(), 0);
+
+    let bare = TestServer::start(IdempotencyLayer::new(idem).accept_bare_keys(true)).await;
+    let first = post_to(
+        bare.addr,
+        "/payments",
+        &[("idempotency-key", "bare-1")],
+        "1",
+    )
+    .await;
+    assert_eq!(first.status, 200);
+    // The bare and the quoted form are the same key.
+    let quoted = pay(bare.addr, "bare-1", "1", &[]).await;
+    assert!(quoted.replayed());
+    assert_eq!(quoted.answer(), first.answer());
+}
+
+#[tokio::test]
+async fn a_5xx_is_retried_and_a_4xx_is_replayed() {
+    let redis = RedisServer::start().unwrap();
+    let server = TestServer::start(IdempotencyLayer::new(keys(&redis, HOLD).await)).await;
+    let failed = pay(server.addr, "k5", "1", &[("x-status", "503")]).await;
+    assert_eq!(failed.status, 503);
+    let retried = pay(server.addr, "k5", "1", &[]).await;
+    assert_eq!(retried.status, 200);
+    assert!(!retried.replayed());
+    assert_eq!(server.calls.started(), 2);
+    assert!(token_of(&retried) > token_of(&failed));
+
+    let declined = pay(server.addr, "k4", "1", &[("x-status", "402")]).await;
+    assert_eq!(declined.status, 402);
+    let again = pay(server.addr, "k4", "1", &[]).await;
+    assert!(again.replayed());
+    assert_eq!(again.answer(), declined.answer());
+    assert_eq!(server.calls.started(), 3);
+}
+
+#[tokio::test]
+async fn a_panicking_handler_leaves_the_key_to_a_retry() {
+    let redis = RedisServer::start().unwrap();
+    let server = TestServer::start(IdempotencyLayer::new(keys(&redis, HOLD).await)).await;
+    let panicked = pay(server.addr, "k", "1", &[("x-panic", "1")]).await;
+    assert_eq!(panicked.status, 500);
+    assert!(panicked.text().contains("panicked"));
+    let retried = pay(server.addr, "k", "1", &[]).await;
+    assert_eq!(retried.status, 200);
+    assert!(!retried.replayed());
+    assert_eq!(server.calls.started(), 2);
+}
+
+#[tokio::test]
+async fn an_oversized_response_is_sent_once_and_not_stored() {
+    let redis = RedisServer::start().unwrap();
+    let layer = IdempotencyLayer::new(keys(&redis, HOLD).await).max_stored_response(4096);
+    let server = TestServer::start(layer).await;
+    // Over the bound: the client gets it whole, once; nothing is stored.
+    for _ in 0..2 {
+        let big = pay(server.addr, "big", "1", &[("x-size", "100000")]).await;
+        assert_eq!(big.status, 200);
+        assert_eq!(big.body.len(), 100_000);
+        assert!(!big.replayed());
+    }
+    assert_eq!(server.calls.started(), 2);
+    // Within it: stored. The bound counts the kept headers too.
+    let small = pay(server.addr, "small", "1", &[("x-size", "4000")]).await;
+    assert_eq!(
+        pay(server.addr, "small", "1", &[]).await.answer(),
+        small.answer()
+    );
+    let edge = pay(server.addr, "edge", "1", &[("x-size", "4090")]).await;
+    assert_eq!(edge.body.len(), 4090);
+    assert!(!pay(server.addr, "edge", "1", &[("x-size", "4090")])
+        .await
+        .replayed());
+    assert_eq!(server.calls.started(), 5);
+    // Over fencelock's own bound (1 MiB), with the default setting.
+    let server = TestServer::start(IdempotencyLayer::new(keys(&redis, HOLD).await)).await;
+    let huge = pay(server.addr, "huge", "1", &[("x-size", "1100000")]).await;
+    assert_eq!(huge.body.len(), 1_100_000);
+    assert!(!pay(server.addr, "huge", "1", &[("x-size", "10")])
+        .await
+        .replayed());
+    assert_eq!(server.calls.started(), 2);
+}
+
+#[tokio::test]
+async fn keys_of_two_principals_never_see_each_others_responses() {
+    let redis = RedisServer::start().unwrap();
+    let layer = IdempotencyLayer::new(keys(&redis, HOLD).await).scope_by(|parts| {
+        parts
+            .headers
+            .get("x-customer")
+            .map(|v| v.as_bytes().to_vec())
+    });
+    let server = TestServer::start(layer).await;
+    let alice = pay(server.addr, "k", "500", &[("x-customer", "alice")]).await;
+    let bob = pay(server.addr, "k", "500", &[("x-customer", "bob")]).await;
+    assert!(!bob.replayed(), "bob's request ran, not alice's replayed");
+    assert_ne!(bob.body, alice.body);
+    assert_eq!(server.calls.started(), 2);
+    // Each gets their own, and another body is refused for one without touching the other's.
+    let alice_again = pay(server.addr, "k", "500", &[("x-customer", "alice")]).await;
+    assert_eq!(alice_again.answer(), alice.answer());
+    assert_eq!(
+        pay(server.addr, "k", "9", &[("x-customer", "bob")])
+            .await
+            .status,
+        422
+    );
+    // A scope that is a prefix of another's key does not collide with it.
+    let a = pay(server.addr, "bk", "1", &[("x-customer", "a")]).await;
+    let ab = pay(server.addr, "k", "1", &[("x-customer", "ab")]).await;
+    assert!(!ab.replayed() && !a.replayed());
+    // No principal: refused.
+    assert_eq!(pay(server.addr, "k", "500", &[]).await.status, 401);
+    assert_eq!(server.calls.started(), 4);
+}
+
+#[tokio::test]
+async fn the_handler_gets_the_token_and_the_run_is_labelled_with_the_request() {
+    let redis = RedisServer::start().unwrap();
+    let idem = keys(&redis, HOLD).await;
+    let server = TestServer::start(IdempotencyLayer::new(idem.clone())).await;
+    let slow = tokio::spawn(pay(server.addr, "k", "1", &[("x-delay-ms", "300")]));
+    assert!(eventually(HOLD, || server.calls.started() == 1).await);
+    let admin = fencelock::admin::Admin::connect(&redis.url())
+        .await
+        .unwrap();
+    let key = fencelock_http::stored_key(b"", "k");
+    let info = admin
+        .idempotency_key(idem.namespace(), &key)
+        .await
+        .unwrap()
+        .unwrap();
+    // What `fencelock keys` shows next to the running key.
+    assert_eq!(info.runner_label.as_deref(), Some("POST /payments"));
+    let reply = slow.await.unwrap();
+    let record = idem.record(&key).await.unwrap().unwrap();
+    assert!(
+        reply
+            .text()
+            .ends_with(&format!("with token {}", record.token())),
+        "{}",
+        reply.text()
+    );
+}
+
+/// The token the test handler named in its body.
+fn token_of(reply: &crate::support::Reply) -> u64 {
+    reply.text().rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_request_does_not_leave_the_key_held() {
+    let redis = RedisServer::start().unwrap();
+    let at_most_for = Duration::from_millis(800);
+    let server = TestServer::start(IdempotencyLayer::new(keys(&redis, at_most_for).await)).await;
+    let gone = tokio::spawn(pay(server.addr, "k", "1", &[("x-delay-ms", "30000")]));
+    assert!(eventually(HOLD, || server.calls.started() == 1).await);
+    // The client goes away: its connection closes, and the server drops the request's future.
+    gone.abort();
+    let ended = || server.calls.ended.load(std::sync::atomic::Ordering::SeqCst) == 1;
+    assert!(
+        eventually(HOLD, ended).await,
+        "the handler's future was dropped"
+    );
+    // However the drop's release went, the key is free once `at_most_for` has passed: the
+    // retry runs the request (it is not told that one is in progress).
+    tokio::time::sleep(at_most_for).await;
+    let retried = pay(server.addr, "k", "1", &[]).await;
+    assert_eq!(retried.status, 200, "{}", retried.text());
+    assert!(!retried.replayed());
+    assert_eq!(server.calls.started(), 2);
+}

@@ -1,0 +1,211 @@
+//! What the tests share: a real axum server on a free loopback port behind the layer, a
+//! handler whose answer each request steers by headers, and a real HTTP/1 client.
+
+// `pub` means "for the test modules of this binary".
+#![allow(unreachable_pub)]
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Extension, Router};
+use bytes::Bytes;
+use fencelock::{Idempotency, IdempotencyOptions, LockClient};
+use fencelock_http::{IdempotencyLayer, IdempotencyRun};
+use fencelock_testing::RedisServer;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use tokio::task::JoinHandle;
+
+/// A namespace of its own for each use.
+pub fn namespace(what: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A client of `redis`.
+pub async fn client(redis: &RedisServer) -> LockClient {
+    LockClient::builder(redis.url()).connect().await.unwrap()
+}
+
+/// A namespace's keys, held by a run for at most `at_most_for`.
+pub async fn keys(redis: &RedisServer, at_most_for: Duration) -> Idempotency {
+    let options = IdempotencyOptions::new(at_most_for);
+    client(redis)
+        .await
+        .idempotency(namespace("http"), options)
+        .unwrap()
+}
+
+/// What the test handler saw: how many times it was called, and how many of its calls ended
+/// (ran to the end or were dropped).
+#[derive(Debug, Default)]
+pub struct Calls {
+    pub started: AtomicUsize,
+    pub ended: AtomicUsize,
+}
+
+impl Calls {
+    pub fn started(&self) -> usize {
+        self.started.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts a call as ended when dropped: run to the end, or its future dropped mid-way.
+struct Ending(Arc<Calls>);
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        self.0.ended.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The test handler: counts its calls, waits `x-delay-ms`, panics on `x-panic`, answers the
+/// status `x-status` (200 by default) with a body naming its input and its run's token, and
+/// `x-size` bytes of body instead when asked.
+async fn handler(
+    State(calls): State<Arc<Calls>>,
+    run: Option<Extension<IdempotencyRun>>,
+    headers: HeaderMap,
+    body: String,
+) -> (StatusCode, HeaderMap, Vec<u8>) {
+    calls.started.fetch_add(1, Ordering::SeqCst);
+    let _ending = Ending(calls.clone());
+    let number = |name: &str| -> Option<u64> { headers.get(name)?.to_str().ok()?.parse().ok() };
+    if let Some(ms) = number("x-delay-ms") {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    assert!(
+        !headers.contains_key("x-panic"),
+        "the test handler panics as asked"
+    );
+    let status = number("x-status").map_or(StatusCode::OK, |s| {
+        StatusCode::from_u16(u16::try_from(s).unwrap()).unwrap()
+    });
+    let mut out = HeaderMap::new();
+    out.insert("content-type", "text/plain".parse().unwrap());
+    out.insert("location", "/payments/1".parse().unwrap());
+    out.insert("x-not-kept", "first only".parse().unwrap());
+    let body = match number("x-size") {
+        Some(size) => vec![b'x'; usize::try_from(size).unwrap()],
+        None => {
+            let token = run.map_or_else(
+                || "none".to_owned(),
+                |Extension(run)| run.token().to_string(),
+            );
+            format!("{status} for {body} with token {token}").into_bytes()
+        }
+    };
+    (status, out, body)
+}
+
+/// A server on a free loopback port: the test handler at `POST /payments` behind `layer`.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub calls: Arc<Calls>,
+    task: JoinHandle<()>,
+}
+
+impl TestServer {
+    pub async fn start(layer: IdempotencyLayer) -> TestServer {
+        let calls = Arc::new(Calls::default());
+        let app = Router::new()
+            .route("/payments", post(handler))
+            .with_state(calls.clone())
+            .layer(layer);
+        let (addr, task) = serve(app).await;
+        TestServer { addr, calls, task }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves `app` on a free loopback port.
+pub async fn serve(app: Router) -> (SocketAddr, JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (addr, task)
+}
+
+/// A reply as the client saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn replayed(&self) -> bool {
+        self.headers
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true")
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Status and body: what a replay repeats byte for byte.
+    pub fn answer(&self) -> (u16, Bytes) {
+        (self.status, self.body.clone())
+    }
+}
+
+/// `POST path` to `addr` with `headers` and `body`, on a connection of its own.
+pub async fn post_to(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut request = http::Request::post(path).header("host", addr.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Reply {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// `POST /payments` with the key `key` (quoted) and `body`, plus `extra` headers.
+pub async fn pay(addr: SocketAddr, key: &str, body: &str, extra: &[(&str, &str)]) -> Reply {
+    let quoted = format!("\"{key}\"");
+    let mut headers = vec![("idempotency-key", quoted.as_str())];
+    headers.extend_from_slice(extra);
+    post_to(addr, "/payments", &headers, body).await
+}
+
+/// Polls `check` every 10 ms until it holds or `limit` passes; whether it held.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let until = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < until {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    check()
+}
