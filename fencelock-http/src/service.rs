@@ -28,7 +28,7 @@ pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-
 /// The longest run label: the core's limit.
 const MAX_LABEL_LEN: usize = 256;
 
-/// The run a request is handled in, put into the request's extensions before the handler is
+/// The key's run that handles a request, put into the request's extensions before the handler is
 /// called: the fencing token to fence the handler's writes with, and the key. With axum, take
 /// it with the `Extension<IdempotencyRun>` extractor.
 ///
@@ -335,7 +335,11 @@ where
             // it may not be stored. Otherwise nothing ran: the client retries.
             match first {
                 Some(answer) => answer,
-                None => Ok(busy(&config, "the idempotency store is unavailable")),
+                None => Ok(retry_after(
+                    &config,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the idempotency store is unavailable",
+                )),
             }
         }
     }
@@ -490,7 +494,16 @@ fn replay<B: Body>(stored: &[u8]) -> Response<IdempotentBody<B>> {
 
 /// 409 with `Retry-After`: the client sends the same request again later.
 fn busy<B: Body>(config: &Config, reason: &'static str) -> Response<IdempotentBody<B>> {
-    let mut response = refuse(StatusCode::CONFLICT, reason);
+    retry_after(config, StatusCode::CONFLICT, reason)
+}
+
+/// `status` with `Retry-After` (whole seconds, rounded up, at least one).
+fn retry_after<B: Body>(
+    config: &Config,
+    status: StatusCode,
+    reason: &'static str,
+) -> Response<IdempotentBody<B>> {
+    let mut response = refuse(status, reason);
     let seconds = config.retry_after.as_secs() + u64::from(config.retry_after.subsec_nanos() > 0);
     response
         .headers_mut()

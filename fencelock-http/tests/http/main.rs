@@ -1,5 +1,6 @@
 //! The layer against a real axum server on a free loopback port, a real HTTP/1 client, and
 //! throwaway redis-server and PostgreSQL processes.
 
+mod readme;
 mod semantics;
 mod support;
