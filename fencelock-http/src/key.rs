@@ -1,14 +1,34 @@
 //! Reading the `Idempotency-Key` header, and the key a request is stored under.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 /// The request header that carries the key.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+///
+/// ```
+/// let request = http::Request::post("/payments")
+///     .header(fencelock_http::IDEMPOTENCY_KEY, "\"5f2c-81\"")
+///     .body(())
+///     .unwrap();
+/// assert_eq!(request.headers()["idempotency-key"], "\"5f2c-81\"");
+/// ```
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
-/// The longest key accepted, in bytes once unquoted: 255, as payment APIs accept.
+/// The longest key accepted, in bytes once unquoted: 255, as payment APIs accept. A longer
+/// one is refused with 400.
+///
+/// ```
+/// let key = "k".repeat(fencelock_http::MAX_KEY_LEN);
+/// assert_eq!(fencelock_http::stored_key(b"", &key).len(), 2 + 255);
+/// ```
 pub const MAX_KEY_LEN: usize = 255;
 
-/// The longest scope accepted ([`crate::IdempotencyLayer::scope_by`]), in bytes.
+/// The longest scope accepted ([`crate::IdempotencyLayer::scope_by`]), in bytes. A longer one
+/// is refused with 400.
+///
+/// ```
+/// // The namespace, the length prefix, the scope and the key fit one fencelock name.
+/// assert!(256 + 5 + fencelock_http::MAX_SCOPE_LEN + fencelock_http::MAX_KEY_LEN < fencelock::MAX_NAME_LEN);
+/// ```
 pub const MAX_SCOPE_LEN: usize = 256;
 
 /// What the request's header says.

@@ -22,7 +22,13 @@ use crate::key::{read_key, stored_key, KeyHeader, MAX_SCOPE_LEN};
 use crate::layer::{Config, Disposition};
 use crate::record::{decode, encode};
 
-/// The header that marks a replayed response.
+/// The header that marks a replayed response: `Idempotent-Replayed: true`.
+///
+/// ```
+/// # fn demo(response: http::Response<()>) {
+/// let replayed = response.headers().get(fencelock_http::IDEMPOTENT_REPLAYED).is_some();
+/// # }
+/// ```
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 /// The longest run label: the core's limit.
@@ -129,7 +135,16 @@ impl<S> fmt::Debug for IdempotencyService<S> {
     }
 }
 
-/// The future of [`IdempotencyService`]'s `call`.
+/// The future of [`IdempotencyService`]'s `call`: boxed, `Send`.
+///
+/// ```no_run
+/// # async fn demo(mut service: fencelock_http::IdempotencyService<axum::Router>) {
+/// use tower_service::Service;
+/// let future: fencelock_http::ResponseFuture<axum::body::Body, std::convert::Infallible> =
+///     service.call(http::Request::new(axum::body::Body::empty()));
+/// let response = future.await.unwrap();
+/// # }
+/// ```
 pub type ResponseFuture<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<IdempotentBody<B>>, E>> + Send>>;
 
@@ -244,6 +259,7 @@ where
     let mut first: Option<Answer<ResB, S::Error>> = None;
     let slot = &mut first;
     let settings = &*config;
+    let key_name = &stored[..];
     let outcome = idempotency
         .run(&stored, &fingerprint, |key_run| async move {
             let mut parts = parts;
@@ -254,7 +270,8 @@ where
                 took_over: key_run.took_over(),
             });
             let request = Request::from_parts(parts, ReqB::from(body));
-            let handled = AssertUnwindSafe(handle(&mut inner, request, settings)).catch_unwind();
+            let handled =
+                AssertUnwindSafe(handle(&mut inner, request, settings, key_name)).catch_unwind();
             let (answer, unstored) = match handled.await {
                 Err(_panic) => (None, Some(Unstored::Panicked)),
                 Ok(Err(err)) => (Some(Err(err)), Some(Unstored::ServiceError)),
@@ -365,6 +382,7 @@ async fn handle<S, ReqB, ResB>(
     inner: &mut S,
     request: Request<ReqB>,
     config: &Config,
+    key: &[u8],
 ) -> Result<Handled<ResB>, S::Error>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
@@ -404,6 +422,8 @@ where
             // Not stored; the client still gets it whole, once.
             tracing::warn!(
                 target: "fencelock.http",
+                namespace = %String::from_utf8_lossy(config.idempotency.namespace()),
+                key = %String::from_utf8_lossy(key),
                 status = parts.status.as_u16(),
                 limit,
                 "response over the stored bound: sent once, not stored; the key is left to a retry"
@@ -423,6 +443,8 @@ where
     if stored.len() > limit {
         tracing::warn!(
             target: "fencelock.http",
+            namespace = %String::from_utf8_lossy(config.idempotency.namespace()),
+            key = %String::from_utf8_lossy(key),
             status = parts.status.as_u16(),
             stored = stored.len(),
             limit,

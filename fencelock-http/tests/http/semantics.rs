@@ -6,7 +6,7 @@ use fencelock::IdempotencyOptions;
 use fencelock_http::IdempotencyLayer;
 use fencelock_testing::RedisServer;
 
-use crate::support::{client, eventually, keys, namespace, pay, post_to, TestServer};
+use crate::support::{client, eventually, keys, layer_events, namespace, pay, post_to, TestServer};
 
 const HOLD: Duration = Duration::from_secs(5);
 
@@ -189,6 +189,7 @@ async fn an_oversized_response_is_sent_once_and_not_stored() {
     let redis = RedisServer::start().unwrap();
     let layer = IdempotencyLayer::new(keys(&redis, HOLD).await).max_stored_response(4096);
     let server = TestServer::start(layer).await;
+    let (events, _recording) = layer_events();
     // Over the bound: the client gets it whole, once; nothing is stored.
     for _ in 0..2 {
         let big = pay(server.addr, "big", "1", &[("x-size", "100000")]).await;
@@ -197,6 +198,13 @@ async fn an_oversized_response_is_sent_once_and_not_stored() {
         assert!(!big.replayed());
     }
     assert_eq!(server.calls.started(), 2);
+    // Each time, an event with target `fencelock.http` said why.
+    let said = events.lock().unwrap().clone();
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(
+        said.iter().all(|m| m.contains("over the stored bound")),
+        "{said:?}"
+    );
     // Within it: stored. The bound counts the kept headers too.
     let small = pay(server.addr, "small", "1", &[("x-size", "4000")]).await;
     assert_eq!(

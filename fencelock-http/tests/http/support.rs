@@ -209,3 +209,39 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
     }
     check()
 }
+
+/// The messages of the events with target `fencelock.http` emitted on this thread (the
+/// current-thread runtime of a `#[tokio::test]` runs the server there too) while the guard
+/// lives.
+pub fn layer_events() -> (
+    Arc<std::sync::Mutex<Vec<String>>>,
+    tracing::subscriber::DefaultGuard,
+) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorder = Recorder(seen.clone());
+    let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder));
+    (seen, guard)
+}
+
+struct Recorder(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() == "fencelock.http" {
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            self.0.lock().unwrap().push(message.0);
+        }
+    }
+}
+
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
