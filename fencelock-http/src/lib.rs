@@ -1,7 +1,7 @@
-//! An `Idempotency-Key` layer for tower services (axum, tonic's HTTP side, any `tower`
-//! stack), on [fencelock](fencelock)'s idempotency keys in Redis: a request sent with a key
-//! runs once, however often it is sent and whichever server instance gets it; its duplicates
-//! get the stored response.
+//! An `Idempotency-Key` layer for tower HTTP services (axum, or any `tower` service whose
+//! request body can be made from bytes), on [fencelock]'s idempotency keys in Redis: a request
+//! sent with a key runs once, however often it is sent and whichever server instance gets it;
+//! its duplicates get the stored response.
 //!
 //! ```no_run
 //! use std::time::Duration;

@@ -273,7 +273,14 @@ where
             let handled =
                 AssertUnwindSafe(handle(&mut inner, request, settings, key_name)).catch_unwind();
             let (answer, unstored) = match handled.await {
-                Err(_panic) => (None, Some(Unstored::Panicked)),
+                Err(_panic) => {
+                    tracing::error!(
+                        target: "fencelock.http",
+                        key = %String::from_utf8_lossy(key_name),
+                        "the handler panicked: answered 500, the key is left to a retry"
+                    );
+                    (None, Some(Unstored::Panicked))
+                }
                 Ok(Err(err)) => (Some(Err(err)), Some(Unstored::ServiceError)),
                 Ok(Ok(Handled::Stored {
                     response,
