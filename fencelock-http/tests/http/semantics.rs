@@ -316,3 +316,57 @@ async fn a_client_that_disconnects_mid_request_does_not_leave_the_key_held() {
     assert!(!retried.replayed());
     assert_eq!(server.calls.started(), 2);
 }
+
+#[tokio::test]
+async fn a_streamed_response_is_buffered_up_to_the_bound_and_stored_or_passed_on_whole() {
+    let redis = RedisServer::start().unwrap();
+    let layer = IdempotencyLayer::new(keys(&redis, HOLD).await).max_stored_response(20_000);
+    let server = TestServer::start(layer).await;
+    let send = |key: &'static str, chunks: &'static str| {
+        let quoted = format!("\"{key}\"");
+        async move {
+            let headers = [("idempotency-key", quoted.as_str()), ("x-chunks", chunks)];
+            post_to(server.addr, "/stream", &headers, "").await
+        }
+    };
+    // 10 chunks: within the bound, stored as streamed, replayed byte for byte.
+    let first = send("small", "10").await;
+    assert_eq!(first.body.len(), 10_000);
+    assert!(first.body.starts_with(b"00000....") && first.text().contains("00009"));
+    let again = send("small", "10").await;
+    assert!(again.replayed());
+    assert_eq!(again.answer(), first.answer());
+    // 50 chunks: over it; what was read and the rest reach the client in order, once.
+    let big = send("big", "50").await;
+    assert_eq!(big.body.len(), 50_000);
+    for n in 0..50 {
+        assert_eq!(
+            &big.body[n * 1000..n * 1000 + 5],
+            format!("{n:05}").as_bytes()
+        );
+    }
+    assert!(!send("big", "50").await.replayed());
+    assert_eq!(server.calls.started(), 3);
+}
+
+#[tokio::test]
+async fn a_request_body_over_the_bound_is_refused_with_413() {
+    let redis = RedisServer::start().unwrap();
+    let layer = IdempotencyLayer::new(keys(&redis, HOLD).await).max_request_body(1000);
+    let server = TestServer::start(layer).await;
+    let refused = pay(server.addr, "k", &"1".repeat(1001), &[]).await;
+    assert_eq!(refused.status, 413);
+    assert!(refused.text().contains("request body"));
+    assert_eq!(
+        pay(server.addr, "k", &"1".repeat(1000), &[]).await.status,
+        200
+    );
+    // Without a key the layer reads nothing: the handler gets the body as sent.
+    assert_eq!(
+        post_to(server.addr, "/payments", &[], &"1".repeat(5000))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(server.calls.started(), 2);
+}

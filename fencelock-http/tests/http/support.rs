@@ -106,6 +106,23 @@ async fn handler(
     (status, out, body)
 }
 
+/// A handler whose body streams: `x-chunks` chunks of 1000 bytes (the chunk's number, then
+/// dots), a pause between each; counted as the test handler is.
+async fn streaming(State(calls): State<Arc<Calls>>, headers: HeaderMap) -> axum::body::Body {
+    calls.started.fetch_add(1, Ordering::SeqCst);
+    let chunks: usize = headers["x-chunks"].to_str().unwrap().parse().unwrap();
+    let stream = futures_util::stream::unfold(0, move |n| async move {
+        if n == chunks {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let mut chunk = format!("{n:05}").into_bytes();
+        chunk.resize(1000, b'.');
+        Some((Ok::<_, std::convert::Infallible>(chunk), n + 1))
+    });
+    axum::body::Body::from_stream(stream)
+}
+
 /// A server on a free loopback port: the test handler at `POST /payments` behind `layer`.
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -118,6 +135,7 @@ impl TestServer {
         let calls = Arc::new(Calls::default());
         let app = Router::new()
             .route("/payments", post(handler))
+            .route("/stream", post(streaming))
             .with_state(calls.clone())
             .layer(layer);
         let (addr, task) = serve(app).await;
