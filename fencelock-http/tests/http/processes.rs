@@ -29,14 +29,15 @@ const SCHEMA: &str = "CREATE TABLE payments (
     amount BIGINT NOT NULL,
     fence  BIGINT NOT NULL,
     writes INT NOT NULL DEFAULT 1
-)";
+);
+CREATE TABLE refused (id TEXT NOT NULL, token BIGINT NOT NULL)";
 
 /// Connections to the database, reused by the handler's calls.
 type Pool = Arc<(String, Mutex<Vec<tokio_postgres::Client>>)>;
 
 /// The child servers' handler: waits `x-delay-ms`, then writes the payment row fenced by the
 /// run's token (the `fencelock::sql` insert-or-update); 201 when written, 503 when a newer
-/// run's token is on the row (stale: the key is left to a retry).
+/// run's token is on the row (stale: the key is left to a retry; the refusal is recorded).
 async fn pay_handler(
     State(pool): State<Pool>,
     Extension(run): Extension<IdempotencyRun>,
@@ -70,6 +71,15 @@ async fn pay_handler(
         )
         .await
         .unwrap();
+    if written.is_none() {
+        // What the test checks: this run's write reached the database and the fence refused it.
+        db.execute(
+            "INSERT INTO refused (id, token) VALUES ($1, $2)",
+            &[&run.key(), &fence_param(run.token())],
+        )
+        .await
+        .unwrap();
+    }
     pool.1.lock().await.push(db);
     match written {
         Some(_) => (
@@ -362,7 +372,9 @@ async fn a_server_killed_mid_handler_leaves_the_key_to_a_retry_with_a_greater_to
     let postgres = PostgresServer::start().unwrap();
     let db = database(&postgres).await;
     db.batch_execute(SCHEMA).await.unwrap();
-    let (namespace, at_most_for) = (namespace("kill"), Duration::from_millis(1000));
+    // Long enough that the retry right after the kill still meets the dead run's hold on a
+    // loaded machine.
+    let (namespace, at_most_for) = (namespace("kill"), Duration::from_millis(2500));
     let servers = Servers::start(2, &redis, &postgres, &namespace, at_most_for);
     let keys = LockClient::builder(redis.url())
         .connect()
@@ -412,10 +424,12 @@ async fn a_server_frozen_past_at_most_for_has_its_late_write_refused_by_the_fenc
         .idempotency(&namespace, IdempotencyOptions::new(at_most_for))
         .unwrap();
     let stored = stored_key(b"", "s");
-    // The frozen server's handler waits 500 ms before its write; it is stopped meanwhile.
-    let frozen = send_in_background(servers.addrs[0], "s", 500);
+    // The frozen server's handler waits 1.5 s before its write; it is stopped meanwhile, and
+    // writes once it runs again.
+    let frozen = send_in_background(servers.addrs[0], "s", 1500);
     let stale = begun(&keys, &stored).await.token();
     send_signal(servers.pid(0), Signal::Stop).unwrap();
+    assert_eq!(row(&db, "s").await, None, "stopped before its write");
     tokio::time::sleep(at_most_for + Duration::from_millis(200)).await;
     let newer = pay(servers.addrs[1], "s", "7", &[]).await;
     assert_eq!(newer.status, 201, "{}", newer.text());
@@ -428,6 +442,12 @@ async fn a_server_frozen_past_at_most_for_has_its_late_write_refused_by_the_fenc
         .unwrap();
     // Its write was refused by the row's fence, and its answer is not a payment.
     assert_ne!(late.status, 201, "{late:?}");
+    let refused = db
+        .query("SELECT id, token FROM refused", &[])
+        .await
+        .unwrap();
+    let refused: Vec<(String, i64)> = refused.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(refused, [("s".to_owned(), fence_param(stale))]);
     let (_, fence, writes) = row(&db, "s").await.unwrap();
     assert_eq!(
         (u64::try_from(fence).unwrap(), writes),
