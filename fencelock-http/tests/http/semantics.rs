@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use fencelock::IdempotencyOptions;
-use fencelock_http::IdempotencyLayer;
+use fencelock_http::{default_disposition, Disposition, IdempotencyLayer};
 use fencelock_testing::RedisServer;
 
 use crate::support::{client, eventually, keys, layer_events, namespace, pay, post_to, TestServer};
@@ -369,4 +369,48 @@ async fn a_request_body_over_the_bound_is_refused_with_413() {
         200
     );
     assert_eq!(server.calls.started(), 2);
+}
+
+#[tokio::test]
+async fn the_settings_change_what_is_kept_compared_and_stored() {
+    let redis = RedisServer::start().unwrap();
+    let layer = IdempotencyLayer::new(keys(&redis, HOLD).await)
+        .keep_headers([http::HeaderName::from_static("x-not-kept")])
+        // The target alone: the same key with another body is the same request.
+        .fingerprint_with(|parts, _body| parts.uri.path().as_bytes().to_vec())
+        // A 402 leaves the key to a retry; a 503 is stored.
+        .on_response(|status| match status.as_u16() {
+            402 => Disposition::Retry,
+            503 => Disposition::Store,
+            _ => default_disposition(status),
+        })
+        .retry_after(Duration::from_millis(2500));
+    let server = TestServer::start(layer).await;
+    let first = pay(server.addr, "k", "500", &[]).await;
+    let other_body = pay(server.addr, "k", "999", &[]).await;
+    assert!(other_body.replayed());
+    assert_eq!(other_body.answer(), first.answer());
+    assert_eq!(other_body.headers["x-not-kept"], "first only");
+    assert!(!other_body.headers.contains_key("location"));
+
+    assert_eq!(
+        pay(server.addr, "d", "1", &[("x-status", "402")])
+            .await
+            .status,
+        402
+    );
+    assert!(!pay(server.addr, "d", "1", &[]).await.replayed());
+    let unavailable = pay(server.addr, "u", "1", &[("x-status", "503")]).await;
+    assert_eq!(
+        pay(server.addr, "u", "1", &[]).await.answer(),
+        unavailable.answer()
+    );
+    assert_eq!(server.calls.started(), 4);
+
+    let slow = tokio::spawn(pay(server.addr, "s", "1", &[("x-delay-ms", "300")]));
+    assert!(eventually(HOLD, || server.calls.started() == 5).await);
+    let busy = pay(server.addr, "s", "1", &[]).await;
+    assert_eq!(busy.status, 409);
+    assert_eq!(busy.headers["retry-after"], "3", "2.5 s, rounded up");
+    slow.await.unwrap();
 }
