@@ -51,9 +51,11 @@
 //! | the handler answers 5xx | sent; not stored: the key is left to a retry ([`default_disposition`], [`IdempotencyLayer::on_response`]) |
 //! | the handler answers 4xx | sent and stored, as a final failure: its duplicates get it |
 //! | the handler panics | `500`; the key is left to a retry |
+//! | the inner service fails (its `Err`) | that error; the key is left to a retry |
 //! | a response over [`max_stored_response`](IdempotencyLayer::max_stored_response) | sent once, not stored: the key is left to a retry, and a `tracing` event with target `fencelock.http` says why |
 //! | the run was taken over (it outlived `at_most_for`) | `409` with `Retry-After`: the retry gets the newer run's answer |
 //! | Redis unreachable before the handler ran | `503` with `Retry-After` |
+//! | Redis unreachable after the handler ran | the handler's response (its writes are done), maybe not stored; a `fencelock.http` event |
 //! | the run's runner died and the namespace gives such keys up ([`OnRunnerDeath::GiveUp`](fencelock::OnRunnerDeath::GiveUp)) | `500` |
 //!
 //! The layer's own answers have a `text/plain` body naming the reason.
