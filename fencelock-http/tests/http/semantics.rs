@@ -414,3 +414,40 @@ async fn the_settings_change_what_is_kept_compared_and_stored() {
     assert_eq!(busy.headers["retry-after"], "3", "2.5 s, rounded up");
     slow.await.unwrap();
 }
+
+#[tokio::test]
+async fn with_redis_unreachable_a_keyed_request_gets_503_and_the_handler_is_not_called() {
+    let mut redis = RedisServer::start().unwrap();
+    let client = fencelock::LockClient::builder(redis.url())
+        .retry_window(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let keys = client
+        .idempotency(namespace("down"), IdempotencyOptions::new(HOLD))
+        .unwrap();
+    let server = TestServer::start(IdempotencyLayer::new(keys)).await;
+    redis.stop().unwrap();
+    let refused = pay(server.addr, "k", "1", &[]).await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert!(refused.text().contains("unavailable"));
+    // Without a key the request does not need Redis.
+    assert_eq!(
+        post_to(server.addr, "/payments", &[], "1").await.status,
+        200
+    );
+    assert_eq!(server.calls.started(), 1);
+    // Back: the client's retry runs it.
+    redis.start_again().unwrap();
+    let mut retried = pay(server.addr, "k", "1", &[]).await;
+    for _ in 0..50 {
+        if retried.status != 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        retried = pay(server.addr, "k", "1", &[]).await;
+    }
+    assert_eq!(retried.status, 200, "{}", retried.text());
+    assert_eq!(server.calls.started(), 2);
+}
