@@ -27,7 +27,8 @@
 -- (restart without persistence, an operator's DEL) and the server clock is behind the clock that
 -- issued it: acquire.lua then issues max(counter + 1, TIME) > token. This does not touch any
 -- fenced resource's high-water mark: those are raised by the next holder's claim or write (see
--- DESIGN.md 3, "force_release.lua"). Every read that can fail comes before the first write.
+-- DESIGN.md 3, "force_release.lua"). Every call that can fail (the reads, and the publish a
+-- user may not be allowed) comes before the first write.
 -- The loader prepends lib/calls.lua and lib/clock.lua to this file.
 local expected = nil
 if ARGV[1] ~= '' then
@@ -75,10 +76,13 @@ if expected and expected ~= token then
   return {-1, token}
 end
 
+-- Published before the writes, which no subscriber can tell apart (a woken waiter's next
+-- command runs after this script), so that a user who may not publish is refused before
+-- anything is written, not after the eviction.
+publish(ARGV[2], KEYS[1], 'force-released')
 local fence = math.max(last, token)
 if fence > last then
   redis.call('SET', KEYS[2], int_text(fence))
 end
 redis.call('DEL', KEYS[1])
-publish(ARGV[2], KEYS[1], 'force-released')
 return {1, token, fence, holder, count}

@@ -710,7 +710,9 @@ fn report(err: &Error, url: &str, prefix: &str) -> ExitCode {
                  {detail}. Grant it the prefix and the tool's commands, for example: ACL SETUSER \
                  <user> ~{prefix}* &{prefix}* +scan +hgetall +pttl +type +get +multi +exec \
                  +pubsub|numsub +subscribe +unsubscribe +evalsha +script|load +info +config|get \
-                 +ping +time (or run it as an admin user)"
+                 +ping +time, and for release and set-limit the services' own commands too \
+                 (the README's Security section; +publish, +spublish on a cluster), or run it \
+                 as an admin user"
             ),
         ),
         e if e.is_connection() => (UNREACHABLE, format!("cannot reach redis at {url}: {e}")),

@@ -475,6 +475,49 @@ async fn force_release_evicts_any_holder_and_puts_a_lost_counter_back_to_its_tok
     assert!(next > token);
 }
 
+/// An operator who may not publish is refused before anything is written: the holder keeps
+/// the lock, rather than losing it with no waiter told.
+#[tokio::test]
+async fn force_release_by_a_user_who_may_not_publish_changes_nothing() {
+    let (server, mut conn, keys) = setup().await;
+    let token = acquired(&mut conn, &keys, "h", LEASE).await;
+    let rule = [
+        "SETUSER",
+        "nopublish",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-publish",
+    ];
+    let _: () = redis::cmd("ACL")
+        .arg(&rule)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut operator = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("AUTH")
+        .arg("nopublish")
+        .arg("pw")
+        .query_async(&mut operator)
+        .await
+        .unwrap();
+    let refused = force_release(&mut operator, &keys, None, PubSub::Classic).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(
+        count(&mut conn, &keys, "h").await,
+        Some(1),
+        "the holder was evicted"
+    );
+    let fence: u64 = conn.get(&keys.fence).await.unwrap();
+    assert_eq!(fence, token.get());
+}
+
 #[tokio::test]
 async fn force_release_never_lowers_the_counter_and_refuses_foreign_data() {
     let (_server, mut conn, keys) = setup().await;
