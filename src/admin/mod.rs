@@ -329,10 +329,14 @@ impl Admin {
     }
 
     /// The subscribers of a lock's or election's channel (the key of its hash): `PUBSUB
-    /// NUMSUB`.
+    /// NUMSUB`, or `SHARDNUMSUB` on a cluster, where waiters listen on shard channels.
     pub(super) async fn subscribers(&self, channel: &[u8]) -> Result<u64, Error> {
         let mut numsub = redis::cmd("PUBSUB");
-        numsub.arg("NUMSUB").arg(channel);
+        let count = match self.pubsub {
+            PubSub::Classic => "NUMSUB",
+            PubSub::Sharded => "SHARDNUMSUB",
+        };
+        numsub.arg(count).arg(channel);
         let counts: HashMap<Vec<u8>, u64> = self.query(&numsub).await?;
         Ok(counts.get(channel).copied().unwrap_or(0))
     }

@@ -377,6 +377,8 @@ async fn a_force_release_on_a_cluster_wakes_the_waiters() {
     let admin = fencelock::admin::Admin::connect(&owner.url())
         .await
         .unwrap();
+    // The operator sees the waiter, listening on the lock's shard channel.
+    assert_eq!(admin.lock("stuck").await.unwrap().subscribers, 1);
     let evicted = admin.force_release("stuck", None).await.unwrap();
     assert!(
         matches!(evicted, fencelock::admin::ForceRelease::Evicted { token: Some(t), .. } if t == guard.token()),
