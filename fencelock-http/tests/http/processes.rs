@@ -95,13 +95,15 @@ async fn pay_handler(
     }
 }
 
-/// A child server, when [`SERVE_ENV`] is set: prints `listening on ADDR` and serves until it is
-/// killed. The multi-process tests start it; run alone, it is skipped.
+/// The child server of the multi-process tests: with [`SERVE_ENV`] set (they start this binary
+/// again with it), prints `listening on ADDR` and serves until it is killed. Run as a test, it
+/// checks exactly that: a child it starts says where it listens, runs a keyed payment, and
+/// replays it.
 #[test]
-#[ignore = "a child server process of the multi-process tests, which start it"]
 fn serve_as_child() {
     let Ok(settings) = std::env::var(SERVE_ENV) else {
-        return;
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        return runtime.block_on(a_child_serves_and_replays_a_payment());
     };
     let [redis, postgres, namespace, at_most_for] = settings.split(' ').collect::<Vec<_>>()[..]
     else {
@@ -123,6 +125,29 @@ fn serve_as_child() {
         println!("listening on {addr}");
         task.await.unwrap();
     });
+}
+
+/// What [`serve_as_child`] checks when run as a test.
+async fn a_child_serves_and_replays_a_payment() {
+    let redis = RedisServer::start().unwrap();
+    let postgres = PostgresServer::start().unwrap();
+    database(&postgres)
+        .await
+        .batch_execute(SCHEMA)
+        .await
+        .unwrap();
+    let servers = Servers::start(
+        1,
+        &redis,
+        &postgres,
+        &namespace("child"),
+        Duration::from_secs(10),
+    );
+    let first = pay(servers.addrs[0], "child-1", "100", &[]).await;
+    assert_eq!(first.status, 201, "{first:?}");
+    let again = pay(servers.addrs[0], "child-1", "100", &[]).await;
+    assert_eq!(again.answer(), first.answer(), "{again:?}");
+    assert!(again.replayed(), "{again:?}");
 }
 
 /// Child servers, killed (and reaped) when dropped, whatever the test did to them.
@@ -151,12 +176,7 @@ impl Servers {
         );
         for _ in 0..count {
             let mut child = Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "processes::serve_as_child",
-                    "--ignored",
-                    "--nocapture",
-                ])
+                .args(["--exact", "processes::serve_as_child", "--nocapture"])
                 .env(SERVE_ENV, &settings)
                 .stdout(Stdio::piped())
                 .spawn()
