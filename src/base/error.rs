@@ -532,6 +532,18 @@ impl ErrorClass {
         // A command refused inside a script comes back as a plain script error; Redis 7.0
         // and 7.2+ word it differently.
         let text = err.to_string();
+        // Redis before 7.0 wraps the error a script's call raised in an ERR of its own
+        // ("Error running script (call to f_…): @user_script:83: @user_script: 83: -READONLY
+        // You can't write…"): the wrapped code says what happened (a demoted primary, here).
+        let wrapped = text
+            .split(": -")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next());
+        if let Some(failure) = wrapped.map(ErrorClass::of_code) {
+            if failure != ErrorClass::Other {
+                return failure;
+            }
+        }
         if text.contains("can't run this command or subcommand")
             || text.contains("ACL failure in script")
         {

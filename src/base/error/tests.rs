@@ -34,6 +34,13 @@ fn every_connection_failure_is_an_io_error() {
         ErrorClass::of(&reply.extract_error().unwrap_err()),
         ErrorClass::NotPrimary
     );
+    // Redis before 7.0 wraps an error raised inside a script in an ERR of its own.
+    let wrapped = server_error(
+        b"-ERR Error running script (call to f_212fcb98cb0a4e13550bc47644bd9c604c31755e): \
+          @user_script:83: @user_script: 83: -READONLY You can't write against a read only \
+          replica.\r\n",
+    );
+    assert_eq!(ErrorClass::of(&wrapped), ErrorClass::NotPrimary);
     let parse = redis::RedisError::from((redis::ErrorKind::Parse, "bad reply"));
     assert_eq!(ErrorClass::of(&parse), ErrorClass::Other);
     assert!(!ErrorClass::of(&parse).is_transient());
