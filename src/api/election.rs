@@ -272,8 +272,12 @@ impl Election {
             let guard = self.lock.acquire_timeout(timeout).await?;
             self.announce(guard, metadata).await
         };
+        // A timeout past what `Instant` can hold (`Duration::MAX`: "wait forever") is none.
+        let Some(deadline) = started.checked_add(timeout) else {
+            return campaign.await;
+        };
         timed_out(
-            tokio::time::timeout_at((started + timeout).into(), campaign).await,
+            tokio::time::timeout_at(deadline.into(), campaign).await,
             self.name(),
             started,
         )

@@ -260,7 +260,8 @@ impl Handle {
         method: &'static str,
         timeout: Option<Duration>,
     ) -> Result<SemaphorePermit, Error> {
-        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        // A timeout past what `Instant` can hold (`Duration::MAX`: "wait forever") is none.
+        let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
         let contended = AtomicBool::new(false);
         self.traced(ask, method, &contended, || {
             self.acquire_until(ask, deadline, &contended)

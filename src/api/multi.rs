@@ -225,7 +225,11 @@ impl MultiLock {
     /// Cancel safe, as [`MultiLock::try_acquire`].
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<MultiGuard, Error> {
         let started = Instant::now();
-        let deadline = started + timeout;
+        // A timeout past what `Instant` can hold (`Duration::MAX`: "wait forever") is none.
+        let Some(deadline) = started.checked_add(timeout) else {
+            let acquisition = self.acquire_within(None, started);
+            return self.traced("acquire_timeout", acquisition).await;
+        };
         let acquisition = async {
             let within = self.acquire_within(Some(deadline), started);
             timed_out(

@@ -458,6 +458,23 @@ async fn bad_names_and_leases_are_typed_errors() {
             "{lease:?}: {err}"
         );
     }
+    // "Wait forever" as `Duration::MAX` is no deadline, not an overflow.
+    let forever = Duration::MAX;
+    let guard = lock.acquire_timeout(forever).await.unwrap();
+    guard.release().await.unwrap();
+    let both = client.multi_lock(["ok", "other"]).unwrap();
+    let both = both.acquire_timeout(forever).await;
+    both.unwrap().release().await.unwrap();
+    let pool = client.semaphore("pool", 2).unwrap();
+    pool.acquire_timeout(1, forever)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let election = client.election("leader").unwrap();
+    let leader = election.campaign_timeout(b"me", forever).await;
+    leader.unwrap().resign().await.unwrap();
     let guard = lock.acquire().await.unwrap();
     assert!(guard
         .extend(Duration::ZERO)
