@@ -17,7 +17,7 @@ use crate::base::retry::waiting_window;
 use crate::base::token::FencingToken;
 use crate::engine::acquisition::timed_out;
 use crate::engine::hold::PLAIN_LOCK;
-use crate::engine::pending::PendingOp;
+use crate::engine::pending::{PendingOp, Sends};
 use crate::engine::wait::Wake;
 use crate::protocol::{self, AcquireAllReply, AcquireReply, LockKeys};
 
@@ -409,11 +409,17 @@ impl<'a> Taking<'a> {
             .map(|(m, h)| (&**m.keys(), h.as_str()))
             .collect();
         self.pending.iter_mut().for_each(PendingOp::arm);
+        let sends: Vec<&Sends> = self.pending.iter().map(PendingOp::sends).collect();
         // A closure is not generic over the connection type, so one per connection kind.
         macro_rules! call {
             () => {
                 |mut conn| {
                     let members = &members;
+                    // Counted for each member: once a send's outcome was unknown, a "busy"
+                    // answer to a later one leaves them armed (`PendingOp::busy`).
+                    sends.iter().for_each(|sends| {
+                        sends.send(&conn);
+                    });
                     async move {
                         protocol::acquire_all(&mut conn, members, lease, op_ttl, label).await
                     }
@@ -437,10 +443,14 @@ impl<'a> Taking<'a> {
                     .await?
             }
         };
+        drop(sends);
         match reply {
             AcquireAllReply::Acquired { tokens } => Ok(Attempt::Won((tokens, acks))),
+            // Armed still if a send's outcome was unknown: that copy may take every member
+            // once the busy one is free, after the caller gave up; the drop's undo marks them
+            // cancelled, which the copy finds.
             AcquireAllReply::Held { index, pttl } => {
-                self.disarm(self.pending.len());
+                self.pending.iter_mut().for_each(PendingOp::busy);
                 Ok(Attempt::Busy { index, pttl })
             }
             // Armed still: a copy of this attempt may have taken every member before one of

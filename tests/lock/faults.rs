@@ -619,6 +619,39 @@ async fn an_unknown_send_of_a_busy_acquisition_is_undone_when_it_gives_up(
     }
 }
 
+/// A multi-lock taken in one script whose first send's reply was lost, and whose re-send was
+/// answered "busy": the lost send may still take every member once the busy one is free, for
+/// nobody. The set's undo marks every member's record cancelled, so that copy does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_set_with_a_lost_reply_is_undone() {
+    let faulty = Faulty::start();
+    let holder = faulty.fx.client().await;
+    let client = LockClient::connect(&faulty.proxy.url()).await.unwrap();
+    faulty.fx.warm_up(&client).await;
+    let set = client.multi_lock(["sold-out", "spare"]).unwrap();
+    set.acquire().await.unwrap().release().await.unwrap();
+    let held = holder.lock("sold-out").unwrap().acquire().await.unwrap();
+    let before = evalsha_attempts(&faulty.fx);
+    let busy = faulty
+        .lose_reply_of(|fx| evalsha_attempts(fx) > before, set.try_acquire())
+        .await;
+    assert!(busy.unwrap().is_none(), "the set was never free");
+    let cancelled = eventually(Duration::from_secs(5), || {
+        let records = faulty.fx.keys("fencelock:{*}op:*");
+        let marked = records.iter().filter(|key| {
+            let value: Option<String> = faulty.fx.raw().get(key).unwrap();
+            value.as_deref() == Some("c")
+        });
+        marked.count() >= 2
+    })
+    .await;
+    held.release().await.unwrap();
+    assert!(
+        cancelled,
+        "the set with a send of unknown outcome was not undone"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_acquisition_with_a_lost_reply_is_undone_when_it_gives_up() {
     an_unknown_send_of_a_busy_acquisition_is_undone_when_it_gives_up(None)
