@@ -16,8 +16,10 @@
 --                           kept in the hash while the hold lasts; absent: no "~label" field
 --
 -- Returns  {1, token, 1}    acquired: the hash now maps holder -> 1 and expires after the lease
---          {1, token, n}    replay: this holder already holds the lock (the same request ran
---                           before and its reply was lost); nothing changes but the record
+--          {1, token, n, pttl}  replay: this holder already holds the lock (the same request
+--                           ran before and its reply was lost, or a release granted it); pttl
+--                           is what is left of its lease (not renewed by this send); nothing
+--                           changes but the record
 --          {0, pttl}        held by another holder; pttl is its remaining lease in ms
 --                           (-1 when the key has no expiry, which only an operator can cause)
 --          {-2}             this acquisition was cancelled (cancel.lua), or it ran before and its

@@ -26,7 +26,8 @@
 -- Returns  {1, token, 1}    acquired: the lock was free, or reserved for this client (claimed);
 --                           the hash now maps holder -> 1 with a new token, and the client's
 --                           queue entry is gone
---          {1, token, n}    replay: this holder already holds the lock; nothing changes
+--          {1, token, n, pttl}  replay: this holder already holds the lock, pttl left of its
+--                           lease (not renewed); nothing changes
 --                           but the record
 --          {0, pttl}        held by another holder, or reserved for another client; pttl is the
 --                           remaining lease or reservation in ms (-1: no expiry, operator-made)

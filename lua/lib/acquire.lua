@@ -6,9 +6,10 @@
 -- it looks at who else holds the lock, reading the op record `op` (GET), the lock key's type
 -- (TYPE: on the free path the one existence check, and it tells a foreign hash, "held", from
 -- a missing key) and, in a hash, the holder's count. Returns the reply the acquisition answers
--- with: {1, token, count}, a replay (the holder holds the lock: the same request ran before
--- and its reply was lost; a recorded send, `recorded` true, leaves "a" in `op` for ttl ms,
--- NX); {-2} (no hold, but the op record says the acquisition ran or was cancelled); a
+-- with: {1, token, count, pttl}, a replay (the holder holds the lock: the same request ran
+-- before and its reply was lost, or a release granted it; pttl is what is left of the hold's
+-- lease, which started before this send and is not renewed by it; a recorded send, `recorded`
+-- true, leaves "a" in `op` for ttl ms, NX); {-2} (no hold, but the op record says the acquisition ran or was cancelled); a
 -- FENCELOCK_WRONGTYPE error (the lock key is not a hash). Else nil and whether the lock key is
 -- a hash (another holder's lock, or a fair-handoff reservation); nothing is written then.
 --
@@ -24,7 +25,7 @@ local function lock_open(lock, op, holder, ttl, recorded)
     if recorded then
       redis.call('SET', op, 'a', 'PX', ttl, 'NX')
     end
-    return {1, tonumber(redis.call('HGET', lock, '~token')), tonumber(count)}
+    return {1, tonumber(redis.call('HGET', lock, '~token')), tonumber(count), redis.call('PTTL', lock)}
   end
   if done then
     return {-2}

@@ -42,8 +42,9 @@ pub struct LockGuard {
     holder: Arc<Holder>,
     /// The release's operation id, fixed on first use so that a release finished in the
     /// background after a failed or cancelled `release()` is the same operation, not a second
-    /// decrement.
-    release_op: Option<String>,
+    /// decrement; and when it was first sent, which is when a lock it handed on began its
+    /// lease at the earliest (a background re-send replays that grant).
+    release_op: Option<(String, Instant)>,
     released: bool,
 }
 
@@ -272,7 +273,7 @@ impl LockGuard {
     /// leaves first.
     pub async fn release(mut self) -> Result<(), Error> {
         let (holder, op) = self.begin_release();
-        let reply = release(&holder, &op).await;
+        let reply = release(&holder, &op, self.release_started()).await;
         self.finish_release("release", reply)
     }
 }
@@ -344,11 +345,17 @@ impl LockGuard {
             self.holder.exit();
         }
         let engine = self.holder.engine.clone();
-        let op = self
+        let (op, _) = self
             .release_op
-            .get_or_insert_with(|| engine.next_id())
-            .clone();
-        (self.holder.clone(), op)
+            .get_or_insert_with(|| (engine.next_id(), Instant::now()));
+        (self.holder.clone(), op.clone())
+    }
+
+    /// When this guard's release (begun) was first sent.
+    fn release_started(&self) -> Instant {
+        self.release_op
+            .as_ref()
+            .map_or_else(Instant::now, |(_, at)| *at)
     }
 
     /// Ends this guard's release with `reply`, reported as the release `method` (`release`,
@@ -380,15 +387,17 @@ pub(crate) fn owned(holder: &Holder, reply: OwnerReply) -> Result<(), Error> {
 
 /// One release of `holder`'s hold by its kind's script, with the handoff offer when the kind
 /// hands off (`engine::handoff`): the freed hold goes, in the same call, to this client's first
-/// waiter if it sits in its wait.
-async fn release(holder: &Holder, op: &str) -> Result<OwnerReply, Error> {
+/// waiter if it sits in its wait. `started`: when the operation `op` was first sent (by an
+/// earlier call, for a release finished in the background), which is when a grant it made, or
+/// replays, began its lease at the earliest.
+async fn release(holder: &Holder, op: &str, started: Instant) -> Result<OwnerReply, Error> {
     let kind = holder.kind;
     let offer = if kind.hands_off(&holder.engine) {
         holder.engine.waiters.offer_to_head(&holder.keys.lock)
     } else {
         None
     };
-    let sent_at = Instant::now();
+    let sent_at = started;
     let sends = Sends::default();
     let reply = holder
         .engine
@@ -453,10 +462,11 @@ impl Drop for LockGuard {
             return;
         }
         let (holder, op) = self.begin_release();
+        let started = self.release_started();
         // Spawning on a runtime that has shut down drops the task without panicking; the
         // lease then frees the lock.
         self.holder.runtime.spawn(async move {
-            let reply = release(&holder, &op).await;
+            let reply = release(&holder, &op, started).await;
             report_release(&holder, "drop", &reply);
             if let Ok(OwnerReply::NotHeld) = reply {
                 holder.mark_lost(LostReason::NotHeld);

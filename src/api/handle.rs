@@ -179,15 +179,18 @@ impl Handle {
     }
 
     /// The guard of `holder`'s hold of `kind` with `token`, whose lease started no earlier
-    /// than `sent_at`; watched (renewed) when the handle has no lease of its own.
+    /// than `sent_at`, or (`lease_left`: a replay, whose hold began before that send) has that
+    /// much left at `sent_at` at most; watched (renewed) when the handle has no lease of its
+    /// own.
     pub(crate) fn guard(
         &self,
         kind: &'static HoldKind,
         holder: &str,
         token: FencingToken,
-        sent_at: Instant,
+        (sent_at, lease_left): (Instant, Option<Duration>),
         acks: Option<Acks>,
     ) -> LockGuard {
+        let lease = lease_left.map_or(self.lease(), |left| left.min(self.lease()));
         let holder = Holder::of_kind(
             kind,
             self.engine().clone(),
@@ -196,7 +199,7 @@ impl Handle {
             holder.to_owned(),
             token,
             sent_at,
-            self.lease(),
+            lease,
             self.options.lease.is_none(),
             acks,
             self.options.label.clone(),
@@ -503,16 +506,17 @@ impl<'a> Request<'a> {
     }
 
     /// The permit of the hold this acquisition won with `token` (by its attempt, or from a
-    /// release's grant), whose lease started no earlier than `sent_at`.
+    /// release's grant), whose lease started no earlier than `sent_at` (or has `lease_left`
+    /// at most, a replay's: see [`Handle::guard`]).
     pub(super) fn won(
         &self,
         token: FencingToken,
-        sent_at: Instant,
+        since: (Instant, Option<Duration>),
         acks: Option<Acks>,
         (permits, limit): (u32, u32),
     ) -> SemaphorePermit {
         let kind = self.ask.kind();
-        let guard = self.handle.guard(kind, &self.holder, token, sent_at, acks);
+        let guard = self.handle.guard(kind, &self.holder, token, since, acks);
         SemaphorePermit {
             guard,
             permits,
@@ -589,7 +593,7 @@ impl<'a> Request<'a> {
                 limit,
                 free,
             } => Ok(Attempt::Won {
-                held: self.won(token, sent_at, None, (permits, limit)),
+                held: self.won(token, (sent_at, None), None, (permits, limit)),
                 // Room is left: the next waiter of this client may get in too.
                 hand_on: free > 0,
             }),
@@ -662,6 +666,6 @@ impl Attempts for Request<'_> {
         self.pending.disarm();
         let (permits, limit) = self.ask.room();
         let limit = grant.room.map_or(limit, |room| room.limit);
-        Some(self.won(grant.token, grant.sent_at, None, (permits, limit)))
+        Some(self.won(grant.token, (grant.sent_at, None), None, (permits, limit)))
     }
 }

@@ -263,10 +263,12 @@ impl Request<'_> {
             return Err(shortfall);
         }
         match reply {
-            AcquireReply::Acquired { token, .. } => {
+            AcquireReply::Acquired {
+                token, lease_left, ..
+            } => {
                 self.pending.disarm();
                 Ok(Attempt::Won {
-                    held: self.won(token, sent_at, acks, (1, 1)),
+                    held: self.won(token, (sent_at, lease_left), acks, (1, 1)),
                     hand_on: false,
                 })
             }

@@ -361,7 +361,7 @@ impl MultiLock {
         let guards = members.map(|((member, holder), token)| {
             member
                 .handle
-                .guard(&PLAIN_LOCK, &holder, token, sent_at, acks)
+                .guard(&PLAIN_LOCK, &holder, token, (sent_at, None), acks)
         });
         MultiGuard {
             client: self.client.clone(),

@@ -39,14 +39,23 @@ async fn a_first_send_records_nothing_and_a_re_send_records_its_acquisition() {
         let first = acquire_attempt(&mut conn, &keys, holder, LEASE, OP_TTL, fair, None, false)
             .await
             .unwrap();
-        let AcquireReply::Acquired { token, count: 1 } = first else {
+        let AcquireReply::Acquired {
+            token,
+            count: 1,
+            lease_left: None,
+        } = first
+        else {
             panic!("{first:?}");
         };
         assert_eq!(record(&mut conn, &keys, holder).await, None, "{fair:?}");
         let again = acquire_attempt(&mut conn, &keys, holder, LEASE, OP_TTL, fair, None, true)
             .await
             .unwrap();
-        assert_eq!(again, AcquireReply::Acquired { token, count: 1 });
+        assert!(
+            matches!(again, AcquireReply::Acquired { token: t, count: 1, lease_left: Some(left) }
+                if t == token && left <= LEASE),
+            "{again:?}"
+        );
         assert_eq!(
             record(&mut conn, &keys, holder).await.as_deref(),
             Some("a"),

@@ -22,6 +22,28 @@ pub(super) type Conn = MultiplexedConnection;
 pub(super) type Checked = Result<(), String>;
 
 pub(super) const LEASE: Duration = Duration::from_secs(30);
+
+/// Asserts that `again` replays `first`, a fresh acquisition: the same token and count, and
+/// what is left of the hold's lease (which a replay does not renew), at most [`LEASE`].
+pub(super) fn assert_replay(first: &super::AcquireReply, again: &super::AcquireReply) {
+    use super::AcquireReply;
+    let replayed = match (first, again) {
+        (
+            AcquireReply::Acquired {
+                token,
+                count,
+                lease_left: None,
+            },
+            AcquireReply::Acquired {
+                token: again_token,
+                count: again_count,
+                lease_left: Some(left),
+            },
+        ) => token == again_token && count == again_count && *left <= LEASE,
+        _ => false,
+    };
+    assert!(replayed, "{again:?} is no replay of {first:?}");
+}
 pub(super) const OP_TTL: Duration = Duration::from_secs(10);
 
 tokio::task_local! {

@@ -149,9 +149,15 @@ impl Hold {
         let replay = acquire_labelled(conn, keys, "h2", LEASE, OP_TTL, None, true)
             .await
             .unwrap();
-        match replay == (AcquireReply::Acquired { token, count: 1 }) {
-            true => Ok(()),
-            false => Err(format!("the candidate's own attempt: {replay:?}")),
+        // A replay of the grant: the lease left is the grant's, not a new one.
+        let replayed = |left: Duration| left <= LEASE;
+        match replay {
+            AcquireReply::Acquired {
+                token: t,
+                count: 1,
+                lease_left: Some(left),
+            } if t == token && replayed(left) => Ok(()),
+            _ => Err(format!("the candidate's own attempt: {replay:?}")),
         }
     }
 }

@@ -17,7 +17,13 @@ use crate::base::token::FencingToken;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     /// The holder holds the lock with this token (fresh, or a replay of the same request).
-    Acquired { token: FencingToken, count: u64 },
+    /// `lease_left`: on a replay, what is left of the hold's lease, which began before this
+    /// send (`None`: a fresh hold, whose lease began with this send; or no expiry).
+    Acquired {
+        token: FencingToken,
+        count: u64,
+        lease_left: Option<Duration>,
+    },
     /// Another holder has it; its lease ends after `pttl` (`None`: the key has no expiry).
     Held { pttl: Option<Duration> },
     /// This acquisition was cancelled before it ran.
@@ -193,9 +199,10 @@ pub(crate) async fn leave_fair<C: ConnectionLike>(
 
 pub(super) fn acquire_reply(script: &str, reply: &[i64]) -> Result<AcquireReply, Error> {
     match reply {
-        [1, token, count] => Ok(AcquireReply::Acquired {
+        [1, token, count, rest @ ..] if rest.len() <= 1 => Ok(AcquireReply::Acquired {
             token: token_from(*token)?,
             count: count_from(*count)?,
+            lease_left: rest.first().and_then(|pttl| pttl_from(*pttl)),
         }),
         [0, pttl] => Ok(AcquireReply::Held {
             pttl: pttl_from(*pttl),

@@ -364,6 +364,59 @@ async fn a_handoff_whose_reply_is_lost_is_applied_once() {
     assert_eq!(highest_token(&fx), token, "nothing was granted again");
 }
 
+/// A handing-off release whose replies never come back gives up after its retry window; the
+/// grant ran, and the waiter learns of it from its own attempt (or the release's background
+/// finish), which replays it. The waiter's lease is the grant's, begun when the release was
+/// first sent: its guard must not count it from the later replay, or it would outlive the
+/// server's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_replayed_after_its_release_gave_up_keeps_the_grants_lease() {
+    let fx = Fixture::start();
+    let proxy = FaultProxy::start(fx.server.addr()).unwrap();
+    let client = LockClient::builder(proxy.url())
+        .record_waits(false)
+        .retry_window(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    fx.warm_up(&client).await;
+    let lease = Duration::from_secs(10);
+    let lock = client
+        .lock("replayed-grant")
+        .unwrap()
+        .with_lease(lease)
+        .unwrap();
+    let held = lock.acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await }
+    });
+    let channel = fx.lock_key("replayed-grant").unwrap();
+    assert!(eventually(Duration::from_secs(30), || fx.subscribers(&channel) == 1).await);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let releaser = held.holder_id().to_owned();
+    proxy.blackhole(Direction::Downstream);
+    let started = std::time::Instant::now();
+    assert!(held.release().await.is_err(), "no reply came back");
+    let granted = fx
+        .lock_state("replayed-grant")
+        .is_some_and(|(holders, _)| holders.iter().all(|(id, _)| *id != releaser));
+    assert!(granted, "the release's grant ran");
+    proxy.reset_all();
+    proxy.heal();
+    let next = tokio::time::timeout(HANDOFF * 4, waiter)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
+    assert!(
+        next.valid_until() <= started + lease,
+        "the guard counts its lease from a replay, {:?} past the grant's",
+        next.valid_until() - (started + lease)
+    );
+    next.release().await.unwrap();
+}
+
 on_topologies_multi_thread! {
     /// A semaphore hold's release is the only call: the waiting task holds its permits when it
     /// returns, with a greater token, its label and the limit, and makes no attempt of its own.
