@@ -77,7 +77,17 @@ end
 -- The write is the kind's own command (Redis takes command names in any case) on the data,
 -- with the payload; its reply is the result only for incrby and rpush. INCRBY's reply reaches
 -- Lua as a double, inexact past 2^53: the number as stored is the exact one.
-local result = redis.call(kind, KEYS[1], unpack(ARGV, 5))
+local result
+if kind == 'rpush' or kind == 'hset' then
+  -- In slices of 1000 values (whole field-value pairs for hset): unpack() of more than about
+  -- 8000 overflows Lua's stack. Still one script, so still atomic; the last reply is rpush's
+  -- length.
+  for first = 5, #ARGV, 1000 do
+    result = redis.call(kind, KEYS[1], unpack(ARGV, first, math.min(first + 999, #ARGV)))
+  end
+else
+  result = redis.call(kind, KEYS[1], unpack(ARGV, 5))
+end
 if kind == 'incrby' then
   result = redis.call('GET', KEYS[1])
 elseif kind ~= 'rpush' then

@@ -342,6 +342,47 @@ async fn incr_by(
     fenced_write(conn, keys, token, op, OP_TTL, write, Duration::ZERO).await
 }
 
+/// Writes of many values (past the 8000 that one Lua `unpack` takes) apply whole, in one call.
+#[tokio::test]
+async fn a_fenced_write_of_ten_thousand_values_applies_whole() {
+    let (_server, mut conn, _) = setup().await;
+    let token = FencingToken::new(7).unwrap();
+    let keys = ResourceKeys::new(b"t:", b"ledger");
+    let items: Vec<Vec<u8>> = (0..10_000)
+        .map(|i| format!("entry-{i}").into_bytes())
+        .collect();
+    let items: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+    let pushed = fenced_write(
+        &mut conn,
+        &keys,
+        token,
+        "w1",
+        OP_TTL,
+        Write::Push(&items),
+        Duration::ZERO,
+    );
+    assert_eq!(pushed.await.unwrap(), WriteReply::Accepted(10_000));
+    let last: Vec<u8> = conn.lindex(&keys.data, -1).await.unwrap();
+    assert_eq!(last, b"entry-9999");
+    let keys = ResourceKeys::new(b"t:", b"profile");
+    let names: Vec<Vec<u8>> = (0..5_000)
+        .map(|i| format!("field-{i}").into_bytes())
+        .collect();
+    let fields: Vec<(&[u8], &[u8])> = names.iter().map(|n| (n.as_slice(), &b"v"[..])).collect();
+    let set = fenced_write(
+        &mut conn,
+        &keys,
+        token,
+        "w2",
+        OP_TTL,
+        Write::SetFields(&fields),
+        Duration::ZERO,
+    );
+    assert_eq!(set.await.unwrap(), WriteReply::Accepted(0));
+    let count: u64 = conn.hlen(&keys.data).await.unwrap();
+    assert_eq!(count, 5_000);
+}
+
 #[tokio::test]
 async fn a_replayed_fenced_write_applies_once_and_a_stale_one_never() {
     let (_server, mut conn, _) = setup().await;

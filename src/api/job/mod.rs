@@ -696,6 +696,9 @@ mod tests {
         assert_eq!(options().retention(), Duration::from_secs(20));
         let long_runs = JobOptions::new(Duration::from_secs(10), Duration::from_secs(60));
         assert_eq!(long_runs.retention(), Duration::from_secs(120));
+        // Options not validated yet (the getter is public): capped, not an overflow.
+        let unbounded = JobOptions::new(Duration::MAX, Duration::from_secs(1));
+        assert_eq!(unbounded.retention(), super::run::MAX_SPAN);
     }
 
     #[test]

@@ -166,8 +166,10 @@ impl JobOptions {
     pub fn retention(&self) -> Duration {
         // The default never exceeds the longest span accepted, so a period of up to ten
         // years is usable without a retention of its own.
-        self.retention
-            .unwrap_or_else(|| (2 * self.period.max(self.at_most_for)).min(MAX_SPAN))
+        self.retention.unwrap_or_else(|| {
+            let longer = self.period.max(self.at_most_for);
+            longer.saturating_mul(2).min(MAX_SPAN)
+        })
     }
 
     pub(super) fn validate(&self) -> Result<(), Error> {
