@@ -28,7 +28,9 @@
 --          {2, RECORD}       the key is done: its result is stored; nothing changed
 --          {3, RECORD}       the runner's hold ended before it finished and the policy gives
 --                           the key up; nothing changed
---          {-1}              ARGV[1] does not hold the lock with token ARGV[2]; nothing changed
+--          {-1}              ARGV[1] does not hold the lock with token ARGV[2]; nothing changed,
+--                            but a record of its own run, never finished, becomes failed (a
+--                            begin re-sent after its hold ended: its caller runs nothing)
 --          {-2, RECORD}      the record carries a newer token than the caller's (the fence
 --                           counter went back); nothing changed
 --          {-3, RECORD}      the key was used with another fingerprint; nothing changed

@@ -31,7 +31,9 @@
 --                           it finished and the policy gives the tick up; nothing changed
 --          {4, tick, runner, token, started, finished or 0, failed or 0}  a newer tick has
 --                           begun: this one is past; nothing changed
---          {-1}             ARGV[1] does not hold the lock with token ARGV[2]; nothing changed
+--          {-1}             ARGV[1] does not hold the lock with token ARGV[2]; nothing changed,
+--                           but a record of its own run, never finished, becomes failed (a
+--                           begin re-sent after its hold ended: its caller runs nothing)
 --          {-2, tick, runner, token, started, finished or 0, failed or 0}  the record carries
 --                           a newer token
 --                           than the caller's (the fence counter went back); nothing changed

@@ -28,7 +28,9 @@
 -- record: `before(recorded)`, made before the tokens are compared, answers a reply or nil;
 -- `after(recorded)`, made after, answers nil (the same run goes on), 'new' (the record is
 -- another run's that this one replaces) or a reply.
--- In that order it answers: {-1} when the caller does not hold the lock with its token; a
+-- In that order it answers: {-1} when the caller does not hold the lock with its token (a
+-- record of its own run, never finished, is then marked failed: a re-sent begin that came
+-- after its hold ended, whose caller runs nothing); a
 -- fresh begin {1, 0, started} without a record; the kind's reply from `before`; for the token
 -- the record names (a re-sent begin) {1, previous or 0, started} again, as its first send
 -- answered (a takeover stays a takeover when its reply was lost); code -2 for a newer
@@ -89,6 +91,15 @@ local function run_begin(run)
     return held_err
   end
   if not held or redis.call('HGET', run.lock, '~token') ~= run.token then
+    -- A begin re-sent after its hold ended (the first send's reply was lost) may find its own
+    -- run recorded: the caller learns it does not hold and runs nothing, so the run is left to
+    -- a retry (failed), not taken for a dead runner's, which a give-up policy would give up.
+    local mine = run_field(run.key, 'token', run.what) == run.token
+      and redis.call('HGET', run.key, 'runner') == run.holder
+    if mine and not redis.call('HGET', run.key, 'finished')
+      and not redis.call('HGET', run.key, 'failed') then
+      redis.call('HSET', run.key, 'failed', now_ms())
+    end
     return {-1}
   end
   local recorded, recorded_err = run_field(run.key, 'token', run.what)

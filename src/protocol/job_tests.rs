@@ -214,6 +214,26 @@ async fn a_dead_runners_tick_is_given_up_or_taken_over_as_the_policy_says() {
     assert_eq!(record.finished_ms, None);
 }
 
+/// A begin whose reply was lost, re-sent after the caller's hold ended: answered "not held"
+/// (its caller runs nothing), and its own record left to a retry, so the next runner takes the
+/// tick over even under give-up instead of taking it for a dead runner's.
+#[tokio::test]
+async fn a_begin_re_sent_after_its_hold_ended_leaves_the_tick_to_a_retry() {
+    let (_server, mut conn, keys) = setup_for(job_keys()).await;
+    let first = won(&mut conn, &keys, "first").await;
+    let reply = begin(&mut conn, &keys, "first", first, TICK, GIVE_UP).await;
+    assert!(matches!(reply, BeginReply::Begun { .. }), "{reply:?}");
+    hold_ends(&mut conn, &keys).await;
+    let resent = begin(&mut conn, &keys, "first", first, TICK, GIVE_UP).await;
+    assert_eq!(resent, BeginReply::NotHeld);
+    let next = won(&mut conn, &keys, "next").await;
+    let reply = begin(&mut conn, &keys, "next", next, TICK, GIVE_UP).await;
+    assert!(
+        matches!(reply, BeginReply::Begun { took_over: Some(t), .. } if t == first),
+        "{reply:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_finish_whose_record_expired_records_the_tick_again() {
     let (_server, mut conn, keys) = setup_for(job_keys()).await;
