@@ -27,8 +27,10 @@
 --                           kept in the hold's field while it lasts ("<permits>:<token>:<label>",
 --                           lib/sem_holds.lua); absent: the field is "<permits>:<token>"
 --
--- Returns  {1, token}       acquired (or a replay: this holder already holds it; nothing
---                           changes, its label included). A writer's token is greater than every token issued
+-- Returns  {1, token}       acquired
+--          {1, token, left} a replay: this holder already holds it, `left` ms of its lease
+--                           remain (not renewed by this send); nothing changes, its label
+--                           included. A writer's token is greater than every token issued
 --                           before in the slot; so is a reader's, which is also below every
 --                           later writer's: it places the read between two writes
 --          {0, wait_ms}     busy: a writer holds it, or (to read) a writer waits, or (to
@@ -58,6 +60,10 @@ if not sem then
 end
 local again = sem_again(sem, redis.call('GET', KEYS[5]), KEYS[5], ARGV[5], ARGV[8] == '1')
 if again then
+  if again[1] == 1 then
+    -- A replay: what is left of the hold's lease, which began before this send.
+    again[3] = math.max((sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or now) - now, 0)
+  end
   return again
 end
 

@@ -30,9 +30,12 @@
 --
 -- Returns  {1, token, permits, limit, free}
 --                           acquired: the hold takes `permits` until its lease ends; `free`
---                           permits are left; or a replay: this holder already holds them (the
---                           same request ran before and its reply was lost); nothing changes,
---                           the hold keeps the label it was granted with
+--                           permits are left
+--          {1, token, permits, limit, free, left}
+--                           a replay: this holder already holds them (the same request ran
+--                           before and its reply was lost, or a release granted them); `left`
+--                           ms of its lease remain (not renewed by this send); nothing
+--                           changes, the hold keeps the label it was granted with
 --          {0, wait_ms, free, limit}
 --                           too few permits free; wait_ms: until the earliest lease of a
 --                           holder ends (when permits may come back without a release)
@@ -73,7 +76,10 @@ end
 local again, permits = sem_again(sem, redis.call('GET', KEYS[4]), KEYS[4], ARGV[5], ARGV[9] == '1')
 if again then
   if permits then
+    -- A replay: what is left of the hold's lease, which began before this send.
+    local left = (sem_deadline(KEYS[1], KEYS[2], ARGV[1]) or now) - now
     again[3], again[4], again[5] = permits, sem.limit, sem.limit - sem_used(KEYS[1])
+    again[6] = math.max(left, 0)
   end
   return again
 end

@@ -592,8 +592,9 @@ impl<'a> Request<'a> {
                 permits,
                 limit,
                 free,
+                lease_left,
             } => Ok(Attempt::Won {
-                held: self.won(token, (sent_at, None), None, (permits, limit)),
+                held: self.won(token, (sent_at, lease_left), None, (permits, limit)),
                 // Room is left: the next waiter of this client may get in too.
                 hand_on: free > 0,
             }),
@@ -616,8 +617,9 @@ impl<'a> Request<'a> {
 /// tries at once), a write none.
 fn in_semaphore_words(reply: RwAcquireReply, side: RwMode) -> SemAcquireReply {
     match reply {
-        RwAcquireReply::Acquired { token } => SemAcquireReply::Acquired {
+        RwAcquireReply::Acquired { token, lease_left } => SemAcquireReply::Acquired {
             token,
+            lease_left,
             permits: 1,
             limit: 1,
             free: u32::from(side == RwMode::Read),

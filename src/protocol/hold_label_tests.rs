@@ -60,7 +60,7 @@ async fn hold(conn: &mut Conn, holder: &str, mode: RwMode, label: Option<&str>) 
     .await
     .unwrap();
     match reply {
-        RwAcquireReply::Acquired { token } => token,
+        RwAcquireReply::Acquired { token, .. } => token,
         other => panic!("expected a hold for {holder}, got {other:?}"),
     }
 }

@@ -53,7 +53,7 @@ fn tokens(what: &str, replies: &[RwAcquireReply]) -> Result<Vec<u64>, String> {
     replies
         .iter()
         .map(|reply| match reply {
-            RwAcquireReply::Acquired { token } => Ok(token.get()),
+            RwAcquireReply::Acquired { token, .. } => Ok(token.get()),
             other => Err(format!(
                 "{what}: expected holds, got {replies:?} ({other:?})"
             )),
@@ -66,7 +66,8 @@ fn tokens(what: &str, replies: &[RwAcquireReply]) -> Result<Vec<u64>, String> {
 /// token continues the count; a late copy of a released read does nothing; and a writer is
 /// then refused, as after the same reads sent one by one.
 async fn grouped_reads_hold_as_reads_alone_do(conn: &mut Conn, keys: &LockKeys) -> Checked {
-    let RwAcquireReply::Acquired { token: written } = rw_write(conn, keys, "w", false).await else {
+    let RwAcquireReply::Acquired { token: written, .. } = rw_write(conn, keys, "w", false).await
+    else {
         return Err("a writer on a free lock".into());
     };
     leave(conn, keys, "w").await;
@@ -195,7 +196,7 @@ async fn a_grouped_read_keeps_its_own_label() {
     let tokens: Vec<u64> = outcomes
         .into_iter()
         .map(|o| match read_outcome(o.unwrap()).unwrap() {
-            RwAcquireReply::Acquired { token } => token.get(),
+            RwAcquireReply::Acquired { token, .. } => token.get(),
             other => panic!("{other:?}"),
         })
         .collect();
@@ -297,7 +298,7 @@ async fn read_alone(conn: &mut Conn, keys: &LockKeys, holder: &str) -> u64 {
         .and_then(read_outcome)
         .unwrap();
     match reply {
-        RwAcquireReply::Acquired { token } => token.get(),
+        RwAcquireReply::Acquired { token, .. } => token.get(),
         other => panic!("{holder} reads a lock only readers hold: {other:?}"),
     }
 }
@@ -320,6 +321,7 @@ async fn reads_of(conn: &mut Conn, keys: &LockKeys, reads: &[(&str, bool)]) -> V
 fn held(token: u64) -> RwAcquireReply {
     RwAcquireReply::Acquired {
         token: FencingToken::new(token).unwrap(),
+        lease_left: None,
     }
 }
 

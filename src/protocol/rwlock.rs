@@ -17,8 +17,13 @@ use crate::base::token::FencingToken;
 /// Outcome of `rw_acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RwAcquireReply {
-    /// Held, with this token (fresh, or a replay of the same request).
-    Acquired { token: FencingToken },
+    /// Held, with this token (fresh, or a replay of the same request; `lease_left`: on a
+    /// replay of a single acquisition, what is left of the hold's lease, which began before
+    /// this send).
+    Acquired {
+        token: FencingToken,
+        lease_left: Option<Duration>,
+    },
     /// Busy; `wait`: until the earliest deadline that could end it (`None`: unknown).
     Busy { wait: Option<Duration> },
     /// This acquisition was cancelled before it ran (or ran and its hold ended).
@@ -80,8 +85,9 @@ impl HoldAcquire<'_> {
 /// `rw_acquire.lua`'s reply (also each of `rw_read_many.lua`'s), typed.
 pub(crate) fn rw_acquire_reply(reply: &[i64]) -> Result<RwAcquireReply, Error> {
     match reply {
-        [1, token] => Ok(RwAcquireReply::Acquired {
+        [1, token, left @ ..] if left.len() <= 1 => Ok(RwAcquireReply::Acquired {
             token: token_from(*token)?,
+            lease_left: left.first().and_then(|left| pttl_from(*left)),
         }),
         [0, wait] => Ok(RwAcquireReply::Busy {
             wait: pttl_from(*wait),

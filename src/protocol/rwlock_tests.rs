@@ -25,7 +25,7 @@ async fn read(conn: &mut Conn, keys: &LockKeys, holder: &str) -> RwAcquireReply 
 
 fn token_of(what: &str, reply: RwAcquireReply) -> Result<FencingToken, String> {
     match reply {
-        RwAcquireReply::Acquired { token } => Ok(token),
+        RwAcquireReply::Acquired { token, .. } => Ok(token),
         other => Err(format!("{what}: expected a hold, got {other:?}")),
     }
 }

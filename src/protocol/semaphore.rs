@@ -21,12 +21,14 @@ use crate::base::token::FencingToken;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SemAcquireReply {
     /// The hold has `permits` with this token (fresh, or a replay of the same request); the
-    /// semaphore has `limit` in all and `free` left.
+    /// semaphore has `limit` in all and `free` left. `lease_left`: on a replay, what is left of
+    /// the hold's lease, which began before this send.
     Acquired {
         token: FencingToken,
         permits: u32,
         limit: u32,
         free: u32,
+        lease_left: Option<Duration>,
     },
     /// Too few permits free. `wait`: until the earliest lease of a holder ends (`None`: no
     /// hold is live, which happens only when the limit is below what was asked, see
@@ -97,12 +99,15 @@ impl HoldAcquire<'_> {
         let reply = invoke(conn, &call).await?;
         let permits_from = |raw: i64| permits_from("sem_acquire", raw.max(0));
         match reply.as_slice() {
-            [1, token, permits, limit, free] => Ok(SemAcquireReply::Acquired {
-                token: token_from(*token)?,
-                permits: permits_from(*permits)?,
-                limit: permits_from(*limit)?,
-                free: permits_from(*free)?,
-            }),
+            [1, token, permits, limit, free, left @ ..] if left.len() <= 1 => {
+                Ok(SemAcquireReply::Acquired {
+                    token: token_from(*token)?,
+                    permits: permits_from(*permits)?,
+                    limit: permits_from(*limit)?,
+                    free: permits_from(*free)?,
+                    lease_left: left.first().and_then(|left| pttl_from(*left)),
+                })
+            }
             [0, wait, free, limit] => Ok(SemAcquireReply::Busy {
                 wait: pttl_from(*wait),
                 free: permits_from(*free)?,

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::protocol::contract_tests::{hold_test, released_by, setup_for, setup_with_field_expiry};
+use crate::protocol::rwlock::{RwAcquireReply, RwMode};
 use crate::protocol::semaphore::HoldAcquire;
 
 /// The layout DESIGN.md gives: the hash with the limit, the sum, the keys' expiry and one
@@ -382,5 +383,38 @@ async fn the_keys_expiry_moves_once_per_lease() {
     for key in [keys.lock.clone(), keys.sem_leases()] {
         let pttl: i64 = conn.pttl(&key).await.unwrap();
         assert!(pttl > (LEASE * 5).as_millis() as i64, "{pttl}");
+    }
+}
+
+hold_test! {
+    /// A replayed acquisition (a semaphore's, a read-write lock's) answers what is left of the
+    /// hold's lease, which began before the replay's send and is not renewed by it; a fresh
+    /// one answers nothing of the kind.
+    async fn a_replay_answers_what_is_left_of_the_lease(_server, conn, keys = sem_keys()) {
+        let first = take(&mut conn, &keys, "a", 1, LEASE).await;
+        assert!(matches!(first, SemAcquireReply::Acquired { lease_left: None, .. }), "{first:?}");
+        let again = take_sent(&mut conn, &keys, "a", 1, LEASE, true).await;
+        assert!(
+            matches!(again, SemAcquireReply::Acquired { lease_left: Some(left), .. }
+                if left <= LEASE && left > LEASE / 2),
+            "{again:?}"
+        );
+        let rw = crate::protocol::contract_tests::rw_keys();
+        let take_rw = |conn: &mut Conn| {
+            let mut conn = conn.clone();
+            let rw = rw.clone();
+            async move {
+                crate::protocol::contract_tests::rw_take(&mut conn, &rw, "w", RwMode::Write, LEASE, false)
+                    .await
+            }
+        };
+        let first = take_rw(&mut conn).await;
+        assert!(matches!(first, RwAcquireReply::Acquired { lease_left: None, .. }), "{first:?}");
+        let again = take_rw(&mut conn).await;
+        assert!(
+            matches!(again, RwAcquireReply::Acquired { lease_left: Some(left), .. }
+                if left <= LEASE && left > LEASE / 2),
+            "{again:?}"
+        );
     }
 }
