@@ -74,10 +74,13 @@
 //!
 //! # Cancel safety
 //!
-//! A client that disconnects mid-request drops the service's future: the key's hold is
-//! released in the background, and never outlives the namespace's `at_most_for`; the next
-//! request with the key runs it (fencelock's [`Idempotency::run`](fencelock::Idempotency::run)
-//! says how).
+//! A client that disconnects mid-request drops the service's future. Before the request's run
+//! begins (its key read, its body read, the key's record read), that ends it: nothing ran.
+//! From there the run is a task of its own ([`tokio::spawn`]), and the dropped future only
+//! stops waiting for it: the handler is not cut off at an await (after its database commit,
+//! say, before its response is stored), it runs to its end, and its response is stored; the
+//! client's retry gets it, replayed. The layer therefore needs a tokio runtime, as fencelock
+//! does.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

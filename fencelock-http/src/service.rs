@@ -190,10 +190,12 @@ async fn serve<S, ReqB, ResB>(
     request: Request<ReqB>,
 ) -> Answer<ResB, S::Error>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Send,
-    S::Future: Send,
-    ReqB: Body<Data = Bytes> + From<Bytes> + Send,
-    ResB: Body<Data = Bytes> + Unpin + Send,
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqB: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    ResB: Body<Data = Bytes> + Unpin + Send + 'static,
+    ResB::Error: Send + 'static,
 {
     let (parts, body) = request.into_parts();
     let key = match read_key(&parts.headers, config.accept_bare) {
@@ -256,6 +258,63 @@ where
         }
     }
 
+    // From here the request's run is a task of its own: a client that goes away drops this
+    // future, and with it only the wait for the task; the run goes on, and its response is
+    // stored for the client's retry. The handler's writes are never cut off half way by a
+    // disconnect.
+    let run = Run {
+        inner,
+        config,
+        parts,
+        body,
+        key,
+        scope,
+        stored,
+        fingerprint,
+        idempotency,
+    };
+    match tokio::spawn(run_key::<S, ReqB, ResB>(run)).await {
+        Ok(answer) => answer,
+        // The handler's own panic is caught in the task; this is the layer's, or the runtime
+        // shutting down. The key's hold is released as for a dropped run: left to a retry.
+        Err(_) => Ok(refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the request's run panicked; the key is left to a retry",
+        )),
+    }
+}
+
+/// A request that goes through its key's run: what [`run_key`] takes into its task.
+struct Run<S> {
+    inner: S,
+    config: Arc<Config>,
+    parts: Parts,
+    body: Bytes,
+    key: String,
+    scope: Vec<u8>,
+    stored: Vec<u8>,
+    fingerprint: Vec<u8>,
+    idempotency: Idempotency,
+}
+
+/// Runs the request under its key: the handler once, its response stored as the key's answer.
+async fn run_key<S, ReqB, ResB>(run: Run<S>) -> Answer<ResB, S::Error>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ReqB: Body<Data = Bytes> + From<Bytes>,
+    ResB: Body<Data = Bytes> + Unpin,
+{
+    let Run {
+        mut inner,
+        config,
+        parts,
+        body,
+        key,
+        scope,
+        stored,
+        fingerprint,
+        idempotency,
+    } = run;
     let mut first: Option<Answer<ResB, S::Error>> = None;
     let slot = &mut first;
     let settings = &*config;

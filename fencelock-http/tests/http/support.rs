@@ -44,17 +44,23 @@ pub async fn keys(redis: &RedisServer, at_most_for: Duration) -> Idempotency {
         .unwrap()
 }
 
-/// What the test handler saw: how many times it was called, and how many of its calls ended
-/// (ran to the end or were dropped).
+/// What the test handler saw: how many times it was called, how many of its calls ended (ran
+/// to the end or were dropped), and how many did their work (the side effect a payment's
+/// write would be: counted once the delay it was asked for has passed).
 #[derive(Debug, Default)]
 pub struct Calls {
     pub started: AtomicUsize,
     pub ended: AtomicUsize,
+    pub done: AtomicUsize,
 }
 
 impl Calls {
     pub fn started(&self) -> usize {
         self.started.load(Ordering::SeqCst)
+    }
+
+    pub fn done(&self) -> usize {
+        self.done.load(Ordering::SeqCst)
     }
 }
 
@@ -82,6 +88,7 @@ async fn handler(
     if let Some(ms) = number("x-delay-ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
+    calls.done.fetch_add(1, Ordering::SeqCst);
     assert!(
         !headers.contains_key("x-panic"),
         "the test handler panics as asked"
