@@ -54,8 +54,9 @@
 //! | the inner service fails (its `Err`) | that error; the key is left to a retry |
 //! | a response over [`max_stored_response`](IdempotencyLayer::max_stored_response) | sent once, not stored: the key is left to a retry, and a `tracing` event with target `fencelock.http` says why |
 //! | the run was taken over (it outlived `at_most_for`) | `409` with `Retry-After`: the retry gets the newer run's answer |
-//! | Redis unreachable before the handler ran | `503` with `Retry-After` |
-//! | Redis unreachable after the handler ran | the handler's response (its writes are done), maybe not stored; a `fencelock.http` event |
+//! | Redis unreachable (or no answer in time) before the handler ran | `503` with `Retry-After` |
+//! | Redis answered with an error a retry would only repeat (a key of another type where the record is, a refused command) before the handler ran | `500` |
+//! | the store failed after the handler ran | the handler's response (its writes are done), maybe not stored; a `fencelock.http` event |
 //! | the run's runner died and the namespace gives such keys up ([`OnRunnerDeath::GiveUp`](fencelock::OnRunnerDeath::GiveUp)) | `500` |
 //!
 //! The layer's own answers have a `text/plain` body naming the reason.

@@ -246,16 +246,22 @@ where
 
     // A duplicate of a finished request is answered from one read of the key's record: one
     // round trip, where a run's path takes the key's lock first.
-    if let Ok(Some(record)) = idempotency.record(&stored).await {
-        if record.fingerprint() != fingerprint {
-            return Ok(refuse(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "the Idempotency-Key was used for another request",
-            ));
+    // A store that fails here answers at once: nothing ran, and the run's path would only
+    // meet the same failure.
+    match idempotency.record(&stored).await {
+        Ok(Some(record)) => {
+            if record.fingerprint() != fingerprint {
+                return Ok(refuse(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "the Idempotency-Key was used for another request",
+                ));
+            }
+            if let Some(result) = record.result() {
+                return Ok(replay(result));
+            }
         }
-        if let Some(result) = record.result() {
-            return Ok(replay(result));
-        }
+        Ok(None) => {}
+        Err(err) => return Ok(store_failed(&config, &idempotency, &stored, &err, false)),
     }
 
     // From here the request's run is a task of its own: a client that goes away drops this
@@ -406,26 +412,57 @@ where
             "a newer run of this Idempotency-Key took it over",
         )),
         Err(err) => {
-            tracing::warn!(
-                target: "fencelock.http",
-                namespace = %String::from_utf8_lossy(idempotency.namespace()),
-                key = %String::from_utf8_lossy(&stored),
-                error = %err,
-                handled = first.is_some(),
-                "idempotency key failed"
-            );
+            let answered = store_failed(&config, &idempotency, &stored, &err, first.is_some());
             // The handler ran and answered: that answer stands (its writes are done), though
-            // it may not be stored. Otherwise nothing ran: the client retries.
-            match first {
-                Some(answer) => answer,
-                None => Ok(retry_after(
-                    &config,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the idempotency store is unavailable",
-                )),
-            }
+            // it may not be stored. Otherwise nothing ran.
+            first.unwrap_or(Ok(answered))
         }
     }
+}
+
+/// The answer when the key's store failed with `err` (logged): `503` with `Retry-After` when
+/// Redis could not be reached or did not answer in time (a retry may get through), `500` for
+/// an answer a retry would only repeat (a key of another type at the record's place, a
+/// refused command).
+fn store_failed<B: Body>(
+    config: &Config,
+    idempotency: &Idempotency,
+    stored: &[u8],
+    err: &Error,
+    handled: bool,
+) -> Response<IdempotentBody<B>> {
+    tracing::warn!(
+        target: "fencelock.http",
+        namespace = %String::from_utf8_lossy(idempotency.namespace()),
+        key = %String::from_utf8_lossy(stored),
+        error = %err,
+        handled,
+        "idempotency key failed"
+    );
+    if unavailable(err) {
+        retry_after(
+            config,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the idempotency store is unavailable",
+        )
+    } else {
+        refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the idempotency store refused the key's operation",
+        )
+    }
+}
+
+/// Whether `err` says the store could not be reached or did not answer in time, rather than
+/// answered.
+fn unavailable(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::Redis(_)
+            | Error::Timeout { .. }
+            | Error::Cancelled
+            | Error::ReplicationTimeout { .. }
+    )
 }
 
 /// What the handler answered.

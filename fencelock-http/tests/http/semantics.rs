@@ -462,3 +462,33 @@ async fn with_redis_unreachable_a_keyed_request_gets_503_and_the_handler_is_not_
     assert_eq!(retried.status, 200, "{}", retried.text());
     assert_eq!(server.calls.started(), 2);
 }
+
+#[tokio::test]
+async fn a_store_that_answers_with_an_error_gets_500_not_503() {
+    let redis = RedisServer::start().unwrap();
+    let server = TestServer::start(IdempotencyLayer::new(keys(&redis, HOLD).await)).await;
+    assert_eq!(pay(server.addr, "k", "1", &[]).await.status, 200);
+    // The key's record in Redis becomes a plain string: every read of it is refused with
+    // WRONGTYPE, which a retry would only meet again.
+    let mut db = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let records: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("*idem-rec:*")
+        .query_async(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let () = redis::cmd("SET")
+        .arg(&records[0])
+        .arg("not a record")
+        .query_async(&mut db)
+        .await
+        .unwrap();
+    let refused = pay(server.addr, "k", "1", &[]).await;
+    assert_eq!(refused.status, 500, "{}", refused.text());
+    assert!(!refused.headers.contains_key("retry-after"));
+    assert_eq!(server.calls.started(), 1);
+}
