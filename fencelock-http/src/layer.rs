@@ -36,15 +36,26 @@ pub enum Disposition {
 }
 
 /// The default [`Disposition`]: a 5xx leaves the key to a retry (the server failed; a retry
-/// may not), a 4xx is stored as a final failure (the request was wrong; a retry would only
-/// repeat it), anything else is stored.
+/// may not), and so do the three 4xx that say "try again": `408 Request Timeout` (a timeout
+/// layer inside the stack cut the handler off, maybe after it wrote), `425 Too Early` and
+/// `429 Too Many Requests` (a rate limit, the service's or a provider's). Any other 4xx is
+/// stored as a final failure (the request was wrong; a retry would only repeat it), anything
+/// else is stored.
+///
+/// The status is all it sees: a 4xx that a layer inside this one made (an extractor's
+/// rejection, a `413` of a body limit, a `401` of an authentication layer placed after this
+/// one) is stored as the handler's would be. Place such layers before this one, or answer
+/// them otherwise with [`IdempotencyLayer::on_response`].
 ///
 /// ```
 /// use fencelock_http::{default_disposition, Disposition};
 /// assert_eq!(default_disposition(http::StatusCode::OK), Disposition::Store);
+/// assert_eq!(default_disposition(http::StatusCode::TOO_MANY_REQUESTS), Disposition::Retry);
+/// assert_eq!(default_disposition(http::StatusCode::REQUEST_TIMEOUT), Disposition::Retry);
 /// ```
 pub fn default_disposition(status: StatusCode) -> Disposition {
-    if status.is_server_error() {
+    let try_again = matches!(status.as_u16(), 408 | 425 | 429);
+    if status.is_server_error() || try_again {
         Disposition::Retry
     } else if status.is_client_error() {
         Disposition::StoreAsFailure

@@ -48,8 +48,8 @@
 //! | a malformed key: empty, over 255 bytes, not an RFC 8941 string (`"..."` of printable ASCII, `\"` and `\\` escapes), or two headers | `400` ([bare keys](IdempotencyLayer::accept_bare_keys) by option) |
 //! | a key but no principal from [`scope_by`](IdempotencyLayer::scope_by) | `401` |
 //! | a body over [`max_request_body`](IdempotencyLayer::max_request_body) | `413` |
-//! | the handler answers 5xx | sent; not stored: the key is left to a retry ([`default_disposition`], [`IdempotencyLayer::on_response`]) |
-//! | the handler answers 4xx | sent and stored, as a final failure: its duplicates get it |
+//! | the handler answers 5xx, `408`, `425` or `429` | sent; not stored: the key is left to a retry ([`default_disposition`], [`IdempotencyLayer::on_response`]) |
+//! | the handler answers another 4xx | sent and stored, as a final failure: its duplicates get it (also a 4xx a layer inside this one made) |
 //! | the handler panics | `500`; the key is left to a retry |
 //! | the inner service fails (its `Err`) | that error; the key is left to a retry |
 //! | a response over [`max_stored_response`](IdempotencyLayer::max_stored_response) | sent once, not stored: the key is left to a retry, and a `tracing` event with target `fencelock.http` says why |

@@ -172,6 +172,24 @@ async fn a_5xx_is_retried_and_a_4xx_is_replayed() {
 }
 
 #[tokio::test]
+async fn a_429_or_408_leaves_the_key_to_a_retry() {
+    let redis = RedisServer::start().unwrap();
+    let server = TestServer::start(IdempotencyLayer::new(keys(&redis, HOLD).await)).await;
+    for (n, status) in ["429", "408", "425"].into_iter().enumerate() {
+        let key = format!("k{status}");
+        let limited = pay(server.addr, &key, "1", &[("x-status", status)]).await;
+        assert_eq!(limited.status.to_string(), status);
+        // The retry runs the handler again, with a newer token; its answer is the one stored.
+        let retried = pay(server.addr, &key, "1", &[]).await;
+        assert_eq!(retried.status, 200, "{status}: {}", retried.text());
+        assert!(!retried.replayed(), "{status}");
+        assert!(token_of(&retried) > token_of(&limited));
+        assert_eq!(server.calls.started(), 2 * (n + 1));
+        assert!(pay(server.addr, &key, "1", &[]).await.replayed());
+    }
+}
+
+#[tokio::test]
 async fn a_panicking_handler_leaves_the_key_to_a_retry() {
     let redis = RedisServer::start().unwrap();
     let server = TestServer::start(IdempotencyLayer::new(keys(&redis, HOLD).await)).await;
