@@ -4,7 +4,8 @@
 //! cargo run -p fencelock-http --example payments_http
 //! ```
 //!
-//! `POST /payments` takes an amount and records a payment row under the request's key, in
+//! `POST /payments` takes an amount and records a payment row under the request's key in its
+//! scope (`IdempotencyRun::stored_key`: two customers' equal keys are two rows), in
 //! one statement fenced by the run's token (the `fencelock::sql` guide's insert-or-update):
 //! a run the key gave up on (it froze past `at_most_for`) cannot write after its successor.
 //! Clients send each of 20 payments three times at once and once more after it finished,
@@ -38,7 +39,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const PAYMENTS: usize = 20;
 
 const SCHEMA: &str = "CREATE TABLE payments (
-    id     TEXT PRIMARY KEY,
+    id     BYTEA PRIMARY KEY,  -- the key in its scope: IdempotencyRun::stored_key
     amount BIGINT NOT NULL,
     fence  BIGINT NOT NULL   -- the token of the run that wrote the row last
 )";
@@ -59,7 +60,7 @@ async fn pay(
             "INSERT INTO payments (id, amount, fence) VALUES ($1, $2, $3) \
              ON CONFLICT (id) DO UPDATE SET amount = excluded.amount, fence = excluded.fence \
              WHERE payments.fence <= excluded.fence RETURNING id",
-            &[&run.key(), &amount, &fence_param(run.token())],
+            &[&run.stored_key(), &amount, &fence_param(run.token())],
         )
         .await;
     match written {

@@ -38,12 +38,16 @@ const MAX_LABEL_LEN: usize = 256;
 /// called: the fencing token to fence the handler's writes with, and the key. With axum, take
 /// it with the `Extension<IdempotencyRun>` extractor.
 ///
+/// Key the rows the handler writes by [`stored_key`](IdempotencyRun::stored_key) (the key in
+/// its scope), never by [`key`](IdempotencyRun::key) alone: two principals may send the same
+/// key, and their tokens are unrelated, so one's write would pass the other's fence.
+///
 /// ```no_run
 /// use axum::Extension;
 /// use fencelock_http::IdempotencyRun;
 ///
 /// async fn pay(Extension(run): Extension<IdempotencyRun>) -> String {
-///     // e.g. UPDATE payments SET ..., fence = $token WHERE id = $1 AND fence <= $token
+///     // e.g. UPDATE payments SET ..., fence = $token WHERE id = $stored_key AND fence <= $token
 ///     format!("paid under key {} with token {}", run.key(), run.token())
 /// }
 /// ```
@@ -51,12 +55,14 @@ const MAX_LABEL_LEN: usize = 256;
 pub struct IdempotencyRun {
     key: String,
     scope: Vec<u8>,
+    stored: Vec<u8>,
     token: FencingToken,
     took_over: Option<FencingToken>,
 }
 
 impl IdempotencyRun {
-    /// The key, as the client sent it (unquoted).
+    /// The key, as the client sent it (unquoted). Not unique across principals: key rows by
+    /// [`stored_key`](IdempotencyRun::stored_key).
     ///
     /// ```no_run
     /// # fn demo(run: fencelock_http::IdempotencyRun) {
@@ -65,6 +71,27 @@ impl IdempotencyRun {
     /// ```
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// The key in its scope, as the key's run is stored
+    /// ([`stored_key`](crate::stored_key)`(scope, key)`): unique per (principal, key), the
+    /// id to key the handler's rows by (a `BYTEA` column, say; it is text when the scope is).
+    /// The handler's writes fenced by [`token`](IdempotencyRun::token) on a row with this id
+    /// are refused to every earlier run of the same request, and to no other request's run.
+    ///
+    /// ```no_run
+    /// # async fn demo(run: fencelock_http::IdempotencyRun, db: tokio_postgres::Client) {
+    /// let fence = fencelock::sql::fence_param(run.token());
+    /// db.execute(
+    ///     "UPDATE payments SET fence = $2 WHERE id = $1 AND fence <= $2",
+    ///     &[&run.stored_key(), &fence],
+    /// )
+    /// .await
+    /// .unwrap();
+    /// # }
+    /// ```
+    pub fn stored_key(&self) -> &[u8] {
+        &self.stored
     }
 
     /// The scope the key is in ([`IdempotencyLayer::scope_by`](crate::IdempotencyLayer::scope_by);
@@ -325,12 +352,14 @@ where
     let slot = &mut first;
     let settings = &*config;
     let key_name = &stored[..];
+    let run_key = stored.clone();
     let outcome = idempotency
         .run(&stored, &fingerprint, |key_run| async move {
             let mut parts = parts;
             parts.extensions.insert(IdempotencyRun {
                 key,
                 scope,
+                stored: run_key,
                 token: key_run.token(),
                 took_over: key_run.took_over(),
             });

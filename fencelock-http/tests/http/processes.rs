@@ -25,12 +25,12 @@ use crate::support::{namespace, pay, serve, Reply};
 const SERVE_ENV: &str = "FENCELOCK_HTTP_TEST_SERVE";
 
 const SCHEMA: &str = "CREATE TABLE payments (
-    id     TEXT PRIMARY KEY,
+    id     BYTEA PRIMARY KEY,  -- the key in its scope: IdempotencyRun::stored_key
     amount BIGINT NOT NULL,
     fence  BIGINT NOT NULL,
     writes INT NOT NULL DEFAULT 1
 );
-CREATE TABLE refused (id TEXT NOT NULL, token BIGINT NOT NULL)";
+CREATE TABLE refused (id BYTEA NOT NULL, token BIGINT NOT NULL)";
 
 /// Connections to the database, reused by the handler's calls.
 type Pool = Arc<(String, Mutex<Vec<tokio_postgres::Client>>)>;
@@ -67,7 +67,7 @@ async fn pay_handler(
             "INSERT INTO payments (id, amount, fence) VALUES ($1, $2, $3) \
              ON CONFLICT (id) DO UPDATE SET amount = excluded.amount, fence = excluded.fence, \
              writes = payments.writes + 1 WHERE payments.fence <= excluded.fence RETURNING id",
-            &[&run.key(), &amount, &fence_param(run.token())],
+            &[&run.stored_key(), &amount, &fence_param(run.token())],
         )
         .await
         .unwrap();
@@ -75,7 +75,7 @@ async fn pay_handler(
         // What the test checks: this run's write reached the database and the fence refused it.
         db.execute(
             "INSERT INTO refused (id, token) VALUES ($1, $2)",
-            &[&run.key(), &fence_param(run.token())],
+            &[&run.stored_key(), &fence_param(run.token())],
         )
         .await
         .unwrap();
@@ -247,12 +247,13 @@ async fn database(postgres: &PostgresServer) -> tokio_postgres::Client {
     db
 }
 
-/// A payment's row: its amount, fence and how many writes it took.
-async fn row(db: &tokio_postgres::Client, id: &str) -> Option<(i64, i64, i32)> {
+/// The row of the payment sent with the key `key` (no scope): its amount, fence and how many
+/// writes it took.
+async fn row(db: &tokio_postgres::Client, key: &str) -> Option<(i64, i64, i32)> {
     let row = db
         .query_opt(
             "SELECT amount, fence, writes FROM payments WHERE id = $1",
-            &[&id],
+            &[&fencelock_http::stored_key(b"", key)],
         )
         .await
         .unwrap()?;
@@ -466,8 +467,11 @@ async fn a_server_frozen_past_at_most_for_has_its_late_write_refused_by_the_fenc
         .query("SELECT id, token FROM refused", &[])
         .await
         .unwrap();
-    let refused: Vec<(String, i64)> = refused.iter().map(|r| (r.get(0), r.get(1))).collect();
-    assert_eq!(refused, [("s".to_owned(), fence_param(stale))]);
+    let refused: Vec<(Vec<u8>, i64)> = refused.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        refused,
+        [(fencelock_http::stored_key(b"", "s"), fence_param(stale))]
+    );
     let (_, fence, writes) = row(&db, "s").await.unwrap();
     assert_eq!(
         (u64::try_from(fence).unwrap(), writes),

@@ -510,3 +510,58 @@ async fn a_store_that_answers_with_an_error_gets_500_not_503() {
     assert!(!refused.headers.contains_key("retry-after"));
     assert_eq!(server.calls.started(), 1);
 }
+
+/// Rows keyed as the example keys its payments: by the key in its scope, with the fence of the
+/// run that wrote them last.
+type Rows = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Vec<u8>, (String, u64)>>>;
+
+/// Writes the payment's row as the example does: inserted, or written over by a run whose
+/// token is at least the row's fence.
+async fn write_row(
+    axum::extract::State(rows): axum::extract::State<Rows>,
+    axum::Extension(run): axum::Extension<fencelock_http::IdempotencyRun>,
+    amount: String,
+) -> String {
+    let token = run.token().get();
+    let mut rows = rows.lock().unwrap();
+    let row = rows
+        .entry(run.stored_key().to_vec())
+        .or_insert((amount.clone(), token));
+    if row.1 <= token {
+        *row = (amount.clone(), token);
+    }
+    format!("paid {amount}")
+}
+
+#[tokio::test]
+async fn two_principals_sending_the_same_key_write_two_rows() {
+    let redis = RedisServer::start().unwrap();
+    let layer = IdempotencyLayer::new(keys(&redis, HOLD).await).scope_by(|parts| {
+        parts
+            .headers
+            .get("x-customer")
+            .map(|v| v.as_bytes().to_vec())
+    });
+    let rows = Rows::default();
+    let app = axum::Router::new()
+        .route("/payments", axum::routing::post(write_row))
+        .with_state(rows.clone())
+        .layer(layer);
+    let (addr, task) = crate::support::serve(app).await;
+    assert_eq!(
+        pay(addr, "k", "100", &[("x-customer", "alice")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        pay(addr, "k", "200", &[("x-customer", "bob")]).await.status,
+        200
+    );
+    task.abort();
+    let rows = rows.lock().unwrap();
+    let amounts = |customer: &[u8]| rows[&fencelock_http::stored_key(customer, "k")].0.clone();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(amounts(b"alice"), "100");
+    assert_eq!(amounts(b"bob"), "200");
+}
