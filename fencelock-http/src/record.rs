@@ -69,7 +69,9 @@ pub(crate) fn decode(stored: &[u8]) -> Option<StoredResponse> {
         let name = HeaderName::from_bytes(split(&mut rest, len)?).ok()?;
         let len = usize::try_from(u32::from_be_bytes(take(&mut rest)?)).ok()?;
         let value = HeaderValue::from_bytes(split(&mut rest, len)?).ok()?;
-        headers.append(name, value);
+        // A header map holds at most 24576 names, and panics past them on `append`: a record
+        // crafted with more is not a response of this layer's.
+        headers.try_append(name, value).ok()?;
     }
     Some(StoredResponse {
         status,
@@ -121,5 +123,20 @@ mod tests {
         headers.insert(LOCATION, HeaderValue::from_static("/x"));
         let stored = encode(StatusCode::OK, &headers, &[LOCATION], b"");
         assert!(decode(&stored[..stored.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn a_record_with_more_names_than_a_header_map_holds_is_not_a_response() {
+        let names = 30_000u16;
+        let mut stored = b"FLH1".to_vec();
+        stored.extend_from_slice(&200u16.to_be_bytes());
+        stored.extend_from_slice(&names.to_be_bytes());
+        for n in 0..names {
+            let name = format!("x-{n}");
+            stored.extend_from_slice(&u16::try_from(name.len()).unwrap().to_be_bytes());
+            stored.extend_from_slice(name.as_bytes());
+            stored.extend_from_slice(&0u32.to_be_bytes());
+        }
+        assert!(decode(&stored).is_none());
     }
 }
