@@ -18,6 +18,8 @@
 //! let client = LockClient::builder("redis://127.0.0.1:7000/").connect().await?;
 //! let payments = client.idempotency("payments", IdempotencyOptions::new(Duration::from_secs(30)))?;
 //! let layer = IdempotencyLayer::new(payments)
+//!     // `pay` needs the run: a request without a key is refused (400), not passed to it.
+//!     .require_key(true)
 //!     .scope_by(|parts| parts.headers.get("x-customer").map(|v| v.as_bytes().to_vec()));
 //! let app: Router = Router::new().route("/payments", post(pay)).layer(layer);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;

@@ -22,4 +22,10 @@ fn the_root_readmes_layer_example_is_the_doc_tested_one() {
         shown.lines().count() < 20,
         "the example stays under 20 lines"
     );
+    // Its handler takes the run from the request's extensions: a request without a key must
+    // be refused before it, or axum answers it 500.
+    assert!(
+        shown.contains("Extension<IdempotencyRun>") && shown.contains(".require_key(true)"),
+        "the example's layer requires a key"
+    );
 }
