@@ -6,7 +6,12 @@ use fencelock::IdempotencyOptions;
 use fencelock_http::{default_disposition, Disposition, IdempotencyLayer};
 use fencelock_testing::RedisServer;
 
-use crate::support::{client, eventually, keys, layer_events, namespace, pay, post_to, TestServer};
+use futures_util::StreamExt;
+use http_body_util::BodyExt;
+
+use crate::support::{
+    client, eventually, keys, layer_events, namespace, pay, post_streaming, post_to, TestServer,
+};
 
 const HOLD: Duration = Duration::from_secs(5);
 
@@ -58,9 +63,11 @@ async fn the_same_key_with_another_request_is_refused_without_calling_the_handle
     assert_eq!(other_path.status, 422);
     assert_eq!(server.calls.started(), 1);
     // Also while the first still runs.
-    let slow = tokio::spawn(pay(server.addr, "s", "1", &[("x-delay-ms", "400")]));
+    let slow = tokio::spawn(pay(server.addr, "s", "1", &[("x-delay-ms", "1000")]));
     assert!(eventually(HOLD, || server.calls.started() == 2).await);
     assert_eq!(pay(server.addr, "s", "2", &[]).await.status, 422);
+    let ended = server.calls.ended.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(ended, 1, "the first still ran when the other was refused");
     assert_eq!(slow.await.unwrap().status, 200);
     assert_eq!(server.calls.started(), 2);
 }
@@ -349,7 +356,8 @@ async fn a_client_that_disconnects_mid_request_does_not_cut_its_run_off() {
 #[tokio::test]
 async fn a_streamed_response_is_buffered_up_to_the_bound_and_stored_or_passed_on_whole() {
     let redis = RedisServer::start().unwrap();
-    let layer = IdempotencyLayer::new(keys(&redis, HOLD).await).max_stored_response(20_000);
+    let idem = keys(&redis, HOLD).await;
+    let layer = IdempotencyLayer::new(idem.clone()).max_stored_response(20_000);
     let server = TestServer::start(layer).await;
     let send = |key: &'static str, chunks: &'static str| {
         let quoted = format!("\"{key}\"");
@@ -376,6 +384,37 @@ async fn a_streamed_response_is_buffered_up_to_the_bound_and_stored_or_passed_on
     }
     assert!(!send("big", "50").await.replayed());
     assert_eq!(server.calls.started(), 3);
+    // A response that never ends once over the bound: the client still gets it as it streams
+    // (the layer does not wait for its end), and the key keeps no answer.
+    let headers = [
+        ("idempotency-key", "\"endless\""),
+        ("x-chunks", "21"),
+        ("x-forever", "1"),
+    ];
+    let empty = http_body_util::Empty::<bytes::Bytes>::new();
+    let (status, mut body) = tokio::time::timeout(
+        HOLD,
+        post_streaming(server.addr, "/stream", &headers, empty),
+    )
+    .await
+    .expect("the response comes before its body's end");
+    assert_eq!(status, 200);
+    let mut read = Vec::new();
+    while read.len() < 21_000 {
+        let frame = tokio::time::timeout(HOLD, body.frame())
+            .await
+            .expect("the response's bytes come before its end")
+            .unwrap()
+            .unwrap();
+        read.extend_from_slice(&frame.into_data().unwrap());
+    }
+    assert!(read.starts_with(b"00000...") && read[20_000..].starts_with(b"00020"));
+    let record = idem
+        .record(&fencelock_http::stored_key(b"", "endless"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(record.result().is_none(), "not stored");
 }
 
 #[tokio::test]
@@ -386,6 +425,27 @@ async fn a_request_body_over_the_bound_is_refused_with_413() {
     let refused = pay(server.addr, "k", &"1".repeat(1001), &[]).await;
     assert_eq!(refused.status, 413);
     assert!(refused.text().contains("request body"));
+    // A chunked body that never ends: refused once over the bound, without waiting for its end.
+    let chunks = futures_util::stream::iter((0..3).map(|_| {
+        Ok::<_, std::convert::Infallible>(http_body::Frame::data(bytes::Bytes::from(vec![
+            b'1';
+            500
+        ])))
+    }))
+    .chain(futures_util::stream::pending());
+    let endless = http_body_util::StreamBody::new(chunks);
+    let (status, _body) = tokio::time::timeout(
+        HOLD,
+        post_streaming(
+            server.addr,
+            "/payments",
+            &[("idempotency-key", "\"e\"")],
+            endless,
+        ),
+    )
+    .await
+    .expect("refused before the body's end");
+    assert_eq!(status, 413);
     assert_eq!(
         pay(server.addr, "k", &"1".repeat(1000), &[]).await.status,
         200

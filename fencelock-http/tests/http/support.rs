@@ -114,12 +114,17 @@ async fn handler(
 }
 
 /// A handler whose body streams: `x-chunks` chunks of 1000 bytes (the chunk's number, then
-/// dots), a pause between each; counted as the test handler is.
+/// dots), a pause between each, and with `x-forever` then nothing, never ending; counted as
+/// the test handler is.
 async fn streaming(State(calls): State<Arc<Calls>>, headers: HeaderMap) -> axum::body::Body {
     calls.started.fetch_add(1, Ordering::SeqCst);
     let chunks: usize = headers["x-chunks"].to_str().unwrap().parse().unwrap();
+    let forever = headers.contains_key("x-forever");
     let stream = futures_util::stream::unfold(0, move |n| async move {
         if n == chunks {
+            if forever {
+                std::future::pending::<()>().await;
+            }
             return None;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -269,4 +274,32 @@ impl tracing::field::Visit for Message {
             self.0 = format!("{value:?}");
         }
     }
+}
+
+/// `POST path` to `addr` with `headers` and `body`, on a connection of its own: the status and
+/// the response's body as it streams.
+pub async fn post_streaming<B>(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: B,
+) -> (u16, hyper::body::Incoming)
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut request = http::Request::post(path).header("host", addr.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = sender
+        .send_request(request.body(body).unwrap())
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.into_body())
 }
