@@ -161,6 +161,27 @@ impl Env {
             .collect()
     }
 
+    /// Subscribers of `channel` (a lock's or semaphore's key) on every data node: `PUBSUB
+    /// NUMSUB`, or `SHARDNUMSUB` on a cluster, where waiters listen on shard channels.
+    pub fn subscribers(&self, channel: &[u8]) -> u64 {
+        let count = match self.topology {
+            Topology::Standalone => "NUMSUB",
+            Topology::Cluster => "SHARDNUMSUB",
+        };
+        self.data_nodes()
+            .into_iter()
+            .map(|node| {
+                let mut con = node.client().get_connection().expect("raw connection");
+                let reply: Vec<(Vec<u8>, u64)> = redis::cmd("PUBSUB")
+                    .arg(count)
+                    .arg(channel)
+                    .query(&mut con)
+                    .expect("PUBSUB");
+                reply.first().map_or(0, |(_, n)| *n)
+            })
+            .sum()
+    }
+
     pub fn lock_key(&self, name: &str) -> Option<Vec<u8>> {
         let mut found = self.keys(&format!("fencelock:{{*}}lock:{name}"));
         assert!(found.len() <= 1, "several keys for one lock: {found:?}");

@@ -256,14 +256,31 @@ async fn waiters_dropped_during_handoffs(
     for case in 0..cases {
         let held = kind.acquire(&client, "dropped", None).await.unwrap();
         let delay = Duration::from_micros(points.rng().below(1_500));
-        let releaser = tokio::spawn(async move {
+        // Every other case the release waits until the waiter queued (subscribed), so that
+        // grants in flight happen whatever the machine's load: a loaded machine's waiter can
+        // take longer to queue than the random delay, and then no case hands anything on.
+        let queued = case % 2 == 1;
+        let channel = fx.keys(&kind.pattern("dropped")).pop().unwrap_or_default();
+        // The waiter may be dropped before it queues: then the release waits no longer.
+        let settled = AtomicBool::new(false);
+        let release = async {
+            if queued {
+                let limit = Duration::from_millis(200);
+                let ready = || settled.load(Ordering::SeqCst) || fx.subscribers(&channel) > 0;
+                eventually(limit, ready).await;
+            }
             tokio::time::sleep(delay).await;
             held.release().await.unwrap();
-        });
-        if let Some(held) = points.run(kind.acquire(&client, "dropped", None)).await {
+        };
+        let waiter = async {
+            let acquired = points.run(kind.acquire(&client, "dropped", None)).await;
+            settled.store(true, Ordering::SeqCst);
+            acquired
+        };
+        let (acquired, ()) = tokio::join!(waiter, release);
+        if let Some(held) = acquired {
             held.unwrap().release().await.unwrap();
         }
-        releaser.await.unwrap();
         let pattern = kind.pattern("dropped");
         if !eventually(HANDOFF, || fx.keys(&pattern).is_empty()).await {
             return Err(format!(
