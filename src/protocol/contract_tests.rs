@@ -177,6 +177,36 @@ object_keys! {
     idempotency_keys => idempotency(b"payments:key-1");
 }
 
+/// A connection to `server` as a new user `name` who may run every command but `denied`
+/// (made through `admin`): a Redis user whose ACL refuses a command a script calls.
+pub(super) async fn connect_as(
+    server: &RedisServer,
+    admin: &mut MultiplexedConnection,
+    name: &str,
+    denied: &[&str],
+) -> MultiplexedConnection {
+    let mut rule = vec!["SETUSER", name, "on", ">pw", "~*", "&*", "+@all"];
+    let denied: Vec<String> = denied.iter().map(|command| format!("-{command}")).collect();
+    rule.extend(denied.iter().map(String::as_str));
+    let _: () = redis::cmd("ACL")
+        .arg(&rule)
+        .query_async(admin)
+        .await
+        .unwrap();
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("AUTH")
+        .arg(name)
+        .arg("pw")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    conn
+}
+
 /// A server of its own, a connection to it, and the keys of the lock `res` on it
 /// ([`lock_keys`]).
 pub(super) async fn setup() -> (RedisServer, MultiplexedConnection, LockKeys) {

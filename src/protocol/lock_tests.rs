@@ -6,8 +6,8 @@ use std::time::Duration;
 use redis::AsyncCommands;
 
 use super::contract_tests::{
-    assert_replay, cancelled_by, contract_checks, lock_keys, released_by, setup, undo, Checked,
-    Conn, LEASE, OP_TTL,
+    assert_replay, cancelled_by, connect_as, contract_checks, lock_keys, released_by, setup, undo,
+    Checked, Conn, LEASE, OP_TTL,
 };
 use super::resource_tests::refused_write;
 use super::*;
@@ -522,32 +522,7 @@ async fn force_release_evicts_any_holder_and_puts_a_lost_counter_back_to_its_tok
 async fn force_release_by_a_user_who_may_not_publish_changes_nothing() {
     let (server, mut conn, keys) = setup().await;
     let token = acquired(&mut conn, &keys, "h", LEASE).await;
-    let rule = [
-        "SETUSER",
-        "nopublish",
-        "on",
-        ">pw",
-        "~*",
-        "&*",
-        "+@all",
-        "-publish",
-    ];
-    let _: () = redis::cmd("ACL")
-        .arg(&rule)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let mut operator = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("AUTH")
-        .arg("nopublish")
-        .arg("pw")
-        .query_async(&mut operator)
-        .await
-        .unwrap();
+    let mut operator = connect_as(&server, &mut conn, "nopublish", &["publish"]).await;
     let refused = force_release(&mut operator, &keys, None, PubSub::Classic).await;
     assert!(refused.is_err(), "{refused:?}");
     assert_eq!(

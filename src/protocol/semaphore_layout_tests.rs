@@ -4,7 +4,9 @@
 //! kept, and nothing left after the last release.
 
 use super::*;
-use crate::protocol::contract_tests::{hold_test, released_by, setup_for, setup_with_field_expiry};
+use crate::protocol::contract_tests::{
+    connect_as, hold_test, released_by, setup_for, setup_with_field_expiry,
+};
 use crate::protocol::rwlock::{RwAcquireReply, RwMode};
 use crate::protocol::semaphore::HoldAcquire;
 
@@ -220,30 +222,13 @@ async fn a_semaphore_keeps_the_way_it_was_created_with() {
 #[tokio::test]
 async fn a_field_expiry_request_gets_the_lease_zset_where_the_server_cannot_keep_it() {
     let (server, mut admin, _lock) = crate::protocol::contract_tests::setup().await;
+    // Field expiry refused where the server has it.
     let binary = fencelock_testing::ServerBinary::current().unwrap();
-    let mut rule = vec!["SETUSER", "nofields", "on", ">pw", "~*", "&*", "+@all"];
-    if binary
+    let has_fields = binary
         .lacks(fencelock_testing::Feature::HashFieldExpiry)
-        .is_none()
-    {
-        rule.push("-hpexpiretime");
-    }
-    let _: () = redis::cmd("ACL")
-        .arg(&rule)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let mut conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("AUTH")
-        .arg("nofields")
-        .arg("pw")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+        .is_none();
+    let denied: &[&str] = if has_fields { &["hpexpiretime"] } else { &[] };
+    let mut conn = connect_as(&server, &mut admin, "nofields", denied).await;
     let keys = sem_keys();
     let reply = HoldAcquire::of(
         &keys,
@@ -280,25 +265,7 @@ async fn a_renewal_refused_by_the_acl_fails_instead_of_losing_the_holds() {
     let (server, mut admin, _lock) = crate::protocol::contract_tests::setup().await;
     let keys = sem_keys();
     token_of(take(&mut admin, &keys, "a", 1, LEASE).await).unwrap();
-    let rule = [
-        "SETUSER", "nohmget", "on", ">pw", "~*", "&*", "+@all", "-hmget",
-    ];
-    let _: () = redis::cmd("ACL")
-        .arg(&rule)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let mut conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("AUTH")
-        .arg("nohmget")
-        .arg("pw")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let mut conn = connect_as(&server, &mut admin, "nohmget", &["hmget"]).await;
     let refused = renew(&mut conn, &[(&keys, "a")], LEASE).await;
     assert!(refused.is_err(), "{refused:?}");
     assert_eq!(

@@ -187,24 +187,8 @@ async fn killing_every_connection_keeps_the_holder_and_the_watchdog_resumes() {
 async fn a_release_missed_while_disconnected_does_not_strand_the_waiter() {
     let fx = Fixture::start();
     let proxy = FaultProxy::start(fx.server.addr()).unwrap();
-    let holder_client = fx.client().await;
     let waiter_client = LockClient::connect(&proxy.url()).await.unwrap();
-    let guard = holder_client
-        .lock("missed")
-        .unwrap()
-        .with_lease(Duration::from_secs(60))
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    let waiter_lock = waiter_client.lock("missed").unwrap();
-    let waiter =
-        tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
-    let key = fx.lock_key("missed").unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || fx.subscribers(&key) == 1).await,
-        "the waiter never subscribed"
-    );
+    let (guard, waiter) = waiting_behind_a_long_hold(&fx, &waiter_client, "missed").await;
 
     // The waiter's connection goes down and stays down while the lock is released.
     proxy.refuse_new(true);
@@ -228,28 +212,8 @@ async fn a_release_missed_while_disconnected_does_not_strand_the_waiter() {
 async fn a_release_missed_on_a_connection_that_stopped_answering_does_not_strand_the_waiter() {
     let fx = Fixture::start();
     let proxy = FaultProxy::start(fx.server.addr()).unwrap();
-    let holder_client = fx.client().await;
-    let waiter_client = LockClient::builder(proxy.url())
-        .retry_window(SHORT_WINDOW)
-        .connect()
-        .await
-        .unwrap();
-    let guard = holder_client
-        .lock("half-open")
-        .unwrap()
-        .with_lease(Duration::from_secs(60))
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    let waiter_lock = waiter_client.lock("half-open").unwrap();
-    let waiter =
-        tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
-    let key = fx.lock_key("half-open").unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || fx.subscribers(&key) == 1).await,
-        "the waiter never subscribed"
-    );
+    let waiter_client = short_window(proxy.url()).await;
+    let (guard, waiter) = waiting_behind_a_long_hold(&fx, &waiter_client, "half-open").await;
 
     // Nothing comes back any more; a request of the waiter's client times out, which replaces
     // the connection without any push saying so. The release is published meanwhile.
@@ -270,23 +234,26 @@ async fn a_release_missed_on_a_connection_that_stopped_answering_does_not_strand
 /// The retry window of the waiters that ride out outages longer than it.
 const SHORT_WINDOW: Duration = Duration::from_millis(500);
 
-/// A lock `name` held with a 60 s lease by a client of `fx`'s server, and a waiter for it, on
-/// a client of `waiter_url` with a [`SHORT_WINDOW`], that waits up to 30 s and is subscribed
-/// (so waiting) when this returns.
+/// A client of `url` with a [`SHORT_WINDOW`].
+async fn short_window(url: String) -> LockClient {
+    LockClient::builder(url)
+        .retry_window(SHORT_WINDOW)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// A lock `name` held with a 60 s lease by a client of `fx`'s server, and a waiter for it on
+/// `waiter_client`, that waits up to 30 s and is subscribed (so waiting) when this returns.
 async fn waiting_behind_a_long_hold(
     fx: &Fixture,
-    waiter_url: String,
+    waiter_client: &LockClient,
     name: &str,
 ) -> (
     fencelock::LockGuard,
     tokio::task::JoinHandle<Result<fencelock::LockGuard, fencelock::Error>>,
 ) {
     let holder_client = fx.client().await;
-    let waiter_client = LockClient::builder(waiter_url)
-        .retry_window(SHORT_WINDOW)
-        .connect()
-        .await
-        .unwrap();
     let guard = holder_client
         .lock(name)
         .unwrap()
@@ -314,7 +281,8 @@ async fn waiting_behind_a_long_hold(
 async fn a_waiter_rides_out_an_outage_longer_than_the_retry_window() {
     let fx = Fixture::start();
     let proxy = FaultProxy::start(fx.server.addr()).unwrap();
-    let (guard, waiter) = waiting_behind_a_long_hold(&fx, proxy.url(), "outage").await;
+    let waiter_client = short_window(proxy.url()).await;
+    let (guard, waiter) = waiting_behind_a_long_hold(&fx, &waiter_client, "outage").await;
 
     proxy.refuse_new(true);
     proxy.reset_all();
@@ -345,7 +313,8 @@ async fn a_waiter_rides_out_an_outage_longer_than_the_retry_window() {
 async fn a_waiter_rides_out_a_server_restart_longer_than_the_retry_window() {
     let mut fx = Fixture::start();
     let url = fx.server.url();
-    let (guard, waiter) = waiting_behind_a_long_hold(&fx, url, "restarted").await;
+    let waiter_client = short_window(url).await;
+    let (guard, waiter) = waiting_behind_a_long_hold(&fx, &waiter_client, "restarted").await;
     let lost_token = guard.token();
 
     fx.server.kill();
