@@ -51,14 +51,15 @@
 -- sem_acquire.lua's (sem_grant of lib/sem_take.lua); the loader prepends lib/clock.lua,
 -- lib/sem_holds.lua, lib/next_token.lua and both to this file.
 -- The grant's reply {2, token, limit, free} from the candidate's hold as the semaphore has it
--- now; nil when the candidate holds nothing.
+-- now (free 0 when an operator lowered the limit below the permits held since); nil when the
+-- candidate holds nothing.
 local function granted(sem)
   local value = redis.call('HGET', KEYS[1], ARGV[5])
   if not value then
     return nil
   end
   local _, token_text = sem_hold_parse(value)
-  return {2, tonumber(token_text), sem.limit, sem.limit - sem_used(KEYS[1])}
+  return {2, tonumber(token_text), sem.limit, math.max(sem.limit - sem_used(KEYS[1]), 0)}
 end
 
 return sem_release_hold(KEYS, ARGV, nil, function(sem, clock, now)

@@ -99,9 +99,7 @@ fn handoff_reply(script: &str, reply: &[i64]) -> Result<HandoffReply, Error> {
             token: token_from(*token)?,
             room: Some(Room {
                 limit: permits(*limit)?,
-                // Below zero when an operator lowered the limit under the permits held since
-                // the grant (a replay): no room.
-                free: permits((*free).max(0))?,
+                free: permits(*free)?,
             }),
         }),
         [-1] => Ok(HandoffReply::NotHeld),
