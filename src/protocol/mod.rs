@@ -5,7 +5,11 @@
 //! `guard`), the way `lock_api` separates a raw mutex from its guards.
 
 pub(crate) mod batch;
+// The negative controls are test scaffolding: they live with the tests and are compiled into
+// the crate only for the project's own builds (`.cargo/config.toml` sets the cfg; a dependent
+// never does, and the published package does not ship the file).
 #[cfg(fencelock_negative_controls)]
+#[path = "../../tests/support/negative_controls.rs"]
 pub(crate) mod controls;
 mod election;
 mod force;

@@ -1,9 +1,13 @@
 //! Negative controls: deliberately broken variants of the protocol, for proving that the
 //! property tests can fail.
 //!
-//! **Test builds only.** This module exists only when the crate is compiled with
-//! `--cfg fencelock_negative_controls` (the workspace's `.cargo/config.toml` sets it for the
-//! project's own builds; a dependent crate never gets it, and no cargo feature turns it on).
+//! **Test builds only.** This file is the library's module `protocol::controls`, compiled into
+//! the crate (from `src/protocol/mod.rs`) only when it is built with
+//! `--cfg fencelock_negative_controls`: the workspace's `.cargo/config.toml` sets it for the
+//! project's own builds; a dependent crate never gets it, no cargo feature turns it on, and
+//! the published package does not ship this file. It lives with the tests because it is test
+//! scaffolding, not part of the protocol a reader of `src/` has to hold.
+//!
 //! Even then nothing changes unless a client is built with
 //! [`LockClientBuilder::negative_control`](crate::LockClientBuilder::negative_control): the
 //! broken variant is chosen per client, at run time, so tests of one binary running in
