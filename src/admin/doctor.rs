@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
 
-use super::{format_duration, Admin};
+use super::{format_duration, Admin, HoldKind};
 use crate::base::error::ErrorClass;
 use crate::protocol::server::{EvictionRisk, ServerFlavour, ServerInfo};
 use crate::Error;
@@ -406,21 +406,19 @@ impl Admin {
             let by = held_by(id, client, lock.label.as_deref());
             note(lock.held_for, format!("lock {} {by}", lock.display_name()));
         }
-        let semaphores = self.semaphores().await?.into_iter();
-        let semaphores = semaphores.map(|s| ("semaphore", s.display_name(), s.holds));
-        let rwlocks = self.rwlocks().await?.into_iter().map(|rw| {
-            let name = rw.display_name();
-            (
-                "read-write lock",
-                name,
-                rw.writer.into_iter().chain(rw.readers).collect(),
-            )
-        });
-        for (kind, name, holds) in semaphores.chain(rwlocks) {
-            for hold in holds {
-                let (client, label) = (hold.client_name.as_deref(), hold.label.as_deref());
-                let by = held_by(&hold.holder, client, label);
-                note(hold.held_for, format!("{kind} {name} {by}"));
+        // A read-write lock's writer and readers are the holds of its hash, as a semaphore's.
+        let kinds = [
+            (HoldKind::Semaphore, "semaphore"),
+            (HoldKind::RwLock, "read-write lock"),
+        ];
+        for (kind, word) in kinds {
+            for (read, _) in self.all_holds(kind).await? {
+                let name = read.display_name();
+                for hold in read.holds {
+                    let (client, label) = (hold.client_name.as_deref(), hold.label.as_deref());
+                    let by = held_by(&hold.holder, client, label);
+                    note(hold.held_for, format!("{word} {name} {by}"));
+                }
             }
         }
         long.sort_by_key(|(held, _)| std::cmp::Reverse(*held));

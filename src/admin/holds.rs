@@ -194,7 +194,7 @@ fn scored(key: &[u8]) -> redis::Cmd {
 
 /// The read of a hold hash, as a semaphore's, and the live waiting writers of a read-write
 /// lock (none for a semaphore).
-type HoldsRead = (SemaphoreInfo, Vec<String>);
+pub(super) type HoldsRead = (SemaphoreInfo, Vec<String>);
 
 /// A read-write lock from the read of its hold hash, which is laid out as a semaphore's
 /// (DESIGN section 21), and its live waiting writers.
@@ -341,7 +341,7 @@ impl Admin {
     }
 
     /// Every semaphore or every read-write lock in use under the prefix, sorted by name.
-    async fn all_holds(&self, kind: HoldKind) -> Result<Vec<HoldsRead>, Error> {
+    pub(super) async fn all_holds(&self, kind: HoldKind) -> Result<Vec<HoldsRead>, Error> {
         self.rows(kind.layout().0, b"", async |name, _| {
             self.holds(kind, &name).await
         })
