@@ -208,27 +208,23 @@ impl Admin {
                 reason: url_problem(url),
             })?;
         // RESP3 so that a watch can take release messages on the connection it polls with.
-        let with = |protocol| {
+        let open = async |protocol| {
             let settings = info.redis_settings().clone().set_protocol(protocol);
-            redis::Client::open(info.clone().set_redis_settings(settings))
+            // Cannot fail: the connection info is parsed already.
+            let client = redis::Client::open(info.clone().set_redis_settings(settings))?;
+            let config = connection_config();
+            let conn = client.get_multiplexed_async_connection_with_config(&config);
+            Ok::<_, redis::RedisError>((conn.await?, client))
         };
         let connecting = |err: redis::RedisError| Error::connecting(info.addr(), err);
-        let client = with(ProtocolVersion::RESP3)?;
-        let (client, conn, resp3) = match client
-            .get_multiplexed_async_connection_with_config(&connection_config())
-            .await
-        {
-            Ok(conn) => (client, conn, true),
+        let ((conn, client), resp3) = match open(ProtocolVersion::RESP3).await {
+            Ok(opened) => (opened, true),
             // A server without HELLO (Redis < 6, or the command renamed away) cannot serve
             // LockClient, but the doctor should still get in and say so.
-            Err(err) if refuses_hello(&err) => {
-                let client = with(ProtocolVersion::RESP2)?;
-                let conn = client
-                    .get_multiplexed_async_connection_with_config(&connection_config())
-                    .await
-                    .map_err(connecting)?;
-                (client, conn, false)
-            }
+            Err(err) if refuses_hello(&err) => (
+                open(ProtocolVersion::RESP2).await.map_err(connecting)?,
+                false,
+            ),
             Err(err) => return Err(connecting(err)),
         };
         let pubsub = pubsub_of(&mut conn.clone()).await;
