@@ -56,11 +56,7 @@ impl JobInfo {
     /// an error and the tick waits for a retry) or `abandoned` (its runner lost its hold before
     /// finishing).
     pub fn state(&self) -> &'static str {
-        run_state(
-            self.last.finished().is_some(),
-            self.last.failed().is_some(),
-            self.runner_holds,
-        )
+        run_state(self.last.finished(), self.last.failed(), self.runner_holds)
     }
 }
 

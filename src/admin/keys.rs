@@ -51,22 +51,16 @@ pub struct KeyInfo {
 impl KeyInfo {
     /// `namespace:key` for display: UTF-8 as is, other bytes escaped.
     pub fn display_key(&self) -> String {
-        format!(
-            "{}:{}",
-            display_bytes(&self.namespace),
-            display_bytes(&self.key)
-        )
+        let (namespace, key) = (display_bytes(&self.namespace), display_bytes(&self.key));
+        format!("{namespace}:{key}")
     }
 
     /// The key's state in one word: `running`, `done` (its result is stored), `failed` (its
     /// run failed and the key waits for a retry) or `abandoned` (its runner lost its hold
     /// before finishing; the next run decides by its policy).
     pub fn state(&self) -> &'static str {
-        run_state(
-            self.record.finished().is_some(),
-            self.record.failed().is_some(),
-            self.runner_holds,
-        )
+        let record = &self.record;
+        run_state(record.finished(), record.failed(), self.runner_holds)
     }
 
     /// The runner and the place of its client's name, for [`Admin::name_rows`].

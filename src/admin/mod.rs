@@ -438,8 +438,12 @@ pub(super) fn glob_escape(raw: &[u8]) -> Vec<u8> {
 /// The state of a job's tick or an idempotency key's run in one word, from its record and
 /// whether its runner holds it now: `done`, `failed` (waits for a retry), `running` or
 /// `abandoned` (its runner lost its hold before finishing).
-pub(super) fn run_state(finished: bool, failed: bool, runner_holds: bool) -> &'static str {
-    match (finished, failed, runner_holds) {
+pub(super) fn run_state(
+    finished: Option<SystemTime>,
+    failed: Option<SystemTime>,
+    runner_holds: bool,
+) -> &'static str {
+    match (finished.is_some(), failed.is_some(), runner_holds) {
         (true, _, _) => "done",
         (false, true, _) => "failed",
         (false, false, true) => "running",
