@@ -91,7 +91,7 @@ impl Status {
     }
 
     /// This verdict when `bad`, else OK.
-    fn when(self, bad: bool) -> Status {
+    pub(super) fn when(self, bad: bool) -> Status {
         if bad {
             self
         } else {

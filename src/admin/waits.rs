@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::doctor::{ok, Check, Status};
+use super::doctor::{Check, Status};
 use super::{display_bytes, format_duration, item, Admin};
 use crate::protocol::keys::{after_tag, waiter_of, WAIT_MARKER};
 use crate::Error;
@@ -241,9 +241,8 @@ impl Admin {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn waits(&self) -> Result<Vec<WaitInfo>, Error> {
-        let keys = self.scan(WAIT_MARKER, Some("hash"), usize::MAX).await?;
         let mut waits = Vec::new();
-        for key in keys {
+        for key in self.scan(WAIT_MARKER, Some("hash"), usize::MAX).await? {
             let Some(waiter) = waiter_of(&key).map(|w| String::from_utf8_lossy(w).into_owned())
             else {
                 continue;
@@ -303,18 +302,14 @@ impl Admin {
         &self,
         min_wait: Duration,
     ) -> Result<Vec<PossibleDeadlock>, Error> {
-        let waits: Vec<WaitInfo> = self
-            .waits()
-            .await?
-            .into_iter()
-            .filter(|wait| wait.waited_for >= min_wait)
-            .collect();
-        Ok(cycles(&waits)
-            .into_iter()
-            .map(|cycle| PossibleDeadlock {
-                waits: cycle.into_iter().map(|i| waits[i].clone()).collect(),
-            })
-            .collect())
+        let mut waits = self.waits().await?;
+        waits.retain(|wait| wait.waited_for >= min_wait);
+        let mut found = Vec::new();
+        for cycle in cycles(&waits) {
+            let waits = cycle.into_iter().map(|i| waits[i].clone()).collect();
+            found.push(PossibleDeadlock { waits });
+        }
+        Ok(found)
     }
 
     /// The doctor's `deadlock` check: FAIL naming every [possible
@@ -328,16 +323,18 @@ impl Admin {
     /// Cancel safe: reads only.
     pub async fn check_deadlocks(&self, min_wait: Duration) -> Result<Check, Error> {
         let found = self.possible_deadlocks(min_wait).await?;
-        if found.is_empty() {
-            let min_wait = format_duration(min_wait);
-            let finding = format!("no wait-for cycle of waits older than {min_wait}");
-            return Ok(Check::new("deadlock", ok(finding)));
-        }
         let shown: Vec<String> = found.iter().map(ToString::to_string).collect();
+        let finding = match shown.len() {
+            0 => format!(
+                "no wait-for cycle of waits older than {}",
+                format_duration(min_wait)
+            ),
+            _ => shown.join(" | "),
+        };
         Ok(Check::new(
             "deadlock",
-            Status::Fail.found(
-                shown.join(" | "),
+            Status::Fail.when(!shown.is_empty()).found(
+                finding,
                 "tasks that nest locks must take them in one order (a multi-lock takes a set in \
                  the global order); end one of the waiting tasks (its client's process) or evict \
                  one of the holds with fencelock release NAME --force",
