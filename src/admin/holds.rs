@@ -47,10 +47,11 @@ impl fmt::Display for HoldEntry {
 }
 
 impl HoldEntry {
-    /// A read-write lock's hold for its line: the holder and the rest, no permits (a reader
-    /// holds 1 and a writer a billion only by the layout, which an operator need not know).
-    fn share(&self) -> String {
-        let mut line = self.holder.clone();
+    /// A read-write lock's hold for its line: its `role`, the holder and the rest, no permits (a
+    /// reader holds 1 and a writer a billion only by the layout, which an operator need not
+    /// know).
+    fn share(&self, role: &str) -> String {
+        let mut line = format!("{role} {}", self.holder);
         // Writing to a String cannot fail.
         let _ = self.details(&mut line);
         line
@@ -127,10 +128,8 @@ impl fmt::Display for RwLockInfo {
         let (name, readers) = (self.display_name(), self.readers.len());
         let waiting = self.waiting_writers.len();
         let head = format!("{name}  {readers} readers  writer {writer}  {waiting} waiting writers");
-        let writer = self.writer.iter();
-        let writer = writer.map(|writer| format!("writer {}", writer.share()));
-        let readers = self.readers.iter();
-        let readers = readers.map(|reader| format!("reader {}", reader.share()));
+        let writer = self.writer.iter().map(|writer| writer.share("writer"));
+        let readers = self.readers.iter().map(|reader| reader.share("reader"));
         let waiting = self.waiting_writers.iter();
         let waiting = waiting.map(|waiting| format!("waiting writer {waiting}"));
         listing(f, head, self.expiry, writer.chain(readers).chain(waiting))
