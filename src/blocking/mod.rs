@@ -162,29 +162,23 @@ macro_rules! blocking {
     };
     (@blocks [block $($wrap:ident)?]) => { "; blocks the thread until it returns." };
     (@blocks [$($wrap:ident)?]) => { "." };
+    (@body [lost] $fname:ident (&$s:ident, $timeout:ident: $ty:ty)) => {
+        $s.runtime.block_on_timeout($timeout, $s.inner.lost()).is_some()
+    };
     (@body $how:tt $fname:ident (&mut $s:ident $(, $arg:ident: $ty:ty)* $(,)?)) => {
-        blocking!(@call $how $s.$fname($($arg),*))
+        blocking!(@call $how $s, $s.inner.$fname($($arg),*))
     };
     (@body $how:tt $fname:ident ($(&)? $s:ident $(, $arg:ident: $ty:ty)* $(,)?)) => {
-        blocking!(@call $how $s.$fname($($arg),*))
+        blocking!(@call $how $s, $s.inner.$fname($($arg),*))
     };
-    (@call [] $s:ident.$fname:ident($($arg:ident),*)) => {
-        $s.inner.$fname($($arg),*)
+    (@call [] $s:ident, $call:expr) => {
+        $call
     };
-    (@call [wrap] $s:ident.$fname:ident($($arg:ident),*)) => {
-        crate::blocking::FromAsync::from_async($s.inner.$fname($($arg),*), &$s.runtime)
+    (@call [wrap] $s:ident, $call:expr) => {
+        crate::blocking::FromAsync::from_async($call, &$s.runtime)
     };
-    (@call [block] $s:ident.$fname:ident($($arg:ident),*)) => {
-        $s.runtime.block_on($s.inner.$fname($($arg),*))
-    };
-    (@call [block wrap] $s:ident.$fname:ident($($arg:ident),*)) => {
-        crate::blocking::FromAsync::from_async(
-            $s.runtime.block_on($s.inner.$fname($($arg),*)),
-            &$s.runtime,
-        )
-    };
-    (@call [lost] $s:ident.$fname:ident($timeout:ident)) => {
-        $s.runtime.block_on_timeout($timeout, $s.inner.lost()).is_some()
+    (@call [block $($wrap:ident)?] $s:ident, $call:expr) => {
+        blocking!(@call [$($wrap)?] $s, $s.runtime.block_on($call))
     };
 }
 
