@@ -104,18 +104,14 @@ impl LockClient {
         options: IdempotencyOptions,
     ) -> Result<Idempotency, Error> {
         let namespace = namespace.as_ref();
-        let invalid = |reason: String| Err(Error::InvalidIdempotency { reason });
-        if namespace.is_empty() || namespace.len() > MAX_NAMESPACE_LEN {
-            return invalid(format!(
-                "a namespace has 1 to {MAX_NAMESPACE_LEN} bytes, this one {}",
-                namespace.len()
-            ));
-        }
+        check_len("namespace", namespace, MAX_NAMESPACE_LEN)?;
         if namespace.contains(&b':') {
-            return invalid(format!(
-                "the namespace {} contains ':', which separates it from the key",
-                String::from_utf8_lossy(namespace)
-            ));
+            return Err(Error::InvalidIdempotency {
+                reason: format!(
+                    "the namespace {} contains ':', which separates it from the key",
+                    String::from_utf8_lossy(namespace)
+                ),
+            });
         }
         options.validate()?;
         Ok(Idempotency {
@@ -337,14 +333,7 @@ impl Idempotency {
         fingerprint: &[u8],
     ) -> Result<Begun<ActiveKeyRun, Processed<E>>, Error> {
         let lock = self.lock_for(key)?;
-        if fingerprint.is_empty() || fingerprint.len() > MAX_FINGERPRINT_LEN {
-            return Err(Error::InvalidIdempotency {
-                reason: format!(
-                    "a fingerprint has 1 to {MAX_FINGERPRINT_LEN} bytes, this one {}",
-                    fingerprint.len()
-                ),
-            });
-        }
+        check_len("fingerprint", fingerprint, MAX_FINGERPRINT_LEN)?;
         let mut tries = 0;
         let guard = loop {
             tries += 1;
@@ -475,6 +464,16 @@ impl Idempotency {
         }
         err
     }
+}
+
+/// [`Error::InvalidIdempotency`] unless `value`, the `what` of a call, has 1 to `max` bytes.
+fn check_len(what: &str, value: &[u8], max: usize) -> Result<(), Error> {
+    if value.is_empty() || value.len() > max {
+        return Err(Error::InvalidIdempotency {
+            reason: format!("a {what} has 1 to {max} bytes, this one {}", value.len()),
+        });
+    }
+    Ok(())
 }
 
 impl ActiveKeyRun {
