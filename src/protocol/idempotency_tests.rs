@@ -15,7 +15,7 @@ async fn begin(
     conn: &mut Conn,
     keys: &LockKeys,
     runner: (&str, FencingToken),
-    on_death: RunnerDeathArg,
+    on_death: bool,
 ) -> BeginReply<KeyResult> {
     try_begin(conn, keys, runner, FINGERPRINT, on_death)
         .await
@@ -39,12 +39,7 @@ async fn store(
 
 /// `holder` wins the key's lock and begins its run, `on_death` saying what a dead runner's
 /// run becomes; its token.
-async fn begun(
-    conn: &mut Conn,
-    keys: &LockKeys,
-    holder: &str,
-    on_death: RunnerDeathArg,
-) -> FencingToken {
+async fn begun(conn: &mut Conn, keys: &LockKeys, holder: &str, on_death: bool) -> FencingToken {
     let token = won(conn, keys, holder).await;
     begin(conn, keys, (holder, token), on_death).await;
     token

@@ -20,7 +20,7 @@ async fn try_begin_tick(
     keys: &LockKeys,
     (holder, token): (&str, FencingToken),
     tick_ms: u64,
-    on_death: RunnerDeathArg,
+    on_death: bool,
 ) -> Result<BeginReply<Tick>, Error> {
     let own = (tick_ms, millis(PERIOD));
     try_begin(conn, keys, (holder, token), own, on_death).await
@@ -32,7 +32,7 @@ async fn begin(
     holder: &str,
     token: FencingToken,
     tick_ms: u64,
-    on_death: RunnerDeathArg,
+    on_death: bool,
 ) -> BeginReply<Tick> {
     try_begin_tick(conn, keys, (holder, token), tick_ms, on_death)
         .await

@@ -55,7 +55,6 @@ pub(crate) use resource::{
 };
 pub(crate) use run_record::{
     run_begin, run_finish, BeginReply, FinishReply, Record, RunArgs, RunEnd, RunKind,
-    RunnerDeathArg,
 };
 use scripts::Scripts;
 pub(crate) use waits::{forget_wait, record_wait, WaitArgs};

@@ -73,13 +73,6 @@ impl<K: RunKind> Record<K> {
     }
 }
 
-/// What a runner whose hold ended before it finished leaves to the next begin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RunnerDeathArg {
-    RunAgain,
-    GiveUp,
-}
-
 /// Who runs, with which token, and how long the record is kept after the write: the arguments
 /// every begin and finish takes.
 #[derive(Debug, Clone, Copy)]
@@ -113,13 +106,14 @@ pub(crate) enum BeginReply<K> {
 
 /// Records that `args.holder` (holding the lock of `keys` with `args.token`) runs, unless the
 /// record says why not: `K`'s begin script, with `own` its own arguments (a job's tick and
-/// period, a key's fingerprint).
+/// period, a key's fingerprint), and `give_up` the runner-death policy: whether a run whose
+/// runner's hold ended before it finished is given up (else run again by this begin).
 pub(crate) async fn run_begin<K: RunKind, C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
     args: RunArgs<'_>,
     own: impl ToRedisArgs,
-    on_death: RunnerDeathArg,
+    give_up: bool,
 ) -> Result<BeginReply<K>, Error> {
     use redis::Value::Int;
     let [begin, ..] = K::scripts(scripts());
@@ -130,10 +124,7 @@ pub(crate) async fn run_begin<K: RunKind, C: ConnectionLike>(
         .arg(args.token.get())
         .arg(own)
         .arg(millis(args.retention))
-        .arg(match on_death {
-            RunnerDeathArg::RunAgain => "run-again",
-            RunnerDeathArg::GiveUp => "give-up",
-        });
+        .arg(if give_up { "give-up" } else { "run-again" });
     let reply: Vec<Value> = invoke_as(conn, &call).await?;
     let record = |fields| Record::decode(script, fields);
     Ok(match &reply[..] {

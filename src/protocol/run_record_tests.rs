@@ -11,9 +11,9 @@ use super::*;
 
 /// How long the tests' records are kept after each write.
 pub(super) const RETENTION: Duration = Duration::from_secs(60);
-/// The death policies as a begin takes them.
-pub(super) const GIVE_UP: RunnerDeathArg = RunnerDeathArg::GiveUp;
-pub(super) const RUN_AGAIN: RunnerDeathArg = RunnerDeathArg::RunAgain;
+/// The death policies as a begin takes them (`give_up`).
+pub(super) const GIVE_UP: bool = true;
+pub(super) const RUN_AGAIN: bool = false;
 
 /// Takes the free lock of `keys` for `holder`.
 pub(super) async fn won(conn: &mut Conn, keys: &LockKeys, holder: &str) -> FencingToken {
@@ -34,7 +34,7 @@ pub(super) async fn try_begin<K: RunKind>(
     keys: &LockKeys,
     (holder, token): (&str, FencingToken),
     own: impl ToRedisArgs,
-    on_death: RunnerDeathArg,
+    on_death: bool,
 ) -> Result<BeginReply<K>, Error> {
     let args = RunArgs {
         holder,

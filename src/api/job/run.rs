@@ -16,9 +16,7 @@ use crate::base::error::{Error, Superseded};
 use crate::base::metrics;
 use crate::base::token::FencingToken;
 use crate::engine::holder::Holder;
-use crate::protocol::{
-    self, BeginReply, FinishReply, Record, RunArgs, RunEnd, RunKind, RunnerDeathArg,
-};
+use crate::protocol::{self, BeginReply, FinishReply, Record, RunArgs, RunEnd, RunKind};
 
 /// The longest span a job or key accepts (a period, a retention): ten years. Longer is a unit
 /// mistake.
@@ -106,15 +104,12 @@ pub(crate) async fn begin<K: RunKind>(
         token: holder.token,
         retention,
     };
-    let on_death = match on_death {
-        OnRunnerDeath::GiveUp => RunnerDeathArg::GiveUp,
-        OnRunnerDeath::RunAgain => RunnerDeathArg::RunAgain,
-    };
+    let give_up = on_death == OnRunnerDeath::GiveUp;
     let keys = &*holder.keys;
     let reply = holder
         .engine
         .retrying(|mut conn| async move {
-            protocol::run_begin(&mut conn, keys, args, own, on_death).await
+            protocol::run_begin(&mut conn, keys, args, own, give_up).await
         })
         .await
         .map_err(|err| err.named(&holder.name));
