@@ -362,7 +362,7 @@ impl Idempotency {
             }
         };
         let options = &self.options;
-        let began = run::begin::<KeyResult>(
+        let began = run::begin::<KeyResult, _>(
             guard,
             fingerprint,
             options.retention,
@@ -381,8 +381,8 @@ impl Idempotency {
                     fingerprint: fingerprint.to_vec(),
                 }));
             }
-            Ok(Began::Done(record)) => Ok(Processed::Completed(record.into())),
-            Ok(Began::Abandoned(record)) => Ok(Processed::Abandoned(record.into())),
+            Ok(Began::Done(record)) => Ok(Processed::Completed(record)),
+            Ok(Began::Abandoned(record)) => Ok(Processed::Abandoned(record)),
             Ok(Began::Refused(_)) => Err(self.reused(key)),
             Err(err) => Err(err),
         };

@@ -364,7 +364,7 @@ impl Job {
         let options = &self.options;
         // The tick's own arguments: the tick, and the period that says which views are one.
         let own = (tick_ms, millis(options.period));
-        let began = run::begin(guard, own, options.retention(), options.on_runner_death);
+        let began = run::begin::<Tick, _>(guard, own, options.retention(), options.on_runner_death);
         let skip = match began.await {
             Ok(Began::Run(run)) => {
                 let view = JobRun {
@@ -379,15 +379,9 @@ impl Job {
                     started_at,
                 }));
             }
-            Ok(Began::Done(record)) => Ok(JobOutcome::SkippedDone {
-                record: record.into(),
-            }),
-            Ok(Began::Abandoned(record)) => Ok(JobOutcome::SkippedAbandoned {
-                record: record.into(),
-            }),
-            Ok(Began::Refused(record)) => Ok(JobOutcome::SkippedLate {
-                record: record.into(),
-            }),
+            Ok(Began::Done(record)) => Ok(JobOutcome::SkippedDone { record }),
+            Ok(Began::Abandoned(record)) => Ok(JobOutcome::SkippedAbandoned { record }),
+            Ok(Began::Refused(record)) => Ok(JobOutcome::SkippedLate { record }),
             Err(err) => Err(err),
         };
         self.report_skip(tick_ms, skip)

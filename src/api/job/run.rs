@@ -70,16 +70,17 @@ pub(crate) enum Begun<R, A> {
     Answered(A),
 }
 
-/// What a begin found: a run to do, or the record that answers instead.
-pub(crate) enum Began<K> {
+/// What a begin found: a run to do, or the record that answers instead, as the kind's public
+/// record (`R`: [`TickRecord`](crate::TickRecord), [`RunRecord`](crate::RunRecord)).
+pub(crate) enum Began<R> {
     Run(Started),
     /// The run is done (a job's tick, a key's result stored).
-    Done(Record<K>),
+    Done(R),
     /// Its runner lost its hold before finishing, and the policy gives the run up.
-    Abandoned(Record<K>),
+    Abandoned(R),
     /// The kind's own refusal: a newer tick has begun, or the key was used with another
     /// fingerprint.
-    Refused(Record<K>),
+    Refused(R),
 }
 
 /// The error of a run of `name` (a job, an idempotency key) with token `presented` whose
@@ -90,14 +91,15 @@ fn taken_over(name: &[u8], presented: FencingToken, latest: FencingToken) -> Err
 
 /// Records the run of `guard`'s holder in the record next to its lock, or finds why not
 /// (`K`'s begin script, with `own` the kind's arguments). Anything but a run to do lets go of
-/// the guard at once: a record that answers, [`Error::NotHeld`] when the guard's hold is gone
-/// (deleted by an operator), [`Error::StaleToken`] when the record carries a newer token.
-pub(crate) async fn begin<K: RunKind>(
+/// the guard at once: a record that answers (as `R`), [`Error::NotHeld`] when the guard's hold
+/// is gone (deleted by an operator), [`Error::StaleToken`] when the record carries a newer
+/// token.
+pub(crate) async fn begin<K: RunKind, R: From<Record<K>>>(
     guard: LockGuard,
     own: impl ToRedisArgs + Copy,
     retention: Duration,
     on_death: OnRunnerDeath,
-) -> Result<Began<K>, Error> {
+) -> Result<Began<R>, Error> {
     let holder = guard.holder().clone();
     let args = RunArgs {
         holder: &holder.id,
@@ -126,9 +128,9 @@ pub(crate) async fn begin<K: RunKind>(
                 retention,
             }));
         }
-        Ok(BeginReply::Done(record)) => Ok(Began::Done(record)),
-        Ok(BeginReply::Abandoned(record)) => Ok(Began::Abandoned(record)),
-        Ok(BeginReply::Refused(record)) => Ok(Began::Refused(record)),
+        Ok(BeginReply::Done(record)) => Ok(Began::Done(record.into())),
+        Ok(BeginReply::Abandoned(record)) => Ok(Began::Abandoned(record.into())),
+        Ok(BeginReply::Refused(record)) => Ok(Began::Refused(record.into())),
         Ok(BeginReply::NotHeld) => Err(Error::not_held(guard.lock_name())),
         Ok(BeginReply::Newer(record)) => {
             Err(taken_over(guard.lock_name(), holder.token, record.token))
