@@ -1328,11 +1328,24 @@ mod tests {
         assert!(!matches!(stream.read(&mut buf), Ok(n) if n > 0));
     }
 
+    /// An async connection through `proxy` that waits as long as the blocking ones: redis-rs'
+    /// default response timeout (500 ms) is less than a delayed round trip can take on a
+    /// loaded machine.
+    async fn connect_async(proxy: &FaultProxy) -> redis::aio::MultiplexedConnection {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT));
+        let client = redis::Client::open(proxy.url()).unwrap();
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn proxy_works_inside_a_current_thread_runtime() {
         let (server, proxy) = setup();
-        let client = redis::Client::open(proxy.url()).unwrap();
-        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let mut con = connect_async(&proxy).await;
         let () = redis::cmd("SET")
             .arg("k")
             .arg("v")
@@ -1356,8 +1369,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn proxy_works_inside_a_multi_thread_runtime() {
         let (_server, proxy) = setup();
-        let client = redis::Client::open(proxy.url()).unwrap();
-        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let mut con = connect_async(&proxy).await;
         let pong: String = redis::cmd("PING").query_async(&mut con).await.unwrap();
         assert_eq!(pong, "PONG");
         drop(proxy);
