@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 
 use super::client::LockClient;
 use super::guard::LockGuard;
-use super::handle::Handle;
+use super::handle::{until, Handle};
 use super::lock::Lock;
 use crate::base::error::Error;
 use crate::base::metrics;
 use crate::base::token::FencingToken;
-use crate::engine::acquisition::timed_out;
 use crate::engine::holder::Holder;
 use crate::engine::wait::ObserveEntry;
 use crate::engine::Engine;
@@ -268,19 +267,13 @@ impl Election {
     ) -> Result<LeaderGuard, Error> {
         validate_metadata(metadata)?;
         let started = Instant::now();
-        let campaign = async {
+        let campaign = || async {
             let guard = self.lock.acquire_timeout(timeout).await?;
             self.announce(guard, metadata).await
         };
         // A timeout past what `Instant` can hold (`Duration::MAX`: "wait forever") is none.
-        let Some(deadline) = started.checked_add(timeout) else {
-            return campaign.await;
-        };
-        timed_out(
-            tokio::time::timeout_at(deadline.into(), campaign).await,
-            self.name(),
-            started,
-        )
+        let deadline = started.checked_add(timeout);
+        until(deadline, self.name(), started, campaign).await
     }
 
     /// Records the metadata of the candidate that just won the lock (`announce.lua`), which

@@ -4,10 +4,11 @@
 //! (name, keys, [`Options`]) and what it asks for ([`Ask`]), and every hold is won as a
 //! [`SemaphorePermit`] (a lock's and a read-write lock's as one permit of one). One
 //! [`Request`] is every acquisition's attempts on the acquire loop (`engine::acquisition`),
-//! and one entry point ([`Handle::try_acquire`], [`Handle::acquire`]) runs and reports every
-//! acquire call. The handles keep their public methods and what their kind alone does: a
-//! lock's attempt (`lock.rs`: group commit, fair handoff, replica acknowledgement) and what
-//! their guards add.
+//! each settled by one round trip whatever the kind (and a multi-lock's members are lock
+//! requests), and one entry point ([`Handle::try_acquire`], [`Handle::acquire`]) runs and
+//! reports every acquire call. The handles keep their public methods and what their kind
+//! alone does: a lock's script call (`lock.rs`: fair handoff, replica acknowledgement) and
+//! what their guards add.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -28,7 +29,7 @@ use crate::base::error::{display_bytes, Error};
 use crate::base::metrics;
 use crate::base::replica_ack::{Acks, OnShortfall, ReplicaAck};
 use crate::base::token::FencingToken;
-use crate::engine::acquisition::{acquire_loop, Attempt, Attempts, Waiting};
+use crate::engine::acquisition::{acquire_loop, timed_out, Attempt, Attempts, Waiting};
 use crate::engine::handoff::{self, Grant, HandoffTerms};
 use crate::engine::hold::{HoldKind, PLAIN_LOCK, RW_LOCK, SEMAPHORE};
 use crate::engine::holder::Holder;
@@ -176,58 +177,6 @@ impl Handle {
     pub(crate) fn pending(&self, kind: &'static HoldKind, holder: &str) -> PendingOp {
         let (engine, keys) = (self.engine(), &self.keys);
         PendingOp::of_kind(kind, engine, keys, holder, holder, CancelKind::Acquire)
-    }
-
-    /// The guard of `holder`'s hold of `kind` with `token`, whose lease started no earlier
-    /// than `sent_at`, or (`lease_left`: a replay, whose hold began before that send) has that
-    /// much left at `sent_at` at most; watched (renewed) when the handle has no lease of its
-    /// own.
-    pub(crate) fn guard(
-        &self,
-        kind: &'static HoldKind,
-        holder: &str,
-        token: FencingToken,
-        (sent_at, lease_left): (Instant, Option<Duration>),
-        acks: Option<Acks>,
-    ) -> LockGuard {
-        let lease = lease_left.map_or(self.lease(), |left| left.min(self.lease()));
-        let holder = Holder::of_kind(
-            kind,
-            self.engine().clone(),
-            self.keys.clone(),
-            self.name.clone(),
-            holder.to_owned(),
-            token,
-            sent_at,
-            lease,
-            self.options.lease.is_none(),
-            acks,
-            self.options.label.clone(),
-        );
-        // The guard first: the watchdog drops from its list every holder no guard holds, so a
-        // holder listed before its guard exists could be dropped by a renewal pass on another
-        // thread in between, and its lease would never be renewed.
-        let guard = LockGuard::new(holder.clone());
-        self.engine().watchdog.watch(&holder);
-        guard
-    }
-
-    /// Undoes a plain lock's acquisition by `holder` (one whose replicas fell short):
-    /// `cancel.lua` for the acquire op, which frees the lock and wakes waiters.
-    pub(crate) async fn roll_back(&self, holder: &str) -> Result<(), Error> {
-        let (keys, ttl) = (&self.keys, self.engine().config.op_record_ttl);
-        let reply = self
-            .engine()
-            .retrying(|conn| {
-                PLAIN_LOCK.cancel(conn, keys, holder, holder, CancelKind::Acquire, ttl)
-            })
-            .await?;
-        tracing::debug!(
-            ?reply,
-            holder,
-            "rolled back an acquisition replicas did not confirm"
-        );
-        Ok(())
     }
 
     /// Takes what `ask` asks for if it is free, and returns at once either way; reported as
@@ -480,7 +429,7 @@ pub(crate) struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    fn new(handle: &'a Handle, ask: Ask) -> Request<'a> {
+    pub(super) fn new(handle: &'a Handle, ask: Ask) -> Request<'a> {
         let holder = handle.engine().next_id();
         let pending = handle.pending(ask.kind(), &holder);
         Request {
@@ -492,31 +441,100 @@ impl<'a> Request<'a> {
     }
 
     /// One acquire round trip (re-sent while its outcome is unknown and `window` is open),
-    /// with the pending operation armed while the outcome is unknown. `wait`: the attempt of
-    /// a caller that will wait.
+    /// with the pending operation armed while the outcome is unknown. `wait`: the attempt of a
+    /// caller that will wait, which leaves a mark in Redis while busy for a hold (a
+    /// fair-handoff client's semaphore queue entry; a writer's waiting mark, which stops new
+    /// readers); that mark stays until the waiter wins or gives up, so the pending op stays
+    /// armed after such a busy reply, and dropping it takes the mark back.
     async fn round_trip(
         &mut self,
         wait: bool,
         window: Duration,
     ) -> Result<Attempt<SemaphorePermit>, Error> {
-        match self.ask {
-            Ask::Lock => self.lock_attempt(wait, window).await,
-            Ask::Hold(hold) => self.hold_attempt(hold, wait, window).await,
+        let (handle, engine) = (self.handle, self.handle.engine());
+        let marked = wait
+            && match self.ask {
+                Ask::Lock => false,
+                Ask::Hold(Hold::Permits { .. }) => engine.config.fair_grace.is_some(),
+                Ask::Hold(Hold::Side(side)) => side == RwMode::Write,
+            };
+        if self.ask != Ask::Lock {
+            // Once per client, before anything is written (a drop here leaves nothing).
+            engine.check_permissions(PermissionScope::Holds).await?;
+        }
+        let sent_at = Instant::now();
+        self.pending.arm();
+        let (reply, acks) = match self.ask {
+            Ask::Lock => self.lock_call(wait, window).await?,
+            Ask::Hold(hold) => (self.hold_call(hold, wait, window).await?, None),
+        };
+        if let Some(shortfall) = handle.options.shortfall(&handle.name, acks) {
+            // Still armed: if this rollback fails or is cancelled, the pending op's drop
+            // undoes the acquisition in the background instead.
+            roll_back(std::slice::from_mut(self)).await?;
+            return Err(shortfall);
+        }
+        match reply {
+            SemAcquireReply::Busy { .. } if marked => self.pending.answered(),
+            SemAcquireReply::Busy { .. } => self.pending.busy(),
+            _ => self.pending.disarm(),
+        }
+        match reply {
+            SemAcquireReply::Acquired {
+                token,
+                permits,
+                limit,
+                free,
+                lease_left,
+            } => Ok(Attempt::Won {
+                held: self.won(token, (sent_at, lease_left), acks, (permits, limit)),
+                // Room is left: the next waiter of this client may get in too.
+                hand_on: free > 0,
+            }),
+            SemAcquireReply::Busy { wait, .. } => Ok(Attempt::Busy(wait)),
+            SemAcquireReply::Cancelled => Err(Error::Cancelled),
+            SemAcquireReply::OverLimit { limit } => Err(Error::InvalidPermits {
+                reason: format!(
+                    "asked for {} permits of semaphore {:?}, whose limit in force is {limit} \
+                     (recorded in Redis while it is in use)",
+                    self.ask.room().0,
+                    String::from_utf8_lossy(&handle.name)
+                ),
+            }),
         }
     }
 
     /// The permit of the hold this acquisition won with `token` (by its attempt, or from a
-    /// release's grant), whose lease started no earlier than `sent_at` (or has `lease_left`
-    /// at most, a replay's: see [`Handle::guard`]).
+    /// release's grant), whose lease started no earlier than `sent_at`, or (`lease_left`: a
+    /// replay, whose hold began before that send) has that much left at `sent_at` at most;
+    /// watched (renewed) when the handle has no lease of its own.
     pub(super) fn won(
         &self,
         token: FencingToken,
-        since: (Instant, Option<Duration>),
+        (sent_at, lease_left): (Instant, Option<Duration>),
         acks: Option<Acks>,
         (permits, limit): (u32, u32),
     ) -> SemaphorePermit {
-        let kind = self.ask.kind();
-        let guard = self.handle.guard(kind, &self.holder, token, since, acks);
+        let (handle, engine) = (self.handle, self.handle.engine());
+        let lease = lease_left.map_or(handle.lease(), |left| left.min(handle.lease()));
+        let holder = Holder::of_kind(
+            self.ask.kind(),
+            engine.clone(),
+            handle.keys.clone(),
+            handle.name.clone(),
+            self.holder.clone(),
+            token,
+            sent_at,
+            lease,
+            handle.options.lease.is_none(),
+            acks,
+            handle.options.label.clone(),
+        );
+        // The guard first: the watchdog drops from its list every holder no guard holds, so a
+        // holder listed before its guard exists could be dropped by a renewal pass on another
+        // thread in between, and its lease would never be renewed.
+        let guard = LockGuard::new(holder.clone());
+        engine.watchdog.watch(&holder);
         SemaphorePermit {
             guard,
             permits,
@@ -524,37 +542,28 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// One acquire round trip of a hold with a lease of its own. `wait`: the attempt of a
-    /// caller that will wait, which leaves a mark in Redis while busy (a fair-handoff client's
-    /// semaphore queue entry; a writer's waiting mark, which stops new readers); that mark
-    /// stays until the waiter wins or gives up, so the pending op stays armed after such a
-    /// busy reply, and dropping it takes the mark back.
-    async fn hold_attempt(
-        &mut self,
+    /// The acquire script call of a hold with a lease of its own, re-sent while its outcome
+    /// is unknown and `window` is open. `wait`: the attempt of a caller that will wait.
+    async fn hold_call(
+        &self,
         hold: Hold,
         wait: bool,
         window: Duration,
-    ) -> Result<Attempt<SemaphorePermit>, Error> {
+    ) -> Result<SemAcquireReply, Error> {
         let (handle, holder) = (self.handle, self.holder.as_str());
         let engine = handle.engine();
         let (keys, lease, label) = (&handle.keys, handle.lease(), handle.label());
-        let op_ttl = engine.config.op_record_ttl;
-        let field_expiry = engine.field_expiry;
         let fair = engine.config.fair_grace.map(|_| wait);
-        // Once per client, before anything is written (a drop here leaves nothing).
-        engine.check_permissions(PermissionScope::Holds).await?;
-        let sent_at = Instant::now();
-        self.pending.arm();
         let sends = self.pending.sends();
-        let reply = engine
+        engine
             .retrying_within(window, |mut conn| {
                 let acquire = HoldAcquire {
                     keys: Cow::Borrowed(keys),
                     holder: Cow::Borrowed(holder),
                     lease,
-                    op_ttl,
+                    op_ttl: engine.config.op_record_ttl,
                     pubsub: conn.pubsub(),
-                    field_expiry,
+                    field_expiry: engine.field_expiry,
                     label: label.map(Cow::Borrowed),
                     recorded: sends.send(&conn),
                 };
@@ -575,40 +584,7 @@ impl<'a> Request<'a> {
                     Ok(in_semaphore_words(reply, side))
                 }
             })
-            .await?;
-        let marked = wait
-            && match hold {
-                Hold::Permits { .. } => fair.is_some(),
-                Hold::Side(side) => side == RwMode::Write,
-            };
-        match reply {
-            SemAcquireReply::Busy { .. } if marked => self.pending.answered(),
-            SemAcquireReply::Busy { .. } => self.pending.busy(),
-            _ => self.pending.disarm(),
-        }
-        match reply {
-            SemAcquireReply::Acquired {
-                token,
-                permits,
-                limit,
-                free,
-                lease_left,
-            } => Ok(Attempt::Won {
-                held: self.won(token, (sent_at, lease_left), None, (permits, limit)),
-                // Room is left: the next waiter of this client may get in too.
-                hand_on: free > 0,
-            }),
-            SemAcquireReply::Busy { wait, .. } => Ok(Attempt::Busy(wait)),
-            SemAcquireReply::Cancelled => Err(Error::Cancelled),
-            SemAcquireReply::OverLimit { limit } => Err(Error::InvalidPermits {
-                reason: format!(
-                    "asked for {} permits of semaphore {:?}, whose limit in force is {limit} \
-                     (recorded in Redis while it is in use)",
-                    self.ask.room().0,
-                    String::from_utf8_lossy(&handle.name)
-                ),
-            }),
-        }
+            .await
     }
 }
 
@@ -630,6 +606,55 @@ fn in_semaphore_words(reply: RwAcquireReply, side: RwMode) -> SemAcquireReply {
             limit: 1,
         },
         RwAcquireReply::Cancelled => SemAcquireReply::Cancelled,
+    }
+}
+
+/// Undoes the plain locks' acquisitions of `requests` (one whose replicas fell short, a
+/// multi-lock's members): `cancel.lua` for each acquire op, which frees the lock and wakes
+/// waiters, then disarms their undo. An error leaves them armed: their drops finish the
+/// rollback.
+pub(super) async fn roll_back(requests: &mut [Request<'_>]) -> Result<(), Error> {
+    for request in &*requests {
+        let (engine, holder) = (request.handle.engine(), request.holder.as_str());
+        let (keys, ttl) = (&request.handle.keys, engine.config.op_record_ttl);
+        let reply = engine
+            .retrying(|conn| {
+                PLAIN_LOCK.cancel(conn, keys, holder, holder, CancelKind::Acquire, ttl)
+            })
+            .await?;
+        tracing::debug!(
+            ?reply,
+            holder,
+            "rolled back an acquisition replicas did not confirm"
+        );
+    }
+    requests
+        .iter_mut()
+        .for_each(|request| request.pending.disarm());
+    Ok(())
+}
+
+/// `acquisition` (of `name`, begun at `started`), given up at `deadline` if there is one
+/// with [`Error::Timeout`], so that the call returns at the deadline at the latest: a
+/// multi-lock's acquisition, an election's campaign (the acquire loop bounds its own). Passed
+/// as a closure, as to [`Handle::traced`], so that its future is not kept twice.
+pub(crate) async fn until<T, F>(
+    deadline: Option<Instant>,
+    name: &[u8],
+    started: Instant,
+    acquisition: impl FnOnce() -> F,
+) -> Result<T, Error>
+where
+    F: Future<Output = Result<T, Error>>,
+{
+    let acquisition = acquisition();
+    match deadline {
+        Some(deadline) => timed_out(
+            tokio::time::timeout_at(deadline.into(), acquisition).await,
+            name,
+            started,
+        ),
+        None => acquisition.await,
     }
 }
 

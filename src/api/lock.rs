@@ -1,15 +1,14 @@
-//! A handle to one named lock, and a lock's acquire attempt.
+//! A handle to one named lock, and a lock's acquire script call.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::client::LockClient;
 use super::guard::LockGuard;
 use super::handle::{Ask, Handle, Options, Request};
-use super::semaphore::SemaphorePermit;
 use crate::base::error::Error;
-use crate::base::replica_ack::OnShortfall;
-use crate::engine::acquisition::Attempt;
+use crate::base::replica_ack::{Acks, OnShortfall};
+use crate::protocol::semaphore::SemAcquireReply;
 use crate::protocol::{self, AcquireReply, LockKeys};
 
 /// A handle to one named lock, made by [`LockClient::lock`].
@@ -217,21 +216,20 @@ impl Lock {
 }
 
 impl Request<'_> {
-    /// One acquire round trip of a plain lock (re-sent while its outcome is unknown and
-    /// `window` is open). `waiting`: the attempt of an acquirer that will wait, which a
-    /// fair-mode client queues when the lock is held.
-    pub(super) async fn lock_attempt(
-        &mut self,
+    /// A plain lock's acquire script call (re-sent while its outcome is unknown and `window`
+    /// is open), in the semaphore's words, with the replicas' acknowledgement when the handle
+    /// asks for it. `waiting`: the attempt of an acquirer that will wait, which a fair-mode
+    /// client queues when the lock is held.
+    pub(super) async fn lock_call(
+        &self,
         waiting: bool,
         window: Duration,
-    ) -> Result<Attempt<SemaphorePermit>, Error> {
+    ) -> Result<(SemAcquireReply, Option<Acks>), Error> {
         let (handle, holder) = (self.handle, self.holder.as_str());
         let engine = handle.engine();
         let fair = engine.fair_attempt(waiting);
         let (keys, lease, label) = (&handle.keys, handle.lease(), handle.label());
         let op_ttl = engine.config.op_record_ttl;
-        let sent_at = Instant::now();
-        self.pending.arm();
         let sends = self.pending.sends();
         // A closure is not generic over the connection type, so one per connection kind.
         macro_rules! call {
@@ -255,32 +253,25 @@ impl Request<'_> {
                 Box::pin(engine.acquire_acknowledged(ack, keys, window, call!(), acquired)).await?
             }
         };
-        if let Some(shortfall) = handle.options.shortfall(&handle.name, acks) {
-            // Still armed: if this rollback fails or is cancelled, the pending op's drop
-            // undoes the acquisition in the background instead.
-            handle.roll_back(holder).await?;
-            self.pending.disarm();
-            return Err(shortfall);
-        }
-        match reply {
+        // A lock is a semaphore of one permit, which a holder never shares.
+        let reply = match reply {
             AcquireReply::Acquired {
                 token, lease_left, ..
-            } => {
-                self.pending.disarm();
-                Ok(Attempt::Won {
-                    held: self.won(token, (sent_at, lease_left), acks, (1, 1)),
-                    hand_on: false,
-                })
-            }
-            AcquireReply::Held { pttl } => {
-                self.pending.busy();
-                Ok(Attempt::Busy(pttl))
-            }
-            AcquireReply::Cancelled => {
-                self.pending.disarm();
-                Err(Error::Cancelled)
-            }
-        }
+            } => SemAcquireReply::Acquired {
+                token,
+                lease_left,
+                permits: 1,
+                limit: 1,
+                free: 0,
+            },
+            AcquireReply::Held { pttl } => SemAcquireReply::Busy {
+                wait: pttl,
+                free: 0,
+                limit: 1,
+            },
+            AcquireReply::Cancelled => SemAcquireReply::Cancelled,
+        };
+        Ok((reply, acks))
     }
 }
 

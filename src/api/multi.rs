@@ -9,15 +9,13 @@ use tracing::Instrument;
 
 use super::client::LockClient;
 use super::guard::LockGuard;
-use super::handle::Options;
+use super::handle::{roll_back, until, Ask, Options, Request};
 use super::lock::Lock;
 use crate::base::error::Error;
 use crate::base::replica_ack::{Acks, OnShortfall};
 use crate::base::retry::waiting_window;
 use crate::base::token::FencingToken;
-use crate::engine::acquisition::timed_out;
-use crate::engine::hold::PLAIN_LOCK;
-use crate::engine::pending::{PendingOp, Sends};
+use crate::engine::pending::Sends;
 use crate::engine::wait::Wake;
 use crate::protocol::{self, AcquireAllReply, AcquireReply, LockKeys};
 
@@ -188,7 +186,7 @@ impl MultiLock {
     /// Cancel safe: if the future is dropped, every member whose acquisition may have run is
     /// undone in the background (`cancel.lua` per member), so no member is left held.
     pub async fn try_acquire(&self) -> Result<Option<MultiGuard>, Error> {
-        self.traced("try_acquire", async {
+        self.traced("try_acquire", || async {
             match self.attempt(self.client.engine.config.retry_window).await? {
                 Attempt::Won(guard) => Ok(Some(guard)),
                 Attempt::Busy { .. } => Ok(None),
@@ -209,8 +207,7 @@ impl MultiLock {
     /// # Cancel safety
     /// Cancel safe, as [`MultiLock::try_acquire`].
     pub async fn acquire(&self) -> Result<MultiGuard, Error> {
-        self.traced("acquire", self.acquire_within(None, Instant::now()))
-            .await
+        self.acquire_within("acquire", None).await
     }
 
     /// Takes every member, waiting at most `timeout`: [`Error::Timeout`] when some member was
@@ -224,41 +221,46 @@ impl MultiLock {
     /// # Cancel safety
     /// Cancel safe, as [`MultiLock::try_acquire`].
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<MultiGuard, Error> {
-        let started = Instant::now();
-        // A timeout past what `Instant` can hold (`Duration::MAX`: "wait forever") is none.
-        let Some(deadline) = started.checked_add(timeout) else {
-            let acquisition = self.acquire_within(None, started);
-            return self.traced("acquire_timeout", acquisition).await;
-        };
-        let acquisition = async {
-            let within = self.acquire_within(Some(deadline), started);
-            timed_out(
-                tokio::time::timeout_at(deadline.into(), within).await,
-                &self.joined_names(),
-                started,
-            )
-        };
-        self.traced("acquire_timeout", acquisition).await
+        self.acquire_within("acquire_timeout", Some(timeout)).await
     }
 
-    async fn traced<T>(
+    /// Takes every member, waiting at most `timeout` (`None`: as long as it takes); reported
+    /// as the acquire call `method`.
+    async fn acquire_within(
         &self,
         method: &'static str,
-        acquisition: impl Future<Output = Result<T, Error>>,
-    ) -> Result<T, Error> {
+        timeout: Option<Duration>,
+    ) -> Result<MultiGuard, Error> {
+        let started = Instant::now();
+        // A timeout past what `Instant` can hold (`Duration::MAX`: "wait forever") is none.
+        let deadline = timeout.and_then(|timeout| started.checked_add(timeout));
+        let names = self.joined_names();
+        let waiting = || self.wait_for_all(deadline, started);
+        self.traced(method, || until(deadline, &names, started, waiting))
+            .await
+    }
+
+    /// Runs one acquire call (`acquisition`, passed as a closure so that its future is not
+    /// kept twice) in its `fencelock.multi_acquire` span, reported as the call `method`.
+    async fn traced<T, F>(
+        &self,
+        method: &'static str,
+        acquisition: impl FnOnce() -> F,
+    ) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
         let span = tracing::debug_span!(
             "fencelock.multi_acquire",
             locks = self.members.len(),
             method,
             label = self.options().label.as_deref()
         );
-        let outcome = acquisition.instrument(span.clone()).await;
+        let outcome = acquisition().instrument(span.clone()).await;
         let outcome = outcome.map_err(|err| err.named(&self.joined_names()));
-        if let Err(err) = &outcome {
+        if let Some(err) = outcome.as_ref().err().filter(|err| !err.is_timeout()) {
             let _entered = span.enter();
-            if !err.is_timeout() {
-                tracing::warn!(error = %err, "multi-lock acquire failed");
-            }
+            tracing::warn!(error = %err, "multi-lock acquire failed");
         }
         outcome
     }
@@ -268,7 +270,9 @@ impl MultiLock {
         self.names().collect::<Vec<_>>().join(&b", "[..])
     }
 
-    async fn acquire_within(
+    /// A fast attempt at the whole set, then waiting in the queue of its first busy member and
+    /// trying again on each wake-up until an attempt wins or `deadline` passes.
+    async fn wait_for_all(
         &self,
         deadline: Option<Instant>,
         started: Instant,
@@ -297,44 +301,45 @@ impl MultiLock {
             if pttl.is_some() {
                 entry.observed_lease(pttl);
             }
-            loop {
+            (index, pttl) = loop {
                 if entry.wait(deadline).await == Wake::Deadline {
                     return Err(timeout());
                 }
                 let window = waiting_window(self.client.engine.config.retry_window, deadline);
                 let outcome = self.attempt(window).await?;
                 entry.answered();
-                match outcome {
+                let (busy, pttl) = match outcome {
                     Attempt::Won(guard) => {
                         entry.acquired(self.lease());
                         return Ok(guard);
                     }
-                    Attempt::Busy { index: busy, pttl } if busy == index => {
-                        entry.observed_lease(pttl);
-                    }
-                    Attempt::Busy {
-                        index: busy,
-                        pttl: p,
-                    } => {
-                        // This member may be free now: the next local waiter for it should
-                        // not sleep until its timer because we move to another queue.
-                        entry.hand_on();
-                        (index, pttl) = (busy, p);
-                        break;
-                    }
+                    Attempt::Busy { index, pttl } => (index, pttl),
+                };
+                if busy != index {
+                    // This member may be free now: the next local waiter for it should not
+                    // sleep until its timer because we move to another queue.
+                    entry.hand_on();
+                    break (busy, pttl);
                 }
-            }
+                entry.observed_lease(pttl);
+            };
         }
     }
 
     /// One try at the whole set, each request re-sent within `window` while its outcome is
-    /// unknown.
+    /// unknown. Every member's acquisition is a lock's request: a fresh holder id (a
+    /// rolled-back member's op record is marked cancelled, so its holder id cannot be used
+    /// again) and the undo of the acquisition.
     async fn attempt(&self, window: Duration) -> Result<Attempt, Error> {
-        let mut taking = Taking::new(self);
+        let requests = self
+            .members
+            .iter()
+            .map(|m| Request::new(&m.handle, Ask::Lock));
+        let mut members: Vec<Request<'_>> = requests.collect();
         let sent_at = Instant::now();
         let won = match self.plan() {
-            Plan::OneScript => taking.in_one_script(window).await?,
-            Plan::Ordered => taking.in_order(window).await?,
+            Plan::OneScript => self.in_one_script(&mut members, window).await?,
+            Plan::Ordered => self.in_order(&mut members, window).await?,
         };
         let (tokens, acks) = match won {
             Attempt::Won(won) => won,
@@ -342,104 +347,58 @@ impl MultiLock {
         };
         if let Some(shortfall) = self.options().shortfall(&self.joined_names(), acks) {
             // Still armed: a failed or cancelled rollback is finished by the drop guards.
-            taking.roll_back(self.members.len()).await?;
+            roll_back(&mut members).await?;
             return Err(shortfall);
         }
-        taking.disarm(self.members.len());
-        let guard = self.guard(taking.holders, tokens, sent_at, acks);
-        Ok(Attempt::Won(guard))
-    }
-
-    fn guard(
-        &self,
-        holders: Vec<String>,
-        tokens: Vec<FencingToken>,
-        sent_at: Instant,
-        acks: Option<Acks>,
-    ) -> MultiGuard {
-        let members = self.members.iter().zip(holders).zip(tokens);
-        let guards = members.map(|((member, holder), token)| {
-            member
-                .handle
-                .guard(&PLAIN_LOCK, &holder, token, (sent_at, None), acks)
-        });
-        MultiGuard {
-            client: self.client.clone(),
-            guards: guards.collect(),
+        members
+            .iter_mut()
+            .for_each(|member| member.pending.disarm());
+        let guards = members.iter().zip(tokens);
+        let guards = guards.map(|(member, token)| member.won(token, (sent_at, None), acks, (1, 1)));
+        Ok(Attempt::Won(MultiGuard {
+            guards: guards.map(|permit| permit.guard).collect(),
             plan: self.plan(),
-        }
-    }
-}
-
-/// One try at the whole set: fresh holder ids (a rolled-back member's op record is marked
-/// cancelled, so its holder id cannot be used again), the undo of each member's acquisition,
-/// and what every member's acquisition carries.
-struct Taking<'a> {
-    set: &'a MultiLock,
-    holders: Vec<String>,
-    pending: Vec<PendingOp>,
-    lease: Duration,
-    op_ttl: Duration,
-    label: Option<&'a str>,
-}
-
-impl<'a> Taking<'a> {
-    fn new(set: &'a MultiLock) -> Taking<'a> {
-        let engine = &set.client.engine;
-        let holders: Vec<String> = set.members.iter().map(|_| engine.next_id()).collect();
-        let members = set.members.iter().zip(&holders);
-        let pending = members.map(|(member, holder)| member.handle.pending(&PLAIN_LOCK, holder));
-        Taking {
-            pending: pending.collect(),
-            holders,
-            set,
-            lease: set.lease(),
-            op_ttl: engine.config.op_record_ttl,
-            label: set.options().label.as_deref(),
-        }
+        }))
     }
 
     /// One try at the set in one script (`acquire_all.lua`).
-    async fn in_one_script(&mut self, window: Duration) -> Result<Attempt<Taken>, Error> {
-        let (set, lease, op_ttl, label) = (self.set, self.lease, self.op_ttl, self.label);
-        let members: Vec<(&LockKeys, &str)> = set
-            .members
+    async fn in_one_script(
+        &self,
+        members: &mut [Request<'_>],
+        window: Duration,
+    ) -> Result<Attempt<Taken>, Error> {
+        let engine = &self.client.engine;
+        let (lease, op_ttl) = (self.lease(), engine.config.op_record_ttl);
+        let label = self.options().label.as_deref();
+        members.iter_mut().for_each(|member| member.pending.arm());
+        let all: Vec<(&LockKeys, &str)> = members
             .iter()
-            .zip(&self.holders)
-            .map(|(m, h)| (&**m.keys(), h.as_str()))
+            .map(|m| (&*m.handle.keys, m.holder.as_str()))
             .collect();
-        self.pending.iter_mut().for_each(PendingOp::arm);
-        let sends: Vec<&Sends> = self.pending.iter().map(PendingOp::sends).collect();
+        let sends: Vec<&Sends> = members.iter().map(|m| m.pending.sends()).collect();
         // A closure is not generic over the connection type, so one per connection kind.
         macro_rules! call {
             () => {
                 |mut conn| {
-                    let members = &members;
+                    let all = &all;
                     // Counted for each member: once a send's outcome was unknown, a "busy"
                     // answer to a later one leaves them armed (`PendingOp::busy`).
                     sends.iter().for_each(|sends| {
                         sends.send(&conn);
                     });
-                    async move {
-                        protocol::acquire_all(&mut conn, members, lease, op_ttl, label).await
-                    }
+                    async move { protocol::acquire_all(&mut conn, all, lease, op_ttl, label).await }
                 }
             };
         }
-        let (reply, acks) = match set.options().replica_ack {
-            None => (
-                set.client.engine.retrying_within(window, call!()).await?,
-                None,
-            ),
+        let (reply, acks) = match self.options().replica_ack {
+            None => (engine.retrying_within(window, call!()).await?, None),
             Some(ack) => {
                 // One script reaches every member here (not a cluster), so any member's keys
                 // route it; a set has at least one member.
-                let first = set.members[0].keys();
-                set.client
-                    .engine
-                    .acquire_acknowledged(ack, first, window, call!(), |reply| {
-                        matches!(reply, AcquireAllReply::Acquired { .. })
-                    })
+                let acquired = |reply: &_| matches!(reply, AcquireAllReply::Acquired { .. });
+                let first = self.members[0].keys();
+                engine
+                    .acquire_acknowledged(ack, first, window, call!(), acquired)
                     .await?
             }
         };
@@ -450,7 +409,7 @@ impl<'a> Taking<'a> {
             // once the busy one is free, after the caller gave up; the drop's undo marks them
             // cancelled, which the copy finds.
             AcquireAllReply::Held { index, pttl } => {
-                self.pending.iter_mut().for_each(PendingOp::busy);
+                members.iter_mut().for_each(|member| member.pending.busy());
                 Ok(Attempt::Busy { index, pttl })
             }
             // Armed still: a copy of this attempt may have taken every member before one of
@@ -463,25 +422,31 @@ impl<'a> Taking<'a> {
 
     /// One try at the set member by member in the global order, rolling back the members
     /// taken when one is busy.
-    async fn in_order(&mut self, window: Duration) -> Result<Attempt<Taken>, Error> {
-        let (set, lease, op_ttl, label) = (self.set, self.lease, self.op_ttl, self.label);
-        let mut tokens = Vec::with_capacity(set.members.len());
+    async fn in_order(
+        &self,
+        members: &mut [Request<'_>],
+        window: Duration,
+    ) -> Result<Attempt<Taken>, Error> {
+        let engine = &self.client.engine;
+        let (lease, op_ttl) = (self.lease(), engine.config.op_record_ttl);
+        let label = self.options().label.as_deref();
+        let mut tokens = Vec::with_capacity(members.len());
         // With replica acknowledgement, one session for the whole set: each member's script
         // runs on the session's connection to its slot's primary, and once every member is
         // taken, one WAIT per node covers all the members written there.
-        let mut session = match set.options().replica_ack {
-            Some(_) => Some(set.client.engine.acks.session().await?),
+        let mut session = match self.options().replica_ack {
+            Some(_) => Some(engine.acks.session().await?),
             None => None,
         };
-        for (index, member) in set.members.iter().enumerate() {
-            let holder = self.holders[index].as_str();
+        for index in 0..members.len() {
             // Members taken so far stay armed: an error or a drop here undoes them.
-            self.pending[index].arm();
-            let sends = self.pending[index].sends();
+            members[index].pending.arm();
+            let member = &members[index];
+            let (keys, holder, sends) =
+                (&member.handle.keys, &*member.holder, member.pending.sends());
             macro_rules! call {
                 () => {
                     |mut conn| {
-                        let keys = member.keys();
                         let recorded = sends.send(&conn);
                         async move {
                             protocol::acquire_labelled(
@@ -493,13 +458,10 @@ impl<'a> Taking<'a> {
                 };
             }
             let outcome = match &mut session {
-                None => set.client.engine.retrying_within(window, call!()).await,
+                None => engine.retrying_within(window, call!()).await,
                 Some(session) => {
-                    session
-                        .run(member.keys(), window, call!(), |reply| {
-                            matches!(reply, AcquireReply::Acquired { .. })
-                        })
-                        .await
+                    let acquired = |reply: &_| matches!(reply, AcquireReply::Acquired { .. });
+                    session.run(keys, window, call!(), acquired).await
                 }
             };
             let reply = match outcome {
@@ -507,15 +469,15 @@ impl<'a> Taking<'a> {
                 Err(err) => {
                     // Undo the members taken so far (and this one, should it have run) before
                     // the caller sees the error; if that fails too, the drop guards finish it.
-                    self.roll_back(index + 1).await?;
+                    roll_back(&mut members[..=index]).await?;
                     return Err(err);
                 }
             };
             match reply {
                 AcquireReply::Acquired { token, .. } => tokens.push(token),
                 AcquireReply::Held { pttl } => {
-                    self.pending[index].busy();
-                    self.roll_back(index).await?;
+                    members[index].pending.busy();
+                    roll_back(&mut members[..index]).await?;
                     if let Some(session) = session {
                         session.finish();
                     }
@@ -524,7 +486,7 @@ impl<'a> Taking<'a> {
                 AcquireReply::Cancelled => return Err(Error::Cancelled),
             }
         }
-        let acks = match (session, set.options().replica_ack) {
+        let acks = match (session, self.options().replica_ack) {
             (Some(mut session), Some(ack)) => {
                 // A refused WAIT leaves every member armed: their drops undo the set.
                 let acks = session.wait(ack).await?.unwrap_or(Acks {
@@ -538,23 +500,6 @@ impl<'a> Taking<'a> {
         };
         Ok(Attempt::Won((tokens, acks)))
     }
-
-    /// Undoes the acquisitions of the first `count` members (`cancel.lua` each, which frees
-    /// the lock and wakes its waiters), then disarms their undo. An error leaves them armed:
-    /// their drops finish the rollback.
-    async fn roll_back(&mut self, count: usize) -> Result<(), Error> {
-        let members = self.set.members.iter().zip(&self.holders);
-        for (member, holder) in members.take(count) {
-            member.handle.roll_back(holder).await?;
-        }
-        self.disarm(count);
-        Ok(())
-    }
-
-    /// The first `count` members' acquisitions are settled: nothing to undo on a drop.
-    fn disarm(&mut self, count: usize) {
-        self.pending[..count].iter_mut().for_each(PendingOp::disarm);
-    }
 }
 
 /// Proof of holding every lock of a [`MultiLock`], with one fencing token per lock.
@@ -565,7 +510,6 @@ impl<'a> Taking<'a> {
 /// every member in the background.
 #[must_use = "a guard releases its locks when dropped; bind it for as long as the critical section lasts"]
 pub struct MultiGuard {
-    client: LockClient,
     guards: Vec<LockGuard>,
     plan: Plan,
 }
@@ -651,11 +595,7 @@ impl MultiGuard {
     /// Cancel safe: a dropped release is finished in the background per member, as the same
     /// operations.
     pub async fn release(self) -> Result<(), Error> {
-        let MultiGuard {
-            client,
-            mut guards,
-            plan,
-        } = self;
+        let MultiGuard { mut guards, plan } = self;
         if plan == Plan::Ordered {
             // Where one script cannot reach every member: one release per member. A member
             // left unreleased by a cancelled future is released by its guard's drop.
@@ -670,11 +610,11 @@ impl MultiGuard {
             .iter()
             .map(|(holder, op)| (&*holder.keys, holder.id.as_str(), op.as_str()))
             .collect();
-        let ttl = client.engine.config.op_record_ttl;
+        let engine = &parts[0].0.engine;
+        let ttl = engine.config.op_record_ttl;
         // On an error the guards drop here and finish their releases in the background with
         // the same op ids, which the script's op records make replays.
-        let replies = client
-            .engine
+        let replies = engine
             .retrying(|mut conn| {
                 let members = &members;
                 async move { protocol::release_all(&mut conn, members, ttl).await }
