@@ -130,20 +130,19 @@ impl FencedResource {
     /// # Ok(()) }
     /// ```
     pub fn with_retention(&self, retention: Duration) -> Result<FencedResource, Error> {
-        let invalid = |why: &str| Error::InvalidConfig {
-            reason: format!("a resource's retention of {retention:?} {why}"),
-        };
-        match whole_millis_in(retention, Duration::from_millis(1), MAX_RETENTION) {
-            Ok(_) => Ok(FencedResource {
-                retention,
-                ..self.clone()
-            }),
-            Err(OutOfRange::TooShort) => Err(invalid("is zero")),
-            Err(OutOfRange::TooLong) => Err(invalid("is over ten years")),
-            Err(OutOfRange::NotWholeMillis) => {
-                Err(invalid("is not a whole number of milliseconds"))
+        let why = match whole_millis_in(retention, Duration::from_millis(1), MAX_RETENTION) {
+            Ok(_) => {
+                return Ok(FencedResource {
+                    retention,
+                    ..self.clone()
+                })
             }
-        }
+            Err(OutOfRange::TooShort) => "is zero",
+            Err(OutOfRange::TooLong) => "is over ten years",
+            Err(OutOfRange::NotWholeMillis) => "is not a whole number of milliseconds",
+        };
+        let reason = format!("a resource's retention of {retention:?} {why}");
+        Err(Error::InvalidConfig { reason })
     }
 
     /// The retention given to [`with_retention`](Self::with_retention); `None`: the resource
@@ -247,9 +246,8 @@ impl FencedResource {
     /// only ever raises the mark to a token its holder presented, so a dropped claim changes
     /// nothing a later call with the same token would not.
     pub async fn claim(&self, token: FencingToken) -> Result<(), Error> {
-        self.read(token, Read::Claim, ReadMode::Claim)
-            .await
-            .map(drop)
+        let claimed = self.read_as::<redis::Value>(token, Read::Claim, ReadMode::Claim);
+        claimed.await.map(drop)
     }
 
     fenced_reads! {
@@ -415,22 +413,13 @@ impl FencedResource {
         self.client.engine.conn()
     }
 
+    /// A fenced read (`mode`) of the resource with `token`, its value as a `T`.
     async fn read_as<T: FromRedisValue>(
         &self,
         token: FencingToken,
         read: Read<'_>,
         mode: ReadMode,
     ) -> Result<T, Error> {
-        let value = self.read(token, read, mode).await?;
-        redis::from_redis_value(value).map_err(|e| Error::Redis(redis::RedisError::from(e)))
-    }
-
-    async fn read(
-        &self,
-        token: FencingToken,
-        read: Read<'_>,
-        mode: ReadMode,
-    ) -> Result<redis::Value, Error> {
         let (keys, retention) = (&self.keys, self.retention);
         let reply = self
             .client
@@ -441,7 +430,9 @@ impl FencedResource {
             .await
             .map_err(|err| err.named(&self.name))?;
         match reply {
-            ReadReply::Read(value) => Ok(value),
+            ReadReply::Read(value) => {
+                redis::from_redis_value(value).map_err(|e| Error::Redis(e.into()))
+            }
             ReadReply::Stale { latest, by } => Err(Error::stale(&self.name, token, latest, by)),
         }
     }
