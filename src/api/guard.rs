@@ -247,14 +247,12 @@ impl LockGuard {
             })
             .await
             .map_err(|err| err.named(&self.holder.name))?;
-        match owned(&self.holder, reply) {
+        let extended = owned(&self.holder, reply);
+        match extended {
             Ok(()) => setting.ran(),
-            Err(err) => {
-                setting.refused();
-                return Err(err);
-            }
+            Err(_) => setting.refused(),
         }
-        Ok(())
+        extended
     }
 
     /// Leaves the lock once; the last guard of a holder frees it and wakes waiters.
