@@ -74,29 +74,59 @@ impl LockClient {
         Ok(EvictionRisk::of(policy).map(|risk| risk.to_string()))
     }
 
-    /// This client's random id (a UUID v4): the first part of every holder and operation id it
-    /// issues, so operators can tell which process holds a lock.
-    pub fn id(&self) -> &str {
-        &self.engine.id
-    }
+    getters! {
+        /// This client's random id (a UUID v4): the first part of every holder and operation id it
+        /// issues, so operators can tell which process holds a lock.
+        fn id(&self) -> &str => &self.engine.id;
 
-    /// The name operators see for this client's holds
-    /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name); default the
-    /// host name and process id).
-    pub fn name(&self) -> &str {
-        &self.engine.config.client_name
-    }
+        /// The name operators see for this client's holds
+        /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name); default the
+        /// host name and process id).
+        fn name(&self) -> &str => &self.engine.config.client_name;
 
-    /// The reservation grace of fair handoff
-    /// ([`LockClientBuilder::fair_handoff`](crate::LockClientBuilder::fair_handoff)), or `None` when the client is in the default mode.
-    pub fn fair_handoff(&self) -> Option<Duration> {
-        self.engine.config.fair_grace
-    }
+        /// The reservation grace of fair handoff
+        /// ([`LockClientBuilder::fair_handoff`](crate::LockClientBuilder::fair_handoff)), or `None`
+        /// when the client is in the default mode.
+        fn fair_handoff(&self) -> Option<Duration> => self.engine.config.fair_grace;
 
-    /// What the server is: its flavour (Redis, Valkey) and version, from the `HELLO` it
-    /// answered at connect (on a cluster, the node that answered).
-    pub fn server(&self) -> &ServerInfo {
-        &self.engine.server
+        /// What the server is: its flavour (Redis, Valkey) and version, from the `HELLO` it
+        /// answered at connect (on a cluster, the node that answered).
+        fn server(&self) -> &ServerInfo => &self.engine.server;
+
+        /// The key prefix this client works under.
+        fn prefix(&self) -> &[u8] => &self.engine.config.prefix;
+
+        /// The lease used by locks that have none of their own.
+        fn default_lease(&self) -> Duration => self.engine.config.default_lease;
+
+        /// How many held locks this client's watchdog keeps alive right now: a gauge to export
+        /// next to the metrics of [`observability`](crate::observability). It counts the live holds
+        /// without a lease of their own; one that only grows says guards are kept alive (and so
+        /// their locks held) somewhere they should have been released.
+        ///
+        /// ```no_run
+        /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
+        /// let guard = client.lock("report")?.acquire().await?;
+        /// assert_eq!(client.watched_locks(), 1);
+        /// guard.release().await?;
+        /// assert_eq!(client.watched_locks(), 0);
+        /// # Ok(()) }
+        /// ```
+        fn watched_locks(&self) -> usize => self.engine.watchdog.len();
+
+        /// How many renewal script calls the watchdog has sent since the client connected; each
+        /// renews up to [`LockClientBuilder::renew_batch`](crate::LockClientBuilder::renew_batch)
+        /// locks. The load the watchdog puts on Redis, as a counter
+        /// (`fencelock_renewal_calls_total` with the `metrics` feature): about `ceil(watched_locks
+        /// / renew_batch)` calls per third of the default lease, per slot on a cluster.
+        fn renewal_calls(&self) -> u64 => self.engine.watchdog.calls();
+
+        /// How many connections reserved for replicated acquisitions are open and idle, a gauge
+        /// for the connection budget of the server: they come on top of the client's one shared
+        /// connection, are opened on first use (at most 8 per node) and never carry anything but
+        /// an acquisition script and its `WAIT`. Always 0 for a client that never acquires with
+        /// [`replica_ack`](crate::LockClientBuilder::replica_ack).
+        fn replica_ack_connections(&self) -> usize => self.engine.acks.idle();
     }
 
     /// How the semaphores and read-write locks this client creates keep each hold's
@@ -109,50 +139,5 @@ impl LockClient {
         } else {
             HoldExpiry::LeaseZset
         }
-    }
-
-    /// The key prefix this client works under.
-    pub fn prefix(&self) -> &[u8] {
-        &self.engine.config.prefix
-    }
-
-    /// The lease used by locks that have none of their own.
-    pub fn default_lease(&self) -> Duration {
-        self.engine.config.default_lease
-    }
-
-    /// How many held locks this client's watchdog keeps alive right now: a gauge to export
-    /// next to the metrics of [`observability`](crate::observability). It counts the live holds
-    /// without a lease of their own; one that only grows says guards are kept alive (and so
-    /// their locks held) somewhere they should have been released.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: fencelock::LockClient) -> Result<(), fencelock::Error> {
-    /// let guard = client.lock("report")?.acquire().await?;
-    /// assert_eq!(client.watched_locks(), 1);
-    /// guard.release().await?;
-    /// assert_eq!(client.watched_locks(), 0);
-    /// # Ok(()) }
-    /// ```
-    pub fn watched_locks(&self) -> usize {
-        self.engine.watchdog.len()
-    }
-
-    /// How many renewal script calls the watchdog has sent since the client connected; each
-    /// renews up to [`LockClientBuilder::renew_batch`](crate::LockClientBuilder::renew_batch) locks. The load the watchdog puts on
-    /// Redis, as a counter (`fencelock_renewal_calls_total` with the `metrics` feature): about
-    /// `ceil(watched_locks / renew_batch)` calls per third of the default lease, per slot on a
-    /// cluster.
-    pub fn renewal_calls(&self) -> u64 {
-        self.engine.watchdog.calls()
-    }
-
-    /// How many connections reserved for replicated acquisitions are open and idle, a gauge
-    /// for the connection budget of the server: they come on top of the client's one shared
-    /// connection, are opened on first use (at most 8 per node) and never carry anything but
-    /// an acquisition script and its `WAIT`. Always 0 for a client that never acquires with
-    /// [`replica_ack`](crate::LockClientBuilder::replica_ack).
-    pub fn replica_ack_connections(&self) -> usize {
-        self.engine.acks.idle()
     }
 }

@@ -122,15 +122,16 @@ fn validate_metadata(metadata: &[u8]) -> Result<(), Error> {
 }
 
 impl Election {
-    /// The election's name, as given to [`LockClient::election`].
-    pub fn name(&self) -> &[u8] {
-        self.lock.name()
-    }
+    getters! {
+        /// The election's name, as given to [`LockClient::election`].
+        fn name(&self) -> &[u8] => self.lock.name();
 
-    /// The lease a leader of this handle gets: its own, or the client's default (then the
-    /// client's watchdog renews it while the [`LeaderGuard`] lives).
-    pub fn lease(&self) -> Duration {
-        self.lock.lease()
+        /// The lease a leader of this handle gets: its own, or the client's default (then the
+        /// client's watchdog renews it while the [`LeaderGuard`] lives).
+        fn lease(&self) -> Duration => self.lock.lease();
+
+        /// The label this handle's leaders carry ([`Election::with_label`]).
+        fn label(&self) -> Option<&str> => self.lock.label();
     }
 
     /// A handle to the same election whose leaders get a fixed `lease` that nobody renews:
@@ -169,11 +170,6 @@ impl Election {
     /// ```
     pub fn with_label(&self, label: impl AsRef<str>) -> Result<Election, Error> {
         self.lock.with_label(label).map(|lock| Election { lock })
-    }
-
-    /// The label this handle's leaders carry ([`Election::with_label`]).
-    pub fn label(&self) -> Option<&str> {
-        self.lock.label()
     }
 
     /// Leads if nobody does, and returns at once either way: `Ok(None)` when another candidate
@@ -417,20 +413,16 @@ impl From<protocol::LeaderRecord> for Leader {
 }
 
 impl Leader {
-    /// The leader's holder id (its client's [`id`](LockClient::id), then a sequence number):
-    /// the same as [`LeaderGuard::id`] of the leader itself.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
+    getters! {
+        /// The leader's holder id (its client's [`id`](LockClient::id), then a sequence number):
+        /// the same as [`LeaderGuard::id`] of the leader itself.
+        fn id(&self) -> &str => &self.id;
 
-    /// The leader's term: the fencing token of its acquisition.
-    pub fn term(&self) -> FencingToken {
-        self.term
-    }
+        /// The leader's term: the fencing token of its acquisition.
+        fn term(&self) -> FencingToken => self.term;
 
-    /// The metadata the leader campaigned with.
-    pub fn metadata(&self) -> &[u8] {
-        &self.metadata
+        /// The metadata the leader campaigned with.
+        fn metadata(&self) -> &[u8] => &self.metadata;
     }
 }
 
@@ -463,33 +455,25 @@ debug_struct!(LeaderGuard(self) {
 });
 
 impl LeaderGuard {
-    /// This leader's term: strictly greater than the term of every earlier leader of this
-    /// election (it is the fencing token of the leader's lock). Pass it to every write the
-    /// leader makes.
-    pub fn term(&self) -> FencingToken {
-        self.guard.token()
-    }
+    getters! {
+        /// This leader's term: strictly greater than the term of every earlier leader of this
+        /// election (it is the fencing token of the leader's lock). Pass it to every write the
+        /// leader makes.
+        fn term(&self) -> FencingToken => self.guard.token();
 
-    /// The holder id Redis knows this leader by, as [`Leader::id`] reports it.
-    pub fn id(&self) -> &str {
-        self.guard.holder_id()
-    }
+        /// The holder id Redis knows this leader by, as [`Leader::id`] reports it.
+        fn id(&self) -> &str => self.guard.holder_id();
 
-    /// The metadata this leader campaigned with.
-    pub fn metadata(&self) -> &[u8] {
-        &self.metadata
-    }
+        /// The metadata this leader campaigned with.
+        fn metadata(&self) -> &[u8] => &self.metadata;
 
-    /// When the lease ends by this process' monotonic clock (as
-    /// [`LockGuard::valid_until`]).
-    pub fn valid_until(&self) -> Instant {
-        self.guard.valid_until()
-    }
+        /// When the lease ends by this process' monotonic clock (as
+        /// [`LockGuard::valid_until`]).
+        fn valid_until(&self) -> Instant => self.guard.valid_until();
 
-    /// Whether this instance still leads as far as it knows (as [`LockGuard::is_valid`]): a
-    /// belief, not a proof; fence your writes with [`Self::term`].
-    pub fn is_valid(&self) -> bool {
-        self.guard.is_valid()
+        /// Whether this instance still leads as far as it knows (as [`LockGuard::is_valid`]): a
+        /// belief, not a proof; fence your writes with [`Self::term`].
+        fn is_valid(&self) -> bool => self.guard.is_valid();
     }
 
     /// Resolves when this instance has lost the leadership (as [`LockGuard::lost`]): a

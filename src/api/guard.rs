@@ -99,47 +99,35 @@ impl LockGuard {
         }
     }
 
-    /// The fencing token of this holder. The same for every re-entry; strictly greater than
-    /// every token issued for this lock before this holder's acquisition.
-    pub fn token(&self) -> FencingToken {
-        self.holder.token
-    }
+    getters! {
+        /// The fencing token of this holder. The same for every re-entry; strictly greater than
+        /// every token issued for this lock before this holder's acquisition.
+        fn token(&self) -> FencingToken => self.holder.token;
 
-    /// Whether the acquisition reached the replicas it required: `true` when it required none
-    /// or enough confirmed it, `false` for a guard returned under
-    /// [`OnShortfall::ReturnUnreplicated`](crate::OnShortfall::ReturnUnreplicated) after too few
-    /// did. Re-entries share their holder's answer.
-    pub fn replicated(&self) -> bool {
-        self.holder.replication.is_none_or(|acks| acks.enough())
-    }
+        /// Whether the acquisition reached the replicas it required: `true` when it required none
+        /// or enough confirmed it, `false` for a guard returned under
+        /// [`OnShortfall::ReturnUnreplicated`](crate::OnShortfall::ReturnUnreplicated) after too
+        /// few did. Re-entries share their holder's answer.
+        fn replicated(&self) -> bool => self.holder.replication.is_none_or(|acks| acks.enough());
 
-    /// How many replicas confirmed the acquisition (`WAIT`'s answer), or `None` when the lock
-    /// did not require replica acknowledgement.
-    pub fn replica_acks(&self) -> Option<u32> {
-        self.holder.replication.map(|acks| acks.acked)
-    }
+        /// How many replicas confirmed the acquisition (`WAIT`'s answer), or `None` when the lock
+        /// did not require replica acknowledgement.
+        fn replica_acks(&self) -> Option<u32> => self.holder.replication.map(|acks| acks.acked);
 
-    /// The name of the lock this guard holds.
-    pub fn lock_name(&self) -> &[u8] {
-        &self.holder.name
-    }
+        /// The name of the lock this guard holds.
+        fn lock_name(&self) -> &[u8] => &self.holder.name;
 
-    /// The holder id Redis knows this holder by (client id, then a sequence number).
-    pub fn holder_id(&self) -> &str {
-        &self.holder.id
-    }
+        /// The holder id Redis knows this holder by (client id, then a sequence number).
+        fn holder_id(&self) -> &str => &self.holder.id;
 
-    /// When the lease ends by this process' monotonic clock. Measured from when the acquiring
-    /// (or extending) request was sent, so it never ends later than the server's lease.
-    pub fn valid_until(&self) -> Instant {
-        self.holder.deadline()
-    }
+        /// When the lease ends by this process' monotonic clock. Measured from when the acquiring
+        /// (or extending) request was sent, so it never ends later than the server's lease.
+        fn valid_until(&self) -> Instant => self.holder.deadline();
 
-    /// Whether this holder still holds the lock as far as this process knows: the lease has
-    /// not run out and no operation found the lock gone. A `true` is a belief, not a proof
-    /// (the process may pause right after asking); fence your writes with [`Self::token`].
-    pub fn is_valid(&self) -> bool {
-        self.holder.is_valid()
+        /// Whether this holder still holds the lock as far as this process knows: the lease has
+        /// not run out and no operation found the lock gone. A `true` is a belief, not a proof
+        /// (the process may pause right after asking); fence your writes with [`Self::token`].
+        fn is_valid(&self) -> bool => self.holder.is_valid();
     }
 
     /// Resolves when this holder has lost the lock: a renewal found it gone or taken over, an

@@ -48,14 +48,20 @@ impl Lock {
         &self.handle.keys
     }
 
-    /// The lock's name, as given to [`LockClient::lock`].
-    pub fn name(&self) -> &[u8] {
-        &self.handle.name
-    }
+    getters! {
+        /// The lock's name, as given to [`LockClient::lock`].
+        fn name(&self) -> &[u8] => &self.handle.name;
 
-    /// The lease acquisitions through this handle get: its own, or the client's default.
-    pub fn lease(&self) -> Duration {
-        self.handle.lease()
+        /// The lease acquisitions through this handle get: its own, or the client's default.
+        fn lease(&self) -> Duration => self.handle.lease();
+
+        /// The label acquisitions through this handle carry ([`Lock::with_label`]).
+        fn label(&self) -> Option<&str> => self.handle.label();
+
+        /// The replica acknowledgement this handle's acquisitions require:
+        /// `Some((replicas, timeout))`, or `None`.
+        fn replica_ack(&self) -> Option<(u32, Duration)>
+            => self.handle.options.replica_ack.map(|ack| (ack.replicas, ack.timeout));
     }
 
     /// A handle to the same lock whose acquisitions get `lease` instead of the client's
@@ -98,11 +104,6 @@ impl Lock {
         Ok(self.with(self.handle.options.with_label(label.as_ref())?))
     }
 
-    /// The label acquisitions through this handle carry ([`Lock::with_label`]).
-    pub fn label(&self) -> Option<&str> {
-        self.handle.label()
-    }
-
     /// A handle to the same lock whose acquisitions return only after `replicas` replicas
     /// confirmed them (`WAIT replicas timeout` on a connection of its own, right after the
     /// acquire script), overriding the client's
@@ -141,13 +142,6 @@ impl Lock {
     /// acknowledgement; no effect on a lock that requires none.
     pub fn on_replica_shortfall(&self, policy: OnShortfall) -> Lock {
         self.with(self.handle.options.on_replica_shortfall(policy))
-    }
-
-    /// The replica acknowledgement this handle's acquisitions require:
-    /// `Some((replicas, timeout))`, or `None`.
-    pub fn replica_ack(&self) -> Option<(u32, Duration)> {
-        let ack = self.handle.options.replica_ack;
-        ack.map(|ack| (ack.replicas, ack.timeout))
     }
 
     /// Takes the lock if it is free, and returns at once either way: `Ok(None)` when another

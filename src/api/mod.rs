@@ -23,8 +23,9 @@ macro_rules! setters {
     (@value [$($arg:ident),+], $value:expr) => { $value };
 }
 
-/// Writes getters that return a copy of one field each, from its doc and
-/// `fn name(&self) -> Type => field;`.
+/// Writes getters, each from its doc and attributes and `fn name(&self) -> Type => field;` (a
+/// copy of the field) or `fn name(&self) -> Type => value;` (`value` an expression of `self`:
+/// a borrow of a field, a call passed on to one).
 macro_rules! getters {
     ($(
         $(#[$attr:meta])*
@@ -33,6 +34,15 @@ macro_rules! getters {
         $(#[$attr])*
         pub fn $name(&self) -> $ret {
             self.$field
+        }
+    )*};
+    ($(
+        $(#[$attr:meta])*
+        fn $name:ident(&$this:ident) -> $ret:ty => $value:expr;
+    )*) => {$(
+        $(#[$attr])*
+        pub fn $name(&$this) -> $ret {
+            $value
         }
     )*};
 }

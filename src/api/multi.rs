@@ -93,14 +93,12 @@ enum Attempt<W = MultiGuard> {
 }
 
 impl MultiLock {
-    /// The names of the members, in the order they are acquired.
-    pub fn names(&self) -> impl Iterator<Item = &[u8]> {
-        self.members.iter().map(Lock::name)
-    }
+    getters! {
+        /// The names of the members, in the order they are acquired.
+        fn names(&self) -> impl Iterator<Item = &[u8]> => self.members.iter().map(Lock::name);
 
-    /// The lease every member gets: its own, or the client's default.
-    pub fn lease(&self) -> Duration {
-        self.members[0].lease()
+        /// The lease every member gets: its own, or the client's default.
+        fn lease(&self) -> Duration => self.members[0].lease();
     }
 
     /// A handle to the same set whose acquisitions get `lease` instead of the client's default
@@ -523,9 +521,21 @@ impl MultiGuard {
         self.guard(name).map(LockGuard::token)
     }
 
-    /// `(name, token)` of every member, in the global order.
-    pub fn tokens(&self) -> impl Iterator<Item = (&[u8], FencingToken)> {
-        self.guards.iter().map(|g| (g.lock_name(), g.token()))
+    getters! {
+        /// `(name, token)` of every member, in the global order.
+        fn tokens(&self) -> impl Iterator<Item = (&[u8], FencingToken)>
+            => self.guards.iter().map(|g| (g.lock_name(), g.token()));
+
+        /// Every member's guard, in the global order.
+        fn guards(&self) -> &[LockGuard] => &self.guards;
+
+        /// Whether every member is still held as far as this process knows; see
+        /// [`LockGuard::is_valid`].
+        fn is_valid(&self) -> bool => self.guards.iter().all(LockGuard::is_valid);
+
+        /// Whether the acquisition reached the replicas it required, for every member; see
+        /// [`LockGuard::replicated`].
+        fn replicated(&self) -> bool => self.guards.iter().all(LockGuard::replicated);
     }
 
     /// The guard of the member called `name` (to re-enter or extend that one lock).
@@ -534,20 +544,9 @@ impl MultiGuard {
         self.guards.iter().find(|g| g.lock_name() == name)
     }
 
-    /// Every member's guard, in the global order.
-    pub fn guards(&self) -> &[LockGuard] {
-        &self.guards
-    }
-
     /// Takes the set apart into its members' guards (to release them one by one).
     pub fn into_guards(self) -> Vec<LockGuard> {
         self.guards
-    }
-
-    /// Whether every member is still held as far as this process knows; see
-    /// [`LockGuard::is_valid`].
-    pub fn is_valid(&self) -> bool {
-        self.guards.iter().all(LockGuard::is_valid)
     }
 
     /// When the first member's lease ends by this process' clock.
@@ -557,12 +556,6 @@ impl MultiGuard {
             .map(LockGuard::valid_until)
             .min()
             .expect("a multi-guard has at least one member")
-    }
-
-    /// Whether the acquisition reached the replicas it required, for every member; see
-    /// [`LockGuard::replicated`].
-    pub fn replicated(&self) -> bool {
-        self.guards.iter().all(LockGuard::replicated)
     }
 
     /// Resolves as soon as any member is lost (see [`LockGuard::lost`]): the set is only worth

@@ -70,15 +70,16 @@ impl LockClient {
 }
 
 impl RwLock {
-    /// The lock's name, as given to [`LockClient::rwlock`].
-    pub fn name(&self) -> &[u8] {
-        &self.handle.name
-    }
+    getters! {
+        /// The lock's name, as given to [`LockClient::rwlock`].
+        fn name(&self) -> &[u8] => &self.handle.name;
 
-    /// The lease each hold gets: this handle's own, or the client's default (renewed by the
-    /// watchdog).
-    pub fn lease(&self) -> Duration {
-        self.handle.lease()
+        /// The lease each hold gets: this handle's own, or the client's default (renewed by the
+        /// watchdog).
+        fn lease(&self) -> Duration => self.handle.lease();
+
+        /// The label holds taken through this handle carry ([`RwLock::with_label`]).
+        fn label(&self) -> Option<&str> => self.handle.label();
     }
 
     /// A handle to the same lock whose holds get a fixed `lease` that the watchdog does not
@@ -113,11 +114,6 @@ impl RwLock {
         let options = self.handle.options.with_label(label.as_ref())?;
         let handle = self.handle.with(options);
         Ok(RwLock { handle })
-    }
-
-    /// The label holds taken through this handle carry ([`RwLock::with_label`]).
-    pub fn label(&self) -> Option<&str> {
-        self.handle.label()
     }
 
     /// Takes a read hold if no writer holds the lock or waits for it; `Ok(None)` otherwise.

@@ -80,21 +80,20 @@ impl LockClient {
 }
 
 impl Semaphore {
-    /// The semaphore's name, as given to [`LockClient::semaphore`].
-    pub fn name(&self) -> &[u8] {
-        &self.handle.name
-    }
+    getters! {
+        /// The semaphore's name, as given to [`LockClient::semaphore`].
+        fn name(&self) -> &[u8] => &self.handle.name;
 
-    /// The limit this handle records when the semaphore is idle (see [`Semaphore`] for the
-    /// limit in force while it is in use).
-    pub fn limit(&self) -> u32 {
-        self.limit
-    }
+        /// The limit this handle records when the semaphore is idle (see [`Semaphore`] for the
+        /// limit in force while it is in use).
+        fn limit(&self) -> u32 => self.limit;
 
-    /// The lease each hold gets: this handle's own, or the client's default (renewed by the
-    /// watchdog).
-    pub fn lease(&self) -> Duration {
-        self.handle.lease()
+        /// The lease each hold gets: this handle's own, or the client's default (renewed by the
+        /// watchdog).
+        fn lease(&self) -> Duration => self.handle.lease();
+
+        /// The label holds taken through this handle carry ([`Semaphore::with_label`]).
+        fn label(&self) -> Option<&str> => self.handle.label();
     }
 
     /// A handle to the same semaphore whose holds get a fixed `lease` that the watchdog does
@@ -137,11 +136,6 @@ impl Semaphore {
         let options = self.handle.options.with_label(label.as_ref())?;
         let handle = self.handle.with(options);
         Ok(Semaphore { handle, ..*self })
-    }
-
-    /// The label holds taken through this handle carry ([`Semaphore::with_label`]).
-    pub fn label(&self) -> Option<&str> {
-        self.handle.label()
     }
 
     /// Takes `permits` permits if that many are free, and returns at once either way
@@ -260,25 +254,19 @@ deref_to_guard!(SemaphorePermit);
 // it as a path (`SemaphorePermit::token`). `semaphore_name` is the guard's `lock_name` under
 // the semaphore's word.
 impl SemaphorePermit {
-    /// The hold's fencing token: greater than every token issued before it to any hold of this
-    /// semaphore (and any lock of its slot).
-    pub fn token(&self) -> FencingToken {
-        self.guard.token()
-    }
+    getters! {
+        /// The hold's fencing token: greater than every token issued before it to any hold of this
+        /// semaphore (and any lock of its slot).
+        fn token(&self) -> FencingToken => self.guard.token();
 
-    /// How many permits this hold has.
-    pub fn permits(&self) -> u32 {
-        self.permits
-    }
+        /// How many permits this hold has.
+        fn permits(&self) -> u32 => self.permits;
 
-    /// The limit in force when the permits were acquired (see [`Semaphore`]).
-    pub fn limit(&self) -> u32 {
-        self.limit
-    }
+        /// The limit in force when the permits were acquired (see [`Semaphore`]).
+        fn limit(&self) -> u32 => self.limit;
 
-    /// The semaphore's name.
-    pub fn semaphore_name(&self) -> &[u8] {
-        self.guard.lock_name()
+        /// The semaphore's name.
+        fn semaphore_name(&self) -> &[u8] => self.guard.lock_name();
     }
 
     /// Gives the permits back and wakes waiters (or, in the same call, hands them to this
