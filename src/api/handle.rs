@@ -647,15 +647,11 @@ pub(crate) async fn until<T, F>(
 where
     F: Future<Output = Result<T, Error>>,
 {
-    let acquisition = acquisition();
-    match deadline {
-        Some(deadline) => timed_out(
-            tokio::time::timeout_at(deadline.into(), acquisition).await,
-            name,
-            started,
-        ),
-        None => acquisition.await,
-    }
+    let Some(deadline) = deadline else {
+        return acquisition().await;
+    };
+    let bounded = tokio::time::timeout_at(deadline.into(), acquisition()).await;
+    timed_out(bounded, name, started)
 }
 
 impl Attempts for Request<'_> {

@@ -425,23 +425,22 @@ impl MultiLock {
         members: &mut [Request<'_>],
         window: Duration,
     ) -> Result<Attempt<Taken>, Error> {
-        let engine = &self.client.engine;
-        let (lease, op_ttl) = (self.lease(), engine.config.op_record_ttl);
-        let label = self.options().label.as_deref();
+        let (engine, ack) = (&self.client.engine, self.options().replica_ack);
         let mut tokens = Vec::with_capacity(members.len());
         // With replica acknowledgement, one session for the whole set: each member's script
         // runs on the session's connection to its slot's primary, and once every member is
         // taken, one WAIT per node covers all the members written there.
-        let mut session = match self.options().replica_ack {
+        let mut session = match ack {
             Some(_) => Some(engine.acks.session().await?),
             None => None,
         };
         for index in 0..members.len() {
             // Members taken so far stay armed: an error or a drop here undoes them.
             members[index].pending.arm();
-            let member = &members[index];
-            let (keys, holder, sends) =
-                (&member.handle.keys, &*member.holder, member.pending.sends());
+            // Every member carries the set's options.
+            let Request { handle, holder, .. } = &members[index];
+            let (keys, lease, label) = (&handle.keys, handle.lease(), handle.label());
+            let (op_ttl, sends) = (engine.config.op_record_ttl, members[index].pending.sends());
             macro_rules! call {
                 () => {
                     |mut conn| {
@@ -484,7 +483,7 @@ impl MultiLock {
                 AcquireReply::Cancelled => return Err(Error::Cancelled),
             }
         }
-        let acks = match (session, self.options().replica_ack) {
+        let acks = match (session, ack) {
             (Some(mut session), Some(ack)) => {
                 // A refused WAIT leaves every member armed: their drops undo the set.
                 let acks = session.wait(ack).await?.unwrap_or(Acks {
