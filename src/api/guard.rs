@@ -258,8 +258,8 @@ impl LockGuard {
     /// client, that task learns of the grant from its own next attempt, or undoes it if it
     /// leaves first.
     pub async fn release(mut self) -> Result<(), Error> {
-        let (holder, op) = self.begin_release();
-        let reply = release(&holder, &op, self.release_started()).await;
+        let (holder, op, started) = self.begin_release();
+        let reply = release(&holder, &op, started).await;
         self.finish_release("release", reply)
     }
 }
@@ -323,25 +323,18 @@ fn report_release(holder: &Holder, method: &'static str, reply: &Result<OwnerRep
 impl LockGuard {
     /// Starts this guard's release (its own, or as part of a set released in one script, a
     /// multi-lock's): the holder leaves the watch list and the release gets its op id, the
-    /// same one a background release of this guard would re-send.
-    pub(crate) fn begin_release(&mut self) -> (Arc<Holder>, String) {
+    /// same one a background release of this guard would re-send, and when it was first sent.
+    pub(crate) fn begin_release(&mut self) -> (Arc<Holder>, String, Instant) {
         if self.release_op.is_none() {
             // The watchdog stops renewing as soon as the last entry starts leaving, so a
             // release that fails or hangs cannot leave a lease renewed forever.
             self.holder.exit();
         }
         let engine = self.holder.engine.clone();
-        let (op, _) = self
+        let (op, started) = self
             .release_op
             .get_or_insert_with(|| (engine.next_id(), Instant::now()));
-        (self.holder.clone(), op.clone())
-    }
-
-    /// When this guard's release (begun) was first sent.
-    fn release_started(&self) -> Instant {
-        self.release_op
-            .as_ref()
-            .map_or_else(Instant::now, |(_, at)| *at)
+        (self.holder.clone(), op.clone(), *started)
     }
 
     /// Ends this guard's release with `reply`, reported as the release `method` (`release`,
@@ -447,8 +440,7 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        let (holder, op) = self.begin_release();
-        let started = self.release_started();
+        let (holder, op, started) = self.begin_release();
         // Spawning on a runtime that has shut down drops the task without panicking; the
         // lease then frees the lock.
         self.holder.runtime.spawn(async move {

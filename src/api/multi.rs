@@ -600,7 +600,7 @@ impl MultiGuard {
         let parts: Vec<_> = guards.iter_mut().map(LockGuard::begin_release).collect();
         let members: Vec<(&LockKeys, &str, &str)> = parts
             .iter()
-            .map(|(holder, op)| (&*holder.keys, holder.id.as_str(), op.as_str()))
+            .map(|(holder, op, _)| (&*holder.keys, holder.id.as_str(), op.as_str()))
             .collect();
         let engine = &parts[0].0.engine;
         let ttl = engine.config.op_record_ttl;
