@@ -128,8 +128,7 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub fn with_replica_ack(&self, replicas: u32, timeout: Duration) -> Result<Lock, Error> {
-        let options = self.handle.options.with_replica_ack(replicas, timeout)?;
-        Ok(self.with(options))
+        Ok(self.with(self.handle.options.with_replica_ack(replicas, timeout)?))
     }
 
     /// A handle to the same lock whose acquisitions do not wait for replicas, whatever the

@@ -127,8 +127,7 @@ impl MultiLock {
     /// # Errors
     /// [`Error::InvalidConfig`], as [`Lock::with_replica_ack`].
     pub fn with_replica_ack(&self, replicas: u32, timeout: Duration) -> Result<MultiLock, Error> {
-        let options = self.options().with_replica_ack(replicas, timeout)?;
-        Ok(self.with(options))
+        Ok(self.with(self.options().with_replica_ack(replicas, timeout)?))
     }
 
     /// A handle to the same set with another [`OnShortfall`] policy; no effect on a set that
@@ -591,11 +590,11 @@ impl MultiGuard {
         if plan == Plan::Ordered {
             // Where one script cannot reach every member: one release per member. A member
             // left unreleased by a cancelled future is released by its guard's drop.
-            let mut released = Vec::with_capacity(guards.len());
+            let mut released = Ok(());
             for guard in guards {
-                released.push(guard.release().await);
+                released = released.and(guard.release().await);
             }
-            return first_error(released);
+            return released;
         }
         let parts: Vec<_> = guards.iter_mut().map(LockGuard::begin_release).collect();
         let members: Vec<(&LockKeys, &str, &str)> = parts
@@ -617,13 +616,10 @@ impl MultiGuard {
                 err.named(&names.join(&b", "[..]))
             })?;
         let members = guards.into_iter().zip(replies);
-        first_error(members.map(|(guard, reply)| guard.finish_release("set", Ok(reply))))
+        // Every member's release runs; the first error is the set's.
+        let released = members.map(|(guard, reply)| guard.finish_release("set", Ok(reply)));
+        released.fold(Ok(()), Result::and)
     }
-}
-
-/// The first error of every member's release, after all of them ran.
-fn first_error(released: impl IntoIterator<Item = Result<(), Error>>) -> Result<(), Error> {
-    released.into_iter().fold(Ok(()), Result::and)
 }
 
 impl LockClient {
