@@ -302,10 +302,15 @@ async fn check_clock(conn: &mut MultiplexedConnection) -> Result<Finding, RedisE
     // The sample with the shortest round trip bounds the error best.
     let mut best: Option<(Duration, f64)> = None;
     for _ in 0..SAMPLES {
+        // The round trip is measured on the wall clock it is compared with: read on two
+        // clocks, a pause between the two reads (a loaded machine) would shift the estimate
+        // by that pause while the stated uncertainty left it out.
         let sent = SystemTime::now();
-        let start = Instant::now();
         let (secs, micros): (String, String) = redis::cmd("TIME").query_async(conn).await?;
-        let rtt = start.elapsed();
+        // A wall clock stepped back meanwhile: no sample.
+        let Ok(rtt) = SystemTime::now().duration_since(sent) else {
+            continue;
+        };
         let server =
             secs.parse::<f64>().unwrap_or(0.0) + micros.parse::<f64>().unwrap_or(0.0) / 1e6;
         let local = sent.duration_since(UNIX_EPOCH).unwrap_or_default() + rtt / 2;
