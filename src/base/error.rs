@@ -75,7 +75,10 @@ pub enum Error {
 
     /// A key where the lock (or its fence counter) lives holds a value fencelock did not write,
     /// for example because someone ran `SET` on it. Nothing was changed.
-    #[error("a key of {} holds foreign data: {detail}", or_this_lock(name))]
+    #[error(
+        "a key of {} holds foreign data: {detail}",
+        if name.is_empty() { "this lock" } else { name.as_str() }
+    )]
     #[non_exhaustive]
     WrongType {
         /// The name of the lock (semaphore, read-write lock, election, job, fenced resource, or
@@ -91,8 +94,8 @@ pub enum Error {
     /// held it. `by` says what the newer token did: wrote or claimed the resource, read it as
     /// a reader, or took the job's tick over. Nothing was written (or read).
     #[error(
-        "stale fencing token {presented}{}: {by} with token {latest}",
-        for_named(resource)
+        "stale fencing token {presented}{}{resource}: {by} with token {latest}",
+        if resource.is_empty() { "" } else { " for " }
     )]
     #[non_exhaustive]
     StaleToken {
@@ -251,9 +254,13 @@ impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
         match ErrorClass::of(&err) {
             // ACL refusals are a configuration problem, not a flaky connection: typed, so
-            // callers and the retry policy never retry them.
+            // callers and the retry policy never retry them. The detail is the server's words,
+            // wherever the refusal sits in the error.
             ErrorClass::PermissionDenied => Error::PermissionDenied {
-                detail: permission_detail(&err),
+                detail: match refusal_among(&err) {
+                    Some((_, refused)) => refused.details().unwrap_or_default().to_owned(),
+                    None => err.to_string(),
+                },
             },
             _ => Error::Redis(err),
         }
@@ -302,23 +309,6 @@ impl fmt::Display for Superseded {
                  issued before it; the oldest accepted is"
             }
         })
-    }
-}
-
-/// `" for <name>"`, or nothing for an unnamed resource, in an error's text.
-fn or_this_lock(name: &str) -> &str {
-    if name.is_empty() {
-        "this lock"
-    } else {
-        name
-    }
-}
-
-fn for_named(name: &str) -> String {
-    if name.is_empty() {
-        String::new()
-    } else {
-        format!(" for {name}")
     }
 }
 
@@ -457,14 +447,6 @@ struct Unreachable {
     cause: redis::RedisError,
 }
 
-/// The server's words for an ACL refusal, wherever it sits in the error.
-fn permission_detail(err: &redis::RedisError) -> String {
-    match refusal_among(err) {
-        Some((_, refused)) => refused.details().unwrap_or_default().to_owned(),
-        None => err.to_string(),
-    }
-}
-
 /// The ACL refusal (`NOPERM`) among a reply's server errors: the reply's own error, or one of
 /// an aborted transaction's (a command refused when queued in MULTI aborts the whole
 /// transaction, and the refusal is not the error's own code) or a pipeline's.
@@ -520,11 +502,8 @@ impl ErrorClass {
         if err.redirect_node().is_some() {
             return ErrorClass::Redirected;
         }
-        if let Some(code) = err.code() {
-            let failure = ErrorClass::of_code(code);
-            if failure != ErrorClass::Other {
-                return failure;
-            }
+        if let Some(failure) = ErrorClass::known(err.code()) {
+            return failure;
         }
         if refusal_among(err).is_some() {
             return ErrorClass::PermissionDenied;
@@ -539,10 +518,8 @@ impl ErrorClass {
             .split(": -")
             .nth(1)
             .and_then(|rest| rest.split(' ').next());
-        if let Some(failure) = wrapped.map(ErrorClass::of_code) {
-            if failure != ErrorClass::Other {
-                return failure;
-            }
+        if let Some(failure) = ErrorClass::known(wrapped) {
+            return failure;
         }
         if text.contains("can't run this command or subcommand")
             || text.contains("ACL failure in script")
@@ -571,6 +548,12 @@ impl ErrorClass {
             "WRONGPASS" | "NOAUTH" => ErrorClass::AuthRefused,
             _ => ErrorClass::Other,
         }
+    }
+
+    /// The class of a server error code, when it is one of those above.
+    fn known(code: Option<&str>) -> Option<ErrorClass> {
+        code.map(ErrorClass::of_code)
+            .filter(|&failure| failure != ErrorClass::Other)
     }
 
     /// A re-send with the same operation id is safe and may succeed: the request may or may

@@ -387,3 +387,31 @@ fn a_permission_refusal_keeps_the_servers_words() {
     let foreign = server_error(b"-FENCELOCK_WRONGTYPE a string at the lock key\r\n");
     assert!(Error::from_reply(foreign).is_wrong_type());
 }
+
+#[test]
+fn an_unnamed_key_or_resource_reads_as_such() {
+    let token = |raw| FencingToken::new(raw).unwrap();
+    let foreign = |name: &str| Error::WrongType {
+        name: name.into(),
+        detail: "a string".into(),
+    };
+    assert_eq!(
+        foreign("").to_string(),
+        "a key of this lock holds foreign data: a string"
+    );
+    assert_eq!(
+        foreign("orders").to_string(),
+        "a key of orders holds foreign data: a string"
+    );
+    let stale = |resource: &[u8]| Error::stale(resource, token(3), token(5), Superseded::TookOver);
+    assert_eq!(
+        stale(b"").to_string(),
+        "stale fencing token 3: another runner took the run (a job tick, an idempotency key) \
+         over with token 5"
+    );
+    assert_eq!(
+        stale(b"ledger").to_string(),
+        "stale fencing token 3 for ledger: another runner took the run (a job tick, an \
+         idempotency key) over with token 5"
+    );
+}
