@@ -306,12 +306,11 @@ impl AckSession<'_> {
                     let conn = held.conn.clone().expect("opened above");
                     let outcome = async {
                         if asking {
+                            let asking = redis::cmd("ASKING");
                             let mut conn = conn.clone();
-                            bounded(response_timeout, async move {
-                                Ok(redis::cmd("ASKING").query_async::<()>(&mut conn).await?)
-                            })
-                            .await
-                            .map_err(|err| (err, false))?;
+                            bounded(response_timeout, asking.query_async::<()>(&mut conn))
+                                .await
+                                .map_err(|err| (err, false))?;
                         }
                         bounded(response_timeout, attempt(conn))
                             .await
@@ -395,13 +394,8 @@ impl AckSession<'_> {
             let bump = held.bump.clone();
             waits.spawn(async move {
                 if let Some(fence) = bump {
-                    let write = async {
-                        Ok(redis::cmd("INCRBY")
-                            .arg(fence)
-                            .arg(0)
-                            .query_async::<i64>(&mut conn)
-                            .await?)
-                    };
+                    let incr = redis::cmd("INCRBY").arg(fence).arg(0).clone();
+                    let write = incr.query_async::<i64>(&mut conn);
                     if let Err(err) = bounded(response_timeout, write).await {
                         return (index, Err(err));
                     }
@@ -465,12 +459,12 @@ fn redirect(err: &Error) -> Option<(bool, u16, String)> {
 }
 
 /// `fut`, or a timeout error (transient, like redis-rs' own response timeout) after `limit`.
-async fn bounded<T>(
+async fn bounded<T, E: Into<Error>>(
     limit: Duration,
-    fut: impl Future<Output = Result<T, Error>>,
+    fut: impl Future<Output = Result<T, E>>,
 ) -> Result<T, Error> {
     match tokio::time::timeout(limit, fut).await {
-        Ok(outcome) => outcome,
+        Ok(outcome) => outcome.map_err(Into::into),
         Err(_) => Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             "no reply within the response timeout",
