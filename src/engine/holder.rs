@@ -313,11 +313,6 @@ impl Holder {
         }
     }
 
-    /// Whether a guard holds this holder (dropped or released ones aside).
-    pub(crate) fn guarded(&self) -> bool {
-        self.entries.load(Ordering::Acquire) > 0
-    }
-
     /// Guards of this holder alive and not being released.
     pub(crate) fn guards(&self) -> usize {
         self.entries.load(Ordering::Acquire)
@@ -329,7 +324,7 @@ impl Holder {
         if self.engine.broken(Control::WatchdogIgnoresDrop) {
             return !self.is_lost();
         }
-        self.guarded() && !self.is_lost()
+        self.guards() > 0 && !self.is_lost()
     }
 }
 

@@ -45,7 +45,7 @@ impl Watchdog {
     /// holder that no guard holds, for good.
     pub(crate) fn watch(&self, holder: &Arc<Holder>) {
         debug_assert!(
-            holder.guarded(),
+            holder.guards() > 0,
             "a holder is watched once a guard holds it"
         );
         self.holders
