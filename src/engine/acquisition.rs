@@ -97,7 +97,29 @@ pub(crate) async fn acquire_loop<T: Attempts>(
     mut attempts: T,
 ) -> Result<T::Held, Error> {
     let (started, name) = (Instant::now(), how.name);
-    let within = acquire_within(how, deadline, started, &mut attempts);
+    // Dropped before `attempts`, as the deadline ends it.
+    let within = async {
+        // The fast path: one round trip when the lock is free. Skipped when waiters of this
+        // client are queued on the same channel, so a newcomer cannot overtake them.
+        let mut first = None;
+        if !how.waiters.has_waiters(how.channel) {
+            let first_attempt = FirstAttempt::new(how.waiters, how.fair.clone());
+            match attempts.attempt(how.retry_window).await? {
+                Attempt::Won { held, .. } => {
+                    first_attempt.settled();
+                    return Ok(held);
+                }
+                Attempt::Busy(remaining) => first = Some((first_attempt, remaining)),
+            }
+        }
+        if deadline.is_some_and(|d| wait::now() >= d) {
+            return Err(Error::timeout(how.name, started));
+        }
+        // Boxed: the waiting state is large, and inline it would make every acquire future
+        // (moved a few times on its way to being polled) that much larger, also uncontended.
+        let waiting = wait_and_acquire(how, deadline, started, &mut attempts, first);
+        Box::pin(waiting).await
+    };
     match deadline {
         Some(deadline) => timed_out(
             tokio::time::timeout_at(deadline.into(), within).await,
@@ -116,33 +138,6 @@ pub(crate) fn timed_out<T>(
     started: Instant,
 ) -> Result<T, Error> {
     outcome.unwrap_or_else(|_elapsed| Err(Error::timeout(name, started)))
-}
-
-async fn acquire_within<T: Attempts>(
-    how: Waiting<'_>,
-    deadline: Option<Instant>,
-    started: Instant,
-    attempts: &mut T,
-) -> Result<T::Held, Error> {
-    // The fast path: one round trip when the lock is free. Skipped when waiters of this client
-    // are queued on the same channel, so a newcomer cannot overtake them.
-    let mut first = None;
-    if !how.waiters.has_waiters(how.channel) {
-        let first_attempt = FirstAttempt::new(how.waiters, how.fair.clone());
-        match attempts.attempt(how.retry_window).await? {
-            Attempt::Won { held, .. } => {
-                first_attempt.settled();
-                return Ok(held);
-            }
-            Attempt::Busy(remaining) => first = Some((first_attempt, remaining)),
-        }
-    }
-    if deadline.is_some_and(|d| wait::now() >= d) {
-        return Err(Error::timeout(how.name, started));
-    }
-    // Boxed: the waiting state is large, and inline it would make every acquire future (moved
-    // a few times on its way to being polled) that much larger, also uncontended.
-    Box::pin(wait_and_acquire(how, deadline, started, attempts, first)).await
 }
 
 /// The slow path: queue behind this client's other waiters on the channel and try again on
