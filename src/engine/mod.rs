@@ -37,7 +37,9 @@ use crate::protocol::server::{self, ServerInfo};
 use crate::protocol::{self, FairAttempt, PermissionsReply};
 use crate::transport::ack_pool::{AckConnections, AckRoute};
 use crate::transport::slot_map::ClusterRoute;
-use crate::transport::{cluster, sentinel, standalone, Conn, Connections, PushListener};
+use crate::transport::{
+    cluster, sentinel, standalone, Conn, Connections, PushListener, ReconnectingConn,
+};
 use batch::{Batcher, Route};
 use wait::Waiters;
 use watchdog::Watchdog;
@@ -125,11 +127,11 @@ impl Engine {
                 reason: "tls_root_ca is available for standalone URLs only".into(),
             });
         }
+        // A standalone or Sentinel client: one server connection for everything.
+        let single =
+            |conn: ReconnectingConn| (Conn::Server(conn.clone()), None, AckRoute::Server(conn));
         let (conn, subscriptions, route) = match target {
-            Target::Standalone(url) => {
-                let conn = standalone::connect(url, &config, listener).await?;
-                (Conn::Server(conn.clone()), None, AckRoute::Server(conn))
-            }
+            Target::Standalone(url) => single(standalone::connect(url, &config, listener).await?),
             Target::Cluster(nodes) => {
                 // Scripts and subscriptions on cluster connections of their own: see
                 // `transport::Connections`. Only the subscriptions' connection hears pushes.
@@ -144,9 +146,7 @@ impl Engine {
                 )
             }
             Target::Sentinel { sentinels, master } => {
-                let conn =
-                    sentinel::connect(sentinels, master, node_auth, &config, listener).await?;
-                (Conn::Server(conn.clone()), None, AckRoute::Server(conn))
+                single(sentinel::connect(sentinels, master, node_auth, &config, listener).await?)
             }
         };
         let server = server::hello(&mut conn.clone()).await?;
@@ -285,13 +285,15 @@ impl Engine {
             return Ok(());
         }
         let prefix = &self.config.prefix;
-        let (keys, holds) = match scope {
-            PermissionScope::Locks => (LockKeys::new(prefix, PERMISSIONS_PROBE), None),
+        // With what a refusal's message says needs the commands.
+        let (keys, holds, needed_by) = match scope {
+            PermissionScope::Locks => (LockKeys::new(prefix, PERMISSIONS_PROBE), None, ""),
             // Field-expiry commands wherever the server has them: any client may create a
             // semaphore that uses them, and every client of it then runs them.
             PermissionScope::Holds => (
                 LockKeys::semaphore(prefix, PERMISSIONS_PROBE),
                 Some(self.server.has_hash_field_expiry()),
+                ", which semaphores and read-write locks need",
             ),
         };
         let mut conn = self.conn();
@@ -313,10 +315,7 @@ impl Engine {
                      channels){}; grant every command the README's Security section lists",
                     commands.join(", "),
                     String::from_utf8_lossy(prefix),
-                    match scope {
-                        PermissionScope::Locks => "",
-                        PermissionScope::Holds => ", which semaphores and read-write locks need",
-                    },
+                    needed_by,
                 ),
             }),
             Err(err) if err.is_permission_denied() => Err(err),
