@@ -520,12 +520,10 @@ impl PushListener for Waiters {
         // waiters of every lock still need their channels on the new connection.
         self.spawn(|waiters| async move {
             let subscribed = waiters.subscribed.lock().await;
-            if let Ok(mut conn) = waiters.subscriptions() {
-                for channel in subscribed.iter() {
-                    if let Err(err) = conn.subscribe(channel).await {
-                        // The head's lease timer stands in for the messages of this channel.
-                        tracing::debug!(error = %err, "re-subscribing after a failover failed");
-                    }
+            for channel in subscribed.iter() {
+                if let Err(err) = waiters.send_subscribe(channel).await {
+                    // The head's lease timer stands in for the messages of this channel.
+                    tracing::debug!(error = %err, "re-subscribing after a failover failed");
                 }
             }
             drop(subscribed);
