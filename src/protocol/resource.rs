@@ -60,20 +60,9 @@ pub(crate) async fn fenced_write<C: ConnectionLike>(
     match write {
         Write::Set(value) => call.arg("set").arg(retention).arg(value),
         Write::IncrBy(delta) => call.arg("incrby").arg(retention).arg(delta),
-        Write::SetFields(fields) => {
-            call.arg("hset").arg(retention);
-            for (field, value) in fields {
-                call.arg(*field).arg(*value);
-            }
-            &mut call
-        }
-        Write::Push(items) => {
-            call.arg("rpush").arg(retention);
-            for item in items {
-                call.arg(*item);
-            }
-            &mut call
-        }
+        // A slice of values or of field-value pairs is one argument per value.
+        Write::SetFields(fields) => call.arg("hset").arg(retention).arg(fields),
+        Write::Push(items) => call.arg("rpush").arg(retention).arg(items),
         Write::Delete => call.arg("del").arg(retention),
     };
     let reply = invoke(conn, &call).await?;
@@ -151,8 +140,6 @@ pub(crate) async fn fenced_read<C: ConnectionLike>(
             latest: token_from(latest)?,
             by: superseded_by(by),
         }),
-        other => Err(Error::Protocol(format!(
-            "fenced_read.lua answered {other:?}"
-        ))),
+        other => Err(unexpected("fenced_read", other)),
     }
 }

@@ -35,10 +35,8 @@ pub(crate) async fn record_wait<C: ConnectionLike>(
         .arg(millis(args.lifetime).max(1))
         .arg(millis(args.waited))
         .arg(args.awaited)
-        .arg(args.label.unwrap_or(""));
-    for held in args.holds {
-        call.arg(held.as_slice());
-    }
+        .arg(args.label.unwrap_or(""))
+        .arg(args.holds);
     invoke_as::<i64, _>(conn, &call).await?;
     Ok(())
 }
