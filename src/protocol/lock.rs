@@ -150,14 +150,9 @@ pub(crate) async fn release_fair<C: ConnectionLike>(
     grace: Duration,
     requeue: Option<(&str, Duration)>,
 ) -> Result<OwnerReply, Error> {
-    let mut call = scripts().release_fair.key(&keys.lock);
-    call.key(keys.op(op_id))
-        .key(keys.op(holder))
-        .key(keys.queue())
-        .arg(holder)
-        .arg(millis(op_ttl))
-        .arg(pubsub.script_arg())
-        .arg(op_id)
+    // A lock's release call, then the queue and what the fair release adds.
+    let mut call = release_call(&scripts().release_fair, keys, holder, op_id, op_ttl, pubsub);
+    call.key(keys.queue())
         .arg(millis(grace))
         .arg(requeue.map_or("", |(client, _)| client))
         .arg(requeue.map_or(0, |(_, life)| millis(life)));
@@ -267,7 +262,8 @@ pub(crate) async fn release<C: ConnectionLike>(
 
 /// The call of `script` that releases one entry of `holder`'s hold as operation `op_id`:
 /// `release.lua` for a lock's hash, `sem_release.lua` for a hold's (the semaphore's and the
-/// read-write lock's), or a handoff script, which takes more keys and arguments after these.
+/// read-write lock's), or a fair release or handoff script, which takes more keys and
+/// arguments after these.
 pub(super) fn release_call(
     script: &'static redis::Script,
     keys: &LockKeys,
