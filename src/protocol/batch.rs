@@ -54,18 +54,13 @@ pub(crate) trait Grouped: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub(crate) struct ReadOperation(HoldAcquire<'static>);
 
-impl ReadOperation {}
-
 impl From<&HoldAcquire<'_>> for ReadOperation {
     /// As [`HoldAcquire::rw_acquire`] with [`RwMode::Read`].
     fn from(read: &HoldAcquire<'_>) -> ReadOperation {
         ReadOperation(HoldAcquire {
-            keys: Cow::Owned(read.keys.clone().into_owned()),
-            holder: Cow::Owned(read.holder.clone().into_owned()),
-            label: read
-                .label
-                .clone()
-                .map(|label| Cow::Owned(label.into_owned())),
+            keys: Cow::Owned(LockKeys::clone(&read.keys)),
+            holder: Cow::Owned(read.holder.to_string()),
+            label: read.label.as_deref().map(str::to_owned).map(Cow::Owned),
             lease: read.lease,
             op_ttl: read.op_ttl,
             pubsub: read.pubsub,
