@@ -215,7 +215,7 @@ fn per_operation(
     let replies = match reply {
         Value::Array(replies) if replies.len() == count => replies,
         other => {
-            let wrong = || Err(Error::Protocol(format!("{script}.lua answered {other:?}")));
+            let wrong = || Err(super::unexpected(script, &other));
             return Ok((0..count).map(|_| wrong()).collect());
         }
     };

@@ -77,6 +77,6 @@ pub(crate) async fn leader<C: ConnectionLike>(
                 lease_left: Some(pttl_from(*left)),
             })
         }
-        other => Err(Error::Protocol(format!("leader.lua answered {other:?}"))),
+        other => Err(super::unexpected("leader", other)),
     }
 }

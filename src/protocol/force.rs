@@ -2,7 +2,7 @@
 
 use redis::aio::ConnectionLike;
 
-use super::{count_from, invoke_as, scripts, LockKeys, PubSub};
+use super::{count_from, held_token, invoke_as, scripts, unexpected, LockKeys, PubSub};
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
 
@@ -42,7 +42,7 @@ pub(crate) async fn force_release<C: ConnectionLike>(
     match reply.as_slice() {
         [Int(1), Int(token), Int(fence), BulkString(holder), Int(count)] => {
             Ok(ForceReleaseReply::Evicted {
-                token: u64::try_from(*token).ok().and_then(FencingToken::new),
+                token: held_token(*token),
                 fence: u64::try_from(*fence)
                     .map_err(|_| Error::Protocol(format!("invalid fence counter {fence}")))?,
                 holder: holder.clone(),
@@ -51,10 +51,8 @@ pub(crate) async fn force_release<C: ConnectionLike>(
         }
         [Int(0)] => Ok(ForceReleaseReply::NotHeld),
         [Int(-1), Int(token)] => Ok(ForceReleaseReply::OtherToken {
-            token: u64::try_from(*token).ok().and_then(FencingToken::new),
+            token: held_token(*token),
         }),
-        other => Err(Error::Protocol(format!(
-            "force_release.lua answered {other:?}"
-        ))),
+        other => Err(unexpected("force_release", other)),
     }
 }

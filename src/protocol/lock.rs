@@ -7,8 +7,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    count_from, flag, invoke, millis, owner_reply, pttl_from, renewed, scripts, token_from,
-    unexpected, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
+    count_from, flag, invoke, millis, owner_reply, pttl_from, scripts, token_from, unexpected,
+    CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -367,5 +367,10 @@ pub(crate) async fn renew<C: ConnectionLike>(
         }
         call.arg(*holder);
     }
-    renewed(name, invoke(conn, &call).await?, batch.len())
+    // One reply per lease: 1 when its holder still held it and the lease was set again.
+    let reply = invoke(conn, &call).await?;
+    if reply.len() != batch.len() {
+        return Err(unexpected(name, &reply));
+    }
+    Ok(reply.into_iter().map(|r| r == 1).collect())
 }

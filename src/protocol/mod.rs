@@ -136,26 +136,9 @@ pub(crate) async fn wait_replicas<C: ConnectionLike>(
     u32::try_from(acked).map_err(|_| Error::Protocol(format!("WAIT answered {acked}")))
 }
 
-/// A lock's `~token` and `PTTL` as a read script answers them (0: no token; -2: no key, -1: no
-/// expiry): the holder's token, and when held, the time left of its lease (`None`: no expiry).
-fn lock_state(token: i64, pttl: i64) -> (Option<FencingToken>, Option<Option<Duration>>) {
-    let lock_token = u64::try_from(token).ok().and_then(FencingToken::new);
-    let lease_left = (pttl != -2).then(|| pttl_from(pttl));
-    (lock_token, lease_left)
-}
-
 /// A script's `PTTL`-like reply: a time left, or `None` for a negative one (no expiry).
 fn pttl_from(raw: i64) -> Option<Duration> {
     u64::try_from(raw).ok().map(Duration::from_millis)
-}
-
-/// The reply of a renewal of `count` leases in one call: one `bool` per lease, `true` when its
-/// holder still held it and the lease was set again.
-fn renewed(script: &str, reply: Vec<i64>, count: usize) -> Result<Vec<bool>, Error> {
-    if reply.len() != count {
-        return Err(unexpected(script, &reply));
-    }
-    Ok(reply.into_iter().map(|r| r == 1).collect())
 }
 
 fn ms_from(script: &str, raw: i64) -> Result<u64, Error> {
@@ -188,11 +171,13 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// A token in a reply where none may be (0: none).
+fn held_token(raw: i64) -> Option<FencingToken> {
+    u64::try_from(raw).ok().and_then(FencingToken::new)
+}
+
 fn token_from(raw: i64) -> Result<FencingToken, Error> {
-    u64::try_from(raw)
-        .ok()
-        .and_then(FencingToken::new)
-        .ok_or_else(|| Error::Protocol(format!("invalid fencing token {raw}")))
+    held_token(raw).ok_or_else(|| Error::Protocol(format!("invalid fencing token {raw}")))
 }
 
 /// A number of permits (a semaphore's limit, free or held ones) in a reply of `script`.
@@ -204,7 +189,8 @@ fn count_from(raw: i64) -> Result<u64, Error> {
     u64::try_from(raw).map_err(|_| Error::Protocol(format!("invalid re-entry count {raw}")))
 }
 
-fn unexpected(script: &str, reply: &[i64]) -> Error {
+/// The error for a reply of `script` of no shape its contract names.
+fn unexpected(script: &str, reply: impl std::fmt::Debug) -> Error {
     Error::Protocol(format!("{script}.lua answered {reply:?}"))
 }
 

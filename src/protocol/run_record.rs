@@ -9,7 +9,8 @@ use redis::{Script, ToRedisArgs, Value};
 
 use super::scripts::Scripts;
 use super::{
-    invoke, invoke_as, lock_state, millis, ms_from, scripts, token_from, unexpected, LockKeys,
+    held_token, invoke, invoke_as, millis, ms_from, pttl_from, scripts, token_from, unexpected,
+    LockKeys,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -129,7 +130,7 @@ pub(crate) async fn run_begin<K: RunKind, C: ConnectionLike>(
     let record = |fields| Record::decode(script, fields);
     Ok(match &reply[..] {
         [Int(1), Int(previous), Int(started)] => BeginReply::Begun {
-            took_over: u64::try_from(*previous).ok().and_then(FencingToken::new),
+            took_over: held_token(*previous),
             started_ms: ms_from(script, *started)?,
         },
         [Int(-1)] => BeginReply::NotHeld,
@@ -137,7 +138,7 @@ pub(crate) async fn run_begin<K: RunKind, C: ConnectionLike>(
         [Int(3), fields @ ..] => BeginReply::Abandoned(record(fields)?),
         [Int(-2), fields @ ..] => BeginReply::Newer(record(fields)?),
         [Int(code), fields @ ..] if *code == K::REFUSED => BeginReply::Refused(record(fields)?),
-        _ => return Err(Error::Protocol(format!("{script}.lua answered {reply:?}"))),
+        _ => return Err(unexpected(script, &reply)),
     })
 }
 
@@ -227,14 +228,14 @@ pub(crate) async fn run_read<K: RunKind, C: ConnectionLike>(
     let (record, token, pttl) = match &reply[..] {
         [Int(0), Int(token), Int(pttl)] => (None, token, pttl),
         [Int(1), record @ .., Int(token), Int(pttl)] => (Some(record), token, pttl),
-        other => return Err(Error::Protocol(format!("{script}.lua answered {other:?}"))),
+        other => return Err(unexpected(script, other)),
     };
-    let (lock_token, lease_left) = lock_state(*token, *pttl);
     Ok(RunRead {
         record: record
             .map(|fields| Record::decode(script, fields))
             .transpose()?,
-        lock_token,
-        lease_left,
+        // The lock's `~token` (0: none) and `PTTL` (-2: no key, -1: no expiry).
+        lock_token: held_token(*token),
+        lease_left: (*pttl != -2).then(|| pttl_from(*pttl)),
     })
 }
