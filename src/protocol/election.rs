@@ -39,7 +39,7 @@ pub(crate) struct LeaderRecord {
 }
 
 /// Outcome of `leader.lua`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct LeaderReply {
     /// The leader, when one has recorded its metadata.
     pub(crate) leader: Option<LeaderRecord>,
@@ -56,27 +56,24 @@ pub(crate) async fn leader<C: ConnectionLike>(
     let call = scripts().leader.key(&keys.lock);
     let reply: Vec<redis::Value> = invoke_as(conn, &call).await?;
     use redis::Value::{BulkString, Int};
-    match reply.as_slice() {
-        [] => Ok(LeaderReply {
-            leader: None,
-            lease_left: None,
-        }),
-        [Int(0), Int(left)] => Ok(LeaderReply {
-            leader: None,
-            lease_left: Some(pttl_from(*left)),
-        }),
+    let (leader, left) = match reply.as_slice() {
+        // The election's lock is free.
+        [] => return Ok(LeaderReply::default()),
+        [Int(0), Int(left)] => (None, left),
         [Int(1), BulkString(holder), Int(term), BulkString(metadata), Int(left)] => {
-            Ok(LeaderReply {
-                leader: Some(LeaderRecord {
-                    holder: String::from_utf8(holder.clone()).map_err(|_| {
-                        Error::Protocol("leader.lua answered a holder id that is not UTF-8".into())
-                    })?,
-                    term: token_from(*term)?,
-                    metadata: metadata.clone(),
-                }),
-                lease_left: Some(pttl_from(*left)),
-            })
+            let record = LeaderRecord {
+                holder: String::from_utf8(holder.clone()).map_err(|_| {
+                    Error::Protocol("leader.lua answered a holder id that is not UTF-8".into())
+                })?,
+                term: token_from(*term)?,
+                metadata: metadata.clone(),
+            };
+            (Some(record), left)
         }
-        other => Err(super::unexpected("leader", other)),
-    }
+        other => return Err(super::unexpected("leader", other)),
+    };
+    Ok(LeaderReply {
+        leader,
+        lease_left: Some(pttl_from(*left)),
+    })
 }
