@@ -18,7 +18,7 @@ use redis::Value;
 use super::lock::release_call;
 use super::rwlock::{rw_acquire_reply, RwAcquireReply, RwMode};
 use super::semaphore::{expiry_arg, HoldAcquire};
-use super::{flag, invoke_as, millis, owner_reply, scripts, LockKeys, OwnerReply, PubSub};
+use super::{flag, invoke_as, millis, on_hash, owner_reply, scripts, LockKeys, OwnerReply, PubSub};
 use crate::base::error::Error;
 
 /// An operation that may share a script call with others of its group: built once with
@@ -90,9 +90,8 @@ impl Grouped for ReadOperation {
         let first = &reads[0].0;
         let keys = &first.keys;
         let writers = keys.rw_writers().unwrap_or_default();
-        let mut call = scripts().rw_read_many.key(&keys.lock);
-        call.key(keys.sem_leases())
-            .key(writers)
+        let mut call = on_hash(&scripts().rw_read_many, keys);
+        call.key(writers)
             .key(&keys.fence)
             .arg(reads.len())
             .arg(millis(first.lease))
@@ -173,8 +172,7 @@ impl Grouped for HoldRelease {
     ) -> Result<Vec<Result<Value, Error>>, redis::RedisError> {
         let first = releases[0];
         let keys = &first.keys;
-        let mut call = scripts().sem_release_many.key(&keys.lock);
-        call.key(keys.sem_leases());
+        let mut call = on_hash(&scripts().sem_release_many, keys);
         let writers = keys.rw_writers();
         if let Some(writers) = &writers {
             call.key(writers);

@@ -7,8 +7,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    count_from, flag, invoke, millis, owner_reply, pttl_from, scripts, token_from, unexpected,
-    CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
+    count_from, flag, invoke, millis, on_hash, owner_reply, pttl_from, scripts, token_from,
+    unexpected, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -219,12 +219,8 @@ pub(crate) async fn reenter<C: ConnectionLike>(
     } else {
         &scripts().reenter
     };
-    let mut call = script.prepare_invoke();
-    call.key(&keys.lock);
     // A hold with a lease of its own (a read-write lock's) is checked against its deadline.
-    if keys.has_hold_leases() {
-        call.key(keys.sem_leases());
-    }
+    let mut call = on_hash(script, keys);
     call.key(keys.op(op_id)).arg(holder).arg(millis(op_ttl));
     match invoke(conn, &call).await?.as_slice() {
         [1, token, count] => Ok(EnterReply::Entered {
@@ -272,10 +268,7 @@ pub(super) fn release_call(
     op_ttl: Duration,
     pubsub: PubSub,
 ) -> redis::ScriptInvocation<'static> {
-    let mut call = script.key(&keys.lock);
-    if keys.has_hold_leases() {
-        call.key(keys.sem_leases());
-    }
+    let mut call = on_hash(script, keys);
     call.key(keys.op(op_id)).key(keys.op(holder));
     // A read-write lock's release also tells its waiting writers.
     if let Some(writers) = keys.rw_writers() {
@@ -317,8 +310,8 @@ pub(crate) async fn cancel<C: ConnectionLike>(
             .arg(pubsub.script_arg());
         return cancel_reply("cancel", &invoke(conn, &call).await?);
     }
-    let mut call = scripts().sem_cancel.key(&keys.lock);
-    call.key(keys.sem_leases()).key(keys.op(op_id));
+    let mut call = on_hash(&scripts().sem_cancel, keys);
+    call.key(keys.op(op_id));
     // A writer of a read-write lock that gave up waiting also takes its mark back; a
     // semaphore's waiter its fair-queue entry.
     match keys.rw_writers() {

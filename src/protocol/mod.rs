@@ -105,6 +105,17 @@ impl CancelKind {
     }
 }
 
+/// The call of `script` on the hash of `keys`, and, for a hold with a lease of its own (a
+/// semaphore's, a read-write lock's), on its lease zset next: the first keys of every script
+/// that serves holds, and of the lock scripts that serve both.
+fn on_hash(script: &'static redis::Script, keys: &LockKeys) -> redis::ScriptInvocation<'static> {
+    let mut call = script.key(&keys.lock);
+    if keys.has_hold_leases() {
+        call.key(keys.sem_leases());
+    }
+    call
+}
+
 /// Sends a script call; its reply as integers, the shape of most scripts' replies.
 async fn invoke<C: ConnectionLike>(
     conn: &mut C,

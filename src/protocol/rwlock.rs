@@ -8,8 +8,8 @@ use redis::aio::ConnectionLike;
 
 use super::semaphore::{expiry_arg, HoldAcquire};
 use super::{
-    flag, invoke, millis, owner_reply, pttl_from, scripts, token_from, unexpected, LockKeys,
-    OwnerReply, PubSub,
+    flag, invoke, millis, on_hash, owner_reply, pttl_from, scripts, token_from, unexpected,
+    LockKeys, OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -61,9 +61,8 @@ impl HoldAcquire<'_> {
         let writers = keys.rw_writers().ok_or_else(|| {
             Error::Protocol("rw_acquire.lua called with keys of another kind".into())
         })?;
-        let mut call = scripts().rw_acquire.key(&keys.lock);
-        call.key(keys.sem_leases())
-            .key(writers)
+        let mut call = on_hash(&scripts().rw_acquire, keys);
+        call.key(writers)
             .key(&keys.fence)
             .key(keys.op(&self.holder))
             .arg(self.holder.as_ref())
@@ -104,9 +103,7 @@ pub(crate) async fn rw_downgrade<C: ConnectionLike>(
     holder: &str,
     pubsub: PubSub,
 ) -> Result<OwnerReply, Error> {
-    let mut call = scripts().rw_downgrade.key(&keys.lock);
-    call.key(keys.sem_leases())
-        .arg(holder)
-        .arg(pubsub.script_arg());
+    let mut call = on_hash(&scripts().rw_downgrade, keys);
+    call.arg(holder).arg(pubsub.script_arg());
     owner_reply("rw_downgrade", &invoke(conn, &call).await?)
 }

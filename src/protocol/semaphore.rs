@@ -11,8 +11,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    flag, invoke, millis, permits_from, pttl_from, scripts, token_from, unexpected, LockKeys,
-    PubSub,
+    flag, invoke, millis, on_hash, permits_from, pttl_from, scripts, token_from, unexpected,
+    LockKeys, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -79,10 +79,8 @@ impl HoldAcquire<'_> {
         fair: Option<bool>,
     ) -> Result<SemAcquireReply, Error> {
         let keys = &self.keys;
-        let mut call = scripts().sem_acquire.key(&keys.lock);
-        call.key(keys.sem_leases())
-            .key(&keys.fence)
-            .key(keys.op(&self.holder));
+        let mut call = on_hash(&scripts().sem_acquire, keys);
+        call.key(&keys.fence).key(keys.op(&self.holder));
         if fair.is_some() {
             call.key(keys.queue()).key(keys.sem_waiting());
         }
@@ -157,10 +155,8 @@ pub(crate) async fn sem_limit<C: ConnectionLike>(
     limit: u32,
     pubsub: PubSub,
 ) -> Result<Option<u32>, Error> {
-    let mut call = scripts().sem_limit.key(&keys.lock);
-    call.key(keys.sem_leases())
-        .arg(limit)
-        .arg(pubsub.script_arg());
+    let mut call = on_hash(&scripts().sem_limit, keys);
+    call.arg(limit).arg(pubsub.script_arg());
     match invoke(conn, &call).await?.as_slice() {
         [1, old] => u32::try_from(*old)
             .map(Some)
