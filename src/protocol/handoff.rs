@@ -80,14 +80,9 @@ pub(crate) async fn release_handing_off<C: ConnectionLike>(
         call.arg(candidate.permits);
     }
     call.arg(millis(candidate.lease)).arg(candidate.label);
-    handoff_reply(name, &invoke(conn, &call).await?)
-}
-
-/// The reply of `handoff.lua` or `sem_handoff.lua` (whose grant also tells the semaphore's
-/// room).
-fn handoff_reply(script: &str, reply: &[i64]) -> Result<HandoffReply, Error> {
-    let permits = |raw: i64| permits_from(script, raw);
-    match reply {
+    // A grant of `sem_handoff.lua` also tells the semaphore's room.
+    let permits = |raw: i64| permits_from(name, raw);
+    match invoke(conn, &call).await?.as_slice() {
         [1, remaining] => Ok(HandoffReply::Released {
             remaining: count_from(*remaining)?,
         }),
@@ -103,6 +98,6 @@ fn handoff_reply(script: &str, reply: &[i64]) -> Result<HandoffReply, Error> {
             }),
         }),
         [-1] => Ok(HandoffReply::NotHeld),
-        other => Err(unexpected(script, other)),
+        other => Err(unexpected(name, other)),
     }
 }

@@ -95,20 +95,30 @@ pub(crate) async fn acquire_attempt<C: ConnectionLike>(
         None => (&scripts().acquire, "acquire"),
         Some(_) => (&scripts().acquire_fair, "acquire_fair"),
     };
-    let mut call = script.prepare_invoke();
-    call.key(&keys.lock).key(&keys.fence).key(keys.op(holder));
-    // The fair script also takes the queue, and the client's part before the record flag.
-    if fair.is_some() {
-        call.key(keys.queue());
-    }
+    let mut call = script.key(&keys.lock);
+    call.key(&keys.fence).key(keys.op(holder));
     call.arg(holder).arg(millis(lease)).arg(millis(op_ttl));
+    // The fair script also takes the queue after the other keys, and the client's part before
+    // the record flag (a call's keys and arguments are lists of their own).
     if let Some(fair) = fair {
-        call.arg(fair.client)
+        call.key(keys.queue())
+            .arg(fair.client)
             .arg(flag(fair.enqueue))
             .arg(millis(fair.queue_slack));
     }
     call.arg(flag(recorded)).arg(label);
-    acquire_reply(name, &invoke(conn, &call).await?)
+    match invoke(conn, &call).await?.as_slice() {
+        [1, token, count, rest @ ..] if rest.len() <= 1 => Ok(AcquireReply::Acquired {
+            token: token_from(*token)?,
+            count: count_from(*count)?,
+            lease_left: rest.first().and_then(|pttl| pttl_from(*pttl)),
+        }),
+        [0, pttl] => Ok(AcquireReply::Held {
+            pttl: pttl_from(*pttl),
+        }),
+        [-2] => Ok(AcquireReply::Cancelled),
+        other => Err(unexpected(name, other)),
+    }
 }
 
 /// `acquire.lua` with the fair-handoff queue ([`acquire_attempt`] of a fair-mode client).
@@ -189,21 +199,6 @@ pub(crate) async fn leave_fair<C: ConnectionLike>(
         [1] => Ok(LeaveReply::Dequeued),
         [2] => Ok(LeaveReply::PassedOn),
         other => Err(unexpected("leave_fair", other)),
-    }
-}
-
-pub(super) fn acquire_reply(script: &str, reply: &[i64]) -> Result<AcquireReply, Error> {
-    match reply {
-        [1, token, count, rest @ ..] if rest.len() <= 1 => Ok(AcquireReply::Acquired {
-            token: token_from(*token)?,
-            count: count_from(*count)?,
-            lease_left: rest.first().and_then(|pttl| pttl_from(*pttl)),
-        }),
-        [0, pttl] => Ok(AcquireReply::Held {
-            pttl: pttl_from(*pttl),
-        }),
-        [-2] => Ok(AcquireReply::Cancelled),
-        other => Err(unexpected(script, other)),
     }
 }
 
