@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use redis::Value::{BulkString, Int};
 use redis::{Script, ToRedisArgs, Value};
 
 use super::scripts::Scripts;
@@ -53,7 +54,6 @@ impl<K: RunKind> Record<K> {
     /// Decodes a record's fields (0: a time not set): a UTF-8 runner, a valid token, times
     /// that are times.
     fn decode(script: &str, fields: &[Value]) -> Result<Record<K>, Error> {
-        use redis::Value::{BulkString, Int};
         let what = K::WHAT;
         let unshaped = || Error::Protocol(format!("{script}.lua answered the {what} {fields:?}"));
         let (own, run) = K::split(fields).ok_or_else(unshaped)?;
@@ -116,7 +116,6 @@ pub(crate) async fn run_begin<K: RunKind, C: ConnectionLike>(
     own: impl ToRedisArgs,
     give_up: bool,
 ) -> Result<BeginReply<K>, Error> {
-    use redis::Value::Int;
     let [begin, ..] = K::scripts(scripts());
     let script = K::NAMES[0];
     let mut call = begin.key(&keys.lock);
@@ -219,7 +218,6 @@ pub(crate) async fn run_read<K: RunKind, C: ConnectionLike>(
     keys: &LockKeys,
     args: &[String],
 ) -> Result<RunRead<K>, Error> {
-    use redis::Value::Int;
     let [_, _, read] = K::scripts(scripts());
     let script = K::NAMES[2];
     let mut call = read.key(&keys.lock);
