@@ -18,7 +18,7 @@ use redis::Value;
 use super::lock::release_call;
 use super::rwlock::{rw_acquire_reply, RwAcquireReply, RwMode};
 use super::semaphore::{expiry_arg, HoldAcquire};
-use super::{flag, invoke_as, millis, on_hash, owner_reply, scripts, LockKeys, OwnerReply, PubSub};
+use super::{invoke_as, millis, on_hash, owner_reply, scripts, LockKeys, OwnerReply, PubSub};
 use crate::base::error::Error;
 
 /// An operation that may share a script call with others of its group: built once with
@@ -103,7 +103,7 @@ impl Grouped for ReadOperation {
             let read = &read.0;
             call.key(keys.op(&read.holder))
                 .arg(read.holder.as_ref())
-                .arg(flag(read.recorded))
+                .arg(read.recorded)
                 .arg(read.label.as_deref().unwrap_or(""));
         }
         let reply: Value = call.invoke_async(conn).await?;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    count_from, flag, invoke, millis, on_hash, owner_reply, pttl_from, scripts, token_from,
-    unexpected, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
+    count_from, invoke, millis, on_hash, owner_reply, pttl_from, scripts, token_from, unexpected,
+    CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -103,10 +103,10 @@ pub(crate) async fn acquire_attempt<C: ConnectionLike>(
     if let Some(fair) = fair {
         call.key(keys.queue())
             .arg(fair.client)
-            .arg(flag(fair.enqueue))
+            .arg(fair.enqueue)
             .arg(millis(fair.queue_slack));
     }
-    call.arg(flag(recorded)).arg(label);
+    call.arg(recorded).arg(label);
     match invoke(conn, &call).await?.as_slice() {
         [1, token, count, rest @ ..] if rest.len() <= 1 => Ok(AcquireReply::Acquired {
             token: token_from(*token)?,
@@ -247,7 +247,7 @@ pub(crate) async fn release<C: ConnectionLike>(
         return owner_reply("sem_release", &invoke(conn, &call).await?);
     }
     let mut call = release_call(&scripts().release, keys, holder, op_id, op_ttl, pubsub);
-    call.arg(flag(read_record));
+    call.arg(read_record);
     owner_reply("release", &invoke(conn, &call).await?)
 }
 

@@ -116,6 +116,8 @@ fn on_hash(script: &'static redis::Script, keys: &LockKeys) -> redis::ScriptInvo
     call
 }
 
+// A script's yes/no argument is a `bool`, which redis-rs sends as "1" or "0".
+
 /// Sends a script call; its reply as integers, the shape of most scripts' replies.
 async fn invoke<C: ConnectionLike>(
     conn: &mut C,
@@ -164,15 +166,6 @@ fn owner_reply(script: &str, reply: &[i64]) -> Result<OwnerReply, Error> {
         }),
         [-1] => Ok(OwnerReply::NotHeld),
         other => Err(unexpected(script, other)),
-    }
-}
-
-/// A script's yes/no argument.
-fn flag(yes: bool) -> &'static str {
-    if yes {
-        "1"
-    } else {
-        "0"
     }
 }
 

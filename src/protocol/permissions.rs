@@ -3,7 +3,7 @@
 
 use redis::aio::ConnectionLike;
 
-use super::{flag, invoke_as, scripts, LockKeys, PubSub};
+use super::{invoke_as, scripts, LockKeys, PubSub};
 use crate::base::error::Error;
 
 /// Outcome of `permissions.lua`.
@@ -30,7 +30,7 @@ pub(crate) async fn permissions<C: ConnectionLike>(
         .key(keys.op("permissions"))
         .key(keys.queue())
         .arg(pubsub.script_arg())
-        .arg(flag(fair))
+        .arg(fair)
         .arg(match holds {
             None => "",
             Some(false) => "holds",

@@ -8,8 +8,8 @@ use redis::aio::ConnectionLike;
 
 use super::semaphore::{expiry_arg, HoldAcquire};
 use super::{
-    flag, invoke, millis, on_hash, owner_reply, pttl_from, scripts, token_from, unexpected,
-    LockKeys, OwnerReply, PubSub,
+    invoke, millis, on_hash, owner_reply, pttl_from, scripts, token_from, unexpected, LockKeys,
+    OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -71,11 +71,11 @@ impl HoldAcquire<'_> {
                 RwMode::Write => "w",
             })
             .arg(millis(self.lease))
-            .arg(flag(wait))
+            .arg(wait)
             .arg(millis(self.op_ttl))
             .arg(self.pubsub.script_arg())
             .arg(expiry_arg(self.field_expiry))
-            .arg(flag(self.recorded))
+            .arg(self.recorded)
             .arg(self.label.as_deref());
         Ok(call)
     }

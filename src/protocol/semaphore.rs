@@ -11,8 +11,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    flag, invoke, millis, on_hash, permits_from, pttl_from, scripts, token_from, unexpected,
-    LockKeys, PubSub,
+    invoke, millis, on_hash, permits_from, pttl_from, scripts, token_from, unexpected, LockKeys,
+    PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -90,9 +90,9 @@ impl HoldAcquire<'_> {
             .arg(millis(self.lease))
             .arg(millis(self.op_ttl))
             .arg(self.pubsub.script_arg())
-            .arg(flag(fair == Some(true)))
+            .arg(fair == Some(true))
             .arg(expiry_arg(self.field_expiry))
-            .arg(flag(self.recorded))
+            .arg(self.recorded)
             .arg(self.label.as_deref());
         let reply = invoke(conn, &call).await?;
         let permits_from = |raw: i64| permits_from("sem_acquire", raw.max(0));
