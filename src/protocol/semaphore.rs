@@ -158,9 +158,7 @@ pub(crate) async fn sem_limit<C: ConnectionLike>(
     let mut call = on_hash(&scripts().sem_limit, keys);
     call.arg(limit).arg(pubsub.script_arg());
     match invoke(conn, &call).await?.as_slice() {
-        [1, old] => u32::try_from(*old)
-            .map(Some)
-            .map_err(|_| Error::Protocol(format!("sem_limit.lua answered the limit {old}"))),
+        [1, old] => permits_from("sem_limit", *old).map(Some),
         [0] => Ok(None),
         other => Err(unexpected("sem_limit", other)),
     }
