@@ -8,7 +8,8 @@ use redis::aio::ConnectionLike;
 
 use super::lock::release_call;
 use super::{
-    count_from, invoke, millis, permits_from, scripts, token_from, unexpected, LockKeys, PubSub,
+    count_from, invoke, millis, permits_from, pick, scripts, token_from, unexpected, LockKeys,
+    PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -66,10 +67,7 @@ pub(crate) async fn release_handing_off<C: ConnectionLike>(
     candidate: Candidate<'_>,
 ) -> Result<HandoffReply, Error> {
     let holds = keys.has_hold_leases();
-    let (script, name) = match holds {
-        false => (&scripts().handoff, "handoff"),
-        true => (&scripts().sem_handoff, "sem_handoff"),
-    };
+    let (script, name) = pick!(holds, handoff, sem_handoff);
     // A read-write lock's holds are never handed off: its release call has no writers' key
     // to come before these.
     let mut call = release_call(script, keys, holder, op_id, op_ttl, pubsub);

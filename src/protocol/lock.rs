@@ -7,8 +7,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::{
-    count_from, invoke, millis, on_hash, owner_reply, pttl_from, scripts, token_from, unexpected,
-    CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
+    count_from, invoke, millis, on_hash, owner_reply, pick, pttl_from, scripts, token_from,
+    unexpected, CancelKind, CancelReply, LockKeys, OwnerReply, PubSub,
 };
 use crate::base::error::Error;
 use crate::base::token::FencingToken;
@@ -91,10 +91,7 @@ pub(crate) async fn acquire_attempt<C: ConnectionLike>(
     label: Option<&str>,
     recorded: bool,
 ) -> Result<AcquireReply, Error> {
-    let (script, name) = match fair {
-        None => (&scripts().acquire, "acquire"),
-        Some(_) => (&scripts().acquire_fair, "acquire_fair"),
-    };
+    let (script, name) = pick!(fair.is_some(), acquire, acquire_fair);
     let mut call = script.key(&keys.lock);
     call.key(&keys.fence).key(keys.op(holder));
     call.arg(holder).arg(millis(lease)).arg(millis(op_ttl));
@@ -209,11 +206,7 @@ pub(crate) async fn reenter<C: ConnectionLike>(
     op_id: &str,
     op_ttl: Duration,
 ) -> Result<EnterReply, Error> {
-    let script = if keys.has_hold_leases() {
-        &scripts().hold_reenter
-    } else {
-        &scripts().reenter
-    };
+    let (script, name) = pick!(keys.has_hold_leases(), reenter, hold_reenter);
     // A hold with a lease of its own (a read-write lock's) is checked against its deadline.
     let mut call = on_hash(script, keys);
     call.key(keys.op(op_id)).arg(holder).arg(millis(op_ttl));
@@ -224,7 +217,7 @@ pub(crate) async fn reenter<C: ConnectionLike>(
         }),
         [-1] => Ok(EnterReply::NotHeld),
         [-2] => Ok(EnterReply::Cancelled),
-        other => Err(unexpected("reenter", other)),
+        other => Err(unexpected(name, other)),
     }
 }
 
@@ -242,13 +235,13 @@ pub(crate) async fn release<C: ConnectionLike>(
     pubsub: PubSub,
     read_record: bool,
 ) -> Result<OwnerReply, Error> {
-    if keys.has_hold_leases() {
-        let call = release_call(&scripts().sem_release, keys, holder, op_id, op_ttl, pubsub);
-        return owner_reply("sem_release", &invoke(conn, &call).await?);
+    let holds = keys.has_hold_leases();
+    let (script, name) = pick!(holds, release, sem_release);
+    let mut call = release_call(script, keys, holder, op_id, op_ttl, pubsub);
+    if !holds {
+        call.arg(read_record);
     }
-    let mut call = release_call(&scripts().release, keys, holder, op_id, op_ttl, pubsub);
-    call.arg(read_record);
-    owner_reply("release", &invoke(conn, &call).await?)
+    owner_reply(name, &invoke(conn, &call).await?)
 }
 
 /// The call of `script` that releases one entry of `holder`'s hold as operation `op_id`:
@@ -342,10 +335,7 @@ pub(crate) async fn renew<C: ConnectionLike>(
     let holds = batch
         .first()
         .is_some_and(|(keys, _)| keys.has_hold_leases());
-    let (script, name) = match holds {
-        false => (&scripts().renew, "renew"),
-        true => (&scripts().sem_renew, "sem_renew"),
-    };
+    let (script, name) = pick!(holds, renew, sem_renew);
     let mut call = script.arg(millis(lease));
     for (keys, holder) in batch {
         call.key(&keys.lock);

@@ -59,6 +59,18 @@ pub(crate) use run_record::{
 use scripts::Scripts;
 pub(crate) use waits::{forget_wait, record_wait, WaitArgs};
 
+/// `$b`'s script when `$pick`, else `$a`'s (two of [`Scripts`]' fields), each with its name
+/// (its file in `lua/`), which errors about its replies give.
+macro_rules! pick {
+    ($pick:expr, $a:ident, $b:ident) => {
+        match $pick {
+            false => (&scripts().$a, stringify!($a)),
+            true => (&scripts().$b, stringify!($b)),
+        }
+    };
+}
+use pick;
+
 /// The scripts for the current call: the production ones, unless the calling client was built
 /// with a negative control (test builds only, `--cfg fencelock_negative_controls`).
 fn scripts() -> &'static Scripts {
