@@ -445,8 +445,8 @@ impl MultiLock {
                     |mut conn| {
                         let recorded = sends.send(&conn);
                         async move {
-                            protocol::acquire_labelled(
-                                &mut conn, keys, holder, lease, op_ttl, label, recorded,
+                            protocol::acquire_attempt(
+                                &mut conn, keys, holder, lease, op_ttl, None, label, recorded,
                             )
                             .await
                         }

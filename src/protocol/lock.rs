@@ -47,12 +47,11 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     lease: Duration,
     op_ttl: Duration,
 ) -> Result<AcquireReply, Error> {
-    acquire_labelled(conn, keys, holder, lease, op_ttl, None, false).await
+    acquire_attempt(conn, keys, holder, lease, op_ttl, None, None, false).await
 }
 
-/// `acquire.lua`; `label`, when given, is stored with the hold (ARGV[5]); `recorded`: an
-/// earlier send of this acquisition may still arrive, so this one leaves an op record
-/// (ARGV[4], [`crate::engine::pending::Sends`]).
+/// `acquire.lua` with a label and the op-record flag (script-contract tests).
+#[cfg(test)]
 pub(crate) async fn acquire_labelled<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,

@@ -42,10 +42,10 @@ pub(crate) use idempotency::{idem_read, KeyRead, KeyReadMode, KeyRecord, KeyResu
 pub(crate) use job::{job_read, JobRead, Tick, TickRecord};
 pub(crate) use keys::{LockKeys, ResourceKeys};
 #[cfg(test)]
-pub(crate) use lock::{acquire, acquire_fair, LeaveReply};
+pub(crate) use lock::{acquire, acquire_fair, acquire_labelled, LeaveReply};
 pub(crate) use lock::{
-    acquire_attempt, acquire_labelled, cancel, extend, leave_fair, reenter, release, release_fair,
-    renew, AcquireReply, EnterReply, FairAttempt,
+    acquire_attempt, cancel, extend, leave_fair, reenter, release, release_fair, renew,
+    AcquireReply, EnterReply, FairAttempt,
 };
 pub(crate) use multi::{acquire_all, release_all, AcquireAllReply};
 pub(crate) use permissions::{permissions, PermissionsReply};
