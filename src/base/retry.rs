@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 
+use super::error::{Error, ErrorClass};
+
 /// The crate's one retry loop: runs `attempt` until it succeeds, or fails in a way that
 /// `again` does not retry, or `pauses` runs out; then the last failure stands. Between
 /// attempts it sleeps the next pause.
@@ -39,6 +41,16 @@ where
             _ => return Err(err),
         }
     }
+}
+
+/// Whether an operation that failed with `err` is sent again with the same op id: only after a
+/// transient failure (its outcome unknown, or a primary that moved), which is logged as `what`.
+pub(crate) fn resend_after(err: &Error, what: &str) -> bool {
+    let transient = err.class().is_some_and(ErrorClass::is_transient);
+    if transient {
+        tracing::debug!(error = %err, "{what}");
+    }
+    transient
 }
 
 /// First pause before a re-send with the same operation id.

@@ -26,9 +26,9 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 
 use crate::base::config::{ClientConfig, HoldExpiry, NodeAuth, Target};
-use crate::base::error::{Error, ErrorClass};
+use crate::base::error::Error;
 use crate::base::replica_ack::{Acks, ReplicaAck};
-use crate::base::retry::{retry, Resends};
+use crate::base::retry::{resend_after, retry, Resends};
 use crate::protocol::batch::{HoldRelease, ReadOperation};
 #[cfg(fencelock_negative_controls)]
 use crate::protocol::controls::{self, Control};
@@ -402,13 +402,7 @@ impl Engine {
         let resends = retry(
             Resends::new(window),
             || attempt(self.conn()),
-            |err: &Error| {
-                let transient = err.class().is_some_and(ErrorClass::is_transient);
-                if transient {
-                    tracing::debug!(error = %err, "retrying lock operation with the same id");
-                }
-                transient
-            },
+            |err: &Error| resend_after(err, "retrying lock operation with the same id"),
         );
         // Not through `controlled`: an async fn keeps its argument and the future it awaits
         // side by side, which would double this (hot, large) future.

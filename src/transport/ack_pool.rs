@@ -24,7 +24,7 @@ use super::slot_map::ClusterRoute;
 use crate::base::config::ClientConfig;
 use crate::base::error::{Error, ErrorClass};
 use crate::base::replica_ack::{Acks, ReplicaAck};
-use crate::base::retry::{retry, Resends};
+use crate::base::retry::{resend_after, retry, Resends};
 use crate::protocol::{self, LockKeys};
 
 /// Most connections one client keeps for replicated acquisitions; more concurrent replicated
@@ -261,13 +261,7 @@ impl AckSession<'_> {
         F: FnMut(MultiplexedConnection) -> Fut,
         Fut: Future<Output = Result<R, Error>>,
     {
-        let again = |err: &Error| {
-            let transient = err.class().is_some_and(ErrorClass::is_transient);
-            if transient {
-                tracing::debug!(error = %err, "re-sending a replicated acquisition");
-            }
-            transient
-        };
+        let again = |err: &Error| resend_after(err, "re-sending a replicated acquisition");
         // The sends share the session (and `attempt`, and whether one was re-sent) through a
         // lock that each holds for its whole run: one send at a time, as the loop runs them.
         let shared = tokio::sync::Mutex::new((self, attempt, false));
