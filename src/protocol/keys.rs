@@ -390,18 +390,7 @@ fn build_slot_tags() -> Vec<String> {
 
 /// CRC16-CCITT (XMODEM), the hash Redis Cluster uses for key slots.
 pub(crate) fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in bytes {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
+    crc16::State::<crc16::XMODEM>::calculate(bytes)
 }
 
 /// The cluster slot Redis computes for a full key, honouring `{hash tags}`.
