@@ -66,10 +66,15 @@ fn holds_alone(name: &'static str, holder: &str, count: u64) -> impl Fn(&Fixture
     move |fx: &Fixture| fx.lock_state(name).map(|s| s.0) == held
 }
 
-/// A loopback port nothing listens on: the system hands out a free one, and it is freed again.
-fn a_closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    listener.local_addr().expect("its address").port()
+/// A loopback port that refuses connections while the returned socket lives: bound, so that no
+/// server another test starts meanwhile can take it (a port freed again could be), and not
+/// listening.
+fn a_closed_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    socket.bind(loopback).expect("bind a loopback port");
+    let port = socket.local_addr().expect("its address").port();
+    (socket, port)
 }
 
 /// A connect that reaches no server says which address it tried, whether that is the one
@@ -77,7 +82,8 @@ fn a_closed_port() -> u16 {
 /// the URL does not show.
 #[tokio::test]
 async fn a_refused_connect_names_the_address_it_tried() {
-    let addr = format!("127.0.0.1:{}", a_closed_port());
+    let (_bound, port) = a_closed_port();
+    let addr = format!("127.0.0.1:{port}");
     let url = format!("redis://:hunter2@{addr}/");
     let attempts = [
         ("standalone", LockClient::connect(&url).await.err()),
