@@ -9,7 +9,7 @@ use super::handle::{Ask, Handle, Options, Request};
 use crate::base::error::Error;
 use crate::base::replica_ack::{Acks, OnShortfall};
 use crate::protocol::semaphore::SemAcquireReply;
-use crate::protocol::{self, AcquireReply, LockKeys};
+use crate::protocol::{AcquireReply, LockKeys};
 
 /// A handle to one named lock, made by [`LockClient::lock`].
 ///
@@ -208,6 +208,30 @@ impl Lock {
     }
 }
 
+/// The acquire script call (`acquire.lua`) of `$request`, a lock's [`Request`], as a closure
+/// over a connection for the retry loops, each send counted by the request's pending operation;
+/// `$fair` as [`acquire_attempt`](crate::protocol::acquire_attempt) takes it. A closure is not
+/// generic over the connection type, so a macro, expanded once per connection kind: a lock's
+/// call and a multi-lock member's (`multi.rs`).
+macro_rules! acquire_call {
+    ($request:expr, $fair:expr) => {{
+        let request: &$crate::api::handle::Request<'_> = $request;
+        let (handle, holder, fair) = (request.handle, request.holder.as_str(), $fair);
+        let (lease, label, sends) = (handle.lease(), handle.label(), request.pending.sends());
+        let (keys, op_ttl) = (&handle.keys, handle.engine().config.op_record_ttl);
+        move |mut conn| {
+            let recorded = sends.send(&conn);
+            async move {
+                $crate::protocol::acquire_attempt(
+                    &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
+                )
+                .await
+            }
+        }
+    }};
+}
+pub(super) use acquire_call;
+
 impl Request<'_> {
     /// A plain lock's acquire script call (re-sent while its outcome is unknown and `window`
     /// is open), in the semaphore's words, with the replicas' acknowledgement when the handle
@@ -218,32 +242,18 @@ impl Request<'_> {
         waiting: bool,
         window: Duration,
     ) -> Result<(SemAcquireReply, Option<Acks>), Error> {
-        let (handle, holder) = (self.handle, self.holder.as_str());
-        let engine = handle.engine();
+        let (engine, keys) = (self.handle.engine(), &self.handle.keys);
         let fair = engine.fair_attempt(waiting);
-        let (keys, lease, label) = (&handle.keys, handle.lease(), handle.label());
-        let op_ttl = engine.config.op_record_ttl;
-        let sends = self.pending.sends();
-        // A closure is not generic over the connection type, so one per connection kind.
-        macro_rules! call {
-            () => {
-                |mut conn| {
-                    let recorded = sends.send(&conn);
-                    async move {
-                        protocol::acquire_attempt(
-                            &mut conn, keys, holder, lease, op_ttl, fair, label, recorded,
-                        )
-                        .await
-                    }
-                }
-            };
-        }
-        let (reply, acks) = match handle.options.replica_ack {
-            None => (engine.retrying_within(window, call!()).await?, None),
+        let (reply, acks) = match self.handle.options.replica_ack {
+            None => {
+                let call = acquire_call!(self, fair);
+                (engine.retrying_within(window, call).await?, None)
+            }
             // Boxed, so that the replicated path's state does not enlarge every acquire future.
             Some(ack) => {
                 let acquired = |reply: &_| matches!(reply, AcquireReply::Acquired { .. });
-                Box::pin(engine.acquire_acknowledged(ack, keys, window, call!(), acquired)).await?
+                let call = acquire_call!(self, fair);
+                Box::pin(engine.acquire_acknowledged(ack, keys, window, call, acquired)).await?
             }
         };
         // A lock is a semaphore of one permit, which a holder never shares.

@@ -10,7 +10,7 @@ use tracing::Instrument;
 use super::client::LockClient;
 use super::guard::LockGuard;
 use super::handle::{roll_back, until, Ask, Options, Request};
-use super::lock::Lock;
+use super::lock::{acquire_call, Lock};
 use crate::base::error::Error;
 use crate::base::replica_ack::{Acks, OnShortfall};
 use crate::base::retry::waiting_window;
@@ -436,28 +436,17 @@ impl MultiLock {
         for index in 0..members.len() {
             // Members taken so far stay armed: an error or a drop here undoes them.
             members[index].pending.arm();
-            // Every member carries the set's options.
-            let Request { handle, holder, .. } = &members[index];
-            let (keys, lease, label) = (&handle.keys, handle.lease(), handle.label());
-            let (op_ttl, sends) = (engine.config.op_record_ttl, members[index].pending.sends());
-            macro_rules! call {
-                () => {
-                    |mut conn| {
-                        let recorded = sends.send(&conn);
-                        async move {
-                            protocol::acquire_attempt(
-                                &mut conn, keys, holder, lease, op_ttl, None, label, recorded,
-                            )
-                            .await
-                        }
-                    }
-                };
-            }
+            // Every member carries the set's options; no fair handoff on a multi-lock's client.
+            let (member, keys) = (&members[index], &members[index].handle.keys);
             let outcome = match &mut session {
-                None => engine.retrying_within(window, call!()).await,
+                None => {
+                    let call = acquire_call!(member, None);
+                    engine.retrying_within(window, call).await
+                }
                 Some(session) => {
                     let acquired = |reply: &_| matches!(reply, AcquireReply::Acquired { .. });
-                    session.run(keys, window, call!(), acquired).await
+                    let call = acquire_call!(member, None);
+                    session.run(keys, window, call, acquired).await
                 }
             };
             let reply = match outcome {
