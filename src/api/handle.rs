@@ -588,10 +588,10 @@ impl<'a> Request<'a> {
     }
 }
 
-/// A read-write lock's acquire reply in the semaphore's words: a read leaves room for the
-/// next reader (readers do not exclude each other, so the next waiting reader of this client
-/// tries at once), a write none.
-fn in_semaphore_words(reply: RwAcquireReply, side: RwMode) -> SemAcquireReply {
+/// A read-write lock's acquire reply in the semaphore's words (and so a lock's, a writer's
+/// alike): a read leaves room for the next reader (readers do not exclude each other, so the
+/// next waiting reader of this client tries at once), a write none.
+pub(super) fn in_semaphore_words(reply: RwAcquireReply, side: RwMode) -> SemAcquireReply {
     match reply {
         RwAcquireReply::Acquired { token, lease_left } => SemAcquireReply::Acquired {
             token,

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use super::client::LockClient;
 use super::guard::LockGuard;
-use super::handle::{Ask, Handle, Options, Request};
+use super::handle::{in_semaphore_words, Ask, Handle, Options, Request};
 use crate::base::error::Error;
 use crate::base::replica_ack::{Acks, OnShortfall};
+use crate::protocol::rwlock::{RwAcquireReply, RwMode};
 use crate::protocol::semaphore::SemAcquireReply;
 use crate::protocol::{AcquireReply, LockKeys};
 
@@ -256,25 +257,16 @@ impl Request<'_> {
                 Box::pin(engine.acquire_acknowledged(ack, keys, window, call, acquired)).await?
             }
         };
-        // A lock is a semaphore of one permit, which a holder never shares.
+        // A lock is a semaphore of one permit, which a holder never shares: a read-write
+        // lock's write side.
         let reply = match reply {
             AcquireReply::Acquired {
                 token, lease_left, ..
-            } => SemAcquireReply::Acquired {
-                token,
-                lease_left,
-                permits: 1,
-                limit: 1,
-                free: 0,
-            },
-            AcquireReply::Held { pttl } => SemAcquireReply::Busy {
-                wait: pttl,
-                free: 0,
-                limit: 1,
-            },
-            AcquireReply::Cancelled => SemAcquireReply::Cancelled,
+            } => RwAcquireReply::Acquired { token, lease_left },
+            AcquireReply::Held { pttl } => RwAcquireReply::Busy { wait: pttl },
+            AcquireReply::Cancelled => RwAcquireReply::Cancelled,
         };
-        Ok((reply, acks))
+        Ok((in_semaphore_words(reply, RwMode::Write), acks))
     }
 }
 
