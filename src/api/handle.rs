@@ -672,8 +672,9 @@ impl Attempts for Request<'_> {
     /// the release's message).
     fn handoff_terms(&self) -> Option<HandoffTerms> {
         let handle = self.handle;
-        let side = matches!(self.ask, Ask::Hold(Hold::Side(_)));
-        if handle.client.fair_handoff().is_some() || handle.options.replica_ack.is_some() || side {
+        // A kind whose releases hand off in this client's mode: not a read-write lock's, and
+        // none in fair handoff.
+        if !self.ask.kind().hands_off(handle.engine()) || handle.options.replica_ack.is_some() {
             return None;
         }
         Some(HandoffTerms {
