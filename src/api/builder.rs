@@ -45,10 +45,6 @@ pub struct LockClientBuilder {
 }
 
 impl LockClientBuilder {
-    pub(crate) fn new(url: impl Into<String>) -> Self {
-        LockClientBuilder::with_target(Target::Standalone(url.into()))
-    }
-
     pub(crate) fn with_target(target: Target) -> Self {
         LockClientBuilder {
             target,
@@ -412,7 +408,7 @@ impl LockClient {
 
     /// Starts configuring a client; see [`LockClientBuilder`].
     pub fn builder(url: impl Into<String>) -> LockClientBuilder {
-        LockClientBuilder::new(url)
+        LockClientBuilder::with_target(Target::Standalone(url.into()))
     }
 
     /// Connects to a Redis Cluster with default options; see [`LockClient::cluster_builder`].
