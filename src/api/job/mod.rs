@@ -456,9 +456,10 @@ impl ActiveRun {
         } = self;
         let report = |err| job.report_error(tick_ms, err);
         let (guard, run_ms) = run.finish::<Tick>(tick_ms, end, None, report).await?;
-        let label = match end {
-            RunEnd::Failed => metrics::JOB_RAN_FAILED,
-            RunEnd::Done | RunEnd::Final => metrics::JOB_RAN,
+        // A failed tick is released at once, so that its retry need not wait.
+        let (label, at_least_for) = match end {
+            RunEnd::Failed => (metrics::JOB_RAN_FAILED, Duration::ZERO),
+            RunEnd::Done | RunEnd::Final => (metrics::JOB_RAN, job.options.at_least_for),
         };
         metrics::job(label);
         tracing::debug!(
@@ -472,14 +473,7 @@ impl ActiveRun {
             run_ms,
             "job tick ran"
         );
-        let keep = match end {
-            RunEnd::Failed => Duration::ZERO,
-            RunEnd::Done | RunEnd::Final => round_up_to_millis(
-                job.options
-                    .at_least_for
-                    .saturating_sub(started_at.elapsed()),
-            ),
-        };
+        let keep = round_up_to_millis(at_least_for.saturating_sub(started_at.elapsed()));
         if keep.is_zero() {
             // A failed release (the hold had ended, Redis is away) changes nothing for the
             // caller: the done record is what keeps the tick from running again.
