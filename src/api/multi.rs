@@ -66,6 +66,12 @@ debug_struct!(MultiLock(self) {
     label: self.options().label,
 } ..);
 
+/// A set's names (its members', in the global order), joined with ", ", as an error about the
+/// set names what it was about.
+fn joined<'a>(names: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    names.collect::<Vec<_>>().join(&b", "[..])
+}
+
 /// Every member's token, and the acknowledgement of their replicas when the set asks for it.
 type Taken = (Vec<FencingToken>, Option<Acks>);
 
@@ -231,7 +237,7 @@ impl MultiLock {
         let started = Instant::now();
         // A timeout past what `Instant` can hold (`Duration::MAX`: "wait forever") is none.
         let deadline = timeout.and_then(|timeout| started.checked_add(timeout));
-        let names = self.joined_names();
+        let names = joined(self.names());
         let waiting = || self.wait_for_all(deadline, started);
         self.traced(method, || until(deadline, &names, started, waiting))
             .await
@@ -254,17 +260,12 @@ impl MultiLock {
             label = self.options().label.as_deref()
         );
         let outcome = acquisition().instrument(span.clone()).await;
-        let outcome = outcome.map_err(|err| err.named(&self.joined_names()));
+        let outcome = outcome.map_err(|err| err.named(&joined(self.names())));
         if let Some(err) = outcome.as_ref().err().filter(|err| !err.is_timeout()) {
             let _entered = span.enter();
             tracing::warn!(error = %err, "multi-lock acquire failed");
         }
         outcome
-    }
-
-    /// The members' names, joined with ", ", as a timeout names what it waited for.
-    fn joined_names(&self) -> Vec<u8> {
-        self.names().collect::<Vec<_>>().join(&b", "[..])
     }
 
     /// A fast attempt at the whole set, then waiting in the queue of its first busy member and
@@ -275,7 +276,7 @@ impl MultiLock {
         started: Instant,
     ) -> Result<MultiGuard, Error> {
         let waiters = &self.client.engine.waiters;
-        let timeout = || Error::timeout(&self.joined_names(), started);
+        let timeout = || Error::timeout(&joined(self.names()), started);
         // Fast path unless local waiters queue for a member: then queue behind them.
         let queued = self
             .members
@@ -342,7 +343,7 @@ impl MultiLock {
             Attempt::Won(won) => won,
             Attempt::Busy { index, pttl } => return Ok(Attempt::Busy { index, pttl }),
         };
-        if let Some(shortfall) = self.options().shortfall(&self.joined_names(), acks) {
+        if let Some(shortfall) = self.options().shortfall(&joined(self.names()), acks) {
             // Still armed: a failed or cancelled rollback is finished by the drop guards.
             roll_back(&mut members).await?;
             return Err(shortfall);
@@ -600,10 +601,7 @@ impl MultiGuard {
                 async move { protocol::release_all(&mut conn, members, ttl).await }
             })
             .await
-            .map_err(|err| {
-                let names: Vec<&[u8]> = guards.iter().map(|g| &*g.holder().name).collect();
-                err.named(&names.join(&b", "[..]))
-            })?;
+            .map_err(|err| err.named(&joined(guards.iter().map(LockGuard::lock_name))))?;
         let members = guards.into_iter().zip(replies);
         // Every member's release runs; the first error is the set's.
         let released = members.map(|(guard, reply)| guard.finish_release("set", Ok(reply)));
