@@ -483,12 +483,6 @@ impl ActiveKeyRun {
         self,
         output: Result<Vec<u8>, Failure<E>>,
     ) -> Result<Processed<E>, Error> {
-        let ActiveKeyRun {
-            idempotency,
-            run,
-            view,
-            fingerprint,
-        } = self;
         let too_large = match &output {
             Ok(result) | Err(Failure::Final { result, .. }) if result.len() > MAX_RESULT_LEN => {
                 Some(result.len())
@@ -500,8 +494,10 @@ impl ActiveKeyRun {
             (Ok(result), None) => (RunEnd::Done, &result[..]),
             (Err(Failure::Final { result, .. }), None) => (RunEnd::Final, &result[..]),
         };
-        let report = |err| idempotency.report_error(&view.key, err);
-        let finish = run.finish::<KeyResult>(&fingerprint[..], end, Some(result), report);
+        let report = |err| self.idempotency.report_error(&self.view.key, err);
+        let finish = self
+            .run
+            .finish::<KeyResult>(&self.fingerprint[..], end, Some(result), report);
         let (guard, run_ms) = finish.await?;
         // A failed release (the hold had ended, Redis is away) changes nothing: the record
         // is what answers duplicates.
@@ -511,22 +507,22 @@ impl ActiveKeyRun {
                 len,
                 max: MAX_RESULT_LEN,
             };
-            return Err(idempotency.report_error(&view.key, err));
+            return Err(self.idempotency.report_error(&self.view.key, err));
         }
         let outcome = Processed::Ran {
-            token: view.token(),
+            token: self.view.token(),
             output,
         };
         let label = outcome.label();
         metrics::idempotent(label);
         tracing::debug!(
             name: "fencelock.idempotent",
-            namespace = %String::from_utf8_lossy(&idempotency.namespace),
-            key = %String::from_utf8_lossy(&view.key),
+            namespace = %String::from_utf8_lossy(&self.idempotency.namespace),
+            key = %String::from_utf8_lossy(&self.view.key),
             outcome = label,
-            runner = view.run.holder.id.as_str(),
-            token = view.token().get(),
-            took_over = view.run.took_over.map(FencingToken::get),
+            runner = self.view.run.holder.id.as_str(),
+            token = self.view.token().get(),
+            took_over = self.view.run.took_over.map(FencingToken::get),
             run_ms,
             "idempotency key ran"
         );
