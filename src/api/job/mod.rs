@@ -447,33 +447,29 @@ impl ActiveRun {
     /// `output`. Done: keeps the job held until `at_least_for` after the start, or releases
     /// it. Failed: releases it at once, so the tick's retry need not wait.
     pub(crate) async fn finish<T>(self, output: T, end: RunEnd) -> Result<JobOutcome<T>, Error> {
-        let ActiveRun {
-            job,
-            run,
-            view,
-            tick_ms,
-            started_at,
-        } = self;
-        let report = |err| job.report_error(tick_ms, err);
-        let (guard, run_ms) = run.finish::<Tick>(tick_ms, end, None, report).await?;
+        let report = |err| self.job.report_error(self.tick_ms, err);
+        let (guard, run_ms) = self
+            .run
+            .finish::<Tick>(self.tick_ms, end, None, report)
+            .await?;
         // A failed tick is released at once, so that its retry need not wait.
         let (label, at_least_for) = match end {
             RunEnd::Failed => (metrics::JOB_RAN_FAILED, Duration::ZERO),
-            RunEnd::Done | RunEnd::Final => (metrics::JOB_RAN, job.options.at_least_for),
+            RunEnd::Done | RunEnd::Final => (metrics::JOB_RAN, self.job.options.at_least_for),
         };
         metrics::job(label);
         tracing::debug!(
             name: "fencelock.job",
-            job = %String::from_utf8_lossy(job.name()),
-            tick_ms,
+            job = %String::from_utf8_lossy(self.job.name()),
+            tick_ms = self.tick_ms,
             outcome = label,
-            runner = view.run.holder.id.as_str(),
-            token = view.token().get(),
-            took_over = view.run.took_over.map(FencingToken::get),
+            runner = self.view.run.holder.id.as_str(),
+            token = self.view.token().get(),
+            took_over = self.view.run.took_over.map(FencingToken::get),
             run_ms,
             "job tick ran"
         );
-        let keep = round_up_to_millis(at_least_for.saturating_sub(started_at.elapsed()));
+        let keep = round_up_to_millis(at_least_for.saturating_sub(self.started_at.elapsed()));
         if keep.is_zero() {
             // A failed release (the hold had ended, Redis is away) changes nothing for the
             // caller: the done record is what keeps the tick from running again.
@@ -482,7 +478,7 @@ impl ActiveRun {
             guard.keep_until_lease_ends();
         }
         Ok(JobOutcome::Ran {
-            token: view.token(),
+            token: self.view.token(),
             output,
         })
     }
