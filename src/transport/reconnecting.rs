@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -23,7 +23,7 @@ use redis::{
     AsyncConnectionConfig, Cmd, Pipeline, PushInfo, PushKind, RedisError, RedisFuture, RedisResult,
     Value,
 };
-use tokio::sync::Notify;
+use tokio::sync::watch;
 
 use super::ack_pool::Node;
 use super::push::{push_handler, PushListener};
@@ -83,10 +83,9 @@ struct Generation {
     /// How many Sentinel failovers were followed before it (a reconnect keeps the count).
     failovers: u64,
     /// Set once, by the task that connects it ([`Shared::connect_in_background`]), or by the
-    /// switch to a new primary ([`ReconnectingConn::follow_failover`]).
-    conn: OnceLock<RedisResult<MultiplexedConnection>>,
-    /// Wakes the requests waiting for `conn` once it is set.
-    connected: Notify,
+    /// switch to a new primary ([`ReconnectingConn::follow_failover`]); the requests waiting
+    /// for it wake up then.
+    conn: watch::Sender<Option<RedisResult<MultiplexedConnection>>>,
     /// Whether a task connecting it was started.
     connecting: AtomicBool,
 }
@@ -103,23 +102,8 @@ impl Generation {
             client,
             failovers,
             connecting: AtomicBool::new(conn.is_some()),
-            conn: conn.map(Ok).map_or_else(OnceLock::new, OnceLock::from),
-            connected: Notify::new(),
+            conn: watch::Sender::new(conn.map(Ok)),
         })
-    }
-
-    /// The outcome of its connect, once there is one.
-    async fn connected(&self) -> &RedisResult<MultiplexedConnection> {
-        loop {
-            // Registered before the look, so a connect that ends in between still wakes it.
-            let woken = self.connected.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            if let Some(outcome) = self.conn.get() {
-                return outcome;
-            }
-            woken.await;
-        }
     }
 }
 
@@ -170,19 +154,20 @@ impl ReconnectingConn {
         generation: &Arc<Generation>,
         limit: Option<Duration>,
     ) -> RedisResult<MultiplexedConnection> {
-        let outcome = match generation.conn.get() {
-            Some(outcome) => outcome,
-            None => {
-                self.shared.connect_in_background(generation);
-                match limit {
-                    None => generation.connected().await,
-                    Some(limit) => tokio::time::timeout(limit, generation.connected())
-                        .await
-                        .map_err(|_| not_connected_in_time())?,
-                }
-            }
+        let mut conn = generation.conn.subscribe();
+        if conn.borrow().is_none() {
+            self.shared.connect_in_background(generation);
+        }
+        let connected = conn.wait_for(Option::is_some);
+        let set = match limit {
+            None => connected.await,
+            Some(limit) => tokio::time::timeout(limit, connected)
+                .await
+                .map_err(|_| not_connected_in_time())?,
         };
-        outcome.clone().inspect_err(|_| {
+        // The generation keeps the sender: the wait ends only once the outcome is set.
+        let outcome = set.ok().and_then(|set| set.clone()).expect("set");
+        outcome.inspect_err(|_| {
             // The next request tries again, on a new generation.
             self.shared.lost(generation.number);
         })
@@ -382,8 +367,7 @@ impl Shared {
         let (shared, generation) = (Arc::clone(self), Arc::clone(generation));
         tokio::spawn(async move {
             let outcome = shared.establish(&generation).await;
-            let _ = generation.conn.set(outcome);
-            generation.connected.notify_waiters();
+            generation.conn.send_replace(Some(outcome));
         });
     }
 
