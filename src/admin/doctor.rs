@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
-use redis::{RedisError, Value};
+use redis::{InfoDict, RedisError, Value};
 
 use super::{format_duration, Admin, HoldKind};
 use crate::base::error::ErrorClass;
@@ -123,13 +123,8 @@ fn settle(name: &'static str, outcome: Result<Finding, RedisError>) -> Result<Ch
 async fn info(
     conn: &mut MultiplexedConnection,
     command: &redis::Cmd,
-) -> Result<HashMap<String, String>, RedisError> {
-    let text: String = command.query_async(conn).await?;
-    Ok(text
-        .lines()
-        .filter_map(|line| line.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect())
+) -> Result<InfoDict, RedisError> {
+    command.query_async(conn).await
 }
 
 async fn config(conn: &mut MultiplexedConnection, key: &str) -> Result<Option<String>, RedisError> {
@@ -141,7 +136,7 @@ async fn config(conn: &mut MultiplexedConnection, key: &str) -> Result<Option<St
     Ok(reply.get(key).cloned())
 }
 
-/// A number as `INFO` or `CONFIG GET` gives it; 0 when it is missing or not a number.
+/// A number as `CONFIG GET` gives it; 0 when it is missing or not a number.
 fn number(text: Option<&String>) -> u64 {
     text.and_then(|n| n.parse().ok()).unwrap_or(0)
 }
@@ -153,10 +148,8 @@ async fn check_version(conn: &mut MultiplexedConnection) -> Result<Finding, Redi
         Ok(reply) => ServerInfo::from_hello(&reply),
         Err(_) => {
             let info = info(conn, redis::cmd("INFO").arg("server")).await?;
-            ServerInfo::named(
-                "redis",
-                info.get("redis_version").map_or("0", String::as_str),
-            )
+            let version: Option<String> = info.get("redis_version");
+            ServerInfo::named("redis", version.as_deref().unwrap_or("0"))
         }
     };
     let tested = ServerInfo::tested_matrix();
@@ -228,15 +221,15 @@ async fn check_persistence(conn: &mut MultiplexedConnection) -> Result<Finding, 
 
 async fn check_replication(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
     let replication = info(conn, redis::cmd("INFO").arg("replication")).await?;
-    let field = |name: &str| replication.get(name).map_or("?", String::as_str);
-    if matches!(field("role"), "slave" | "replica") {
+    let field = |name| replication.get(name).unwrap_or_else(|| "?".to_owned());
+    if matches!(field("role").as_str(), "slave" | "replica") {
         let primary = format!("{}:{}", field("master_host"), field("master_port"));
         return Ok(Status::Fail.found(
             format!("this server is a replica of {primary}: lock scripts write, so they fail with READONLY here"),
             "point the services and --url at the primary",
         ));
     }
-    let replicas = number(replication.get("connected_slaves"));
+    let replicas = replication.get::<u64>("connected_slaves").unwrap_or(0);
     let min_replicas = number(config(conn, "min-replicas-to-write").await?.as_ref());
     Ok(if replicas == 0 {
         ok("primary without replicas: no failover can lose an acquisition")
@@ -254,11 +247,11 @@ async fn check_replication(conn: &mut MultiplexedConnection) -> Result<Finding, 
 
 async fn check_cluster(conn: &mut MultiplexedConnection) -> Result<Finding, RedisError> {
     let cluster = info(conn, redis::cmd("INFO").arg("cluster")).await?;
-    if cluster.get("cluster_enabled").map(String::as_str) != Some("1") {
+    if cluster.get::<String>("cluster_enabled").as_deref() != Some("1") {
         return Ok(ok("standalone (cluster mode disabled)"));
     }
     let state = info(conn, redis::cmd("CLUSTER").arg("INFO")).await?;
-    if state.get("cluster_state").map(String::as_str) != Some("ok") {
+    if state.get::<String>("cluster_state").as_deref() != Some("ok") {
         return Ok(Status::Fail.found(
             "cluster mode is enabled but the cluster is not ok (CLUSTER INFO cluster_state): locks in slots without a serving primary cannot be taken or released",
             "fix the cluster (CLUSTER INFO, CLUSTER NODES): every slot needs a reachable primary",
