@@ -103,6 +103,7 @@ pub use watch::{LockEvent, Watch};
 use crate::base::config::DEFAULT_PREFIX;
 pub(super) use crate::base::error::display_bytes;
 use crate::protocol::keys::{validate_name, validate_prefix, Listing, LockKeys};
+use crate::protocol::server::{hello_field, ServerInfo};
 use crate::protocol::PubSub;
 use crate::{Error, FencingToken};
 
@@ -119,19 +120,13 @@ const SCAN_PAGE: usize = 1000;
 /// anywhere else (no client of this crate waits on an older cluster: it refuses to connect), or
 /// when the server does not say.
 async fn pubsub_of(conn: &mut MultiplexedConnection) -> PubSub {
-    let hello: redis::RedisResult<std::collections::HashMap<String, redis::Value>> =
-        redis::cmd("HELLO").query_async(conn).await;
-    let Ok(hello) = hello else {
+    let Ok(hello) = redis::cmd("HELLO").query_async::<redis::Value>(conn).await else {
         return PubSub::Classic;
     };
-    let field = |name| {
-        let value = hello.get(name).cloned()?;
-        redis::from_redis_value::<String>(value).ok()
-    };
-    let major = field("version").and_then(|v| v.split('.').next()?.parse::<u32>().ok());
-    match (field("mode"), major) {
-        (Some(mode), Some(major)) if mode == "cluster" && major >= 7 => PubSub::Sharded,
-        _ => PubSub::Classic,
+    let cluster = hello_field(&hello, "mode").is_some_and(|mode| mode == "cluster");
+    match cluster && ServerInfo::from_hello(&hello).version() >= (7, 0, 0) {
+        true => PubSub::Sharded,
+        false => PubSub::Classic,
     }
 }
 

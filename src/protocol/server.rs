@@ -55,17 +55,9 @@ impl ServerInfo {
     /// Reads a `HELLO` reply: a map with `server` and `version` (RESP3), or the same pairs
     /// as a flat array (RESP2).
     pub(crate) fn from_hello(reply: &Value) -> ServerInfo {
-        let field = |wanted: &str| -> Option<String> {
-            reply.as_map_iter()?.find_map(|(key, value)| {
-                let key = redis::from_redis_value_ref::<String>(key).ok()?;
-                (key == wanted)
-                    .then(|| redis::from_redis_value_ref::<String>(value).ok())
-                    .flatten()
-            })
-        };
         ServerInfo::named(
-            field("server").as_deref().unwrap_or("redis"),
-            field("version").as_deref().unwrap_or("0"),
+            hello_field(reply, "server").as_deref().unwrap_or("redis"),
+            hello_field(reply, "version").as_deref().unwrap_or("0"),
         )
     }
 
@@ -146,6 +138,17 @@ impl fmt::Display for ServerInfo {
         };
         write!(f, "{name} {major}.{minor}.{patch}")
     }
+}
+
+/// The text of the field `wanted` of a `HELLO` reply (a map in RESP3, the same pairs as a flat
+/// array in RESP2), if it has one.
+pub(crate) fn hello_field(reply: &Value, wanted: &str) -> Option<String> {
+    reply.as_map_iter()?.find_map(|(key, value)| {
+        let key = redis::from_redis_value_ref::<String>(key).ok()?;
+        (key == wanted)
+            .then(|| redis::from_redis_value_ref::<String>(value).ok())
+            .flatten()
+    })
 }
 
 /// `7.0.15` -> `(7, 0, 15)`; missing or unreadable parts are 0.
