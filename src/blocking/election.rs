@@ -87,8 +87,7 @@ impl Observer {
     /// [`Error::Timeout`], or as [`crate::Observer::changed`].
     pub fn changed_timeout(&mut self, timeout: Duration) -> Result<Option<Leader>, Error> {
         let started = Instant::now();
-        self.runtime
-            .block_on_timeout(timeout, self.inner.changed())
+        super::block_on_timeout(&self.runtime, timeout, self.inner.changed())
             .unwrap_or_else(|| Err(Error::timeout(self.inner.election_name(), started)))
     }
 }

@@ -60,10 +60,9 @@
 //   on the runtime.
 //
 // Methods that do more than forward (connecting, running a closure on the calling thread, a
-// timed wait for a change) are written out, with `Runtime::block_on_timeout` for the timed
+// timed wait for a change) are written out, with `block_on_timeout` for the timed
 // waits.
 
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -163,7 +162,7 @@ macro_rules! blocking {
     (@blocks [block $($wrap:ident)?]) => { "; blocks the thread until it returns." };
     (@blocks [$($wrap:ident)?]) => { "." };
     (@body [lost] $fname:ident (&$s:ident, $timeout:ident: $ty:ty)) => {
-        $s.runtime.block_on_timeout($timeout, $s.inner.lost()).is_some()
+        crate::blocking::block_on_timeout(&$s.runtime, $timeout, $s.inner.lost()).is_some()
     };
     (@body $how:tt $fname:ident (&mut $s:ident $(, $arg:ident: $ty:ty)* $(,)?)) => {
         blocking!(@call $how $s, $s.inner.$fname($($arg),*))
@@ -201,29 +200,20 @@ pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
 
 /// The client's runtime, shared by its clones and everything made from it; it stops when the
-/// last of them is gone. `Debug` shows the runtime itself.
-#[derive(Clone)]
-struct Runtime(Arc<tokio::runtime::Runtime>);
+/// last of them is gone. `Debug` shows the runtime itself, as `Arc` does.
+type Runtime = Arc<tokio::runtime::Runtime>;
 
-impl Runtime {
-    /// Runs `future` to completion on this runtime, blocking the calling thread. Panics inside
-    /// an async runtime, as tokio's `Runtime::block_on` does.
-    fn block_on<F: Future>(&self, future: F) -> F::Output {
-        self.0.block_on(future)
-    }
-
-    /// As [`Runtime::block_on`], giving up after `timeout`: `None` then, and `future` is
-    /// dropped. The timer is made inside the runtime, where tokio's timers must be made.
-    fn block_on_timeout<F: Future>(&self, timeout: Duration, future: F) -> Option<F::Output> {
-        self.block_on(async { tokio::time::timeout(timeout, future).await })
-            .ok()
-    }
-}
-
-impl fmt::Debug for Runtime {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
+/// `future` run to completion on `runtime`, blocking the calling thread (panics inside an async
+/// runtime, as tokio's `Runtime::block_on` does), giving up after `timeout`: `None` then, and
+/// `future` is dropped. The timer is made inside the runtime, where tokio's timers must be made.
+fn block_on_timeout<F: Future>(
+    runtime: &Runtime,
+    timeout: Duration,
+    future: F,
+) -> Option<F::Output> {
+    runtime
+        .block_on(async { tokio::time::timeout(timeout, future).await })
+        .ok()
 }
 
 /// A blocking value made from what an async method returned, sharing the client's runtime.
@@ -315,7 +305,7 @@ impl LockClient {
         let inner = runtime.block_on(builder.connect())?;
         Ok(LockClient {
             inner,
-            runtime: Runtime(Arc::new(runtime)),
+            runtime: Arc::new(runtime),
         })
     }
 
