@@ -83,7 +83,7 @@ mod names;
 mod waits;
 mod watch;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -273,11 +273,11 @@ impl Admin {
     ) -> Result<Vec<R>, Error> {
         let start = [listing.marker, start].concat();
         let keys = self.scan(&start, Some("hash"), usize::MAX).await?;
-        let mut named: Vec<_> = keys
+        // In name order: a name gives back one key (its slot tag comes from the name).
+        let named: BTreeMap<_, _> = keys
             .into_iter()
             .filter_map(|key| Some((listing.name_of(&self.prefix, &key)?, key)))
             .collect();
-        named.sort();
         let mut rows = Vec::new();
         for (name, key) in named {
             rows.extend(read(name, key).await?);
