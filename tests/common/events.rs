@@ -75,6 +75,17 @@ pub fn tick() -> u64 {
     counts().clock.fetch_add(1, Ordering::SeqCst)
 }
 
+/// Installs the binary's process-wide subscriber, if no test did yet. A test that captures
+/// events with a subscriber of its own thread (`tracing::subscriber::set_default`) calls this
+/// first: tracing decides once per process whether an event's call site is enabled, from the
+/// subscriber of the first thread that reaches it, so a call site that another test's thread,
+/// without any subscriber, reached first would be cached as disabled, and the capture would
+/// see nothing from it. With the process-wide subscriber that first look says yes; events
+/// still go to the subscriber of the thread that emits them.
+pub fn install_process_subscriber() {
+    counts();
+}
+
 fn counts() -> &'static Counts {
     static COUNTS: OnceLock<&'static Counts> = OnceLock::new();
     COUNTS.get_or_init(|| {

@@ -56,6 +56,7 @@ impl Capture {
 
     /// Installs this capture as the current thread's subscriber until the guard drops.
     fn install(&self) -> tracing::subscriber::DefaultGuard {
+        crate::common::events::install_process_subscriber();
         tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
     }
 }

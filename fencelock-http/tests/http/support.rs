@@ -248,6 +248,17 @@ pub fn layer_events() -> (
     tracing::subscriber::DefaultGuard,
 ) {
     use tracing_subscriber::layer::SubscriberExt;
+    // tracing decides once per process whether an event's call site is enabled, from the
+    // subscriber of the first thread that reaches it; without a process-wide subscriber, a
+    // test that reached one first on a thread with no capture (the endless response's test
+    // emits the same "over the stored bound" event) had it cached as disabled, and this
+    // capture saw nothing. A bare process-wide registry makes every such first look say yes;
+    // the events still go to the subscriber of the thread that emits them.
+    static PROCESS_WIDE: std::sync::Once = std::sync::Once::new();
+    PROCESS_WIDE.call_once(|| {
+        tracing::subscriber::set_global_default(tracing_subscriber::registry())
+            .expect("no other process-wide subscriber in this test binary");
+    });
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let recorder = Recorder(seen.clone());
     let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder));
