@@ -30,26 +30,25 @@ const SCHEMA: &str = "CREATE TABLE payments (
     fence  BIGINT NOT NULL,
     writes INT NOT NULL DEFAULT 1
 );
-CREATE TABLE refused (id BYTEA NOT NULL, token BIGINT NOT NULL)";
+CREATE TABLE refused (id BYTEA NOT NULL, token BIGINT NOT NULL);
+CREATE TABLE waiting (id BYTEA NOT NULL, token BIGINT NOT NULL)";
 
 /// Connections to the database, reused by the handler's calls.
 type Pool = Arc<(String, Mutex<Vec<tokio_postgres::Client>>)>;
 
-/// The child servers' handler: waits `x-delay-ms`, then writes the payment row fenced by the
-/// run's token (the `fencelock::sql` insert-or-update); 201 when written, 503 when a newer
-/// run's token is on the row (stale: the key is left to a retry; the refusal is recorded).
+/// The child servers' handler: waits `x-delay-ms` (having recorded in `waiting` that it does),
+/// then writes the payment row fenced by the run's token (the `fencelock::sql`
+/// insert-or-update); 201 when written, 503 when a newer run's token is on the row (stale: the
+/// key is left to a retry; the refusal is recorded).
 async fn pay_handler(
     State(pool): State<Pool>,
     Extension(run): Extension<IdempotencyRun>,
     headers: HeaderMap,
     amount: String,
 ) -> (StatusCode, String) {
-    if let Some(ms) = headers
+    let delay = headers
         .get("x-delay-ms")
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-    {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
+        .and_then(|v| v.to_str().ok()?.parse().ok());
     let amount: i64 = amount.parse().unwrap();
     let taken = pool.1.lock().await.pop();
     let db = match taken {
@@ -62,6 +61,15 @@ async fn pay_handler(
             db
         }
     };
+    if let Some(ms) = delay {
+        db.execute(
+            "INSERT INTO waiting (id, token) VALUES ($1, $2)",
+            &[&run.stored_key(), &fence_param(run.token())],
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
     let written = db
         .query_opt(
             "INSERT INTO payments (id, amount, fence) VALUES ($1, $2, $3) \
@@ -449,6 +457,10 @@ async fn a_server_frozen_past_at_most_for_has_its_late_write_refused_by_the_fenc
     // writes once it runs again.
     let frozen = send_in_background(servers.addrs[0], "s", 1500);
     let stale = begun(&keys, &stored).await.token();
+    // Stopped in its handler's wait, not before: a server stopped while its run's begin was on
+    // the way back could find the run taken over when it runs again, and then rightly never
+    // calls the handler, which leaves no late write to refuse.
+    in_handler_wait(&db, "s").await;
     send_signal(servers.pid(0), Signal::Stop).unwrap();
     assert_eq!(row(&db, "s").await, None, "stopped before its write");
     tokio::time::sleep(at_most_for + Duration::from_millis(200)).await;
@@ -470,7 +482,8 @@ async fn a_server_frozen_past_at_most_for_has_its_late_write_refused_by_the_fenc
     let refused: Vec<(Vec<u8>, i64)> = refused.iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(
         refused,
-        [(fencelock_http::stored_key(b"", "s"), fence_param(stale))]
+        [(fencelock_http::stored_key(b"", "s"), fence_param(stale))],
+        "{late:?}"
     );
     let (_, fence, writes) = row(&db, "s").await.unwrap();
     assert_eq!(
@@ -480,6 +493,23 @@ async fn a_server_frozen_past_at_most_for_has_its_late_write_refused_by_the_fenc
     let replay = pay(servers.addrs[1], "s", "7", &[]).await;
     assert!(replay.replayed());
     assert_eq!(replay.answer(), newer.answer());
+}
+
+/// Once a child's handler for `key` has recorded that it waits (`x-delay-ms`; polled every
+/// 10 ms, at most 5 s).
+async fn in_handler_wait(db: &tokio_postgres::Client, key: &str) {
+    let stored = fencelock_http::stored_key(b"", key);
+    for _ in 0..500 {
+        let waiting = db
+            .query_opt("SELECT token FROM waiting WHERE id = $1", &[&stored])
+            .await
+            .unwrap();
+        if waiting.is_some() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the handler never began its wait");
 }
 
 /// The key's record once its run has begun (polled every 10 ms, at most 5 s).
