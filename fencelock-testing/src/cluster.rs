@@ -7,7 +7,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::binary::{Feature, ServerBinary};
-use crate::ports::PortReservation;
 use crate::{FaultProxy, RedisServer};
 
 /// Node timeout of the test clusters: short enough that an automatic failover completes in a
@@ -120,7 +119,6 @@ impl RedisClusterBuilder {
         // free port of its own (port + 10000 may be taken or out of range).
         let own_bus_port = binary.lacks(Feature::Redis7Commands).is_none();
         let mut nodes = Vec::with_capacity(total);
-        let mut bus_ports = Vec::with_capacity(total);
         for _ in 0..total {
             let mut builder = RedisServer::builder()
                 .config("cluster-enabled", "yes")
@@ -132,21 +130,16 @@ impl RedisClusterBuilder {
                 .config("repl-diskless-sync", "yes")
                 .config("repl-diskless-sync-delay", "0");
             if own_bus_port {
-                let bus = PortReservation::new()?;
                 builder = builder
-                    .config("cluster-port", bus.port().to_string())
+                    .cluster_bus()
                     .config("cluster-allow-pubsubshard-when-down", "yes");
-                bus_ports.push(Some(bus));
-            } else {
-                bus_ports.push(None);
             }
             nodes.push(builder.start()?);
         }
         let bus_port = |index: usize| -> u16 {
-            bus_ports[index].as_ref().map_or(
-                nodes[index].port().wrapping_add(10_000),
-                PortReservation::port,
-            )
+            let node = &nodes[index];
+            node.cluster_bus_port()
+                .unwrap_or_else(|| node.port().wrapping_add(10_000))
         };
         // Announced before the cluster is created, so no peer and no client ever learns the
         // node's real client port; the bus port is announced as it is, since the proxy only
@@ -172,11 +165,7 @@ impl RedisClusterBuilder {
         }
         let bus: Vec<u16> = (0..total).map(bus_port).collect();
         create(&nodes, &bus, self.primaries)?;
-        let cluster = RedisCluster {
-            nodes,
-            proxies,
-            _bus_ports: bus_ports,
-        };
+        let cluster = RedisCluster { nodes, proxies };
         cluster.wait_until_formed(self.primaries, FORM_TIMEOUT)?;
         Ok(cluster)
     }
@@ -198,7 +187,6 @@ pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     /// Per node (start order), the proxy it announces, if any; stopped on drop.
     proxies: Vec<Option<FaultProxy>>,
-    _bus_ports: Vec<Option<PortReservation>>,
 }
 
 impl std::fmt::Debug for RedisCluster {

@@ -70,6 +70,7 @@ pub struct RedisServerBuilder {
     binary: Option<PathBuf>,
     startup_timeout: Duration,
     tls: bool,
+    cluster_bus: bool,
 }
 
 impl Default for RedisServerBuilder {
@@ -85,6 +86,7 @@ impl Default for RedisServerBuilder {
             binary: None,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             tls: false,
+            cluster_bus: false,
         }
     }
 }
@@ -156,6 +158,15 @@ impl RedisServerBuilder {
     /// ```
     pub fn tls(mut self, enabled: bool) -> Self {
         self.tls = enabled;
+        self
+    }
+
+    /// The harness chooses the cluster bus port (`--cluster-port`, Redis 7.0+ and every
+    /// Valkey) as it chooses the client port, and a start that finds a port taken tries again
+    /// with every port new. A bus port fixed in the configuration stayed the same on each try,
+    /// so a node whose bus port another process took failed every try.
+    pub(crate) fn cluster_bus(mut self) -> Self {
+        self.cluster_bus = true;
         self
     }
 
@@ -323,6 +334,7 @@ impl RedisServerBuilder {
         } else {
             None
         };
+        let cluster_bus = self.cluster_bus.then(PortReservation::new).transpose()?;
 
         let conf_path = dir.path().join("redis.conf");
         fs::write(
@@ -342,6 +354,7 @@ impl RedisServerBuilder {
             credentials: self.credentials.clone(),
             startup_timeout: self.startup_timeout,
             tls_port: tls,
+            cluster_bus,
             dir,
         };
         let mut attempt = 1;
@@ -350,9 +363,13 @@ impl RedisServerBuilder {
                 Ok(()) => return Ok(server),
                 Err(err) if err.port_conflict && attempt < START_ATTEMPTS => {
                     attempt += 1;
+                    // Each of its ports afresh: the log does not always say which one was taken.
                     server.port = PortReservation::new()?;
                     if server.tls_port.is_some() {
                         server.tls_port = Some(PortReservation::new()?);
+                    }
+                    if server.cluster_bus.is_some() {
+                        server.cluster_bus = Some(PortReservation::new()?);
                     }
                 }
                 Err(err) => return Err(err.into()),
@@ -611,6 +628,8 @@ pub struct RedisServer {
     startup_timeout: Duration,
     /// The TLS port, when the server serves TLS.
     tls_port: Option<PortReservation>,
+    /// The cluster bus port, when the harness chose it (`RedisServerBuilder::cluster_bus`).
+    cluster_bus: Option<PortReservation>,
     dir: TempDir,
 }
 
@@ -666,6 +685,11 @@ impl RedisServer {
     /// The server's TLS port, when it was built with [`RedisServerBuilder::tls`].
     pub fn tls_port(&self) -> Option<u16> {
         self.tls_port.as_ref().map(PortReservation::port)
+    }
+
+    /// The cluster bus port the harness chose (`RedisServerBuilder::cluster_bus`), if it did.
+    pub(crate) fn cluster_bus_port(&self) -> Option<u16> {
+        self.cluster_bus.as_ref().map(PortReservation::port)
     }
 
     /// The server's `rediss://` URL (TLS, with the credentials of [`RedisServer::url`]), when
@@ -994,6 +1018,9 @@ impl RedisServer {
         ];
         if let Some(tls_port) = self.tls_port() {
             args.extend(["--tls-port".into(), tls_port.to_string().into()]);
+        }
+        if let Some(bus) = self.cluster_bus_port() {
+            args.extend(["--cluster-port".into(), bus.to_string().into()]);
         }
         let process = Process::spawn(&self.binary, args, self.dir.path(), &self.log_path).map_err(
             |error| StartError {

@@ -465,6 +465,7 @@ impl Spec {
 }
 
 /// The deployment a process test runs on, and how its children reach it.
+#[allow(clippy::large_enum_variant)] // one per test
 enum Deployment {
     Standalone(RedisServer),
     Cluster(fencelock_testing::RedisCluster),
