@@ -124,9 +124,10 @@ async fn pubsub_of(conn: &mut MultiplexedConnection) -> PubSub {
         return PubSub::Classic;
     };
     let cluster = hello_field(&hello, "mode").is_some_and(|mode| mode == "cluster");
-    match cluster && ServerInfo::from_hello(&hello).version() >= (7, 0, 0) {
-        true => PubSub::Sharded,
-        false => PubSub::Classic,
+    if cluster && ServerInfo::from_hello(&hello).version() >= (7, 0, 0) {
+        PubSub::Sharded
+    } else {
+        PubSub::Classic
     }
 }
 
