@@ -154,20 +154,24 @@ impl ReconnectingConn {
         generation: &Arc<Generation>,
         limit: Option<Duration>,
     ) -> RedisResult<MultiplexedConnection> {
-        // Connected already (nearly every request): no subscription and no timer.
-        if generation.conn.borrow().is_none() {
-            self.shared.connect_in_background(generation);
-            let mut conn = generation.conn.subscribe();
-            // Looks at the value first: one set since the look above ends it at once.
-            let connected = conn.wait_for(Option::is_some);
-            // The generation keeps the sender: the wait ends only once the outcome is set.
-            let _set = match limit {
-                None => Ok(connected.await),
-                Some(limit) => tokio::time::timeout(limit, connected).await,
+        // Connected already (nearly every request): one look, no subscription and no timer.
+        let connected = generation.conn.borrow().clone();
+        let outcome = match connected {
+            Some(outcome) => outcome,
+            None => {
+                self.shared.connect_in_background(generation);
+                let mut conn = generation.conn.subscribe();
+                // Looks at the value first: one set since the look above ends it at once.
+                let connected = conn.wait_for(Option::is_some);
+                // The generation keeps the sender: the wait ends only once the outcome is set.
+                let set = match limit {
+                    None => Ok(connected.await),
+                    Some(limit) => tokio::time::timeout(limit, connected).await,
+                }
+                .map_err(|_| not_connected_in_time())?;
+                set.ok().and_then(|set| set.clone()).expect("set above")
             }
-            .map_err(|_| not_connected_in_time())?;
-        }
-        let outcome = generation.conn.borrow().clone().expect("set above");
+        };
         outcome.inspect_err(|_| {
             // The next request tries again, on a new generation.
             self.shared.lost(generation.number);
