@@ -16,6 +16,7 @@
 --                           kept in the hash while the hold lasts; absent: no "~label" field
 --
 -- Returns  {1, token, 1}    acquired: the hash now maps holder -> 1 and expires after the lease
+--                           (token as its decimal text: a bulk string, not an integer reply)
 --          {1, token, n, pttl}  replay: this holder already holds the lock (the same request
 --                           ran before and its reply was lost, or a release granted it); pttl
 --                           is what is left of its lease (not renewed by this send); nothing
@@ -28,10 +29,11 @@
 -- Errors   FENCELOCK_WRONGTYPE  a key holds a value this protocol did not write; nothing modified
 --          FENCELOCK_OVERFLOW   the next token would not be exact in a Lua double; nothing modified
 --
--- The token is max(counter + 1, server TIME in microseconds) (lib/next_token.lua says why).
--- Every read that can fail comes before the first write, so an error leaves nothing half-done.
--- The checks and the writes are lib/acquire.lua's (lock_open, lock_grant), which the loader
--- prepends to this file with lib/next_token.lua.
+-- The token is max(counter + 1, server TIME in microseconds) (lib/next_token.lua says why),
+-- issued and written to the counter by take_token() there. Every read that can fail comes
+-- before the first write, and take_token() puts back a counter it refuses, so an error leaves
+-- nothing half-done. The checks and the hold's writes are lib/acquire.lua's (lock_open,
+-- lock_grant), which the loader prepends to this file with lib/next_token.lua.
 --
 -- Why a first send records nothing: a copy of this request can only arrive after the hold
 -- ended if the client sent it more than once, and every send after the first is a recorded
@@ -40,15 +42,12 @@
 -- whose reply was lost and whose hold then expired unseen: a recorded re-send takes the lock
 -- anew, with a greater token, which is right, since nobody ever acted under the first one.
 local reply, held = lock_open(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[4] == '1')
-if reply then
-  return reply
+if reply or held then
+  return reply or {0, redis.call('PTTL', KEYS[1])}
 end
-if held then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-local token, token_text = next_token(KEYS[2])
+local token, err = take_token(KEYS[2])
 if not token then
-  return token_text -- the error reply
+  return err
 end
-lock_grant(KEYS[1], KEYS[2], ARGV[1], token_text, ARGV[5], ARGV[2], ARGV[4] == '1' and KEYS[3], ARGV[3])
+lock_grant(KEYS[1], ARGV[1], token, ARGV[5], ARGV[2], ARGV[4] == '1' and KEYS[3], ARGV[3])
 return {1, token, 1}

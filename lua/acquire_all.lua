@@ -75,6 +75,6 @@ for i = 1, n do
     redis.call('SET', fence, int_text(last[fence]))
     last[fence] = nil
   end
-  lock_grant(KEYS[3 * i - 2], nil, ARGV[2 + i], int_text(tokens[i]), label, ARGV[1], KEYS[3 * i], ARGV[2])
+  lock_grant(KEYS[3 * i - 2], ARGV[2 + i], int_text(tokens[i]), label, ARGV[1], KEYS[3 * i], ARGV[2])
 end
 return {1, unpack(tokens)}

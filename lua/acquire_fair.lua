@@ -74,5 +74,6 @@ else
     return refused(removed, 'queue key is not a fencelock sorted set')
   end
 end
-lock_grant(KEYS[1], KEYS[2], ARGV[1], token_text, ARGV[8], ARGV[2], ARGV[7] == '1' and KEYS[3], ARGV[3])
+redis.call('SET', KEYS[2], token_text)
+lock_grant(KEYS[1], ARGV[1], token_text, ARGV[8], ARGV[2], ARGV[7] == '1' and KEYS[3], ARGV[3])
 return {1, token, 1}

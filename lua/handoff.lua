@@ -25,7 +25,7 @@
 --                           is subscribed to the channel, the candidate was cancelled, or its
 --                           token would overflow
 --          {2, token}       freed and granted to the candidate: the hash now maps candidate -> 1
---                           with this token (greater than every token issued before in the
+--                           with this token (its decimal text, as acquire.lua answers it) (greater than every token issued before in the
 --                           slot) and the candidate's lease; nothing published (the lock never
 --                           became free)
 --          {-1}             the holder does not hold the lock; nothing changed
@@ -51,13 +51,11 @@ local reply, replayed = lock_release(KEYS, ARGV, function()
   -- (an ACL without it) counts as another client listening: the lock is freed and published.
   local listeners = redis.pcall('PUBSUB', ARGV[3] == 'sharded' and 'SHARDNUMSUB' or 'NUMSUB', KEYS[1])
   local alone = type(listeners) == 'table' and not listeners.err and listeners[2] <= 1
-  local token, token_text = nil, nil
-  if alone and not redis.call('GET', KEYS[5]) then
-    token, token_text = next_token(KEYS[4])
-  end
+  -- take_token() writes the counter only when it issues (lib/next_token.lua).
+  local token = alone and not redis.call('GET', KEYS[5]) and take_token(KEYS[4])
   redis.call('DEL', KEYS[1])
   if token then
-    lock_grant(KEYS[1], KEYS[4], ARGV[5], token_text, ARGV[7], ARGV[6])
+    lock_grant(KEYS[1], ARGV[5], token, ARGV[7], ARGV[6])
     return {2, token}
   end
 end)

@@ -96,25 +96,27 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
             acquire(&[("local done = redis.call('GET', op)", "local done = false")]),
         ),
         (
-            "acquire: TYPE lock key",
-            acquire(&[(
-                "local kind = redis.call('TYPE', lock)['ok']",
-                "local kind = 'none'",
-            )]),
+            "acquire: EXISTS lock key",
+            acquire(&[("if redis.call('EXISTS', lock) == 0 then", "if true then")]),
         ),
         (
-            "acquire: GET fence counter",
+            "acquire: SET … GET of the fence counter (its read and write)",
             acquire(&[(
-                "local counter = redis.pcall('GET', fence_key)",
+                "local counter = redis.pcall('SET', fence_key, text, 'KEEPTTL', 'GET')",
                 "local counter = false",
             )]),
         ),
         (
+            // A constant below 2^53 and above every real clock stands for the clock; the
+            // counter then equals it, which is let through as below (no second SET).
             "acquire: TIME",
-            acquire(&[(
-                "local now = clock or redis.call('TIME')",
-                "local now = {'1', '0'}",
-            )]),
+            acquire(&[
+                (
+                    "local now = redis.call('TIME')",
+                    "local now = {'9000000000', '0'}",
+                ),
+                ("counter < text", "counter <= text"),
+            ]),
         ),
         (
             "release: HGET holder (type and owner check)",

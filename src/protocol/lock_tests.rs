@@ -260,55 +260,6 @@ async fn the_scripts_run_after_script_flush() {
 }
 
 #[tokio::test]
-async fn tokens_are_exact_past_the_time_floor() {
-    let (_server, mut conn, keys) = setup().await;
-    // A counter far above the clock floor keeps counting by one, exactly.
-    let high = 9_007_199_254_740_000_u64;
-    let _: () = conn.set(&keys.fence, high).await.unwrap();
-    let token = acquired(&mut conn, &keys, "h", LEASE).await;
-    assert_eq!(token.get(), high + 1);
-    released_by(&mut conn, &keys, "h", "op").await;
-    // At 2^53 the acquire refuses instead of issuing an inexact token, and changes nothing.
-    let _: () = conn
-        .set(&keys.fence, 9_007_199_254_740_991_u64)
-        .await
-        .unwrap();
-    let err = acquire(&mut conn, &keys, "h2", LEASE, OP_TTL)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, crate::Error::TokenOverflow { .. }), "{err}");
-    let exists: bool = conn.exists(&keys.lock).await.unwrap();
-    assert!(!exists);
-}
-
-#[tokio::test]
-async fn a_lost_fence_counter_is_replaced_by_the_clock_floor() {
-    let (_server, mut conn, keys) = setup().await;
-    let mut last = 0;
-    // Each holder id acquires once (a second acquire under the same id would be a late
-    // duplicate). Between acquisitions the counter is lost (restart without persistence,
-    // failover to a replica that missed it), then everything is (`FLUSHALL`).
-    for (holder, lose) in [("h1", None), ("h2", Some("DEL")), ("h3", Some("FLUSHALL"))] {
-        match lose {
-            Some("DEL") => conn.del::<_, ()>(&keys.fence).await.unwrap(),
-            Some(command) => redis::cmd(command)
-                .query_async::<()>(&mut conn)
-                .await
-                .unwrap(),
-            None => {}
-        }
-        let token = acquired(&mut conn, &keys, holder, LEASE).await;
-        assert!(
-            token.get() > last,
-            "after {lose:?}: token {} is not above {last}",
-            token.get()
-        );
-        last = token.get();
-        released_by(&mut conn, &keys, holder, &format!("rel-{holder}")).await;
-    }
-}
-
-#[tokio::test]
 async fn a_lease_is_what_was_asked_and_ends_with_a_silent_holder() {
     let (_server, mut conn, keys) = setup().await;
     let lease = Duration::from_millis(200);

@@ -217,6 +217,9 @@ mod contract_tests;
 mod lock_tests;
 
 #[cfg(test)]
+mod token_tests;
+
+#[cfg(test)]
 mod multi_tests;
 
 #[cfg(test)]

@@ -88,14 +88,14 @@ controls! {
     /// `acquire.lua` grants the lock even when another holder has it.
     AcquireIgnoresHolder => [(
         "acquire",
-        "if held then\n  return {0, redis.call('PTTL', KEYS[1])}",
-        "if held then\n  redis.call('DEL', KEYS[1])",
+        "if reply or held then\n  return reply or {0, redis.call('PTTL', KEYS[1])}\nend",
+        "if held and not reply then\n  redis.call('DEL', KEYS[1])\nend\nif reply then\n  return reply\nend",
     )],
     /// `acquire.lua` issues the previous token again instead of a new one.
     AcquireReusesToken => [(
         "acquire",
-        "local token = math.max(last + 1, floor)",
-        "local token = (last > 0) and last or floor",
+        "and string.find(counter, '^%d+$') then\n    return text",
+        "and string.find(counter, '^%d+$') then\n    redis.call('SET', fence_key, counter, 'KEEPTTL')\n    return counter",
     )],
     /// `reenter.lua` bumps the lock's token on every re-entry.
     ReentryBumpsToken => [(
@@ -392,8 +392,8 @@ controls! {
     /// is held for nobody until its lease ends.
     HandoffIgnoresCancel => [(
         "handoff",
-        "if alone and not redis.call('GET', KEYS[5]) then",
-        "if alone then",
+        "alone and not redis.call('GET', KEYS[5]) and take_token",
+        "alone and take_token",
     )],
     /// A waiter that leaves while a release may have granted it the lock does not undo the
     /// grant: the lock is held for nobody until its lease ends.
