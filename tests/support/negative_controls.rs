@@ -95,7 +95,7 @@ controls! {
     AcquireReusesToken => [(
         "acquire",
         "and string.find(counter, '^%d+$') then\n    return text",
-        "and string.find(counter, '^%d+$') then\n    redis.call('SET', fence_key, counter, 'KEEPTTL')\n    return counter",
+        "and string.find(counter, '^%d+$') then\n    redis.call('SET', fence_key, counter or text, 'KEEPTTL')\n    return counter or text",
     )],
     /// `reenter.lua` bumps the lock's token on every re-entry.
     ReentryBumpsToken => [(
