@@ -92,12 +92,11 @@ pub fn script_variants() -> Vec<(&'static str, Option<(String, String)>)> {
         |edits: &[(&str, &str)]| edit(OUR_RELEASE, edits).map(|r| (OUR_ACQUIRE.to_owned(), r));
     vec![
         (
-            "acquire: GET op record",
-            acquire(&[("local done = redis.call('GET', op)", "local done = false")]),
-        ),
-        (
-            "acquire: EXISTS lock key",
-            acquire(&[("if redis.call('EXISTS', lock) == 0 then", "if true then")]),
+            "acquire: EXISTS of the lock key and the op record",
+            acquire(&[(
+                "local found = redis.call('EXISTS', lock, op)",
+                "local found = 0",
+            )]),
         ),
         (
             "acquire: SET … GET of the fence counter (its read and write)",

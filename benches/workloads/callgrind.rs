@@ -224,8 +224,9 @@ pub fn callgrind_section() -> (String, f64) {
          `valgrind --tool=callgrind`; server: redis-server under callgrind (user-space \
          instructions; the kernel's share of a round trip is the same for every contender).\n\n\
          #### Where fencelock's server instructions go\n\n\
-         Our scripts with one server call taken out at a time (the lock is always free when \
-         acquired in this loop, so the lock key's type can be assumed), called raw:\n\n\
+         Our scripts with one server call taken out at a time (the lock key and the op record \
+         never exist when a lock is acquired in this loop, so their check can be assumed), \
+         called raw:\n\n\
          | call taken out | server instructions / cycle | saved |\n| --- | ---: | ---: |\n\
          | (none: our scripts) | {ours_scripts:.0} | – |",
         cg.large,
