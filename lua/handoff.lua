@@ -25,9 +25,9 @@
 --                           is subscribed to the channel, the candidate was cancelled, or its
 --                           token would overflow
 --          {2, token}       freed and granted to the candidate: the hash now maps candidate -> 1
---                           with this token (its decimal text, as acquire.lua answers it) (greater than every token issued before in the
---                           slot) and the candidate's lease; nothing published (the lock never
---                           became free)
+--                           with this token (greater than every token issued before in the
+--                           slot; its decimal text, as acquire.lua answers it) and the
+--                           candidate's lease; nothing published (the lock never became free)
 --          {-1}             the holder does not hold the lock; nothing changed
 -- Errors   FENCELOCK_WRONGTYPE  the lock key holds a value this protocol did not write
 --

@@ -6,14 +6,15 @@
 -- it looks at who else holds the lock: how many of the lock key and the op record `op` exist
 -- (one EXISTS of both: on the free path, neither, it is the only read), then the op record
 -- (GET) and, when the lock key exists, the holder's count (HGET under redis.pcall: its
--- WRONGTYPE is the type check; TYPE only names the foreign type in the error). Returns the reply the acquisition answers
--- with: {1, token, count, pttl}, a replay (the holder holds the lock: the same request ran
--- before and its reply was lost, or a release granted it; pttl is what is left of the hold's
--- lease, which started before this send and is not renewed by it; a recorded send, `recorded`
--- true, leaves "a" in `op` for ttl ms, NX); {-2} (no hold, but the op record says the acquisition ran or was cancelled); a
--- FENCELOCK_WRONGTYPE error (the lock key is not a hash); the server's own error of the HGET
--- (an ACL refusal) as it is. Else nil and whether the lock key is
--- a hash (another holder's lock, or a fair-handoff reservation); nothing is written then.
+-- WRONGTYPE is the type check; TYPE only names the foreign type in the error). Returns the
+-- reply the acquisition answers with: {1, token, count, pttl}, a replay (the holder holds the
+-- lock: the same request ran before and its reply was lost, or a release granted it; pttl is
+-- what is left of the hold's lease, which started before this send and is not renewed by it;
+-- a recorded send, `recorded` true, leaves "a" in `op` for ttl ms, NX); {-2} (no hold, but the
+-- op record says the acquisition ran or was cancelled); a FENCELOCK_WRONGTYPE error (the lock
+-- key is not a hash); the server's own error of the HGET (an ACL refusal) as it is. Else nil
+-- and whether the lock key is a hash (another holder's lock, or a fair-handoff reservation);
+-- nothing is written then.
 --
 -- lock_grant(lock, holder, token_text, label, lease, op, ttl) writes a new hold (its token is
 -- already in the fence counter: take_token() wrote it, or the caller): the lock hash is
