@@ -8,7 +8,7 @@ use redis::AsyncCommands;
 
 use super::contract_tests::{
     contract_checks, hold_field_expiry, lock_keys, released_by, rw_keys, sem_keys, sem_take, setup,
-    Checked, Conn, LEASE, OP_TTL,
+    undo, Checked, Conn, LEASE, OP_TTL,
 };
 use super::rwlock::{RwAcquireReply, RwMode};
 use super::semaphore::SemAcquireReply;
@@ -186,13 +186,63 @@ async fn a_late_first_send_finds_the_record_of_its_re_send(
     Ok(())
 }
 
+/// A lock's acquisition whose cancel arrived first (sent on another connection while the first
+/// send was still on its way) finds the cancel's record and takes nothing: the free path reads
+/// the op record whenever one exists.
+async fn a_first_send_arriving_after_its_cancel_takes_nothing(
+    conn: &mut Conn,
+    keys: &LockKeys,
+) -> Checked {
+    let cancel = undo(conn, keys, "late", "late", CancelKind::Acquire).await;
+    if cancel.as_ref().ok() != Some(&CancelReply::NotRun) {
+        return Err(format!("the cancel answered {cancel:?}"));
+    }
+    let late = acquire(conn, keys, "late", LEASE, OP_TTL).await;
+    if late.as_ref().ok() != Some(&AcquireReply::Cancelled) {
+        return Err(format!("the first send after its cancel answered {late:?}"));
+    }
+    let taken: bool = conn.exists(&keys.lock).await.map_err(|e| e.to_string())?;
+    if taken {
+        return Err("the lock was taken for nobody".into());
+    }
+    Ok(())
+}
+
+/// A lock key that holds another type is refused, and kept as it was: the holder's read is the
+/// type check, now that the free path looks at the key with `EXISTS` alone.
+async fn a_foreign_value_at_the_lock_key_is_refused_and_kept(
+    conn: &mut Conn,
+    keys: &LockKeys,
+) -> Checked {
+    let _: () = conn
+        .rpush(&keys.lock, "foreign")
+        .await
+        .map_err(|e| e.to_string())?;
+    let answer = acquire(conn, keys, "h", LEASE, OP_TTL).await;
+    if !answer.as_ref().is_err_and(Error::is_wrong_type) {
+        return Err(format!("the acquisition answered {answer:?}"));
+    }
+    let kept: Vec<String> = conn
+        .lrange(&keys.lock, 0, -1)
+        .await
+        .map_err(|e| e.to_string())?;
+    if kept != ["foreign"] {
+        return Err(format!("the foreign list became {kept:?}"));
+    }
+    Ok(())
+}
+
 contract_checks! {
     /// Acquire scripts that record no re-send let the late first send take the hold again,
-    /// for nobody: each is caught by the check of its script.
+    /// for nobody, and a lock's acquire that skips its op record or its key's type takes a lock
+    /// it must not: each is caught by the check of its script.
     the_acquire_record_contract_checks_hold,
     the_acquire_record_negative_control_is_caught,
     lock_keys;
     a_late_first_send_of_a_lock_finds_the_record_of_its_re_send => [Control::ResendLeavesNoRecord],
+    a_first_send_arriving_after_its_cancel_takes_nothing => [Control::AcquireIgnoresOpRecord],
+    a_foreign_value_at_the_lock_key_is_refused_and_kept =>
+        [Control::AcquireOverwritesForeignData],
     a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send =>
         [Control::FairResendLeavesNoRecord],
     a_late_first_send_finds_the_record_of_its_re_send(Hold::Permit) =>

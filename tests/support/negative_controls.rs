@@ -91,6 +91,21 @@ controls! {
         "if reply or held then\n  return reply or {0, redis.call('PTTL', KEYS[1])}\nend",
         "if held and not reply then\n  redis.call('DEL', KEYS[1])\nend\nif reply then\n  return reply\nend",
     )],
+    /// `acquire.lua` takes a free lock whatever its op record says: the first send of an
+    /// acquisition that arrives after its cancel (sent on another connection) takes the lock
+    /// for nobody.
+    AcquireIgnoresOpRecord => [(
+        "acquire",
+        "local found = redis.call('EXISTS', lock, op)\n  local done = found > 0 and redis.call('GET', op)",
+        "local found = redis.call('EXISTS', lock)\n  local done = false",
+    )],
+    /// `acquire.lua` takes over a lock key that holds data of another type instead of
+    /// refusing it.
+    AcquireOverwritesForeignData => [(
+        "acquire",
+        "  if type(count) == 'table' then\n",
+        "  if type(count) == 'table' then\n    redis.call('DEL', lock)\n    return nil, false\n  end\n  if false then\n",
+    )],
     /// `acquire.lua` issues the previous token again instead of a new one.
     AcquireReusesToken => [(
         "acquire",
