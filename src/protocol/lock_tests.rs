@@ -23,7 +23,12 @@ async fn entered_by(conn: &mut Conn, keys: &LockKeys, holder: &str, op: &str) ->
 }
 
 /// The token of a fresh acquisition by `holder`; panics when the lock was not free.
-async fn acquired(conn: &mut Conn, keys: &LockKeys, holder: &str, lease: Duration) -> FencingToken {
+pub(super) async fn acquired(
+    conn: &mut Conn,
+    keys: &LockKeys,
+    holder: &str,
+    lease: Duration,
+) -> FencingToken {
     match acquire(conn, keys, holder, lease, OP_TTL).await.unwrap() {
         AcquireReply::Acquired { token, .. } => token,
         other => panic!("{holder} did not get a free lock: {other:?}"),

@@ -4,15 +4,8 @@
 use redis::AsyncCommands;
 
 use super::contract_tests::{released_by, setup, Conn, LEASE, OP_TTL};
+use super::lock_tests::acquired;
 use super::*;
-
-/// The token of a fresh acquisition by `holder`; panics when the lock was not free.
-async fn acquired(conn: &mut Conn, keys: &LockKeys, holder: &str) -> FencingToken {
-    match acquire(conn, keys, holder, LEASE, OP_TTL).await.unwrap() {
-        AcquireReply::Acquired { token, .. } => token,
-        other => panic!("{holder} did not get a free lock: {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn tokens_are_exact_past_the_time_floor() {
@@ -20,7 +13,7 @@ async fn tokens_are_exact_past_the_time_floor() {
     // A counter far above the clock floor keeps counting by one, exactly.
     let high = 9_007_199_254_740_000_u64;
     let _: () = conn.set(&keys.fence, high).await.unwrap();
-    let token = acquired(&mut conn, &keys, "h").await;
+    let token = acquired(&mut conn, &keys, "h", LEASE).await;
     assert_eq!(token.get(), high + 1);
     released_by(&mut conn, &keys, "h", "op").await;
     // At 2^53 the acquire refuses instead of issuing an inexact token, and changes nothing.
@@ -52,7 +45,7 @@ async fn a_lost_fence_counter_is_replaced_by_the_clock_floor() {
                 .unwrap(),
             None => {}
         }
-        let token = acquired(&mut conn, &keys, holder).await;
+        let token = acquired(&mut conn, &keys, holder, LEASE).await;
         assert!(
             token.get() > last,
             "after {lose:?}: token {} is not above {last}",
@@ -81,7 +74,7 @@ async fn the_counter_is_taken_in_one_write_and_put_back_when_refused() {
         .enumerate()
     {
         let _: () = conn.pset_ex(&keys.fence, below, 60_000).await.unwrap();
-        let token = acquired(&mut conn, &keys, &format!("b{i}")).await;
+        let token = acquired(&mut conn, &keys, &format!("b{i}"), LEASE).await;
         assert!(token.get() > 1_700_000_000_000_000, "{below}: {token}");
         let counter: u64 = conn.get(&keys.fence).await.unwrap();
         assert_eq!(counter, token.get(), "{below}: the counter holds the token");
