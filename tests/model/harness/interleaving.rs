@@ -49,7 +49,8 @@ pub enum Fault {
     Expire { by_delete: bool },
     /// `CLIENT KILL TYPE normal`.
     Kill,
-    /// The proxied client's network drops everything for `ms`.
+    /// The proxied client's network drops everything for `ms`; the connections that lost
+    /// data end with it.
     Partition { ms: u16 },
 }
 
@@ -261,6 +262,11 @@ impl World {
                 Fault::Partition { ms } => {
                     self.proxy.blackhole(Direction::Both);
                     tokio::time::sleep(Duration::from_millis(ms.into())).await;
+                    // The proxy discarded bytes inside open streams, which TCP never does: a
+                    // connection that lost bytes would answer later requests with earlier
+                    // replies. Its streams end with the partition, as a real connection that
+                    // lost data would (the clients reconnect), before traffic flows again.
+                    self.proxy.reset_all();
                     self.proxy.heal();
                 }
             }
