@@ -52,13 +52,18 @@
 -- Each read of rw_read_many.lua is answered by the same functions: sem_again() of
 -- lib/sem_take.lua and rw_busy() of lib/rw.lua, which the loader prepends to this file after
 -- lib/clock.lua, lib/sem_holds.lua and lib/next_token.lua.
+--
+-- A lock nobody holds or waits for, with no op record of this acquisition, is seen by
+-- sem_open's one EXISTS of those keys after its HMGET: none of them is read then (`fresh`);
+-- when any exists, every read and type check below runs.
 local clock = redis.call('TIME')
 local now = now_ms(clock)
-local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[7], KEYS[3])
+local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[7], KEYS[3], nil, {KEYS[5]})
 if not sem then
   return err
 end
-local again = sem_again(sem, redis.call('GET', KEYS[5]), KEYS[5], ARGV[5], ARGV[8] == '1')
+local fresh = sem.fresh
+local again = sem_again(sem, not fresh and redis.call('GET', KEYS[5]), KEYS[5], ARGV[5], ARGV[8] == '1')
 if again then
   if again[1] == 1 then
     -- A replay: what is left of the hold's lease, which began before this send.

@@ -65,9 +65,13 @@ local function sem_grant_ones(hash, leases, grants, limit, deadline)
     fields[#fields + 1], fields[#fields + 2] = '~limit', int_text(limit)
     RECORDED_LIMIT = limit
   end
+  local until_text = sem_next_until(deadline)
+  if until_text then
+    fields[#fields + 1], fields[#fields + 2] = '~until', until_text
+  end
   redis.call('HSET', hash, unpack(fields))
   redis.call('ZADD', leases, unpack(members))
-  sem_set_deadline_after_zadd(hash, leases, deadline)
+  sem_expire_keys(hash, leases, until_text)
 end
 
 local n = tonumber(ARGV[1])

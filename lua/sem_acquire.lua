@@ -59,21 +59,26 @@
 -- is told apart by sem_again() and the hold written by sem_grant(), as in rw_acquire.lua: of
 -- lib/sem_take.lua, which the loader prepends to this file after lib/clock.lua,
 -- lib/sem_holds.lua and lib/next_token.lua.
+--
+-- A semaphore nobody holds, with no op record of this acquisition and no queue, is seen by
+-- sem_open's one EXISTS of those keys after its HMGET: none of them is read then (`fresh`);
+-- when any exists, every read and type check below runs.
 local clock = redis.call('TIME')
 local now = now_ms(clock)
-local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[8])
+local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[8], nil, nil, {KEYS[4], unpack(KEYS, 5)})
 if not sem then
   return err
 end
+local fresh = sem.fresh
 local fair = KEYS[5] ~= nil
 -- Fair mode: the queue (KEYS[5], a zset) and its entries (KEYS[6], a hash) are type-checked.
-for k = 5, fair and 6 or 4 do
+for k = 5, fair and not fresh and 6 or 4 do
   local kind, queue_err = sem_typed(KEYS[k], k == 5 and 'zset' or 'hash', 'semaphore queue key')
   if not kind then
     return queue_err
   end
 end
-local again, permits = sem_again(sem, redis.call('GET', KEYS[4]), KEYS[4], ARGV[5], ARGV[9] == '1')
+local again, permits = sem_again(sem, not fresh and redis.call('GET', KEYS[4]), KEYS[4], ARGV[5], ARGV[9] == '1')
 if again then
   if permits then
     -- A replay: what is left of the hold's lease, which began before this send.

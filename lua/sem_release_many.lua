@@ -36,13 +36,17 @@
 -- its releases freed permits, where sem_release.lua alone publishes once per freeing release
 -- (a read-write lock on the lease-zset path: only when no hold is left, as there).
 -- The holds a grouped release ended, dropped together: `holds` lists holds as sem_open gives
--- them (each with its field `held`). As sem_drop for each, in one HDEL, ZREM and HINCRBY.
+-- them (each with its field `held`). As sem_drop for each, in one HDEL, ZREM and HINCRBY; none
+-- when they were the last holds (sem_empties: the settling that follows deletes the keys).
 local function sem_drop_all(hash, leases, holds)
   local holders, fields, permits = {}, {}, 0
   for k, hold in ipairs(holds) do
     holders[k] = hold.holder
     fields[2 * k - 1], fields[2 * k] = hold.holder, '~entries:' .. hold.holder
     permits = permits + tonumber(string.match(hold.held, '^(%d+):'))
+  end
+  if sem_empties(permits) then
+    return
   end
   redis.call('HDEL', hash, unpack(fields))
   if not FIELD_EXPIRY then

@@ -46,7 +46,9 @@ local function sem_release_hold(keys, argv, writers, hand_on, replayed)
     return left
   end
   -- The hold's field, read once by sem_open: also what sem_drop would read (none reads false).
-  if sem_drop(keys[1], keys[2], argv[1], sem.live and sem.held) == 0 then
+  -- The last hold, with nothing to hand on: sem_settle below deletes the keys (sem_empties).
+  local last = sem.live and not hand_on and sem_empties(sem_hold_parse(sem.held))
+  if not last and sem_drop(keys[1], keys[2], argv[1], sem.live and sem.held) == 0 then
     sem_settle(keys[1], keys[2])
     if redis.call('GET', keys[4]) == 'r:' .. argv[4] then
       return replayed and replayed(sem) or {1, 0}

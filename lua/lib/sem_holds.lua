@@ -52,7 +52,9 @@
 --
 -- A script opens the semaphore once (sem_open): one HMGET reads the way, the limit, "~used"
 -- and the fields of the holders it acts for, and on the lease-zset path one ZRANGEBYSCORE
--- lists the expired holds. Those two reads also check the keys' types, through their own WRONGTYPE errors
+-- lists the expired holds (for a single operation on a semaphore whose hash holds none of its
+-- fields, one EXISTS of every other key it reads instead, when none exists: `others`). Those
+-- two reads also check the keys' types, through their own WRONGTYPE errors
 -- (pcall) rather than a TYPE per key; what a script changes afterwards keeps USED current, so
 -- no script reads the hash twice for the same question.
 
@@ -136,7 +138,13 @@ end
 -- A key of another type fails the call that reads it, caught here, so neither key costs a
 -- TYPE when both are right. With field expiry the zset is never read: its type is checked
 -- with TYPE, so a foreign key under its name is refused and never deleted (sem_settle).
-local function sem_open(hash, leases, holders, now, wanted, writers, list_entries)
+-- `others`, optional (a single operation's): the other keys its script reads (its op record, a
+-- fair semaphore's queue). When the HMGET finds none of the fields, one EXISTS of the hash,
+-- the zset, the waiting writers and `others` asks whether any of them exists: when none does
+-- (`fresh` in the state: a semaphore nobody holds or waits for, no record of the operation),
+-- none of them is read, since a missing key holds no expired hold, no mark, no record and no
+-- foreign type. A semaphore with holds is read as before, with no call more.
+local function sem_open(hash, leases, holders, now, wanted, writers, list_entries, others)
   local got
   -- Where each holder's fields are in `got`: its hold's at 5 + stride * (k - 1), its entries'
   -- right after (stride 2), if read.
@@ -157,15 +165,17 @@ local function sem_open(hash, leases, holders, now, wanted, writers, list_entrie
   if got.err then
     return sem_typed(hash, 'hash', 'semaphore key', got)
   end
+  local fresh = others and not (got[1] or got[2] or got[3] or got[4] or got[5] or got[6])
+    and redis.call('EXISTS', hash, leases, writers or leases, unpack(others)) == 0
   FIELD_EXPIRY = got[1] == 'fields'
-  if not got[1] and wanted == 'fields' and redis.call('EXISTS', hash) == 0 then
+  if not got[1] and wanted == 'fields' and (fresh or redis.call('EXISTS', hash) == 0) then
     local probe = redis.pcall('HPEXPIRETIME', hash, 'FIELDS', 1, '~expiry')
     FIELD_EXPIRY = type(probe) == 'table' and probe.err == nil
   end
   RECORDED_LIMIT = tonumber(got[2])
   -- The lease zset's type: checked by its read on the lease-zset path, else by TYPE.
-  local expired = FIELD_EXPIRY and {} or redis.pcall('ZRANGEBYSCORE', leases, '-inf', int_text(now))
-  if FIELD_EXPIRY or expired.err then
+  local expired = (FIELD_EXPIRY or fresh) and {} or redis.pcall('ZRANGEBYSCORE', leases, '-inf', int_text(now))
+  if FIELD_EXPIRY and not fresh or expired.err then
     local kind, err = sem_typed(leases, 'zset', 'semaphore lease key', expired.err and expired)
     if not kind then
       return nil, err
@@ -174,14 +184,14 @@ local function sem_open(hash, leases, holders, now, wanted, writers, list_entrie
   -- The fields a single holder's hold adds are made here, so that none resizes the table.
   local state = {
     limit = RECORDED_LIMIT, expired = expired, holds = false, marks = false, holder = false, held = false,
-    live = false, entries = 1,
+    live = false, entries = 1, fresh = fresh,
   }
   if not FIELD_EXPIRY then
     USED = tonumber(got[3]) or 0
     KEYS_UNTIL = tonumber(got[4]) or 0
     NOW = now
   end
-  if writers then
+  if writers and not fresh then
     local kind, err = sem_typed(writers, 'zset', 'waiting writers key')
     if not kind then
       return nil, err
@@ -218,13 +228,21 @@ local function sem_open(hash, leases, holders, now, wanted, writers, list_entrie
   return state
 end
 
--- Lease zset path: after a deadline went into the zset, moves the keys' expiry (and
--- "~until") one lease beyond it when it passes "~until".
-local function sem_set_deadline_after_zadd(hash, leases, deadline)
-  if deadline > KEYS_UNTIL then
-    KEYS_UNTIL = deadline + math.max(deadline - NOW, 0)
-    local until_text = int_text(KEYS_UNTIL)
-    redis.call('HSET', hash, '~until', until_text)
+-- Lease zset path: the keys' next expiry once a deadline went into the zset: when it passes
+-- "~until", one lease (`deadline` - NOW) beyond it, as text, with KEYS_UNTIL set to it; nil
+-- when "~until" stands. The caller writes it to "~until" (in the HSET it makes anyway, if it
+-- makes one), then sets it as both keys' expiry (sem_expire_keys).
+local function sem_next_until(deadline)
+  if deadline <= KEYS_UNTIL then
+    return nil
+  end
+  KEYS_UNTIL = deadline + math.max(deadline - NOW, 0)
+  return int_text(KEYS_UNTIL)
+end
+
+-- Lease zset path: both keys expire at `until_text` (sem_next_until's; nil: they keep theirs).
+local function sem_expire_keys(hash, leases, until_text)
+  if until_text then
     redis.call('PEXPIREAT', hash, until_text)
     redis.call('PEXPIREAT', leases, until_text)
   end
@@ -241,7 +259,11 @@ local function sem_set_deadline(hash, leases, holder, deadline)
     end
   else
     redis.call('ZADD', leases, int_text(deadline), holder)
-    sem_set_deadline_after_zadd(hash, leases, deadline)
+    local until_text = sem_next_until(deadline)
+    if until_text then
+      redis.call('HSET', hash, '~until', until_text)
+    end
+    sem_expire_keys(hash, leases, until_text)
   end
 end
 
@@ -290,6 +312,18 @@ local function sem_drop(hash, leases, holder, held)
     USED = redis.call('HINCRBY', hash, '~used', '-' .. permits_text)
   end
   return tonumber(permits_text)
+end
+
+-- Whether leaving holds of `permits` permits in all empties the semaphore on the lease-zset
+-- path ("~used" would reach 0): then it counts them gone (USED) and the caller, which settles
+-- next with no write to the keys between, makes none of the drop's writes (HDEL, ZREM,
+-- HINCRBY), which sem_settle's DEL of both keys would undo at once.
+local function sem_empties(permits)
+  if FIELD_EXPIRY or USED > permits then
+    return false
+  end
+  USED = USED - permits
+  return true
 end
 
 -- Drops every hold that sem_open found expired (`state.expired`); returns the permits freed.

@@ -24,20 +24,27 @@ local function sem_again(hold, done, record, ttl, recorded)
 end
 
 -- A new hold of `permits` with its token and `label` (nil: none) and the semaphore's `limit`
--- (recorded), until `deadline`; the keys expire no earlier than it.
+-- (recorded), until `deadline`; the keys expire no earlier than it. On the lease-zset path
+-- the hold, "~used", a changed "~limit" and a moved "~until" go in one HSET.
 local function sem_grant(hash, leases, holder, permits, token_text, label, limit, deadline)
   local value = sem_hold_value(permits, token_text, label)
   if FIELD_EXPIRY then
     redis.call('HSET', hash, holder, value, '~limit', int_text(limit), '~expiry', 'fields')
-  else
-    USED = USED + permits
-    if RECORDED_LIMIT == limit then
-      redis.call('HSET', hash, holder, value, '~used', int_text(USED))
-    else
-      redis.call('HSET', hash, holder, value, '~limit', int_text(limit), '~used', int_text(USED))
-      RECORDED_LIMIT = limit
-    end
+    sem_set_deadline(hash, leases, holder, deadline)
+    return
   end
-  sem_set_deadline(hash, leases, holder, deadline)
+  USED = USED + permits
+  local fields = {holder, value, '~used', int_text(USED)}
+  if RECORDED_LIMIT ~= limit then
+    fields[5], fields[6] = '~limit', int_text(limit)
+    RECORDED_LIMIT = limit
+  end
+  local until_text = sem_next_until(deadline)
+  if until_text then
+    fields[#fields + 1], fields[#fields + 2] = '~until', until_text
+  end
+  redis.call('HSET', hash, unpack(fields))
+  redis.call('ZADD', leases, int_text(deadline), holder)
+  sem_expire_keys(hash, leases, until_text)
 end
 

@@ -134,14 +134,22 @@ enum Hold {
 }
 
 impl Hold {
+    /// The keys the hold's acquisition takes, and its holder id.
+    fn keys_and_holder(self) -> (LockKeys, &'static str) {
+        match self {
+            Hold::Permit => (sem_keys(), "s"),
+            Hold::Write => (rw_keys(), "w"),
+        }
+    }
+
     /// A send of the acquisition with `lease`; `recorded`: it is a re-send.
     async fn send(self, conn: &mut Conn, lease: Duration, recorded: bool) -> Result<Sent, String> {
         let expiry = hold_field_expiry();
         let (pubsub, fair) = (PubSub::Classic, None);
         let sent = match self {
             Hold::Permit => {
-                let keys = sem_keys();
-                let reply = sem_take(conn, &keys, "s", (1, 3), lease, fair, recorded).await;
+                let (keys, holder) = self.keys_and_holder();
+                let reply = sem_take(conn, &keys, holder, (1, 3), lease, fair, recorded).await;
                 match reply {
                     Ok(SemAcquireReply::Acquired { .. }) => Ok(Sent::Acquired),
                     Ok(SemAcquireReply::Cancelled) => Ok(Sent::Cancelled),
@@ -149,10 +157,10 @@ impl Hold {
                 }
             }
             Hold::Write => {
-                let keys = rw_keys();
+                let (keys, holder) = self.keys_and_holder();
                 let (mode, wait) = (RwMode::Write, false);
                 let reply =
-                    HoldAcquire::of(&keys, "w", lease, OP_TTL, pubsub, expiry, None, recorded)
+                    HoldAcquire::of(&keys, holder, lease, OP_TTL, pubsub, expiry, None, recorded)
                         .rw_acquire(conn, mode, wait)
                         .await;
                 match reply {
@@ -208,6 +216,30 @@ async fn a_first_send_arriving_after_its_cancel_takes_nothing(
     Ok(())
 }
 
+/// As for a lock, a semaphore's permits and a read-write lock's write hold: the first send of
+/// an acquisition whose cancel came first finds the cancel's record and takes nothing, though
+/// the semaphore or lock is free (its free path reads the op record whenever one exists).
+async fn a_first_send_of_a_hold_arriving_after_its_cancel_takes_nothing(
+    hold: Hold,
+    conn: &mut Conn,
+    _keys: &LockKeys,
+) -> Checked {
+    let (keys, holder) = hold.keys_and_holder();
+    let cancel = undo(conn, &keys, holder, holder, CancelKind::Acquire).await;
+    if cancel.as_ref().ok() != Some(&CancelReply::NotRun) {
+        return Err(format!("the cancel answered {cancel:?}"));
+    }
+    let late = hold.send(conn, LEASE, false).await?;
+    if late != Sent::Cancelled {
+        return Err(format!("the first send after its cancel answered {late:?}"));
+    }
+    let taken: bool = conn.exists(&keys.lock).await.map_err(|e| e.to_string())?;
+    if taken {
+        return Err("the hold was taken for nobody".into());
+    }
+    Ok(())
+}
+
 /// A lock key that holds another type is refused, and kept as it was: the holder's read is the
 /// type check, now that the free path looks at the key with `EXISTS` alone.
 async fn a_foreign_value_at_the_lock_key_is_refused_and_kept(
@@ -249,4 +281,8 @@ contract_checks! {
         [Control::SemResendLeavesNoRecord],
     a_late_first_send_finds_the_record_of_its_re_send(Hold::Write) =>
         [Control::RwResendLeavesNoRecord],
+    a_first_send_of_a_hold_arriving_after_its_cancel_takes_nothing(Hold::Permit) =>
+        [Control::SemAcquireIgnoresOpRecord],
+    a_first_send_of_a_hold_arriving_after_its_cancel_takes_nothing(Hold::Write) =>
+        [Control::RwAcquireIgnoresOpRecord],
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::AsyncCommands;
 
-use super::batch::{hold_release_outcome, HoldRelease};
+use super::batch::{hold_release_outcome, Grouped, HoldRelease};
 use super::contract_tests::{
     assert_deadline, assert_keys_expire, assert_nothing_left, assert_raised_wrongtype, assert_used,
     contract_checks, deadline_of, grouped_keys, hold_field_expiry, hold_test, refused_as_called,
@@ -109,6 +109,40 @@ async fn grouped_releases_end_holds_as_releases_alone_do(
     }
 }
 
+/// A release alone (`sem_release.lua`) that leaves other holds ends its own only: its field
+/// goes and its permits come back, the other hold stays; the last release deletes the keys.
+async fn a_release_alone_that_leaves_holds_ends_only_its_own(
+    conn: &mut Conn,
+    keys: &LockKeys,
+) -> Checked {
+    for holder in ["a", "b"] {
+        read(conn, keys, holder).await?;
+    }
+    let release_alone = async |conn: &mut Conn, holder: &str| {
+        let op = format!("{holder}:out");
+        let release = HoldRelease::new(keys, holder, &op, OP_TTL, PubSub::Classic);
+        let reply = release.run_alone(conn).await.map_err(|e| e.to_string())?;
+        hold_release_outcome(reply).map_err(|e| e.to_string())
+    };
+    let ended = release_alone(conn, "a").await?;
+    if ended != DONE {
+        return Err(format!("the release of one of two holds: {ended:?}"));
+    }
+    let hash: std::collections::HashMap<String, String> = conn.hgetall(&keys.lock).await.unwrap();
+    if hash.contains_key("a") || !hash.contains_key("b") {
+        return Err(format!("the holds left: {hash:?}"));
+    }
+    if !hold_field_expiry() && hash.get("~used").map(String::as_str) != Some("1") {
+        return Err(format!("~used after one of two left: {hash:?}"));
+    }
+    let last = release_alone(conn, "b").await?;
+    if last != DONE {
+        return Err(format!("the last release: {last:?}"));
+    }
+    assert_nothing_left(conn, keys).await;
+    Ok(())
+}
+
 /// Two releases of one hold entered twice, in one call, apply in order: the first leaves an
 /// entry, the second ends the hold.
 async fn releases_of_one_reentered_hold_apply_in_order(
@@ -177,7 +211,8 @@ contract_checks! {
     the_grouped_release_checks_hold,
     the_grouped_release_negative_controls_are_caught,
     rw_keys, per_hold_expiry;
-    grouped_releases_end_holds_as_releases_alone_do => [],
+    a_release_alone_that_leaves_holds_ends_only_its_own => [Control::SemReleaseSkipsItsDrop],
+    grouped_releases_end_holds_as_releases_alone_do => [Control::SemReleaseSkipsItsDrop],
     releases_of_one_reentered_hold_apply_in_order => [Control::SemGroupedReleaseIgnoresEntries],
     grouped_releases_wake_waiters_as_releases_alone_do =>
         [Control::SemGroupedReleaseDoesNotPublish],

@@ -78,6 +78,10 @@ const RELEASE_RECORD: &str = "local done = not first and redis.call('GET', keys[
 const RELEASE_MARK: &str = "if redis.call('GET', keys[3]) == 'r:' .. argv[4] then";
 const RELEASE_PUBLISH: &str =
     "  redis.call(argv[3] == 'sharded' and 'SPUBLISH' or 'PUBLISH', keys[1], 'released')\n";
+/// The test of `lib/sem_holds.lua` by which a release that ends the last hold skips its drop,
+/// and its broken form (every release skips it).
+const SEM_EMPTIES: &str = "if FIELD_EXPIRY or USED > permits then";
+const SEM_ALWAYS_EMPTIES: &str = "if FIELD_EXPIRY then";
 /// The op record a recorded send of a new lock hold leaves (`lib/acquire.lua`'s grant).
 const LOCK_RECORD: &str = "  if op then\n    redis.call('SET', op, 'a', 'PX', ttl)\n  end\n";
 /// A read-write lock's writer preference: a waiting writer's mark keeps new readers out
@@ -219,6 +223,27 @@ controls! {
         "if ARGV[9] == '1' then\n  redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])\nend",
         "",
     )],
+    /// `sem_acquire.lua`'s look for a free semaphore leaves out its op record: the first send
+    /// of an acquisition whose cancel came first takes the permits for nobody.
+    SemAcquireIgnoresOpRecord => [(
+        "sem_acquire",
+        "nil, nil, {KEYS[4], unpack(KEYS, 5)})",
+        "nil, nil, {unpack(KEYS, 5)})",
+    )],
+    /// `rw_acquire.lua`'s look for a free lock leaves out its op record: the first send of an
+    /// acquisition whose cancel came first takes the lock for nobody.
+    RwAcquireIgnoresOpRecord => [(
+        "rw_acquire",
+        "KEYS[3], nil, {KEYS[5]})",
+        "KEYS[3], nil, {})",
+    )],
+    /// A hold's release skips its drop even when other holds remain (`lib/sem_holds.lua`'s
+    /// sem_empties, run by sem_release.lua and sem_release_many.lua): the released hold keeps
+    /// its field, its lease and its permits.
+    SemReleaseSkipsItsDrop => [
+        ("sem_release", SEM_EMPTIES, SEM_ALWAYS_EMPTIES),
+        ("sem_release_many", SEM_EMPTIES, SEM_ALWAYS_EMPTIES),
+    ],
     /// `rw_acquire.lua` records no send: a late copy takes the read-write lock again.
     RwResendLeavesNoRecord => [(
         "rw_acquire",
