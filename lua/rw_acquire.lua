@@ -72,9 +72,8 @@ if again then
   return again
 end
 
--- Read (and type-check) the counter and compute the token before the first write, so an
--- error leaves nothing done.
-local token, token_text = next_token(KEYS[4], clock)
+-- A free lock is granted whatever the mode: its counter is taken at once (sem_token).
+local token, token_text = sem_token(KEYS[4], clock, fresh)
 if not token then
   return token_text -- the error reply
 end
@@ -91,7 +90,9 @@ if wait_ms then
   return {0, wait_ms}
 end
 
-redis.call('SET', KEYS[4], token_text)
+if not fresh then
+  redis.call('SET', KEYS[4], token_text)
+end
 sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[9], RW_LIMIT, now + tonumber(ARGV[3]))
 if sem.marks then
   redis.call('ZREM', KEYS[3], ARGV[1])

@@ -89,9 +89,9 @@ if again then
   return again
 end
 
--- Read (and type-check) the counter and compute the token before the first write, so an
--- error leaves nothing done.
-local token, token_text = next_token(KEYS[3], clock)
+-- A free semaphore grants what its limit allows: its counter is taken at once (sem_token).
+local taken = fresh and tonumber(ARGV[2]) <= tonumber(ARGV[3])
+local token, token_text = sem_token(KEYS[3], clock, taken)
 if not token then
   return token_text -- the error reply
 end
@@ -136,7 +136,9 @@ if wanted > limit or used + wanted + head_need > limit then
   return {0, earliest and (earliest - now) or -1, limit - used, limit}
 end
 
-redis.call('SET', KEYS[3], token_text)
+if not taken then
+  redis.call('SET', KEYS[3], token_text)
+end
 sem_grant(KEYS[1], KEYS[2], ARGV[1], wanted, token_text, ARGV[10], limit, now + tonumber(ARGV[4]))
 if ARGV[9] == '1' then
   redis.call('SET', KEYS[4], 'a', 'PX', ARGV[5])

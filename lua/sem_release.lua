@@ -14,6 +14,9 @@
 -- ARGV[2]  op record lifetime in ms
 -- ARGV[3]  pub/sub mode     "sharded" publishes with SPUBLISH, else PUBLISH
 -- ARGV[4]  op id            this release's operation id
+-- ARGV[5]  "0": KEYS[3] is not read (one call less on an uncontended release): only for the
+--          first send of a release of a hold that was never entered again; anything else
+--          (or absent): KEYS[3] is read and replayed, as release.lua ARGV[5]
 --
 -- Returns  {1, n}           left once; n entries remain (a read-write lock's hold entered again
 --                           through its guard); nothing else changed
@@ -35,4 +38,4 @@
 -- All of it is sem_release_hold() of lib/sem_give.lua (prepended by the loader after
 -- lib/clock.lua and lib/sem_holds.lua), which releases for sem_handoff.lua too; each release
 -- of sem_release_many.lua runs the same sem_leave().
-return sem_release_hold(KEYS, ARGV, KEYS[5])
+return sem_release_hold(KEYS, ARGV, KEYS[5], nil, nil, ARGV[5] == '0')

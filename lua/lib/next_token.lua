@@ -1,6 +1,7 @@
 -- lib/next_token.lua: the fencing token of a new hold, shared by the scripts that issue one
--- (acquire.lua and handoff.lua through take_token(); acquire_fair.lua, acquire_all.lua,
--- sem_acquire.lua, sem_handoff.lua, rw_acquire.lua, rw_read_many.lua through next_token()).
+-- (acquire.lua, handoff.lua, and sem_acquire.lua and rw_acquire.lua for a free semaphore or
+-- lock, through take_token(); acquire_fair.lua, acquire_all.lua, sem_acquire.lua,
+-- sem_handoff.lua, rw_acquire.lua, rw_read_many.lua through next_token()).
 -- The loader (src/protocol/scripts.rs) prepends it to each. It calls no other library:
 -- acquire.lua runs it on every acquisition, and each function a script defines costs its every
 -- call (lib/calls.lua); so it makes its WRONGTYPE refusal (refused() there), its clock floor
@@ -43,17 +44,18 @@ local function next_token(fence_key, clock, last)
   return token, string.format('%d', token)
 end
 
--- take_token(fence_key) issues the token as next_token(fence_key) does and writes it to the
--- counter in the same call, for a script that grants the hold right after it, with no check
--- left that can fail (acquire.lua, handoff.lua): TIME, then one SET ... KEEPTTL GET that writes
+-- take_token(fence_key, clock) issues the token as next_token(fence_key, clock) does and writes
+-- it to the counter in the same call, for a script that grants the hold right after it, with
+-- no check left that can fail (acquire.lua, handoff.lua; sem_token()'s callers when the
+-- semaphore is free): TIME (unless given), then one SET ... KEEPTTL GET that writes
 -- the clock floor and answers the counter it replaced. Nearly always that counter is digits
 -- below the floor, and the floor is the token, its text made from TIME's two fields (no number
 -- is parsed). Otherwise (the counter at or past the clock, no integer, not a string) the
 -- counter is put back as it was, value and expiry, and next_token() issues from the same clock
 -- and refuses what it refuses, its token then written. Returns the token's decimal text, or nil
 -- and an error reply (nothing left changed).
-local function take_token(fence_key)
-  local now = redis.call('TIME')
+local function take_token(fence_key, clock)
+  local now = clock or redis.call('TIME')
   local text = now[1] .. string.sub('00000', #now[2]) .. now[2]
   local counter = redis.pcall('SET', fence_key, text, 'KEEPTTL', 'GET')
   -- No counter, or digits only (an anchored match: cheaper than tonumber's strtod) and fewer of

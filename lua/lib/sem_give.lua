@@ -34,19 +34,20 @@ end
 -- nobody: its waiting writers wait for no hold at all, its waiting readers for a writer's hold
 -- or mark, which a reader's release does not end) and the answer is {1, 0}. A re-sent copy of
 -- that release finds the mark and no hold, and answers what replayed(state) answers, or {1, 0}.
-local function sem_release_hold(keys, argv, writers, hand_on, replayed)
+-- `first` (sem_release.lua ARGV[5] "0"): the release's op record is not read, as release.lua's.
+local function sem_release_hold(keys, argv, writers, hand_on, replayed, first)
   local clock = redis.call('TIME')
   local now = now_ms(clock)
   local sem, err = sem_open(keys[1], keys[2], argv[1], now, nil)
   if not sem then
     return err
   end
-  local left = sem_leave(keys[1], keys[2], sem, sem, redis.call('GET', keys[3]), keys[3], argv[2])
+  local left = sem_leave(keys[1], keys[2], sem, sem, not first and redis.call('GET', keys[3]), keys[3], argv[2])
   if left then
     return left
   end
-  -- The hold's field, read once by sem_open: also what sem_drop would read (none reads false).
   -- The last hold, with nothing to hand on: sem_settle below deletes the keys (sem_empties).
+  -- Else the hold's field, read once by sem_open, is what sem_drop would read (none: false).
   local last = sem.live and not hand_on and sem_empties(sem_hold_parse(sem.held))
   if not last and sem_drop(keys[1], keys[2], argv[1], sem.live and sem.held) == 0 then
     sem_settle(keys[1], keys[2])

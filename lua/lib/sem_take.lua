@@ -1,7 +1,7 @@
 -- lib/sem_take.lua: taking a hold of a semaphore or read-write lock, shared by sem_acquire.lua,
 -- sem_handoff.lua (its grant), rw_acquire.lua and rw_read_many.lua; the loader
 -- (src/protocol/scripts.rs) prepends it to each, after lib/sem_holds.lua (whose functions and
--- state it uses), since Redis scripts cannot import. Each read of rw_read_many.lua is answered
+-- state it uses) and lib/next_token.lua (sem_token), since Redis scripts cannot import. Each read of rw_read_many.lua is answered
 -- by the same sem_again() as rw_acquire.lua's.
 
 -- An acquisition's answer before anything is granted (sem_acquire.lua, rw_acquire.lua and
@@ -21,6 +21,19 @@ local function sem_again(hold, done, record, ttl, recorded)
   if done then
     return {-2}
   end
+end
+
+-- The token of a new hold, as a number and as its text, or nil and an error reply, before the
+-- script's first write, so an error leaves nothing done. When `granted` (the semaphore is free:
+-- the hold will be granted whatever follows), the counter is read and written in one call
+-- (take_token()); else it is only read (next_token()), and the caller writes the text with the
+-- grant.
+local function sem_token(fence_key, clock, granted)
+  if not granted then
+    return next_token(fence_key, clock)
+  end
+  local text, err = take_token(fence_key, clock)
+  return text and tonumber(text), text or err
 end
 
 -- A new hold of `permits` with its token and `label` (nil: none) and the semaphore's `limit`

@@ -66,8 +66,8 @@ impl HoldKind {
     /// One send of the release of one entry of `holder`'s hold, as operation `op`, on `conn`
     /// (whose pub/sub flavour is `pubsub`); when `candidate` is given (only to kinds that hand
     /// off, so never in fair mode), the freed hold is granted to it in the same call if it may
-    /// be, by the handoff script of the keys' layout. `read_record`: whether a plain lock's
-    /// release reads its op record (the caller decides, `api::guard`: always but on the first
+    /// be, by the handoff script of the keys' layout. `read_record`: whether the release reads
+    /// its op record (the caller decides, `api::guard`: always but on the first
     /// send of a release of a hold never re-entered).
     pub(crate) async fn release(
         &self,
@@ -101,7 +101,7 @@ impl HoldKind {
             // Alone, a hold's release rides the group commit (`engine::batch`) with the releases
             // of holds of the same lock, by `sem_release_many.lua`.
             (HoldKind::Leased { .. }, _) => {
-                let release = HoldRelease::new(keys, id, op, ttl, pubsub);
+                let release = HoldRelease::new(keys, id, op, ttl, pubsub, read_record);
                 let release = engine
                     .hold_releases
                     .run(&mut conn, engine.route(keys), release);

@@ -120,6 +120,9 @@ pub(crate) struct HoldRelease {
     op_id: String,
     op_ttl: Duration,
     pubsub: PubSub,
+    /// Alone, whether the script reads the release's op record (`sem_release.lua` ARGV[5]);
+    /// a shared call reads every release's.
+    read_record: bool,
 }
 
 impl HoldRelease {
@@ -130,6 +133,7 @@ impl HoldRelease {
         op_id: &str,
         op_ttl: Duration,
         pubsub: PubSub,
+        read_record: bool,
     ) -> HoldRelease {
         debug_assert!(
             keys.has_hold_leases(),
@@ -141,6 +145,7 @@ impl HoldRelease {
             op_id: op_id.to_owned(),
             op_ttl,
             pubsub,
+            read_record,
         }
     }
 }
@@ -154,7 +159,7 @@ impl Grouped for HoldRelease {
     }
 
     async fn run_alone<C: ConnectionLike + Send>(&self, conn: &mut C) -> Result<Value, Error> {
-        let call = release_call(
+        let mut call = release_call(
             &scripts().sem_release,
             &self.keys,
             &self.holder,
@@ -162,6 +167,7 @@ impl Grouped for HoldRelease {
             self.op_ttl,
             self.pubsub,
         );
+        call.arg(self.read_record);
         invoke_as(conn, &call).await
     }
 

@@ -223,8 +223,8 @@ pub(crate) async fn reenter<C: ConnectionLike>(
 /// One send of the release of one entry of `holder`'s hold as operation `op_id`:
 /// `release.lua` for a lock, `sem_release.lua` for a semaphore's or read-write lock's hold.
 /// `read_record`: the script reads the op record a copy of this release would have left and
-/// replays it; `false` only where no copy can have left one (`release.lua` ARGV[5]: the first
-/// send of a release of a hold never re-entered).
+/// replays it; `false` only where no copy can have left one (`release.lua` and
+/// `sem_release.lua` ARGV[5]: the first send of a release of a hold never re-entered).
 pub(crate) async fn release<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
@@ -237,9 +237,7 @@ pub(crate) async fn release<C: ConnectionLike>(
     let holds = keys.has_hold_leases();
     let (script, name) = pick!(holds, release, sem_release);
     let mut call = release_call(script, keys, holder, op_id, op_ttl, pubsub);
-    if !holds {
-        call.arg(read_record);
-    }
+    call.arg(read_record);
     owner_reply(name, &invoke(conn, &call).await?)
 }
 

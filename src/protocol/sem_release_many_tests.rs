@@ -44,7 +44,7 @@ async fn release_together(
 ) -> Result<Vec<OwnerReply>, String> {
     let ops: Vec<HoldRelease> = releases
         .iter()
-        .map(|(holder, op)| HoldRelease::new(keys, holder, op, OP_TTL, PubSub::Classic))
+        .map(|(holder, op)| HoldRelease::new(keys, holder, op, OP_TTL, PubSub::Classic, true))
         .collect();
     run_together(conn, &ops, hold_release_outcome).await
 }
@@ -120,7 +120,7 @@ async fn a_release_alone_that_leaves_holds_ends_only_its_own(
     }
     let release_alone = async |conn: &mut Conn, holder: &str| {
         let op = format!("{holder}:out");
-        let release = HoldRelease::new(keys, holder, &op, OP_TTL, PubSub::Classic);
+        let release = HoldRelease::new(keys, holder, &op, OP_TTL, PubSub::Classic, true);
         let reply = release.run_alone(conn).await.map_err(|e| e.to_string())?;
         hold_release_outcome(reply).map_err(|e| e.to_string())
     };
@@ -384,8 +384,8 @@ async fn assert_published_as_alone(
 }
 
 /// No release of the call can raise on a key of its own: the releases' records are read with
-/// one `MGET`, which reads a key of another type as absent, where `sem_release.lua` alone
-/// raises `WRONGTYPE` at its `GET` of the op record and changes nothing (DESIGN section 7.3;
+/// one `MGET`, which reads a key of another type as absent, where `sem_release.lua` alone,
+/// when it reads the op record, raises `WRONGTYPE` at its `GET` and changes nothing (DESIGN section 7.3;
 /// this script's header does not say so). So a release whose op record key holds a hash is
 /// answered as a release with no record: it ends its hold, and the foreign value is left as
 /// it was (a release that ends a hold writes only its holder's mark). The other release of
@@ -399,7 +399,8 @@ async fn a_foreign_record_reads_as_absent(conn: &mut Conn, keys: &LockKeys) {
     let foreign = Fields::from([("f".to_owned(), "foreign".to_owned())]);
     let before: Fields = conn.hgetall(&keys.lock).await.unwrap();
 
-    let alone = release(conn, keys, "b", "b:out", OP_TTL, PubSub::Classic, false).await;
+    // A send that reads its record (a re-send, or a re-entered hold's release).
+    let alone = release(conn, keys, "b", "b:out", OP_TTL, PubSub::Classic, true).await;
     assert_raised_wrongtype(&alone);
     let after_alone: Fields = conn.hgetall(&keys.lock).await.unwrap();
     assert_eq!(after_alone, before, "the release alone changed the holds");

@@ -498,3 +498,28 @@ hold_test! {
             .unwrap();
     }
 }
+
+hold_test! {
+    /// The first send of the release of a hold never entered again reads no op record
+    /// (`sem_release.lua` ARGV[5] "0") and ends the hold; a re-send of it replays that from the
+    /// mark. A re-entered hold's release that leaves an entry records it, and its re-send
+    /// replays it instead of leaving a second one.
+    async fn a_first_release_reads_no_record_and_its_re_send_replays(_server, conn, keys = sem_keys()) {
+        let ps = PubSub::Classic;
+        take(&mut conn, &keys, "h", 1, LEASE).await;
+        let first = release(&mut conn, &keys, "h", "rel", OP_TTL, ps, false).await.unwrap();
+        assert_eq!(first, OwnerReply::Done { remaining: 0 });
+        let again = release(&mut conn, &keys, "h", "rel", OP_TTL, ps, true).await.unwrap();
+        assert_eq!(again, first, "the re-send replays from the mark");
+        take(&mut conn, &keys, "e", 1, LEASE).await;
+        let entered = reenter(&mut conn, &keys, "e", "in", OP_TTL).await.unwrap();
+        assert!(matches!(entered, EnterReply::Entered { count: 2, .. }), "{entered:?}");
+        let left = release(&mut conn, &keys, "e", "out", OP_TTL, ps, true).await.unwrap();
+        assert_eq!(left, OwnerReply::Done { remaining: 1 });
+        let again = release(&mut conn, &keys, "e", "out", OP_TTL, ps, true).await.unwrap();
+        assert_eq!(again, left, "the re-send replays its record");
+        let last = release(&mut conn, &keys, "e", "last", OP_TTL, ps, false).await.unwrap();
+        assert_eq!(last, OwnerReply::Done { remaining: 0 });
+        assert_nothing_left(&mut conn, &keys).await;
+    }
+}
