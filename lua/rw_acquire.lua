@@ -55,7 +55,9 @@
 --
 -- A lock nobody holds or waits for, with no op record of this acquisition, is seen by
 -- sem_open's one EXISTS of those keys after its HMGET: none of them is read then (`fresh`);
--- when any exists, every read and type check below runs.
+-- when any exists, every read and type check below runs. A free lock takes its token with
+-- take_token() (sem_token), which puts back a counter it refuses, so an error still leaves
+-- nothing changed.
 local clock = redis.call('TIME')
 local now = now_ms(clock)
 local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[7], KEYS[3], nil, {KEYS[5]})

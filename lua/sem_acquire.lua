@@ -62,7 +62,9 @@
 --
 -- A semaphore nobody holds, with no op record of this acquisition and no queue, is seen by
 -- sem_open's one EXISTS of those keys after its HMGET: none of them is read then (`fresh`);
--- when any exists, every read and type check below runs.
+-- when any exists, every read and type check below runs. A free semaphore takes its token
+-- with take_token() (sem_token), which puts back a counter it refuses, so an error still
+-- leaves nothing changed.
 local clock = redis.call('TIME')
 local now = now_ms(clock)
 local sem, err = sem_open(KEYS[1], KEYS[2], ARGV[1], now, ARGV[8], nil, nil, {KEYS[4], unpack(KEYS, 5)})

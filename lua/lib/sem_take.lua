@@ -1,8 +1,8 @@
 -- lib/sem_take.lua: taking a hold of a semaphore or read-write lock, shared by sem_acquire.lua,
 -- sem_handoff.lua (its grant), rw_acquire.lua and rw_read_many.lua; the loader
 -- (src/protocol/scripts.rs) prepends it to each, after lib/sem_holds.lua (whose functions and
--- state it uses) and lib/next_token.lua (sem_token), since Redis scripts cannot import. Each read of rw_read_many.lua is answered
--- by the same sem_again() as rw_acquire.lua's.
+-- state it uses) and lib/next_token.lua (sem_token), since Redis scripts cannot import. Each
+-- read of rw_read_many.lua is answered by the same sem_again() as rw_acquire.lua's.
 
 -- An acquisition's answer before anything is granted (sem_acquire.lua, rw_acquire.lua and
 -- each read of rw_read_many.lua). A live `hold` of its holder is the same request again, whose
