@@ -125,10 +125,12 @@ enum Sent {
     Other(String),
 }
 
-/// The holds other than the lock's whose acquisition records a re-send: a semaphore's permit
-/// (`sem_acquire.lua`) and a read-write lock's write (`rw_acquire.lua`), each on its own keys.
+/// The holds whose acquisition records a re-send: a lock (`acquire.lua`), a semaphore's
+/// permit (`sem_acquire.lua`) and a read-write lock's write (`rw_acquire.lua`), each on its own
+/// keys.
 #[derive(Clone, Copy)]
 enum Hold {
+    Lock,
     Permit,
     Write,
 }
@@ -137,6 +139,7 @@ impl Hold {
     /// The keys the hold's acquisition takes, and its holder id.
     fn keys_and_holder(self) -> (LockKeys, &'static str) {
         match self {
+            Hold::Lock => (lock_keys(), "late"),
             Hold::Permit => (sem_keys(), "s"),
             Hold::Write => (rw_keys(), "w"),
         }
@@ -147,6 +150,16 @@ impl Hold {
         let expiry = hold_field_expiry();
         let (pubsub, fair) = (PubSub::Classic, None);
         let sent = match self {
+            Hold::Lock => {
+                let (keys, holder) = self.keys_and_holder();
+                let reply =
+                    acquire_attempt(conn, &keys, holder, lease, OP_TTL, None, None, recorded).await;
+                match reply {
+                    Ok(AcquireReply::Acquired { .. }) => Ok(Sent::Acquired),
+                    Ok(AcquireReply::Cancelled) => Ok(Sent::Cancelled),
+                    other => other.map(|reply| Sent::Other(format!("{reply:?}"))),
+                }
+            }
             Hold::Permit => {
                 let (keys, holder) = self.keys_and_holder();
                 let reply = sem_take(conn, &keys, holder, (1, 3), lease, fair, recorded).await;
@@ -194,32 +207,11 @@ async fn a_late_first_send_finds_the_record_of_its_re_send(
     Ok(())
 }
 
-/// A lock's acquisition whose cancel arrived first (sent on another connection while the first
-/// send was still on its way) finds the cancel's record and takes nothing: the free path reads
-/// the op record whenever one exists.
+/// An acquisition whose cancel arrived first (sent on another connection while the first send
+/// was still on its way) finds the cancel's record and takes nothing, though the lock,
+/// semaphore or read-write lock is free: each free path reads the op record whenever one
+/// exists.
 async fn a_first_send_arriving_after_its_cancel_takes_nothing(
-    conn: &mut Conn,
-    keys: &LockKeys,
-) -> Checked {
-    let cancel = undo(conn, keys, "late", "late", CancelKind::Acquire).await;
-    if cancel.as_ref().ok() != Some(&CancelReply::NotRun) {
-        return Err(format!("the cancel answered {cancel:?}"));
-    }
-    let late = acquire(conn, keys, "late", LEASE, OP_TTL).await;
-    if late.as_ref().ok() != Some(&AcquireReply::Cancelled) {
-        return Err(format!("the first send after its cancel answered {late:?}"));
-    }
-    let taken: bool = conn.exists(&keys.lock).await.map_err(|e| e.to_string())?;
-    if taken {
-        return Err("the lock was taken for nobody".into());
-    }
-    Ok(())
-}
-
-/// As for a lock, a semaphore's permits and a read-write lock's write hold: the first send of
-/// an acquisition whose cancel came first finds the cancel's record and takes nothing, though
-/// the semaphore or lock is free (its free path reads the op record whenever one exists).
-async fn a_first_send_of_a_hold_arriving_after_its_cancel_takes_nothing(
     hold: Hold,
     conn: &mut Conn,
     _keys: &LockKeys,
@@ -235,7 +227,7 @@ async fn a_first_send_of_a_hold_arriving_after_its_cancel_takes_nothing(
     }
     let taken: bool = conn.exists(&keys.lock).await.map_err(|e| e.to_string())?;
     if taken {
-        return Err("the hold was taken for nobody".into());
+        return Err("it was taken for nobody".into());
     }
     Ok(())
 }
@@ -272,7 +264,8 @@ contract_checks! {
     the_acquire_record_negative_control_is_caught,
     lock_keys;
     a_late_first_send_of_a_lock_finds_the_record_of_its_re_send => [Control::ResendLeavesNoRecord],
-    a_first_send_arriving_after_its_cancel_takes_nothing => [Control::AcquireIgnoresOpRecord],
+    a_first_send_arriving_after_its_cancel_takes_nothing(Hold::Lock) =>
+        [Control::AcquireIgnoresOpRecord],
     a_foreign_value_at_the_lock_key_is_refused_and_kept =>
         [Control::AcquireOverwritesForeignData],
     a_late_first_send_of_a_fair_lock_finds_the_record_of_its_re_send =>
@@ -281,8 +274,8 @@ contract_checks! {
         [Control::SemResendLeavesNoRecord],
     a_late_first_send_finds_the_record_of_its_re_send(Hold::Write) =>
         [Control::RwResendLeavesNoRecord],
-    a_first_send_of_a_hold_arriving_after_its_cancel_takes_nothing(Hold::Permit) =>
+    a_first_send_arriving_after_its_cancel_takes_nothing(Hold::Permit) =>
         [Control::SemAcquireIgnoresOpRecord],
-    a_first_send_of_a_hold_arriving_after_its_cancel_takes_nothing(Hold::Write) =>
+    a_first_send_arriving_after_its_cancel_takes_nothing(Hold::Write) =>
         [Control::RwAcquireIgnoresOpRecord],
 }
